@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# One entry point for set-up, build, demo and tests on a fresh Debian 12 box.
+#   tools/dev.sh demo   install what is missing, build, generate text with the embedded model
+#   tools/dev.sh test   install what is missing, build, run every test (ctest + fuzz smoke)
+#   tools/dev.sh build  install what is missing and build only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
+          nlohmann-json3-dev libcpp-httplib-dev libsqlite3-dev libcli11-dev libpcre2-dev)
+
+install_missing() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "== installing: ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+build() {
+  install_missing
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build build -j"$(nproc)"
+}
+
+run_fuzzers() {
+  # Short libFuzzer runs of each parser where clang is present (coverage-guided, ASan+UBSan).
+  if ! command -v clang++ >/dev/null 2>&1; then
+    echo "== clang++ not found: skipping fuzz smoke runs"
+    return 0
+  fi
+  ls fuzz/*_fuzz.cc >/dev/null 2>&1 || return 0
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DUF_BUILD_FUZZERS=ON -DUF_BUILD_TESTS=OFF >/dev/null
+  cmake --build build-fuzz -j"$(nproc)" --target $(cd fuzz && ls *_fuzz.cc | sed 's/\.cc$//')
+  for f in fuzz/*_fuzz.cc; do
+    local name
+    name=$(basename "$f" .cc)
+    local corpus="fuzz/corpus/${name%_fuzz}"
+    mkdir -p "build-fuzz/corpus-$name"
+    echo "== fuzzing $name for ${UF_FUZZ_SECONDS:-30}s"
+    "build-fuzz/$name" -max_total_time="${UF_FUZZ_SECONDS:-30}" -rss_limit_mb=2048 \
+      -print_final_stats=0 "build-fuzz/corpus-$name" $( [ -d "$corpus" ] && echo "$corpus" ) \
+      2>&1 | tail -n 3
+  done
+}
+
+case "${1:-}" in
+  demo)
+    build
+    ./build/ultrafast run -n 200
+    ;;
+  test)
+    build
+    ctest --test-dir build -j"$(nproc)" --output-on-failure
+    run_fuzzers
+    ;;
+  build)
+    build
+    ;;
+  *)
+    echo "usage: $0 demo|test|build" >&2
+    exit 2
+    ;;
+esac
