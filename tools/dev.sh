@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-          nlohmann-json3-dev libcpp-httplib-dev libsqlite3-dev libcli11-dev libpcre2-dev)
+          nlohmann-json3-dev libcpp-httplib-dev libsqlite3-dev libcli11-dev libpcre2-dev
+          libssl-dev)
 
 install_missing() {
   local missing=()
@@ -58,6 +59,12 @@ case "${1:-}" in
     ;;
   test)
     build
+    # The e2e tests (tests/e2e) use the openai npm package pinned in package-lock.json.
+    if command -v npm >/dev/null 2>&1 && [ -f tests/e2e/package-lock.json ]; then
+      echo "== npm ci (tests/e2e)"
+      npm ci --prefix tests/e2e --no-audit --no-fund >/dev/null ||
+        echo "== npm ci failed: the e2e tests will be skipped"
+    fi
     ctest --test-dir build -j"$(nproc)" --output-on-failure
     run_fuzzers
     ;;

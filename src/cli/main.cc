@@ -1,6 +1,17 @@
-#include <cstdio>
+// `ultrafast <command>`: run, logits, tokenize, info. (`synth` and `bench` join when their
+// libraries land: src/model/synth.h, bench/.)
+#include <CLI/CLI.hpp>
+
+#include "cli/common.h"
 
 int main(int argc, char** argv) {
-  std::fprintf(stderr, "ultrafast: not yet implemented\n");
-  return 1;
+  CLI::App app{"ultrafast: a fast CPU inference engine for GGUF language models"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Help for every command");
+  uf::cli::AddRunCommand(app);
+  uf::cli::AddLogitsCommand(app);
+  uf::cli::AddTokenizeCommand(app);
+  uf::cli::AddInfoCommand(app);
+  CLI11_PARSE(app, argc, argv);
+  return 0;
 }

@@ -39,6 +39,9 @@ std::string_view ValueTypeName(ValueType type);
 // One metadata value. Scalars keep their exact GGUF type; arrays are homogeneous and stored
 // densely (strings as std::string, numbers widened to int64/uint64/double) so a 150k-entry
 // vocabulary costs one vector, not 150k variants. Nested arrays are rejected by the reader.
+// Storage kinds: unsigned scalars/arrays as uint64, signed as int64, float32/64 as double,
+// bool scalars as bool and bool arrays as 0/1 in std::vector<uint64_t>. The writer accepts
+// either integer kind for any integer type and fails if a value does not fit its type.
 class Value {
  public:
   using Storage = std::variant<uint64_t, int64_t, double, bool, std::string,
@@ -110,13 +113,16 @@ class GgufFile {
  public:
   // Maps the file read-only and validates it. Errors name the file and the problem.
   static StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
-  // Parses a copy of an in-memory buffer (tests, fuzzing).
+  // Parses a copy of an in-memory buffer (tests, fuzzing). The copy starts on a 4096-byte
+  // boundary, so tensor data is aligned as it would be in a mapping.
   static StatusOr<std::unique_ptr<GgufFile>> FromBuffer(const void* data, size_t size);
   ~GgufFile();
 
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
-  uint64_t data_offset() const { return data_offset_; }  // start of tensor data in the file
+  // Start of tensor data in the file (clamped to file_size() for tensor-less files that end
+  // without padding, as vocab-only files do).
+  uint64_t data_offset() const { return data_offset_; }
   uint64_t file_size() const { return size_; }
   const std::string& path() const { return path_; }
 
@@ -161,10 +167,13 @@ class GgufWriter {
  public:
   explicit GgufWriter(uint32_t version = 3, uint64_t alignment = 32);
 
-  // Replaces an existing key of the same name. general.alignment is written from alignment.
+  // Replaces an existing key of the same name. general.alignment is always written, as uint32
+  // from the constructor's alignment: at its Set position if it was Set (value ignored), else
+  // after the other keys.
   void Set(std::string key, Value value);
 
-  // fill(dst) must write exactly GgmlRowBytes(type, ne[0]) * ne[1] * ne[2] * ne[3] bytes.
+  // fill(dst) must write exactly GgmlRowBytes(type, ne[0]) * ne[1] * ne[2] * ne[3] bytes. It is
+  // called at write time, in AddTensor order, into a reused buffer of the largest tensor's size.
   using FillFn = std::function<void(uint8_t* dst, size_t n_bytes)>;
   Status AddTensor(std::string name, GgmlType type, std::vector<int64_t> ne, FillFn fill);
   // Copies n_bytes from data at write time (data must outlive WriteToFile).
@@ -179,8 +188,14 @@ class GgufWriter {
     GgmlType type;
     std::vector<int64_t> ne;
     uint64_t n_bytes;
-    FillFn fill;
+    FillFn fill;                 // set by the FillFn overload
+    const void* data = nullptr;  // set by the pointer overload; written without a copy
   };
+  // Magic through the padding before the data section, with offsets assigned in order.
+  StatusOr<std::vector<uint8_t>> EncodeHeader() const;
+  // Streams each tensor's bytes plus its padding through write, one tensor in memory at a time.
+  Status WriteData(const std::function<Status(const void*, size_t)>& write) const;
+
   uint32_t version_;
   uint64_t alignment_;
   std::vector<std::pair<std::string, Value>> metadata_;

@@ -35,6 +35,9 @@ class Matrix {
   size_t bytes() const { return bytes_; }
   const uint8_t* data() const { return data_; }
   size_t row_bytes() const { return row_bytes_; }
+  // The same weights repacked into 16-row tiles for the SIMD kernels (kernels/packed.h), or
+  // null when the active kernels read the GGUF rows directly.
+  const uint8_t* tiles() const { return tiles_; }
 
  private:
   GgmlType type_ = GgmlType::kF32;
@@ -43,7 +46,8 @@ class Matrix {
   size_t row_bytes_ = 0;
   size_t bytes_ = 0;
   const uint8_t* data_ = nullptr;          // [rows][row_bytes] in the GGUF layout
-  std::shared_ptr<uint8_t[]> repacked_;    // owner when data_ points at a repacked copy
+  const uint8_t* tiles_ = nullptr;         // [ceil(rows / 16)][16 * row_bytes], or null
+  std::shared_ptr<uint8_t[]> repacked_;    // owner of tiles_
   friend class MatrixAccess;
 };
 

@@ -1,0 +1,54 @@
+#include "cli/common.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "base/clock.h"
+#include "base/thread_pool.h"
+
+namespace uf::cli {
+
+void Fail(std::string_view command, const Status& status) {
+  std::fprintf(stderr, "ultrafast %.*s: %s\n", static_cast<int>(command.size()), command.data(),
+               status.ToString().c_str());
+  throw CLI::RuntimeError(1);
+}
+
+StatusOr<std::string> FindDemoModel() {
+  namespace fs = std::filesystem;
+  std::string tried;
+  if (const char* env = std::getenv("UF_DEMO_MODEL"); env != nullptr && *env != '\0') {
+    if (fs::exists(env)) return std::string(env);
+    tried += std::string(" $UF_DEMO_MODEL=") + env;
+  }
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path p = exe.parent_path() / ".." / "models" / "demo.gguf";
+    if (fs::exists(p)) return p.lexically_normal().string();
+    tried += " " + p.lexically_normal().string();
+  }
+  const fs::path local = fs::path("models") / "demo.gguf";
+  if (fs::exists(local)) return local.string();
+  tried += " ./" + local.string();
+  return NotFoundError("no demo model found (tried" + tried +
+                       "); pass a model with -m or set UF_DEMO_MODEL");
+}
+
+StatusOr<LoadedModel> LoadModel(const std::string& path) {
+  LoadedModel out;
+  const double t0 = NowSeconds();
+  UF_ASSIGN_OR_RETURN(out.model, model::Model::Load(path));
+  auto tok = Tokenizer::FromGguf(out.model->file());
+  if (!tok.ok()) return tok.status().WithContext(path);
+  out.tokenizer = std::move(tok).value();
+  out.load_seconds = NowSeconds() - t0;
+  return out;
+}
+
+int ResolveThreads(int requested) {
+  return requested > 0 ? requested : ThreadPool::DefaultThreads();
+}
+
+}  // namespace uf::cli

@@ -1,0 +1,38 @@
+// Helpers shared by the `ultrafast` subcommands.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "base/status.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace uf::cli {
+
+// Subcommand registration (one file each).
+void AddRunCommand(CLI::App& app);
+void AddLogitsCommand(CLI::App& app);
+void AddTokenizeCommand(CLI::App& app);
+void AddInfoCommand(CLI::App& app);
+
+// Prints "ultrafast <command>: <status>" to stderr and ends the command with exit code 1.
+[[noreturn]] void Fail(std::string_view command, const Status& status);
+
+// The demo model: $UF_DEMO_MODEL, else <dir of the executable>/../models/demo.gguf, else
+// ./models/demo.gguf. NotFound naming every place tried.
+StatusOr<std::string> FindDemoModel();
+
+struct LoadedModel {
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  double load_seconds = 0.0;
+};
+StatusOr<LoadedModel> LoadModel(const std::string& path);
+
+// Threads for -t: 0 or negative means ThreadPool::DefaultThreads().
+int ResolveThreads(int requested);
+
+}  // namespace uf::cli

@@ -1,0 +1,67 @@
+// `ultrafast info`: GGUF metadata and tensors, then what the engine makes of the model.
+#include <cstdio>
+#include <map>
+
+#include "cli/common.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_dump.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace uf::cli {
+namespace {
+
+struct InfoOptions {
+  std::string model;
+  bool full = false;
+};
+
+void Info(const InfoOptions& o) {
+  auto file = gguf::GgufFile::Open(o.model);
+  if (!file.ok()) Fail("info", file.status());
+  std::fputs(gguf::DescribeGguf(**file, o.full).c_str(), stdout);
+
+  std::printf("\n== model\n");
+  auto config = model::ModelConfig::FromGguf(**file);
+  if (!config.ok()) {
+    std::printf("not runnable: %s\n", config.status().ToString().c_str());
+    return;
+  }
+  std::printf("%s\n", config->DebugString().c_str());
+  auto weights = model::BindWeights(**file, *config);
+  if (!weights.ok()) {
+    std::printf("not runnable: %s\n", weights.status().ToString().c_str());
+    return;
+  }
+  // Matrix bytes by type: what a decode step streams.
+  std::map<std::string, std::pair<int, size_t>> by_type;
+  auto add = [&](const kernels::Matrix& m) {
+    auto& e = by_type[std::string(GgmlTypeName(m.type()))];
+    ++e.first;
+    e.second += m.bytes();
+  };
+  for (const auto& l : weights->layers) {
+    for (const kernels::Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) add(*m);
+  }
+  add(weights->output);
+  for (const auto& [type, e] : by_type) {
+    std::printf("matrices %-6s %4d  %12zu bytes\n", type.c_str(), e.first, e.second);
+  }
+  const size_t per_token = model::BytesPerToken(*weights);
+  std::printf("bytes read per token: %zu (%.2f MiB; layers + output matrix)\n", per_token,
+              per_token / (1024.0 * 1024.0));
+  const double kv = 2.0 * config->n_layer * config->kv_dim() * sizeof(float);
+  std::printf("kv cache per token: %.0f bytes (F32)\n", kv);
+}
+
+}  // namespace
+
+void AddInfoCommand(CLI::App& app) {
+  auto o = std::make_shared<InfoOptions>();
+  CLI::App* cmd = app.add_subcommand("info", "Show a model's metadata, tensors and costs");
+  cmd->add_option("-m,--model", o->model, "GGUF file")->required();
+  cmd->add_flag("--full", o->full, "Show whole arrays and strings");
+  cmd->callback([o] { Info(*o); });
+}
+
+}  // namespace uf::cli

@@ -1,0 +1,150 @@
+// `ultrafast run`: generate text from a prompt, streaming it to stdout; timings go to stderr.
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+#include "base/thread_pool.h"
+#include "cli/common.h"
+#include "engine/generate.h"
+#include "engine/kv_cache.h"
+#include "kernels/matmul.h"
+#include "model/decoder.h"
+
+namespace uf::cli {
+namespace {
+
+constexpr char kDemoPrompt[] = "ROMEO:";
+
+struct RunOptions {
+  std::string model;
+  std::string prompt;
+  int64_t n_predict = 128;
+  int threads = 0;
+  int64_t ctx = 0;
+  int64_t batch = 512;
+  int64_t seed = -1;
+  bool no_special = false;
+  sampling::SamplingParams sampling;
+};
+
+void Run(const RunOptions& o) {
+  std::string path = o.model;
+  std::string prompt = o.prompt;
+  if (path.empty()) {
+    auto demo = FindDemoModel();
+    if (!demo.ok()) Fail("run", demo.status());
+    path = *demo;
+    if (prompt.empty()) prompt = kDemoPrompt;
+  }
+  if (prompt.empty()) Fail("run", InvalidArgumentError("-p PROMPT is required with -m"));
+
+  auto loaded = LoadModel(path);
+  if (!loaded.ok()) Fail("run", loaded.status());
+  const model::Model& m = *loaded->model;
+  const Tokenizer& tok = *loaded->tokenizer;
+  const int threads = ResolveThreads(o.threads);
+
+  const std::vector<int32_t> tokens =
+      tok.Encode(prompt, /*add_bos=*/true, /*parse_special=*/!o.no_special);
+  const int64_t ctx = o.ctx > 0 ? o.ctx : std::min<int64_t>(m.config().n_ctx_train, 4096);
+  if (o.n_predict >= 0 && static_cast<int64_t>(tokens.size()) + o.n_predict > ctx) {
+    Fail("run", OutOfRangeError("prompt (" + std::to_string(tokens.size()) + " tokens) + -n " +
+                                std::to_string(o.n_predict) + " exceeds the context of " +
+                                std::to_string(ctx) + " tokens; raise --ctx or lower -n"));
+  }
+  if (ctx > m.config().n_ctx_train) {
+    std::fprintf(stderr, "warning: --ctx %lld exceeds the model's training context %lld\n",
+                 static_cast<long long>(ctx), static_cast<long long>(m.config().n_ctx_train));
+  }
+
+  engine::KvCacheOptions co;
+  co.n_layer = m.config().n_layer;
+  co.n_head_kv = m.config().n_head_kv;
+  co.head_dim = m.config().head_dim;
+  co.n_blocks = engine::KvCacheOptions::BlocksFor(ctx, 1, co.block_size);
+  co.max_seq_len = ctx;
+  auto cache = engine::KvCache::Create(co);
+  if (!cache.ok()) Fail("run", cache.status());
+  ThreadPool pool(threads);
+  model::DecoderOptions dopts;
+  dopts.max_batch = std::clamp<int64_t>(o.batch, 1, ctx);
+  dopts.max_outputs = 1;
+  auto decoder = model::Decoder::Create(m, cache->get(), dopts, &pool);
+  if (!decoder.ok()) Fail("run", decoder.status());
+
+  engine::GenerateOptions g;
+  g.max_tokens = o.n_predict;
+  g.sampling = o.sampling;
+  g.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
+  std::fprintf(stderr, "load: %.1f ms (%s, %s, %d threads, %s kernels, seed %llu)\n",
+               loaded->load_seconds * 1e3, path.c_str(), m.config().architecture_name.c_str(),
+               threads, kernels::IsaName(kernels::ActiveIsa()).c_str(),
+               static_cast<unsigned long long>(g.sampling.seed));
+
+  std::fputs(prompt.c_str(), stdout);
+  std::fflush(stdout);
+  engine::GenerateStats st;
+  const Status s = engine::Generate(
+      **decoder, tok, tokens, g,
+      [](std::string_view text) {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+        return std::ferror(stdout) == 0;
+      },
+      &st);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!s.ok()) Fail("run", s);
+
+  const auto rate = [](double n, double sec) { return sec > 0 ? n / sec : 0.0; };
+  std::fprintf(stderr, "prompt: %lld tokens in %.2f ms (%.1f tok/s)\n",
+               static_cast<long long>(st.n_prompt), st.prefill_seconds * 1e3,
+               rate(st.n_prompt, st.prefill_seconds));
+  std::fprintf(stderr, "decode: %lld tokens in %.2f ms (%.1f tok/s, %.1f us/token)\n",
+               static_cast<long long>(st.n_decode_steps), st.decode_seconds * 1e3,
+               rate(st.n_decode_steps, st.decode_seconds),
+               st.n_decode_steps ? st.decode_seconds * 1e6 / st.n_decode_steps : 0.0);
+  std::fprintf(stderr, "time to first token: %.2f ms; generated %lld tokens, stop: %s\n",
+               st.first_token_seconds * 1e3, static_cast<long long>(st.n_generated),
+               std::string(engine::StopReasonName(st.stop_reason)).c_str());
+}
+
+}  // namespace
+
+void AddRunCommand(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Generate text from a prompt (streams to stdout)");
+  cmd->add_option("-m,--model", o->model, "GGUF model (default: the embedded demo model)");
+  cmd->add_option("-p,--prompt", o->prompt, "Prompt text (default with the demo model: ROMEO:)");
+  cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate (-1: until end or full)")
+      ->capture_default_str();
+  cmd->add_option("--temp", o->sampling.temperature, "Temperature (0: greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", o->sampling.top_k, "Top-k (0: off)")->capture_default_str();
+  cmd->add_option("--top-p", o->sampling.top_p, "Top-p (1: off)")->capture_default_str();
+  cmd->add_option("--min-p", o->sampling.min_p, "Min-p (0: off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "Repetition penalty (1: off)")
+      ->capture_default_str();
+  cmd->add_option("--presence-penalty", o->sampling.presence_penalty, "Presence penalty")
+      ->capture_default_str();
+  cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty, "Frequency penalty")
+      ->capture_default_str();
+  cmd->add_option("--repeat-last-n", o->sampling.penalty_last_n,
+                  "Recent tokens the penalties look at")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "RNG seed (-1: random)")->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "Threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--ctx", o->ctx, "Context size in tokens (0: min(model's, 4096))")
+      ->capture_default_str();
+  cmd->add_option("-b,--batch", o->batch, "Prompt tokens per forward pass")
+      ->capture_default_str();
+  cmd->add_flag("--no-special", o->no_special,
+                "Tokenize special-token text in the prompt as plain text");
+  cmd->callback([o] {
+    const Status s = o->sampling.Validate();
+    if (!s.ok()) Fail("run", s);
+    Run(*o);
+  });
+}
+
+}  // namespace uf::cli

@@ -1,0 +1,198 @@
+#include "cli/serve.h"
+
+#include <pthread.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <thread>
+
+#include "base/log.h"
+#include "cli/common.h"
+#include "engine/service.h"
+#include "model/model.h"
+#include "server/auth.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "tokenizer/tokenizer.h"
+
+namespace uf::cli {
+namespace {
+
+// ChatML, what llama.cpp falls back to for models without a template.
+// TODO(serve): switch to tokenizer/chat_template.h once it lands.
+server::ChatRenderer ChatMlRenderer() {
+  return [](const nlohmann::json& messages) -> StatusOr<std::string> {
+    std::string out;
+    for (const auto& m : messages) {
+      out += "<|im_start|>" + m["role"].get<std::string>() + "\n" +
+             m["content"].get<std::string>() + "<|im_end|>\n";
+    }
+    out += "<|im_start|>assistant\n";
+    return out;
+  };
+}
+
+int Report(std::string_view command, const Status& s) {
+  std::fprintf(stderr, "ultrafast %.*s: %s\n", static_cast<int>(command.size()), command.data(),
+               s.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int RunServe(const ServeArgs& args) {
+  if (!args.api_key.empty() && !args.keys_db.empty()) {
+    return Report("serve", InvalidArgumentError("use --api-key or --keys-db, not both"));
+  }
+  // Signals go to one thread that waits for them; every thread started from here inherits the
+  // mask, so SIGINT/SIGTERM never interrupt a worker.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto loaded = LoadModel(args.model);
+  if (!loaded.ok()) return Report("serve", loaded.status());
+  const model::Model& model = *loaded->model;
+  const Tokenizer& tokenizer = *loaded->tokenizer;
+
+  std::unique_ptr<server::KeyStore> keys = std::make_unique<server::KeyStore>();
+  if (!args.api_key.empty()) {
+    keys = server::KeyStore::WithKey(args.api_key);
+  } else if (!args.keys_db.empty()) {
+    auto db = server::KeyStore::OpenDb(args.keys_db, /*create=*/false, /*read_only=*/true);
+    if (!db.ok()) return Report("serve", db.status());
+    keys = std::move(db).value();
+  }
+
+  engine::ServiceOptions so;
+  const int64_t n_ctx_train = model.config().n_ctx_train;
+  so.ctx = args.ctx > 0 ? args.ctx : std::min<int64_t>(4096, n_ctx_train > 0 ? n_ctx_train : 4096);
+  so.max_seqs = args.max_seqs;
+  so.max_queue = args.max_queue;
+  so.prefill_chunk = args.prefill_chunk;
+  so.kv_tokens = args.kv_tokens;
+  so.block_size = args.block_size;
+  so.prefix_cache = !args.no_prefix_cache;
+  so.n_threads = ResolveThreads(args.threads);
+  auto service = engine::Service::Create(model, tokenizer, so);
+  if (!service.ok()) return Report("serve", service.status());
+
+  server::ServerOptions ho;
+  ho.host = args.host;
+  ho.port = args.port;
+  ho.model_id = args.model_id;
+  if (ho.model_id.empty()) ho.model_id = std::filesystem::path(args.model).stem().string();
+  ho.max_tokens_limit = args.max_tokens_limit;
+  ho.max_body_bytes = args.max_body_bytes;
+  server::Metrics metrics;
+  server::HttpServer http(ho, service->get(), ChatMlRenderer(), keys.get(), &metrics);
+  if (Status s = http.Bind(); !s.ok()) return Report("serve", s);
+  UF_LOG(INFO) << "serving " << ho.model_id << " on http://" << ho.host << ":" << http.port()
+               << " (ctx " << so.ctx << ", " << so.max_seqs << " sequences"
+               << (keys->enabled() ? ", API keys required" : "") << ")";
+  // Tests and scripts that pass --port 0 read the chosen port from this line.
+  std::printf("listening on http://%s:%d\n", ho.host.c_str(), http.port());
+  std::fflush(stdout);
+
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    UF_LOG(INFO) << "serve: " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ", shutting down";
+    // Engine first: open requests end with an error event, so streams close promptly.
+    (*service)->Shutdown();
+    http.Stop();
+  });
+  http.Serve();
+  // Serve() also returns when listening fails; wake the waiter so it can exit.
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  (*service)->Shutdown();
+  UF_LOG(INFO) << "serve: stopped";
+  return 0;
+}
+
+int RunKeys(const std::string& db, const std::string& action, const std::string& arg) {
+  auto store = server::KeyStore::OpenDb(db, /*create=*/action == "add", /*read_only=*/false);
+  if (!store.ok()) return Report("keys", store.status());
+  if (action == "add") {
+    auto key = (*store)->AddKey(arg);
+    if (!key.ok()) return Report("keys", key.status());
+    std::printf("%s\n", key->c_str());
+    std::fprintf(stderr, "key '%s' added; it is shown only this once\n", arg.c_str());
+    return 0;
+  }
+  if (action == "list") {
+    auto keys = (*store)->ListKeys();
+    if (!keys.ok()) return Report("keys", keys.status());
+    std::printf("%-6s %-24s %-14s %-20s %s\n", "id", "name", "sha256", "created", "status");
+    for (const server::ApiKeyInfo& k : *keys) {
+      char when[32] = "?";
+      const std::time_t t = static_cast<std::time_t>(k.created_at);
+      std::tm tm{};
+      if (gmtime_r(&t, &tm)) std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+      std::printf("%-6lld %-24s %-14s %-20s %s\n", static_cast<long long>(k.id), k.name.c_str(),
+                  k.sha256_prefix.c_str(), when, k.revoked ? "revoked" : "active");
+    }
+    return 0;
+  }
+  if (action == "revoke") {
+    if (Status s = (*store)->RevokeKey(arg); !s.ok()) return Report("keys", s);
+    std::fprintf(stderr, "revoked\n");
+    return 0;
+  }
+  return Report("keys", InvalidArgumentError("unknown keys action '" + action + "'"));
+}
+
+void AddServeCommands(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  serve->add_option("-m,--model", args->model, "GGUF model file")->required();
+  serve->add_option("--model-id", args->model_id, "model name clients send (default: file stem)");
+  serve->add_option("--host", args->host, "address to listen on")->capture_default_str();
+  serve->add_option("--port", args->port, "port (0 = any free port)")->capture_default_str();
+  serve->add_option("--ctx", args->ctx, "tokens per sequence (default min(4096, training ctx))");
+  serve->add_option("--max-seqs", args->max_seqs, "sequences decoded together")
+      ->capture_default_str();
+  serve->add_option("--max-queue", args->max_queue, "requests that may wait; more get 429")
+      ->capture_default_str();
+  serve->add_option("--prefill-chunk", args->prefill_chunk, "prompt tokens per engine step")
+      ->capture_default_str();
+  serve->add_option("--kv-tokens", args->kv_tokens, "KV pool in tokens (default ctx*max-seqs)");
+  serve->add_option("--block-size", args->block_size, "tokens per KV block")->capture_default_str();
+  serve->add_flag("--no-prefix-cache", args->no_prefix_cache, "do not reuse prompt prefixes");
+  serve->add_option("--max-tokens-limit", args->max_tokens_limit,
+                    "largest max_tokens accepted (default ctx)");
+  serve->add_option("--max-body-bytes", args->max_body_bytes, "request body limit")
+      ->capture_default_str();
+  auto* key = serve->add_option("--api-key", args->api_key, "require this Bearer key");
+  serve->add_option("--keys-db", args->keys_db, "require a key from this SQLite keys db")
+      ->excludes(key);
+  serve->add_option("-t,--threads", args->threads, "compute threads (default: physical cores)");
+  serve->callback([args] {
+    if (const int code = RunServe(*args); code != 0) throw CLI::RuntimeError(code);
+  });
+
+  auto db = std::make_shared<std::string>();
+  auto action = std::make_shared<std::string>();
+  auto arg = std::make_shared<std::string>();
+  CLI::App* keys = app.add_subcommand("keys", "manage API keys of a --keys-db database");
+  keys->add_option("--db", *db, "SQLite keys database")->required();
+  keys->add_option("action", *action, "add NAME | list | revoke ID_OR_NAME")
+      ->required()
+      ->check(CLI::IsMember({"add", "list", "revoke"}));
+  keys->add_option("name", *arg, "key name (add) or id/name (revoke)");
+  keys->callback([db, action, arg] {
+    if (*action != "list" && arg->empty()) {
+      std::fprintf(stderr, "ultrafast keys %s: needs a name or id\n", action->c_str());
+      throw CLI::RuntimeError(2);
+    }
+    if (const int code = RunKeys(*db, *action, *arg); code != 0) throw CLI::RuntimeError(code);
+  });
+}
+
+}  // namespace uf::cli

@@ -1,0 +1,47 @@
+// Single-sequence text generation: batched prefill of the prompt (chunked by the decoder's
+// max_batch), then one forward per token with sampling, streaming complete UTF-8 text to a
+// callback. Used by `ultrafast run`; the server schedules sequences itself but reuses the pieces.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "model/decoder.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace uf::engine {
+
+struct GenerateOptions {
+  int64_t max_tokens = 128;  // tokens to generate; < 0: until end of generation or context full
+  sampling::SamplingParams sampling;
+  int seq_id = 0;            // KV cache sequence to use (cleared first)
+};
+
+enum class StopReason { kEndOfGeneration, kMaxTokens, kContextFull, kCallback };
+std::string_view StopReasonName(StopReason r);
+
+struct GenerateStats {
+  int64_t n_prompt = 0;
+  int64_t n_generated = 0;       // sampled tokens, including an end-of-generation token
+  int64_t n_decode_steps = 0;    // single-token forwards after the prefill
+  double prefill_seconds = 0.0;  // prompt forwards (produce the first token's logits)
+  double first_token_seconds = 0.0;  // start to the first sampled token
+  double decode_seconds = 0.0;   // decode forwards + sampling after the first token
+  StopReason stop_reason = StopReason::kMaxTokens;
+};
+
+// Return false to stop generating.
+using TextCallback = std::function<bool(std::string_view text)>;
+
+// Errors: empty prompt or prompt + max_tokens past the cache's per-sequence limit (OutOfRange,
+// checked before any work), out of KV blocks, bad sampling parameters.
+Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
+                std::span<const int32_t> prompt, const GenerateOptions& options,
+                const TextCallback& on_text, GenerateStats* stats);
+
+}  // namespace uf::engine

@@ -1,0 +1,131 @@
+// Paged KV cache: K and V of every layer live in fixed-size blocks drawn from one pool; each
+// sequence owns a block table mapping its positions to blocks. Blocks are taken on append and
+// returned when a sequence is truncated or removed, so many sequences of different lengths share
+// memory without fragmentation. K/V are F32 (attention inputs stay exact, as in the reference).
+//
+// Not thread-safe: the owner (generation loop / scheduler) serialises calls; the forward pass
+// only reads/writes block contents of sequences it was handed.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+
+namespace uf::engine {
+
+struct KvCacheOptions {
+  int64_t n_layer = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t block_size = 16;  // tokens per block
+  int64_t n_blocks = 0;     // pool size
+  int max_seqs = 1;         // sequence ids are [0, max_seqs)
+  int64_t max_seq_len = 0;  // positions per sequence; 0 = n_blocks * block_size
+
+  // Blocks needed so that max_seqs sequences can hold ctx_tokens tokens in total (each sequence
+  // may leave its last block partly empty).
+  static int64_t BlocksFor(int64_t ctx_tokens, int max_seqs, int64_t block_size);
+};
+
+class KvCache {
+ public:
+  // InvalidArgument on non-positive sizes, ResourceExhausted when the pool cannot be allocated.
+  static StatusOr<std::unique_ptr<KvCache>> Create(const KvCacheOptions& options);
+
+  const KvCacheOptions& options() const { return options_; }
+  int64_t block_size() const { return options_.block_size; }
+  int64_t n_blocks() const { return options_.n_blocks; }
+  int max_seqs() const { return options_.max_seqs; }
+  int64_t max_seq_len() const { return options_.max_seq_len; }
+  // Blocks Reserve can take: free ones plus cached prefix blocks no sequence holds.
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size() + lru_.size()); }
+
+  // Tokens whose K/V are stored for seq (positions [0, Length)).
+  int64_t Length(int seq) const { return seqs_[seq].length; }
+  // Positions seq can hold without allocating.
+  int64_t Capacity(int seq) const {
+    return static_cast<int64_t>(seqs_[seq].blocks.size()) * options_.block_size;
+  }
+
+  // Makes room for positions [0, n_tokens) of seq. OutOfRange past max_seq_len,
+  // ResourceExhausted when the pool runs out (nothing is allocated then).
+  Status Reserve(int seq, int64_t n_tokens);
+  // Records that positions [0, n) hold valid K/V (n <= Capacity). Does not free anything.
+  void SetLength(int seq, int64_t n);
+  // Forgets positions >= n and returns blocks no longer needed to the pool.
+  void Truncate(int seq, int64_t n);
+  // Truncate(seq, 0).
+  void Remove(int seq) { Truncate(seq, 0); }
+
+  // Block ids of seq in position order; block i holds positions [i * block_size, ...).
+  const int32_t* BlockTable(int seq) const { return seqs_[seq].blocks.data(); }
+
+  // [n_head_kv][block_size][head_dim] keys / values of one block of one layer.
+  float* KeyBlock(int64_t layer, int32_t block) { return Block(k_.get(), layer, block); }
+  float* ValueBlock(int64_t layer, int32_t block) { return Block(v_.get(), layer, block); }
+  const float* KeyBlock(int64_t layer, int32_t block) const {
+    return Block(k_.get(), layer, block);
+  }
+  const float* ValueBlock(int64_t layer, int32_t block) const {
+    return Block(v_.get(), layer, block);
+  }
+
+  size_t bytes() const { return 2 * pool_floats_ * sizeof(float); }
+
+  // Prefix reuse. A full block can be published under a hash chained over every token up to its
+  // end; a later sequence whose tokens start the same way maps the published blocks into its
+  // table instead of recomputing them. Shared blocks are never written: a sequence only appends
+  // after its mapped prefix, and rewriting a position inside a block another sequence holds is a
+  // bug (checked). A published block no sequence holds stays cached until Reserve needs the
+  // space, least recently used first.
+  //
+  // Maps into seq, which must be empty, the longest run of published blocks whose tokens equal
+  // tokens[0, n); returns how many tokens it covers (a multiple of block_size, <= n). Callers
+  // pass n < their token count so at least one token is left to compute logits from.
+  int64_t AttachPrefix(int seq, const int32_t* tokens, int64_t n);
+  // Publishes seq's full blocks over tokens[0, n), n <= Length(seq). tokens must be what seq's
+  // positions hold. Blocks published before are skipped, so calling this every step is cheap.
+  void PublishPrefix(int seq, const int32_t* tokens, int64_t n);
+  // Published blocks that no sequence holds (counted in free_blocks()).
+  int64_t cached_blocks() const { return static_cast<int64_t>(lru_.size()); }
+
+ private:
+  struct Sequence {
+    std::vector<int32_t> blocks;  // block table
+    int64_t length = 0;
+    int64_t n_hashed = 0;     // leading blocks whose chain hash is known
+    uint64_t chain_hash = 0;  // hash chained through block n_hashed - 1
+  };
+
+  explicit KvCache(const KvCacheOptions& options) : options_(options) {}
+  float* Block(float* base, int64_t layer, int32_t block) const {
+    return base + (layer * options_.n_blocks + block) * block_floats_;
+  }
+  int32_t TakeBlock();
+  void ReleaseBlock(int32_t block);
+  void Unpublish(int32_t block);
+  uint64_t ChainHash(uint64_t parent, const int32_t* tokens) const;
+
+  KvCacheOptions options_;
+  size_t block_floats_ = 0;     // n_head_kv * block_size * head_dim
+  size_t pool_floats_ = 0;      // n_layer * n_blocks * block_floats_
+  std::unique_ptr<float[]> k_;  // [n_layer][n_blocks][n_head_kv][block_size][head_dim]
+  std::unique_ptr<float[]> v_;  // same layout as k_
+  std::vector<int32_t> free_;   // free block ids (stack)
+  std::vector<Sequence> seqs_;  // [max_seqs]
+
+  // Prefix reuse.
+  std::vector<int32_t> refs_;          // [n_blocks] sequences holding each block
+  std::vector<uint8_t> published_;     // [n_blocks] 1 when reachable through by_hash_
+  std::vector<uint64_t> block_hash_;   // [n_blocks] chain hash of published blocks
+  std::vector<int32_t> block_tokens_;  // [n_blocks][block_size] tokens of published blocks
+  std::unordered_map<uint64_t, int32_t> by_hash_;  // chain hash -> published block
+  std::list<int32_t> lru_;  // published blocks with refs 0, least recently used first
+  std::vector<std::list<int32_t>::iterator> lru_pos_;  // [n_blocks] position in lru_
+};
+
+}  // namespace uf::engine

@@ -1,0 +1,96 @@
+// What a client asks the serving engine for, and what flows back: one GenerationRequest in, a
+// stream of GenerationEvents out through a RequestChannel shared by the HTTP thread (reader) and
+// the engine thread (writer).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+
+namespace uf::engine {
+
+struct RequestSampling {
+  float temperature = 1.0f;  // 0 = greedy
+  float top_p = 1.0f;
+  int32_t top_k = 0;  // 0 = off
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repeat_penalty = 1.0f;
+  uint64_t seed = 0;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id -> bias added to its logit
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;  // [n_prompt] token ids, BOS included when wanted
+  int64_t max_tokens = 16;      // generated tokens at most (EOS/stop may end earlier)
+  RequestSampling sampling;
+  std::vector<std::string> stop;  // stop strings, matched on the decoded text
+  bool ignore_eos = false;        // keep generating past end-of-generation tokens (benchmarks)
+  int top_logprobs = -1;          // -1: no logprobs; n >= 0: chosen token + n alternatives
+};
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+
+// "stop", "length", ...: the OpenAI finish_reason spelling.
+const char* FinishReasonName(FinishReason reason);
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // [top_logprobs] best alternatives, best first
+};
+
+struct GenerationEvent {
+  std::string text;                    // new output text; stop-string safe, valid UTF-8
+  std::vector<TokenLogprob> logprobs;  // tokens sampled since the previous event (if asked)
+  int64_t n_tokens = 0;                // tokens sampled since the previous event
+  double time = 0.0;                   // NowSeconds() when the newest token was sampled
+  FinishReason finish = FinishReason::kNone;
+  Status error;  // with finish == kError
+  // Set on the final event (finish != kNone).
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  int64_t completion_tokens = 0;
+};
+
+// A snapshot of the engine for /metrics and /health.
+struct EngineStats {
+  int64_t queue_depth = 0;  // requests waiting for a sequence slot or KV blocks
+  int64_t running = 0;      // sequences in the running batch
+  int64_t kv_blocks_total = 0;
+  int64_t kv_blocks_used = 0;          // held by running sequences
+  int64_t kv_blocks_cached = 0;        // unreferenced prefix-cache blocks (reclaimable)
+  int64_t kv_blocks_free = 0;          // neither (cached blocks are not counted as free)
+  int64_t prefix_hit_tokens = 0;       // prompt tokens served from the prefix cache, total
+  int64_t prompt_tokens_computed = 0;  // prompt tokens run through the model, total
+  int64_t steps = 0;                   // forward passes, total
+  int64_t preemptions = 0;  // sequences evicted for KV blocks and recomputed later, total
+};
+
+// One request's mailbox. The engine thread Pushes events; the HTTP thread Pops them. Either side
+// may Cancel; the engine frees the sequence at its next step boundary.
+class RequestChannel {
+ public:
+  void Push(GenerationEvent event);
+  // Moves every queued event into *out (cleared first), waiting up to timeout_s for at least
+  // one. Returns false on timeout.
+  bool Pop(std::vector<GenerationEvent>* out, double timeout_s);
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<GenerationEvent> events_;
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace uf::engine

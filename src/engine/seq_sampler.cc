@@ -1,0 +1,67 @@
+#include "engine/seq_sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace uf::engine {
+
+sampling::SamplingParams ToSamplingParams(const RequestSampling& r, int64_t max_tokens) {
+  sampling::SamplingParams p;
+  // OpenAI's top_p = 0 keeps only the most likely token: greedy.
+  p.temperature = r.top_p > 0.0f ? r.temperature : 0.0f;
+  p.top_k = r.top_k;
+  p.top_p = r.top_p > 0.0f ? std::min(r.top_p, 1.0f) : 1.0f;
+  p.min_p = r.min_p;
+  p.repeat_penalty = r.repeat_penalty;
+  p.presence_penalty = r.presence_penalty;
+  p.frequency_penalty = r.frequency_penalty;
+  p.penalty_last_n = static_cast<int32_t>(std::clamp<int64_t>(max_tokens, 0, 1 << 20));
+  p.seed = r.seed;
+  return p;
+}
+
+SequenceSampler::SequenceSampler(const RequestSampling& params, int32_t n_vocab,
+                                 int64_t max_tokens)
+    : logit_bias_(params.logit_bias),
+      n_vocab_(n_vocab),
+      sampler_(ToSamplingParams(params, max_tokens), n_vocab) {}
+
+int32_t SequenceSampler::Sample(const float* logits, const std::vector<int32_t>& banned,
+                                std::vector<float>* scratch) {
+  if (logit_bias_.empty() && banned.empty()) return sampler_.Sample(logits);
+  std::vector<float>& l = *scratch;
+  l.assign(logits, logits + n_vocab_);
+  for (const auto& [id, bias] : logit_bias_) l[id] += bias;
+  for (int32_t id : banned) {
+    if (id >= 0 && id < n_vocab_) l[id] = -std::numeric_limits<float>::infinity();
+  }
+  return sampler_.Sample(l.data());
+}
+
+TokenLogprob SequenceSampler::Logprobs(const float* logits, int32_t n_vocab, int32_t token,
+                                       int top_n) {
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (int32_t i = 0; i < n_vocab; ++i) max_logit = std::max(max_logit, logits[i]);
+  double sum = 0.0;
+  for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max_logit));
+  const float log_z = max_logit + static_cast<float>(std::log(sum));
+  TokenLogprob out;
+  out.token = token;
+  out.logprob = logits[token] - log_z;
+  if (top_n > 0) {
+    // Keep the top_n in a small sorted list: O(n_vocab * top_n) worst case, top_n <= 20.
+    std::vector<std::pair<float, int32_t>> best;
+    for (int32_t i = 0; i < n_vocab; ++i) {
+      if (static_cast<int>(best.size()) == top_n && logits[i] <= best.back().first) continue;
+      auto pos = std::upper_bound(best.begin(), best.end(), std::pair<float, int32_t>(logits[i], i),
+                                  [](const auto& a, const auto& b) { return a.first > b.first; });
+      best.insert(pos, {logits[i], i});
+      if (static_cast<int>(best.size()) > top_n) best.pop_back();
+    }
+    for (const auto& [l, id] : best) out.top.emplace_back(id, l - log_z);
+  }
+  return out;
+}
+
+}  // namespace uf::engine

@@ -1,0 +1,41 @@
+// Per-request token choice for the serving engine: the OpenAI request's logit bias and banned
+// tokens applied to the raw logits, then the shared sampler chain (sampling::Sampler: penalties
+// over the generated tokens, top-k / top-p / min-p, temperature, a draw from a generator seeded
+// per request), so a seeded request samples the same tokens whether it runs alone or batched.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/request.h"
+#include "sampling/sampler.h"
+
+namespace uf::engine {
+
+// The sampler settings of a request; penalties look at up to max_tokens generated tokens.
+sampling::SamplingParams ToSamplingParams(const RequestSampling& params, int64_t max_tokens);
+
+class SequenceSampler {
+ public:
+  // params must pass ToSamplingParams(params, max_tokens).Validate().
+  SequenceSampler(const RequestSampling& params, int32_t n_vocab, int64_t max_tokens);
+
+  // Chooses the next token from raw logits [n_vocab]. banned: tokens that must not be chosen
+  // (end-of-generation tokens when ignoring EOS). scratch holds a biased copy when needed.
+  int32_t Sample(const float* logits, const std::vector<int32_t>& banned,
+                 std::vector<float>* scratch);
+  // Records a generated token (for the penalties).
+  void Accept(int32_t token) { sampler_.Accept(token); }
+
+  // Log-probability of token under softmax(logits) and the top_n most likely tokens (best first,
+  // ties by id): the model's own distribution, before bias, penalties or temperature.
+  static TokenLogprob Logprobs(const float* logits, int32_t n_vocab, int32_t token, int top_n);
+
+ private:
+  std::vector<std::pair<int32_t, float>> logit_bias_;
+  int32_t n_vocab_;
+  sampling::Sampler sampler_;
+};
+
+}  // namespace uf::engine

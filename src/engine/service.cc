@@ -1,0 +1,425 @@
+#include "engine/service.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "engine/seq_sampler.h"
+#include "engine/stop_matcher.h"
+
+namespace uf::engine {
+
+struct Service::Sequence {
+  Sequence(GenerationRequest r, const Tokenizer& tokenizer)
+      : request(std::move(r)), detok(tokenizer), stop(request.stop) {
+    tokens = request.prompt;
+    n_prompt = static_cast<int64_t>(tokens.size());
+    // Prime the decoder with the last prompt token so the first generated piece keeps its
+    // leading space (SPM "▁word") and a character split across the prompt boundary completes.
+    detok.Push(tokens.back());
+  }
+
+  std::shared_ptr<RequestChannel> channel = std::make_shared<RequestChannel>();
+  GenerationRequest request;
+  std::vector<int32_t> tokens;  // [n_prompt + n_generated] prompt, then sampled tokens
+  int64_t n_prompt = 0;
+  int64_t n_computed = 0;  // positions whose K/V are in the cache
+  int64_t n_generated = 0;
+  int64_t cached_tokens = 0;  // prompt tokens served by the prefix cache at first admission
+  bool admitted = false;
+  int slot = -1;  // KV sequence id while running
+  bool done = false;
+  StreamingDecoder detok;
+  StopMatcher stop;
+  // Made at first admission: it holds a few vocabulary-sized buffers, too many for the queue.
+  std::optional<SequenceSampler> sampler;
+
+  int64_t to_feed() const { return static_cast<int64_t>(tokens.size()) - n_computed; }
+};
+
+Service::Service(const model::Model& model, const Tokenizer& tokenizer,
+                 const ServiceOptions& options)
+    : model_(model), tokenizer_(tokenizer), options_(options) {}
+
+StatusOr<std::unique_ptr<Service>> Service::Create(const model::Model& model,
+                                                   const Tokenizer& tokenizer,
+                                                   const ServiceOptions& options) {
+  ServiceOptions o = options;
+  if (o.max_seqs < 1 || o.max_seqs > 1024) {
+    return InvalidArgumentError("serve: max_seqs must be in [1, 1024]");
+  }
+  if (o.ctx < 2) return InvalidArgumentError("serve: ctx must be at least 2");
+  if (o.block_size < 1 || o.prefill_chunk < 1 || o.max_queue < 0) {
+    return InvalidArgumentError("serve: block_size and prefill_chunk must be positive");
+  }
+  if (tokenizer.vocab_size() > model.config().n_vocab) {
+    return InvalidArgumentError("serve: the tokenizer has more tokens than the model's vocabulary");
+  }
+  if (o.kv_tokens == 0) o.kv_tokens = o.ctx * o.max_seqs;
+  // One sequence must always fit, so a request alone can never run out of blocks.
+  o.kv_tokens = std::max(o.kv_tokens, o.ctx);
+  if (o.n_threads <= 0) o.n_threads = ThreadPool::DefaultThreads();
+
+  std::unique_ptr<Service> s(new Service(model, tokenizer, o));
+  const model::ModelConfig& c = model.config();
+  KvCacheOptions ko;
+  ko.n_layer = c.n_layer;
+  ko.n_head_kv = c.n_head_kv;
+  ko.head_dim = c.head_dim;
+  ko.block_size = o.block_size;
+  ko.n_blocks = KvCacheOptions::BlocksFor(o.kv_tokens, o.max_seqs, o.block_size);
+  ko.max_seqs = o.max_seqs;
+  ko.max_seq_len = o.ctx;
+  UF_ASSIGN_OR_RETURN(s->cache_, KvCache::Create(ko));
+  s->pool_ = std::make_unique<ThreadPool>(o.n_threads);
+  model::DecoderOptions dopt;
+  dopt.max_batch = o.max_seqs + o.prefill_chunk;
+  dopt.max_outputs = o.max_seqs;
+  UF_ASSIGN_OR_RETURN(s->decoder_,
+                      model::Decoder::Create(model, s->cache_.get(), dopt, s->pool_.get()));
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    if (tokenizer.IsEndOfGeneration(id)) s->eog_ids_.push_back(id);
+  }
+  for (int slot = o.max_seqs - 1; slot >= 0; --slot) s->free_slots_.push_back(slot);
+  s->batch_.Reserve(dopt.max_batch);
+  s->PublishStats();
+  s->thread_ = std::thread([p = s.get()] { p->Loop(); });
+  return s;
+}
+
+Service::~Service() { Shutdown(); }
+
+StatusOr<std::shared_ptr<RequestChannel>> Service::Submit(GenerationRequest request) {
+  const int64_t n = static_cast<int64_t>(request.prompt.size());
+  if (n == 0) return InvalidArgumentError("the prompt is empty");
+  if (n >= options_.ctx) {
+    return OutOfRangeError("the prompt has " + std::to_string(n) +
+                           " tokens, but the context holds " + std::to_string(options_.ctx) +
+                           " tokens including at least one generated token");
+  }
+  const int64_t n_vocab = model_.config().n_vocab;
+  for (int32_t t : request.prompt) {
+    if (t < 0 || t >= n_vocab) {
+      return InvalidArgumentError("prompt token " + std::to_string(t) +
+                                  " is outside the vocabulary");
+    }
+  }
+  request.max_tokens = std::clamp<int64_t>(request.max_tokens, 1, options_.ctx - n);
+  UF_RETURN_IF_ERROR(ToSamplingParams(request.sampling, request.max_tokens).Validate());
+  for (const auto& [id, bias] : request.sampling.logit_bias) {
+    if (id < 0 || id >= n_vocab) return InvalidArgumentError("logit_bias token out of range");
+  }
+  auto seq = std::make_unique<Sequence>(std::move(request), tokenizer_);
+  std::shared_ptr<RequestChannel> channel = seq->channel;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return UnavailableError("the server is shutting down");
+    const int64_t free_slots = options_.max_seqs - running_count_.load();
+    if (queued_.load() >= options_.max_queue + std::max<int64_t>(free_slots, 0)) {
+      return ResourceExhaustedError("the request queue is full (" + std::to_string(queued_.load()) +
+                                    " waiting)");
+    }
+    incoming_.push_back(std::move(seq));
+    ++queued_;
+  }
+  cv_.notify_one();
+  return channel;
+}
+
+void Service::Shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& seq : incoming_) {
+      GenerationEvent ev;
+      ev.finish = FinishReason::kError;
+      ev.error = UnavailableError("the server is shutting down");
+      seq->channel->Push(std::move(ev));
+    }
+    incoming_.clear();
+    queued_ = 0;
+  });
+}
+
+EngineStats Service::Stats() const {
+  EngineStats s;
+  s.queue_depth = queued_.load();
+  s.running = running_count_.load();
+  s.kv_blocks_total = cache_->n_blocks();
+  s.kv_blocks_used = kv_used_.load();
+  s.kv_blocks_cached = kv_cached_.load();
+  s.kv_blocks_free = kv_free_.load();
+  s.prefix_hit_tokens = prefix_hit_tokens_.load();
+  s.prompt_tokens_computed = prompt_tokens_computed_.load();
+  s.steps = steps_.load();
+  s.preemptions = preemptions_.load();
+  return s;
+}
+
+void Service::Loop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (running_.empty() && waiting_.empty()) {
+        cv_.wait(lock, [this] { return stopping_ || !incoming_.empty(); });
+      }
+      if (stopping_) break;
+      while (!incoming_.empty()) {
+        waiting_.push_back(std::move(incoming_.front()));
+        incoming_.pop_front();
+      }
+    }
+    if (!Step()) {
+      // Nothing could run (everything waiting was cancelled): wait for news, briefly.
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(5),
+                   [this] { return stopping_ || !incoming_.empty(); });
+    }
+  }
+  const Status gone = UnavailableError("the server is shutting down");
+  for (auto& seq : running_) Finish(*seq, FinishReason::kError, gone);
+  for (auto& seq : waiting_) Finish(*seq, FinishReason::kError, gone);
+  running_.clear();
+  waiting_.clear();
+  PublishStats();
+}
+
+int64_t Service::BlocksToHold(int64_t tokens) const {
+  return (tokens + cache_->block_size() - 1) / cache_->block_size();
+}
+
+bool Service::Step() {
+  if (options_.step_hook) options_.step_hook();
+  for (auto& seq : running_) {
+    if (seq->channel->cancelled()) Finish(*seq, FinishReason::kCancelled);
+  }
+  for (auto& seq : waiting_) {
+    if (seq->channel->cancelled()) Finish(*seq, FinishReason::kCancelled);
+  }
+  auto gone = [](const std::unique_ptr<Sequence>& s) { return s->done; };
+  running_.erase(std::remove_if(running_.begin(), running_.end(), gone), running_.end());
+  const size_t n_waiting = waiting_.size();
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), gone), waiting_.end());
+  queued_ -= static_cast<int64_t>(n_waiting - waiting_.size());
+
+  Admit();
+  if (running_.empty() || !BuildBatch()) {
+    PublishStats();
+    return false;
+  }
+  const Status status = decoder_->Forward(batch_);
+  ++steps_;
+  if (!status.ok()) {
+    // Not expected (the batch was sized to the cache); fail the sequences in it, keep serving.
+    UF_LOG(ERROR) << "serve: forward failed: " << status.ToString();
+    for (auto& [seq, n] : batch_feeds_) Finish(*seq, FinishReason::kError, status);
+  } else {
+    for (auto& [seq, n] : batch_feeds_) {
+      seq->n_computed += n;
+      if (options_.prefix_cache) {
+        cache_->PublishPrefix(seq->slot, seq->tokens.data(), seq->n_computed);
+      }
+    }
+    for (size_t i = 0; i < batch_outputs_.size(); ++i) {
+      Sample(*batch_outputs_[i], decoder_->logits(static_cast<int64_t>(i)));
+    }
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(), gone), running_.end());
+  PublishStats();
+  return true;
+}
+
+void Service::Admit() {
+  // Blocks that admitted sequences still need to finish their prompts: promised, not yet taken.
+  int64_t promised = 0;
+  for (const auto& seq : running_) {
+    promised += std::max<int64_t>(0, BlocksToHold(static_cast<int64_t>(seq->tokens.size())) -
+                                         cache_->Capacity(seq->slot) / cache_->block_size());
+  }
+  while (!waiting_.empty() && !free_slots_.empty()) {
+    Sequence& seq = *waiting_.front();
+    const int slot = free_slots_.back();
+    const int64_t n = static_cast<int64_t>(seq.tokens.size());
+    // Reuse cached blocks of the same prefix; the last token is always computed, for its logits.
+    const int64_t hit =
+        options_.prefix_cache ? cache_->AttachPrefix(slot, seq.tokens.data(), n - 1) : 0;
+    const int64_t need = BlocksToHold(n) - hit / cache_->block_size();
+    // Admit when the rest of the prompt fits next to what is promised; an idle engine always
+    // admits (the pool holds at least one full context).
+    if (!running_.empty() && need + promised > cache_->free_blocks()) {
+      cache_->Remove(slot);
+      break;
+    }
+    free_slots_.pop_back();
+    seq.slot = slot;
+    seq.n_computed = hit;
+    if (!seq.sampler) {
+      seq.sampler.emplace(seq.request.sampling, static_cast<int32_t>(model_.config().n_vocab),
+                          seq.request.max_tokens);
+    }
+    prefix_hit_tokens_ += hit;
+    if (!seq.admitted) {
+      seq.admitted = true;
+      seq.cached_tokens = std::min(hit, seq.n_prompt);
+    }
+    promised += need;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    --queued_;
+  }
+}
+
+void Service::Preempt(size_t index) {
+  Sequence& seq = *running_[index];
+  // Its blocks stay cached: readmission finds most of them again unless they were reclaimed.
+  if (options_.prefix_cache) cache_->PublishPrefix(seq.slot, seq.tokens.data(), seq.n_computed);
+  cache_->Remove(seq.slot);
+  free_slots_.push_back(seq.slot);
+  seq.slot = -1;
+  seq.n_computed = 0;
+  ++preemptions_;
+  UF_LOG(DEBUG) << "serve: preempted a sequence of " << seq.tokens.size() << " tokens";
+  waiting_.push_front(std::move(running_[index]));
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
+  ++queued_;
+}
+
+bool Service::BuildBatch() {
+  const int64_t bs = cache_->block_size();
+  auto new_blocks = [&](const Sequence& s, int64_t n_feed) {
+    return std::max<int64_t>(0,
+                             BlocksToHold(s.n_computed + n_feed) - cache_->Capacity(s.slot) / bs);
+  };
+  for (;;) {
+    batch_.Clear();
+    batch_outputs_.clear();
+    batch_feeds_.clear();
+    // Decode tokens first: every running stream advances each step.
+    int64_t available = cache_->free_blocks();
+    int64_t decode_blocks = 0;
+    for (const auto& seq : running_) {
+      if (seq->to_feed() == 1) decode_blocks += new_blocks(*seq, 1);
+    }
+    if (decode_blocks > available) {
+      Preempt(running_.size() - 1);  // newest first: it has done the least work
+      if (running_.empty()) return false;
+      continue;
+    }
+    available -= decode_blocks;
+    for (const auto& seq : running_) {
+      if (seq->to_feed() != 1) continue;
+      const int64_t pos = seq->n_computed;
+      batch_.Add(seq->tokens[pos], static_cast<int32_t>(pos), seq->slot, true);
+      batch_outputs_.push_back(seq.get());
+      batch_feeds_.emplace_back(seq.get(), 1);
+    }
+    // Then prompt chunks, oldest first, within the step's prompt budget and the free blocks.
+    int64_t budget = options_.prefill_chunk;
+    for (const auto& seq : running_) {
+      if (budget == 0) break;
+      if (seq->to_feed() <= 1) continue;
+      const int64_t room = cache_->Capacity(seq->slot) + available * bs - seq->n_computed;
+      const int64_t n = std::min({seq->to_feed(), budget, room});
+      if (n <= 0) continue;
+      available -= new_blocks(*seq, n);
+      budget -= n;
+      const bool last = n == seq->to_feed();
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t pos = seq->n_computed + i;
+        batch_.Add(seq->tokens[pos], static_cast<int32_t>(pos), seq->slot, last && i == n - 1);
+      }
+      if (last) batch_outputs_.push_back(seq.get());
+      batch_feeds_.emplace_back(seq.get(), n);
+      prompt_tokens_computed_ += n;
+    }
+    if (batch_.size() > 0) return true;
+    // Only prompts are running and none got a block: make room by preempting the newest.
+    Preempt(running_.size() - 1);
+    if (running_.empty()) return false;
+  }
+}
+
+void Service::Sample(Sequence& seq, const float* logits) {
+  const GenerationRequest& r = seq.request;
+  const int32_t n_vocab = static_cast<int32_t>(model_.config().n_vocab);
+  static const std::vector<int32_t> kNone;
+  const int32_t token = seq.sampler->Sample(logits, r.ignore_eos ? eog_ids_ : kNone, &scratch_);
+  GenerationEvent ev;
+  if (r.top_logprobs >= 0) {
+    ev.logprobs.push_back(SequenceSampler::Logprobs(logits, n_vocab, token, r.top_logprobs));
+  }
+  seq.sampler->Accept(token);
+  seq.tokens.push_back(token);
+  ++seq.n_generated;
+  ev.n_tokens = 1;
+  ev.time = NowSeconds();
+
+  FinishReason finish = FinishReason::kNone;
+  if (!r.ignore_eos && tokenizer_.IsEndOfGeneration(token)) {
+    finish = FinishReason::kStop;
+  } else {
+    ev.text = seq.stop.Push(seq.detok.Push(token));
+    if (seq.stop.stopped()) finish = FinishReason::kStop;
+  }
+  if (finish == FinishReason::kNone && (seq.n_generated >= r.max_tokens ||
+                                        static_cast<int64_t>(seq.tokens.size()) >= options_.ctx)) {
+    finish = FinishReason::kLength;
+  }
+  if (finish != FinishReason::kNone && !seq.stop.stopped()) {
+    ev.text += seq.stop.Push(seq.detok.Flush());
+    ev.text += seq.stop.Flush();
+    if (seq.stop.stopped()) finish = FinishReason::kStop;
+  }
+  if (finish == FinishReason::kNone) {
+    seq.channel->Push(std::move(ev));
+    return;
+  }
+  ev.finish = finish;
+  ev.prompt_tokens = seq.n_prompt;
+  ev.cached_tokens = seq.cached_tokens;
+  ev.completion_tokens = seq.n_generated;
+  seq.channel->Push(std::move(ev));
+  Release(seq);
+}
+
+void Service::Finish(Sequence& seq, FinishReason reason, Status error) {
+  if (seq.done) return;
+  GenerationEvent ev;
+  ev.finish = reason;
+  ev.error = std::move(error);
+  ev.time = NowSeconds();
+  ev.prompt_tokens = seq.n_prompt;
+  ev.cached_tokens = seq.cached_tokens;
+  ev.completion_tokens = seq.n_generated;
+  seq.channel->Push(std::move(ev));
+  Release(seq);
+}
+
+void Service::Release(Sequence& seq) {
+  if (seq.slot >= 0) {
+    if (options_.prefix_cache && seq.n_computed > 0) {
+      cache_->PublishPrefix(seq.slot, seq.tokens.data(), seq.n_computed);
+    }
+    cache_->Remove(seq.slot);
+    free_slots_.push_back(seq.slot);
+    seq.slot = -1;
+  }
+  seq.done = true;
+}
+
+void Service::PublishStats() {
+  running_count_ = static_cast<int64_t>(running_.size());
+  const int64_t available = cache_->free_blocks(), cached = cache_->cached_blocks();
+  kv_free_ = available - cached;
+  kv_cached_ = cached;
+  kv_used_ = cache_->n_blocks() - available;
+}
+
+}  // namespace uf::engine

@@ -1,0 +1,312 @@
+// AVX2 kernels for F32 / F16 / BF16 weights (GGUF rows: 4 rows share each activation load and
+// are reduced once at the end), the AVX2 activation converters and the bandwidth probe.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/avx2.h"
+#include "kernels/packed.h"
+#include "kernels/quant.h"
+
+namespace uf::kernels {
+namespace {
+
+// Small fixed-trip loops over registers must be unrolled, or the compiler keeps the register
+// arrays in memory.
+#define UF_UNROLL _Pragma("GCC unroll 16")
+
+float HorizontalMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+int HorizontalSumI32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+inline __m256 Abs(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+// 32 int32 lanes -> 32 int8 in order, saturating (= clamping to [-128, 127]).
+void Pack32(__m256i q0, __m256i q1, __m256i q2, __m256i q3, int8_t* out) {
+  const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+  const __m256i ordered = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), ordered);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation converters: same float operations in the same order as the portable ones.
+
+void ConvertQ8_0Block(const float* x, ActQ8_0* out) {
+  __m256 v[4];
+  __m256 amax_v = _mm256_setzero_ps();
+  UF_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    amax_v = _mm256_max_ps(amax_v, Abs(v[i]));
+  }
+  const float amax = HorizontalMax(amax_v);
+  const float d = amax / 127.0f;
+  const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+  __m256i q[4];
+  UF_UNROLL
+  for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+  out->d = Fp16ToFp32(Fp32ToFp16(d));
+  out->bias = -128 * HorizontalSumI32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
+                                                       _mm256_add_epi32(q[2], q[3])));
+  Pack32(q[0], q[1], q[2], q[3], out->qs);
+}
+
+void ConvertQ8_KBlock(const float* x, ActQ8_K* out) {
+  __m256 amax_v = _mm256_setzero_ps();
+  for (int i = 0; i < 32; ++i) amax_v = _mm256_max_ps(amax_v, Abs(_mm256_loadu_ps(x + 8 * i)));
+  const float amax = HorizontalMax(amax_v);
+  if (!(amax > 0.0f)) {
+    std::memset(out, 0, sizeof(*out));
+    return;
+  }
+  float max = 0.0f;  // the first value of largest magnitude, as in the reference
+  for (int i = 0; i < 32; ++i) {
+    const int m = _mm256_movemask_ps(
+        _mm256_cmp_ps(Abs(_mm256_loadu_ps(x + 8 * i)), _mm256_set1_ps(amax), _CMP_EQ_OQ));
+    if (m != 0) {
+      max = x[8 * i + __builtin_ctz(m)];
+      break;
+    }
+  }
+  const float iscale = -127.0f / max;
+  const __m256 vs = _mm256_set1_ps(iscale);
+  const __m256i cap = _mm256_set1_epi32(127);
+  int bsums[16];
+  for (int g = 0; g < 8; ++g) {
+    __m256i q[4];
+    UF_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      q[i] = _mm256_min_epi32(
+          _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + 32 * g + 8 * i))), cap);
+    }
+    bsums[2 * g] = HorizontalSumI32(_mm256_add_epi32(q[0], q[1]));
+    bsums[2 * g + 1] = HorizontalSumI32(_mm256_add_epi32(q[2], q[3]));
+    Pack32(q[0], q[1], q[2], q[3], out->qs + 32 * g);
+  }
+  out->d = 1.0f / iscale;
+  for (int j = 0; j < 8; ++j) {
+    const int s = bsums[2 * j] + bsums[2 * j + 1];
+    out->min_hi[j] = static_cast<int8_t>(s >> 6);
+    out->min_lo[j] = static_cast<int8_t>(s & 63);
+  }
+  for (int j = 0; j < 16; ++j) out->q6_bias[j] = -32 * bsums[j];
+}
+
+void ConvertF16AsF32(const float* x, void* dst, int64_t n) {
+  float* out = static_cast<float*>(dst);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) out[i] = Fp16ToFp32(Fp32ToFp16(x[i]));
+}
+
+// Fp32ToBf16 then back, in integer arithmetic (round half to even, quiet NaN).
+void ConvertBf16AsF32(const float* x, void* dst, int64_t n) {
+  float* out = static_cast<float*>(dst);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  const __m256i inf = _mm256_set1_epi32(0x7F800000);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(x + i));
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rounded =
+        _mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF)));
+    const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x400000));
+    const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);
+    const __m256i hi = _mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
+    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(hi));
+  }
+  for (; i < n; ++i) out[i] = Bf16ToFp32(Fp32ToBf16(x[i]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float GEMM: NR rows x NT tokens of 8-lane accumulators; a scalar tail for cols % 8.
+
+enum class WKind { kF32, kF16, kBf16 };
+
+template <WKind K>
+inline __m256 LoadW(const uint8_t* row, int64_t c) {
+  if constexpr (K == WKind::kF32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c);
+  } else if constexpr (K == WKind::kF16) {
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + c)));
+  } else {
+    const __m128i h =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + c));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+template <WKind K>
+inline float ScalarW(const uint8_t* row, int64_t c) {
+  if constexpr (K == WKind::kF32) {
+    return reinterpret_cast<const float*>(row)[c];
+  } else if constexpr (K == WKind::kF16) {
+    return Fp16ToFp32(reinterpret_cast<const uint16_t*>(row)[c]);
+  } else {
+    return Bf16ToFp32(reinterpret_cast<const uint16_t*>(row)[c]);
+  }
+}
+
+template <WKind K, int NR, int NT>
+void Block(const GemmTask& t, int64_t r, int64_t t0) {
+  const uint8_t* w[NR];
+  const float* a[NT];
+  UF_UNROLL
+  for (int i = 0; i < NR; ++i) w[i] = t.w + (r + i) * t.w_row_bytes;
+  UF_UNROLL
+  for (int j = 0; j < NT; ++j) a[j] = reinterpret_cast<const float*>(t.act + (t0 + j) * t.act_row_bytes);
+  __m256 acc[NR][NT];
+  UF_UNROLL
+  for (int i = 0; i < NR; ++i) {
+    UF_UNROLL
+    for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+  }
+  int64_t c = 0;
+  for (; c + 8 <= t.cols; c += 8) {
+    __m256 wv[NR];
+    UF_UNROLL
+    for (int i = 0; i < NR; ++i) wv[i] = LoadW<K>(w[i], c);
+    UF_UNROLL
+    for (int j = 0; j < NT; ++j) {
+      const __m256 av = _mm256_loadu_ps(a[j] + c);
+      UF_UNROLL
+      for (int i = 0; i < NR; ++i) acc[i][j] = _mm256_fmadd_ps(wv[i], av, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < NR; ++i) {
+    for (int j = 0; j < NT; ++j) {
+      float s = HorizontalSum(acc[i][j]);
+      for (int64_t cc = c; cc < t.cols; ++cc) s += ScalarW<K>(w[i], cc) * a[j][cc];
+      t.y[(t0 + j) * t.ldy + r + i] = s;
+    }
+  }
+}
+
+// One row, one token: a single sequential stream per thread (several rows at once are several
+// interleaved streams, which stream slower), 4 accumulators to cover the FMA latency.
+template <WKind K>
+void RowSingleToken(const GemmTask& t, int64_t r, int64_t t0) {
+  const uint8_t* w = t.w + r * t.w_row_bytes;
+  const float* a = reinterpret_cast<const float*>(t.act + t0 * t.act_row_bytes);
+  __m256 acc[4];
+  UF_UNROLL
+  for (int i = 0; i < 4; ++i) acc[i] = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 32 <= t.cols; c += 32) {
+    UF_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      acc[i] = _mm256_fmadd_ps(LoadW<K>(w, c + 8 * i), _mm256_loadu_ps(a + c + 8 * i), acc[i]);
+    }
+  }
+  for (; c + 8 <= t.cols; c += 8) {
+    acc[0] = _mm256_fmadd_ps(LoadW<K>(w, c), _mm256_loadu_ps(a + c), acc[0]);
+  }
+  float s = HorizontalSum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  for (; c < t.cols; ++c) s += ScalarW<K>(w, c) * a[c];
+  t.y[t0 * t.ldy + r] = s;
+}
+
+template <WKind K, int NR>
+void BlockTokens(const GemmTask& t, int64_t r, int64_t t0, int64_t nt) {
+  if (nt >= 2) return Block<K, NR, 2>(t, r, t0);
+  Block<K, NR, 1>(t, r, t0);
+}
+
+// Row blocks sized so their weights stay in L2 while every token group passes over them.
+constexpr size_t kL2Budget = 512 * 1024;
+
+template <WKind K>
+void GemmFloat(const GemmTask& t, int64_t r0, int64_t r1) {
+  const int64_t block_rows =
+      std::max<int64_t>(4, static_cast<int64_t>(kL2Budget / t.w_row_bytes) / 4 * 4);
+  for (int64_t b0 = r0; b0 < r1; b0 += block_rows) {
+    const int64_t b1 = std::min(r1, b0 + block_rows);
+    for (int64_t t0 = 0; t0 < t.n_tokens; t0 += 2) {
+      const int64_t nt = std::min<int64_t>(2, t.n_tokens - t0);
+      if (nt == 1) {
+        for (int64_t r = b0; r < b1; ++r) RowSingleToken<K>(t, r, t0);
+        continue;
+      }
+      int64_t r = b0;
+      for (; r + 4 <= b1; r += 4) BlockTokens<K, 4>(t, r, t0, nt);
+      for (; r < b1; ++r) BlockTokens<K, 1>(t, r, t0, nt);
+    }
+  }
+}
+
+}  // namespace
+
+void ConvertActQ8_0Avx2(const float* x, void* dst, int64_t n) {
+  ActQ8_0* out = static_cast<ActQ8_0*>(dst);
+  for (int64_t b = 0; b < n / kQK8_0; ++b) ConvertQ8_0Block(x + b * kQK8_0, out + b);
+}
+
+void ConvertActQ8_KAvx2(const float* x, void* dst, int64_t n) {
+  ActQ8_K* out = static_cast<ActQ8_K*>(dst);
+  for (int64_t b = 0; b < n / kQK_K; ++b) ConvertQ8_KBlock(x + b * kQK_K, out + b);
+}
+
+void FillAvx2FloatKernels(GgmlType type, KernelSet* ks) {
+  switch (type) {
+    case GgmlType::kF32:
+      ks->gemm = GemmFloat<WKind::kF32>;  // activations used as given
+      break;
+    case GgmlType::kF16:
+      ks->gemm = GemmFloat<WKind::kF16>;
+      ks->convert = ConvertF16AsF32;
+      ks->act_block = 1;
+      ks->act_block_bytes = sizeof(float);
+      break;
+    case GgmlType::kBF16:
+      ks->gemm = GemmFloat<WKind::kBf16>;
+      ks->convert = ConvertBf16AsF32;
+      ks->act_block = 1;
+      ks->act_block_bytes = sizeof(float);
+      break;
+    default:
+      return;
+  }
+  ks->gemm_tiles = nullptr;
+}
+
+uint64_t SumBytesAvx2(const uint8_t* p, size_t n) {
+  __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+  size_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    s0 = _mm256_add_epi64(s0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
+    s1 = _mm256_add_epi64(s1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    s2 = _mm256_add_epi64(s2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    s3 = _mm256_add_epi64(s3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  const __m256i s = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), s);
+  uint64_t total = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+  for (; i < n; ++i) total += p[i];
+  return total;
+}
+
+}  // namespace uf::kernels

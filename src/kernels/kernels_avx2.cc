@@ -1,0 +1,357 @@
+// AVX2 (+FMA, F16C) kernels for the quantized weight types, reading the same 16-row tiles as
+// the AVX-512 tier (packed.h) as two halves of 8 rows: a 256-bit register holds 4 bytes of each
+// of 8 rows. Without VNNI the int8 dot is vpmaddubsw (u8 x s8 -> saturating i16 pairs) then
+// vpmaddwd; every use below keeps the i16 pair sums inside their range (bounds noted inline).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/avx2.h"
+#include "kernels/dispatch.h"
+#include "kernels/packed.h"
+
+namespace uf::kernels {
+namespace {
+
+// Small fixed-trip loops over registers must be unrolled, or the compiler keeps the register
+// arrays in memory.
+#define UF_UNROLL _Pragma("GCC unroll 16")
+
+inline __m256i Bcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+inline __m256i Load(const void* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+inline __m256 LoadHalf8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+inline __m256i Ones16() { return _mm256_set1_epi16(1); }
+
+// i16 pairs -> i32 lanes.
+inline __m256i Widen(__m256i s16) { return _mm256_madd_epi16(s16, Ones16()); }
+
+// ---------------------------------------------------------------------------------------------
+// Q4_0, one 8-row half. |pair| <= 2 * 15 * 127 = 3810, so all 8 products of a block sum in i16
+// (<= 30480) before one widening.
+
+template <int NT>
+void HalfQ4_0(const TileQ4_0* tiles, int64_t nb, int h, const ActQ8_0* const* act,
+              __m256* acc) {
+  const __m256i lo_mask = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const TileQ4_0& tl = tiles[b];
+    __m256i lo[4], hi[4];
+    UF_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      const __m256i x = Load(tl.qs[k][8 * h]);
+      lo[k] = _mm256_and_si256(x, lo_mask);
+      hi[k] = _mm256_and_si256(_mm256_srli_epi16(x, 4), lo_mask);
+    }
+    const __m256 dw = LoadHalf8(tl.d + 8 * h);
+    UF_UNROLL
+    for (int t = 0; t < NT; ++t) {
+      const ActQ8_0& a = act[t][b];
+      __m256i s16 = _mm256_maddubs_epi16(lo[0], Bcast4(a.qs));
+      s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi[0], Bcast4(a.qs + 16)));
+      UF_UNROLL
+      for (int k = 1; k < 4; ++k) {
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo[k], Bcast4(a.qs + 4 * k)));
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi[k], Bcast4(a.qs + 16 + 4 * k)));
+      }
+      // bias = -128 * sum(a) = 16 * (-8 * sum(a)): the nibble offset.
+      const __m256i s = _mm256_add_epi32(Widen(s16), _mm256_set1_epi32(a.bias >> 4));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)),
+                               acc[t]);
+    }
+  }
+}
+
+// Q8_0: the stored u8 = w + 128 is turned back into w and multiplied with the sign trick
+// (|w| x sign(a, w)): |pair| <= 2 * 128 * 127 = 32512 fits i16, two pairs would not.
+template <int NT>
+void HalfQ8_0(const TileQ8_0* tiles, int64_t nb, int h, const ActQ8_0* const* act,
+              __m256* acc) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < nb; ++b) {
+    const TileQ8_0& tl = tiles[b];
+    __m256i aw[8], w[8];
+    UF_UNROLL
+    for (int k = 0; k < 8; ++k) {
+      w[k] = _mm256_xor_si256(Load(tl.qs[k][8 * h]), flip);
+      aw[k] = _mm256_abs_epi8(w[k]);
+    }
+    const __m256 dw = LoadHalf8(tl.d + 8 * h);
+    UF_UNROLL
+    for (int t = 0; t < NT; ++t) {
+      const ActQ8_0& a = act[t][b];
+      __m256i s = _mm256_setzero_si256();
+      UF_UNROLL
+      for (int k = 0; k < 8; ++k) {
+        const __m256i p =
+            _mm256_maddubs_epi16(aw[k], _mm256_sign_epi8(Bcast4(a.qs + 4 * k), w[k]));
+        s = _mm256_add_epi32(s, Widen(p));
+      }
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)),
+                               acc[t]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q4_K, one 8-row half (see the AVX-512 kernel for the formulation). A sub-block's 8 chunks
+// sum in i16: 8 * 2 * 15 * 127 = 30480.
+
+template <int NT>
+void HalfQ4_K(const TileQ4_K* tiles, int64_t nb, int h, const ActQ8_K* const* act,
+              __m256* acc) {
+  const __m256i lo_mask = _mm256_set1_epi8(0x0F);
+  const __m256i six_bits = _mm256_set1_epi8(0x3F);
+  const __m256i top_bits = _mm256_set1_epi8(static_cast<char>(0xC0));
+  const __m256i hi_nib = _mm256_set1_epi8(0x30);
+  __m256i byte_of[4];
+  UF_UNROLL
+  for (int k = 0; k < 4; ++k) {
+    byte_of[k] = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(0x80808000u | k)),
+                                  _mm256_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12));
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const TileQ4_K& tl = tiles[b];
+    const __m256i d0 = Load(tl.scales[0][8 * h]);
+    const __m256i d1 = Load(tl.scales[1][8 * h]);
+    const __m256i d2 = Load(tl.scales[2][8 * h]);
+    const __m256i sc03 = _mm256_and_si256(d0, six_bits);
+    const __m256i m03 = _mm256_and_si256(d1, six_bits);
+    const __m256i sc47 =
+        _mm256_or_si256(_mm256_and_si256(d2, lo_mask),
+                        _mm256_and_si256(_mm256_srli_epi32(_mm256_and_si256(d0, top_bits), 2),
+                                         hi_nib));
+    const __m256i m47 = _mm256_or_si256(
+        _mm256_and_si256(_mm256_srli_epi32(d2, 4), lo_mask),
+        _mm256_and_si256(_mm256_srli_epi32(_mm256_and_si256(d1, top_bits), 2), hi_nib));
+    __m256i isum[NT];
+    UF_UNROLL
+    for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+    UF_UNROLL
+    for (int g = 0; g < 4; ++g) {
+      __m256i sl[NT], sh[NT];
+      UF_UNROLL
+      for (int t = 0; t < NT; ++t) sl[t] = sh[t] = _mm256_setzero_si256();
+      UF_UNROLL
+      for (int c = 0; c < 8; ++c) {
+        const __m256i x = Load(tl.qs[8 * g + c][8 * h]);
+        const __m256i lo = _mm256_and_si256(x, lo_mask);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), lo_mask);
+        UF_UNROLL
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* q = act[t][b].qs + 64 * g;
+          sl[t] = _mm256_add_epi16(sl[t], _mm256_maddubs_epi16(lo, Bcast4(q + 4 * c)));
+          sh[t] = _mm256_add_epi16(sh[t], _mm256_maddubs_epi16(hi, Bcast4(q + 32 + 4 * c)));
+        }
+      }
+      const __m256i sc_lo = _mm256_shuffle_epi8(g < 2 ? sc03 : sc47, byte_of[(2 * g) & 3]);
+      const __m256i sc_hi = _mm256_shuffle_epi8(g < 2 ? sc03 : sc47, byte_of[(2 * g + 1) & 3]);
+      UF_UNROLL
+      for (int t = 0; t < NT; ++t) {
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(Widen(sl[t]), sc_lo));
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(Widen(sh[t]), sc_hi));
+      }
+    }
+    const __m256 dw = LoadHalf8(tl.d + 8 * h);
+    const __m256 dmw = LoadHalf8(tl.dmin + 8 * h);
+    UF_UNROLL
+    for (int t = 0; t < NT; ++t) {
+      const ActQ8_K& a = act[t][b];
+      // Mins <= 63, parts |hi| <= 64, lo < 64: two pairs sum to <= 16128 in i16.
+      const __m256i mh = Widen(_mm256_add_epi16(_mm256_maddubs_epi16(m03, Bcast4(a.min_hi)),
+                                                _mm256_maddubs_epi16(m47, Bcast4(a.min_hi + 4))));
+      const __m256i ml = Widen(_mm256_add_epi16(_mm256_maddubs_epi16(m03, Bcast4(a.min_lo)),
+                                                _mm256_maddubs_epi16(m47, Bcast4(a.min_lo + 4))));
+      const __m256i mins = _mm256_add_epi32(_mm256_slli_epi32(mh, 6), ml);
+      const __m256 da = _mm256_set1_ps(a.d);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, da), acc[t]);
+      acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmw, da), acc[t]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q6_K, one 8-row half. Values <= 63: a pair <= 2 * 63 * 127 = 16002, so two chunks sum in i16.
+
+template <int NT>
+void HalfQ6_K(const TileQ6_K* tiles, int64_t nb, int h8, const ActQ8_K* const* act,
+              __m256* acc) {
+  const __m256i lo_mask = _mm256_set1_epi8(0x0F);
+  const __m256i hi_bits = _mm256_set1_epi8(0x30);
+  const __m256i two_bits = _mm256_set1_epi8(0x33);
+  for (int64_t b = 0; b < nb; ++b) {
+    const TileQ6_K& tl = tiles[b];
+    __m256i isum[NT];
+    UF_UNROLL
+    for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      UF_UNROLL
+      for (int quad = 0; quad < 2; ++quad) {
+        // Sub-blocks 8h + 2k + quad, k = 0..3; each takes chunks lc = 4 * quad + i, i = 0..3.
+        __m256i s16[NT][4];
+        __m256i s32[NT][4];
+        UF_UNROLL
+        for (int t = 0; t < NT; ++t) {
+          UF_UNROLL
+          for (int k = 0; k < 4; ++k) {
+            s16[t][k] = _mm256_setzero_si256();
+            s32[t][k] = _mm256_set1_epi32(act[t][b].q6_bias[8 * h + 2 * k + quad]);
+          }
+        }
+        UF_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          const int lc = 4 * quad + i;
+          const __m256i qla = Load(tl.q[8 * h + lc][0][8 * h8]);
+          const __m256i qlb = Load(tl.q[8 * h + lc][1][8 * h8]);
+          const __m256i qh = Load(tl.q[8 * h + lc][2][8 * h8]);
+          const __m256i qhm = _mm256_and_si256(qh, two_bits);
+          const __m256i qhn = _mm256_and_si256(_mm256_srli_epi32(qh, 2), two_bits);
+          __m256i v[4];
+          v[0] = _mm256_or_si256(_mm256_and_si256(qla, lo_mask),
+                                 _mm256_and_si256(_mm256_slli_epi32(qhm, 4), hi_bits));
+          v[1] = _mm256_or_si256(_mm256_and_si256(qlb, lo_mask),
+                                 _mm256_and_si256(_mm256_slli_epi32(qhn, 4), hi_bits));
+          v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(qla, 4), lo_mask),
+                                 _mm256_and_si256(qhm, hi_bits));
+          v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(qlb, 4), lo_mask),
+                                 _mm256_and_si256(qhn, hi_bits));
+          UF_UNROLL
+          for (int t = 0; t < NT; ++t) {
+            UF_UNROLL
+            for (int k = 0; k < 4; ++k) {
+              const int j = 8 * h + 2 * k + quad;
+              const __m256i p =
+                  _mm256_maddubs_epi16(v[k], Bcast4(act[t][b].qs + 16 * j + 4 * i));
+              if (i % 2 == 0) {
+                s16[t][k] = p;
+              } else {
+                s32[t][k] = _mm256_add_epi32(s32[t][k], Widen(_mm256_add_epi16(s16[t][k], p)));
+              }
+            }
+          }
+        }
+        UF_UNROLL
+        for (int k = 0; k < 4; ++k) {
+          const int j = 8 * h + 2 * k + quad;
+          const __m256i sc = _mm256_cvtepi8_epi32(
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(tl.scales[j] + 8 * h8)));
+          UF_UNROLL
+          for (int t = 0; t < NT; ++t) {
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(s32[t][k], sc));
+          }
+        }
+      }
+    }
+    const __m256 dw = LoadHalf8(tl.d + 8 * h8);
+    UF_UNROLL
+    for (int t = 0; t < NT; ++t) {
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
+                               _mm256_mul_ps(dw, _mm256_set1_ps(act[t][b].d)), acc[t]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Driver: per row tile, each 8-row half streams all its blocks for a group of tokens.
+
+template <typename Tile, typename Act, int NT,
+          void (*Kernel)(const Tile*, int64_t, int, const Act* const*, __m256*)>
+void RunHalf(const GemmTask& t, const Tile* tiles, int64_t nb, int64_t row, int h, int64_t t0) {
+  const Act* act[NT];
+  UF_UNROLL
+  for (int i = 0; i < NT; ++i) {
+    act[i] = reinterpret_cast<const Act*>(t.act + (t0 + i) * t.act_row_bytes);
+  }
+  __m256 acc[NT];
+  UF_UNROLL
+  for (int i = 0; i < NT; ++i) acc[i] = _mm256_setzero_ps();
+  Kernel(tiles, nb, h, act, acc);
+  const int64_t r = row + 8 * h;
+  const int64_t valid = std::min<int64_t>(8, t.ldy - r);
+  for (int i = 0; i < NT; ++i) {
+    float* y = t.y + (t0 + i) * t.ldy + r;
+    if (valid == 8) {
+      _mm256_storeu_ps(y, acc[i]);
+    } else {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, acc[i]);
+      std::copy(tmp, tmp + valid, y);
+    }
+  }
+}
+
+template <typename Tile, typename Act, int kMaxNT,
+          void (*K1)(const Tile*, int64_t, int, const Act* const*, __m256*),
+          void (*K2)(const Tile*, int64_t, int, const Act* const*, __m256*),
+          void (*K4)(const Tile*, int64_t, int, const Act* const*, __m256*)>
+void GemmTiles(const GemmTask& t, int64_t r0, int64_t r1) {
+  const int64_t nb = t.w_row_bytes / (sizeof(Tile) / kTileRows);
+  const size_t tile_row_bytes = kTileRows * t.w_row_bytes;
+  for (int64_t row = r0; row < r1; row += kTileRows) {
+    const Tile* tiles = reinterpret_cast<const Tile*>(t.w + row / kTileRows * tile_row_bytes);
+    for (int h = 0; h < 2 && row + 8 * h < r1; ++h) {
+      int64_t t0 = 0;
+      for (; kMaxNT >= 4 && t0 + 4 <= t.n_tokens; t0 += 4) {
+        RunHalf<Tile, Act, 4, K4>(t, tiles, nb, row, h, t0);
+      }
+      for (; t0 + 2 <= t.n_tokens; t0 += 2) RunHalf<Tile, Act, 2, K2>(t, tiles, nb, row, h, t0);
+      for (; t0 < t.n_tokens; ++t0) RunHalf<Tile, Act, 1, K1>(t, tiles, nb, row, h, t0);
+    }
+  }
+}
+
+// Token tiles: 4 for Q4_0/Q8_0, 2 for the K-quants (their per-token partial sums take the
+// registers).
+void GemmQ4_0(const GemmTask& t, int64_t r0, int64_t r1) {
+  GemmTiles<TileQ4_0, ActQ8_0, 4, HalfQ4_0<1>, HalfQ4_0<2>, HalfQ4_0<4>>(t, r0, r1);
+}
+void GemmQ8_0(const GemmTask& t, int64_t r0, int64_t r1) {
+  GemmTiles<TileQ8_0, ActQ8_0, 4, HalfQ8_0<1>, HalfQ8_0<2>, HalfQ8_0<4>>(t, r0, r1);
+}
+void GemmQ4_K(const GemmTask& t, int64_t r0, int64_t r1) {
+  GemmTiles<TileQ4_K, ActQ8_K, 2, HalfQ4_K<1>, HalfQ4_K<2>, HalfQ4_K<2>>(t, r0, r1);
+}
+void GemmQ6_K(const GemmTask& t, int64_t r0, int64_t r1) {
+  GemmTiles<TileQ6_K, ActQ8_K, 2, HalfQ6_K<1>, HalfQ6_K<2>, HalfQ6_K<2>>(t, r0, r1);
+}
+
+}  // namespace
+
+void FillAvx2Kernels(GgmlType type, KernelSet* ks) {
+  KernelSet k = *ks;
+  switch (type) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ8_0:
+      k.gemm_tiles = type == GgmlType::kQ4_0 ? GemmQ4_0 : GemmQ8_0;
+      k.gemm = GemmRowsFromActQ8_0(type);
+      k.convert = ConvertActQ8_0Avx2;
+      k.act_block = kQK8_0;
+      k.act_block_bytes = sizeof(ActQ8_0);
+      break;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ6_K:
+      k.gemm_tiles = type == GgmlType::kQ4_K ? GemmQ4_K : GemmQ6_K;
+      k.gemm = GemmRowsFromActQ8_K(type);
+      k.convert = ConvertActQ8_KAvx2;
+      k.act_block = kQK_K;
+      k.act_block_bytes = sizeof(ActQ8_K);
+      break;
+    default:
+      FillAvx2FloatKernels(type, &k);
+      break;
+  }
+  *ks = k;
+}
+
+}  // namespace uf::kernels

@@ -1,0 +1,99 @@
+#include "kernels/ops.h"
+
+#include <cmath>
+
+namespace uf::kernels {
+
+void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  if (w != nullptr) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+  }
+}
+
+void AddInPlace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void SwiGlu(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+float Dot(const float* a, const float* b, int64_t n) {
+  // Eight independent accumulators: lets the compiler use SIMD without reassociation flags and
+  // breaks the add latency chain.
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  for (; i < n; ++i) acc[0] += a[i] * b[i];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+void Axpy(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void SoftmaxInPlace(float* x, int64_t n, float scale) {
+  float max = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] *= scale;
+    max = std::fmax(max, x[i]);
+  }
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void RopeAngles(const RopeParams& p, int32_t pos, float* cs) {
+  // The reference advances theta by repeated float multiplication; doing the same keeps our
+  // angles within rounding of its angles even at large positions.
+  const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.rope_dim));
+  float theta = static_cast<float>(pos);
+  for (int64_t i = 0; i < p.rope_dim / 2; ++i) {
+    float t = theta;
+    if (p.freq_factors != nullptr) t /= p.freq_factors[i];
+    t *= p.freq_scale;
+    cs[2 * i] = std::cos(t);
+    cs[2 * i + 1] = std::sin(t);
+    theta *= theta_scale;
+  }
+}
+
+void ApplyRope(const RopeParams& p, const float* cs, float* x, int64_t n_heads,
+               int64_t head_dim) {
+  const int64_t half = p.rope_dim / 2;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* v = x + h * head_dim;
+    if (p.neox) {
+      for (int64_t i = 0; i < half; ++i) {
+        const float c = cs[2 * i], s = cs[2 * i + 1];
+        const float x0 = v[i], x1 = v[i + half];
+        v[i] = x0 * c - x1 * s;
+        v[i + half] = x0 * s + x1 * c;
+      }
+    } else {
+      for (int64_t i = 0; i < half; ++i) {
+        const float c = cs[2 * i], s = cs[2 * i + 1];
+        const float x0 = v[2 * i], x1 = v[2 * i + 1];
+        v[2 * i] = x0 * c - x1 * s;
+        v[2 * i + 1] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
+}  // namespace uf::kernels

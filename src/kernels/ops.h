@@ -1,0 +1,42 @@
+// Elementwise and small reduction ops of the transformer forward pass (everything that is not a
+// weight matmul). F32 in, F32 out; the numerics follow the reference engine's CPU ops (double
+// accumulation in RMS norm and softmax sums, RoPE angles by repeated multiplication) so logits
+// match it to rounding.
+#pragma once
+
+#include <cstdint>
+
+namespace uf::kernels {
+
+// y = x / sqrt(mean(x^2) + eps) * w; w may be nullptr (no scale). y may alias x.
+void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps);
+
+// y += x
+void AddInPlace(float* y, const float* x, int64_t n);
+
+// out = silu(gate) * up, silu(g) = g / (1 + exp(-g)). out may alias gate or up.
+void SwiGlu(const float* gate, const float* up, float* out, int64_t n);
+
+float Dot(const float* a, const float* b, int64_t n);
+
+// y += a * x
+void Axpy(float a, const float* x, float* y, int64_t n);
+
+// x = softmax(x * scale) in place (max-subtracted).
+void SoftmaxInPlace(float* x, int64_t n, float scale);
+
+struct RopeParams {
+  int64_t rope_dim = 0;            // rotated leading dims of a head (even)
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;         // linear position scaling
+  const float* freq_factors = nullptr;  // [rope_dim / 2] divisors of each frequency, or nullptr
+  bool neox = false;               // pair (i, i + rope_dim/2) instead of (2i, 2i+1)
+};
+
+// cs[2*i] = cos(theta_i), cs[2*i+1] = sin(theta_i) for i in [0, rope_dim/2) at position pos.
+void RopeAngles(const RopeParams& p, int32_t pos, float* cs);
+
+// Rotates the first rope_dim values of each of n_heads heads (head_dim apart) in place.
+void ApplyRope(const RopeParams& p, const float* cs, float* x, int64_t n_heads, int64_t head_dim);
+
+}  // namespace uf::kernels

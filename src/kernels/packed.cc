@@ -1,0 +1,185 @@
+#include "kernels/packed.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "base/check.h"
+#include "kernels/quant.h"
+
+namespace uf::kernels {
+namespace {
+
+// Copies 4-byte group k of src into chunks[k][r] for k < n_groups.
+inline void Scatter4(const uint8_t* src, int n_groups, int r, uint8_t (*chunks)[kTileRows][4]) {
+  for (int k = 0; k < n_groups; ++k) std::memcpy(chunks[k][r], src + 4 * k, 4);
+}
+
+// Row r of every tile of a tile row: one sequential read of the source row.
+void PackRow(const BlockQ4_0* src, int64_t nb, int r, TileQ4_0* tiles) {
+  for (int64_t b = 0; b < nb; ++b) {
+    tiles[b].d[r] = src[b].d;
+    Scatter4(src[b].qs, 4, r, tiles[b].qs);
+  }
+}
+
+void PackRow(const BlockQ8_0* src, int64_t nb, int r, TileQ8_0* tiles) {
+  for (int64_t b = 0; b < nb; ++b) {
+    tiles[b].d[r] = src[b].d;
+    for (int k = 0; k < 8; ++k) {
+      uint32_t v;
+      std::memcpy(&v, src[b].qs + 4 * k, 4);
+      v ^= 0x80808080u;  // int8 -> uint8 with +128
+      std::memcpy(tiles[b].qs[k][r], &v, 4);
+    }
+  }
+}
+
+void PackRow(const BlockQ4_K* src, int64_t nb, int r, TileQ4_K* tiles) {
+  for (int64_t b = 0; b < nb; ++b) {
+    tiles[b].d[r] = src[b].d;
+    tiles[b].dmin[r] = src[b].dmin;
+    Scatter4(src[b].scales, 3, r, tiles[b].scales);
+    Scatter4(src[b].qs, 32, r, tiles[b].qs);
+  }
+}
+
+void PackRow(const BlockQ6_K* src, int64_t nb, int r, TileQ6_K* tiles) {
+  for (int64_t b = 0; b < nb; ++b) {
+    tiles[b].d[r] = src[b].d;
+    for (int j = 0; j < 16; ++j) tiles[b].scales[j][r] = src[b].scales[j];
+    for (int h = 0; h < 2; ++h) {
+      for (int l = 0; l < 8; ++l) {
+        uint8_t(*step)[kTileRows][4] = tiles[b].q[8 * h + l];
+        std::memcpy(step[0][r], src[b].ql + 64 * h + 4 * l, 4);
+        std::memcpy(step[1][r], src[b].ql + 64 * h + 32 + 4 * l, 4);
+        std::memcpy(step[2][r], src[b].qh + 32 * h + 4 * l, 4);
+      }
+    }
+  }
+}
+
+// nb blocks per row.
+template <typename Block, typename Tile>
+void PackAll(const uint8_t* src, int64_t rows, int64_t nb, uint8_t* dst) {
+  Tile* out = reinterpret_cast<Tile*>(dst);
+  const Block* in = reinterpret_cast<const Block*>(src);
+  for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
+    const int n = static_cast<int>(std::min<int64_t>(kTileRows, rows - r0));
+    if (n < kTileRows) std::memset(static_cast<void*>(out), 0, nb * sizeof(Tile));
+    for (int r = 0; r < n; ++r) PackRow(in + (r0 + r) * nb, nb, r, out);
+    out += nb;
+  }
+}
+
+}  // namespace
+
+bool HasTileLayout(GgmlType type) {
+  return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||
+         type == GgmlType::kQ6_K;
+}
+
+size_t PackedBytes(GgmlType type, int64_t rows, int64_t cols) {
+  const int64_t padded = (rows + kTileRows - 1) / kTileRows * kTileRows;
+  return KernelRowBytes(type, cols) * padded;
+}
+
+void PackMatrix(GgmlType type, const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+      return PackAll<BlockQ4_0, TileQ4_0>(src, rows, cols / kQK4_0, dst);
+    case GgmlType::kQ8_0:
+      return PackAll<BlockQ8_0, TileQ8_0>(src, rows, cols / kQK8_0, dst);
+    case GgmlType::kQ4_K:
+      return PackAll<BlockQ4_K, TileQ4_K>(src, rows, cols / kQK_K, dst);
+    case GgmlType::kQ6_K:
+      return PackAll<BlockQ6_K, TileQ6_K>(src, rows, cols / kQK_K, dst);
+    default:
+      UF_CHECK(false) << "PackMatrix: no tile layout for type " << static_cast<int>(type);
+  }
+}
+
+void ConvertActQ8_0(const float* x, void* dst, int64_t n) {
+  ActQ8_0* out = static_cast<ActQ8_0*>(dst);
+  for (int64_t b = 0; b < n / kQK8_0; ++b) {
+    BlockQ8_0 q;
+    QuantizeRow(GgmlType::kQ8_0, x + b * kQK8_0, &q, kQK8_0);
+    out[b].d = Fp16ToFp32(q.d);
+    int sum = 0;
+    for (int j = 0; j < kQK8_0; ++j) sum += q.qs[j];
+    out[b].bias = -128 * sum;
+    std::memcpy(out[b].qs, q.qs, kQK8_0);
+  }
+}
+
+void ConvertActQ8_K(const float* x, void* dst, int64_t n) {
+  ActQ8_K* out = static_cast<ActQ8_K*>(dst);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    BlockQ8_K q;
+    QuantizeRow(GgmlType::kQ8_K, x + b * kQK_K, &q, kQK_K);
+    out[b].d = q.d;
+    std::memcpy(out[b].qs, q.qs, kQK_K);
+    for (int j = 0; j < 8; ++j) {
+      const int s = q.bsums[2 * j] + q.bsums[2 * j + 1];
+      out[b].min_hi[j] = static_cast<int8_t>(s >> 6);  // floor division by 64
+      out[b].min_lo[j] = static_cast<int8_t>(s & 63);
+    }
+    for (int j = 0; j < 16; ++j) out[b].q6_bias[j] = -32 * q.bsums[j];
+  }
+}
+
+void ConvertActF16AsF32(const float* x, void* dst, int64_t n) {
+  float* out = static_cast<float*>(dst);
+  for (int64_t i = 0; i < n; ++i) out[i] = Fp16ToFp32(Fp32ToFp16(x[i]));
+}
+
+void ConvertActBf16AsF32(const float* x, void* dst, int64_t n) {
+  float* out = static_cast<float*>(dst);
+  for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToFp32(Fp32ToBf16(x[i]));
+}
+
+namespace {
+
+// Rebuilds the reference activation row from the SIMD format (exactly: the f32 scale came from
+// an f16, and bsums = -q6_bias / 32), then uses the reference dot.
+template <GgmlType kType>
+void GemmRowsFromAct(const GemmTask& t, int64_t r0, int64_t r1) {
+  constexpr bool kQ8K = kType == GgmlType::kQ4_K || kType == GgmlType::kQ6_K;
+  using Ref = std::conditional_t<kQ8K, BlockQ8_K, BlockQ8_0>;
+  const int64_t nb = t.cols / (kQ8K ? kQK_K : kQK8_0);
+  std::vector<Ref> ref(nb);
+  for (int64_t tok = 0; tok < t.n_tokens; ++tok) {
+    const uint8_t* a = t.act + tok * t.act_row_bytes;
+    for (int64_t b = 0; b < nb; ++b) {
+      if constexpr (kQ8K) {
+        const ActQ8_K& x = reinterpret_cast<const ActQ8_K*>(a)[b];
+        ref[b].d = x.d;
+        std::memcpy(ref[b].qs, x.qs, kQK_K);
+        for (int j = 0; j < 16; ++j) ref[b].bsums[j] = static_cast<int16_t>(x.q6_bias[j] / -32);
+      } else {
+        const ActQ8_0& x = reinterpret_cast<const ActQ8_0*>(a)[b];
+        ref[b].d = Fp32ToFp16(x.d);
+        std::memcpy(ref[b].qs, x.qs, kQK8_0);
+      }
+    }
+    for (int64_t r = r0; r < r1; ++r) {
+      t.y[tok * t.ldy + r] = DotReference(kType, t.w + r * t.w_row_bytes, ref.data(), t.cols);
+    }
+  }
+}
+
+}  // namespace
+
+GemmFn GemmRowsFromActQ8_0(GgmlType type) {
+  return type == GgmlType::kQ4_0 ? GemmRowsFromAct<GgmlType::kQ4_0>
+                                 : GemmRowsFromAct<GgmlType::kQ8_0>;
+}
+
+GemmFn GemmRowsFromActQ8_K(GgmlType type) {
+  return type == GgmlType::kQ4_K ? GemmRowsFromAct<GgmlType::kQ4_K>
+                                 : GemmRowsFromAct<GgmlType::kQ6_K>;
+}
+
+}  // namespace uf::kernels

@@ -1,0 +1,54 @@
+// Hyperparameters of a decoder-only transformer, read from GGUF metadata and validated once so the
+// forward pass can trust every size it uses.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+#include "gguf/gguf.h"
+
+namespace uf::model {
+
+enum class Architecture { kLlama, kQwen2, kQwen3 };
+
+// How RoPE pairs dimensions: kNormal rotates adjacent pairs (x[2i], x[2i+1]) (llama); kNeox
+// rotates halves (x[i], x[i + rope_dim/2]) (qwen2, qwen3).
+enum class RopeType { kNormal, kNeox };
+
+struct ModelConfig {
+  Architecture architecture = Architecture::kLlama;
+  std::string architecture_name;  // general.architecture as written in the file
+  std::string name;               // general.name, may be empty
+
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;  // attention.key_length, else n_embd / n_head
+  int64_t n_ff = 0;
+  int64_t n_vocab = 0;
+  int64_t n_ctx_train = 0;  // context_length the model was trained with
+
+  RopeType rope_type = RopeType::kNormal;
+  float rope_freq_base = 10000.0f;
+  int64_t rope_dim = 0;           // leading dims of each head that are rotated (<= head_dim)
+  float rope_freq_scale = 1.0f;   // linear scaling: positions are multiplied by this (1/factor)
+  bool has_rope_freq_factors = false;  // rope_freqs.weight present (llama3-style scaling)
+
+  float rms_eps = 1e-5f;
+  bool tied_output = false;  // no output.weight: logits use token_embd.weight
+
+  int64_t q_dim() const { return n_head * head_dim; }
+  int64_t kv_dim() const { return n_head_kv * head_dim; }
+
+  // Reads and validates the metadata (and the presence of the tensors that change behaviour:
+  // output.weight, rope_freqs.weight). Unknown architectures give Unimplemented naming them.
+  static StatusOr<ModelConfig> FromGguf(const gguf::GgufFile& file);
+
+  std::string DebugString() const;
+};
+
+std::string_view ArchitectureName(Architecture arch);
+
+}  // namespace uf::model

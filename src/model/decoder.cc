@@ -1,0 +1,360 @@
+#include "model/decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "kernels/quant.h"
+
+namespace uf::model {
+namespace {
+
+// Below this many float operations an elementwise step runs on the calling thread: a pool
+// dispatch costs about a microsecond, which is more than the work itself for a decode step.
+constexpr int64_t kParallelThreshold = 1 << 15;
+
+std::vector<std::vector<const kernels::Matrix*>> GroupByActivation(
+    const std::vector<const kernels::Matrix*>& ws) {
+  std::vector<std::vector<const kernels::Matrix*>> groups;
+  for (const kernels::Matrix* w : ws) {
+    bool placed = false;
+    for (auto& g : groups) {
+      if (kernels::ActivationType(g[0]->type()) == kernels::ActivationType(w->type())) {
+        g.push_back(w);
+        placed = true;
+        break;
+      }
+    }
+    if (!placed) groups.push_back({w});
+  }
+  return groups;
+}
+
+}  // namespace
+
+Decoder::Decoder(const Model& model, engine::KvCache* cache, const DecoderOptions& options,
+                 ThreadPool* pool)
+    : model_(model), config_(model.config()), cache_(cache), options_(options), pool_(pool) {}
+
+StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const Model& model, engine::KvCache* cache,
+                                                   const DecoderOptions& options,
+                                                   ThreadPool* pool) {
+  UF_CHECK(cache != nullptr && pool != nullptr);
+  const ModelConfig& c = model.config();
+  const engine::KvCacheOptions& co = cache->options();
+  if (co.n_layer != c.n_layer || co.n_head_kv != c.n_head_kv || co.head_dim != c.head_dim) {
+    return InvalidArgumentError("decoder: kv cache shape does not match the model");
+  }
+  DecoderOptions o = options;
+  if (o.max_batch <= 0 || o.max_batch > (int64_t{1} << 20)) {
+    return InvalidArgumentError("decoder: max_batch must be in [1, 2^20]");
+  }
+  if (o.max_outputs <= 0) o.max_outputs = o.max_batch;
+  o.max_outputs = std::min(o.max_outputs, o.max_batch);
+  std::unique_ptr<Decoder> d(new Decoder(model, cache, o, pool));
+  try {
+    d->Allocate();
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError("decoder: cannot allocate scratch buffers for a batch of " +
+                                  std::to_string(o.max_batch) + " tokens");
+  }
+  return d;
+}
+
+void Decoder::Allocate() {
+  const ModelConfig& c = config_;
+  const int64_t b = options_.max_batch;
+  x_.resize(b * c.n_embd);
+  xn_.resize(b * c.n_embd);
+  q_.resize(b * c.q_dim());
+  k_.resize(b * c.kv_dim());
+  v_.resize(b * c.kv_dim());
+  attn_.resize(b * c.q_dim());
+  y_.resize(b * c.n_embd);
+  gate_.resize(b * c.n_ff);
+  up_.resize(b * c.n_ff);
+  rope_cs_.resize(b * c.rope_dim);
+  scores_.resize(static_cast<size_t>(pool_->size()) * cache_->max_seq_len());
+  xo_.resize(options_.max_outputs * c.n_embd);
+  logits_.resize(options_.max_outputs * c.n_vocab);
+  seq_next_.assign(cache_->max_seqs(), -1);
+  touched_seqs_.reserve(std::min<int64_t>(b, cache_->max_seqs()));
+
+  rope_.rope_dim = c.rope_dim;
+  rope_.freq_base = c.rope_freq_base;
+  rope_.freq_scale = c.rope_freq_scale;
+  rope_.neox = c.rope_type == RopeType::kNeox;
+  const auto& ff = model_.weights().rope_freq_factors;
+  rope_.freq_factors = ff.empty() ? nullptr : ff.data();
+  attn_scale_ = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+
+  const auto& layers = model_.weights().layers;
+  qkv_groups_.resize(c.n_layer);
+  ffn_groups_.resize(c.n_layer);
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const LayerWeights& l = layers[il];
+    auto out_of = [&](const kernels::Matrix* w) -> float* {
+      if (w == &l.wq) return q_.data();
+      if (w == &l.wk) return k_.data();
+      if (w == &l.wv) return v_.data();
+      if (w == &l.gate) return gate_.data();
+      return up_.data();
+    };
+    for (auto [ws, groups] : {std::pair{std::vector<const kernels::Matrix*>{&l.wq, &l.wk, &l.wv},
+                                        &qkv_groups_[il]},
+                              std::pair{std::vector<const kernels::Matrix*>{&l.gate, &l.up},
+                                        &ffn_groups_[il]}}) {
+      for (auto& g : GroupByActivation(ws)) {
+        MatGroup mg;
+        mg.ws = g;
+        for (const kernels::Matrix* w : g) mg.ys.push_back(out_of(w));
+        groups->push_back(std::move(mg));
+      }
+    }
+  }
+}
+
+template <typename F>
+void Decoder::ForRows(int64_t n, int64_t row_cost, const F& fn) {
+  if (pool_->size() == 1 || n < 2 || n * row_cost < kParallelThreshold) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  // Captures two references only, so std::function stores it without allocating.
+  pool_->Run([&fn, &n](int i, int nt) {
+    const int64_t per = (n + nt - 1) / nt;
+    const int64_t begin = std::min(n, i * per), end = std::min(n, begin + per);
+    if (begin < end) fn(begin, end);
+  });
+}
+
+void Decoder::RunGroups(const std::vector<MatGroup>& groups, const float* x, int64_t n) {
+  for (const MatGroup& g : groups) {
+    if (g.ws.size() == 1) {
+      kernels::MatMul(*g.ws[0], x, n, g.ys[0], pool_);
+    } else {
+      kernels::MatMulMulti(g.ws, x, n, g.ys, pool_);
+    }
+  }
+}
+
+Status Decoder::Prepare(const Batch& batch) {
+  const int64_t n = batch.size();
+  if (n == 0) return InvalidArgumentError("forward: empty batch");
+  if (n > options_.max_batch) {
+    return InvalidArgumentError("forward: batch of " + std::to_string(n) +
+                                " tokens exceeds max_batch " + std::to_string(options_.max_batch));
+  }
+  if (static_cast<int64_t>(batch.positions.size()) != n ||
+      static_cast<int64_t>(batch.seq_ids.size()) != n ||
+      static_cast<int64_t>(batch.want_logits.size()) != n) {
+    return InvalidArgumentError("forward: batch arrays have different lengths");
+  }
+  int64_t n_out = 0;
+  for (uint8_t w : batch.want_logits) n_out += w != 0;
+  if (n_out > options_.max_outputs) {
+    return InvalidArgumentError("forward: " + std::to_string(n_out) +
+                                " tokens want logits, more than max_outputs " +
+                                std::to_string(options_.max_outputs));
+  }
+  for (int32_t s : touched_seqs_) seq_next_[s] = -1;
+  touched_seqs_.clear();
+  Status status;
+  for (int64_t t = 0; t < n && status.ok(); ++t) {
+    const int32_t tok = batch.tokens[t], seq = batch.seq_ids[t], pos = batch.positions[t];
+    if (tok < 0 || tok >= config_.n_vocab) {
+      status = InvalidArgumentError("forward: token id " + std::to_string(tok) +
+                                    " is outside the vocabulary [0, " +
+                                    std::to_string(config_.n_vocab) + ")");
+    } else if (seq < 0 || seq >= cache_->max_seqs()) {
+      status = InvalidArgumentError("forward: sequence id " + std::to_string(seq) +
+                                    " is outside [0, " + std::to_string(cache_->max_seqs()) + ")");
+    } else if (seq_next_[seq] < 0) {
+      if (pos < 0 || pos > cache_->Length(seq)) {
+        status = InvalidArgumentError(
+            "forward: sequence " + std::to_string(seq) + " starts at position " +
+            std::to_string(pos) + " but its cache holds " + std::to_string(cache_->Length(seq)) +
+            " tokens");
+      } else {
+        touched_seqs_.push_back(seq);
+        seq_next_[seq] = pos + 1;
+      }
+    } else if (pos != seq_next_[seq]) {
+      status = InvalidArgumentError("forward: sequence " + std::to_string(seq) +
+                                    " has position " + std::to_string(pos) + " after " +
+                                    std::to_string(seq_next_[seq] - 1) +
+                                    " (positions must be consecutive)");
+    } else {
+      seq_next_[seq] = pos + 1;
+    }
+  }
+  for (int32_t s : touched_seqs_) {
+    if (!status.ok()) break;
+    status = cache_->Reserve(s, seq_next_[s]);
+  }
+  if (!status.ok()) {
+    for (int32_t s : touched_seqs_) {
+      // Give back blocks reserved for this batch but never filled.
+      cache_->Truncate(s, cache_->Length(s));
+      seq_next_[s] = -1;
+    }
+    touched_seqs_.clear();
+    return status;
+  }
+  n_outputs_ = n_out;
+  return OkStatus();
+}
+
+Status Decoder::Forward(const Batch& batch) {
+  UF_RETURN_IF_ERROR(Prepare(batch));
+  const ModelConfig& c = config_;
+  const int64_t n = batch.size();
+  const int64_t e = c.n_embd;
+
+  ForRows(n, e + c.rope_dim * 8, [&](int64_t b, int64_t end) {
+    for (int64_t t = b; t < end; ++t) {
+      model_.EmbedToken(batch.tokens[t], x_.data() + t * e);
+      kernels::RopeAngles(rope_, batch.positions[t], rope_cs_.data() + t * c.rope_dim);
+    }
+  });
+  for (int64_t il = 0; il < c.n_layer; ++il) Layer(il, batch);
+
+  // Final norm over the residual add of the last layer, only for rows that want logits.
+  const float* out_norm = model_.weights().output_norm.data();
+  int64_t j = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    if (!batch.want_logits[t]) continue;
+    float* xt = x_.data() + t * e;
+    kernels::AddInPlace(xt, y_.data() + t * e, e);
+    kernels::RmsNorm(xt, out_norm, xo_.data() + j * e, e, c.rms_eps);
+    ++j;
+  }
+  if (n_outputs_ > 0) kernels::MatMul(model_.weights().output, xo_.data(), n_outputs_,
+                                      logits_.data(), pool_);
+
+  for (int32_t s : touched_seqs_) {
+    cache_->Truncate(s, seq_next_[s]);
+    cache_->SetLength(s, seq_next_[s]);
+  }
+  return OkStatus();
+}
+
+void Decoder::Layer(int64_t il, const Batch& batch) {
+  const ModelConfig& c = config_;
+  const LayerWeights& l = model_.weights().layers[il];
+  const int64_t n = batch.size();
+  const int64_t e = c.n_embd, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
+  const float eps = c.rms_eps;
+
+  // Residual add of the previous layer's FFN output (none before layer 0), then attention norm.
+  ForRows(n, 3 * e, [&](int64_t b, int64_t end) {
+    for (int64_t t = b; t < end; ++t) {
+      float* xt = x_.data() + t * e;
+      if (il > 0) kernels::AddInPlace(xt, y_.data() + t * e, e);
+      kernels::RmsNorm(xt, l.attn_norm.data(), xn_.data() + t * e, e, eps);
+    }
+  });
+  RunGroups(qkv_groups_[il], xn_.data(), n);
+
+  // Biases, per-head q/k norms, RoPE, then K/V into the cache.
+  const int64_t bs = cache_->block_size();
+  ForRows(n, 4 * (qd + kvd), [&](int64_t b, int64_t end) {
+    for (int64_t t = b; t < end; ++t) {
+      float* q = q_.data() + t * qd;
+      float* k = k_.data() + t * kvd;
+      float* v = v_.data() + t * kvd;
+      if (!l.bq.empty()) {
+        kernels::AddInPlace(q, l.bq.data(), qd);
+        kernels::AddInPlace(k, l.bk.data(), kvd);
+        kernels::AddInPlace(v, l.bv.data(), kvd);
+      }
+      if (!l.q_norm.empty()) {
+        for (int64_t h = 0; h < c.n_head; ++h) {
+          kernels::RmsNorm(q + h * hd, l.q_norm.data(), q + h * hd, hd, eps);
+        }
+        for (int64_t h = 0; h < c.n_head_kv; ++h) {
+          kernels::RmsNorm(k + h * hd, l.k_norm.data(), k + h * hd, hd, eps);
+        }
+      }
+      const float* cs = rope_cs_.data() + t * c.rope_dim;
+      kernels::ApplyRope(rope_, cs, q, c.n_head, hd);
+      kernels::ApplyRope(rope_, cs, k, c.n_head_kv, hd);
+      const int32_t pos = batch.positions[t];
+      const int32_t block = cache_->BlockTable(batch.seq_ids[t])[pos / bs];
+      const int64_t slot = pos % bs;
+      float* kb = cache_->KeyBlock(il, block);
+      float* vb = cache_->ValueBlock(il, block);
+      for (int64_t h = 0; h < c.n_head_kv; ++h) {
+        std::memcpy(kb + (h * bs + slot) * hd, k + h * hd, hd * sizeof(float));
+        std::memcpy(vb + (h * bs + slot) * hd, v + h * hd, hd * sizeof(float));
+      }
+    }
+  });
+
+  // Attention over (token, head) items. Cost per item grows with the position; an even split of
+  // items is close enough for causal prefill and exact for decode.
+  const int64_t items = n * c.n_head;
+  int64_t total_cost = 0;
+  for (int64_t t = 0; t < n; ++t) total_cost += (batch.positions[t] + 1) * hd * 4 * c.n_head;
+  if (pool_->size() == 1 || items < 2 || total_cost < kParallelThreshold) {
+    Attention(il, batch, 0, items, 0);
+  } else {
+    struct Args {
+      Decoder* self;
+      int64_t il, items;
+      const Batch* batch;
+    } args{this, il, items, &batch};
+    pool_->Run([a = &args](int i, int nt) {
+      const int64_t per = (a->items + nt - 1) / nt;
+      const int64_t begin = std::min(a->items, i * per), end = std::min(a->items, begin + per);
+      if (begin < end) a->self->Attention(a->il, *a->batch, begin, end, i);
+    });
+  }
+
+  kernels::MatMul(l.wo, attn_.data(), n, y_.data(), pool_);
+
+  ForRows(n, 3 * e, [&](int64_t b, int64_t end) {
+    for (int64_t t = b; t < end; ++t) {
+      float* xt = x_.data() + t * e;
+      kernels::AddInPlace(xt, y_.data() + t * e, e);
+      kernels::RmsNorm(xt, l.ffn_norm.data(), xn_.data() + t * e, e, eps);
+    }
+  });
+  RunGroups(ffn_groups_[il], xn_.data(), n);
+  ForRows(n, 12 * c.n_ff, [&](int64_t b, int64_t end) {
+    kernels::SwiGlu(gate_.data() + b * c.n_ff, up_.data() + b * c.n_ff,
+                    gate_.data() + b * c.n_ff, (end - b) * c.n_ff);
+  });
+  kernels::MatMul(l.down, gate_.data(), n, y_.data(), pool_);
+}
+
+void Decoder::Attention(int64_t il, const Batch& batch, int64_t item_begin, int64_t item_end,
+                        int thread) {
+  const ModelConfig& c = config_;
+  const int64_t hd = c.head_dim, qd = c.q_dim();
+  const int64_t group = c.n_head / c.n_head_kv;
+  const int64_t bs = cache_->block_size();
+  float* scores = scores_.data() + static_cast<size_t>(thread) * cache_->max_seq_len();
+  for (int64_t item = item_begin; item < item_end; ++item) {
+    const int64_t t = item / c.n_head, h = item % c.n_head, kvh = h / group;
+    const int64_t n_kv = batch.positions[t] + 1;
+    const int32_t* table = cache_->BlockTable(batch.seq_ids[t]);
+    const float* q = q_.data() + t * qd + h * hd;
+    for (int64_t j0 = 0; j0 < n_kv; j0 += bs) {
+      const float* kb = cache_->KeyBlock(il, table[j0 / bs]) + kvh * bs * hd;
+      const int64_t m = std::min(bs, n_kv - j0);
+      for (int64_t s = 0; s < m; ++s) scores[j0 + s] = kernels::Dot(q, kb + s * hd, hd);
+    }
+    kernels::SoftmaxInPlace(scores, n_kv, attn_scale_);
+    float* out = attn_.data() + t * qd + h * hd;
+    std::fill(out, out + hd, 0.0f);
+    for (int64_t j0 = 0; j0 < n_kv; j0 += bs) {
+      const float* vb = cache_->ValueBlock(il, table[j0 / bs]) + kvh * bs * hd;
+      const int64_t m = std::min(bs, n_kv - j0);
+      for (int64_t s = 0; s < m; ++s) kernels::Axpy(scores[j0 + s], vb + s * hd, out, hd);
+    }
+  }
+}
+
+}  // namespace uf::model

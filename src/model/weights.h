@@ -1,0 +1,74 @@
+// Weights of a decoder-only transformer bound to the tensors of a GGUF file. Matrices wrap the
+// mapped file zero-copy (kernels::Matrix); small vectors (norms, biases) are converted to F32 once
+// at load so the forward pass never branches on their type.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "gguf/gguf.h"
+#include "kernels/matmul.h"
+#include "model/config.h"
+
+namespace uf::model {
+
+struct LayerWeights {
+  std::vector<float> attn_norm;  // [n_embd]
+  kernels::Matrix wq;            // [q_dim][n_embd]
+  kernels::Matrix wk;            // [kv_dim][n_embd]
+  kernels::Matrix wv;            // [kv_dim][n_embd]
+  kernels::Matrix wo;            // [n_embd][q_dim]
+  std::vector<float> bq;         // [q_dim], empty when the architecture has no bias (qwen2 has)
+  std::vector<float> bk;         // [kv_dim] or empty
+  std::vector<float> bv;         // [kv_dim] or empty
+  std::vector<float> q_norm;     // [head_dim], empty unless per-head q/k RMS norm (qwen3)
+  std::vector<float> k_norm;     // [head_dim] or empty
+  std::vector<float> ffn_norm;   // [n_embd]
+  kernels::Matrix gate;          // [n_ff][n_embd]
+  kernels::Matrix up;            // [n_ff][n_embd]
+  kernels::Matrix down;          // [n_embd][n_ff]
+};
+
+struct ModelWeights {
+  const gguf::TensorInfo* token_embd = nullptr;  // [n_vocab][n_embd], any dequantizable type
+  size_t token_embd_row_bytes = 0;
+  std::vector<LayerWeights> layers;              // [n_layer]
+  std::vector<float> output_norm;                // [n_embd]
+  kernels::Matrix output;                        // [n_vocab][n_embd]; token_embd when tied
+  std::vector<float> rope_freq_factors;          // [rope_dim / 2], empty unless rope_freqs.weight
+};
+
+// Looks up tensors by name and checks their shapes against what the config implies, so a file
+// whose tensors disagree with its metadata fails at load with a message naming the tensor.
+class WeightBinder {
+ public:
+  explicit WeightBinder(const gguf::GgufFile& file) : file_(file) {}
+
+  bool Has(const std::string& name) const { return file_.FindTensor(name) != nullptr; }
+  // A 2-D weight of a linear layer with `rows` outputs and `cols` inputs (GGUF ne = [cols, rows]).
+  StatusOr<kernels::Matrix> Matrix(const std::string& name, int64_t rows, int64_t cols) const;
+  // A 1-D tensor of n values (F32, F16 or BF16), converted to F32.
+  StatusOr<std::vector<float>> Vector(const std::string& name, int64_t n) const;
+
+ private:
+  const gguf::GgufFile& file_;
+};
+
+// Per-architecture binding of one layer's tensors (llama.cc, qwen2.cc, qwen3.cc). The shared
+// decoder applies the optional steps (biases, q/k norms) whenever their vectors are bound.
+Status BindLlamaLayer(const WeightBinder& b, const ModelConfig& c, int64_t layer,
+                      LayerWeights* w);
+Status BindQwen2Layer(const WeightBinder& b, const ModelConfig& c, int64_t layer,
+                      LayerWeights* w);
+Status BindQwen3Layer(const WeightBinder& b, const ModelConfig& c, int64_t layer,
+                      LayerWeights* w);
+
+// Binds every tensor the config calls for.
+StatusOr<ModelWeights> BindWeights(const gguf::GgufFile& file, const ModelConfig& config);
+
+// Bytes of weights a decode step streams: every layer's matrices plus the output matrix.
+size_t BytesPerToken(const ModelWeights& weights);
+
+}  // namespace uf::model

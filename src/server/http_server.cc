@@ -1,0 +1,439 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <csignal>
+#include <ctime>
+#include <random>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "server/connection.h"
+#include "server/openai_response.h"
+#include "tokenizer/tokenizer.h"
+
+namespace uf::server {
+namespace {
+
+using json = nlohmann::json;
+
+std::string RandomId(std::string_view prefix) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  static const char kAlphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string id(prefix);
+  for (int i = 0; i < 24; ++i) id.push_back(kAlphabet[rng() % (sizeof(kAlphabet) - 1)]);
+  return id;
+}
+
+uint64_t RandomSeed() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return rng();
+}
+
+ApiError ServerError(int status, std::string message, std::string code = "") {
+  ApiError e;
+  e.status = status;
+  e.type = status == 429 ? "rate_limit_error" : "server_error";
+  e.message = std::move(message);
+  e.code = std::move(code);
+  return e;
+}
+
+ApiError ContextOverflow(int64_t ctx, int64_t prompt, int64_t max_tokens, bool chat) {
+  std::string m =
+      "This model's maximum context length is " + std::to_string(ctx) + " tokens. However, ";
+  const char* where = chat ? "messages" : "prompt";
+  if (max_tokens > 0) {
+    m += "you requested " + std::to_string(prompt + max_tokens) + " tokens (" +
+         std::to_string(prompt) + " in the " + where + ", " + std::to_string(max_tokens) +
+         " in the completion). Please reduce the length of the " + where + " or completion.";
+  } else {
+    m += "your " + std::string(where) + " resulted in " + std::to_string(prompt) +
+         " tokens, which leaves no room for the completion. Please reduce the length of the " +
+         where + ".";
+  }
+  return InvalidRequest(std::move(m), where, "context_length_exceeded");
+}
+
+// Per-request bookkeeping shared by the handler and the stream's content provider.
+struct Exchange {
+  std::shared_ptr<engine::RequestChannel> channel;
+  std::unique_ptr<ResponseBuilder> builder;
+  const char* endpoint = "";
+  double arrival = 0.0;
+  double last_token = 0.0;
+  double last_write = 0.0;
+  int64_t tokens = 0;
+  bool finished = false;
+  int status = 200;
+  int socket = -1;
+};
+
+}  // namespace
+
+HttpServer::HttpServer(ServerOptions options, engine::Service* service, ChatRenderer render_chat,
+                       const KeyStore* keys, Metrics* metrics)
+    : options_(std::move(options)),
+      service_(service),
+      render_chat_(std::move(render_chat)),
+      keys_(keys),
+      metrics_(metrics),
+      http_(std::make_unique<httplib::Server>()) {
+  std::signal(SIGPIPE, SIG_IGN);
+  int threads = options_.http_threads;
+  if (threads <= 0) {
+    threads =
+        std::min(512, 2 * (service_->options().max_seqs + service_->options().max_queue) + 16);
+  }
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_->set_payload_max_length(options_.max_body_bytes);
+  http_->set_read_timeout(options_.io_timeout_s, 0);
+  http_->set_write_timeout(options_.io_timeout_s, 0);
+  http_->set_keep_alive_timeout(5);
+  http_->set_keep_alive_max_count(1000);
+  Route();
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+Status HttpServer::Bind() {
+  if (options_.port == 0) {
+    port_ = http_->bind_to_any_port(options_.host);
+    if (port_ <= 0) return UnavailableError("cannot bind to " + options_.host);
+  } else {
+    if (!http_->bind_to_port(options_.host, options_.port)) {
+      return UnavailableError("cannot bind to " + options_.host + ":" +
+                              std::to_string(options_.port) + " (in use?)");
+    }
+    port_ = options_.port;
+  }
+  return OkStatus();
+}
+
+void HttpServer::Serve() { http_->listen_after_bind(); }
+
+void HttpServer::Stop() {
+  stopping_ = true;
+  if (http_) http_->stop();
+}
+
+void HttpServer::SendError(httplib::Response& res, const ApiError& error, const char* endpoint) {
+  res.status = error.status;
+  if (error.retry_after_s > 0) res.set_header("Retry-After", std::to_string(error.retry_after_s));
+  res.set_content(ErrorBody(error), "application/json");
+  metrics_->CountRequest(endpoint, error.status);
+}
+
+bool HttpServer::Authorized(const httplib::Request& req, httplib::Response& res,
+                            const char* endpoint) {
+  if (keys_ == nullptr || !keys_->enabled()) return true;
+  const std::string header = req.get_header_value("Authorization");
+  if (keys_->Authorize(header)) return true;
+  ApiError e;
+  e.status = 401;
+  e.code = "invalid_api_key";
+  e.message = header.empty()
+                  ? "You didn't provide an API key. You need to provide your API key in an "
+                    "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
+                  : "Incorrect API key provided.";
+  res.set_header("WWW-Authenticate", "Bearer");
+  SendError(res, e, endpoint);
+  return false;
+}
+
+void HttpServer::Route() {
+  httplib::Server& s = *http_;
+  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleGenerate(Endpoint::kChat, req, res);
+  });
+  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleGenerate(Endpoint::kCompletion, req, res);
+  });
+  auto model_json = [this] {
+    return json{{"id", options_.model_id},
+                {"object", "model"},
+                {"created", 0},
+                {"owned_by", "ultrafast"},
+                {"context_length", service_->options().ctx}};
+  };
+  s.Get("/v1/models", [this, model_json](const httplib::Request& req, httplib::Response& res) {
+    if (!Authorized(req, res, "models")) return;
+    res.set_content(Dump({{"object", "list"}, {"data", json::array({model_json()})}}),
+                    "application/json");
+    metrics_->CountRequest("models", 200);
+  });
+  s.Get("/v1/models/(.+)", [this, model_json](const httplib::Request& req, httplib::Response& res) {
+    if (!Authorized(req, res, "models")) return;
+    if (req.matches[1] != options_.model_id) {
+      ApiError e = InvalidRequest("The model '" + std::string(req.matches[1]) + "' does not exist.",
+                                  "model", "model_not_found");
+      e.status = 404;
+      return SendError(res, e, "models");
+    }
+    res.set_content(Dump(model_json()), "application/json");
+    metrics_->CountRequest("models", 200);
+  });
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const engine::EngineStats st = service_->Stats();
+    json body = {{"status", stopping_ ? "stopping" : "ok"},
+                 {"model", options_.model_id},
+                 {"running", st.running},
+                 {"queued", st.queue_depth}};
+    res.status = stopping_ ? 503 : 200;
+    res.set_content(Dump(body), "application/json");
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_->Render(service_->Stats()), "text/plain; version=0.0.4");
+  });
+  // Anything else, and httplib's own errors (413 too large, 400 bad request line): JSON errors.
+  s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    ApiError e;
+    e.status = res.status;
+    if (res.status == 404) {
+      e.message = "Invalid URL (" + req.method + " " + req.path + ")";
+    } else if (res.status == 413) {
+      e.message = "The request body is larger than the limit of " +
+                  std::to_string(options_.max_body_bytes) + " bytes.";
+      e.code = "request_too_large";
+    } else {
+      e.message = "HTTP error " + std::to_string(res.status);
+      if (res.status >= 500) e.type = "server_error";
+    }
+    res.set_content(ErrorBody(e), "application/json");
+    metrics_->CountRequest("other", res.status);
+  });
+  s.set_exception_handler(
+      [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        UF_LOG(ERROR) << "serve: handler threw: " << what;
+        res.status = 500;
+        res.set_content(ErrorBody(ServerError(500, "internal error: " + what)), "application/json");
+      });
+}
+
+std::optional<ApiError> HttpServer::BuildPrompt(const ApiRequest& api, std::vector<int32_t>* tokens,
+                                                std::string* echo) {
+  const Tokenizer& tok = service_->tokenizer();
+  auto encode = [&tok](const std::string& text) {
+    // Templates usually write the BOS text themselves; do not add a second one.
+    bool add_bos = tok.add_bos_default();
+    if (add_bos && tok.bos_id() >= 0) {
+      const std::string_view bos = tok.TokenText(tok.bos_id());
+      if (!bos.empty() && text.compare(0, bos.size(), bos) == 0) add_bos = false;
+    }
+    return tok.Encode(text, add_bos, /*parse_special=*/true);
+  };
+  if (api.endpoint == Endpoint::kChat) {
+    StatusOr<std::string> text = render_chat_(api.messages);
+    if (!text.ok()) {
+      return InvalidRequest(
+          "Cannot apply the model's chat template to these messages: " + text.status().message(),
+          "messages", "invalid_value");
+    }
+    *tokens = encode(*text);
+  } else if (api.prompt_is_tokens) {
+    *tokens = api.prompt_tokens;
+    if (api.echo) *echo = tok.Decode(*tokens);
+  } else {
+    *tokens = encode(api.prompt);
+    if (api.echo) *echo = api.prompt;
+  }
+  if (tokens->empty()) return InvalidRequest("The prompt is empty.", "prompt", "invalid_value");
+  return std::nullopt;
+}
+
+void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
+                                httplib::Response& res) {
+  const double arrival = NowSeconds();
+  const char* name = endpoint == Endpoint::kChat ? "chat_completions" : "completions";
+  if (!Authorized(req, res, name)) return;
+  if (stopping_) {
+    ApiError e = ServerError(503, "The server is shutting down.", "shutting_down");
+    e.retry_after_s = options_.retry_after_s;
+    return SendError(res, e, name);
+  }
+  ParseOptions popts;
+  popts.n_vocab = service_->tokenizer().vocab_size();
+  ApiRequest api;
+  if (auto e = ParseRequest(endpoint, req.body, popts, &api)) return SendError(res, *e, name);
+  if (api.model != options_.model_id) {
+    ApiError e =
+        InvalidRequest("The model '" + api.model + "' does not exist. This server serves '" +
+                           options_.model_id + "'.",
+                       "model", "model_not_found");
+    e.status = 404;
+    return SendError(res, e, name);
+  }
+  std::vector<int32_t> prompt;
+  std::string echo;
+  if (auto e = BuildPrompt(api, &prompt, &echo)) return SendError(res, *e, name);
+
+  const int64_t ctx = service_->options().ctx;
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  const int64_t limit = options_.max_tokens_limit > 0 ? options_.max_tokens_limit : ctx;
+  int64_t max_tokens;
+  if (api.max_tokens) {
+    max_tokens = *api.max_tokens;
+    if (max_tokens > limit) {
+      return SendError(res,
+                       InvalidRequest("max_tokens is too large: " + std::to_string(max_tokens) +
+                                          ". This server allows at most " + std::to_string(limit) +
+                                          " completion tokens.",
+                                      "max_tokens", "invalid_value"),
+                       name);
+    }
+    if (n_prompt + max_tokens > ctx) {
+      return SendError(res, ContextOverflow(ctx, n_prompt, max_tokens, endpoint == Endpoint::kChat),
+                       name);
+    }
+  } else {
+    if (n_prompt >= ctx) {
+      return SendError(res, ContextOverflow(ctx, n_prompt, 0, endpoint == Endpoint::kChat), name);
+    }
+    max_tokens = std::min(ctx - n_prompt, limit);
+  }
+
+  engine::GenerationRequest g;
+  g.prompt = std::move(prompt);
+  g.max_tokens = max_tokens;
+  g.sampling = api.sampling;
+  if (!api.has_seed) g.sampling.seed = RandomSeed();
+  g.stop = api.stop;
+  g.ignore_eos = api.ignore_eos;
+  g.top_logprobs = api.logprobs ? api.top_logprobs : -1;
+  StatusOr<std::shared_ptr<engine::RequestChannel>> channel = service_->Submit(std::move(g));
+  if (!channel.ok()) {
+    const Status& s = channel.status();
+    ApiError e;
+    switch (s.code()) {
+      case StatusCode::kResourceExhausted:
+        e = ServerError(429, "The server is busy: " + s.message() + ". Retry shortly.",
+                        "queue_full");
+        e.retry_after_s = options_.retry_after_s;
+        break;
+      case StatusCode::kUnavailable:
+        e = ServerError(503, s.message(), "shutting_down");
+        e.retry_after_s = options_.retry_after_s;
+        break;
+      case StatusCode::kOutOfRange:
+        e = ContextOverflow(ctx, n_prompt, 0, endpoint == Endpoint::kChat);
+        break;
+      case StatusCode::kInvalidArgument:
+        e = InvalidRequest(s.message());
+        break;
+      default:
+        e = ServerError(500, s.message());
+    }
+    return SendError(res, e, name);
+  }
+
+  auto ex = std::make_shared<Exchange>();
+  ex->channel = *channel;
+  ex->endpoint = name;
+  ex->arrival = arrival;
+  ex->last_write = arrival;
+  ex->socket =
+      FindConnectionSocket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  ResponseOptions ro;
+  ro.endpoint = endpoint;
+  ro.id = RandomId(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+  ro.model = options_.model_id;
+  ro.created = static_cast<int64_t>(std::time(nullptr));
+  ro.logprobs = api.logprobs;
+  ro.include_usage = api.include_usage;
+  ro.echo = std::move(echo);
+  ex->builder = std::make_unique<ResponseBuilder>(std::move(ro), service_->tokenizer());
+
+  // Metrics of one event; returns true on the final one.
+  auto account = [this](Exchange& x, const engine::GenerationEvent& ev) {
+    if (ev.n_tokens > 0) {
+      if (x.tokens == 0) {
+        metrics_->ObserveTimeToFirstToken(ev.time - x.arrival);
+      } else {
+        metrics_->ObserveInterTokenLatency((ev.time - x.last_token) / ev.n_tokens);
+      }
+      x.tokens += ev.n_tokens;
+      x.last_token = ev.time;
+    }
+    if (ev.finish == engine::FinishReason::kNone) return false;
+    x.finished = true;
+    metrics_->AddPromptTokens(ev.prompt_tokens);
+    metrics_->AddGeneratedTokens(ev.completion_tokens);
+    metrics_->ObserveRequestDuration(NowSeconds() - x.arrival);
+    if (ev.finish == engine::FinishReason::kError) {
+      x.status = ev.error.code() == StatusCode::kUnavailable ? 503 : 500;
+    }
+    return true;
+  };
+
+  if (!api.stream) {
+    std::vector<engine::GenerationEvent> events;
+    engine::GenerationEvent last;
+    while (!ex->finished) {
+      if (!ex->channel->Pop(&events, options_.poll_s)) {
+        if (PeerClosed(ex->socket)) {
+          ex->channel->Cancel();
+          metrics_->CountRequest(name, 499);  // nginx's "client closed request"
+          return;
+        }
+        continue;
+      }
+      for (const engine::GenerationEvent& ev : events) {
+        ex->builder->Add(ev);
+        if (account(*ex, ev)) last = ev;
+      }
+    }
+    if (last.finish == engine::FinishReason::kError ||
+        last.finish == engine::FinishReason::kCancelled) {
+      ApiError e = ServerError(ex->status == 200 ? 500 : ex->status,
+                               last.error.ok() ? "generation was cancelled" : last.error.message());
+      if (e.status == 503) e.retry_after_s = options_.retry_after_s;
+      return SendError(res, e, name);
+    }
+    res.set_content(ex->builder->Body(), "application/json");
+    metrics_->CountRequest(name, 200);
+    return;
+  }
+
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, ex, account](size_t, httplib::DataSink& sink) {
+        std::vector<engine::GenerationEvent> events;
+        if (!ex->channel->Pop(&events, options_.poll_s)) {
+          if (PeerClosed(ex->socket)) return false;
+          if (NowSeconds() - ex->last_write >= options_.keepalive_s) {
+            static constexpr std::string_view kPing = ": keep-alive\n\n";
+            ex->last_write = NowSeconds();
+            return sink.write(kPing.data(), kPing.size());
+          }
+          return true;
+        }
+        std::string out;
+        for (const engine::GenerationEvent& ev : events) {
+          out += ex->builder->Stream(ev);
+          if (account(*ex, ev)) break;
+        }
+        // An empty write would end httplib's chunk loop early: skip it.
+        if (!out.empty()) {
+          ex->last_write = NowSeconds();
+          if (!sink.write(out.data(), out.size())) return false;
+        }
+        if (ex->finished) sink.done();
+        return true;
+      },
+      [this, ex](bool success) {
+        if (!ex->finished) ex->channel->Cancel();
+        metrics_->CountRequest(ex->endpoint, ex->finished ? (success ? ex->status : 499) : 499);
+      });
+}
+
+}  // namespace uf::server

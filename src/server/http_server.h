@@ -1,0 +1,83 @@
+// The OpenAI-compatible HTTP front end. HTTP threads (cpp-httplib's pool) authenticate, parse and
+// validate requests, render chat templates, tokenize, submit to the engine Service and format its
+// events as JSON or Server-Sent Events; they never touch the model. A client that disconnects
+// (streamed or not) has its request cancelled, which frees its KV blocks at the next step.
+//
+// Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/{id}], GET /health,
+// GET /metrics. /v1/* needs a Bearer key when the KeyStore has keys; /health and /metrics do not.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "base/status.h"
+#include "engine/service.h"
+#include "server/auth.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace uf::server {
+
+// Renders validated chat messages ([{"role", "content"}]) into prompt text (with the generation
+// prompt for the assistant's turn). Errors become 400 responses.
+using ChatRenderer = std::function<StatusOr<std::string>(const nlohmann::json& messages)>;
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                   // 0 = any free port (see HttpServer::port())
+  std::string model_id;              // the name clients must send as "model"
+  size_t max_body_bytes = 8u << 20;  // larger bodies get 413
+  int64_t max_tokens_limit = 0;      // largest max_tokens accepted; 0 = the context size
+  int retry_after_s = 1;             // Retry-After of 429 (queue full) and 503 responses
+  int http_threads = 0;              // 0 = enough for every slot and queue place, plus spare
+  double keepalive_s = 10.0;         // SSE comment sent after this long without events
+  double poll_s = 0.1;               // how often a waiting request checks for a disconnect
+  int io_timeout_s = 10;             // read/write timeout of a stalled client
+};
+
+class HttpServer {
+ public:
+  // service, keys and metrics must outlive the server. Ignores SIGPIPE process-wide: a write to
+  // a client that went away must fail, not kill the server.
+  HttpServer(ServerOptions options, engine::Service* service, ChatRenderer render_chat,
+             const KeyStore* keys, Metrics* metrics);
+  ~HttpServer();
+
+  // Binds the listening socket; after this, port() is the real port.
+  Status Bind();
+  int port() const { return port_; }
+  // Serves on the calling thread until Stop().
+  void Serve();
+  // New requests get 503 from now on; Serve() returns once open connections are done. Call after
+  // the engine's Shutdown() so open streams end promptly.
+  void Stop();
+
+ private:
+  void Route();
+  bool Authorized(const httplib::Request& req, httplib::Response& res, const char* endpoint);
+  void HandleGenerate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  void SendError(httplib::Response& res, const ApiError& error, const char* endpoint);
+  // Prompt tokens for a parsed request, or the 400 explaining why not.
+  std::optional<ApiError> BuildPrompt(const ApiRequest& api, std::vector<int32_t>* tokens,
+                                      std::string* echo);
+
+  ServerOptions options_;
+  engine::Service* service_;
+  ChatRenderer render_chat_;
+  const KeyStore* keys_;
+  Metrics* metrics_;
+  std::unique_ptr<httplib::Server> http_;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace uf::server

@@ -1,0 +1,139 @@
+#include "server/metrics.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace uf::server {
+namespace {
+
+// Shortest of %.15g / %.17g that reads back exactly ("0.1", not "0.10000000000000001").
+std::string Number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.15g", v);
+  if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+void Header(std::string* out, std::string_view name, std::string_view type, std::string_view help) {
+  out->append("# HELP ").append(name).append(" ").append(help).append("\n");
+  out->append("# TYPE ").append(name).append(" ").append(type).append("\n");
+}
+
+void Sample(std::string* out, std::string_view name, double value) {
+  out->append(name).append(" ").append(Number(value)).append("\n");
+}
+
+void Metric(std::string* out, std::string_view name, std::string_view type, std::string_view help,
+            double value) {
+  Header(out, name, type, help);
+  Sample(out, name, value);
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::Observe(double value) {
+  size_t i = 0;
+  while (i < bounds_.size() && value > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::Render(std::string_view name, std::string* out) const {
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    const std::string le = i < bounds_.size() ? Number(bounds_[i]) : "+Inf";
+    out->append(name).append("_bucket{le=\"").append(le).append("\"} ");
+    out->append(std::to_string(cumulative)).append("\n");
+  }
+  Sample(out, std::string(name) + "_sum", sum_);
+  out->append(name).append("_count ").append(std::to_string(count_)).append("\n");
+}
+
+Metrics::Metrics()
+    : ttft_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
+      itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}),
+      duration_({0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}) {}
+
+void Metrics::CountRequest(std::string_view endpoint, int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++requests_[{std::string(endpoint), status}];
+}
+
+void Metrics::ObserveTimeToFirstToken(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ttft_.Observe(seconds);
+}
+
+void Metrics::ObserveInterTokenLatency(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  itl_.Observe(seconds);
+}
+
+void Metrics::ObserveRequestDuration(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  duration_.Observe(seconds);
+}
+
+void Metrics::AddPromptTokens(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prompt_tokens_ += n;
+}
+
+void Metrics::AddGeneratedTokens(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  generated_tokens_ += n;
+}
+
+std::string Metrics::Render(const engine::EngineStats& e) const {
+  std::string out;
+  std::lock_guard<std::mutex> lock(mu_);
+  Header(&out, "ultrafast_requests_total", "counter", "HTTP requests by endpoint and status code.");
+  for (const auto& [key, count] : requests_) {
+    out += "ultrafast_requests_total{endpoint=\"" + key.first + "\",status=\"" +
+           std::to_string(key.second) + "\"} " + std::to_string(count) + "\n";
+  }
+  Header(&out, "ultrafast_time_to_first_token_seconds", "histogram",
+         "Time from request arrival to the first generated token.");
+  ttft_.Render("ultrafast_time_to_first_token_seconds", &out);
+  Header(&out, "ultrafast_inter_token_latency_seconds", "histogram",
+         "Time between consecutive generated tokens of a request.");
+  itl_.Render("ultrafast_inter_token_latency_seconds", &out);
+  Header(&out, "ultrafast_request_duration_seconds", "histogram",
+         "Time from request arrival to its last token.");
+  duration_.Render("ultrafast_request_duration_seconds", &out);
+  Metric(&out, "ultrafast_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
+         static_cast<double>(prompt_tokens_));
+  Metric(&out, "ultrafast_generation_tokens_total", "counter", "Generated tokens.",
+         static_cast<double>(generated_tokens_));
+  Metric(&out, "ultrafast_prefix_cache_hit_tokens_total", "counter",
+         "Prompt tokens whose KV came from the prefix cache instead of being computed.",
+         static_cast<double>(e.prefix_hit_tokens));
+  Metric(&out, "ultrafast_prompt_tokens_computed_total", "counter",
+         "Prompt tokens run through the model.", static_cast<double>(e.prompt_tokens_computed));
+  Metric(&out, "ultrafast_engine_steps_total", "counter", "Batched forward passes.",
+         static_cast<double>(e.steps));
+  Metric(&out, "ultrafast_preemptions_total", "counter",
+         "Sequences evicted to free KV blocks and recomputed later.",
+         static_cast<double>(e.preemptions));
+  Metric(&out, "ultrafast_queue_depth", "gauge", "Requests waiting to start.",
+         static_cast<double>(e.queue_depth));
+  Metric(&out, "ultrafast_running_sequences", "gauge", "Sequences in the running batch.",
+         static_cast<double>(e.running));
+  Metric(&out, "ultrafast_kv_blocks_total", "gauge", "KV cache blocks in the pool.",
+         static_cast<double>(e.kv_blocks_total));
+  Metric(&out, "ultrafast_kv_blocks_used", "gauge", "KV cache blocks held by sequences.",
+         static_cast<double>(e.kv_blocks_used));
+  Metric(&out, "ultrafast_kv_blocks_cached", "gauge",
+         "KV cache blocks kept only for prefix reuse (reclaimable).",
+         static_cast<double>(e.kv_blocks_cached));
+  Metric(&out, "ultrafast_kv_blocks_free", "gauge", "Free KV cache blocks.",
+         static_cast<double>(e.kv_blocks_free));
+  return out;
+}
+
+}  // namespace uf::server

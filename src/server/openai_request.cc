@@ -1,0 +1,571 @@
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace uf::server {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr int kMaxStops = 4;             // OpenAI's limit
+constexpr int kMaxChatTopLogprobs = 20;  // OpenAI's limit for chat
+constexpr int kMaxCompletionLogprobs = 5;
+
+std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+std::string TypeName(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+      return "integer";
+    case json::value_t::number_float:
+      return "number";
+    case json::value_t::string:
+      return "string";
+    case json::value_t::array:
+      return "array";
+    case json::value_t::object:
+      return "object";
+    default:
+      return "value";
+  }
+}
+
+ApiError WrongType(const std::string& param, const json& v, std::string_view want) {
+  return InvalidRequest("Invalid type for " + Quote(param) + ": expected " + std::string(want) +
+                            ", but got " + TypeName(v) + ".",
+                        param, "invalid_type");
+}
+
+ApiError OutOfRange(const std::string& param, std::string_view range) {
+  return InvalidRequest(
+      "Invalid value for " + Quote(param) + ": must be " + std::string(range) + ".", param,
+      "invalid_value");
+}
+
+ApiError Unsupported(const std::string& param, std::string_view why) {
+  return InvalidRequest(Quote(param) + " is not supported by this server: " + std::string(why),
+                        param, "unsupported_parameter");
+}
+
+std::optional<ApiError> GetBool(const std::string& param, const json& v, bool* out) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_boolean()) return WrongType(param, v, "a boolean");
+  *out = v.get<bool>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> GetFloat(const std::string& param, const json& v, double lo, double hi,
+                                 float* out) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_number()) return WrongType(param, v, "a number");
+  const double d = v.get<double>();
+  if (!(d >= lo && d <= hi)) {
+    return OutOfRange(param, "between " + json(lo).dump() + " and " + json(hi).dump());
+  }
+  *out = static_cast<float>(d);
+  return std::nullopt;
+}
+
+std::optional<ApiError> GetInt(const std::string& param, const json& v, int64_t lo, int64_t hi,
+                               std::optional<int64_t>* out) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_number_integer()) return WrongType(param, v, "an integer");
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    return OutOfRange(param, "between " + std::to_string(lo) + " and " + std::to_string(hi));
+  }
+  const int64_t i = v.get<int64_t>();
+  if (i < lo || i > hi) {
+    return OutOfRange(param, "between " + std::to_string(lo) + " and " + std::to_string(hi));
+  }
+  *out = i;
+  return std::nullopt;
+}
+
+std::optional<ApiError> GetString(const std::string& param, const json& v, std::string* out) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_string()) return WrongType(param, v, "a string");
+  *out = v.get<std::string>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseStop(const json& v, std::vector<std::string>* out) {
+  out->clear();
+  if (v.is_null()) return std::nullopt;
+  if (v.is_string()) {
+    out->push_back(v.get<std::string>());
+  } else if (v.is_array()) {
+    if (v.size() > kMaxStops) {
+      return InvalidRequest(
+          "Invalid 'stop': at most " + std::to_string(kMaxStops) + " stop sequences are allowed.",
+          "stop", "invalid_value");
+    }
+    for (const json& s : v) {
+      if (!s.is_string()) return WrongType("stop", s, "a string or an array of strings");
+      out->push_back(s.get<std::string>());
+    }
+  } else {
+    return WrongType("stop", v, "a string or an array of strings");
+  }
+  for (const std::string& s : *out) {
+    if (s.empty()) return InvalidRequest("Invalid 'stop': empty stop sequence.", "stop");
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseLogitBias(const json& v, int64_t n_vocab,
+                                       std::vector<std::pair<int32_t, float>>* out) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_object()) return WrongType("logit_bias", v, "an object");
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const std::string& key = it.key();
+    int64_t id = -1;
+    bool digits = !key.empty() && key.size() <= 10;
+    for (char c : key) digits = digits && c >= '0' && c <= '9';
+    if (digits) id = std::stoll(key);
+    if (id < 0 || id >= n_vocab) {
+      return InvalidRequest("Invalid 'logit_bias': key " + Quote(key) +
+                                " is not a token id of this model's vocabulary [0, " +
+                                std::to_string(n_vocab) + ").",
+                            "logit_bias", "invalid_value");
+    }
+    float bias = 0;
+    if (auto e = GetFloat("logit_bias", it.value(), -100, 100, &bias)) return e;
+    out->emplace_back(static_cast<int32_t>(id), bias);
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseStreamOptions(const json& v, ApiRequest* r) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_object()) return WrongType("stream_options", v, "an object");
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it.key() == "include_usage") {
+      if (auto e = GetBool("stream_options.include_usage", it.value(), &r->include_usage)) {
+        return e;
+      }
+    } else if (it.key() == "include_obfuscation") {
+      bool ignored = false;
+      if (auto e = GetBool("stream_options.include_obfuscation", it.value(), &ignored)) return e;
+    } else {
+      return InvalidRequest("Unrecognized stream_options argument supplied: " + it.key(),
+                            "stream_options." + it.key(), "unknown_parameter");
+    }
+  }
+  return std::nullopt;
+}
+
+// Text of a message's content: a string, or an array of {"type": "text", "text"} parts (joined
+// with "\n"). Other part types (images, audio, files) are rejected.
+std::optional<ApiError> ContentText(const json& content, const std::string& param, bool allow_null,
+                                    std::string* out) {
+  out->clear();
+  if (content.is_null()) {
+    if (allow_null) return std::nullopt;
+    return InvalidRequest("Invalid value for " + Quote(param) + ": content is required.", param);
+  }
+  if (content.is_string()) {
+    *out = content.get<std::string>();
+    return std::nullopt;
+  }
+  if (!content.is_array()) return WrongType(param, content, "a string or an array of parts");
+  bool first = true;
+  for (const json& part : content) {
+    if (!part.is_object()) return WrongType(param, part, "a content part object");
+    const auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) {
+      return InvalidRequest("Missing 'type' in a content part of " + Quote(param) + ".", param);
+    }
+    const std::string t = type->get<std::string>();
+    if (t != "text") {
+      return Unsupported(param, "content parts of type " + Quote(t) + " (text only).");
+    }
+    for (auto it = part.begin(); it != part.end(); ++it) {
+      if (it.key() != "type" && it.key() != "text") {
+        return InvalidRequest("Unrecognized argument in a content part: " + it.key(), param);
+      }
+    }
+    const auto text = part.find("text");
+    if (text == part.end() || !text->is_string()) {
+      return InvalidRequest("A text content part of " + Quote(param) + " needs a string 'text'.",
+                            param);
+    }
+    if (!first) out->push_back('\n');
+    out->append(text->get<std::string>());
+    first = false;
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseMessages(const json& v, json* out) {
+  if (!v.is_array()) return WrongType("messages", v, "an array");
+  if (v.empty()) {
+    return InvalidRequest("Invalid 'messages': empty array. Expected at least one message.",
+                          "messages", "empty_array");
+  }
+  *out = json::array();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string param = "messages[" + std::to_string(i) + "]";
+    const json& m = v[i];
+    if (!m.is_object()) return WrongType(param, m, "an object");
+    const auto role_it = m.find("role");
+    if (role_it == m.end() || !role_it->is_string()) {
+      return InvalidRequest("Missing required parameter: " + Quote(param + ".role") + ".",
+                            param + ".role", "missing_required_parameter");
+    }
+    std::string role = role_it->get<std::string>();
+    if (role == "tool" || role == "function") {
+      return Unsupported(param + ".role", "tool and function messages (no tool calling).");
+    }
+    if (role != "system" && role != "developer" && role != "user" && role != "assistant") {
+      return InvalidRequest("Invalid value: " + Quote(role) +
+                                ". Supported values are: 'system', 'developer', 'user' and "
+                                "'assistant'.",
+                            param + ".role", "invalid_value");
+    }
+    std::string content;
+    bool have_content = false;
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      const std::string& key = it.key();
+      if (key == "role") continue;
+      if (key == "content") {
+        if (auto e = ContentText(it.value(), param + ".content", role == "assistant", &content)) {
+          return e;
+        }
+        have_content = true;
+      } else if (key == "name") {
+        std::string ignored;
+        if (auto e = GetString(param + ".name", it.value(), &ignored)) return e;
+      } else if (role == "assistant" && key == "refusal") {
+        std::string ignored;
+        if (auto e = GetString(param + ".refusal", it.value(), &ignored)) return e;
+      } else if (role == "assistant" &&
+                 (key == "tool_calls" || key == "function_call" || key == "audio")) {
+        if (!it.value().is_null() && !(it.value().is_array() && it.value().empty())) {
+          return Unsupported(param + "." + key, "no tool calling or audio.");
+        }
+      } else {
+        return InvalidRequest("Unrecognized argument in " + param + ": " + key, param + "." + key,
+                              "unknown_parameter");
+      }
+    }
+    if (!have_content && role != "assistant") {
+      return InvalidRequest("Missing required parameter: " + Quote(param + ".content") + ".",
+                            param + ".content", "missing_required_parameter");
+    }
+    if (role == "developer") role = "system";
+    out->push_back({{"role", role}, {"content", content}});
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseTokenArray(const json& v, int64_t n_vocab, std::vector<int32_t>* out) {
+  for (const json& t : v) {
+    if (!t.is_number_integer()) return WrongType("prompt", t, "a token id (integer)");
+    const int64_t id =
+        t.is_number_unsigned() && t.get<uint64_t>() > INT64_MAX ? -1 : t.get<int64_t>();
+    if (id < 0 || id >= n_vocab) {
+      return InvalidRequest("Invalid 'prompt': token id " + t.dump() +
+                                " is outside this model's vocabulary [0, " +
+                                std::to_string(n_vocab) + ").",
+                            "prompt", "invalid_value");
+    }
+    out->push_back(static_cast<int32_t>(id));
+  }
+  return std::nullopt;
+}
+
+// string | [string] | [int] | [[int]]; batches of several prompts are not supported.
+std::optional<ApiError> ParsePrompt(const json& v, int64_t n_vocab, ApiRequest* r) {
+  if (v.is_string()) {
+    r->prompt = v.get<std::string>();
+    return std::nullopt;
+  }
+  if (!v.is_array()) return WrongType("prompt", v, "a string or an array");
+  if (v.empty()) return InvalidRequest("Invalid 'prompt': empty array.", "prompt");
+  if (v[0].is_string() || v[0].is_array()) {
+    if (v.size() != 1) return Unsupported("prompt", "batches of several prompts (send one).");
+    if (v[0].is_string()) {
+      r->prompt = v[0].get<std::string>();
+      return std::nullopt;
+    }
+    r->prompt_is_tokens = true;
+    return ParseTokenArray(v[0], n_vocab, &r->prompt_tokens);
+  }
+  r->prompt_is_tokens = true;
+  return ParseTokenArray(v, n_vocab, &r->prompt_tokens);
+}
+
+// Known parameters this server accepts without acting on them (validated by type only).
+std::optional<ApiError> IgnoredParam(const std::string& key, const json& v) {
+  static const std::set<std::string> kStrings = {
+      "user",      "service_tier",     "reasoning_effort",
+      "verbosity", "prompt_cache_key", "safety_identifier"};
+  if (kStrings.count(key)) {
+    std::string ignored;
+    return GetString(key, v, &ignored);
+  }
+  if (key == "store" || key == "parallel_tool_calls") {
+    bool ignored = false;
+    return GetBool(key, v, &ignored);
+  }
+  if (key == "metadata") {
+    if (!v.is_null() && !v.is_object()) return WrongType(key, v, "an object");
+    return std::nullopt;
+  }
+  return InvalidRequest("Unrecognized request argument supplied: " + key, key, "unknown_parameter");
+}
+
+std::optional<ApiError> ParseChatParam(const std::string& key, const json& v, const ParseOptions& o,
+                                       ApiRequest* r, std::optional<int64_t>* max_completion_tokens,
+                                       bool* have_messages, bool* logprobs_seen,
+                                       bool* top_logprobs_seen) {
+  if (key == "messages") {
+    *have_messages = true;
+    return ParseMessages(v, &r->messages);
+  }
+  if (key == "max_completion_tokens") {
+    return GetInt(key, v, 1, std::numeric_limits<int32_t>::max(), max_completion_tokens);
+  }
+  if (key == "logprobs") {
+    *logprobs_seen = true;
+    return GetBool(key, v, &r->logprobs);
+  }
+  if (key == "top_logprobs") {
+    std::optional<int64_t> n;
+    if (auto e = GetInt(key, v, 0, kMaxChatTopLogprobs, &n)) return e;
+    if (n) {
+      r->top_logprobs = static_cast<int>(*n);
+      *top_logprobs_seen = true;
+    }
+    return std::nullopt;
+  }
+  if (key == "response_format") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_object()) return WrongType(key, v, "an object");
+    const auto t = v.find("type");
+    if (t == v.end() || !t->is_string()) {
+      return InvalidRequest("Missing required parameter: 'response_format.type'.",
+                            "response_format.type", "missing_required_parameter");
+    }
+    if (t->get<std::string>() != "text") {
+      return Unsupported("response_format", "only {\"type\": \"text\"}.");
+    }
+    return std::nullopt;
+  }
+  if (key == "tools" || key == "functions") {
+    if (v.is_null() || (v.is_array() && v.empty())) return std::nullopt;
+    return Unsupported(key, "no tool calling.");
+  }
+  if (key == "tool_choice" || key == "function_call") {
+    if (v.is_null() || (v.is_string() && (v == "none" || v == "auto"))) return std::nullopt;
+    return Unsupported(key, "no tool calling.");
+  }
+  if (key == "modalities") {
+    if (v.is_null() || v == json::array({"text"})) return std::nullopt;
+    return Unsupported(key, "text output only.");
+  }
+  if (key == "audio" || key == "prediction" || key == "web_search_options") {
+    if (v.is_null()) return std::nullopt;
+    return Unsupported(key, "text generation only.");
+  }
+  (void)o;
+  return IgnoredParam(key, v);
+}
+
+std::optional<ApiError> ParseCompletionParam(const std::string& key, const json& v,
+                                             const ParseOptions& o, ApiRequest* r,
+                                             bool* have_prompt) {
+  if (key == "prompt") {
+    *have_prompt = true;
+    return ParsePrompt(v, o.n_vocab, r);
+  }
+  if (key == "echo") return GetBool(key, v, &r->echo);
+  if (key == "logprobs") {
+    std::optional<int64_t> n;
+    if (auto e = GetInt(key, v, 0, kMaxCompletionLogprobs, &n)) return e;
+    if (n) {
+      r->logprobs = true;
+      r->top_logprobs = static_cast<int>(*n);
+    }
+    return std::nullopt;
+  }
+  if (key == "best_of") {
+    std::optional<int64_t> n;
+    if (auto e = GetInt(key, v, 1, 20, &n)) return e;
+    if (n && *n != 1) return Unsupported(key, "best_of must be 1.");
+    return std::nullopt;
+  }
+  if (key == "suffix") {
+    std::string s;
+    if (auto e = GetString(key, v, &s)) return e;
+    if (!s.empty()) return Unsupported(key, "no fill-in-the-middle.");
+    return std::nullopt;
+  }
+  return IgnoredParam(key, v);
+}
+
+}  // namespace
+
+ApiError InvalidRequest(std::string message, std::string param, std::string code) {
+  ApiError e;
+  e.status = 400;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = std::move(code);
+  return e;
+}
+
+std::string ErrorBody(const ApiError& error) {
+  json e = {{"message", error.message},
+            {"type", error.type},
+            {"param", error.param.empty() ? json(nullptr) : json(error.param)},
+            {"code", error.code.empty() ? json(nullptr) : json(error.code)}};
+  return json{{"error", e}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+size_t JsonDepth(std::string_view text, size_t limit) {
+  size_t depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) max_depth = depth;
+      if (max_depth > limit) return SIZE_MAX;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
+                                     const ParseOptions& options, ApiRequest* out) {
+  *out = ApiRequest();
+  ApiRequest& r = *out;
+  r.endpoint = endpoint;
+  if (JsonDepth(body, options.max_json_depth) == SIZE_MAX) {
+    return InvalidRequest("The request body nests JSON deeper than " +
+                          std::to_string(options.max_json_depth) + " levels.");
+  }
+  json root;
+  try {
+    root = json::parse(body.begin(), body.end());
+  } catch (const json::exception& e) {
+    return InvalidRequest(
+        "We could not parse the JSON body of your request. (HINT: This likely means you aren't "
+        "using your HTTP library correctly. The OpenAI API expects a JSON payload.) Parser: " +
+        std::string(e.what()));
+  }
+  if (!root.is_object()) {
+    return InvalidRequest("The request body must be a JSON object, not " + TypeName(root) + ".");
+  }
+
+  bool have_model = false, have_messages = false, have_prompt = false;
+  bool logprobs_seen = false, top_logprobs_seen = false;
+  bool stream_options_set = false;
+  std::optional<int64_t> max_tokens, max_completion_tokens;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string& key = it.key();
+    const json& v = it.value();
+    std::optional<ApiError> e;
+    if (key == "model") {
+      have_model = v.is_string();
+      e = v.is_string() ? std::nullopt : std::optional(WrongType(key, v, "a string"));
+      if (have_model) r.model = v.get<std::string>();
+    } else if (key == "stream") {
+      e = GetBool(key, v, &r.stream);
+    } else if (key == "stream_options") {
+      stream_options_set = !v.is_null();
+      e = ParseStreamOptions(v, &r);
+    } else if (key == "max_tokens") {
+      e = GetInt(key, v, 1, std::numeric_limits<int32_t>::max(), &max_tokens);
+    } else if (key == "temperature") {
+      e = GetFloat(key, v, 0, 2, &r.sampling.temperature);
+    } else if (key == "top_p") {
+      e = GetFloat(key, v, 0, 1, &r.sampling.top_p);
+    } else if (key == "top_k") {  // extension (vLLM, llama.cpp)
+      std::optional<int64_t> k;
+      e = GetInt(key, v, -1, std::numeric_limits<int32_t>::max(), &k);
+      if (k) r.sampling.top_k = static_cast<int32_t>(std::max<int64_t>(*k, 0));
+    } else if (key == "min_p") {  // extension
+      e = GetFloat(key, v, 0, 1, &r.sampling.min_p);
+    } else if (key == "repetition_penalty") {  // extension
+      e = GetFloat(key, v, 0.01, 10, &r.sampling.repeat_penalty);
+    } else if (key == "ignore_eos") {  // extension, for benchmarks
+      e = GetBool(key, v, &r.ignore_eos);
+    } else if (key == "presence_penalty") {
+      e = GetFloat(key, v, -2, 2, &r.sampling.presence_penalty);
+    } else if (key == "frequency_penalty") {
+      e = GetFloat(key, v, -2, 2, &r.sampling.frequency_penalty);
+    } else if (key == "seed") {
+      std::optional<int64_t> seed;
+      e = GetInt(key, v, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+                 &seed);
+      if (seed) {
+        r.has_seed = true;
+        r.sampling.seed = static_cast<uint64_t>(*seed);
+      }
+    } else if (key == "stop") {
+      e = ParseStop(v, &r.stop);
+    } else if (key == "logit_bias") {
+      e = ParseLogitBias(v, options.n_vocab, &r.sampling.logit_bias);
+    } else if (key == "n") {
+      std::optional<int64_t> n;
+      e = GetInt(key, v, 1, 128, &n);
+      if (!e && n && *n != 1) e = Unsupported(key, "one choice per request (n = 1).");
+    } else if (endpoint == Endpoint::kChat) {
+      e = ParseChatParam(key, v, options, &r, &max_completion_tokens, &have_messages,
+                         &logprobs_seen, &top_logprobs_seen);
+    } else {
+      e = ParseCompletionParam(key, v, options, &r, &have_prompt);
+    }
+    if (e) return e;
+  }
+
+  if (!have_model) {
+    return InvalidRequest("You must provide a model parameter.", "model",
+                          "missing_required_parameter");
+  }
+  if (endpoint == Endpoint::kChat && !have_messages) {
+    return InvalidRequest("Missing required parameter: 'messages'.", "messages",
+                          "missing_required_parameter");
+  }
+  if (endpoint == Endpoint::kCompletion && !have_prompt) {
+    return InvalidRequest("Missing required parameter: 'prompt'.", "prompt",
+                          "missing_required_parameter");
+  }
+  if (stream_options_set && !r.stream) {
+    return InvalidRequest(
+        "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+        "stream_options", "invalid_value");
+  }
+  if (endpoint == Endpoint::kChat && top_logprobs_seen && !r.logprobs) {
+    return InvalidRequest("Invalid value for 'top_logprobs': 'logprobs' must be set to true.",
+                          "top_logprobs", "invalid_value");
+  }
+  if (r.echo && r.logprobs) {
+    return Unsupported("echo", "echo together with logprobs (no prompt logprobs).");
+  }
+  r.max_tokens = max_completion_tokens ? max_completion_tokens : max_tokens;
+  return std::nullopt;
+}
+
+}  // namespace uf::server

@@ -1,0 +1,70 @@
+// OpenAI request bodies for POST /v1/chat/completions and /v1/completions: parsed and validated
+// into ApiRequest, or rejected with an ApiError in OpenAI's error shape. Like the OpenAI API,
+// unknown top-level arguments are rejected; known ones this server cannot honour (tools, audio,
+// n > 1, ...) are rejected with a message saying so rather than silently ignored.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace uf::server {
+
+// {"error": {"message", "type", "param", "code"}} plus the HTTP status it goes with.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;      // "" -> null
+  std::string code;       // "" -> null
+  int retry_after_s = 0;  // > 0: sent as Retry-After
+};
+
+ApiError InvalidRequest(std::string message, std::string param = "", std::string code = "");
+// The JSON body of an error response.
+std::string ErrorBody(const ApiError& error);
+
+enum class Endpoint { kChat, kCompletion };
+
+struct ParseOptions {
+  int64_t n_vocab = 0;         // token ids in prompts and logit_bias must be below this
+  size_t max_json_depth = 64;  // deeper bodies are rejected before parsing
+};
+
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::kChat;
+  std::string model;
+  // Chat: [{"role", "content"}] with content flattened to a string and "developer" mapped to
+  // "system", ready for a chat template.
+  nlohmann::json messages;
+  // Completions: the prompt as text, or as token ids when prompt_is_tokens.
+  std::string prompt;
+  std::vector<int32_t> prompt_tokens;
+  bool prompt_is_tokens = false;
+  bool echo = false;
+
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage
+  std::optional<int64_t> max_tokens;  // max_completion_tokens, else max_tokens
+  engine::RequestSampling sampling;
+  bool has_seed = false;
+  std::vector<std::string> stop;
+  bool logprobs = false;  // chat: logprobs; completions: logprobs != null
+  int top_logprobs = 0;   // alternatives per token
+  bool ignore_eos = false;
+};
+
+// Returns the request or the reason it is invalid (always status 400).
+std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
+                                     const ParseOptions& options, ApiRequest* out);
+
+// Nesting depth of the JSON text's arrays/objects (strings skipped), or SIZE_MAX once it exceeds
+// limit. Bounds the parser's work on hostile input.
+size_t JsonDepth(std::string_view text, size_t limit);
+
+}  // namespace uf::server

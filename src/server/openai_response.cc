@@ -1,0 +1,192 @@
+#include "server/openai_response.h"
+
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace uf::server {
+
+using json = nlohmann::json;
+
+std::string ValidUtf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  while (!text.empty()) {
+    const tokenizer::Utf8Scan scan = tokenizer::ScanUtf8(text);
+    if (scan.kind == tokenizer::Utf8Kind::kValid) {
+      out.append(text.substr(0, scan.length));
+    } else {
+      out.append("\xEF\xBF\xBD");  // U+FFFD
+    }
+    text.remove_prefix(scan.length);
+  }
+  return out;
+}
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string SseData(const json& j) { return "data: " + Dump(j) + "\n\n"; }
+
+json UsageJson(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+}
+
+ResponseBuilder::ResponseBuilder(ResponseOptions options, const Tokenizer& tokenizer)
+    : options_(std::move(options)), tokenizer_(tokenizer) {
+  text_offset_ = static_cast<int64_t>(options_.echo.size());
+  text_ = options_.echo;
+  cmpl_logprobs_ = {{"tokens", json::array()},
+                    {"token_logprobs", json::array()},
+                    {"top_logprobs", json::array()},
+                    {"text_offset", json::array()}};
+}
+
+json ResponseBuilder::LogprobsJson(const std::vector<engine::TokenLogprob>& lps) {
+  if (options_.endpoint == Endpoint::kChat) {
+    json content = json::array();
+    auto entry = [&](int32_t id, float lp) {
+      const std::string piece = tokenizer_.TokenToPiece(id);
+      json bytes = json::array();
+      for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+      return json{{"token", piece}, {"logprob", lp}, {"bytes", bytes}};
+    };
+    for (const engine::TokenLogprob& t : lps) {
+      json e = entry(t.token, t.logprob);
+      json top = json::array();
+      for (const auto& [id, lp] : t.top) top.push_back(entry(id, lp));
+      e["top_logprobs"] = std::move(top);
+      content.push_back(std::move(e));
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  json out = {{"tokens", json::array()},
+              {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  for (const engine::TokenLogprob& t : lps) {
+    const std::string piece = tokenizer_.TokenToPiece(t.token);
+    out["tokens"].push_back(piece);
+    out["token_logprobs"].push_back(t.logprob);
+    json top = json::object();
+    for (const auto& [id, lp] : t.top) top[ValidUtf8(tokenizer_.TokenToPiece(id))] = lp;
+    out["top_logprobs"].push_back(std::move(top));
+    out["text_offset"].push_back(text_offset_);
+    text_offset_ += static_cast<int64_t>(piece.size());
+  }
+  return out;
+}
+
+json ResponseBuilder::Chunk(json choice) const {
+  json c = {{"id", options_.id},
+            {"object",
+             options_.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
+            {"created", options_.created},
+            {"model", options_.model},
+            {"system_fingerprint", "fp_ultrafast"},
+            {"choices", json::array()}};
+  if (!choice.is_null()) c["choices"].push_back(std::move(choice));
+  if (options_.include_usage) c["usage"] = nullptr;
+  return c;
+}
+
+json ResponseBuilder::ChoiceDelta(std::string_view text,
+                                  const std::vector<engine::TokenLogprob>& lps,
+                                  const char* finish_reason) {
+  json lp = options_.logprobs && !lps.empty() ? LogprobsJson(lps) : json(nullptr);
+  json finish = finish_reason ? json(finish_reason) : json(nullptr);
+  if (options_.endpoint == Endpoint::kChat) {
+    json delta = json::object();
+    if (!text.empty()) delta["content"] = text;
+    return {{"index", 0}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}};
+  }
+  return {{"index", 0}, {"text", text}, {"logprobs", lp}, {"finish_reason", finish}};
+}
+
+std::string ResponseBuilder::Stream(const engine::GenerationEvent& event) {
+  std::string out;
+  if (!started_) {
+    started_ = true;
+    if (options_.endpoint == Endpoint::kChat) {
+      out += SseData(Chunk({{"index", 0},
+                            {"delta", {{"role", "assistant"}, {"content", ""}}},
+                            {"logprobs", nullptr},
+                            {"finish_reason", nullptr}}));
+    } else if (!options_.echo.empty()) {
+      out += SseData(Chunk(ChoiceDelta(options_.echo, {}, nullptr)));
+    }
+  }
+  if (event.finish == engine::FinishReason::kError ||
+      event.finish == engine::FinishReason::kCancelled) {
+    ApiError e;
+    e.status = 500;
+    e.type = "server_error";
+    e.message = event.error.ok() ? "generation was cancelled" : event.error.message();
+    return out + StreamError(e);
+  }
+  if (!event.text.empty() || (options_.logprobs && !event.logprobs.empty())) {
+    out += SseData(Chunk(ChoiceDelta(event.text, event.logprobs, nullptr)));
+  }
+  if (event.finish != engine::FinishReason::kNone) {
+    out += SseData(Chunk(ChoiceDelta("", {}, engine::FinishReasonName(event.finish))));
+    if (options_.include_usage) {
+      json c = Chunk(nullptr);
+      c["usage"] = UsageJson(event.prompt_tokens, event.completion_tokens, event.cached_tokens);
+      out += SseData(c);
+    }
+    out += kSseDone;
+  }
+  return out;
+}
+
+std::string ResponseBuilder::StreamError(const ApiError& error) {
+  return "data: " + ErrorBody(error) + "\n\n" + std::string(kSseDone);
+}
+
+void ResponseBuilder::Add(const engine::GenerationEvent& event) {
+  text_ += event.text;
+  if (options_.logprobs && !event.logprobs.empty()) {
+    json lp = LogprobsJson(event.logprobs);
+    if (options_.endpoint == Endpoint::kChat) {
+      for (json& e : lp["content"]) chat_logprobs_.push_back(std::move(e));
+    } else {
+      for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+        for (json& e : lp[key]) cmpl_logprobs_[key].push_back(std::move(e));
+      }
+    }
+  }
+  if (event.finish != engine::FinishReason::kNone) final_ = event;
+}
+
+std::string ResponseBuilder::Body() const {
+  json lp = nullptr;
+  if (options_.logprobs) {
+    lp = options_.endpoint == Endpoint::kChat
+             ? json{{"content", chat_logprobs_}, {"refusal", nullptr}}
+             : cmpl_logprobs_;
+  }
+  json choice;
+  if (options_.endpoint == Endpoint::kChat) {
+    choice = {{"index", 0},
+              {"message", {{"role", "assistant"}, {"content", text_}, {"refusal", nullptr}}},
+              {"logprobs", lp},
+              {"finish_reason", engine::FinishReasonName(final_.finish)}};
+  } else {
+    choice = {{"index", 0},
+              {"text", text_},
+              {"logprobs", lp},
+              {"finish_reason", engine::FinishReasonName(final_.finish)}};
+  }
+  json body = {
+      {"id", options_.id},
+      {"object", options_.endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
+      {"created", options_.created},
+      {"model", options_.model},
+      {"system_fingerprint", "fp_ultrafast"},
+      {"choices", json::array({choice})},
+      {"usage", UsageJson(final_.prompt_tokens, final_.completion_tokens, final_.cached_tokens)}};
+  return Dump(body);
+}
+
+}  // namespace uf::server

@@ -1,0 +1,75 @@
+// OpenAI response bodies: chat.completion / text_completion objects for non-streamed requests,
+// and Server-Sent Events ("data: {chunk}\n\n" ... "data: [DONE]\n\n") for streamed ones, built
+// from the engine's GenerationEvents.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/request.h"
+#include "server/openai_request.h"
+
+namespace uf {
+class Tokenizer;
+}
+
+namespace uf::server {
+
+// text with each invalid UTF-8 sequence replaced by U+FFFD (JSON object keys must be valid).
+std::string ValidUtf8(std::string_view text);
+// JSON text; invalid UTF-8 (a token piece cut mid-character) becomes U+FFFD instead of throwing.
+std::string Dump(const nlohmann::json& j);
+// One SSE event carrying j.
+std::string SseData(const nlohmann::json& j);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+nlohmann::json UsageJson(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
+
+struct ResponseOptions {
+  Endpoint endpoint = Endpoint::kChat;
+  std::string id;  // "chatcmpl-..." / "cmpl-..."
+  std::string model;
+  int64_t created = 0;  // unix seconds
+  bool logprobs = false;
+  bool include_usage = false;  // streaming: a final usage chunk
+  std::string echo;            // completions: text to put before the generated text
+};
+
+// Turns one request's events into its response. Streaming and non-streaming use the same builder:
+// call Stream() for each event as it arrives, or Add() for each and Body() at the end.
+class ResponseBuilder {
+ public:
+  ResponseBuilder(ResponseOptions options, const Tokenizer& tokenizer);
+
+  // SSE bytes for one event ("" when there is nothing to send). The first call also sends the
+  // role chunk (chat) or the echoed prompt; the final event adds the finish chunk, the usage chunk
+  // (when asked) and [DONE]. An error event becomes {"error": ...} followed by [DONE].
+  std::string Stream(const engine::GenerationEvent& event);
+  // SSE bytes for an error that ends the stream.
+  std::string StreamError(const ApiError& error);
+
+  void Add(const engine::GenerationEvent& event);
+  // The non-streamed response body, once the final event was added.
+  std::string Body() const;
+
+ private:
+  nlohmann::json Chunk(nlohmann::json choice) const;
+  nlohmann::json ChoiceDelta(std::string_view text, const std::vector<engine::TokenLogprob>& lps,
+                             const char* finish_reason);
+  nlohmann::json LogprobsJson(const std::vector<engine::TokenLogprob>& lps);
+
+  ResponseOptions options_;
+  const Tokenizer& tokenizer_;
+  bool started_ = false;
+  int64_t text_offset_ = 0;  // completions logprobs: byte offset of the next token's text
+  // Non-streamed accumulation.
+  std::string text_;
+  nlohmann::json chat_logprobs_ = nlohmann::json::array();  // content entries
+  nlohmann::json cmpl_logprobs_;                            // {tokens, token_logprobs, ...}
+  engine::GenerationEvent final_;
+};
+
+}  // namespace uf::server

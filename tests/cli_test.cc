@@ -1,0 +1,188 @@
+// End-to-end checks of the `ultrafast` binary (built next to this test executable): exit codes,
+// error messages, and outputs checked against the reference files in ../shared.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+namespace uf {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kF32Model[] = "../shared/models/tiny-llama-f32.gguf";
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    binary_ = fs::read_symlink("/proc/self/exe").parent_path() / "ultrafast";
+    if (!fs::exists(binary_)) GTEST_SKIP() << "ultrafast binary not built at " << binary_;
+    dir_ = fs::temp_directory_path() /
+           ("uf_cli_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // Runs `ultrafast args` with stdin from `input`; UF_DEMO_MODEL is cleared so a developer's
+  // setting cannot leak in.
+  Result Run(const std::string& args, const std::string& input = "") {
+    const fs::path in = dir_ / "stdin", out = dir_ / "stdout", err = dir_ / "stderr";
+    std::ofstream(in, std::ios::binary) << input;
+    const std::string cmd = "env -u UF_DEMO_MODEL " + binary_.string() + " " + args + " < " +
+                            in.string() + " > " + out.string() + " 2> " + err.string();
+    const int status = std::system(cmd.c_str());
+    Result r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = ReadFile(out);
+    r.err = ReadFile(err);
+    return r;
+  }
+
+  fs::path binary_, dir_;
+};
+
+TEST_F(CliTest, HelpAndUnknownCommand) {
+  Result r = Run("--help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* cmd : {"run", "logits", "tokenize", "info"}) {
+    EXPECT_NE(r.out.find(cmd), std::string::npos) << cmd;
+    EXPECT_EQ(Run(std::string(cmd) + " --help").code, 0) << cmd;
+  }
+  EXPECT_NE(Run("frobnicate").code, 0);
+  EXPECT_NE(Run("").code, 0);
+}
+
+TEST_F(CliTest, TokenizeMatchesReferenceTokens) {
+  // ../shared/golden/tiny-llama-f32.jsonl: "Once upon a time" -> [1, 9038, 2501, 263, 931].
+  Result r = Run(std::string("tokenize -m ") + kF32Model + " --bos", "Once upon a time");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "1 9038 2501 263 931\n");
+  r = Run(std::string("tokenize -m ") + kF32Model, "Once upon a time");
+  EXPECT_EQ(r.out, "9038 2501 263 931\n");
+}
+
+TEST_F(CliTest, LogitsReproduceGoldenFile) {
+  // First and third golden prompts (the third has \n escapes to undo).
+  std::ifstream golden("../shared/golden/tiny-llama-f32.jsonl");
+  std::ifstream prompts_in("../shared/golden/prompts.txt");
+  std::string g0, g1, g2, p0, p1, p2;
+  std::getline(golden, g0), std::getline(golden, g1), std::getline(golden, g2);
+  std::getline(prompts_in, p0), std::getline(prompts_in, p1), std::getline(prompts_in, p2);
+  std::ofstream(dir_ / "prompts.txt") << p0 << "\n\n" << p2 << "\n";  // empty line skipped
+  Result r = Run(std::string("logits -t 1 -m ") + kF32Model + " --prompts " +
+                 (dir_ / "prompts.txt").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string l0, l2, extra;
+  ASSERT_TRUE(std::getline(lines, l0));
+  ASSERT_TRUE(std::getline(lines, l2));
+  EXPECT_FALSE(std::getline(lines, extra));
+  for (const auto& [ours_line, ref_line] : {std::pair{l0, g0}, std::pair{l2, g2}}) {
+    // The prompt and token fields must be byte-identical (same JSON escaping).
+    const std::string head = ref_line.substr(0, ref_line.find("\"positions\""));
+    EXPECT_EQ(ours_line.substr(0, head.size()), head);
+    const auto ours = nlohmann::json::parse(ours_line), ref = nlohmann::json::parse(ref_line);
+    ASSERT_EQ(ours["positions"].size(), ref["positions"].size());
+    for (size_t i = 0; i < ref["positions"].size(); ++i) {
+      const auto& a = ours["positions"][i];
+      const auto& b = ref["positions"][i];
+      ASSERT_EQ(a.size(), 8u);
+      EXPECT_EQ(a[0][0], b[0][0]) << "position " << i;
+      // F32 model: our logits equal the reference's to ~4e-6 (see golden_test.cc).
+      for (size_t j = 0; j < 8; ++j) EXPECT_NEAR(a[j][1].get<double>(), b[j][1].get<double>(), 1e-4);
+    }
+  }
+}
+
+TEST_F(CliTest, GreedyRunContinuesWithTheReferenceArgmax) {
+  // The reference's best next token after "Once upon a time" (last position of the first golden
+  // prompt) is 14452; greedy generation must print its text right after the prompt.
+  auto file = gguf::GgufFile::Open(kF32Model);
+  ASSERT_TRUE(file.ok());
+  auto tok = Tokenizer::FromGguf(**file);
+  ASSERT_TRUE(tok.ok());
+  const std::string piece = (*tok)->TokenToPiece(14452);
+  Result r = Run(std::string("run -m ") + kF32Model +
+                 " -p \"Once upon a time\" -n 4 --temp 0 -t 1 --seed 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.substr(0, 16 + piece.size()), "Once upon a time" + piece) << r.out;
+  for (const char* what : {"load:", "prompt: 5 tokens", "tok/s", "decode: 3 tokens",
+                           "time to first token"}) {
+    EXPECT_NE(r.err.find(what), std::string::npos) << what << " in " << r.err;
+  }
+  // Same seed, same sampled text.
+  const std::string sampled = std::string("run -m ") + kF32Model + " -p Hello -n 12 -t 1 --seed 9";
+  Result a = Run(sampled), b = Run(sampled);
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+}
+
+TEST_F(CliTest, RunErrorsAreClear) {
+  Result r = Run(std::string("run -m ") + kF32Model + " -p hi -n 100 --ctx 50");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("context"), std::string::npos) << r.err;
+  r = Run("run -m /nonexistent/model.gguf -p hi");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("/nonexistent/model.gguf"), std::string::npos) << r.err;
+  r = Run(std::string("run -m ") + kF32Model + " -p hi --top-p 0");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("top_p"), std::string::npos) << r.err;
+  r = Run(std::string("run -m ") + kF32Model);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("-p"), std::string::npos) << r.err;
+  // A file that is not GGUF.
+  std::ofstream(dir_ / "junk.gguf") << "definitely not a model";
+  r = Run("info -m " + (dir_ / "junk.gguf").string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_FALSE(r.err.empty());
+}
+
+TEST_F(CliTest, DemoModelIsFoundThroughEnvironment) {
+  const std::string cmd = "env UF_DEMO_MODEL=" + fs::absolute(kF32Model).string() + " " +
+                          binary_.string() + " run -n 2 -t 1 --seed 1 > " +
+                          (dir_ / "out").string() + " 2> " + (dir_ / "err").string();
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << ReadFile(dir_ / "err");
+  EXPECT_EQ(ReadFile(dir_ / "out").rfind("ROMEO:", 0), 0u);
+}
+
+TEST_F(CliTest, InfoReportsBytesPerToken) {
+  Result r = Run(std::string("info -m ") + kF32Model);
+  ASSERT_EQ(r.code, 0) << r.err;
+  // tiny-llama-f32 (../shared/models/README.md): dim 64, 2 layers, 4 heads, 2 kv heads (head 16),
+  // ffn 172, vocab 32000, untied output, all F32. Per layer: q 64x64, k 64x32, v 64x32,
+  // o 64x64, gate/up/down 3 x 64x172; plus the 32000x64 output matrix.
+  const int64_t per_layer = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 172;
+  const int64_t bytes = 4 * (2 * per_layer + 32000 * 64);
+  EXPECT_NE(r.out.find("bytes read per token: " + std::to_string(bytes)), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("llama"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace uf

@@ -1,0 +1,234 @@
+// End-to-end tests of `ultrafast serve` driven by the official OpenAI client (pinned in
+// package-lock.json). Each suite starts the server on a free loopback port with a tiny model from
+// ../shared/models. The tiny models have random weights: their text is gibberish, but greedy
+// output is deterministic, which is what the equality checks below rely on.
+//
+// Run: UF_BIN=build/ultrafast node --test tests/e2e/   (tests/e2e/run.sh does this for ctest)
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '..', '..');
+const BIN = process.env.UF_BIN || path.join(root, 'build', 'ultrafast');
+const MODEL = process.env.UF_MODEL || path.resolve(root, '..', 'shared', 'models', 'tiny-qwen2-256-q8_0.gguf');
+const MODEL_ID = 'tiny';
+
+// Starts the server with --port 0 and resolves once it prints the port it listens on.
+async function startServer(extraArgs = []) {
+  const args = ['serve', '-m', MODEL, '--model-id', MODEL_ID, '--host', '127.0.0.1', '--port', '0',
+    '--ctx', '1024', '--max-seqs', '8', '-t', '2', ...extraArgs];
+  const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  proc.stderr.on('data', (d) => { stderr += d; });
+  const port = await new Promise((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`server did not start:\n${stderr}`)), 60000);
+    proc.stdout.on('data', (d) => {
+      out += d;
+      const m = out.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m) { clearTimeout(timer); resolve(Number(m[1])); }
+    });
+    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited (${code}):\n${stderr}`)); });
+  });
+  const base = `http://127.0.0.1:${port}`;
+  return {
+    proc, port, base,
+    stderr: () => stderr,
+    async stop() {
+      proc.kill('SIGTERM');
+      const [code] = await once(proc, 'exit');
+      return code;
+    },
+  };
+}
+
+async function metrics(base) {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const value = (name) => {
+    const m = text.match(new RegExp(`^${name} (\\S+)$`, 'm'));
+    return m ? Number(m[1]) : NaN;
+  };
+  return { text, value };
+}
+
+// Polls /metrics until no sequence runs and no KV block is held, or fails after 20 s.
+async function waitIdle(base) {
+  const deadline = Date.now() + 20000;
+  for (;;) {
+    const m = await metrics(base);
+    if (m.value('ultrafast_running_sequences') === 0 && m.value('ultrafast_kv_blocks_used') === 0) return m;
+    if (Date.now() > deadline) assert.fail(`server not idle:\n${m.text}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const greedy = { temperature: 0, ignore_eos: true };  // ignore_eos: fixed lengths (extension)
+
+describe('ultrafast serve with the openai client', () => {
+  let server;
+  let client;
+  before(async () => {
+    server = await startServer();
+    client = new OpenAI({ apiKey: 'unused', baseURL: `${server.base}/v1`, maxRetries: 0 });
+  });
+  after(async () => {
+    const code = await server.stop();
+    assert.equal(code, 0, `clean exit on SIGTERM\n${server.stderr()}`);
+  });
+
+  test('lists the model', async () => {
+    const models = await client.models.list();
+    assert.deepEqual(models.data.map((m) => m.id), [MODEL_ID]);
+    const health = await (await fetch(`${server.base}/health`)).json();
+    assert.equal(health.status, 'ok');
+  });
+
+  test('chat completion, not streamed', async () => {
+    const r = await client.chat.completions.create({
+      model: MODEL_ID, messages: [{ role: 'user', content: 'Say hello' }], max_tokens: 16, ...greedy,
+    });
+    assert.equal(r.object, 'chat.completion');
+    assert.equal(r.model, MODEL_ID);
+    assert.equal(r.choices.length, 1);
+    assert.equal(r.choices[0].message.role, 'assistant');
+    assert.equal(typeof r.choices[0].message.content, 'string');
+    assert.equal(r.choices[0].finish_reason, 'length');
+    assert.equal(r.usage.completion_tokens, 16);
+    assert.ok(r.usage.prompt_tokens > 0);
+    assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 16);
+  });
+
+  test('chat completion, streamed, equals the non-streamed text', async () => {
+    const body = { model: MODEL_ID, messages: [{ role: 'user', content: 'Stream please' }], max_tokens: 20, ...greedy };
+    const whole = await client.chat.completions.create(body);
+    const stream = await client.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+    let text = '';
+    let finish = null;
+    let usage = null;
+    let chunks = 0;
+    for await (const chunk of stream) {
+      chunks++;
+      assert.equal(chunk.object, 'chat.completion.chunk');
+      if (chunk.usage) usage = chunk.usage;
+      if (chunk.choices.length === 0) continue;
+      text += chunk.choices[0].delta.content ?? '';
+      if (chunk.choices[0].finish_reason) finish = chunk.choices[0].finish_reason;
+    }
+    assert.ok(chunks >= 3);
+    assert.equal(text, whole.choices[0].message.content);
+    assert.equal(finish, 'length');
+    assert.equal(usage.completion_tokens, 20);
+  });
+
+  test('legacy completions, streamed and not, with logprobs', async () => {
+    const body = { model: MODEL_ID, prompt: 'Once upon a time', max_tokens: 12, logprobs: 2, ...greedy };
+    const whole = await client.completions.create(body);
+    assert.equal(whole.object, 'text_completion');
+    const lp = whole.choices[0].logprobs;
+    assert.equal(lp.tokens.length, 12);
+    assert.equal(lp.token_logprobs.length, 12);
+    assert.ok(lp.token_logprobs.every((x) => x <= 0));
+    assert.equal(Object.keys(lp.top_logprobs[0]).length, 2);
+    let text = '';
+    for await (const chunk of await client.completions.create({ ...body, logprobs: null, stream: true })) {
+      text += chunk.choices[0]?.text ?? '';
+    }
+    assert.equal(text, whole.choices[0].text);
+  });
+
+  test('chat logprobs and stop strings', async () => {
+    const body = { model: MODEL_ID, messages: [{ role: 'user', content: 'Logprobs' }], max_tokens: 16, ...greedy };
+    const r = await client.chat.completions.create({ ...body, logprobs: true, top_logprobs: 3 });
+    const content = r.choices[0].logprobs.content;
+    assert.equal(content.length, 16);
+    assert.equal(content[0].top_logprobs.length, 3);
+    assert.ok(content[0].top_logprobs[0].logprob >= content[0].top_logprobs[2].logprob);
+    const text = r.choices[0].message.content;
+    const stop = text.slice(Math.floor(text.length / 2), Math.floor(text.length / 2) + 3);
+    const s = await client.chat.completions.create({ ...body, stop: [stop] });
+    assert.equal(s.choices[0].message.content, text.slice(0, text.indexOf(stop)));
+    assert.equal(s.choices[0].finish_reason, 'stop');
+  });
+
+  test('8 concurrent streams each equal their solo output', async () => {
+    const prompts = Array.from({ length: 8 }, (_, i) => `Concurrent request number ${i}: ${'tell me more '.repeat(i)}`);
+    const body = (p) => ({ model: MODEL_ID, messages: [{ role: 'user', content: p }], max_tokens: 24, ...greedy });
+    const solo = [];
+    for (const p of prompts) solo.push((await client.chat.completions.create(body(p))).choices[0].message.content);
+    const together = await Promise.all(prompts.map(async (p) => {
+      let text = '';
+      for await (const chunk of await client.chat.completions.create({ ...body(p), stream: true })) {
+        text += chunk.choices[0]?.delta?.content ?? '';
+      }
+      return text;
+    }));
+    assert.deepEqual(together, solo);
+    await waitIdle(server.base);
+  });
+
+  test('aborting a stream frees its KV blocks', async () => {
+    const stream = await client.chat.completions.create({
+      model: MODEL_ID, messages: [{ role: 'user', content: 'A very long answer' }], max_tokens: 900, stream: true, ...greedy,
+    });
+    let n = 0;
+    for await (const chunk of stream) {
+      if (++n === 5) {
+        const busy = await metrics(server.base);
+        assert.ok(busy.value('ultrafast_kv_blocks_used') > 0, 'blocks held while streaming');
+        stream.controller.abort();
+        break;
+      }
+    }
+    const idle = await waitIdle(server.base);
+    assert.ok(idle.value('ultrafast_kv_blocks_free') > 0);
+  });
+
+  test('bad requests get OpenAI errors', async () => {
+    const messages = [{ role: 'user', content: 'x' }];
+    await assert.rejects(client.chat.completions.create({ model: MODEL_ID, messages, temperature: 5 }),
+      (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'temperature');
+    await assert.rejects(client.chat.completions.create({ model: MODEL_ID, messages, frobnicate: true }),
+      (e) => e instanceof OpenAI.BadRequestError && /frobnicate/.test(e.message));
+    await assert.rejects(client.chat.completions.create({ model: 'gpt-4o', messages }),
+      (e) => e instanceof OpenAI.NotFoundError && e.code === 'model_not_found');
+    await assert.rejects(client.chat.completions.create({ model: MODEL_ID, messages: [] }),
+      (e) => e instanceof OpenAI.BadRequestError);
+    await assert.rejects(client.completions.create({ model: MODEL_ID, prompt: 'word '.repeat(2000) }),
+      (e) => e instanceof OpenAI.BadRequestError && e.code === 'context_length_exceeded');
+    const raw = await fetch(`${server.base}/v1/chat/completions`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{"model": ',
+    });
+    assert.equal(raw.status, 400);
+    assert.equal(typeof (await raw.json()).error.message, 'string');
+    const big = await fetch(`${server.base}/v1/chat/completions`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: 'x'.repeat(9 << 20),
+    }).catch((e) => e);
+    // 413, or a reset if the server closed before the client finished sending.
+    assert.ok(big instanceof Error || big.status === 413);
+    const m = await metrics(server.base);
+    assert.match(m.text, /ultrafast_requests_total\{endpoint="chat_completions",status="400"\} \d+/);
+  });
+});
+
+describe('API keys', () => {
+  let server;
+  before(async () => { server = await startServer(['--api-key', 'sk-e2e-secret']); });
+  after(async () => { await server.stop(); });
+
+  test('a wrong or missing key gets 401, the right key works', async () => {
+    const request = { model: MODEL_ID, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 };
+    const bad = new OpenAI({ apiKey: 'sk-wrong', baseURL: `${server.base}/v1`, maxRetries: 0 });
+    await assert.rejects(bad.chat.completions.create(request),
+      (e) => e instanceof OpenAI.AuthenticationError && e.status === 401);
+    await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
+    const good = new OpenAI({ apiKey: 'sk-e2e-secret', baseURL: `${server.base}/v1`, maxRetries: 0 });
+    const r = await good.chat.completions.create(request);
+    assert.equal(r.choices.length, 1);
+    assert.equal((await fetch(`${server.base}/health`)).status, 200);
+  });
+});

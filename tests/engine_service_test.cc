@@ -1,0 +1,436 @@
+// The serving engine with a tiny real model: continuous batching must not change what a sequence
+// generates (greedy outputs of a request are the same alone, batched, chunk-prefilled or
+// preempted and recomputed), cancellation frees KV blocks, and a full queue is refused.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "engine/seq_sampler.h"
+#include "engine/service.h"
+#include "engine/stop_matcher.h"
+
+namespace uf::engine {
+namespace {
+
+constexpr char kModel[] = "../shared/models/tiny-qwen2-256-q8_0.gguf";
+
+struct Loaded {
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+Loaded& Tiny() {
+  static Loaded* loaded = [] {
+    auto* l = new Loaded;
+    auto m = model::Model::Load(kModel);
+    UF_CHECK(m.ok()) << m.status().ToString();
+    l->model = std::move(m).value();
+    auto t = Tokenizer::FromGguf(l->model->file());
+    UF_CHECK(t.ok()) << t.status().ToString();
+    l->tokenizer = std::move(t).value();
+    return l;
+  }();
+  return *loaded;
+}
+
+struct Output {
+  std::string text;
+  std::vector<int32_t> tokens;
+  FinishReason finish = FinishReason::kNone;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;
+};
+
+// Stats are published after the step that sent the final events: poll until they settle.
+EngineStats SettledStats(const Service& s) {
+  EngineStats st = s.Stats();
+  for (int i = 0; i < 2000 && (st.running > 0 || st.kv_blocks_used > 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    st = s.Stats();
+  }
+  return st;
+}
+
+Output Collect(RequestChannel& ch) {
+  Output out;
+  std::vector<GenerationEvent> events;
+  for (;;) {
+    if (!ch.Pop(&events, 60.0)) {
+      ADD_FAILURE() << "no event within 60 s";
+      return out;
+    }
+    for (GenerationEvent& e : events) {
+      out.text += e.text;
+      for (const TokenLogprob& lp : e.logprobs) out.tokens.push_back(lp.token);
+      if (e.finish != FinishReason::kNone) {
+        EXPECT_TRUE(e.error.ok()) << e.error.ToString();
+        out.finish = e.finish;
+        out.completion_tokens = e.completion_tokens;
+        out.cached_tokens = e.cached_tokens;
+        return out;
+      }
+    }
+  }
+}
+
+GenerationRequest Greedy(const std::string& prompt, int64_t max_tokens) {
+  GenerationRequest r;
+  r.prompt = Tiny().tokenizer->Encode(prompt, true, false);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0.0f;
+  r.ignore_eos = true;  // fixed lengths: random weights may emit EOS anywhere
+  r.top_logprobs = 0;   // token ids come back through the logprobs
+  return r;
+}
+
+std::unique_ptr<Service> MakeService(ServiceOptions o) {
+  o.n_threads = 2;
+  auto s = Service::Create(*Tiny().model, *Tiny().tokenizer, o);
+  UF_CHECK(s.ok()) << s.status().ToString();
+  return std::move(s).value();
+}
+
+const std::vector<std::string>& Prompts() {
+  static const std::vector<std::string> p = {
+      "Once upon a time",
+      "The quick brown fox jumps over the lazy dog because it",
+      "In 1492, Columbus sailed the ocean blue. Then",
+      "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
+      "A",
+      "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor "
+      "incididunt ut labore et dolore magna aliqua. Ut enim ad minim veniam, quis nostrud "
+      "exercitation ullamco laboris nisi ut aliquip ex ea commodo consequat.",
+  };
+  return p;
+}
+
+std::vector<Output> RunAlone(int64_t max_tokens) {
+  ServiceOptions o;
+  o.max_seqs = 1;
+  o.ctx = 512;
+  auto s = MakeService(o);
+  std::vector<Output> out;
+  for (const std::string& p : Prompts()) {
+    auto ch = s->Submit(Greedy(p, max_tokens));
+    EXPECT_TRUE(ch.ok());
+    out.push_back(Collect(**ch));
+  }
+  return out;
+}
+
+std::vector<Output> RunTogether(const ServiceOptions& o, int64_t max_tokens) {
+  auto s = MakeService(o);
+  std::vector<std::shared_ptr<RequestChannel>> chans;
+  for (const std::string& p : Prompts()) {
+    auto ch = s->Submit(Greedy(p, max_tokens));
+    EXPECT_TRUE(ch.ok()) << ch.status().ToString();
+    chans.push_back(*ch);
+  }
+  std::vector<Output> out;
+  for (auto& ch : chans) out.push_back(Collect(*ch));
+  const EngineStats st = SettledStats(*s);
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.kv_blocks_used, 0) << "finished sequences must give their blocks back";
+  return out;
+}
+
+void ExpectSame(const std::vector<Output>& a, const std::vector<Output>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << "prompt " << i;
+    EXPECT_EQ(a[i].text, b[i].text) << "prompt " << i;
+    EXPECT_EQ(a[i].finish, b[i].finish);
+  }
+}
+
+// Greedy decoding is exact: batching must give bit-identical logits per sequence (the decoder
+// computes each sequence's rows independently), so token sequences must match exactly.
+TEST(ServiceTest, GreedyOutputsSameAloneAndBatched) {
+  const std::vector<Output> alone = RunAlone(24);
+  for (const Output& o : alone) {
+    EXPECT_EQ(o.tokens.size(), 24u);
+    EXPECT_EQ(o.completion_tokens, 24);
+    EXPECT_EQ(o.finish, FinishReason::kLength);
+  }
+  ServiceOptions o;
+  o.max_seqs = 8;
+  o.ctx = 512;
+  ExpectSame(alone, RunTogether(o, 24));
+}
+
+TEST(ServiceTest, ChunkedPrefillGivesSameOutputs) {
+  const std::vector<Output> alone = RunAlone(16);
+  ServiceOptions o;
+  o.max_seqs = 4;  // more prompts than slots: some wait, then join mid-flight
+  o.ctx = 512;
+  o.prefill_chunk = 7;  // prompts are split over several steps, next to running decodes
+  ExpectSame(alone, RunTogether(o, 16));
+}
+
+TEST(ServiceTest, PreemptionRecomputesAndGivesSameOutputs) {
+  const std::vector<Output> alone = RunAlone(40);
+  ServiceOptions o;
+  o.max_seqs = 6;
+  o.ctx = 128;
+  o.kv_tokens = 128;  // the pool holds one context: sequences must be preempted
+  o.block_size = 8;
+  auto s = MakeService(o);
+  std::vector<std::shared_ptr<RequestChannel>> chans;
+  for (const std::string& p : Prompts()) chans.push_back(*s->Submit(Greedy(p, 40)));
+  std::vector<Output> out;
+  for (auto& ch : chans) out.push_back(Collect(*ch));
+  ExpectSame(alone, out);
+  EXPECT_GT(s->Stats().preemptions, 0);
+  EXPECT_EQ(SettledStats(*s).kv_blocks_used, 0);
+}
+
+TEST(ServiceTest, CancelFreesBlocks) {
+  ServiceOptions o;
+  o.max_seqs = 2;
+  o.ctx = 2048;
+  o.step_hook = [] { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };
+  auto s = MakeService(o);
+  auto ch = *s->Submit(Greedy("Tell me a very long story", 2000));
+  std::vector<GenerationEvent> events;
+  ASSERT_TRUE(ch->Pop(&events, 30.0));
+  EXPECT_GT(s->Stats().kv_blocks_used, 0);
+  ch->Cancel();
+  const EngineStats st = SettledStats(*s);
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.kv_blocks_used, 0);
+}
+
+TEST(ServiceTest, FullQueueIsRefused) {
+  ServiceOptions o;
+  o.max_seqs = 1;
+  o.max_queue = 1;
+  o.ctx = 256;
+  o.step_hook = [] { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };
+  auto s = MakeService(o);
+  auto a = s->Submit(Greedy("one", 200));
+  ASSERT_TRUE(a.ok());
+  for (int i = 0; i < 1000 && s->Stats().running == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  auto b = s->Submit(Greedy("two", 200));  // waits: one slot, one queue place
+  ASSERT_TRUE(b.ok());
+  auto c = s->Submit(Greedy("three", 200));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
+  (*a)->Cancel();
+  (*b)->Cancel();
+}
+
+TEST(ServiceTest, RejectsPromptsThatDoNotFit) {
+  ServiceOptions o;
+  o.max_seqs = 1;
+  o.ctx = 16;
+  auto s = MakeService(o);
+  GenerationRequest r;
+  EXPECT_EQ(s->Submit(r).status().code(), StatusCode::kInvalidArgument);
+  r.prompt.assign(16, 100);
+  EXPECT_EQ(s->Submit(r).status().code(), StatusCode::kOutOfRange);
+  r.prompt.assign(4, -1);
+  EXPECT_EQ(s->Submit(r).status().code(), StatusCode::kInvalidArgument);
+  // max_tokens is clamped to the room left: 15 prompt tokens leave one.
+  r.prompt.assign(15, 100);
+  r.max_tokens = 100;
+  r.ignore_eos = true;
+  Output out = Collect(**s->Submit(r));
+  EXPECT_EQ(out.completion_tokens, 1);
+  EXPECT_EQ(out.finish, FinishReason::kLength);
+}
+
+TEST(ServiceTest, ShutdownEndsOpenRequests) {
+  ServiceOptions o;
+  o.max_seqs = 1;
+  o.ctx = 4096;
+  o.step_hook = [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); };
+  auto s = MakeService(o);
+  auto a = *s->Submit(Greedy("one", 4000));
+  auto b = *s->Submit(Greedy("two", 4000));
+  s->Shutdown();
+  for (auto& ch : {a, b}) {
+    std::vector<GenerationEvent> events;
+    bool finished = false;
+    while (!finished && ch->Pop(&events, 10.0)) {
+      for (auto& e : events) finished |= e.finish == FinishReason::kError;
+    }
+    EXPECT_TRUE(finished);
+  }
+  EXPECT_EQ(s->Submit(Greedy("three", 4)).status().code(), StatusCode::kUnavailable);
+}
+
+TEST(ServiceTest, SeededSamplingIsReproducible) {
+  ServiceOptions o;
+  o.max_seqs = 4;
+  o.ctx = 256;
+  auto s = MakeService(o);
+  auto req = [](uint64_t seed) {
+    GenerationRequest r = Greedy("Sampling test", 20);
+    r.sampling.temperature = 1.0f;
+    r.sampling.top_p = 0.9f;
+    r.sampling.seed = seed;
+    return r;
+  };
+  auto a = s->Submit(req(7));
+  auto b = s->Submit(req(7));
+  auto c = s->Submit(req(8));
+  const Output oa = Collect(**a), ob = Collect(**b), oc = Collect(**c);
+  EXPECT_EQ(oa.tokens, ob.tokens);
+  EXPECT_NE(oa.tokens, oc.tokens);  // 20 draws from ~50k tokens: equal only by astronomic chance
+}
+
+// Prompts sharing a long prefix: the second request maps the first one's full blocks and must
+// generate exactly what it generates without the cache.
+TEST(ServiceTest, PrefixCacheReusesBlocksWithSameOutputs) {
+  std::string base;
+  for (int i = 0; i < 40; ++i) base += "word" + std::to_string(i) + " ";
+  const std::vector<std::string> prompts = {base + "alpha", base + "alpha", base + "beta gamma"};
+  std::vector<Output> fresh, cached;
+  for (bool use_cache : {false, true}) {
+    ServiceOptions o;
+    o.max_seqs = 2;
+    o.ctx = 512;
+    o.block_size = 16;
+    o.prefix_cache = use_cache;
+    auto s = MakeService(o);
+    for (const std::string& p : prompts) {
+      Output out = Collect(**s->Submit(Greedy(p, 12)));
+      (use_cache ? cached : fresh).push_back(out);
+    }
+    const EngineStats st = SettledStats(*s);
+    if (use_cache) {
+      EXPECT_GT(st.prefix_hit_tokens, 0);
+      EXPECT_GT(st.kv_blocks_cached, 0);
+    } else {
+      EXPECT_EQ(st.prefix_hit_tokens, 0);
+      EXPECT_EQ(st.kv_blocks_cached, 0);
+    }
+  }
+  ExpectSame(fresh, cached);
+  const int64_t n = static_cast<int64_t>(Greedy(prompts[0], 1).prompt.size());
+  EXPECT_EQ(cached[0].cached_tokens, 0);
+  EXPECT_EQ(cached[1].cached_tokens, (n - 1) / 16 * 16);  // all full blocks but the last token's
+  EXPECT_GT(cached[2].cached_tokens, 0);
+  EXPECT_LT(cached[2].cached_tokens, n);
+}
+
+KvCacheOptions SmallCache(int64_t n_blocks) {
+  KvCacheOptions o;
+  o.n_layer = 1;
+  o.n_head_kv = 1;
+  o.head_dim = 4;
+  o.block_size = 4;
+  o.n_blocks = n_blocks;
+  o.max_seqs = 3;
+  return o;
+}
+
+TEST(KvCachePrefixTest, AttachSharesAndLruEvicts) {
+  auto c = std::move(KvCache::Create(SmallCache(6))).value();
+  const std::vector<int32_t> t = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  ASSERT_TRUE(c->Reserve(0, 10).ok());
+  c->SetLength(0, 10);
+  c->PublishPrefix(0, t.data(), 10);  // two full blocks published, the third is partial
+  EXPECT_EQ(c->AttachPrefix(1, t.data(), 9), 8);
+  EXPECT_EQ(c->BlockTable(1)[0], c->BlockTable(0)[0]);
+  EXPECT_EQ(c->BlockTable(1)[1], c->BlockTable(0)[1]);
+  EXPECT_EQ(c->free_blocks(), 3);
+  // A different second block shares only the first.
+  const std::vector<int32_t> u = {1, 2, 3, 4, 5, 6, 7, 0, 9};
+  EXPECT_EQ(c->AttachPrefix(2, u.data(), 8), 4);
+  c->Remove(2);
+  c->Remove(0);
+  c->Remove(1);
+  EXPECT_EQ(c->cached_blocks(), 2);
+  EXPECT_EQ(c->free_blocks(), 6);
+  // Still cached after everyone left.
+  EXPECT_EQ(c->AttachPrefix(0, t.data(), 8), 8);
+  c->Remove(0);
+  // Needing every block reclaims the cached ones; then nothing matches any more.
+  ASSERT_TRUE(c->Reserve(1, 24).ok());
+  EXPECT_EQ(c->cached_blocks(), 0);
+  c->Remove(1);
+  EXPECT_EQ(c->AttachPrefix(0, t.data(), 8), 0);
+}
+
+TEST(KvCachePrefixTest, CollisionsAreVerified) {
+  auto c = std::move(KvCache::Create(SmallCache(4))).value();
+  const std::vector<int32_t> t = {1, 2, 3, 4};
+  ASSERT_TRUE(c->Reserve(0, 4).ok());
+  c->SetLength(0, 4);
+  c->PublishPrefix(0, t.data(), 4);
+  const std::vector<int32_t> v = {1, 2, 3, 5};
+  EXPECT_EQ(c->AttachPrefix(1, v.data(), 4), 0);
+  EXPECT_EQ(c->AttachPrefix(2, t.data(), 4), 4);
+}
+
+TEST(StopMatcherTest, HoldsBackPartialMatches) {
+  StopMatcher m({"END", "xyz"});
+  EXPECT_EQ(m.Push("hello E"), "hello ");
+  EXPECT_EQ(m.Push("N"), "");
+  EXPECT_EQ(m.Push("x"), "EN");  // "ENx" cannot become "END", but "x" may start "xyz"
+  EXPECT_FALSE(m.stopped());
+  EXPECT_EQ(m.Push("y"), "");
+  EXPECT_EQ(m.Push("z!"), "");
+  EXPECT_TRUE(m.stopped());
+}
+
+TEST(StopMatcherTest, StopsAndDropsTheStopString) {
+  StopMatcher m({"</s>"});
+  EXPECT_EQ(m.Push("abc</"), "abc");
+  EXPECT_EQ(m.Push("s>def"), "");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.Push("more"), "");
+  EXPECT_EQ(m.Flush(), "");
+}
+
+TEST(StopMatcherTest, FlushReleasesHeldText) {
+  StopMatcher m({"stop"});
+  EXPECT_EQ(m.Push("a st"), "a ");
+  EXPECT_EQ(m.Flush(), "st");
+  StopMatcher none({});
+  EXPECT_EQ(none.Push("anything"), "anything");
+}
+
+TEST(StopMatcherTest, EarliestStopWins) {
+  StopMatcher m({"cd", "b"});
+  EXPECT_EQ(m.Push("abcd"), "a");
+  EXPECT_TRUE(m.stopped());
+}
+
+TEST(SequenceSamplerTest, LogprobsAreNormalised) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f};
+  const TokenLogprob lp = SequenceSampler::Logprobs(logits.data(), 4, 2, 3);
+  // log softmax by hand: z = e^1 + 2e^3 + e^2.
+  const double z = std::exp(1.0) + 2 * std::exp(3.0) + std::exp(2.0);
+  EXPECT_NEAR(lp.logprob, 2.0 - std::log(z), 1e-5);
+  ASSERT_EQ(lp.top.size(), 3u);
+  EXPECT_EQ(lp.top[0].first, 1);  // ties by id
+  EXPECT_EQ(lp.top[1].first, 3);
+  EXPECT_EQ(lp.top[2].first, 2);
+  EXPECT_NEAR(lp.top[0].second, 3.0 - std::log(z), 1e-5);
+}
+
+TEST(SequenceSamplerTest, GreedyBiasAndBans) {
+  RequestSampling p;
+  p.temperature = 0.0f;
+  p.logit_bias = {{0, 5.0f}};
+  SequenceSampler s(p, 4, 16);
+  std::vector<float> scratch;
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 0.0f};
+  EXPECT_EQ(s.Sample(logits.data(), {}, &scratch), 0);   // 1 + 5 beats 3
+  EXPECT_EQ(s.Sample(logits.data(), {0}, &scratch), 1);  // banned
+  RequestSampling q;
+  q.temperature = 0.0f;
+  q.presence_penalty = 2.0f;
+  SequenceSampler t(q, 4, 16);
+  t.Accept(1);
+  EXPECT_EQ(t.Sample(logits.data(), {}, &scratch), 2);  // 3 - 2 < 2
+}
+
+}  // namespace
+}  // namespace uf::engine

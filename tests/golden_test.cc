@@ -1,0 +1,218 @@
+// Compares our logits with a reference engine's (../shared/golden/<model>.jsonl) for every model in
+// ../shared/models, through (a) one batched prefill over each whole prompt and (b) token-by-token
+// decoding through the paged KV cache, teacher-forced on the reference's prompt tokens.
+//
+// Tolerances (logit error is measured relative to max(1, |reference logit|)):
+//  - F32 weights: 1e-3. The reference multiplies F32 by F32 like we do; only summation order
+//    differs (~1e-6 relative per dot product), plus the 5-decimal rounding of the file (5e-6).
+//  - F16 / BF16 weights: 1e-2. Activations are rounded to F16 / BF16 before each product, as the
+//    reference does; an activation that lands on the other side of a rounding boundary changes by
+//    one unit in the last place (2^-11 for F16, 2^-8 for BF16), and two layers of such flips move
+//    logits of these random-weight models by a few 1e-3.
+//  - Quantized weights (Q8_0, Q4_0, Q4_K, Q6_K): 3e-2. Activations are quantized to 8 bits per
+//    block (Q8_0 / Q8_K) like the reference's; one int8 step is 1/127 of a block's max, so a value
+//    flipping to the neighbouring step moves a product by ~0.4% of the block's scale; a handful of
+//    flips across two layers stays within a few percent. A real bug (wrong layout, wrong RoPE)
+//    moves logits by O(1) and flips most arg-maxes.
+// Arg-max: the reference's top-1 id must be ours at >= 99% of positions (F32/F16/BF16) or >= 97%
+// (quantized), and at 100% of positions where the reference's top-1 beats its top-2 by at least
+// 2% of max(1, |top-1|) (see ../shared/golden/README.md: near-ties flip under any rounding change,
+// clear choices do not).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "engine/kv_cache.h"
+#include "model/batch.h"
+#include "model/decoder.h"
+#include "model/model.h"
+
+namespace uf {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char kModelsDir[] = "../shared/models";
+const char kGoldenDir[] = "../shared/golden";
+
+struct GoldenPrompt {
+  std::string prompt;
+  std::vector<int32_t> tokens;
+  // positions[i] = reference top-8 (id, logit), highest first.
+  std::vector<std::vector<std::pair<int32_t, float>>> positions;
+};
+
+std::vector<GoldenPrompt> LoadGolden(const std::string& path) {
+  std::vector<GoldenPrompt> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto j = nlohmann::json::parse(line);
+    GoldenPrompt g;
+    g.prompt = j["prompt"].get<std::string>();
+    g.tokens = j["prompt_tokens"].get<std::vector<int32_t>>();
+    for (const auto& pos : j["positions"]) {
+      std::vector<std::pair<int32_t, float>> top;
+      for (const auto& pair : pos) top.emplace_back(pair[0].get<int32_t>(), pair[1].get<float>());
+      g.positions.push_back(std::move(top));
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+std::vector<std::string> ListModels() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(kModelsDir, ec)) {
+    if (entry.path().extension() == ".gguf") names.push_back(entry.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Weight type family of a model, from the types of its layer matrices.
+enum class Family { kF32, kHalf, kQuantized };
+
+Family FamilyOf(const model::Model& m) {
+  Family f = Family::kF32;
+  for (const auto& l : m.weights().layers) {
+    for (const kernels::Matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) {
+      if (w->type() == GgmlType::kF16 || w->type() == GgmlType::kBF16) {
+        f = std::max(f, Family::kHalf);
+      } else if (w->type() != GgmlType::kF32) {
+        f = Family::kQuantized;
+      }
+    }
+  }
+  return f;
+}
+
+struct Stats {
+  int64_t positions = 0;
+  int64_t argmax_agree = 0;
+  int64_t clear_positions = 0;
+  int64_t clear_agree = 0;
+  double max_err = 0.0;  // max over compared logits of |ours - ref| / max(1, |ref|)
+  int64_t over_tol = 0;  // compared logits past the tolerance
+
+  void Add(const float* logits, int64_t n_vocab, const std::vector<std::pair<int32_t, float>>& ref,
+           double tol) {
+    ++positions;
+    const int32_t ours = static_cast<int32_t>(std::max_element(logits, logits + n_vocab) - logits);
+    const bool agree = ours == ref[0].first;
+    argmax_agree += agree;
+    if (ref.size() >= 2 &&
+        ref[0].second - ref[1].second >= 0.02 * std::max(1.0f, std::fabs(ref[0].second))) {
+      ++clear_positions;
+      clear_agree += agree;
+    }
+    for (const auto& [id, value] : ref) {
+      const double err = std::fabs(logits[id] - value) / std::max(1.0f, std::fabs(value));
+      max_err = std::max(max_err, err);
+      over_tol += err > tol;
+    }
+  }
+  double agreement() const { return positions ? double(argmax_agree) / positions : 0.0; }
+  double clear_agreement() const {
+    return clear_positions ? double(clear_agree) / clear_positions : 1.0;
+  }
+};
+
+class GoldenTest : public ::testing::TestWithParam<std::string> {};
+
+TEST(GoldenModels, EveryModelHasGoldenData) {
+  const auto models = ListModels();
+  ASSERT_FALSE(models.empty()) << "no models in " << kModelsDir;
+  for (const auto& m : models) {
+    EXPECT_TRUE(fs::exists(std::string(kGoldenDir) + "/" + m + ".jsonl")) << m;
+  }
+}
+
+TEST_P(GoldenTest, LogitsMatchReference) {
+  const std::string name = GetParam();
+  auto loaded = model::Model::Load(std::string(kModelsDir) + "/" + name + ".gguf");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  const model::Model& m = **loaded;
+  const auto golden = LoadGolden(std::string(kGoldenDir) + "/" + name + ".jsonl");
+  ASSERT_FALSE(golden.empty());
+
+  const Family family = FamilyOf(m);
+  const double tol = family == Family::kF32 ? 1e-3 : family == Family::kHalf ? 1e-2 : 3e-2;
+  const double min_agreement = family == Family::kQuantized ? 0.97 : 0.99;
+
+  int64_t max_len = 0;
+  for (const auto& g : golden) max_len = std::max<int64_t>(max_len, g.tokens.size());
+  ThreadPool pool(2);
+  engine::KvCacheOptions co;
+  co.n_layer = m.config().n_layer;
+  co.n_head_kv = m.config().n_head_kv;
+  co.head_dim = m.config().head_dim;
+  co.n_blocks = engine::KvCacheOptions::BlocksFor(max_len, 1, co.block_size);
+  co.max_seq_len = max_len;
+  auto cache = engine::KvCache::Create(co);
+  ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+  auto prefill = model::Decoder::Create(m, cache->get(), {.max_batch = max_len}, &pool);
+  ASSERT_TRUE(prefill.ok()) << prefill.status().ToString();
+  auto decode = model::Decoder::Create(m, cache->get(), {.max_batch = 1}, &pool);
+  ASSERT_TRUE(decode.ok()) << decode.status().ToString();
+
+  const int64_t n_vocab = m.config().n_vocab;
+  Stats batched, stepwise;
+  model::Batch batch;
+  for (const auto& g : golden) {
+    ASSERT_EQ(g.tokens.size(), g.positions.size());
+    // (a) one batched forward over the whole prompt.
+    (*cache)->Remove(0);
+    batch.Clear();
+    for (size_t i = 0; i < g.tokens.size(); ++i) batch.Add(g.tokens[i], i, 0, true);
+    ASSERT_TRUE((*prefill)->Forward(batch).ok());
+    ASSERT_EQ((*prefill)->n_outputs(), static_cast<int64_t>(g.tokens.size()));
+    for (size_t i = 0; i < g.tokens.size(); ++i) {
+      batched.Add((*prefill)->logits(i), n_vocab, g.positions[i], tol);
+    }
+    // (b) token by token through the cache.
+    (*cache)->Remove(0);
+    for (size_t i = 0; i < g.tokens.size(); ++i) {
+      batch.Clear();
+      batch.Add(g.tokens[i], i, 0, true);
+      ASSERT_TRUE((*decode)->Forward(batch).ok());
+      stepwise.Add((*decode)->logits(0), n_vocab, g.positions[i], tol);
+    }
+    EXPECT_EQ((*cache)->Length(0), static_cast<int64_t>(g.tokens.size()));
+  }
+
+  for (const auto& [label, s] : {std::pair{"batched", &batched}, std::pair{"decode", &stepwise}}) {
+    std::printf(
+        "[golden] %-28s %-7s positions=%lld argmax=%.2f%% clear-gap argmax=%.2f%% (%lld) "
+        "max_rel_err=%.2e (tol %.0e)\n",
+        name.c_str(), label, static_cast<long long>(s->positions), 100.0 * s->agreement(),
+        100.0 * s->clear_agreement(), static_cast<long long>(s->clear_positions), s->max_err, tol);
+    EXPECT_GE(s->agreement(), min_agreement) << label;
+    EXPECT_EQ(s->clear_agree, s->clear_positions) << label;
+    EXPECT_EQ(s->over_tol, 0) << label << ": logits past tolerance " << tol
+                              << ", max relative error " << s->max_err;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModels, GoldenTest, ::testing::ValuesIn(ListModels()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string s = info.param;
+                           for (char& ch : s) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return s;
+                         });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GoldenTest);
+
+}  // namespace
+}  // namespace uf

@@ -1,0 +1,142 @@
+#include "engine/kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace uf::engine {
+namespace {
+
+KvCacheOptions Small(int64_t n_blocks, int max_seqs = 2) {
+  KvCacheOptions o;
+  o.n_layer = 2;
+  o.n_head_kv = 2;
+  o.head_dim = 4;
+  o.block_size = 4;
+  o.n_blocks = n_blocks;
+  o.max_seqs = max_seqs;
+  return o;
+}
+
+TEST(KvCache, RejectsBadOptions) {
+  KvCacheOptions o = Small(4);
+  o.n_blocks = 0;
+  EXPECT_EQ(KvCache::Create(o).status().code(), StatusCode::kInvalidArgument);
+  o = Small(4);
+  o.head_dim = -1;
+  EXPECT_EQ(KvCache::Create(o).status().code(), StatusCode::kInvalidArgument);
+  o = Small(4);
+  o.max_seqs = 0;
+  EXPECT_EQ(KvCache::Create(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(KvCache, HugePoolFailsCleanly) {
+  KvCacheOptions o = Small(1 << 29);
+  o.n_layer = 1000;
+  o.head_dim = 1000;
+  auto c = KvCache::Create(o);
+  EXPECT_FALSE(c.ok());
+}
+
+TEST(KvCache, BlocksForCoversContextPerSequence) {
+  EXPECT_EQ(KvCacheOptions::BlocksFor(16, 1, 16), 1);
+  EXPECT_EQ(KvCacheOptions::BlocksFor(17, 1, 16), 2);
+  EXPECT_EQ(KvCacheOptions::BlocksFor(32, 4, 16), 5);
+}
+
+TEST(KvCache, ReserveAllocatesWholeBlocksAndRemoveFrees) {
+  auto c = KvCache::Create(Small(4)).value();
+  EXPECT_EQ(c->free_blocks(), 4);
+  ASSERT_TRUE(c->Reserve(0, 5).ok());  // 2 blocks of 4
+  EXPECT_EQ(c->Capacity(0), 8);
+  EXPECT_EQ(c->free_blocks(), 2);
+  ASSERT_TRUE(c->Reserve(0, 8).ok());  // already covered
+  EXPECT_EQ(c->free_blocks(), 2);
+  c->SetLength(0, 5);
+  EXPECT_EQ(c->Length(0), 5);
+  c->Remove(0);
+  EXPECT_EQ(c->Length(0), 0);
+  EXPECT_EQ(c->Capacity(0), 0);
+  EXPECT_EQ(c->free_blocks(), 4);
+}
+
+TEST(KvCache, OutOfBlocksIsResourceExhaustedAndAllocatesNothing) {
+  auto c = KvCache::Create(Small(3)).value();
+  ASSERT_TRUE(c->Reserve(0, 8).ok());
+  const Status s = c->Reserve(1, 8);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_EQ(c->free_blocks(), 1);
+  EXPECT_EQ(c->Capacity(1), 0);
+  ASSERT_TRUE(c->Reserve(1, 4).ok());
+  EXPECT_EQ(c->free_blocks(), 0);
+  c->Remove(0);
+  EXPECT_TRUE(c->Reserve(1, 12).ok());
+}
+
+TEST(KvCache, PastMaxSeqLenIsOutOfRange) {
+  KvCacheOptions o = Small(8);
+  o.max_seq_len = 10;
+  auto c = KvCache::Create(o).value();
+  EXPECT_TRUE(c->Reserve(0, 10).ok());
+  EXPECT_EQ(c->Reserve(0, 11).code(), StatusCode::kOutOfRange);
+}
+
+TEST(KvCache, SequencesGetDistinctBlocksAndDataStaysPut) {
+  auto c = KvCache::Create(Small(6)).value();
+  ASSERT_TRUE(c->Reserve(0, 12).ok());
+  ASSERT_TRUE(c->Reserve(1, 12).ok());
+  std::set<int32_t> ids;
+  for (int s = 0; s < 2; ++s) {
+    for (int b = 0; b < 3; ++b) ids.insert(c->BlockTable(s)[b]);
+  }
+  EXPECT_EQ(ids.size(), 6u);
+  // Write a distinct value into every slot of every block of both layers, then read back.
+  const int64_t per_block = 2 * 4 * 4;  // n_head_kv * block_size * head_dim
+  for (int64_t layer = 0; layer < 2; ++layer) {
+    for (int32_t b : ids) {
+      for (int64_t i = 0; i < per_block; ++i) {
+        c->KeyBlock(layer, b)[i] = static_cast<float>(layer * 1000 + b * 100 + i);
+        c->ValueBlock(layer, b)[i] = -static_cast<float>(layer * 1000 + b * 100 + i);
+      }
+    }
+  }
+  for (int64_t layer = 0; layer < 2; ++layer) {
+    for (int32_t b : ids) {
+      for (int64_t i = 0; i < per_block; ++i) {
+        ASSERT_EQ(c->KeyBlock(layer, b)[i], static_cast<float>(layer * 1000 + b * 100 + i));
+        ASSERT_EQ(c->ValueBlock(layer, b)[i], -static_cast<float>(layer * 1000 + b * 100 + i));
+      }
+    }
+  }
+}
+
+TEST(KvCache, TruncateReturnsOnlyUnneededBlocks) {
+  auto c = KvCache::Create(Small(4)).value();
+  ASSERT_TRUE(c->Reserve(0, 16).ok());
+  c->SetLength(0, 16);
+  const int32_t first = c->BlockTable(0)[0];
+  c->Truncate(0, 5);  // positions 0..4 need 2 blocks
+  EXPECT_EQ(c->Length(0), 5);
+  EXPECT_EQ(c->Capacity(0), 8);
+  EXPECT_EQ(c->free_blocks(), 2);
+  EXPECT_EQ(c->BlockTable(0)[0], first);
+  c->Truncate(0, 8);  // never grows
+  EXPECT_EQ(c->Length(0), 5);
+}
+
+TEST(KvCache, ReuseAfterChurnKeepsPoolConsistent) {
+  auto c = KvCache::Create(Small(8, 4)).value();
+  for (int round = 0; round < 50; ++round) {
+    for (int s = 0; s < 4; ++s) {
+      const int64_t want = (round * 7 + s * 3) % 9;
+      (void)c->Reserve(s, want);
+      if (round % 3 == s % 3) c->Remove(s);
+    }
+    int64_t used = 0;
+    for (int s = 0; s < 4; ++s) used += c->Capacity(s) / 4;
+    ASSERT_EQ(used + c->free_blocks(), 8);
+  }
+}
+
+}  // namespace
+}  // namespace uf::engine

@@ -1,0 +1,328 @@
+// The HTTP server end to end in-process: a real engine on a tiny model behind HttpServer on a
+// free loopback port, driven with cpp-httplib's client and raw sockets (for disconnects).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "server/http_server.h"
+
+namespace uf::server {
+namespace {
+
+using json = nlohmann::json;
+constexpr char kModel[] = "../shared/models/tiny-qwen2-256-q8_0.gguf";
+
+struct Loaded {
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+Loaded& Tiny() {
+  static Loaded* loaded = [] {
+    auto* l = new Loaded;
+    l->model = std::move(model::Model::Load(kModel)).value();
+    l->tokenizer = std::move(Tokenizer::FromGguf(l->model->file())).value();
+    return l;
+  }();
+  return *loaded;
+}
+
+class Harness {
+ public:
+  explicit Harness(engine::ServiceOptions so = {}, std::unique_ptr<KeyStore> keys = nullptr,
+                   ServerOptions ho = {}) {
+    so.n_threads = 2;
+    if (so.ctx == 4096) so.ctx = 256;
+    service_ = std::move(engine::Service::Create(*Tiny().model, *Tiny().tokenizer, so)).value();
+    keys_ = keys ? std::move(keys) : std::make_unique<KeyStore>();
+    ho.port = 0;
+    ho.model_id = "tiny";
+    ho.poll_s = 0.02;
+    auto render = [](const json& messages) -> StatusOr<std::string> {
+      std::string out;
+      for (const auto& m : messages) {
+        out += m["role"].get<std::string>() + ": " + m["content"].get<std::string>() + "\n";
+      }
+      return out + "assistant:";
+    };
+    http_ = std::make_unique<HttpServer>(ho, service_.get(), render, keys_.get(), &metrics_);
+    UF_CHECK(http_->Bind().ok());
+    thread_ = std::thread([this] { http_->Serve(); });
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", http_->port());
+    client_->set_read_timeout(60, 0);
+  }
+  ~Harness() {
+    client_.reset();  // an idle keep-alive connection would hold Stop() for its timeout
+    service_->Shutdown();
+    http_->Stop();
+    thread_.join();
+  }
+
+  httplib::Result Post(const std::string& path, const std::string& body,
+                       const httplib::Headers& headers = {}) {
+    return client_->Post(path.c_str(), headers, body, "application/json");
+  }
+  httplib::Result Get(const std::string& path, const httplib::Headers& headers = {}) {
+    return client_->Get(path.c_str(), headers);
+  }
+  engine::EngineStats Settled() {
+    engine::EngineStats st = service_->Stats();
+    for (int i = 0; i < 5000 && (st.running > 0 || st.kv_blocks_used > 0); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      st = service_->Stats();
+    }
+    return st;
+  }
+  int port() const { return http_->port(); }
+  engine::Service& service() { return *service_; }
+
+ private:
+  std::unique_ptr<engine::Service> service_;
+  std::unique_ptr<KeyStore> keys_;
+  Metrics metrics_;
+  std::unique_ptr<HttpServer> http_;
+  std::thread thread_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+std::string Chat(const std::string& extra = "") {
+  return R"({"model":"tiny","messages":[{"role":"user","content":"Hello there"}],)"
+         R"("temperature":0,"max_tokens":12,"ignore_eos":true)" +
+         extra + "}";
+}
+
+std::vector<json> SseChunks(const std::string& body, bool* done) {
+  std::vector<json> out;
+  *done = false;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) break;
+    std::string ev = body.substr(pos, end - pos);
+    pos = end + 2;
+    if (ev.rfind(":", 0) == 0) continue;  // comment (keep-alive)
+    EXPECT_EQ(ev.rfind("data: ", 0), 0u) << ev;
+    std::string data = ev.substr(6);
+    if (data == "[DONE]") {
+      *done = true;
+      continue;
+    }
+    out.push_back(json::parse(data));
+  }
+  return out;
+}
+
+TEST(HttpServerTest, HealthModelsMetrics) {
+  Harness h;
+  auto health = h.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body)["status"], "ok");
+  auto models = h.Get("/v1/models");
+  ASSERT_TRUE(models);
+  const json m = json::parse(models->body);
+  EXPECT_EQ(m["object"], "list");
+  EXPECT_EQ(m["data"][0]["id"], "tiny");
+  EXPECT_EQ(h.Get("/v1/models/tiny")->status, 200);
+  EXPECT_EQ(h.Get("/v1/models/other")->status, 404);
+  auto metrics = h.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("ultrafast_kv_blocks_free"), std::string::npos);
+  auto missing = h.Get("/v2/nothing");
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_EQ(json::parse(missing->body)["error"]["type"], "invalid_request_error");
+}
+
+TEST(HttpServerTest, StreamMatchesNonStream) {
+  Harness h;
+  auto plain = h.Post("/v1/chat/completions", Chat());
+  ASSERT_TRUE(plain);
+  ASSERT_EQ(plain->status, 200) << plain->body;
+  const json body = json::parse(plain->body);
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["model"], "tiny");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(body["usage"]["completion_tokens"], 12);
+  const std::string text = body["choices"][0]["message"]["content"];
+
+  auto streamed = h.Post("/v1/chat/completions",
+                         Chat(R"(,"stream":true,"stream_options":{"include_usage":true})"));
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200);
+  EXPECT_EQ(streamed->get_header_value("Content-Type"), "text/event-stream");
+  bool done = false;
+  const std::vector<json> chunks = SseChunks(streamed->body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_GE(chunks.size(), 3u);
+  std::string joined;
+  std::string finish;
+  for (const json& c : chunks) {
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    if (c["choices"].empty()) continue;
+    const json& d = c["choices"][0]["delta"];
+    if (d.contains("content")) joined += d["content"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(joined, text);
+  EXPECT_EQ(finish, "length");
+  EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(h.Settled().kv_blocks_used, 0);
+}
+
+TEST(HttpServerTest, CompletionsStopAndLogprobs) {
+  Harness h;
+  const std::string base = R"({"model":"tiny","prompt":"The meaning of life is",)"
+                           R"("temperature":0,"max_tokens":16,"ignore_eos":true)";
+  auto first = h.Post("/v1/completions", base + "}");
+  ASSERT_EQ(first->status, 200) << first->body;
+  const std::string text = json::parse(first->body)["choices"][0]["text"];
+  ASSERT_GE(text.size(), 8u);
+  // Stop at a piece of the known output: the text must end right before its first occurrence.
+  const std::string stop = text.substr(text.size() / 2, 3);
+  auto stopped =
+      h.Post("/v1/completions", base + R"(,"logprobs":2,"stop":)" + json(stop).dump() + "}");
+  ASSERT_EQ(stopped->status, 200) << stopped->body;
+  const json c = json::parse(stopped->body)["choices"][0];
+  EXPECT_EQ(c["text"], text.substr(0, text.find(stop)));
+  EXPECT_EQ(c["finish_reason"], "stop");
+  ASSERT_TRUE(c["logprobs"].is_object());
+  EXPECT_EQ(c["logprobs"]["tokens"].size(), c["logprobs"]["token_logprobs"].size());
+  EXPECT_EQ(c["logprobs"]["top_logprobs"][0].size(), 2u);
+}
+
+TEST(HttpServerTest, BadRequests) {
+  ServerOptions ho;
+  ho.max_body_bytes = 4096;
+  ho.max_tokens_limit = 100;
+  Harness h({}, nullptr, ho);
+  struct Case {
+    std::string path, body;
+    int status;
+    std::string code;
+  };
+  const std::vector<Case> cases = {
+      {"/v1/chat/completions", "{not json", 400, ""},
+      {"/v1/chat/completions", Chat(R"(,"bogus":1)"), 400, "unknown_parameter"},
+      {"/v1/chat/completions", Chat(R"(,"temperature":9)"), 400, "invalid_value"},
+      {"/v1/chat/completions", R"({"model":"gpt-4","messages":[{"role":"user","content":"x"}]})",
+       404, "model_not_found"},
+      {"/v1/chat/completions",
+       R"({"model":"tiny","messages":[{"role":"user","content":"x"}],"max_tokens":101})", 400,
+       "invalid_value"},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x","max_tokens":100})", 200, ""},
+      {"/v1/completions", R"({"model":"tiny","prompt":"x x x x x x x x x x","max_tokens":250})",
+       400, "invalid_value"},
+      {"/v1/chat/completions", std::string(5000, ' '), 413, "request_too_large"},
+  };
+  for (const Case& c : cases) {
+    auto r = h.Post(c.path, c.body);
+    ASSERT_TRUE(r) << c.body;
+    EXPECT_EQ(r->status, c.status) << c.body.substr(0, 100) << " -> " << r->body;
+    if (c.status == 200) continue;
+    const json e = json::parse(r->body);
+    ASSERT_TRUE(e.contains("error")) << r->body;
+    EXPECT_TRUE(e["error"]["message"].is_string());
+    if (!c.code.empty()) {
+      EXPECT_EQ(e["error"]["code"], c.code) << r->body;
+    }
+  }
+  // Context overflow: ctx is 256 here.
+  std::string long_prompt;
+  for (int i = 0; i < 300; ++i) long_prompt += " word";
+  auto r = h.Post("/v1/completions", json{{"model", "tiny"}, {"prompt", long_prompt}}.dump());
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "context_length_exceeded");
+  EXPECT_NE(json::parse(r->body)["error"]["message"].get<std::string>().find("256"),
+            std::string::npos);
+}
+
+TEST(HttpServerTest, ApiKeys) {
+  Harness h({}, KeyStore::WithKey("sk-test"));
+  auto none = h.Post("/v1/chat/completions", Chat());
+  EXPECT_EQ(none->status, 401);
+  EXPECT_EQ(json::parse(none->body)["error"]["code"], "invalid_api_key");
+  auto wrong = h.Post("/v1/chat/completions", Chat(), {{"Authorization", "Bearer sk-nope"}});
+  EXPECT_EQ(wrong->status, 401);
+  EXPECT_EQ(h.Get("/v1/models")->status, 401);
+  auto right = h.Post("/v1/chat/completions", Chat(), {{"Authorization", "Bearer sk-test"}});
+  EXPECT_EQ(right->status, 200);
+  EXPECT_EQ(h.Get("/health")->status, 200);
+}
+
+// Opens a connection, sends a request, reads the first bytes and closes (a client going away).
+void PostAndHangUp(int port, const std::string& body, size_t read_bytes) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string req =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  std::string got;
+  char buf[1024];
+  while (got.size() < read_bytes) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+}
+
+TEST(HttpServerTest, DisconnectCancelsAndFreesKv) {
+  engine::ServiceOptions so;
+  so.ctx = 4000;
+  so.step_hook = [] { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };
+  Harness h(so);
+  const std::string req = R"({"model":"tiny","messages":[{"role":"user","content":"x"}],)"
+                          R"("max_tokens":3900,"ignore_eos":true)";
+  // Streamed: hang up after the first chunks.
+  PostAndHangUp(h.port(), req + R"(,"stream":true})", 400);
+  engine::EngineStats st = h.Settled();
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.kv_blocks_used, 0);
+  // Not streamed: hang up while it generates (nothing comes back before it ends).
+  std::thread t([&] { PostAndHangUp(h.port(), req + "}", 0); });
+  for (int i = 0; i < 2000 && h.service().Stats().running == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  t.join();
+  st = h.Settled();
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.kv_blocks_used, 0);
+}
+
+TEST(HttpServerTest, FullQueueGets429WithRetryAfter) {
+  engine::ServiceOptions so;
+  so.max_seqs = 1;
+  so.max_queue = 0;
+  so.ctx = 4000;
+  so.step_hook = [] { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };
+  Harness h(so);
+  std::thread busy([&] {
+    PostAndHangUp(h.port(),
+                  R"({"model":"tiny","messages":[{"role":"user","content":"x"}],)"
+                  R"("max_tokens":3000,"ignore_eos":true,"stream":true})",
+                  40000);
+  });
+  for (int i = 0; i < 5000 && h.service().Stats().running == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  auto r = h.Post("/v1/chat/completions", Chat());
+  EXPECT_EQ(r->status, 429);
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "queue_full");
+  busy.join();
+}
+
+}  // namespace
+}  // namespace uf::server

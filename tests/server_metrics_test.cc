@@ -1,0 +1,84 @@
+// Prometheus text exposition: histogram buckets are cumulative with a +Inf bucket equal to the
+// count, every sample has HELP/TYPE lines, and engine gauges are exported.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "server/metrics.h"
+
+namespace uf::server {
+namespace {
+
+// The value of the sample line starting with `series ` (exact series text), or -1.
+double Value(const std::string& text, const std::string& series) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
+TEST(MetricsTest, HistogramIsCumulative) {
+  Histogram h({0.1, 1.0});
+  h.Observe(0.05);
+  h.Observe(0.1);  // le is inclusive
+  h.Observe(0.5);
+  h.Observe(7.0);
+  std::string out;
+  h.Render("x", &out);
+  EXPECT_EQ(Value(out, "x_bucket{le=\"0.1\"}"), 2);
+  EXPECT_EQ(Value(out, "x_bucket{le=\"1\"}"), 3);
+  EXPECT_EQ(Value(out, "x_bucket{le=\"+Inf\"}"), 4);
+  EXPECT_EQ(Value(out, "x_count"), 4);
+  EXPECT_DOUBLE_EQ(Value(out, "x_sum"), 7.65);
+}
+
+TEST(MetricsTest, RendersEverything) {
+  Metrics m;
+  m.CountRequest("chat_completions", 200);
+  m.CountRequest("chat_completions", 200);
+  m.CountRequest("completions", 400);
+  m.ObserveTimeToFirstToken(0.02);
+  m.ObserveInterTokenLatency(0.003);
+  m.AddPromptTokens(11);
+  m.AddGeneratedTokens(5);
+  engine::EngineStats e;
+  e.queue_depth = 3;
+  e.running = 2;
+  e.kv_blocks_total = 100;
+  e.kv_blocks_used = 10;
+  e.kv_blocks_cached = 5;
+  e.kv_blocks_free = 85;
+  e.prefix_hit_tokens = 64;
+  const std::string t = m.Render(e);
+  EXPECT_EQ(Value(t, "ultrafast_requests_total{endpoint=\"chat_completions\",status=\"200\"}"), 2);
+  EXPECT_EQ(Value(t, "ultrafast_requests_total{endpoint=\"completions\",status=\"400\"}"), 1);
+  EXPECT_EQ(Value(t, "ultrafast_time_to_first_token_seconds_count"), 1);
+  EXPECT_EQ(Value(t, "ultrafast_time_to_first_token_seconds_bucket{le=\"0.025\"}"), 1);
+  EXPECT_EQ(Value(t, "ultrafast_time_to_first_token_seconds_bucket{le=\"0.01\"}"), 0);
+  EXPECT_EQ(Value(t, "ultrafast_inter_token_latency_seconds_count"), 1);
+  EXPECT_EQ(Value(t, "ultrafast_prompt_tokens_total"), 11);
+  EXPECT_EQ(Value(t, "ultrafast_generation_tokens_total"), 5);
+  EXPECT_EQ(Value(t, "ultrafast_queue_depth"), 3);
+  EXPECT_EQ(Value(t, "ultrafast_running_sequences"), 2);
+  EXPECT_EQ(Value(t, "ultrafast_kv_blocks_used"), 10);
+  EXPECT_EQ(Value(t, "ultrafast_kv_blocks_free"), 85);
+  EXPECT_EQ(Value(t, "ultrafast_kv_blocks_cached"), 5);
+  EXPECT_EQ(Value(t, "ultrafast_prefix_cache_hit_tokens_total"), 64);
+  // Every metric family is announced with HELP and TYPE before its samples.
+  std::istringstream in(t);
+  std::string line, family;
+  while (std::getline(in, line)) {
+    ASSERT_FALSE(line.empty());
+    if (line.rfind("# HELP ", 0) == 0) {
+      family = line.substr(7, line.find(' ', 7) - 7);
+      continue;
+    }
+    if (line.rfind("# TYPE ", 0) == 0) continue;
+    EXPECT_EQ(line.rfind(family, 0), 0u) << line << " outside family " << family;
+  }
+}
+
+}  // namespace
+}  // namespace uf::server
