@@ -37,9 +37,8 @@ struct Options {
   // Thread CPU time instead of wall time (with --threads=1 only): on a machine shared with
   // other jobs, time-slicing then does not count, only the speed while running.
   bool cpu_clock = false;
-  std::vector<GgmlType> types = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K,
-                                 GgmlType::kQ6_K, GgmlType::kF16,  GgmlType::kBF16,
-                                 GgmlType::kF32};
+  std::vector<GgmlType> types = {GgmlType::kQ4_0, GgmlType::kQ8_0, GgmlType::kQ4_K, GgmlType::kQ6_K,
+                                 GgmlType::kF16,  GgmlType::kBF16, GgmlType::kF32};
   std::vector<Isa> isas;
 };
 
@@ -278,23 +277,23 @@ int main(int argc, char** argv) {
   g_cpu_clock = o.cpu_clock;
   uf::ThreadPool pool(o.threads);
   ReadBandwidthProbe probe(256u << 20);
-  std::printf("threads=%d reps=%d set=%zuMB gemm_tokens=%d best_isa=%s\n", o.threads, o.reps,
-              o.mb, o.gemm_tokens, IsaName(ActiveIsa()).c_str());
+  std::printf("threads=%d reps=%d set=%zuMB gemm_tokens=%d best_isa=%s\n", o.threads, o.reps, o.mb,
+              o.gemm_tokens, IsaName(ActiveIsa()).c_str());
   std::printf("%-6s %-7s %8s %7s %10s %10s %10s %10s %8s %9s\n", "type", "isa", "MB", "pack_s",
               "dec_best", "dec_med", "bw_best", "bw_med", "ratio", "GFLOP/s");
   std::vector<Result> results;
   for (auto type : o.types) {
     for (auto isa : o.isas) {
       const Result r = RunOne(o, type, isa, &pool, &probe);
-      std::printf("%-6s %-7s %8.0f %7.3f %10.1f %10.1f %10.1f %10.1f %8.3f %9.1f\n",
-                  r.type.c_str(), r.isa.c_str(), r.weights_mb, r.pack_s, r.decode_best,
-                  r.decode_median, r.bw_best, r.bw_median, r.ratio_median, r.gflops);
+      std::printf("%-6s %-7s %8.0f %7.3f %10.1f %10.1f %10.1f %10.1f %8.3f %9.1f\n", r.type.c_str(),
+                  r.isa.c_str(), r.weights_mb, r.pack_s, r.decode_best, r.decode_median, r.bw_best,
+                  r.bw_median, r.ratio_median, r.gflops);
       std::fflush(stdout);
       results.push_back(r);
     }
   }
-  std::string json = "{\"bench\":\"kernels\",\"threads\":" + std::to_string(o.threads) +
-                     ",\"results\":[";
+  std::string json =
+      "{\"bench\":\"kernels\",\"threads\":" + std::to_string(o.threads) + ",\"results\":[";
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
     char buf[512];
@@ -304,8 +303,7 @@ int main(int argc, char** argv) {
                   "\"read_bw_gbs_median\":%.2f,\"decode_over_bw_median\":%.4f,"
                   "\"gemm_gflops\":%.1f}",
                   i ? "," : "", r.type.c_str(), r.isa.c_str(), r.weights_mb, r.pack_s,
-                  r.decode_best, r.decode_median, r.bw_best, r.bw_median, r.ratio_median,
-                  r.gflops);
+                  r.decode_best, r.decode_median, r.bw_best, r.bw_median, r.ratio_median, r.gflops);
     json += buf;
   }
   json += "]}";

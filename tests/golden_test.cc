@@ -2,18 +2,20 @@
 // ../shared/models, through (a) one batched prefill over each whole prompt and (b) token-by-token
 // decoding through the paged KV cache, teacher-forced on the reference's prompt tokens.
 //
-// Tolerances (logit error is measured relative to max(1, |reference logit|)):
-//  - F32 weights: 1e-3. The reference multiplies F32 by F32 like we do; only summation order
-//    differs (~1e-6 relative per dot product), plus the 5-decimal rounding of the file (5e-6).
-//  - F16 / BF16 weights: 1e-2. Activations are rounded to F16 / BF16 before each product, as the
-//    reference does; an activation that lands on the other side of a rounding boundary changes by
-//    one unit in the last place (2^-11 for F16, 2^-8 for BF16), and two layers of such flips move
-//    logits of these random-weight models by a few 1e-3.
-//  - Quantized weights (Q8_0, Q4_0, Q4_K, Q6_K): 3e-2. Activations are quantized to 8 bits per
-//    block (Q8_0 / Q8_K) like the reference's; one int8 step is 1/127 of a block's max, so a value
-//    flipping to the neighbouring step moves a product by ~0.4% of the block's scale; a handful of
-//    flips across two layers stays within a few percent. A real bug (wrong layout, wrong RoPE)
-//    moves logits by O(1) and flips most arg-maxes.
+// Where our logits can differ from the reference's: activations are converted to the weights'
+// dot-product type (F16, BF16, Q8_0 or Q8_K) before each matmul, exactly as the reference does,
+// but F32 sums run in a different order (SIMD widths, exp approximations in its softmax/SiLU).
+// Most positions agree to ~1e-6; where a pre-conversion value sits within that noise of a rounding
+// boundary, one side rounds it up and the other down ("flip"), and two layers (with near-tied
+// attention scores) amplify the flip. The same happens between our own scalar and AVX-512 kernels,
+// which run identical math in another order: measured on these files, up to 5e-4 (F16), 3.4e-3
+// (BF16) and 1.5e-2 (Q4_K/Q6_K mix, tiny-qwen2-256-q4_k_m) of max(1, |logit|). Tolerances
+// (relative to max(1, |reference logit|)) are set at 2-10x that noise floor:
+//  - F32 weights: 1e-3 (no conversion at all; measured 4e-6).
+//  - F16: 5e-3. BF16: 1e-2 (a BF16 step is 8x an F16 step, 2^-8 vs 2^-11).
+//  - Quantized weights (Q8_0, Q4_0, Q4_K, Q6_K): 3e-2 (8-bit activation steps are 1/127 of a
+//    block's largest value, far coarser than F16's).
+// A real bug (wrong layout, RoPE, norm) moves logits by O(1) and flips most arg-maxes.
 // Arg-max: the reference's top-1 id must be ours at >= 99% of positions (F32/F16/BF16) or >= 97%
 // (quantized), and at 100% of positions where the reference's top-1 beats its top-2 by at least
 // 2% of max(1, |top-1|) (see ../shared/golden/README.md: near-ties flip under any rounding change,
@@ -80,20 +82,22 @@ std::vector<std::string> ListModels() {
   return names;
 }
 
-// Weight type family of a model, from the types of its layer matrices.
-enum class Family { kF32, kHalf, kQuantized };
+// Weight type family of a model (the coarsest type among its matrices, output included).
+enum class Family { kF32, kF16, kBF16, kQuantized };
 
 Family FamilyOf(const model::Model& m) {
   Family f = Family::kF32;
+  auto see = [&](const kernels::Matrix& w) {
+    const Family t = w.type() == GgmlType::kF32    ? Family::kF32
+                     : w.type() == GgmlType::kF16  ? Family::kF16
+                     : w.type() == GgmlType::kBF16 ? Family::kBF16
+                                                   : Family::kQuantized;
+    f = std::max(f, t);
+  };
   for (const auto& l : m.weights().layers) {
-    for (const kernels::Matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) {
-      if (w->type() == GgmlType::kF16 || w->type() == GgmlType::kBF16) {
-        f = std::max(f, Family::kHalf);
-      } else if (w->type() != GgmlType::kF32) {
-        f = Family::kQuantized;
-      }
-    }
+    for (const kernels::Matrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) see(*w);
   }
+  see(m.weights().output);
   return f;
 }
 
@@ -104,6 +108,7 @@ struct Stats {
   int64_t clear_agree = 0;
   double max_err = 0.0;  // max over compared logits of |ours - ref| / max(1, |ref|)
   int64_t over_tol = 0;  // compared logits past the tolerance
+  std::vector<double> errs;
 
   void Add(const float* logits, int64_t n_vocab, const std::vector<std::pair<int32_t, float>>& ref,
            double tol) {
@@ -119,10 +124,16 @@ struct Stats {
     for (const auto& [id, value] : ref) {
       const double err = std::fabs(logits[id] - value) / std::max(1.0f, std::fabs(value));
       max_err = std::max(max_err, err);
+      errs.push_back(err);
       over_tol += err > tol;
     }
   }
   double agreement() const { return positions ? double(argmax_agree) / positions : 0.0; }
+  double median_err() {
+    if (errs.empty()) return 0.0;
+    std::nth_element(errs.begin(), errs.begin() + errs.size() / 2, errs.end());
+    return errs[errs.size() / 2];
+  }
   double clear_agreement() const {
     return clear_positions ? double(clear_agree) / clear_positions : 1.0;
   }
@@ -147,7 +158,10 @@ TEST_P(GoldenTest, LogitsMatchReference) {
   ASSERT_FALSE(golden.empty());
 
   const Family family = FamilyOf(m);
-  const double tol = family == Family::kF32 ? 1e-3 : family == Family::kHalf ? 1e-2 : 3e-2;
+  const double tol = family == Family::kF32    ? 1e-3
+                     : family == Family::kF16  ? 5e-3
+                     : family == Family::kBF16 ? 1e-2
+                                               : 3e-2;
   const double min_agreement = family == Family::kQuantized ? 0.97 : 0.99;
 
   int64_t max_len = 0;
@@ -194,9 +208,10 @@ TEST_P(GoldenTest, LogitsMatchReference) {
   for (const auto& [label, s] : {std::pair{"batched", &batched}, std::pair{"decode", &stepwise}}) {
     std::printf(
         "[golden] %-28s %-7s positions=%lld argmax=%.2f%% clear-gap argmax=%.2f%% (%lld) "
-        "max_rel_err=%.2e (tol %.0e)\n",
+        "rel_err median=%.1e max=%.2e (tol %.0e)\n",
         name.c_str(), label, static_cast<long long>(s->positions), 100.0 * s->agreement(),
-        100.0 * s->clear_agreement(), static_cast<long long>(s->clear_positions), s->max_err, tol);
+        100.0 * s->clear_agreement(), static_cast<long long>(s->clear_positions), s->median_err(),
+        s->max_err, tol);
     EXPECT_GE(s->agreement(), min_agreement) << label;
     EXPECT_EQ(s->clear_agree, s->clear_positions) << label;
     EXPECT_EQ(s->over_tol, 0) << label << ": logits past tolerance " << tol

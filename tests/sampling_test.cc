@@ -73,10 +73,20 @@ TEST(Sampler, GreedyPicksArgmaxLowestIdOnTies) {
 }
 
 TEST(Sampler, NanLogitsNeverChosen) {
-  SamplingParams p = Plain();
-  Sampler s(p, 3);
-  std::vector<float> l = {NAN, 0.0f, NAN};
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(s.Sample(l.data()), 1);
+  // 40 logits so the blocked scans (16 at a time) and their tails both see NaNs.
+  std::vector<float> l(40, NAN);
+  l[37] = 0.0f;
+  l[5] = -1.0f;
+  for (int mode = 0; mode < 3; ++mode) {
+    SamplingParams p = Plain();
+    if (mode == 1) p.top_k = 3;
+    if (mode == 2) p.temperature = 0;
+    Sampler s(p, l.size());
+    for (int i = 0; i < 100; ++i) {
+      const int32_t t = s.Sample(l.data());
+      EXPECT_TRUE(t == 37 || t == 5) << "mode " << mode << " picked " << t;
+    }
+  }
 }
 
 TEST(Sampler, MatchesSoftmaxDistribution) {

@@ -37,9 +37,14 @@ run_fuzzers() {
     return 0
   fi
   ls fuzz/*_fuzz.cc >/dev/null 2>&1 || return 0
-  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DUF_BUILD_FUZZERS=ON -DUF_BUILD_TESTS=OFF >/dev/null
-  cmake --build build-fuzz -j"$(nproc)" --target $(cd fuzz && ls *_fuzz.cc | sed 's/\.cc$//')
+  # A fuzzer that does not build is reported loudly but does not fail the run (clang is an
+  # optional tool here); a fuzzer that finds a crash does fail it.
+  if ! { CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+           -DUF_BUILD_FUZZERS=ON -DUF_BUILD_TESTS=OFF >/dev/null &&
+         cmake --build build-fuzz -j"$(nproc)" --target $(cd fuzz && ls *_fuzz.cc | sed 's/\.cc$//'); }; then
+    echo "== WARNING: fuzz targets failed to build with clang; fuzz smoke runs skipped"
+    return 0
+  fi
   for f in fuzz/*_fuzz.cc; do
     local name
     name=$(basename "$f" .cc)

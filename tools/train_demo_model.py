@@ -48,9 +48,7 @@ N_SPECIAL = 3
 BYTE_BASE = N_SPECIAL  # <0x00> .. <0xFF> follow the specials
 TYPE_NORMAL, TYPE_UNKNOWN, TYPE_CONTROL, TYPE_BYTE = 1, 2, 3, 6
 
-# ---------------------------------------------------------------------------------------------
-# Tokenizer
-# ---------------------------------------------------------------------------------------------
+# ======== Tokenizer ========
 
 CHUNK_RE = re.compile(SPACE + "?[A-Za-z]+|" + SPACE + "?[^A-Za-z" + SPACE + "\n]+|" + SPACE +
                       "|\n")
@@ -172,7 +170,8 @@ def build_vocab(train_text, vocab_size):
     chars = sorted({ch for c in chunk_counts for ch in c if ch != "\n"})
     tokens = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)] + chars
     scores = [0.0] * len(tokens)
-    types = [TYPE_UNKNOWN, TYPE_CONTROL, TYPE_CONTROL] + [TYPE_BYTE] * 256 + [TYPE_NORMAL] * len(chars)
+    types = [TYPE_UNKNOWN, TYPE_CONTROL, TYPE_CONTROL] + [TYPE_BYTE] * 256
+    types += [TYPE_NORMAL] * len(chars)
     n_merges = vocab_size - len(tokens)
     chunk_counts.pop("\n", None)
     merges = learn_bpe(chunk_counts, n_merges)
@@ -189,9 +188,7 @@ def build_vocab(train_text, vocab_size):
     return tokens, scores, types
 
 
-# ---------------------------------------------------------------------------------------------
-# Model
-# ---------------------------------------------------------------------------------------------
+# ======== Model ========
 
 
 class Config:
@@ -308,9 +305,7 @@ def n_params(model):
     return sum(p.numel() for p in model.parameters())
 
 
-# ---------------------------------------------------------------------------------------------
-# Q8_0 and GGUF
-# ---------------------------------------------------------------------------------------------
+# ======== Q8_0 and GGUF ========
 
 
 def quantize_q8_0(w):
@@ -387,9 +382,10 @@ def write_gguf(path, kvs, tensors, alignment=32):
 
 
 def read_gguf_tensors(path):
-    """Minimal reader used to verify the written file: name -> (type, ne, bytes)."""
+    """Minimal reader used to verify the written file: (tokens, {name: (type, ne, bytes)})."""
     buf = open(path, "rb").read()
-    pos = 0
+    pos = 4
+    assert buf[:4] == b"GGUF"
 
     def take(fmt):
         nonlocal pos
@@ -400,44 +396,39 @@ def read_gguf_tensors(path):
     def take_str():
         nonlocal pos
         (n,) = take("<Q")
-        s = buf[pos:pos + n].decode("utf-8")
         pos += n
-        return s
+        return buf[pos - n:pos].decode("utf-8")
 
-    assert buf[:4] == b"GGUF"
-    pos = 4
     version, n_t, n_kv = take("<IQQ")
     assert version == 3
     sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-    meta = {}
+    tokens = None
     for _ in range(n_kv):
         key = take_str()
         (ty,) = take("<I")
         if ty == 8:
-            meta[key] = take_str()
+            take_str()
         elif ty == 9:
             ety, n = take("<IQ")
             if ety == 8:
-                meta[key] = [take_str() for _ in range(n)]
+                arr = [take_str() for _ in range(n)]
+                tokens = arr if key == "tokenizer.ggml.tokens" else tokens
             else:
                 pos += sizes[ety] * n
         else:
-            meta[key] = buf[pos:pos + sizes[ty]]
             pos += sizes[ty]
     infos = []
     for _ in range(n_t):
         name = take_str()
         (nd,) = take("<I")
-        ne = list(take("<%dQ" % nd))
-        ty, off = take("<IQ")
-        infos.append((name, ty, ne, off))
+        infos.append((name, list(take("<%dQ" % nd))) + take("<IQ"))
     data_start = pos + (-pos) % 32
     out = {}
-    for name, ty, ne, off in infos:
+    for name, ne, ty, off in infos:
         n = int(np.prod(ne))
         nbytes = n * 4 if ty == GGML_F32 else n // 32 * 34
         out[name] = (ty, ne, buf[data_start + off:data_start + off + nbytes])
-    return meta, out
+    return tokens, out
 
 
 def export(model, cfg, tok, path, name):
@@ -505,8 +496,8 @@ def export(model, cfg, tok, path, name):
     size = write_gguf(path, kvs, tensors)
 
     # Verify the file round-trips to the same bytes before trusting any number computed below.
-    meta, back = read_gguf_tensors(path)
-    assert meta["tokenizer.ggml.tokens"] == tok.tokens
+    back_tokens, back = read_gguf_tensors(path)
+    assert back_tokens == tok.tokens
     for nm, ty, ne, data in tensors:
         assert back[nm][0] == ty and back[nm][1] == ne and back[nm][2] == data, nm
 
@@ -515,9 +506,7 @@ def export(model, cfg, tok, path, name):
     return deq_model, size
 
 
-# ---------------------------------------------------------------------------------------------
-# Data, evaluation, sampling
-# ---------------------------------------------------------------------------------------------
+# ======== Data, evaluation, sampling ========
 
 
 def fnv1a64(ids):
@@ -594,9 +583,7 @@ def generate(model, prompt_ids, n, temperature=0.0, seed=0):
     return ids
 
 
-# ---------------------------------------------------------------------------------------------
-# Main
-# ---------------------------------------------------------------------------------------------
+# ======== Main ========
 
 
 def main():
@@ -630,7 +617,6 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--ckpt-every", type=int, default=100)
-    ap.add_argument("--bench", type=int, default=0, help="time this many steps and exit")
     ap.add_argument("--export-only", action="store_true")
     ap.add_argument("--quick", action="store_true",
                     help="with --export-only: skip the whole-split evaluation and the samples "
@@ -674,7 +660,7 @@ def main():
 
     ckpt_path = os.path.join(args.work_dir, "ckpt.pt")
     step, train_seconds, log = 0, 0.0, []
-    if os.path.exists(ckpt_path) and not args.bench:
+    if os.path.exists(ckpt_path):
         ck = torch.load(ckpt_path)
         shape_keys = ("vocab", "dim", "layers", "heads", "kv_heads", "ffn", "ctx", "seed")
         if any(ck["args"][k] != getattr(args, k) for k in shape_keys):
@@ -711,8 +697,6 @@ def main():
     t_last = time.time()
     run_loss = None
     def done():
-        if args.bench:
-            return step >= args.bench
         return progress() >= 1.0
 
     threads = 1
@@ -743,12 +727,10 @@ def main():
         train_seconds += now - t_last
         t_last = now
         run_loss = loss.item() if run_loss is None else 0.95 * run_loss + 0.05 * loss.item()
-        if step % 25 == 0 or args.bench:
+        if step % 25 == 0:
             print("step %d lr %.2e loss %.4f (avg %.4f) %.0fs %.0f tok/s" %
                   (step, lr_at(step - 1), loss.item(), run_loss, train_seconds,
                    step * args.batch * args.ctx / max(train_seconds, 1e-9)), flush=True)
-        if args.bench:
-            continue
         if step % args.eval_every == 0 or done():
             te = time.time()
             hl = heldout_loss(model, held_ids[:args.eval_tokens], args.ctx)
@@ -760,8 +742,6 @@ def main():
         if step % args.ckpt_every == 0 or done():
             save()
             t_last = time.time()
-    if args.bench:
-        return
 
     # ---- export and evaluate with the dequantized exported weights ----
     gguf_path = os.path.join(args.out_dir, "demo.gguf")
@@ -814,7 +794,7 @@ def main():
         "greedy_from_ROMEO": greedy,
         # The whole training text tokenized without BOS, so an engine can check that it
         # reproduces the training tokenization everywhere, not only on the passage.
-        "corpus": {"path": "../shared/data/tinyshakespeare.txt", "n_bytes": len(text.encode()),
+        "corpus": {"path": args.data, "n_bytes": len(text.encode()),
                    "n_tokens": len(corpus_ids), "ids_fnv1a64": "%016x" % fnv1a64(corpus_ids)},
     }
     with open(os.path.join(args.out_dir, "demo_eval.json"), "w") as f:

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/common.h"
+#include "cli/serve.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ultrafast: a fast CPU inference engine for GGUF language models"};
@@ -12,6 +13,8 @@ int main(int argc, char** argv) {
   uf::cli::AddLogitsCommand(app);
   uf::cli::AddTokenizeCommand(app);
   uf::cli::AddInfoCommand(app);
+  uf::cli::AddSynthCommand(app);
+  uf::cli::AddServeCommands(app);  // serve, keys
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -1,5 +1,9 @@
 #include "kernels/dispatch.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -69,13 +73,30 @@ const CpuFeatures& GetCpuFeatures() {
   static const CpuFeatures features = [] {
     CpuFeatures f;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    __builtin_cpu_init();
-    f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
-    f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("avx512vnni");
-    f.avx512bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
+    // Raw CPUID + XGETBV rather than __builtin_cpu_supports: clang 14 (used for the fuzz
+    // builds) rejects some feature names, and the OS must also have enabled the YMM/ZMM state.
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_max(0, nullptr) >= 7) {
+      __cpuid_count(1, 0, a, b, c, d);
+      const bool fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1,
+                 f16c = (c >> 29) & 1;
+      uint64_t xcr0 = 0;
+      if (osxsave) {
+        uint32_t lo = 0, hi = 0;
+        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        xcr0 = (static_cast<uint64_t>(hi) << 32) | lo;
+      }
+      const bool ymm_os = (xcr0 & 0x6) == 0x6;
+      const bool zmm_os = (xcr0 & 0xe6) == 0xe6;
+      __cpuid_count(7, 0, a, b, c, d);
+      const bool avx2 = (b >> 5) & 1, avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1,
+                 avx512bw = (b >> 30) & 1, avx512vl = (b >> 31) & 1, avx512vnni = (c >> 11) & 1;
+      __cpuid_count(7, 1, a, b, c, d);
+      const bool avx512bf16 = (a >> 5) & 1;
+      f.avx2 = avx && ymm_os && avx2 && fma && f16c;
+      f.avx512 = f.avx2 && zmm_os && avx512f && avx512bw && avx512vl && avx512dq && avx512vnni;
+      f.avx512bf16 = f.avx512 && avx512bf16;
+    }
 #endif
     return f;
   }();

@@ -1,11 +1,12 @@
-// AVX2 kernels for F32 / F16 / BF16 weights (GGUF rows: 4 rows share each activation load and
-// are reduced once at the end), the AVX2 activation converters and the bandwidth probe.
+// AVX2 kernels for F32 / F16 / BF16 weights (16-row column tiles read as two 8-row halves,
+// packed.h; GGUF rows as a fallback), the AVX2 activation converters and the bandwidth probe.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "kernels/avx2.h"
+#include "kernels/dispatch.h"
 #include "kernels/packed.h"
 #include "kernels/quant.h"
 
@@ -110,6 +111,7 @@ void ConvertQ8_KBlock(const float* x, ActQ8_K* out) {
   for (int j = 0; j < 16; ++j) out->q6_bias[j] = -32 * bsums[j];
 }
 
+// f32 -> f16 -> f32: the values the reference multiplies F16 weights with.
 void ConvertF16AsF32(const float* x, void* dst, int64_t n) {
   float* out = static_cast<float*>(dst);
   int64_t i = 0;
@@ -130,8 +132,7 @@ void ConvertBf16AsF32(const float* x, void* dst, int64_t n) {
     const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(x + i));
     const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
     const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i rounded =
-        _mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF)));
+    const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF)));
     const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x400000));
     const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);
     const __m256i hi = _mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)));
@@ -141,7 +142,8 @@ void ConvertBf16AsF32(const float* x, void* dst, int64_t n) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Float GEMM: NR rows x NT tokens of 8-lane accumulators; a scalar tail for cols % 8.
+// Float GEMM on GGUF rows (the fallback for matrices created while no SIMD tier was active):
+// NR rows x NT tokens of 8-lane accumulators; a scalar tail for cols % 8. Activations are f32.
 
 enum class WKind { kF32, kF16, kBf16 };
 
@@ -150,12 +152,27 @@ inline __m256 LoadW(const uint8_t* row, int64_t c) {
   if constexpr (K == WKind::kF32) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c);
   } else if constexpr (K == WKind::kF16) {
-    return _mm256_cvtph_ps(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + c)));
+    return _mm256_cvtph_ps(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + c)));
   } else {
-    const __m128i h =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + c));
+    const __m128i h = _mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + c));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+inline __m256i Load(const void* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// Column c of half h (8 rows) of an F32 / F16 tile.
+template <WKind K>
+inline __m256 TileColumn(const uint8_t* tile, int64_t c, int h) {
+  if constexpr (K == WKind::kF32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(tile) + kTileRows * c + 8 * h);
+  } else {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
+        reinterpret_cast<const uint16_t*>(tile) + kTileRows * c + 8 * h)));
   }
 }
 
@@ -177,7 +194,8 @@ void Block(const GemmTask& t, int64_t r, int64_t t0) {
   UF_UNROLL
   for (int i = 0; i < NR; ++i) w[i] = t.w + (r + i) * t.w_row_bytes;
   UF_UNROLL
-  for (int j = 0; j < NT; ++j) a[j] = reinterpret_cast<const float*>(t.act + (t0 + j) * t.act_row_bytes);
+  for (int j = 0; j < NT; ++j)
+    a[j] = reinterpret_cast<const float*>(t.act + (t0 + j) * t.act_row_bytes);
   __m256 acc[NR][NT];
   UF_UNROLL
   for (int i = 0; i < NR; ++i) {
@@ -205,30 +223,6 @@ void Block(const GemmTask& t, int64_t r, int64_t t0) {
   }
 }
 
-// One row, one token: a single sequential stream per thread (several rows at once are several
-// interleaved streams, which stream slower), 4 accumulators to cover the FMA latency.
-template <WKind K>
-void RowSingleToken(const GemmTask& t, int64_t r, int64_t t0) {
-  const uint8_t* w = t.w + r * t.w_row_bytes;
-  const float* a = reinterpret_cast<const float*>(t.act + t0 * t.act_row_bytes);
-  __m256 acc[4];
-  UF_UNROLL
-  for (int i = 0; i < 4; ++i) acc[i] = _mm256_setzero_ps();
-  int64_t c = 0;
-  for (; c + 32 <= t.cols; c += 32) {
-    UF_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      acc[i] = _mm256_fmadd_ps(LoadW<K>(w, c + 8 * i), _mm256_loadu_ps(a + c + 8 * i), acc[i]);
-    }
-  }
-  for (; c + 8 <= t.cols; c += 8) {
-    acc[0] = _mm256_fmadd_ps(LoadW<K>(w, c), _mm256_loadu_ps(a + c), acc[0]);
-  }
-  float s = HorizontalSum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-  for (; c < t.cols; ++c) s += ScalarW<K>(w, c) * a[c];
-  t.y[t0 * t.ldy + r] = s;
-}
-
 template <WKind K, int NR>
 void BlockTokens(const GemmTask& t, int64_t r, int64_t t0, int64_t nt) {
   if (nt >= 2) return Block<K, NR, 2>(t, r, t0);
@@ -246,13 +240,126 @@ void GemmFloat(const GemmTask& t, int64_t r0, int64_t r1) {
     const int64_t b1 = std::min(r1, b0 + block_rows);
     for (int64_t t0 = 0; t0 < t.n_tokens; t0 += 2) {
       const int64_t nt = std::min<int64_t>(2, t.n_tokens - t0);
-      if (nt == 1) {
-        for (int64_t r = b0; r < b1; ++r) RowSingleToken<K>(t, r, t0);
-        continue;
-      }
       int64_t r = b0;
       for (; r + 4 <= b1; r += 4) BlockTokens<K, 4>(t, r, t0, nt);
       for (; r < b1; ++r) BlockTokens<K, 1>(t, r, t0, nt);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float tiles (see float_avx512.cc): per column, 8 rows' weights of one half tile times a
+// broadcast activation. BF16 column pairs are split into their even and odd columns.
+
+template <WKind K, int NT>
+void FloatHalfTile(const uint8_t* tile, int64_t cols, int h, const float* const* a, __m256* out) {
+  constexpr int U = NT >= 8 ? 1 : 8 / NT;
+  __m256 acc[NT][U];
+  UF_UNROLL
+  for (int t = 0; t < NT; ++t) {
+    UF_UNROLL
+    for (int u = 0; u < U; ++u) acc[t][u] = _mm256_setzero_ps();
+  }
+  if constexpr (K == WKind::kBf16) {
+    const __m256i hi_half = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+    const int64_t pairs = (cols + 1) / 2;
+    for (int64_t p = 0; p < pairs; ++p) {
+      const __m256i x = Load(tile + 4 * (kTileRows * p + 8 * h));
+      const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+      const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(x, hi_half));
+      const int u = static_cast<int>(p % U);
+      const bool has_odd = 2 * p + 1 < cols;
+      UF_UNROLL
+      for (int t = 0; t < NT; ++t) {
+        acc[t][u] = _mm256_fmadd_ps(even, _mm256_broadcast_ss(a[t] + 2 * p), acc[t][u]);
+        if (has_odd) {
+          acc[t][u] = _mm256_fmadd_ps(odd, _mm256_broadcast_ss(a[t] + 2 * p + 1), acc[t][u]);
+        }
+      }
+    }
+  } else {
+    int64_t c = 0;
+    for (; c + U <= cols; c += U) {
+      UF_UNROLL
+      for (int u = 0; u < U; ++u) {
+        const __m256 w = TileColumn<K>(tile, c + u, h);
+        UF_UNROLL
+        for (int t = 0; t < NT; ++t) {
+          acc[t][u] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(a[t] + c + u), acc[t][u]);
+        }
+      }
+    }
+    for (; c < cols; ++c) {
+      const __m256 w = TileColumn<K>(tile, c, h);
+      UF_UNROLL
+      for (int t = 0; t < NT; ++t) {
+        acc[t][0] = _mm256_fmadd_ps(w, _mm256_broadcast_ss(a[t] + c), acc[t][0]);
+      }
+    }
+  }
+  UF_UNROLL
+  for (int t = 0; t < NT; ++t) {
+    __m256 s = acc[t][0];
+    UF_UNROLL
+    for (int u = 1; u < U; ++u) s = _mm256_add_ps(s, acc[t][u]);
+    out[t] = s;
+  }
+}
+
+template <WKind K, int NT>
+void RunFloatHalf(const GemmTask& t, const uint8_t* tile, int64_t row, int h, int64_t t0) {
+  const float* a[NT];
+  UF_UNROLL
+  for (int i = 0; i < NT; ++i) a[i] = reinterpret_cast<const float*>(t.act + (t0 + i) * t.act_row_bytes);
+  __m256 out[NT];
+  FloatHalfTile<K, NT>(tile, t.cols, h, a, out);
+  const int64_t r = row + 8 * h;
+  const int64_t valid = std::min<int64_t>(8, t.ldy - r);
+  for (int i = 0; i < NT; ++i) {
+    float* y = t.y + (t0 + i) * t.ldy + r;
+    if (valid == 8) {
+      _mm256_storeu_ps(y, out[i]);
+    } else {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, out[i]);
+      std::copy(tmp, tmp + valid, y);
+    }
+  }
+}
+
+constexpr GgmlType TypeOf(WKind k) {
+  return k == WKind::kF32 ? GgmlType::kF32 : k == WKind::kF16 ? GgmlType::kF16 : GgmlType::kBF16;
+}
+
+template <WKind K>
+void GemmFloatTiles(const GemmTask& t, int64_t r0, int64_t r1) {
+  const size_t tile_row_bytes = TileRowBytes(TypeOf(K), t.cols);
+  const int64_t group_rows =
+      kTileRows * std::max<int64_t>(1, static_cast<int64_t>(kL2Budget / tile_row_bytes));
+  for (int64_t g0 = r0; g0 < r1; g0 += group_rows) {
+    const int64_t g1 = std::min(r1, g0 + group_rows);
+    for (int64_t t0 = 0; t0 < t.n_tokens;) {
+      const int64_t nt = std::min<int64_t>(4, t.n_tokens - t0);
+      for (int64_t row = g0; row < g1; row += kTileRows) {
+        const uint8_t* tile = t.w + row / kTileRows * tile_row_bytes;
+        for (int h = 0; h < 2 && row + 8 * h < g1; ++h) {
+          switch (nt) {
+            case 1:
+              RunFloatHalf<K, 1>(t, tile, row, h, t0);
+              break;
+            case 2:
+              RunFloatHalf<K, 2>(t, tile, row, h, t0);
+              break;
+            case 3:
+              RunFloatHalf<K, 3>(t, tile, row, h, t0);
+              break;
+            default:
+              RunFloatHalf<K, 4>(t, tile, row, h, t0);
+              break;
+          }
+        }
+      }
+      t0 += nt;
     }
   }
 }
@@ -273,15 +380,18 @@ void FillAvx2FloatKernels(GgmlType type, KernelSet* ks) {
   switch (type) {
     case GgmlType::kF32:
       ks->gemm = GemmFloat<WKind::kF32>;  // activations used as given
+      ks->gemm_tiles = GemmFloatTiles<WKind::kF32>;
       break;
     case GgmlType::kF16:
       ks->gemm = GemmFloat<WKind::kF16>;
+      ks->gemm_tiles = GemmFloatTiles<WKind::kF16>;
       ks->convert = ConvertF16AsF32;
       ks->act_block = 1;
       ks->act_block_bytes = sizeof(float);
       break;
     case GgmlType::kBF16:
       ks->gemm = GemmFloat<WKind::kBf16>;
+      ks->gemm_tiles = GemmFloatTiles<WKind::kBf16>;
       ks->convert = ConvertBf16AsF32;
       ks->act_block = 1;
       ks->act_block_bytes = sizeof(float);
@@ -289,7 +399,6 @@ void FillAvx2FloatKernels(GgmlType type, KernelSet* ks) {
     default:
       return;
   }
-  ks->gemm_tiles = nullptr;
 }
 
 uint64_t SumBytesAvx2(const uint8_t* p, size_t n) {

@@ -1,6 +1,5 @@
-// AVX-512 kernels for F32 / F16 / BF16 weights (GGUF rows, no repacking: the rows carry no
-// scales, so 4 rows share each activation load and are reduced once at the end), the SIMD
-// activation converters and the bandwidth probe.
+// AVX-512 kernels for F32 / F16 / BF16 weights (16-row column tiles, packed.h; GGUF rows as a
+// fallback), the activation converters of the tier and the bandwidth probe.
 // GCC 12 reports false -Wuninitialized inside its own AVX-512 intrinsic headers (GCC PR 105593);
 // the pragmas must precede the header to cover it.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -56,8 +55,7 @@ void ConvertQ8_KBlock(const float* x, ActQ8_K* out) {
   float max = 0.0f;
   UF_UNROLL
   for (int i = 0; i < 16; ++i) {
-    const __mmask16 m =
-        _mm512_cmp_ps_mask(_mm512_abs_ps(v[i]), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+    const __mmask16 m = _mm512_cmp_ps_mask(_mm512_abs_ps(v[i]), _mm512_set1_ps(amax), _CMP_EQ_OQ);
     if (m != 0) {
       max = x[16 * i + __builtin_ctz(m)];
       break;
@@ -84,7 +82,8 @@ void ConvertQ8_KBlock(const float* x, ActQ8_K* out) {
   for (int j = 0; j < 16; ++j) out->q6_bias[j] = -32 * bsums[j];
 }
 
-// f32 -> f16 -> f32, so F16 weights meet the activation values the reference uses.
+// f32 -> f16 -> f32: the values the reference multiplies F16 weights with, kept in f32 for the
+// broadcasts of the tile kernels.
 void ConvertF16AsF32(const float* x, void* dst, int64_t n) {
   float* out = static_cast<float*>(dst);
   int64_t i = 0;
@@ -94,8 +93,8 @@ void ConvertF16AsF32(const float* x, void* dst, int64_t n) {
   }
   if (i < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(out + i, m,
-                          _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), kRound)));
+    _mm512_mask_storeu_ps(
+        out + i, m, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), kRound)));
   }
 }
 
@@ -106,8 +105,8 @@ __m256i Bf16Of(__m512 v) {
   const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
                                                 _mm512_set1_epi32(0x7F800000));
   const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(
-      _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
   const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
   return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
 }
@@ -128,7 +127,6 @@ void ConvertBf16(const float* x, void* dst, int64_t n) {
 // Float GEMM: NR rows x NT tokens of 16-lane accumulators, reduced horizontally at the end.
 
 enum class WKind { kF32, kF16, kBf16 };
-
 
 // Values per step: 16 f32 lanes, or 32 bf16 pairs for vdpbf16ps.
 template <WKind K>
@@ -152,7 +150,7 @@ inline __m512 LoadW(const uint8_t* row, int64_t c, __mmask32 m, bool masked) {
 template <WKind K>
 inline __m512 LoadA(const uint8_t* row, int64_t c, __mmask32 m, bool masked) {
   if constexpr (K == WKind::kBf16) {
-    return LoadW<WKind::kBf16>(row, c, m, masked);
+    return LoadW<K>(row, c, m, masked);  // bf16 pairs, as the weights
   } else {
     return LoadW<WKind::kF32>(row, c, m, masked);
   }
@@ -204,35 +202,6 @@ void Block(const GemmTask& t, int64_t r, int64_t t0) {
   }
 }
 
-// One row, one token: the row is a single sequential stream (several rows at once were read as
-// several interleaved streams, which streamed ~25% slower), with 4 accumulators to cover the
-// FMA latency.
-template <WKind K>
-void RowSingleToken(const GemmTask& t, int64_t r, int64_t t0) {
-  const uint8_t* w = t.w + r * t.w_row_bytes;
-  const uint8_t* a = t.act + t0 * t.act_row_bytes;
-  constexpr int64_t s = kStep<K>;
-  __m512 acc[4];
-  UF_UNROLL
-  for (int i = 0; i < 4; ++i) acc[i] = _mm512_setzero_ps();
-  int64_t c = 0;
-  for (; c + 4 * s <= t.cols; c += 4 * s) {
-    UF_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      acc[i] = Fma<K>(LoadW<K>(w, c + i * s, 0, false), LoadA<K>(a, c + i * s, 0, false), acc[i]);
-    }
-  }
-  for (; c + s <= t.cols; c += s) {
-    acc[0] = Fma<K>(LoadW<K>(w, c, 0, false), LoadA<K>(a, c, 0, false), acc[0]);
-  }
-  if (c < t.cols) {
-    const __mmask32 m = static_cast<__mmask32>((1ull << (t.cols - c)) - 1);
-    acc[1] = Fma<K>(LoadW<K>(w, c, m, true), LoadA<K>(a, c, m, true), acc[1]);
-  }
-  const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-  t.y[t0 * t.ldy + r] = _mm512_reduce_add_ps(sum);
-}
-
 template <WKind K, int NR>
 void BlockTokens(const GemmTask& t, int64_t r, int64_t t0, int64_t nt) {
   switch (nt) {
@@ -250,6 +219,7 @@ void BlockTokens(const GemmTask& t, int64_t r, int64_t t0, int64_t nt) {
 // Row blocks sized so their weights stay in L2 while every token group passes over them.
 constexpr size_t kL2Budget = 512 * 1024;
 
+// GGUF rows: the fallback for matrices created while no SIMD tier was active.
 template <WKind K>
 void GemmFloat(const GemmTask& t, int64_t r0, int64_t r1) {
   const int64_t block_rows =
@@ -258,13 +228,156 @@ void GemmFloat(const GemmTask& t, int64_t r0, int64_t r1) {
     const int64_t b1 = std::min(r1, b0 + block_rows);
     for (int64_t t0 = 0; t0 < t.n_tokens; t0 += 4) {
       const int64_t nt = std::min<int64_t>(4, t.n_tokens - t0);
-      if (nt == 1) {
-        for (int64_t r = b0; r < b1; ++r) RowSingleToken<K>(t, r, t0);
-        continue;
-      }
       int64_t r = b0;
       for (; r + 4 <= b1; r += 4) BlockTokens<K, 4>(t, r, t0, nt);
       for (; r < b1; ++r) BlockTokens<K, 1>(t, r, t0, nt);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float tiles: per column, 16 rows' weights in one register times a broadcast activation, so a
+// tile row is one sequential stream and no horizontal sums are needed. With few tokens, U
+// accumulators per token (8 chains in all) cover the FMA latency.
+
+template <WKind K>
+inline __m512 TileColumn(const uint8_t* tile, int64_t c) {
+  if constexpr (K == WKind::kF32) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(tile) + kTileRows * c);
+  } else {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(tile) + kTileRows * c)));
+  }
+}
+
+inline __m512 Bcast(const float* p) { return _mm512_set1_ps(*p); }
+
+// Two bf16 activations (columns 2p, 2p + 1) in every 32-bit lane.
+inline __m512bh BcastPair(const uint16_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return (__m512bh)_mm512_set1_epi32(static_cast<int>(v));
+}
+
+template <WKind K, int NT>
+void FloatTileRow(const uint8_t* tile, int64_t cols, const uint8_t* const* act, __m512* out) {
+  constexpr int U = NT >= 8 ? 1 : 8 / NT;
+  __m512 acc[NT][U];
+  UF_UNROLL
+  for (int t = 0; t < NT; ++t) {
+    UF_UNROLL
+    for (int u = 0; u < U; ++u) acc[t][u] = _mm512_setzero_ps();
+  }
+  if constexpr (K == WKind::kBf16) {
+    const uint16_t* a[NT];
+    UF_UNROLL
+    for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const uint16_t*>(act[t]);
+    const int64_t pairs = cols / 2;
+    int64_t p = 0;
+    for (; p + U <= pairs; p += U) {
+      UF_UNROLL
+      for (int u = 0; u < U; ++u) {
+        const __m512bh w = (__m512bh)_mm512_loadu_si512(tile + 64 * (p + u));
+        UF_UNROLL
+        for (int t = 0; t < NT; ++t) {
+          acc[t][u] = _mm512_dpbf16_ps(acc[t][u], BcastPair(a[t] + 2 * (p + u)), w);
+        }
+      }
+    }
+    for (; p < pairs; ++p) {
+      const __m512bh w = (__m512bh)_mm512_loadu_si512(tile + 64 * p);
+      UF_UNROLL
+      for (int t = 0; t < NT; ++t) acc[t][0] = _mm512_dpbf16_ps(acc[t][0], BcastPair(a[t] + 2 * p), w);
+    }
+    if (cols % 2 != 0) {  // the last column, paired with a zero weight: read only its value
+      const __m512bh w = (__m512bh)_mm512_loadu_si512(tile + 64 * pairs);
+      UF_UNROLL
+      for (int t = 0; t < NT; ++t) {
+        const __m512bh v = (__m512bh)_mm512_set1_epi32(a[t][cols - 1]);
+        acc[t][0] = _mm512_dpbf16_ps(acc[t][0], v, w);
+      }
+    }
+  } else {
+    const float* a[NT];
+    UF_UNROLL
+    for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const float*>(act[t]);
+    int64_t c = 0;
+    for (; c + U <= cols; c += U) {
+      UF_UNROLL
+      for (int u = 0; u < U; ++u) {
+        const __m512 w = TileColumn<K>(tile, c + u);
+        UF_UNROLL
+        for (int t = 0; t < NT; ++t) acc[t][u] = _mm512_fmadd_ps(w, Bcast(a[t] + c + u), acc[t][u]);
+      }
+    }
+    for (; c < cols; ++c) {
+      const __m512 w = TileColumn<K>(tile, c);
+      UF_UNROLL
+      for (int t = 0; t < NT; ++t) acc[t][0] = _mm512_fmadd_ps(w, Bcast(a[t] + c), acc[t][0]);
+    }
+  }
+  UF_UNROLL
+  for (int t = 0; t < NT; ++t) {
+    __m512 s = acc[t][0];
+    UF_UNROLL
+    for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[t][u]);
+    out[t] = s;
+  }
+}
+
+template <WKind K, int NT>
+void RunFloatTile(const GemmTask& t, const uint8_t* tile, int64_t row, int64_t t0) {
+  const uint8_t* act[NT];
+  UF_UNROLL
+  for (int i = 0; i < NT; ++i) act[i] = t.act + (t0 + i) * t.act_row_bytes;
+  __m512 out[NT];
+  FloatTileRow<K, NT>(tile, t.cols, act, out);
+  const int64_t valid = std::min<int64_t>(kTileRows, t.ldy - row);
+  const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
+  UF_UNROLL
+  for (int i = 0; i < NT; ++i) _mm512_mask_storeu_ps(t.y + (t0 + i) * t.ldy + row, mask, out[i]);
+}
+
+template <WKind K>
+void RunFloatTileTokens(const GemmTask& t, const uint8_t* tile, int64_t row, int64_t t0,
+                        int64_t nt) {
+  switch (nt) {
+    case 1:
+      return RunFloatTile<K, 1>(t, tile, row, t0);
+    case 2:
+      return RunFloatTile<K, 2>(t, tile, row, t0);
+    case 3:
+      return RunFloatTile<K, 3>(t, tile, row, t0);
+    case 4:
+      return RunFloatTile<K, 4>(t, tile, row, t0);
+    case 5:
+      return RunFloatTile<K, 5>(t, tile, row, t0);
+    case 6:
+      return RunFloatTile<K, 6>(t, tile, row, t0);
+    case 7:
+      return RunFloatTile<K, 7>(t, tile, row, t0);
+    default:
+      return RunFloatTile<K, 8>(t, tile, row, t0);
+  }
+}
+
+constexpr GgmlType TypeOf(WKind k) {
+  return k == WKind::kF32 ? GgmlType::kF32 : k == WKind::kF16 ? GgmlType::kF16 : GgmlType::kBF16;
+}
+
+// Groups of tile rows that fit L2 x groups of up to 8 tokens, as for the quantized tiles.
+template <WKind K>
+void GemmFloatTiles(const GemmTask& t, int64_t r0, int64_t r1) {
+  const size_t tile_row_bytes = TileRowBytes(TypeOf(K), t.cols);
+  const int64_t group_rows =
+      kTileRows * std::max<int64_t>(1, static_cast<int64_t>(kL2Budget / tile_row_bytes));
+  for (int64_t g0 = r0; g0 < r1; g0 += group_rows) {
+    const int64_t g1 = std::min(r1, g0 + group_rows);
+    for (int64_t t0 = 0; t0 < t.n_tokens; t0 += 8) {
+      const int64_t nt = std::min<int64_t>(8, t.n_tokens - t0);
+      for (int64_t row = g0; row < g1; row += kTileRows) {
+        RunFloatTileTokens<K>(t, t.w + row / kTileRows * tile_row_bytes, row, t0, nt);
+      }
     }
   }
 }
@@ -285,12 +398,12 @@ void FillAvx512FloatKernels(GgmlType type, KernelSet* ks) {
   switch (type) {
     case GgmlType::kF32:
       ks->gemm = GemmFloat<WKind::kF32>;
-      ks->gemm_tiles = nullptr;
+      ks->gemm_tiles = GemmFloatTiles<WKind::kF32>;
       // Activations are used as given (MatMul skips the conversion for F32).
       break;
     case GgmlType::kF16:
       ks->gemm = GemmFloat<WKind::kF16>;
-      ks->gemm_tiles = nullptr;
+      ks->gemm_tiles = GemmFloatTiles<WKind::kF16>;
       ks->convert = ConvertF16AsF32;
       ks->act_block = 1;
       ks->act_block_bytes = sizeof(float);
@@ -298,7 +411,7 @@ void FillAvx512FloatKernels(GgmlType type, KernelSet* ks) {
     case GgmlType::kBF16:
       if (!GetCpuFeatures().avx512bf16) break;  // keep the AVX2 kernels
       ks->gemm = GemmFloat<WKind::kBf16>;
-      ks->gemm_tiles = nullptr;
+      ks->gemm_tiles = GemmFloatTiles<WKind::kBf16>;
       ks->convert = ConvertBf16;
       ks->act_block = 1;
       ks->act_block_bytes = sizeof(uint16_t);
@@ -317,8 +430,8 @@ uint64_t SumBytesAvx512(const uint8_t* p, size_t n) {
     s2 = _mm512_add_epi64(s2, _mm512_loadu_si512(p + i + 128));
     s3 = _mm512_add_epi64(s3, _mm512_loadu_si512(p + i + 192));
   }
-  uint64_t s = _mm512_reduce_add_epi64(
-      _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+  uint64_t s =
+      _mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
   for (; i < n; ++i) s += p[i];
   return s;
 }

@@ -42,8 +42,7 @@ inline __m256i Widen(__m256i s16) { return _mm256_madd_epi16(s16, Ones16()); }
 // (<= 30480) before one widening.
 
 template <int NT>
-void HalfQ4_0(const TileQ4_0* tiles, int64_t nb, int h, const ActQ8_0* const* act,
-              __m256* acc) {
+void HalfQ4_0(const TileQ4_0* tiles, int64_t nb, int h, const ActQ8_0* const* act, __m256* acc) {
   const __m256i lo_mask = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
     const TileQ4_0& tl = tiles[b];
@@ -67,8 +66,8 @@ void HalfQ4_0(const TileQ4_0* tiles, int64_t nb, int h, const ActQ8_0* const* ac
       }
       // bias = -128 * sum(a) = 16 * (-8 * sum(a)): the nibble offset.
       const __m256i s = _mm256_add_epi32(Widen(s16), _mm256_set1_epi32(a.bias >> 4));
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)),
-                               acc[t]);
+      acc[t] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)), acc[t]);
     }
   }
 }
@@ -76,8 +75,7 @@ void HalfQ4_0(const TileQ4_0* tiles, int64_t nb, int h, const ActQ8_0* const* ac
 // Q8_0: the stored u8 = w + 128 is turned back into w and multiplied with the sign trick
 // (|w| x sign(a, w)): |pair| <= 2 * 128 * 127 = 32512 fits i16, two pairs would not.
 template <int NT>
-void HalfQ8_0(const TileQ8_0* tiles, int64_t nb, int h, const ActQ8_0* const* act,
-              __m256* acc) {
+void HalfQ8_0(const TileQ8_0* tiles, int64_t nb, int h, const ActQ8_0* const* act, __m256* acc) {
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < nb; ++b) {
     const TileQ8_0& tl = tiles[b];
@@ -94,12 +92,11 @@ void HalfQ8_0(const TileQ8_0* tiles, int64_t nb, int h, const ActQ8_0* const* ac
       __m256i s = _mm256_setzero_si256();
       UF_UNROLL
       for (int k = 0; k < 8; ++k) {
-        const __m256i p =
-            _mm256_maddubs_epi16(aw[k], _mm256_sign_epi8(Bcast4(a.qs + 4 * k), w[k]));
+        const __m256i p = _mm256_maddubs_epi16(aw[k], _mm256_sign_epi8(Bcast4(a.qs + 4 * k), w[k]));
         s = _mm256_add_epi32(s, Widen(p));
       }
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)),
-                               acc[t]);
+      acc[t] =
+          _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)), acc[t]);
     }
   }
 }
@@ -109,8 +106,7 @@ void HalfQ8_0(const TileQ8_0* tiles, int64_t nb, int h, const ActQ8_0* const* ac
 // sum in i16: 8 * 2 * 15 * 127 = 30480.
 
 template <int NT>
-void HalfQ4_K(const TileQ4_K* tiles, int64_t nb, int h, const ActQ8_K* const* act,
-              __m256* acc) {
+void HalfQ4_K(const TileQ4_K* tiles, int64_t nb, int h, const ActQ8_K* const* act, __m256* acc) {
   const __m256i lo_mask = _mm256_set1_epi8(0x0F);
   const __m256i six_bits = _mm256_set1_epi8(0x3F);
   const __m256i top_bits = _mm256_set1_epi8(static_cast<char>(0xC0));
@@ -128,10 +124,9 @@ void HalfQ4_K(const TileQ4_K* tiles, int64_t nb, int h, const ActQ8_K* const* ac
     const __m256i d2 = Load(tl.scales[2][8 * h]);
     const __m256i sc03 = _mm256_and_si256(d0, six_bits);
     const __m256i m03 = _mm256_and_si256(d1, six_bits);
-    const __m256i sc47 =
-        _mm256_or_si256(_mm256_and_si256(d2, lo_mask),
-                        _mm256_and_si256(_mm256_srli_epi32(_mm256_and_si256(d0, top_bits), 2),
-                                         hi_nib));
+    const __m256i sc47 = _mm256_or_si256(
+        _mm256_and_si256(d2, lo_mask),
+        _mm256_and_si256(_mm256_srli_epi32(_mm256_and_si256(d0, top_bits), 2), hi_nib));
     const __m256i m47 = _mm256_or_si256(
         _mm256_and_si256(_mm256_srli_epi32(d2, 4), lo_mask),
         _mm256_and_si256(_mm256_srli_epi32(_mm256_and_si256(d1, top_bits), 2), hi_nib));
@@ -185,8 +180,7 @@ void HalfQ4_K(const TileQ4_K* tiles, int64_t nb, int h, const ActQ8_K* const* ac
 // Q6_K, one 8-row half. Values <= 63: a pair <= 2 * 63 * 127 = 16002, so two chunks sum in i16.
 
 template <int NT>
-void HalfQ6_K(const TileQ6_K* tiles, int64_t nb, int h8, const ActQ8_K* const* act,
-              __m256* acc) {
+void HalfQ6_K(const TileQ6_K* tiles, int64_t nb, int h8, const ActQ8_K* const* act, __m256* acc) {
   const __m256i lo_mask = _mm256_set1_epi8(0x0F);
   const __m256i hi_bits = _mm256_set1_epi8(0x30);
   const __m256i two_bits = _mm256_set1_epi8(0x33);
@@ -231,8 +225,7 @@ void HalfQ6_K(const TileQ6_K* tiles, int64_t nb, int h8, const ActQ8_K* const* a
             UF_UNROLL
             for (int k = 0; k < 4; ++k) {
               const int j = 8 * h + 2 * k + quad;
-              const __m256i p =
-                  _mm256_maddubs_epi16(v[k], Bcast4(act[t][b].qs + 16 * j + 4 * i));
+              const __m256i p = _mm256_maddubs_epi16(v[k], Bcast4(act[t][b].qs + 16 * j + 4 * i));
               if (i % 2 == 0) {
                 s16[t][k] = p;
               } else {

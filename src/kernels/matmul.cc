@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -27,7 +28,8 @@ class MatrixAccess {
     return m;
   }
   // Costs one pass over the weights and a heap copy of them (the GGUF bytes stay mapped but
-  // are no longer read by matmuls).
+  // are no longer read by matmuls). The copy lives in 2 MiB pages: streaming 4 KiB pages (as
+  // mmapped files are) ran at 55-70% of the read bandwidth for F16/BF16, 2 MiB pages at ~96%.
   static void Pack(Matrix* m) {
     HugeBuffer buf = AllocateHuge(PackedBytes(m->type_, m->rows_, m->cols_));
     PackMatrix(m->type_, m->data_, m->rows_, m->cols_, buf.get());
@@ -143,7 +145,7 @@ void RunMatMul(const Matrix* const* ws, float* const* ys, int n_mats, const floa
 
 StatusOr<Matrix> Matrix::Create(GgmlType type, const void* data, int64_t rows, int64_t cols) {
   if (GetKernels(type, Isa::kScalar).gemm == nullptr) {
-    return UnimplementedError("matmul: weight type " + std::to_string(static_cast<int>(type)) +
+    return UnimplementedError("matmul: weight type " + std::string(GgmlTypeName(type)) +
                               " is not supported");
   }
   if (rows <= 0 || cols <= 0) {

@@ -22,6 +22,9 @@ std::string IsaName(Isa isa);
 // A weight matrix of a linear layer, [rows = out_features][cols = in_features]. Wraps the mmapped
 // GGUF tensor (ne[0] = cols, ne[1] = rows) zero-copy, or a repacked copy when the kernels for
 // this type and ISA want another layout.
+// With a SIMD tier active, Create copies the weights once (one pass, same byte count, in 2 MiB
+// pages): quantized types into 16-row tiles, float types as they are. That costs load time and
+// memory but decode streams them at the DRAM read bandwidth (see src/kernels/packed.h).
 class Matrix {
  public:
   Matrix() = default;
@@ -45,9 +48,9 @@ class Matrix {
   int64_t cols_ = 0;
   size_t row_bytes_ = 0;
   size_t bytes_ = 0;
-  const uint8_t* data_ = nullptr;          // [rows][row_bytes] in the GGUF layout
-  const uint8_t* tiles_ = nullptr;         // [ceil(rows / 16)][16 * row_bytes], or null
-  std::shared_ptr<uint8_t[]> repacked_;    // owner of tiles_
+  const uint8_t* data_ = nullptr;        // [rows][row_bytes] in the GGUF layout (maybe a copy)
+  const uint8_t* tiles_ = nullptr;       // [ceil(rows / 16)][16 * row_bytes], or null
+  std::shared_ptr<uint8_t[]> repacked_;  // owner of tiles_ or of the copied data_
   friend class MatrixAccess;
 };
 

@@ -12,8 +12,7 @@
 namespace uf::kernels {
 
 ReadBandwidthProbe::ReadBandwidthProbe(size_t bytes)
-    : bytes_(std::max<size_t>(4096, bytes / 4096 * 4096)),
-      buf_(AllocateHuge(bytes_)) {
+    : bytes_(std::max<size_t>(4096, bytes / 4096 * 4096)), buf_(AllocateHuge(bytes_)) {
   std::memset(buf_.get(), 1, bytes_);
 }
 

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kernels/matmul.h"
+
 namespace uf::kernels {
 
 void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps) {
@@ -41,6 +43,16 @@ float Dot(const float* a, const float* b, int64_t n) {
 
 void Axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void DotRows(const float* q, const float* k, int64_t m, int64_t d, float* scores) {
+  if (ActiveIsa() != Isa::kScalar) return internal::DotRowsAvx2(q, k, m, d, scores);
+  for (int64_t s = 0; s < m; ++s) scores[s] = Dot(q, k + s * d, d);
+}
+
+void AxpyRows(const float* w, const float* v, int64_t m, int64_t d, float* out) {
+  if (ActiveIsa() != Isa::kScalar) return internal::AxpyRowsAvx2(w, v, m, d, out);
+  for (int64_t s = 0; s < m; ++s) Axpy(w[s], v + s * d, out, d);
 }
 
 void SoftmaxInPlace(float* x, int64_t n, float scale) {

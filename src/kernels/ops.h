@@ -22,6 +22,17 @@ float Dot(const float* a, const float* b, int64_t n);
 // y += a * x
 void Axpy(float a, const float* x, float* y, int64_t n);
 
+// Attention inner loops over m cached rows of width d (rows d floats apart), with the best ISA:
+// scores[s] = dot(q, k + s * d);   out += sum_s w[s] * (v + s * d).
+void DotRows(const float* q, const float* k, int64_t m, int64_t d, float* scores);
+void AxpyRows(const float* w, const float* v, int64_t m, int64_t d, float* out);
+
+namespace internal {
+// AVX2+FMA versions (ops_avx2.cc); only called after the CPU check.
+void DotRowsAvx2(const float* q, const float* k, int64_t m, int64_t d, float* scores);
+void AxpyRowsAvx2(const float* w, const float* v, int64_t m, int64_t d, float* out);
+}  // namespace internal
+
 // x = softmax(x * scale) in place (max-subtracted).
 void SoftmaxInPlace(float* x, int64_t n, float scale);
 

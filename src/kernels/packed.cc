@@ -61,6 +61,27 @@ void PackRow(const BlockQ6_K* src, int64_t nb, int r, TileQ6_K* tiles) {
   }
 }
 
+// Float types: element (r, c) of a tile row goes to column c's group of 16 (pairs of columns
+// for BF16). Reading 16 rows and writing one tile row keeps the writes within L2.
+template <typename T, int kPair>
+void PackFloat(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
+  const int64_t padded_cols = (cols + kPair - 1) / kPair * kPair;
+  const size_t tile_row = kTileRows * padded_cols;
+  T* out = reinterpret_cast<T*>(dst);
+  const T* in = reinterpret_cast<const T*>(src);
+  for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
+    const int n = static_cast<int>(std::min<int64_t>(kTileRows, rows - r0));
+    std::memset(static_cast<void*>(out), 0, tile_row * sizeof(T));
+    for (int r = 0; r < n; ++r) {
+      const T* row = in + (r0 + r) * cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        out[(c / kPair * kTileRows + r) * kPair + c % kPair] = row[c];
+      }
+    }
+    out += tile_row;
+  }
+}
+
 // nb blocks per row.
 template <typename Block, typename Tile>
 void PackAll(const uint8_t* src, int64_t rows, int64_t nb, uint8_t* dst) {
@@ -77,17 +98,37 @@ void PackAll(const uint8_t* src, int64_t rows, int64_t nb, uint8_t* dst) {
 }  // namespace
 
 bool HasTileLayout(GgmlType type) {
-  return type == GgmlType::kQ4_0 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_K ||
-         type == GgmlType::kQ6_K;
+  switch (type) {
+    case GgmlType::kF32:
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+size_t TileRowBytes(GgmlType type, int64_t cols) {
+  if (type == GgmlType::kBF16) cols = (cols + 1) / 2 * 2;
+  return kTileRows * KernelRowBytes(type, cols);
 }
 
 size_t PackedBytes(GgmlType type, int64_t rows, int64_t cols) {
-  const int64_t padded = (rows + kTileRows - 1) / kTileRows * kTileRows;
-  return KernelRowBytes(type, cols) * padded;
+  return TileRowBytes(type, cols) * static_cast<size_t>((rows + kTileRows - 1) / kTileRows);
 }
 
 void PackMatrix(GgmlType type, const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
   switch (type) {
+    case GgmlType::kF32:
+      return PackFloat<uint32_t, 1>(src, rows, cols, dst);
+    case GgmlType::kF16:
+      return PackFloat<uint16_t, 1>(src, rows, cols, dst);
+    case GgmlType::kBF16:
+      return PackFloat<uint16_t, 2>(src, rows, cols, dst);
     case GgmlType::kQ4_0:
       return PackAll<BlockQ4_0, TileQ4_0>(src, rows, cols / kQK4_0, dst);
     case GgmlType::kQ8_0:
@@ -128,16 +169,6 @@ void ConvertActQ8_K(const float* x, void* dst, int64_t n) {
     }
     for (int j = 0; j < 16; ++j) out[b].q6_bias[j] = -32 * q.bsums[j];
   }
-}
-
-void ConvertActF16AsF32(const float* x, void* dst, int64_t n) {
-  float* out = static_cast<float*>(dst);
-  for (int64_t i = 0; i < n; ++i) out[i] = Fp16ToFp32(Fp32ToFp16(x[i]));
-}
-
-void ConvertActBf16AsF32(const float* x, void* dst, int64_t n) {
-  float* out = static_cast<float*>(dst);
-  for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToFp32(Fp32ToBf16(x[i]));
 }
 
 namespace {

@@ -57,8 +57,15 @@ struct TileQ6_K {
 };
 static_assert(sizeof(TileQ6_K) == kTileRows * sizeof(BlockQ6_K));
 
+// Float weights are tiled the same way, one column at a time: F32 / F16 tiles are
+// [cols][16 rows] elements (one 16-lane register per column, multiplied by a broadcast
+// activation), BF16 tiles [ceil(cols / 2)][16 rows][2] (one vdpbf16ps per column pair; an odd
+// last column is paired with a zero).
+
 // True for the types whose SIMD kernels read tiles.
 bool HasTileLayout(GgmlType type);
+// Bytes of one tile row (16 rows x cols) of the packed copy.
+size_t TileRowBytes(GgmlType type, int64_t cols);
 // Bytes of the packed copy of a rows x cols matrix.
 size_t PackedBytes(GgmlType type, int64_t rows, int64_t cols);
 // Packs GGUF rows [rows][src_row_bytes] into tiles at dst (PackedBytes(type, rows, cols)).
@@ -90,9 +97,6 @@ static_assert(sizeof(ActQ8_K) == 4 + 256 + 16 + 64);
 // converters must produce the same bytes.
 void ConvertActQ8_0(const float* x, void* dst, int64_t n);
 void ConvertActQ8_K(const float* x, void* dst, int64_t n);
-// F32 values rounded through f16 / bf16 (what the reference multiplies F16/BF16 weights with).
-void ConvertActF16AsF32(const float* x, void* dst, int64_t n);
-void ConvertActBf16AsF32(const float* x, void* dst, int64_t n);
 
 // Portable kernels for GGUF rows with the SIMD activation formats: used only when a matrix was
 // created under a tier without tiles and a SIMD tier is selected later (tests). Slow.

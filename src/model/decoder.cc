@@ -344,7 +344,7 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item_begin, int6
     for (int64_t j0 = 0; j0 < n_kv; j0 += bs) {
       const float* kb = cache_->KeyBlock(il, table[j0 / bs]) + kvh * bs * hd;
       const int64_t m = std::min(bs, n_kv - j0);
-      for (int64_t s = 0; s < m; ++s) scores[j0 + s] = kernels::Dot(q, kb + s * hd, hd);
+      kernels::DotRows(q, kb, m, hd, scores + j0);
     }
     kernels::SoftmaxInPlace(scores, n_kv, attn_scale_);
     float* out = attn_.data() + t * qd + h * hd;
@@ -352,7 +352,7 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item_begin, int6
     for (int64_t j0 = 0; j0 < n_kv; j0 += bs) {
       const float* vb = cache_->ValueBlock(il, table[j0 / bs]) + kvh * bs * hd;
       const int64_t m = std::min(bs, n_kv - j0);
-      for (int64_t s = 0; s < m; ++s) kernels::Axpy(scores[j0 + s], vb + s * hd, out, hd);
+      kernels::AxpyRows(scores + j0, vb, m, hd, out);
     }
   }
 }

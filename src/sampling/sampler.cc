@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace uf::sampling {
 namespace {
@@ -10,6 +15,43 @@ namespace {
 // Highest logit first; ids break ties so every ordering (and so every draw) is deterministic.
 bool Higher(const Sampler::Candidate& a, const Sampler::Candidate& b) {
   return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+// Largest non-NaN value of x[0..16) (-inf if none). SSE2 is part of x86-64, so no dispatch.
+inline float Max16(const float* x) {
+#if defined(__SSE2__)
+  // maxps returns its second operand when either is NaN, so NaNs never win.
+  __m128 m = _mm_set1_ps(-INFINITY);
+  m = _mm_max_ps(_mm_loadu_ps(x), m);
+  m = _mm_max_ps(_mm_loadu_ps(x + 4), m);
+  m = _mm_max_ps(_mm_loadu_ps(x + 8), m);
+  m = _mm_max_ps(_mm_loadu_ps(x + 12), m);
+  m = _mm_max_ps(m, _mm_shuffle_ps(m, m, _MM_SHUFFLE(1, 0, 3, 2)));
+  m = _mm_max_ps(m, _mm_shuffle_ps(m, m, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtss_f32(m);
+#else
+  float m = -INFINITY;
+  for (int i = 0; i < 16; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+#endif
+}
+
+// Index of the first largest non-NaN value (0 if all are NaN). Blocks whose maximum cannot beat
+// the best so far are skipped with one compare.
+int32_t ArgMax(const float* x, int32_t n) {
+  int32_t best = 0;
+  float best_v = -INFINITY;
+  int32_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    if (!(Max16(x + i) > best_v)) continue;
+    for (int32_t j = i; j < i + 16; ++j) {
+      if (x[j] > best_v) best_v = x[j], best = j;
+    }
+  }
+  for (; i < n; ++i) {
+    if (x[i] > best_v) best_v = x[i], best = i;
+  }
+  return best;
 }
 
 }  // namespace
@@ -84,34 +126,42 @@ void Sampler::ApplyPenalties() {
 }
 
 void Sampler::Filter(const float* logits) {
-  for (int32_t i = 0; i < n_vocab_; ++i) {
-    logits_[i] = std::isnan(logits[i]) ? -INFINITY : logits[i];
-  }
+  // NaN logits must never be chosen: the scans below skip them (every comparison with NaN is
+  // false), and whole-vocabulary paths map them to -inf.
+  std::memcpy(logits_.data(), logits, sizeof(float) * n_vocab_);
   ApplyPenalties();
   candidates_.clear();
   if (params_.greedy()) {
-    const int32_t best =
-        static_cast<int32_t>(std::max_element(logits_.begin(), logits_.end()) - logits_.begin());
+    const int32_t best = ArgMax(logits_.data(), n_vocab_);
     candidates_.push_back({best, logits_[best], 1.0f});
     return;
   }
+  const float* l = logits_.data();
   if (params_.top_k > 0 && params_.top_k < n_vocab_) {
-    // Top-k by one scan with a k-entry heap whose top is the worst kept candidate: most logits
-    // lose a single float compare against it, so this costs about one pass over the vocabulary.
+    // Top-k by one scan with a k-entry heap whose top is the worst kept candidate: once it is
+    // full, a block of 16 logits that cannot beat it costs one SIMD max and one compare.
     const size_t k = params_.top_k;
-    for (int32_t i = 0; i < n_vocab_; ++i) {
-      const Candidate c{i, logits_[i], 0.0f};
+    auto offer = [&](int32_t i) {
+      const float v = l[i];
       if (candidates_.size() < k) {
-        candidates_.push_back(c);
+        candidates_.push_back({i, std::isnan(v) ? -INFINITY : v, 0.0f});
         std::push_heap(candidates_.begin(), candidates_.end(), Higher);
-      } else if (c.logit > candidates_.front().logit) {
+      } else if (v > candidates_.front().logit) {
         std::pop_heap(candidates_.begin(), candidates_.end(), Higher);
-        candidates_.back() = c;
+        candidates_.back() = {i, v, 0.0f};
         std::push_heap(candidates_.begin(), candidates_.end(), Higher);
       }
+    };
+    int32_t i = 0;
+    for (; i + 16 <= n_vocab_; i += 16) {
+      if (candidates_.size() == k && !(Max16(l + i) > candidates_.front().logit)) continue;
+      for (int32_t j = i; j < i + 16; ++j) offer(j);
     }
+    for (; i < n_vocab_; ++i) offer(i);
   } else {
-    for (int32_t i = 0; i < n_vocab_; ++i) candidates_.push_back({i, logits_[i], 0.0f});
+    for (int32_t i = 0; i < n_vocab_; ++i) {
+      candidates_.push_back({i, std::isnan(l[i]) ? -INFINITY : l[i], 0.0f});
+    }
   }
   float max = -INFINITY;
   for (const Candidate& c : candidates_) max = std::max(max, c.logit);

@@ -205,6 +205,7 @@ void HttpServer::Route() {
   });
   s.set_exception_handler(
       [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        metrics_->CountRequest("other", 500);
         std::string what = "unknown exception";
         try {
           if (ep) std::rethrow_exception(ep);

@@ -322,8 +322,8 @@ std::optional<ApiError> IgnoredParam(const std::string& key, const json& v) {
   return InvalidRequest("Unrecognized request argument supplied: " + key, key, "unknown_parameter");
 }
 
-std::optional<ApiError> ParseChatParam(const std::string& key, const json& v, const ParseOptions& o,
-                                       ApiRequest* r, std::optional<int64_t>* max_completion_tokens,
+std::optional<ApiError> ParseChatParam(const std::string& key, const json& v, ApiRequest* r,
+                                       std::optional<int64_t>* max_completion_tokens,
                                        bool* have_messages, bool* logprobs_seen,
                                        bool* top_logprobs_seen) {
   if (key == "messages") {
@@ -375,7 +375,6 @@ std::optional<ApiError> ParseChatParam(const std::string& key, const json& v, co
     if (v.is_null()) return std::nullopt;
     return Unsupported(key, "text generation only.");
   }
-  (void)o;
   return IgnoredParam(key, v);
 }
 
@@ -532,8 +531,8 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
       e = GetInt(key, v, 1, 128, &n);
       if (!e && n && *n != 1) e = Unsupported(key, "one choice per request (n = 1).");
     } else if (endpoint == Endpoint::kChat) {
-      e = ParseChatParam(key, v, options, &r, &max_completion_tokens, &have_messages,
-                         &logprobs_seen, &top_logprobs_seen);
+      e = ParseChatParam(key, v, &r, &max_completion_tokens, &have_messages, &logprobs_seen,
+                         &top_logprobs_seen);
     } else {
       e = ParseCompletionParam(key, v, options, &r, &have_prompt);
     }

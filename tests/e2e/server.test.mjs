@@ -4,7 +4,9 @@
 // output is deterministic, which is what the equality checks below rely on.
 //
 // Run: UF_BIN=build/ultrafast node --test tests/e2e/   (tests/e2e/run.sh does this for ctest)
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
 import { once } from 'node:events';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -230,5 +232,35 @@ describe('API keys', () => {
     const r = await good.chat.completions.create(request);
     assert.equal(r.choices.length, 1);
     assert.equal((await fetch(`${server.base}/health`)).status, 200);
+  });
+});
+
+describe('API keys from a keys database', () => {
+  let server;
+  let db;
+  const keys = (...args) => spawnSync(BIN, ['keys', '--db', db, ...args], { encoding: 'utf8' });
+  before(async () => {
+    db = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'uf-e2e-')), 'keys.db');
+    server = null;
+  });
+  after(async () => {
+    if (server) await server.stop();
+    fs.rmSync(path.dirname(db), { recursive: true, force: true });
+  });
+
+  test('keys added with `ultrafast keys` work until revoked', async () => {
+    const added = keys('add', 'e2e');
+    assert.equal(added.status, 0, added.stderr);
+    const key = added.stdout.trim();
+    assert.match(key, /^sk-uf-[0-9a-f]{48}$/);
+    assert.ok(!fs.readFileSync(db).includes(Buffer.from(key)), 'the key itself is not stored');
+    server = await startServer(['--keys-db', db]);
+    const request = { model: MODEL_ID, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 };
+    const good = new OpenAI({ apiKey: key, baseURL: `${server.base}/v1`, maxRetries: 0 });
+    assert.equal((await good.chat.completions.create(request)).choices.length, 1);
+    const revoked = keys('revoke', 'e2e');
+    assert.equal(revoked.status, 0, revoked.stderr);
+    await assert.rejects(good.chat.completions.create(request),
+      (e) => e instanceof OpenAI.AuthenticationError);
   });
 });

@@ -1,0 +1,128 @@
+// SLO-aware batch composition across service tiers. Each engine step, the scheduler looks at
+// every sequence and decides what the next forward pass computes:
+//   1. every running ultrafast sequence gets its work (a decode token, or a prompt chunk), and
+//      waiting ultrafast requests are admitted, evicting lower tiers if slots or KV run short;
+//   2. bound = (1 + slack) x the predicted time of that ultrafast-only batch (its "solo" step);
+//      with no ultrafast work the bound is infinite and only the token caps apply;
+//   3. flex sequences that have had no work for max_wait are served next, bound or not (the one
+//      way the bound can be exceeded: one token per such sequence per max_wait);
+//   4. default work fills what fits under the bound: decode tokens oldest first, then prompt
+//      chunks sized to the room left, then admissions; then flex work the same way.
+// Running default/flex sequences left out while ultrafast work runs are marked preempted (KV
+// kept) and resumed when they are scheduled again. Eviction (slot and KV released) happens only
+// when a higher tier needs the slot or blocks, or an older sequence of the same tier needs KV.
+//
+// Probes. The cost model only learns from the batches it lets the scheduler run: left alone, it
+// never measures the ultrafast solo step once defaults ride along, nor a batch one larger than it
+// believes fits, and can settle on a wrong knee for good. So every probe_interval_steps-th step
+// with ultrafast work is a probe, alternately a solo step (ultrafast work only) and an "up" step
+// (one default or flex decode more than the bound admits). Up probes are the only planned steps
+// past the bound besides overdue flex; at the default interval they are under 1% of steps, so they
+// stay out of the p99.
+//
+// Pure logic: no threads, no engine types; time comes from the injected Clock and costs from the
+// injected StepCostModel, so tests drive it with a FakeClock and a synthetic cost.
+//
+// How the engine loop plugs it in (src/engine/service.cc), once per Step():
+//   - keep per sequence: id, tier, arrival, last_served, preempted. Fill a StepInput from
+//     running_ (slot held: context = n_computed, to_prefill = to_feed() > 1 ? to_feed() : 0,
+//     kv_blocks = Capacity(slot) / block_size) and waiting_ (no slot: context 0, kv_blocks 0,
+//     to_prefill = tokens.size()), plus free_slots_.size() and cache_->free_blocks();
+//   - Plan(), then apply in this order: `evict` (PublishPrefix, Remove, free the slot, move to
+//     waiting_, n_computed = 0), `admit` (take a slot, AttachPrefix), `preempt` / `resume` (flip
+//     the flag), then build the Batch from `decode` (one token each) and `prefill` (at most
+//     n_tokens; fewer when the prefix cache already covered part of the prompt). Reserve() can
+//     still fail when evicted blocks were shared with another sequence: drop that item;
+//   - set last_served = Clock::Now() for every sequence in the batch;
+//   - time decoder_->Forward() and call OnlineStepCostModel::Observe(plan.composition, seconds);
+//   - TierAdmission::SetUltrafastTokenSeconds(plan.ultrafast_solo_seconds) when it is > 0, and
+//     TierAdmission::Release(id) whenever a request ends.
+// The batch must honour the engine's own limits: pass max_step_tokens = the decoder's max_batch
+// and max_prefill_tokens = prefill_chunk.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/status.h"
+#include "scheduler/step_cost_model.h"
+#include "scheduler/tiers.h"
+
+namespace uf::scheduler {
+
+struct SchedulerOptions {
+  // Ultrafast step time may grow to (1 + slack) x its solo time; 0 keeps ultrafast alone.
+  double ultrafast_slack = 0.05;
+  // A flex sequence (running or waiting) that has had no work for this long is served next.
+  double flex_max_wait_seconds = 10.0;
+  int64_t max_step_tokens = 264;     // tokens per forward pass (the decoder's max_batch)
+  int64_t max_prefill_tokens = 256;  // prompt tokens per step, all sequences together
+  // Every this many steps with ultrafast work, a probe step (see above); 0 disables probes.
+  int64_t probe_interval_steps = 64;
+
+  // InvalidArgument on negative or non-finite slack or wait, non-positive caps or a negative
+  // probe interval.
+  Status Validate() const;
+};
+
+struct SequenceState {
+  int64_t id = 0;
+  ServiceTier tier = ServiceTier::kDefault;  // serving tier (after any fallback)
+  int64_t context = 0;                       // positions whose K/V are computed
+  int64_t to_prefill = 0;    // prompt (or recompute) tokens before decoding; 0 = decoding
+  int64_t kv_blocks = 0;     // KV blocks held (0 while waiting)
+  double arrival = 0.0;      // Clock time of submission: order within a tier
+  double last_served = 0.0;  // Clock time it last got work in a step; arrival before that
+  bool preempted = false;    // running but paused by an earlier plan (KV kept)
+};
+
+struct StepInput {
+  std::vector<SequenceState> running;  // holding a slot
+  std::vector<SequenceState> waiting;  // not holding a slot: new, or evicted earlier
+  int64_t free_slots = 0;
+  int64_t free_kv_blocks = 0;
+  int64_t block_size = 16;  // tokens per KV block
+};
+
+struct PrefillChunk {
+  int64_t id = 0;
+  int64_t n_tokens = 0;  // at most; the engine may compute fewer (prefix cache hits)
+};
+
+struct StepPlan {
+  std::vector<int64_t> evict;    // running -> waiting: release slot and KV (prefix stays cached)
+  std::vector<int64_t> admit;    // waiting -> running: take a slot
+  std::vector<int64_t> preempt;  // running, now paused with KV kept
+  std::vector<int64_t> resume;   // paused until now; they also appear in decode / prefill
+  std::vector<int64_t> decode;   // one token each
+  std::vector<PrefillChunk> prefill;
+  BatchComposition composition;  // what decode + prefill compute; feed to Observe
+  double predicted_seconds = 0.0;
+  double ultrafast_solo_seconds = 0.0;  // 0 when no ultrafast work this step
+  double bound_seconds = std::numeric_limits<double>::infinity();
+  enum class Probe { kNone, kSolo, kUp } probe = Probe::kNone;
+
+  bool empty() const { return decode.empty() && prefill.empty(); }
+};
+
+class Scheduler {
+ public:
+  // cost and clock must outlive the scheduler; options must be valid (checked).
+  Scheduler(const SchedulerOptions& options, const StepCostModel* cost, const Clock* clock);
+
+  // The next step. Ids must be unique across running and waiting (checked). Counts steps for the
+  // probes, so the engine calls it once per step it runs.
+  StepPlan Plan(const StepInput& input);
+
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  SchedulerOptions options_;
+  const StepCostModel* cost_;
+  const Clock* clock_;
+  int64_t bounded_steps_ = 0;  // plans with ultrafast work so far
+};
+
+}  // namespace uf::scheduler

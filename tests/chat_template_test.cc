@@ -1,0 +1,495 @@
+// Chat templates: real templates from ../shared/templates rendered against fixed conversations,
+// compared with prompts worked out by hand from each template's source (transformers semantics:
+// trim_blocks, lstrip_blocks, tools=None when absent); the well-known Llama 3 / Gemma / Phi-3
+// templates written inline; and a smoke test over every shared template. The expression
+// language itself is tested in jinja_test.cc.
+#include "tokenizer/chat_template.h"
+
+#include <gtest/gtest.h>
+
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+namespace uf {
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+const char* const kTemplateDir = "../shared/templates";
+
+std::string ReadTemplate(const std::string& name) {
+  std::ifstream f(std::string(kTemplateDir) + "/" + name);
+  EXPECT_TRUE(f.good()) << "missing template " << name;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+ChatTemplate MustParse(const std::string& source) {
+  auto t = ChatTemplate::Parse(source);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  if (!t.ok()) return *ChatTemplate::Parse("");
+  return std::move(t).value();
+}
+
+ChatTemplate FromFile(const std::string& name) { return MustParse(ReadTemplate(name)); }
+
+// system + user + assistant + user.
+json Conversation() {
+  return json::parse(R"([
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Hello!"},
+    {"role": "assistant", "content": "Hi there."},
+    {"role": "user", "content": "What is 2+2?"}
+  ])");
+}
+
+json ConversationWithoutSystem() {
+  json c = Conversation();
+  c.erase(c.begin());
+  return c;
+}
+
+std::string RenderOk(const ChatTemplate& t, const json& messages, bool add_generation_prompt,
+                     const std::string& bos = "", const std::string& eos = "",
+                     const json& extra = json::object()) {
+  auto r = t.Render(messages, add_generation_prompt, bos, eos, extra);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : "";
+}
+
+std::string Today(const char* format) {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[64];
+  return std::string(buf, std::strftime(buf, sizeof(buf), format, &tm));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Real templates
+
+TEST(ChatTemplateTest, Qwen25) {
+  ChatTemplate t = FromFile("Qwen-Qwen2.5-7B-Instruct.jinja");
+  const std::string body =
+      "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+      "<|im_start|>user\nHello!<|im_end|>\n"
+      "<|im_start|>assistant\nHi there.<|im_end|>\n"
+      "<|im_start|>user\nWhat is 2+2?<|im_end|>\n";
+  EXPECT_EQ(RenderOk(t, Conversation(), false), body);
+  EXPECT_EQ(RenderOk(t, Conversation(), true), body + "<|im_start|>assistant\n");
+  // Without a system message the template supplies its own.
+  EXPECT_EQ(RenderOk(t, ConversationWithoutSystem(), true),
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+            "assistant.<|im_end|>\n"
+            "<|im_start|>user\nHello!<|im_end|>\n"
+            "<|im_start|>assistant\nHi there.<|im_end|>\n"
+            "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+            "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplateTest, Qwen25ToolCallsAndResults) {
+  ChatTemplate t = FromFile("Qwen-Qwen2.5-7B-Instruct.jinja");
+  ojson messages = ojson::parse(R"([
+    {"role": "user", "content": "Weather?"},
+    {"role": "assistant", "content": "",
+     "tool_calls": [{"type": "function", "function": {"name": "w", "arguments": {"c": "P"}}}]},
+    {"role": "tool", "content": "21"},
+    {"role": "tool", "content": "22"}
+  ])");
+  ojson extra = ojson::parse(R"({"tools": [{"type": "function", "function": {"name": "w"}}]})");
+  auto r = t.Render(messages, false, "", "", extra);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r,
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+            "assistant.\n\n# Tools\n\nYou may call one or more functions to assist with the user "
+            "query.\n\nYou are provided with function signatures within <tools></tools> XML "
+            "tags:\n<tools>\n"
+            "{\"type\": \"function\", \"function\": {\"name\": \"w\"}}"
+            "\n</tools>\n\nFor each function call, return a json object with function name and "
+            "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+            "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+            "<|im_start|>user\nWeather?<|im_end|>\n"
+            "<|im_start|>assistant\n<tool_call>\n{\"name\": \"w\", \"arguments\": {\"c\": "
+            "\"P\"}}\n</tool_call><|im_end|>\n"
+            "<|im_start|>user\n<tool_response>\n21\n</tool_response>\n<tool_response>\n22\n"
+            "</tool_response><|im_end|>\n");
+}
+
+TEST(ChatTemplateTest, Qwen3) {
+  ChatTemplate t = FromFile("Qwen-Qwen3-0.6B.jinja");
+  const std::string body =
+      "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+      "<|im_start|>user\nHello!<|im_end|>\n"
+      "<|im_start|>assistant\nHi there.<|im_end|>\n"
+      "<|im_start|>user\nWhat is 2+2?<|im_end|>\n";
+  EXPECT_EQ(RenderOk(t, Conversation(), false), body);
+  EXPECT_EQ(RenderOk(t, Conversation(), true), body + "<|im_start|>assistant\n");
+  EXPECT_EQ(RenderOk(t, Conversation(), true, "", "", {{"enable_thinking", false}}),
+            body + "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  // enable_thinking=true renders as if absent (the template tests `is false`).
+  EXPECT_EQ(RenderOk(t, Conversation(), true, "", "", {{"enable_thinking", true}}),
+            body + "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplateTest, Qwen3KeepsReasoningAfterLastQuery) {
+  ChatTemplate t = FromFile("Qwen-Qwen3-0.6B.jinja");
+  json messages = json::parse(R"([
+    {"role": "user", "content": "Hi"},
+    {"role": "assistant", "content": "<think>\nponder\n</think>\n\nHello"}
+  ])");
+  // The assistant turn follows the last user query, so its reasoning is re-emitted, split out
+  // of the content with split('</think>') / lstrip / rstrip.
+  EXPECT_EQ(RenderOk(t, messages, false),
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\nponder\n</think>\n\nHello<|im_end|>\n");
+  // An earlier assistant turn loses its reasoning.
+  messages.push_back({{"role", "user"}, {"content", "More"}});
+  EXPECT_EQ(RenderOk(t, messages, false),
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello<|im_end|>\n"
+            "<|im_start|>user\nMore<|im_end|>\n");
+}
+
+TEST(ChatTemplateTest, DeepSeekR1DistillLlama) {
+  ChatTemplate t = FromFile("deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja");
+  const std::string bos = "<｜begin▁of▁sentence｜>";
+  const std::string body =
+      bos +
+      "You are a helpful assistant."
+      "<｜User｜>Hello!<｜Assistant｜>Hi there.<｜end▁of▁sentence｜><｜User｜>What is 2+2?";
+  EXPECT_EQ(RenderOk(t, Conversation(), false, bos), body);
+  EXPECT_EQ(RenderOk(t, Conversation(), true, bos), body + "<｜Assistant｜><think>\n");
+  // Reasoning is cut from earlier assistant turns at </think> (the rest keeps its newlines).
+  json messages = json::parse(R"([
+    {"role": "user", "content": "Q"},
+    {"role": "assistant", "content": "<think>\nr\n</think>\n\nA"}
+  ])");
+  EXPECT_EQ(RenderOk(t, messages, false, bos),
+            bos + "<｜User｜>Q<｜Assistant｜>\n\nA<｜end▁of▁sentence｜>");
+}
+
+TEST(ChatTemplateTest, Llama31) {
+  ChatTemplate t = FromFile("meta-llama-Llama-3.1-8B-Instruct.jinja");
+  const std::string body =
+      "<|begin_of_text|>"
+      "<|start_header_id|>system<|end_header_id|>\n\n"
+      "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
+      "You are a helpful assistant.<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\nHi there.<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>";
+  EXPECT_EQ(RenderOk(t, Conversation(), false, "<|begin_of_text|>"), body);
+  EXPECT_EQ(RenderOk(t, Conversation(), true, "<|begin_of_text|>"),
+            body + "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatTemplateTest, Llama31WithTools) {
+  ChatTemplate t = FromFile("meta-llama-Llama-3.1-8B-Instruct.jinja");
+  ojson messages = ojson::parse(R"([
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "tool_calls": [{"type": "function",
+      "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+    {"role": "tool", "content": "{\"temp\": 21}"}
+  ])");
+  ojson extra = ojson::parse(R"({"tools": [{"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object",
+    "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]})");
+  auto r = t.Render(messages, true, "<|begin_of_text|>", "", extra);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // Tools go into the first user message as tojson(indent=4); the tool result is a string, which
+  // `is iterable`, so the template JSON-encodes it again.
+  EXPECT_EQ(*r,
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+            "Environment: ipython\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\n"
+            "Given the following functions, please respond with a JSON for a function call with "
+            "its proper arguments that best answers the given prompt.\n\n"
+            "Respond in the format {\"name\": function name, \"parameters\": dictionary of "
+            "argument name and its value}.Do not use variables.\n\n"
+            "{\n"
+            "    \"type\": \"function\",\n"
+            "    \"function\": {\n"
+            "        \"name\": \"get_weather\",\n"
+            "        \"parameters\": {\n"
+            "            \"type\": \"object\",\n"
+            "            \"properties\": {\n"
+            "                \"city\": {\n"
+            "                    \"type\": \"string\"\n"
+            "                }\n"
+            "            },\n"
+            "            \"required\": [\n"
+            "                \"city\"\n"
+            "            ]\n"
+            "        }\n"
+            "    }\n"
+            "}\n\n"
+            "Weather in Paris?<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n"
+            "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}<|eot_id|>"
+            "<|start_header_id|>ipython<|end_header_id|>\n\n\"{\\\"temp\\\": 21}\"<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+TEST(ChatTemplateTest, MistralSmall32) {
+  ChatTemplate t = FromFile("Mistral-Small-3.2-24B-Instruct-2506.jinja");
+  const std::string expected =
+      "<s>[SYSTEM_PROMPT]You are a helpful assistant.[/SYSTEM_PROMPT]"
+      "[INST]Hello![/INST]Hi there.</s>[INST]What is 2+2?[/INST]";
+  // The template has no generation prompt: [/INST] already hands the turn to the model.
+  EXPECT_EQ(RenderOk(t, Conversation(), false, "<s>", "</s>"), expected);
+  EXPECT_EQ(RenderOk(t, Conversation(), true, "<s>", "</s>"), expected);
+  // Without a system message the default one carries today's date from strftime_now.
+  std::string out = RenderOk(t, ConversationWithoutSystem(), true, "<s>", "</s>");
+  const std::string prefix =
+      "<s>[SYSTEM_PROMPT]You are Mistral Small 3, a Large Language Model (LLM) created by "
+      "Mistral AI, a French startup headquartered in Paris.\nYour knowledge base was last "
+      "updated on 2023-10-01. The current date is " +
+      Today("%Y-%m-%d") + ".\n\nWhen you're not sure";
+  EXPECT_EQ(out.substr(0, prefix.size()), prefix);
+  const std::string suffix =
+      "inform the user that you cannot perform the requested action at the moment."
+      "[/SYSTEM_PROMPT][INST]Hello![/INST]Hi there.</s>[INST]What is 2+2?[/INST]";
+  ASSERT_GE(out.size(), suffix.size());
+  EXPECT_EQ(out.substr(out.size() - suffix.size()), suffix);
+}
+
+TEST(ChatTemplateTest, MistralSmall32RejectsNonAlternatingRoles) {
+  ChatTemplate t = FromFile("Mistral-Small-3.2-24B-Instruct-2506.jinja");
+  json messages = json::parse(R"([{"role": "user", "content": "a"},
+                                  {"role": "user", "content": "b"}])");
+  auto r = t.Render(messages, true, "<s>", "</s>");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("conversation roles must alternate"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(ChatTemplateTest, SmolLM3) {
+  ChatTemplate t = FromFile("HuggingFaceTB-SmolLM3-3B.jinja");
+  auto header = [](const std::string& mode) {
+    return "<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nReasoning "
+           "Mode: " +
+           mode +
+           "\n\n## Custom Instructions\n\nYou are a helpful assistant.\n\n<|im_end|>\n"
+           "<|im_start|>user\nHello!<|im_end|>\n";
+  };
+  const std::string think = header("/think") +
+                            "<|im_start|>assistant\nHi there.<|im_end|>\n"
+                            "<|im_start|>user\nWhat is 2+2?<|im_end|>\n";
+  EXPECT_EQ(RenderOk(t, Conversation(), false), think);
+  EXPECT_EQ(RenderOk(t, Conversation(), true), think + "<|im_start|>assistant\n");
+  const std::string no_think = header("/no_think") +
+                               "<|im_start|>assistant\n<think>\n\n</think>\nHi there.<|im_end|>\n"
+                               "<|im_start|>user\nWhat is 2+2?<|im_end|>\n";
+  EXPECT_EQ(RenderOk(t, Conversation(), true, "", "", {{"enable_thinking", false}}),
+            no_think + "<|im_start|>assistant\n<think>\n\n</think>\n");
+  // "/no_think" in the system prompt switches the mode and is removed from it.
+  json messages = Conversation();
+  messages[0]["content"] = "You are a helpful assistant. /no_think";
+  EXPECT_EQ(RenderOk(t, messages, false), no_think);
+}
+
+TEST(ChatTemplateTest, Hermes3ToolUse) {
+  ChatTemplate t = FromFile("NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja");
+  ojson messages = ojson::parse(R"([{"role": "user", "content": "Hi"}])");
+  ojson extra = ojson::parse(R"({"tools": [{"type": "function", "function": {
+    "name": "add", "description": "Adds.",
+    "parameters": {"type": "object", "properties": {
+      "a": {"type": "integer", "description": "first "},
+      "b": {"type": ["number", "string"]}}}}}]})");
+  auto r = t.Render(messages, true, "<s>", "", extra);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // The json_to_python_type macro maps integer -> int and a type list -> Union[float,str];
+  // a missing description trims to "".
+  EXPECT_EQ(*r,
+            "<s><|im_start|>system\nYou are a function calling AI model. You are provided with "
+            "function signatures within <tools></tools> XML tags. You may call one or more "
+            "functions to assist with the user query. Don't make assumptions about what values "
+            "to plug into functions. Here are the available tools: <tools> "
+            "{\"type\": \"function\", \"function\": {\"name\": \"add\", \"description\": "
+            "\"add(a: int, b: Union[float,str]) - Adds.\n\n"
+            "    Args:\n        a(int): first        b(Union[float,str]): \", \"parameters\": "
+            "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\", "
+            "\"description\": \"first \"}, \"b\": {\"type\": [\"number\", \"string\"]}}}} "
+            "</tools>Use the following pydantic model json schema for each tool call you will "
+            "make: {\"properties\": {\"name\": {\"title\": \"Name\", \"type\": \"string\"}, "
+            "\"arguments\": {\"title\": \"Arguments\", \"type\": \"object\"}}, \"required\": "
+            "[\"name\", \"arguments\"], \"title\": \"FunctionCall\", \"type\": \"object\"}}\n"
+            "For each function call return a json object with function name and arguments "
+            "within <tool_call></tool_call> XML tags as follows:\n<tool_call>\n{\"name\": "
+            "<function-name>, \"arguments\": <args-dict>}\n</tool_call><|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplateTest, DefaultTemplateIsChatML) {
+  ChatTemplate t = MustParse(DefaultChatTemplateSource());
+  const std::string body =
+      "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+      "<|im_start|>user\nHello!<|im_end|>\n"
+      "<|im_start|>assistant\nHi there.<|im_end|>\n"
+      "<|im_start|>user\nWhat is 2+2?<|im_end|>\n";
+  EXPECT_EQ(RenderOk(t, Conversation(), false), body);
+  EXPECT_EQ(RenderOk(t, Conversation(), true), body + "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplateTest, ChatMessagesToJson) {
+  ChatMessage tool;
+  tool.role = "tool";
+  tool.content = "21";
+  tool.name = "w";
+  json j = ChatMessagesToJson({{"user", "hi"}, tool});
+  EXPECT_EQ(j, json::parse(R"([{"role": "user", "content": "hi"},
+                               {"role": "tool", "content": "21", "name": "w"}])"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Well-known templates, written from memory
+
+// meta-llama/Meta-Llama-3-8B-Instruct.
+constexpr const char* kLlama3 =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | "
+    "trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}"
+    "{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+
+TEST(ChatTemplateTest, InlineLlama3) {
+  ChatTemplate t = MustParse(kLlama3);
+  json messages = Conversation();
+  messages[1]["content"] = "  Hello!\n";  // trimmed by the template
+  const std::string body =
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+      "You are a helpful assistant.<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\nHi there.<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>";
+  EXPECT_EQ(RenderOk(t, messages, false, "<|begin_of_text|>"), body);
+  EXPECT_EQ(RenderOk(t, messages, true, "<|begin_of_text|>"),
+            body + "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+// Gemma: no system role (merged into the first user turn), assistant spelled "model".
+constexpr const char* kGemma = R"({{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {{- message['content'] | trim }}
+    {{- '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+)";
+
+TEST(ChatTemplateTest, InlineGemma) {
+  ChatTemplate t = MustParse(kGemma);
+  const std::string body =
+      "<bos><start_of_turn>user\nYou are a helpful assistant.\n\nHello!<end_of_turn>\n"
+      "<start_of_turn>model\nHi there.<end_of_turn>\n"
+      "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n";
+  EXPECT_EQ(RenderOk(t, Conversation(), false, "<bos>"), body);
+  EXPECT_EQ(RenderOk(t, Conversation(), true, "<bos>"), body + "<start_of_turn>model\n");
+  auto r = t.Render(json::parse(R"([{"role": "assistant", "content": "x"}])"), true, "", "");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("Conversation roles must alternate"), std::string::npos);
+}
+
+// microsoft/Phi-3-mini-4k-instruct.
+constexpr const char* kPhi3 =
+    "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\\n' + "
+    "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' + "
+    "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'assistant' %}"
+    "{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}";
+
+TEST(ChatTemplateTest, InlinePhi3) {
+  ChatTemplate t = MustParse(kPhi3);
+  const std::string body =
+      "<|system|>\nYou are a helpful assistant.<|end|>\n<|user|>\nHello!<|end|>\n"
+      "<|assistant|>\nHi there.<|end|>\n<|user|>\nWhat is 2+2?<|end|>\n";
+  EXPECT_EQ(RenderOk(t, Conversation(), true, "", "<|endoftext|>"), body + "<|assistant|>\n");
+  EXPECT_EQ(RenderOk(t, Conversation(), false, "", "<|endoftext|>"), body + "<|endoftext|>");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every shared template
+
+struct SmokeCase {
+  json messages;
+  json extra;
+};
+
+TEST(ChatTemplateTest, EveryTemplateRenders) {
+  const json tools = json::parse(R"([{"type": "function", "function": {
+    "name": "get_weather", "description": "Get the weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string",
+    "description": "City"}}, "required": ["city"]}}}])");
+  // Templates that cannot render the plain conversation, and why (each fails the same way under
+  // transformers): they get the variant named here instead.
+  const std::map<std::string, std::string> needs = {
+      // raise_exception("System role not supported").
+      {"google-gemma-2-2b-it.jinja", "no_system"},
+      // tool_use variants iterate `tools` unconditionally; transformers picks them only when
+      // tools are given.
+      {"CohereForAI-c4ai-command-r-plus-tool_use.jinja", "tools"},
+      {"NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", "tools"},
+      {"NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "tools"},
+      {"meetkai-functionary-medium-v3.1.jinja", "tools"},
+      // Needs the caller to pass `functions` and `datetime`.
+      {"fireworks-ai-llama-3-firefunction-v2.jinja", "firefunction"},
+  };
+  int rendered = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kTemplateDir)) {
+    if (entry.path().extension() != ".jinja") continue;
+    const std::string name = entry.path().filename().string();
+    SCOPED_TRACE(name);
+    auto t = ChatTemplate::Parse(ReadTemplate(name));
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    json messages = Conversation();
+    json extra = json::object();
+    auto it = needs.find(name);
+    const std::string need = it == needs.end() ? "" : it->second;
+    if (need == "no_system") messages = ConversationWithoutSystem();
+    if (need == "tools") extra["tools"] = tools;
+    if (need == "firefunction") {
+      extra["functions"] = tools.dump();
+      extra["datetime"] = "2024-07-26";
+    }
+    for (bool gen : {false, true}) {
+      auto r = t->Render(messages, gen, "<s>", "</s>", extra);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      // Every template shows the last user message somewhere.
+      EXPECT_NE(r->find("What is 2+2?"), std::string::npos) << *r;
+    }
+    // And every one of them renders tool definitions too.
+    extra["tools"] = tools;
+    auto r = t->Render(messages, true, "<s>", "</s>", extra);
+    ASSERT_TRUE(r.ok()) << "with tools: " << r.status().ToString();
+    ++rendered;
+  }
+  EXPECT_GE(rendered, 60);
+}
+
+}  // namespace
+}  // namespace uf
