@@ -340,11 +340,14 @@ TEST(ChatTemplateTest, DefaultTemplateIsChatML) {
 }
 
 TEST(ChatTemplateTest, ChatMessagesToJson) {
+  ChatMessage user;
+  user.role = "user";
+  user.content = "hi";
   ChatMessage tool;
   tool.role = "tool";
   tool.content = "21";
   tool.name = "w";
-  json j = ChatMessagesToJson({{"user", "hi"}, tool});
+  json j = ChatMessagesToJson({user, tool});
   EXPECT_EQ(j, json::parse(R"([{"role": "user", "content": "hi"},
                                {"role": "tool", "content": "21", "name": "w"}])"));
 }

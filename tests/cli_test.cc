@@ -113,7 +113,8 @@ TEST_F(CliTest, LogitsReproduceGoldenFile) {
       ASSERT_EQ(a.size(), 8u);
       EXPECT_EQ(a[0][0], b[0][0]) << "position " << i;
       // F32 model: our logits equal the reference's to ~4e-6 (see golden_test.cc).
-      for (size_t j = 0; j < 8; ++j) EXPECT_NEAR(a[j][1].get<double>(), b[j][1].get<double>(), 1e-4);
+      for (size_t j = 0; j < 8; ++j)
+        EXPECT_NEAR(a[j][1].get<double>(), b[j][1].get<double>(), 1e-4);
     }
   }
 }
@@ -130,8 +131,8 @@ TEST_F(CliTest, GreedyRunContinuesWithTheReferenceArgmax) {
                  " -p \"Once upon a time\" -n 4 --temp 0 -t 1 --seed 3");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.substr(0, 16 + piece.size()), "Once upon a time" + piece) << r.out;
-  for (const char* what : {"load:", "prompt: 5 tokens", "tok/s", "decode: 3 tokens",
-                           "time to first token"}) {
+  for (const char* what :
+       {"load:", "prompt: 5 tokens", "tok/s", "decode: 3 tokens", "time to first token"}) {
     EXPECT_NE(r.err.find(what), std::string::npos) << what << " in " << r.err;
   }
   // Same seed, same sampled text.

@@ -57,7 +57,7 @@ DemoEval LoadEval() {
   e.ids = j.at("token_ids").get<std::vector<int32_t>>();
   e.loss = j.at("mean_nats_per_token").get<double>();
   EXPECT_TRUE(j.at("bos_prepended").get<bool>());
-  const auto &corpus = j.at("corpus");
+  const auto& corpus = j.at("corpus");
   e.corpus_path = corpus.at("path").get<std::string>();
   e.corpus_bytes = corpus.at("n_bytes").get<int64_t>();
   e.corpus_tokens = corpus.at("n_tokens").get<int64_t>();
@@ -65,7 +65,7 @@ DemoEval LoadEval() {
   return e;
 }
 
-std::unique_ptr<engine::KvCache> MakeCache(const model::Model &m, int64_t n_tokens) {
+std::unique_ptr<engine::KvCache> MakeCache(const model::Model& m, int64_t n_tokens) {
   engine::KvCacheOptions co;
   co.n_layer = m.config().n_layer;
   co.n_head_kv = m.config().n_head_kv;
@@ -79,7 +79,7 @@ std::unique_ptr<engine::KvCache> MakeCache(const model::Model &m, int64_t n_toke
 
 // Mean over i in [1, n) of -log softmax(logits after ids[0..i-1])[ids[i]], from one batched forward
 // pass; accumulated in double so only the engine's logits matter.
-double PassageLoss(const model::Model &m, const std::vector<int32_t> &ids) {
+double PassageLoss(const model::Model& m, const std::vector<int32_t>& ids) {
   const auto n = static_cast<int64_t>(ids.size());
   ThreadPool pool(2);
   auto cache = MakeCache(m, n);
@@ -96,7 +96,7 @@ double PassageLoss(const model::Model &m, const std::vector<int32_t> &ids) {
   const int64_t n_vocab = m.config().n_vocab;
   double total = 0.0;
   for (int64_t i = 0; i + 1 < n; ++i) {
-    const float *logits = (*decoder)->logits(i);
+    const float* logits = (*decoder)->logits(i);
     const double max = *std::max_element(logits, logits + n_vocab);
     double sum = 0.0;
     for (int64_t v = 0; v < n_vocab; ++v) sum += std::exp(logits[v] - max);
@@ -107,18 +107,18 @@ double PassageLoss(const model::Model &m, const std::vector<int32_t> &ids) {
 
 // Re-serialises the model with GgufWriter, applying `permute_rows` to the named tensors (row r of
 // the copy = row (r + 1) % rows of the original), and loads the copy from memory.
-std::unique_ptr<model::Model> Rewritten(const gguf::GgufFile &file,
-                                        const std::vector<std::string> &permute_rows) {
+std::unique_ptr<model::Model> Rewritten(const gguf::GgufFile& file,
+                                        const std::vector<std::string>& permute_rows) {
   gguf::GgufWriter writer(file.version(), file.alignment());
-  for (const auto &[key, value] : file.metadata()) writer.Set(key, value);
-  for (const gguf::TensorInfo &t : file.tensors()) {
+  for (const auto& [key, value] : file.metadata()) writer.Set(key, value);
+  for (const gguf::TensorInfo& t : file.tensors()) {
     std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
     const bool permute =
         std::find(permute_rows.begin(), permute_rows.end(), t.name) != permute_rows.end();
     const size_t row_bytes = GgmlRowBytes(t.type, t.ne[0]);
     const int64_t rows = t.n_elements() / t.ne[0];
-    const uint8_t *src = t.data;
-    const Status st = writer.AddTensor(t.name, t.type, ne, [=](uint8_t *dst, size_t n_bytes) {
+    const uint8_t* src = t.data;
+    const Status st = writer.AddTensor(t.name, t.type, ne, [=](uint8_t* dst, size_t n_bytes) {
       if (!permute) {
         std::memcpy(dst, src, n_bytes);
         return;
@@ -195,8 +195,7 @@ TEST_F(DemoModelTest, TokenizerReproducesTheWholeTrainingCorpus) {
 TEST_F(DemoModelTest, HeldOutLossMatchesTrainingScript) {
   const double loss = PassageLoss(*model_, eval_.ids);
   std::printf(
-      "[demo] held-out passage: %zu tokens, engine %.6f vs script %.6f "
-      "nats/token "
+      "[demo] held-out passage: %zu tokens, engine %.6f vs script %.6f nats/token "
       "(rel diff %.2e)\n",
       eval_.ids.size(), loss, eval_.loss, std::fabs(loss - eval_.loss) / eval_.loss);
   EXPECT_NEAR(loss, eval_.loss, kLossRelTol * eval_.loss);
@@ -219,10 +218,8 @@ TEST_F(DemoModelTest, ShuffledWeightsDoNotMatch) {
   auto shuffled = Rewritten(model_->file(), names);
   ASSERT_NE(shuffled, nullptr);
   const double loss = PassageLoss(*shuffled, eval_.ids);
-  std::printf(
-      "[demo] shuffled ffn_down/attn_output rows: %.4f nats/token vs "
-      "%.4f stored\n",
-      loss, eval_.loss);
+  std::printf("[demo] shuffled ffn_down/attn_output rows: %.4f nats/token vs %.4f stored\n", loss,
+              eval_.loss);
   EXPECT_GT(std::fabs(loss - eval_.loss), 10 * kLossRelTol * eval_.loss);
 }
 
@@ -240,7 +237,7 @@ TEST_F(DemoModelTest, GreedyGenerationLooksLikeText) {
   const int64_t n_vocab = model_->config().n_vocab;
   for (int64_t step = 0; step < kNew; ++step) {
     ASSERT_TRUE((*decoder)->Forward(batch).ok());
-    const float *logits = (*decoder)->logits(0);
+    const float* logits = (*decoder)->logits(0);
     const auto next = static_cast<int32_t>(std::max_element(logits, logits + n_vocab) - logits);
     if (tokenizer_->IsEndOfGeneration(next)) break;
     batch.Clear();

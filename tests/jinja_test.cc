@@ -275,8 +275,15 @@ TEST(JinjaTest, Methods) {
 }
 
 TEST(JinjaTest, Undefined) {
-  EXPECT_EQ(Eval("[{{ missing }}][{{ missing.attr }}][{{ {'a': 1}.b }}][{{ [1][5] }}]"),
-            "[][][][]");
+  // Missing names, keys and indexes are undefined: empty when printed, falsy, empty to iterate.
+  EXPECT_EQ(Eval("[{{ missing }}][{{ {'a': 1}.b }}][{{ [1][5] }}][{{ none.x }}]"), "[][][][]");
+  // Reading through an undefined value fails, as with Jinja's default Undefined.
+  EXPECT_EQ(Eval("{{ missing.attr }}"),
+            "ERROR: INVALID_ARGUMENT: chat template: line 1: 'missing' is undefined");
+  EXPECT_EQ(Eval("{{ {'a': 1}.b.c }}"), "ERROR: INVALID_ARGUMENT: chat template: line 1: "
+                                        "attribute 'b' is undefined and has no attributes");
+  EXPECT_EQ(Eval("{{ {'a': 1}.b[0] }}"), "ERROR: INVALID_ARGUMENT: chat template: line 1: "
+                                         "attribute 'b' is undefined and has no attributes");
   EXPECT_EQ(Eval("{{ {'a': 1}.b is defined }} {{ missing | length }} {% for x in missing %}x"
                  "{% endfor %}"),
             "False 0 ");
@@ -288,11 +295,12 @@ TEST(JinjaTest, Undefined) {
 // Errors
 
 void ExpectParseError(const std::string& source, const std::string& where) {
+  const std::string shown = source.size() > 80 ? source.substr(0, 80) + "..." : source;
   auto t = ChatTemplate::Parse(source);
-  ASSERT_FALSE(t.ok()) << source;
+  ASSERT_FALSE(t.ok()) << shown;
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(t.status().message().find(where), std::string::npos)
-      << source << " -> " << t.status().message();
+      << shown << " -> " << t.status().message();
 }
 
 TEST(JinjaTest, SyntaxErrors) {
@@ -306,7 +314,12 @@ TEST(JinjaTest, SyntaxErrors) {
   ExpectParseError("{{ (1 ]) }}", "unexpected ']'");
   ExpectParseError("{% for x in y recursive %}{% endfor %}", "not supported");
   ExpectParseError("{{ 99999999999999999999 }}", "too large");
-  ExpectParseError(std::string(5000, '(') + "1" + std::string(5000, ')'), "nested too deeply");
+  ExpectParseError("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}",
+                   "nested too deeply");
+  ExpectParseError("{{ " + std::string(5000, '-') + "1 }}", "nested too deeply");
+  std::string nots = "{{ ";
+  for (int i = 0; i < 5000; ++i) nots += "not ";
+  ExpectParseError(nots + "1 }}", "nested too deeply");
   std::string deep_blocks;
   for (int i = 0; i < 500; ++i) deep_blocks += "{% if true %}";
   ExpectParseError(deep_blocks, "nested too deeply");
@@ -345,29 +358,34 @@ TEST(JinjaTest, RenderErrors) {
 }
 
 TEST(JinjaTest, HostileTemplatesHitLimits) {
+  // Default limits where they are reached quickly; smaller ones where the defaults would spend
+  // seconds of CPU getting there (the mechanism is the same).
   jinja::RenderLimits small;
   small.max_steps = 1'000'000;
-  ExpectRenderError(
-      "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
-      "{% endfor %}",
-      StatusCode::kResourceExhausted, "evaluation steps", small);
+  small.max_output_bytes = size_t{1} << 20;
+  small.max_list_items = 1 << 16;
+  ExpectRenderError("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+                    "{% endfor %}",
+                    StatusCode::kResourceExhausted, "evaluation steps", small);
   ExpectRenderError("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
                     StatusCode::kResourceExhausted, "too deep");
   ExpectRenderError("{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}",
-                    StatusCode::kResourceExhausted, "exceeds");
+                    StatusCode::kResourceExhausted, "rendered template exceeds", small);
   ExpectRenderError("{{ 'x' * 10000000000 }}", StatusCode::kResourceExhausted, "limit");
-  ExpectRenderError(
-      "{% set ns = namespace(s='x') %}{% for i in range(100) %}"
-      "{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
-      StatusCode::kResourceExhausted, "limit");
-  ExpectRenderError(
-      "{% set ns = namespace(l=[0]) %}{% for i in range(100) %}"
-      "{% set ns.l = ns.l + ns.l %}{% endfor %}",
-      StatusCode::kResourceExhausted, "limit");
-  ExpectRenderError(
-      "{% set ns = namespace(v=[]) %}{% for i in range(1000) %}"
-      "{% set ns.v = [ns.v] %}{% endfor %}",
-      StatusCode::kInvalidArgument, "nested too deeply");
+  ExpectRenderError("{% set ns = namespace(s='x') %}{% for i in range(100) %}"
+                    "{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+                    StatusCode::kResourceExhausted, "string of", small);
+  ExpectRenderError("{% set ns = namespace(l=[0]) %}{% for i in range(100) %}"
+                    "{% set ns.l = ns.l + ns.l %}{% endfor %}",
+                    StatusCode::kResourceExhausted, "list of", small);
+  ExpectRenderError("{% set ns = namespace(v=[]) %}{% for i in range(1000) %}"
+                    "{% set ns.v = [ns.v] %}{% endfor %}",
+                    StatusCode::kInvalidArgument, "nested too deeply");
+  jinja::RenderLimits tiny_alloc;
+  tiny_alloc.max_allocated_bytes = 1 << 20;
+  ExpectRenderError("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
+                    "{% set _ = ns.l.append('y' * 1000 ~ i) %}{% endfor %}",
+                    StatusCode::kResourceExhausted, "allocated more than", tiny_alloc);
 }
 
 TEST(JinjaTest, DeepInputJsonIsRejected) {

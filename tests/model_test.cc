@@ -1,9 +1,11 @@
 // Model loading validation (synthetic GGUF files built in memory) and forward-pass batching
 // semantics on a real tiny model: several sequences in one batch, rewinds, and bad batches.
+#include "model/model.h"
+
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <random>
 #include <string>
@@ -16,7 +18,6 @@
 #include "kernels/ops.h"
 #include "model/batch.h"
 #include "model/decoder.h"
-#include "model/model.h"
 
 namespace uf::model {
 namespace {
@@ -28,11 +29,11 @@ struct SynthSpec {
   std::string arch = "llama";
   int64_t n_embd = 8, n_head = 2, n_head_kv = 1, n_ff = 16, n_vocab = 10;
   std::function<void(gguf::GgufWriter&)> extra_metadata;
-  std::string skip_tensor;     // leave this tensor out
-  std::string bad_shape;       // give this tensor one extra column
-  bool biases = false;         // qwen2
-  bool qk_norm = false;        // qwen3
-  int64_t rope_freqs = 0;      // add rope_freqs.weight with this many values
+  std::string skip_tensor;  // leave this tensor out
+  std::string bad_shape;    // give this tensor one extra column
+  bool biases = false;      // qwen2
+  bool qk_norm = false;     // qwen3
+  int64_t rope_freqs = 0;   // add rope_freqs.weight with this many values
 };
 
 class SynthFile {
@@ -123,8 +124,7 @@ TEST(ModelConfig, ValidLlamaLoads) {
   EXPECT_TRUE(c.tied_output);
   EXPECT_EQ(c.n_vocab, 10);
   // q, k, v, o, gate, up, down + tied output, all F32.
-  EXPECT_EQ((*m)->bytes_per_token(),
-            4u * (8 * 8 + 8 * 4 + 8 * 4 + 8 * 8 + 3 * 8 * 16 + 10 * 8));
+  EXPECT_EQ((*m)->bytes_per_token(), 4u * (8 * 8 + 8 * 4 + 8 * 4 + 8 * 8 + 3 * 8 * 16 + 10 * 8));
 }
 
 TEST(ModelConfig, QwenArchitecturesUseNeoxRopeAndTheirExtraTensors) {

@@ -1,12 +1,12 @@
-#include "sampling/sampler.h"
-
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 #include <vector>
+
+#include "sampling/sampler.h"
 
 namespace uf::sampling {
 namespace {

@@ -23,7 +23,7 @@ namespace {
 // Written as a roofline (max of memory and compute) rather than the scheduler's hinge form, and
 // not a member of that family (the knee falls between 3 and 4 tokens).
 double CpuSeconds(int64_t tokens, int64_t context_tokens) {
-  return std::max(0.040, 0.0125 * static_cast<double>(tokens)) +
+  return std::max(0.040, 0.0128 * static_cast<double>(tokens)) +
          4e-7 * static_cast<double>(context_tokens);
 }
 double CpuSeconds(const BatchComposition& c) {
@@ -493,10 +493,15 @@ TEST(SchedulerSimTest, FlexNeverWaitsPastMaxWait) {
 }
 
 // Closed loop: the scheduler plans with the online model, which learns only from the steps it
-// runs (2% timing noise); the machine is CpuSeconds, outside the model's hinge family. After a
-// warm-up, the targets must hold against the true costs: the ultrafast step over its solo
-// step has p50 <= 1 + slack and p99 <= 1 + slack + 0.2, and default tokens reach 90% of the ideal
-// count (the most default decodes that fit beside it each step, from CpuSeconds).
+// runs (2% timing noise) and the probes; the machine is CpuSeconds, outside the model's hinge
+// family. After a warm-up of 400 steps (the model starts from a wrong knee and each up probe, one
+// per 128 steps, moves it by about a token), the targets must hold against the true
+// costs: the ultrafast step over its solo step has p50 <= 1 + slack and p99 <= 1 + slack + 0.2,
+// and default tokens reach 90% of the ideal count (the most default decodes that fit beside it
+// each step, from CpuSeconds). Steps past the bound by more than 5% stay under 2%: the up probes
+// (0.8%) and rare mispredictions. Smaller overshoots are allowed: where one more default sits
+// right at the bound (contexts grow each step), the model's attention slope, fitted from samples
+// with 2% timing noise, decides it only to a few percent.
 TEST(SchedulerSimTest, LearnedCostModelMeetsTheTargets) {
   for (double slack : {0.0, 0.05, 0.10, 0.25, 0.50, 1.00}) {
     SimEngine sim(/*slots=*/17, /*kv_blocks=*/10000, /*seed=*/7, /*noise=*/0.02);
@@ -509,7 +514,8 @@ TEST(SchedulerSimTest, LearnedCostModelMeetsTheTargets) {
     sim.Submit(100, ServiceTier::kUltrafast, 64, 1000000);
     std::vector<double> ratios;
     int64_t default_tokens = 0, ideal_tokens = 0;
-    for (int step = 0; step < 600; ++step) {
+    int over = 0;
+    for (int step = 0; step < 1200; ++step) {
       const int64_t uf_ctx = sim.seqs().at(100).st.context;
       const bool uf_decoding = sim.seqs().at(100).st.to_prefill == 0 && uf_ctx > 0;
       std::map<int64_t, int64_t> ctx;
@@ -519,13 +525,14 @@ TEST(SchedulerSimTest, LearnedCostModelMeetsTheTargets) {
         if (id != 100 && q.running && q.st.to_prefill == 0) default_ctx.push_back(q.st.context);
       }
       const StepPlan plan = sim.Step(sched, &model).first;
-      if (step < 100 || !uf_decoding) continue;
+      if (step < 400 || !uf_decoding) continue;
       int64_t attended = uf_ctx + 1, n = 1;
       for (int64_t id : plan.decode) {
         if (id != 100) attended += ctx[id] + 1, ++n;
       }
       const double solo = CpuSeconds(1, uf_ctx + 1);
       ratios.push_back(CpuSeconds(n, attended) / solo);
+      if (ratios.back() > (1 + slack) * 1.05) ++over;
       default_tokens += n - 1;
       // Ideal: the most defaults that fit, shortest contexts first.
       std::sort(default_ctx.begin(), default_ctx.end());
@@ -537,7 +544,7 @@ TEST(SchedulerSimTest, LearnedCostModelMeetsTheTargets) {
       }
       ideal_tokens += m;
     }
-    ASSERT_GT(ratios.size(), 400u);
+    ASSERT_GT(ratios.size(), 700u);
     std::sort(ratios.begin(), ratios.end());
     const double p50 = ratios[ratios.size() / 2];
     const double p99 = ratios[ratios.size() * 99 / 100];
@@ -545,11 +552,11 @@ TEST(SchedulerSimTest, LearnedCostModelMeetsTheTargets) {
     EXPECT_LE(p99, 1 + slack + 0.2) << "slack " << slack;
     EXPECT_GE(static_cast<double>(default_tokens), 0.9 * static_cast<double>(ideal_tokens))
         << "slack " << slack;
-    EXPECT_LE(default_tokens, ideal_tokens + 10) << "slack " << slack;  // no free lunch
+    EXPECT_LE(over, 0.02 * static_cast<double>(ratios.size())) << "slack " << slack;
     std::printf(
-        "slack %.2f: ultrafast step / solo p50 %.4f p99 %.4f, default tokens %lld of "
-        "ideal %lld\n",
-        slack, p50, p99, static_cast<long long>(default_tokens),
+        "slack %.2f: ultrafast step / solo p50 %.4f p99 %.4f, %d of %zu steps over, default "
+        "tokens %lld of ideal %lld\n",
+        slack, p50, p99, over, ratios.size(), static_cast<long long>(default_tokens),
         static_cast<long long>(ideal_tokens));
   }
 }
@@ -579,7 +586,9 @@ TEST(SchedulerTest, ProbesAlternateSoloAndOneMore) {
     }
     EXPECT_EQ(plan.decode, expected) << step;
     EXPECT_EQ(plan.probe, probe) << step;
-    if (probe == StepPlan::Probe::kSolo) EXPECT_TRUE(plan.preempt.empty()) << step;
+    if (probe == StepPlan::Probe::kSolo) {
+      EXPECT_TRUE(plan.preempt.empty()) << step;
+    }
   }
   // Without ultrafast work nothing is counted or probed.
   in.running.erase(in.running.begin());

@@ -1,10 +1,9 @@
 // Helpers shared by the `ultrafast` subcommands.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "base/status.h"
 #include "model/model.h"

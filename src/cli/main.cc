@@ -1,5 +1,5 @@
-// `ultrafast <command>`: run, logits, tokenize, info. (`synth` and `bench` join when their
-// libraries land: src/model/synth.h, bench/.)
+// `ultrafast <command>`: run, logits, tokenize, info, synth, serve, keys. (`bench` joins when
+// bench/ lands.)
 #include <CLI/CLI.hpp>
 
 #include "cli/common.h"

@@ -136,8 +136,7 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("-t,--threads", o->threads, "Threads (0: all cores)")->capture_default_str();
   cmd->add_option("--ctx", o->ctx, "Context size in tokens (0: min(model's, 4096))")
       ->capture_default_str();
-  cmd->add_option("-b,--batch", o->batch, "Prompt tokens per forward pass")
-      ->capture_default_str();
+  cmd->add_option("-b,--batch", o->batch, "Prompt tokens per forward pass")->capture_default_str();
   cmd->add_flag("--no-special", o->no_special,
                 "Tokenize special-token text in the prompt as plain text");
   cmd->callback([o] {

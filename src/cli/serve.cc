@@ -14,26 +14,13 @@
 #include "engine/service.h"
 #include "model/model.h"
 #include "server/auth.h"
+#include "server/chat_prompt.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
 
 namespace uf::cli {
 namespace {
-
-// ChatML, what llama.cpp falls back to for models without a template.
-// TODO(serve): switch to tokenizer/chat_template.h once it lands.
-server::ChatRenderer ChatMlRenderer() {
-  return [](const nlohmann::json& messages) -> StatusOr<std::string> {
-    std::string out;
-    for (const auto& m : messages) {
-      out += "<|im_start|>" + m["role"].get<std::string>() + "\n" +
-             m["content"].get<std::string>() + "<|im_end|>\n";
-    }
-    out += "<|im_start|>assistant\n";
-    return out;
-  };
-}
 
 int Report(std::string_view command, const Status& s) {
   std::fprintf(stderr, "ultrafast %.*s: %s\n", static_cast<int>(command.size()), command.data(),
@@ -89,8 +76,12 @@ int RunServe(const ServeArgs& args) {
   if (ho.model_id.empty()) ho.model_id = std::filesystem::path(args.model).stem().string();
   ho.max_tokens_limit = args.max_tokens_limit;
   ho.max_body_bytes = args.max_body_bytes;
+  std::string template_note;
+  auto render = server::MakeChatRenderer(model.file(), tokenizer, &template_note);
+  if (!render.ok()) return Report("serve", render.status());
+  UF_LOG(INFO) << "serve: chat template: " << template_note;
   server::Metrics metrics;
-  server::HttpServer http(ho, service->get(), ChatMlRenderer(), keys.get(), &metrics);
+  server::HttpServer http(ho, service->get(), std::move(render).value(), keys.get(), &metrics);
   if (Status s = http.Bind(); !s.ok()) return Report("serve", s);
   UF_LOG(INFO) << "serving " << ho.model_id << " on http://" << ho.host << ":" << http.port()
                << " (ctx " << so.ctx << ", " << so.max_seqs << " sequences"

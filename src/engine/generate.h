@@ -19,7 +19,7 @@ namespace uf::engine {
 struct GenerateOptions {
   int64_t max_tokens = 128;  // tokens to generate; < 0: until end of generation or context full
   sampling::SamplingParams sampling;
-  int seq_id = 0;            // KV cache sequence to use (cleared first)
+  int seq_id = 0;  // KV cache sequence to use (cleared first)
 };
 
 enum class StopReason { kEndOfGeneration, kMaxTokens, kContextFull, kCallback };
@@ -27,11 +27,11 @@ std::string_view StopReasonName(StopReason r);
 
 struct GenerateStats {
   int64_t n_prompt = 0;
-  int64_t n_generated = 0;       // sampled tokens, including an end-of-generation token
-  int64_t n_decode_steps = 0;    // single-token forwards after the prefill
-  double prefill_seconds = 0.0;  // prompt forwards (produce the first token's logits)
+  int64_t n_generated = 0;           // sampled tokens, including an end-of-generation token
+  int64_t n_decode_steps = 0;        // single-token forwards after the prefill
+  double prefill_seconds = 0.0;      // prompt forwards (produce the first token's logits)
   double first_token_seconds = 0.0;  // start to the first sampled token
-  double decode_seconds = 0.0;   // decode forwards + sampling after the first token
+  double decode_seconds = 0.0;       // decode forwards + sampling after the first token
   StopReason stop_reason = StopReason::kMaxTokens;
 };
 

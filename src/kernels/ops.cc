@@ -85,8 +85,7 @@ void RopeAngles(const RopeParams& p, int32_t pos, float* cs) {
   }
 }
 
-void ApplyRope(const RopeParams& p, const float* cs, float* x, int64_t n_heads,
-               int64_t head_dim) {
+void ApplyRope(const RopeParams& p, const float* cs, float* x, int64_t n_heads, int64_t head_dim) {
   const int64_t half = p.rope_dim / 2;
   for (int64_t h = 0; h < n_heads; ++h) {
     float* v = x + h * head_dim;

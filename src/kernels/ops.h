@@ -37,11 +37,11 @@ void AxpyRowsAvx2(const float* w, const float* v, int64_t m, int64_t d, float* o
 void SoftmaxInPlace(float* x, int64_t n, float scale);
 
 struct RopeParams {
-  int64_t rope_dim = 0;            // rotated leading dims of a head (even)
+  int64_t rope_dim = 0;  // rotated leading dims of a head (even)
   float freq_base = 10000.0f;
-  float freq_scale = 1.0f;         // linear position scaling
+  float freq_scale = 1.0f;              // linear position scaling
   const float* freq_factors = nullptr;  // [rope_dim / 2] divisors of each frequency, or nullptr
-  bool neox = false;               // pair (i, i + rope_dim/2) instead of (2i, 2i+1)
+  bool neox = false;                    // pair (i, i + rope_dim/2) instead of (2i, 2i+1)
 };
 
 // cs[2*i] = cos(theta_i), cs[2*i+1] = sin(theta_i) for i in [0, rope_dim/2) at position pos.

@@ -72,18 +72,17 @@ StatusOr<ModelConfig> ModelConfig::FromGguf(const gguf::GgufFile& f) {
   c.n_head_kv = f.GetIntOr(p + "attention.head_count_kv", c.n_head);
   UF_RETURN_IF_ERROR(CheckRange("attention.head_count_kv", c.n_head_kv, 1, c.n_head));
   if (c.n_head % c.n_head_kv != 0) {
-    return InvalidArgumentError("model metadata: attention.head_count (" +
-                                std::to_string(c.n_head) +
-                                ") is not a multiple of attention.head_count_kv (" +
-                                std::to_string(c.n_head_kv) + ")");
+    return InvalidArgumentError(
+        "model metadata: attention.head_count (" + std::to_string(c.n_head) +
+        ") is not a multiple of attention.head_count_kv (" + std::to_string(c.n_head_kv) + ")");
   }
   if (f.Find(p + "attention.key_length") != nullptr) {
     UF_ASSIGN_OR_RETURN(c.head_dim, RequiredInt(f, p + "attention.key_length"));
   } else {
     if (c.n_embd % c.n_head != 0) {
-      return InvalidArgumentError("model metadata: embedding_length (" +
-                                  std::to_string(c.n_embd) + ") is not a multiple of head_count (" +
-                                  std::to_string(c.n_head) + ") and key_length is absent");
+      return InvalidArgumentError("model metadata: embedding_length (" + std::to_string(c.n_embd) +
+                                  ") is not a multiple of head_count (" + std::to_string(c.n_head) +
+                                  ") and key_length is absent");
     }
     c.head_dim = c.n_embd / c.n_head;
   }
@@ -155,7 +154,8 @@ StatusOr<ModelConfig> ModelConfig::FromGguf(const gguf::GgufFile& f) {
 
   const double eps = f.GetFloatOr(p + "attention.layer_norm_rms_epsilon", 1e-5);
   if (!(eps > 0.0) || !(eps < 1.0)) {
-    return InvalidArgumentError("model metadata: attention.layer_norm_rms_epsilon must be in (0, 1)");
+    return InvalidArgumentError(
+        "model metadata: attention.layer_norm_rms_epsilon must be in (0, 1)");
   }
   c.rms_eps = static_cast<float>(eps);
 

@@ -32,8 +32,8 @@ struct ModelConfig {
 
   RopeType rope_type = RopeType::kNormal;
   float rope_freq_base = 10000.0f;
-  int64_t rope_dim = 0;           // leading dims of each head that are rotated (<= head_dim)
-  float rope_freq_scale = 1.0f;   // linear scaling: positions are multiplied by this (1/factor)
+  int64_t rope_dim = 0;          // leading dims of each head that are rotated (<= head_dim)
+  float rope_freq_scale = 1.0f;  // linear scaling: positions are multiplied by this (1/factor)
   bool has_rope_freq_factors = false;  // rope_freqs.weight present (llama3-style scaling)
 
   float rms_eps = 1e-5f;

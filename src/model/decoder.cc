@@ -101,10 +101,9 @@ void Decoder::Allocate() {
       if (w == &l.gate) return gate_.data();
       return up_.data();
     };
-    for (auto [ws, groups] : {std::pair{std::vector<const kernels::Matrix*>{&l.wq, &l.wk, &l.wv},
-                                        &qkv_groups_[il]},
-                              std::pair{std::vector<const kernels::Matrix*>{&l.gate, &l.up},
-                                        &ffn_groups_[il]}}) {
+    for (auto [ws, groups] :
+         {std::pair{std::vector<const kernels::Matrix*>{&l.wq, &l.wk, &l.wv}, &qkv_groups_[il]},
+          std::pair{std::vector<const kernels::Matrix*>{&l.gate, &l.up}, &ffn_groups_[il]}}) {
       for (auto& g : GroupByActivation(ws)) {
         MatGroup mg;
         mg.ws = g;
@@ -172,19 +171,18 @@ Status Decoder::Prepare(const Batch& batch) {
                                     " is outside [0, " + std::to_string(cache_->max_seqs()) + ")");
     } else if (seq_next_[seq] < 0) {
       if (pos < 0 || pos > cache_->Length(seq)) {
-        status = InvalidArgumentError(
-            "forward: sequence " + std::to_string(seq) + " starts at position " +
-            std::to_string(pos) + " but its cache holds " + std::to_string(cache_->Length(seq)) +
-            " tokens");
+        status = InvalidArgumentError("forward: sequence " + std::to_string(seq) +
+                                      " starts at position " + std::to_string(pos) +
+                                      " but its cache holds " +
+                                      std::to_string(cache_->Length(seq)) + " tokens");
       } else {
         touched_seqs_.push_back(seq);
         seq_next_[seq] = pos + 1;
       }
     } else if (pos != seq_next_[seq]) {
-      status = InvalidArgumentError("forward: sequence " + std::to_string(seq) +
-                                    " has position " + std::to_string(pos) + " after " +
-                                    std::to_string(seq_next_[seq] - 1) +
-                                    " (positions must be consecutive)");
+      status = InvalidArgumentError(
+          "forward: sequence " + std::to_string(seq) + " has position " + std::to_string(pos) +
+          " after " + std::to_string(seq_next_[seq] - 1) + " (positions must be consecutive)");
     } else {
       seq_next_[seq] = pos + 1;
     }
@@ -230,8 +228,8 @@ Status Decoder::Forward(const Batch& batch) {
     kernels::RmsNorm(xt, out_norm, xo_.data() + j * e, e, c.rms_eps);
     ++j;
   }
-  if (n_outputs_ > 0) kernels::MatMul(model_.weights().output, xo_.data(), n_outputs_,
-                                      logits_.data(), pool_);
+  if (n_outputs_ > 0)
+    kernels::MatMul(model_.weights().output, xo_.data(), n_outputs_, logits_.data(), pool_);
 
   for (int32_t s : touched_seqs_) {
     cache_->Truncate(s, seq_next_[s]);
@@ -323,8 +321,8 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
   });
   RunGroups(ffn_groups_[il], xn_.data(), n);
   ForRows(n, 12 * c.n_ff, [&](int64_t b, int64_t end) {
-    kernels::SwiGlu(gate_.data() + b * c.n_ff, up_.data() + b * c.n_ff,
-                    gate_.data() + b * c.n_ff, (end - b) * c.n_ff);
+    kernels::SwiGlu(gate_.data() + b * c.n_ff, up_.data() + b * c.n_ff, gate_.data() + b * c.n_ff,
+                    (end - b) * c.n_ff);
   });
   kernels::MatMul(l.down, gate_.data(), n, y_.data(), pool_);
 }

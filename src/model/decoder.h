@@ -31,8 +31,7 @@ class Decoder {
   // The cache must match the model's shape (layers, kv heads, head dim). model, cache and pool
   // must outlive the decoder.
   static StatusOr<std::unique_ptr<Decoder>> Create(const Model& model, engine::KvCache* cache,
-                                                   const DecoderOptions& options,
-                                                   ThreadPool* pool);
+                                                   const DecoderOptions& options, ThreadPool* pool);
 
   // Runs the batch: writes its K/V into the cache (positions past a rewritten position are
   // forgotten), and computes logits for the tokens that want them. Errors (bad token ids,
@@ -61,8 +60,7 @@ class Decoder {
   Status Prepare(const Batch& batch);
   void RunGroups(const std::vector<MatGroup>& groups, const float* x, int64_t n);
   void Layer(int64_t il, const Batch& batch);
-  void Attention(int64_t il, const Batch& batch, int64_t item_begin, int64_t item_end,
-                 int thread);
+  void Attention(int64_t il, const Batch& batch, int64_t item_begin, int64_t item_end, int thread);
   // Runs fn(begin, end) over [0, n) rows, on the pool when n * row_cost is large enough.
   template <typename F>
   void ForRows(int64_t n, int64_t row_cost, const F& fn);
@@ -79,19 +77,19 @@ class Decoder {
   std::vector<std::vector<MatGroup>> ffn_groups_;  // [n_layer] gate/up
 
   // Scratch, sized once for max_batch tokens.
-  std::vector<float> x_;        // [max_batch][n_embd] residual stream
-  std::vector<float> xn_;       // [max_batch][n_embd] normed input of a block
-  std::vector<float> q_;        // [max_batch][q_dim]
-  std::vector<float> k_;        // [max_batch][kv_dim]
-  std::vector<float> v_;        // [max_batch][kv_dim]
-  std::vector<float> attn_;     // [max_batch][q_dim] attention output
-  std::vector<float> y_;        // [max_batch][n_embd] block output before the residual add
-  std::vector<float> gate_;     // [max_batch][n_ff]
-  std::vector<float> up_;       // [max_batch][n_ff]
-  std::vector<float> rope_cs_;  // [max_batch][rope_dim] cos/sin pairs per token
-  std::vector<float> scores_;   // [n_threads][max_seq_len] attention weights per thread
-  std::vector<float> xo_;       // [max_outputs][n_embd] normed rows that want logits
-  std::vector<float> logits_;   // [max_outputs][n_vocab]
+  std::vector<float> x_;               // [max_batch][n_embd] residual stream
+  std::vector<float> xn_;              // [max_batch][n_embd] normed input of a block
+  std::vector<float> q_;               // [max_batch][q_dim]
+  std::vector<float> k_;               // [max_batch][kv_dim]
+  std::vector<float> v_;               // [max_batch][kv_dim]
+  std::vector<float> attn_;            // [max_batch][q_dim] attention output
+  std::vector<float> y_;               // [max_batch][n_embd] block output before the residual add
+  std::vector<float> gate_;            // [max_batch][n_ff]
+  std::vector<float> up_;              // [max_batch][n_ff]
+  std::vector<float> rope_cs_;         // [max_batch][rope_dim] cos/sin pairs per token
+  std::vector<float> scores_;          // [n_threads][max_seq_len] attention weights per thread
+  std::vector<float> xo_;              // [max_outputs][n_embd] normed rows that want logits
+  std::vector<float> logits_;          // [max_outputs][n_vocab]
   std::vector<int32_t> seq_next_;      // [max_seqs] next position per sequence, -1 if unseen
   std::vector<int32_t> touched_seqs_;  // sequences of the current batch
   int64_t n_outputs_ = 0;

@@ -4,8 +4,7 @@
 
 namespace uf::model {
 
-Status BindLlamaLayer(const WeightBinder& b, const ModelConfig& c, int64_t layer,
-                      LayerWeights* w) {
+Status BindLlamaLayer(const WeightBinder& b, const ModelConfig& c, int64_t layer, LayerWeights* w) {
   const std::string p = "blk." + std::to_string(layer) + ".";
   UF_ASSIGN_OR_RETURN(w->attn_norm, b.Vector(p + "attn_norm.weight", c.n_embd));
   UF_ASSIGN_OR_RETURN(w->wq, b.Matrix(p + "attn_q.weight", c.q_dim(), c.n_embd));

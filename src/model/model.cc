@@ -24,8 +24,8 @@ StatusOr<std::unique_ptr<Model>> Model::FromFile(std::unique_ptr<gguf::GgufFile>
 
 void Model::EmbedToken(int32_t token, float* out) const {
   UF_DCHECK(token >= 0 && token < config_.n_vocab);
-  const uint8_t* row = weights_.token_embd->data + static_cast<size_t>(token) *
-                                                       weights_.token_embd_row_bytes;
+  const uint8_t* row =
+      weights_.token_embd->data + static_cast<size_t>(token) * weights_.token_embd_row_bytes;
   kernels::DequantizeRow(weights_.token_embd->type, row, out, config_.n_embd);
 }
 

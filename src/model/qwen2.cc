@@ -3,8 +3,7 @@
 
 namespace uf::model {
 
-Status BindQwen2Layer(const WeightBinder& b, const ModelConfig& c, int64_t layer,
-                      LayerWeights* w) {
+Status BindQwen2Layer(const WeightBinder& b, const ModelConfig& c, int64_t layer, LayerWeights* w) {
   UF_RETURN_IF_ERROR(BindLlamaLayer(b, c, layer, w));
   const std::string p = "blk." + std::to_string(layer) + ".";
   UF_ASSIGN_OR_RETURN(w->bq, b.Vector(p + "attn_q.bias", c.q_dim()));

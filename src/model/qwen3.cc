@@ -4,8 +4,7 @@
 
 namespace uf::model {
 
-Status BindQwen3Layer(const WeightBinder& b, const ModelConfig& c, int64_t layer,
-                      LayerWeights* w) {
+Status BindQwen3Layer(const WeightBinder& b, const ModelConfig& c, int64_t layer, LayerWeights* w) {
   UF_RETURN_IF_ERROR(BindLlamaLayer(b, c, layer, w));
   const std::string p = "blk." + std::to_string(layer) + ".";
   UF_ASSIGN_OR_RETURN(w->q_norm, b.Vector(p + "attn_q_norm.weight", c.head_dim));

@@ -34,10 +34,10 @@ struct LayerWeights {
 struct ModelWeights {
   const gguf::TensorInfo* token_embd = nullptr;  // [n_vocab][n_embd], any dequantizable type
   size_t token_embd_row_bytes = 0;
-  std::vector<LayerWeights> layers;              // [n_layer]
-  std::vector<float> output_norm;                // [n_embd]
-  kernels::Matrix output;                        // [n_vocab][n_embd]; token_embd when tied
-  std::vector<float> rope_freq_factors;          // [rope_dim / 2], empty unless rope_freqs.weight
+  std::vector<LayerWeights> layers;      // [n_layer]
+  std::vector<float> output_norm;        // [n_embd]
+  kernels::Matrix output;                // [n_vocab][n_embd]; token_embd when tied
+  std::vector<float> rope_freq_factors;  // [rope_dim / 2], empty unless rope_freqs.weight
 };
 
 // Looks up tensors by name and checks their shapes against what the config implies, so a file
@@ -58,12 +58,9 @@ class WeightBinder {
 
 // Per-architecture binding of one layer's tensors (llama.cc, qwen2.cc, qwen3.cc). The shared
 // decoder applies the optional steps (biases, q/k norms) whenever their vectors are bound.
-Status BindLlamaLayer(const WeightBinder& b, const ModelConfig& c, int64_t layer,
-                      LayerWeights* w);
-Status BindQwen2Layer(const WeightBinder& b, const ModelConfig& c, int64_t layer,
-                      LayerWeights* w);
-Status BindQwen3Layer(const WeightBinder& b, const ModelConfig& c, int64_t layer,
-                      LayerWeights* w);
+Status BindLlamaLayer(const WeightBinder& b, const ModelConfig& c, int64_t layer, LayerWeights* w);
+Status BindQwen2Layer(const WeightBinder& b, const ModelConfig& c, int64_t layer, LayerWeights* w);
+Status BindQwen3Layer(const WeightBinder& b, const ModelConfig& c, int64_t layer, LayerWeights* w);
 
 // Binds every tensor the config calls for.
 StatusOr<ModelWeights> BindWeights(const gguf::GgufFile& file, const ModelConfig& config);

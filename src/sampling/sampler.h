@@ -14,14 +14,14 @@
 namespace uf::sampling {
 
 struct SamplingParams {
-  float temperature = 0.8f;       // <= 0: greedy (arg-max after penalties)
-  int32_t top_k = 40;             // <= 0: off
-  float top_p = 0.95f;            // >= 1: off
-  float min_p = 0.05f;            // <= 0: off; keep tokens with p >= min_p * p_max
-  float repeat_penalty = 1.0f;    // 1: off; logit / penalty if > 0, * penalty if <= 0
-  float presence_penalty = 0.0f;  // subtracted once from every token in the window
-  float frequency_penalty = 0.0f; // subtracted per occurrence in the window
-  int32_t penalty_last_n = 64;    // window of recent tokens the penalties look at; 0: off
+  float temperature = 0.8f;        // <= 0: greedy (arg-max after penalties)
+  int32_t top_k = 40;              // <= 0: off
+  float top_p = 0.95f;             // >= 1: off
+  float min_p = 0.05f;             // <= 0: off; keep tokens with p >= min_p * p_max
+  float repeat_penalty = 1.0f;     // 1: off; logit / penalty if > 0, * penalty if <= 0
+  float presence_penalty = 0.0f;   // subtracted once from every token in the window
+  float frequency_penalty = 0.0f;  // subtracted per occurrence in the window
+  int32_t penalty_last_n = 64;     // window of recent tokens the penalties look at; 0: off
   uint64_t seed = 0;
 
   // InvalidArgument naming the first bad field.
@@ -66,12 +66,12 @@ class Sampler {
   SamplingParams params_;
   int32_t n_vocab_;
   std::mt19937_64 rng_;
-  std::vector<float> logits_;            // [n_vocab] working copy
-  std::vector<Candidate> candidates_;    // [<= n_vocab]
-  std::vector<int32_t> window_;          // ring of the last penalty_last_n tokens
-  size_t window_next_ = 0;               // ring write position once full
-  std::vector<int32_t> counts_;          // [n_vocab] occurrences in the window
-  std::vector<uint8_t> penalised_;       // [n_vocab] scratch marks for ApplyPenalties
+  std::vector<float> logits_;          // [n_vocab] working copy
+  std::vector<Candidate> candidates_;  // [<= n_vocab]
+  std::vector<int32_t> window_;        // ring of the last penalty_last_n tokens
+  size_t window_next_ = 0;             // ring write position once full
+  std::vector<int32_t> counts_;        // [n_vocab] occurrences in the window
+  std::vector<uint8_t> penalised_;     // [n_vocab] scratch marks for ApplyPenalties
 };
 
 }  // namespace uf::sampling

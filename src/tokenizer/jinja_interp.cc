@@ -371,21 +371,28 @@ Status Interpreter::ExecFor(const Stmt& s) {
       items = std::move(kept);
     }
     const int64_t n = static_cast<int64_t>(items.size());
+    // The loop object's entries are created once and updated in place by position.
+    enum : size_t { kIndex, kIndex0, kRevindex, kRevindex0, kFirst, kLast, kPrev, kNext };
     Value loop = Value::Dict(DictData::Kind::kLoop);
     DictData& l = loop.dict();
+    for (const char* key : {"index", "index0", "revindex", "revindex0", "first", "last",
+                            "previtem", "nextitem"}) {
+      l.AppendUnique(key, Value());
+    }
+    l.AppendUnique("length", Value(n));
+    l.AppendUnique("depth", Value(1));
+    l.AppendUnique("depth0", Value(0));
     for (int64_t i = 0; i < n; ++i) {
+      UF_RETURN_IF_ERROR(Located(s.offset, Work(1)));
       scope->vars.clear();  // each iteration starts from a fresh scope, as in Jinja
-      l.Set("index", Value(i + 1));
-      l.Set("index0", Value(i));
-      l.Set("revindex", Value(n - i));
-      l.Set("revindex0", Value(n - i - 1));
-      l.Set("first", Value(i == 0));
-      l.Set("last", Value(i == n - 1));
-      l.Set("length", Value(n));
-      l.Set("depth", Value(1));
-      l.Set("depth0", Value(0));
-      l.Set("previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value());
-      l.Set("nextitem", i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value());
+      l.ValueAt(kIndex) = Value(i + 1);
+      l.ValueAt(kIndex0) = Value(i);
+      l.ValueAt(kRevindex) = Value(n - i);
+      l.ValueAt(kRevindex0) = Value(n - i - 1);
+      l.ValueAt(kFirst) = Value(i == 0);
+      l.ValueAt(kLast) = Value(i == n - 1);
+      l.ValueAt(kPrev) = i > 0 ? items[static_cast<size_t>(i - 1)] : Value();
+      l.ValueAt(kNext) = i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value();
       UF_RETURN_IF_ERROR(Assign(s.targets, items[static_cast<size_t>(i)], s.offset));
       scope->Set("loop", loop);
       UF_RETURN_IF_ERROR(ExecBody(s.body));

@@ -20,7 +20,7 @@ namespace uf::jinja {
 
 struct RenderLimits {
   // Evaluated nodes plus work done inside filters (one unit per element or per 16 bytes).
-  int64_t max_steps = 50'000'000;
+  int64_t max_steps = 20'000'000;
   // Longest rendered prompt and longest single string or list built on the way.
   size_t max_output_bytes = size_t{64} << 20;
   // Longest list built by the template (range() is separately capped at 100000, as in Jinja's

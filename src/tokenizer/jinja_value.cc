@@ -27,6 +27,8 @@ size_t DictData::IndexOf(std::string_view key) const {
   return it == index_.end() ? std::string::npos : it->second;
 }
 
+Value& DictData::ValueAt(size_t i) { return items_[i].second; }
+
 const Value* DictData::Find(std::string_view key) const {
   size_t i = IndexOf(key);
   return i == std::string::npos ? nullptr : &items_[i].second;

@@ -55,6 +55,8 @@ class DictData {
 
   const Value* Find(std::string_view key) const;
   Value* Find(std::string_view key);
+  // The value of entry i, for owners that keep entries in a known order (the loop object).
+  Value& ValueAt(size_t i);
   void Set(std::string key, Value value);
   // Appends without checking for an existing key (caller guarantees uniqueness).
   void AppendUnique(std::string key, Value value);
