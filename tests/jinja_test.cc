@@ -381,6 +381,17 @@ TEST(JinjaTest, HostileTemplatesHitLimits) {
   ExpectRenderError("{% set ns = namespace(v=[]) %}{% for i in range(1000) %}"
                     "{% set ns.v = [ns.v] %}{% endfor %}",
                     StatusCode::kInvalidArgument, "nested too deeply");
+  // Left-deep chains parse without recursion into trees as deep as the template is long; the
+  // evaluator stops at its depth limit and the tree is freed without recursion.
+  std::string chain = "{{ 'a'";
+  for (int i = 0; i < 100000; ++i) chain += "|trim";
+  ExpectRenderError(chain + " }}", StatusCode::kResourceExhausted, "too deep");
+  std::string block = "{% filter trim";
+  for (int i = 0; i < 100000; ++i) block += "|trim";
+  ExpectRenderError(block + " %}x{% endfilter %}", StatusCode::kResourceExhausted, "too deep");
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 100000; ++i) sum += "+1";
+  ExpectRenderError(sum + " }}", StatusCode::kResourceExhausted, "too deep");
   jinja::RenderLimits tiny_alloc;
   tiny_alloc.max_allocated_bytes = 1 << 20;
   ExpectRenderError("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"

@@ -240,9 +240,6 @@ void GemmFloat(const GemmTask& t, int64_t r0, int64_t r1) {
 // tile row is one sequential stream and no horizontal sums are needed. With few tokens, U
 // accumulators per token (8 chains in all) cover the FMA latency.
 
-}  // namespace
-int g_fpf = 0;
-namespace {
 template <WKind K>
 inline __m512 TileColumn(const uint8_t* tile, int64_t c) {
   if constexpr (K == WKind::kF32) {
@@ -305,12 +302,7 @@ void FloatTileRow(const uint8_t* tile, int64_t cols, const uint8_t* const* act, 
     UF_UNROLL
     for (int t = 0; t < NT; ++t) a[t] = reinterpret_cast<const float*>(act[t]);
     int64_t c = 0;
-    constexpr int kColBytes = K == WKind::kF32 ? 64 : 32;
     for (; c + U <= cols; c += U) {
-      if (g_fpf) {
-        UF_UNROLL
-        for (int i = 0; i < U * kColBytes; i += 64) _mm_prefetch(reinterpret_cast<const char*>(tile) + c * kColBytes + g_fpf + i, _MM_HINT_T0);
-      }
       UF_UNROLL
       for (int u = 0; u < U; ++u) {
         const __m512 w = TileColumn<K>(tile, c + u);

@@ -49,6 +49,11 @@ struct Expr {
   };
 
   Expr(Kind k, size_t off) : kind(k), offset(off) {}
+  // Iterative: chains like a|f|f|f... or a+a+a... parse into trees as deep as the template is
+  // long, which a recursive destructor would walk on the stack.
+  ~Expr();
+  Expr(const Expr&) = delete;
+  Expr& operator=(const Expr&) = delete;
 
   Kind kind;
   bool negated = false;  // kTest
@@ -60,6 +65,24 @@ struct Expr {
   std::vector<Arg> args;
   std::vector<CompareOp> compare_ops;
 };
+
+inline Expr::~Expr() {
+  std::vector<ExprPtr> pending;
+  auto detach = [&pending](Expr& e) {
+    for (ExprPtr& c : e.children) {
+      if (c) pending.push_back(std::move(c));
+    }
+    for (Arg& a : e.args) {
+      if (a.value) pending.push_back(std::move(a.value));
+    }
+  };
+  detach(*this);
+  while (!pending.empty()) {
+    ExprPtr e = std::move(pending.back());
+    pending.pop_back();
+    detach(*e);
+  }  // each node is destroyed childless
+}
 
 // A macro or call-block parameter.
 struct Param {

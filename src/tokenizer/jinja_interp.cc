@@ -447,6 +447,10 @@ Status Interpreter::EvalArgs(const std::vector<Arg>& args, CallArgs* out) {
 }
 
 StatusOr<Value> Interpreter::EvalFilterChain(const Expr& e, const Value* input) {
+  DepthScope depth(&depth_);
+  if (depth_ > limits_.max_depth) {
+    return Located(e.offset, ResourceExhaustedError("template nesting or recursion too deep"));
+  }
   // In a filter block's chain the innermost subject is null and stands for `input`.
   Value subject;
   if (!e.children[0]) {
