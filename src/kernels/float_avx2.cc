@@ -310,7 +310,8 @@ template <WKind K, int NT>
 void RunFloatHalf(const GemmTask& t, const uint8_t* tile, int64_t row, int h, int64_t t0) {
   const float* a[NT];
   UF_UNROLL
-  for (int i = 0; i < NT; ++i) a[i] = reinterpret_cast<const float*>(t.act + (t0 + i) * t.act_row_bytes);
+  for (int i = 0; i < NT; ++i)
+    a[i] = reinterpret_cast<const float*>(t.act + (t0 + i) * t.act_row_bytes);
   __m256 out[NT];
   FloatHalfTile<K, NT>(tile, t.cols, h, a, out);
   const int64_t r = row + 8 * h;

@@ -287,7 +287,8 @@ void FloatTileRow(const uint8_t* tile, int64_t cols, const uint8_t* const* act, 
     for (; p < pairs; ++p) {
       const __m512bh w = (__m512bh)_mm512_loadu_si512(tile + 64 * p);
       UF_UNROLL
-      for (int t = 0; t < NT; ++t) acc[t][0] = _mm512_dpbf16_ps(acc[t][0], BcastPair(a[t] + 2 * p), w);
+      for (int t = 0; t < NT; ++t)
+        acc[t][0] = _mm512_dpbf16_ps(acc[t][0], BcastPair(a[t] + 2 * p), w);
     }
     if (cols % 2 != 0) {  // the last column, paired with a zero weight: read only its value
       const __m512bh w = (__m512bh)_mm512_loadu_si512(tile + 64 * pairs);
