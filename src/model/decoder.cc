@@ -218,15 +218,13 @@ Status Decoder::Forward(const Batch& batch) {
   });
   for (int64_t il = 0; il < c.n_layer; ++il) Layer(il, batch);
 
-  // Final norm over the residual add of the last layer, only for rows that want logits.
+  // The last layer left the rows that want logits compacted at the front (batch order): its
+  // FFN residual add, then the final norm.
   const float* out_norm = model_.weights().output_norm.data();
-  int64_t j = 0;
-  for (int64_t t = 0; t < n; ++t) {
-    if (!batch.want_logits[t]) continue;
-    float* xt = x_.data() + t * e;
-    kernels::AddInPlace(xt, y_.data() + t * e, e);
-    kernels::RmsNorm(xt, out_norm, xo_.data() + j * e, e, c.rms_eps);
-    ++j;
+  for (int64_t j = 0; j < n_outputs_; ++j) {
+    float* xj = x_.data() + j * e;
+    kernels::AddInPlace(xj, y_.data() + j * e, e);
+    kernels::RmsNorm(xj, out_norm, xo_.data() + j * e, e, c.rms_eps);
   }
   if (n_outputs_ > 0)
     kernels::MatMul(model_.weights().output, xo_.data(), n_outputs_, logits_.data(), pool_);
@@ -241,7 +239,7 @@ Status Decoder::Forward(const Batch& batch) {
 void Decoder::Layer(int64_t il, const Batch& batch) {
   const ModelConfig& c = config_;
   const LayerWeights& l = model_.weights().layers[il];
-  const int64_t n = batch.size();
+  int64_t n = batch.size();  // rows still computed; shrinks in the last layer
   const int64_t e = c.n_embd, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
   const float eps = c.rms_eps;
 
@@ -310,6 +308,23 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
     });
   }
 
+  // After the last layer's attention only rows that want logits matter: compact them to the
+  // front and run the output projection and FFN on those alone (a prefill chunk that wants no
+  // logits skips them entirely).
+  int64_t rows = n;
+  if (il == c.n_layer - 1 && n_outputs_ < n) {
+    rows = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      if (!batch.want_logits[t]) continue;
+      if (rows != t) {
+        std::memcpy(attn_.data() + rows * qd, attn_.data() + t * qd, qd * sizeof(float));
+        std::memcpy(x_.data() + rows * e, x_.data() + t * e, e * sizeof(float));
+      }
+      ++rows;
+    }
+    if (rows == 0) return;
+  }
+  n = rows;
   kernels::MatMul(l.wo, attn_.data(), n, y_.data(), pool_);
 
   ForRows(n, 3 * e, [&](int64_t b, int64_t end) {

@@ -14,6 +14,10 @@ namespace {
 constexpr double kPrefillUnit = 64.0;
 constexpr double kContextUnit = 4096.0;
 constexpr double kKneeStep = 0.25;  // tokens between candidate knees
+// Residual improvement, in noise variances, needed to change knee. Neighbouring knees fit a
+// noisy window almost equally; flipping between them moves predictions for small batches by
+// several percent.
+constexpr double kKneeSwitchSigmas = 4.0;
 
 // Decode sequences and prompt tokens charged past `knee` free tokens (decode first).
 std::pair<double, double> PastKnee(double knee, const BatchComposition& c) {
@@ -133,6 +137,7 @@ void OnlineStepCostModel::Observe(const BatchComposition& c, double seconds) {
       << "negative batch composition";
   const double f = options_.forgetting;
   tt_ = f * tt_ + seconds * seconds;
+  weight_ = f * weight_ + 1.0;
   for (size_t k = 0; k < fits_.size(); ++k) {
     Fit& fit = fits_[k];
     const std::array<double, kDim> x = Features(Knee(k), c);
@@ -152,12 +157,20 @@ void OnlineStepCostModel::Observe(const BatchComposition& c, double seconds) {
     fit.rss = rss;
   }
   ++samples_;
-  best_ = 0;
+  size_t fittest = 0;
   for (size_t k = 1; k < fits_.size(); ++k) {
-    if (fits_[k].rss < fits_[best_].rss) best_ = k;
+    if (fits_[k].rss < fits_[fittest].rss) fittest = k;
   }
+  // Hysteresis: the knee in use (the prior's at first) stays unless another fits clearly better,
+  // i.e. its residual is smaller by several times the noise variance per sample (an F-test with
+  // one degree of freedom: 4 ~ the 95% point). A fixed relative margin would either let noise
+  // flip neighbouring knees in a short window or never let a small real difference through over
+  // a long one.
+  const double noise_var = fits_[fittest].rss / std::max(1.0, weight_ - kDim);
   const double tie = 1e-9 * tt_;  // rounding
-  if (fits_[prior_index_].rss <= fits_[best_].rss * 1.01 + tie) best_ = prior_index_;
+  if (fits_[best_].rss - fits_[fittest].rss > kKneeSwitchSigmas * noise_var + tie) {
+    best_ = fittest;
+  }
 }
 
 }  // namespace uf::scheduler

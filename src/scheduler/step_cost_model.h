@@ -72,10 +72,11 @@ struct OnlineStepCostOptions {
   double max_knee = 16.0;  // knees 0, 0.25, ..., max_knee are fitted side by side
 };
 
-// Exponentially weighted least squares, one fit per knee; predictions come from the knee whose
-// fit leaves the smallest weighted residual, or the prior's knee unless another is clearly (1%)
-// better: knees the data cannot tell apart must not flip with the noise, since the scheduler
-// only explores batch sizes the model lets it try. Not thread-safe: the engine thread owns it.
+// Exponentially weighted least squares, one fit per knee; predictions come from the knee in use
+// (the prior's at first), which changes only when another knee's fit leaves a clearly smaller
+// weighted residual: knees the data cannot tell apart must not flip with the noise, since
+// the scheduler only explores batch sizes the model lets it try. Not thread-safe: the engine
+// thread owns it.
 class OnlineStepCostModel final : public StepCostModel {
  public:
   explicit OnlineStepCostModel(const OnlineStepCostOptions& options = {});
@@ -106,6 +107,7 @@ class OnlineStepCostModel final : public StepCostModel {
   std::array<double, kDim> prior_theta_{};  // prior in scaled units
   std::vector<Fit> fits_;                   // [n_knees] knee = index * kKneeStep
   double tt_ = 0.0;                         // weighted sum of t^2
+  double weight_ = 0.0;                     // sum of the sample weights
   size_t prior_index_ = 0;                  // fit of the prior's knee
   size_t best_ = 0;                         // fit Predict uses
   int64_t samples_ = 0;
