@@ -1,8 +1,6 @@
 // The server's chat renderer: the model's tokenizer.chat_template when present (with the
 // tokenizer's BOS/EOS texts and the assistant generation prompt), ChatML otherwise. Expected
 // strings are worked out by hand from each template's source.
-#include "server/chat_prompt.h"
-
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -10,6 +8,7 @@
 
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "server/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
 
 namespace uf::server {

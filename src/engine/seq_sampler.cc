@@ -21,8 +21,7 @@ sampling::SamplingParams ToSamplingParams(const RequestSampling& r, int64_t max_
   return p;
 }
 
-SequenceSampler::SequenceSampler(const RequestSampling& params, int32_t n_vocab,
-                                 int64_t max_tokens)
+SequenceSampler::SequenceSampler(const RequestSampling& params, int32_t n_vocab, int64_t max_tokens)
     : logit_bias_(params.logit_bias),
       n_vocab_(n_vocab),
       sampler_(ToSamplingParams(params, max_tokens), n_vocab) {}
