@@ -20,71 +20,15 @@
 namespace uf::jinja {
 
 class Value;
+struct ListData;
+class DictData;
 struct Callable;  // jinja_interp.h
+enum class DictKind : uint8_t { kDict, kNamespace, kLoop };
 
 // Nesting limit for containers: input JSON deeper than this is rejected and templates cannot
 // build deeper values, which keeps every recursive walk (printing, comparison, destruction)
 // within a small stack.
 inline constexpr int kMaxValueDepth = 256;
-
-struct ListData {
-  std::vector<Value> items;
-  bool is_tuple = false;  // tuples print as (a, b) and refuse append/pop
-  int depth = 1;          // 1 + deepest child container; only ever grows
-};
-
-// Insertion-ordered map (Python dicts keep insertion order; templates print tool schemas in the
-// order the client sent them). Entries are found by a lookup string: the key itself for string
-// keys, an escaped spelling for other keys (ints, None, ...), whose original values are kept for
-// iteration and printing.
-class DictData {
- public:
-  enum class Kind : uint8_t { kDict, kNamespace, kLoop };
-
-  explicit DictData(Kind kind = Kind::kDict) : kind_(kind) {}
-
-  Kind kind() const { return kind_; }
-  size_t size() const { return items_.size(); }
-  // (lookup string, value) pairs in insertion order.
-  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
-  // The original key of entry i.
-  Value KeyAt(size_t i) const;
-  // The key of entry i as json.dumps writes object keys (1 -> "1", None -> "null").
-  std::string JsonKeyAt(size_t i) const;
-  bool has_non_string_keys() const { return has_original_keys_; }
-
-  const Value* Find(std::string_view key) const;
-  Value* Find(std::string_view key);
-  // The value of entry i, for owners that keep entries in a known order (the loop object).
-  Value& ValueAt(size_t i);
-  void Set(std::string key, Value value);
-  // Appends without checking for an existing key (caller guarantees uniqueness).
-  void AppendUnique(std::string key, Value value);
-  bool Erase(std::string_view key);
-
-  // Keys of any type: Python treats 1, 1.0 and True as the same key.
-  static std::string LookupKey(const Value& key);
-  const Value* FindKey(const Value& key) const;
-  void SetKey(const Value& key, Value value);
-
-  int depth = 1;
-
- private:
-  // Linear scan below this size (chat messages have ~5 keys); a hash index above it.
-  static constexpr size_t kIndexThreshold = 16;
-  size_t IndexOf(std::string_view key) const;
-
-  Kind kind_;
-  std::vector<std::pair<std::string, Value>> items_;
-  std::vector<Value> original_keys_;  // parallel to items_ once any key is not a string
-  bool has_original_keys_ = false;
-  struct KeyHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
-  };
-  mutable std::unordered_map<std::string, size_t, KeyHash, std::equal_to<>> index_;
-  mutable bool index_valid_ = false;
-};
 
 class Value {
  public:
@@ -119,7 +63,7 @@ class Value {
   explicit Value(std::shared_ptr<Callable> c) : v_(std::move(c)) {}
 
   static Value List(std::vector<Value> items, bool is_tuple = false);
-  static Value Dict(DictData::Kind kind = DictData::Kind::kDict);
+  static Value Dict(DictKind kind = DictKind::kDict);
 
   // A string marked safe (Python's markupsafe.Markup, from the safe / escape filters): `+` with a
   // plain string HTML-escapes the plain side, as it does under transformers.
@@ -175,6 +119,67 @@ class Value {
                std::shared_ptr<ListData>, std::shared_ptr<DictData>, std::shared_ptr<Callable>>
       v_;
   bool markup_ = false;
+};
+
+// Defined after Value so their members (vector<Value>, pair<string, Value>) see a complete
+// type: clang rejects standard containers of incomplete types here.
+struct ListData {
+  std::vector<Value> items;
+  bool is_tuple = false;  // tuples print as (a, b) and refuse append/pop
+  int depth = 1;          // 1 + deepest child container; only ever grows
+};
+
+// Insertion-ordered map (Python dicts keep insertion order; templates print tool schemas in the
+// order the client sent them). Entries are found by a lookup string: the key itself for string
+// keys, an escaped spelling for other keys (ints, None, ...), whose original values are kept for
+// iteration and printing.
+class DictData {
+ public:
+  using Kind = DictKind;
+
+  explicit DictData(Kind kind = Kind::kDict) : kind_(kind) {}
+
+  Kind kind() const { return kind_; }
+  size_t size() const { return items_.size(); }
+  // (lookup string, value) pairs in insertion order.
+  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
+  // The original key of entry i.
+  Value KeyAt(size_t i) const;
+  // The key of entry i as json.dumps writes object keys (1 -> "1", None -> "null").
+  std::string JsonKeyAt(size_t i) const;
+  bool has_non_string_keys() const { return has_original_keys_; }
+
+  const Value* Find(std::string_view key) const;
+  Value* Find(std::string_view key);
+  // The value of entry i, for owners that keep entries in a known order (the loop object).
+  Value& ValueAt(size_t i);
+  void Set(std::string key, Value value);
+  // Appends without checking for an existing key (caller guarantees uniqueness).
+  void AppendUnique(std::string key, Value value);
+  bool Erase(std::string_view key);
+
+  // Keys of any type: Python treats 1, 1.0 and True as the same key.
+  static std::string LookupKey(const Value& key);
+  const Value* FindKey(const Value& key) const;
+  void SetKey(const Value& key, Value value);
+
+  int depth = 1;
+
+ private:
+  // Linear scan below this size (chat messages have ~5 keys); a hash index above it.
+  static constexpr size_t kIndexThreshold = 16;
+  size_t IndexOf(std::string_view key) const;
+
+  Kind kind_;
+  std::vector<std::pair<std::string, Value>> items_;
+  std::vector<Value> original_keys_;  // parallel to items_ once any key is not a string
+  bool has_original_keys_ = false;
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+  };
+  mutable std::unordered_map<std::string, size_t, KeyHash, std::equal_to<>> index_;
+  mutable bool index_valid_ = false;
 };
 
 // Python's type name of a value ("str", "int", "list", "dict", "NoneType", ...), for messages.
