@@ -1,5 +1,6 @@
 // API keys: SHA-256 against FIPS 180-2 test vectors, Bearer parsing, and the SQLite key store
-// (keys stored only as digests; revocation takes effect for a server holding the db open).
+// (keys stored only as digests; revocation takes effect for a server holding the db open), key
+// plans and the migration of databases made before plans.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <unistd.h>
@@ -113,6 +114,66 @@ TEST_F(KeyDbTest, RejectsAForeignDatabase) {
   sqlite3_close(db);
   auto s = KeyStore::OpenDb(path_, false, true);
   EXPECT_FALSE(s.ok());
+}
+
+TEST_F(KeyDbTest, PlansAndIdentity) {
+  auto admin = KeyStore::OpenDb(path_, /*create=*/true, /*read_only=*/false);
+  ASSERT_TRUE(admin.ok()) << admin.status().ToString();
+  auto plain = (*admin)->AddKey("plain");
+  auto big = (*admin)->AddKey("big", "scale");
+  ASSERT_TRUE(plain.ok() && big.ok());
+  auto who = (*admin)->Authenticate("Bearer " + *big);
+  ASSERT_TRUE(who.has_value());
+  EXPECT_EQ(who->name, "big");
+  EXPECT_EQ(who->plan, "scale");
+  EXPECT_GT(who->id, 0);
+  who = (*admin)->Authenticate("Bearer " + *plain);
+  ASSERT_TRUE(who.has_value());
+  EXPECT_EQ(who->plan, "");  // the default plan
+  EXPECT_FALSE((*admin)->Authenticate("Bearer sk-uf-nope").has_value());
+
+  ASSERT_TRUE((*admin)->SetPlan("plain", "unlimited").ok());
+  EXPECT_EQ((*admin)->Authenticate("Bearer " + *plain)->plan, "unlimited");
+  EXPECT_EQ((*admin)->SetPlan("nobody", "base").code(), StatusCode::kNotFound);
+  auto keys = (*admin)->ListKeys();
+  ASSERT_TRUE(keys.ok());
+  ASSERT_EQ(keys->size(), 2u);
+  EXPECT_EQ((*keys)[0].plan, "unlimited");
+  EXPECT_EQ((*keys)[1].plan, "scale");
+
+  // Without keys everyone is the anonymous id 0; --api-key is id 0 too.
+  EXPECT_EQ(KeyStore().Authenticate("")->id, 0);
+  auto single = KeyStore::WithKey("sk-one");
+  EXPECT_EQ(single->Authenticate("Bearer sk-one")->id, 0);
+  EXPECT_FALSE(single->Authenticate("Bearer sk-two").has_value());
+}
+
+// A database made before plans existed: read-only opens still authenticate (default plan), and
+// the first read-write open adds the plan column.
+TEST_F(KeyDbTest, MigratesDatabasesWithoutPlans) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  const std::string digest = Sha256Hex("sk-old");
+  const std::string sql =
+      "CREATE TABLE api_keys (id INTEGER PRIMARY KEY, name TEXT NOT NULL, key_sha256 TEXT NOT "
+      "NULL UNIQUE, created_at INTEGER NOT NULL, revoked_at INTEGER);"
+      "INSERT INTO api_keys (name, key_sha256, created_at) VALUES ('old', '" +
+      digest + "', 1)";
+  ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+
+  auto reader = KeyStore::OpenDb(path_, false, /*read_only=*/true);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  auto who = (*reader)->Authenticate("Bearer sk-old");
+  ASSERT_TRUE(who.has_value());
+  EXPECT_EQ(who->name, "old");
+  EXPECT_EQ(who->plan, "");
+  ASSERT_TRUE((*reader)->ListKeys().ok());
+
+  auto writer = KeyStore::OpenDb(path_, false, /*read_only=*/false);
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  ASSERT_TRUE((*writer)->SetPlan("old", "scale").ok());
+  EXPECT_EQ((*writer)->Authenticate("Bearer sk-old")->plan, "scale");
 }
 
 }  // namespace

@@ -16,6 +16,8 @@
 #include "server/auth.h"
 #include "server/chat_prompt.h"
 #include "server/http_server.h"
+#include "server/ledger.h"
+#include "server/metering.h"
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
 
@@ -47,13 +49,37 @@ int RunServe(const ServeArgs& args) {
   const model::Model& model = *loaded->model;
   const Tokenizer& tokenizer = *loaded->tokenizer;
 
+  if (!args.metering_config.empty() && args.keys_db.empty()) {
+    return Report("serve", InvalidArgumentError("--metering-config needs --keys-db (the ledger)"));
+  }
   std::unique_ptr<server::KeyStore> keys = std::make_unique<server::KeyStore>();
+  std::unique_ptr<server::UsageLedger> ledger;
+  std::unique_ptr<server::Meter> meter;
+  server::WallClock wall_clock;
   if (!args.api_key.empty()) {
     keys = server::KeyStore::WithKey(args.api_key);
   } else if (!args.keys_db.empty()) {
-    auto db = server::KeyStore::OpenDb(args.keys_db, /*create=*/false, /*read_only=*/true);
+    // Read-write: the server records usage in the same file, and opening it so also adds the
+    // plan column to databases made before metering.
+    auto db = server::KeyStore::OpenDb(args.keys_db, /*create=*/false, /*read_only=*/false);
     if (!db.ok()) return Report("serve", db.status());
     keys = std::move(db).value();
+    auto config = args.metering_config.empty()
+                      ? StatusOr<server::MeteringConfig>(server::MeteringConfig::Defaults())
+                      : server::MeteringConfig::FromFile(args.metering_config);
+    if (!config.ok()) return Report("serve", config.status());
+    auto opened = server::UsageLedger::Open(args.keys_db);
+    if (!opened.ok()) return Report("serve", opened.status());
+    ledger = std::move(opened).value();
+    if (auto listed = keys->ListKeys(); listed.ok()) {
+      for (const server::ApiKeyInfo& k : *listed) {
+        if (!k.revoked && config->FindPlan(k.plan) == nullptr) {
+          UF_LOG(WARNING) << "serve: key '" << k.name << "' has plan '" << k.plan
+                          << "', which the metering config lacks: its requests get 403";
+        }
+      }
+    }
+    meter = std::make_unique<server::Meter>(std::move(config).value(), ledger.get(), &wall_clock);
   }
 
   engine::ServiceOptions so;
@@ -82,10 +108,12 @@ int RunServe(const ServeArgs& args) {
   UF_LOG(INFO) << "serve: chat template: " << template_note;
   server::Metrics metrics;
   server::HttpServer http(ho, service->get(), std::move(render).value(), keys.get(), &metrics);
+  if (meter) http.SetMeter(meter.get());
   if (Status s = http.Bind(); !s.ok()) return Report("serve", s);
   UF_LOG(INFO) << "serving " << ho.model_id << " on http://" << ho.host << ":" << http.port()
                << " (ctx " << so.ctx << ", " << so.max_seqs << " sequences"
-               << (keys->enabled() ? ", API keys required" : "") << ")";
+               << (keys->enabled() ? ", API keys required" : "") << (meter ? ", usage metered" : "")
+               << ")";
   // Tests and scripts that pass --port 0 read the chosen port from this line.
   std::printf("listening on http://%s:%d\n", ho.host.c_str(), http.port());
   std::fflush(stdout);
@@ -105,38 +133,6 @@ int RunServe(const ServeArgs& args) {
   (*service)->Shutdown();
   UF_LOG(INFO) << "serve: stopped";
   return 0;
-}
-
-int RunKeys(const std::string& db, const std::string& action, const std::string& arg) {
-  auto store = server::KeyStore::OpenDb(db, /*create=*/action == "add", /*read_only=*/false);
-  if (!store.ok()) return Report("keys", store.status());
-  if (action == "add") {
-    auto key = (*store)->AddKey(arg);
-    if (!key.ok()) return Report("keys", key.status());
-    std::printf("%s\n", key->c_str());
-    std::fprintf(stderr, "key '%s' added; it is shown only this once\n", arg.c_str());
-    return 0;
-  }
-  if (action == "list") {
-    auto keys = (*store)->ListKeys();
-    if (!keys.ok()) return Report("keys", keys.status());
-    std::printf("%-6s %-24s %-14s %-20s %s\n", "id", "name", "sha256", "created", "status");
-    for (const server::ApiKeyInfo& k : *keys) {
-      char when[32] = "?";
-      const std::time_t t = static_cast<std::time_t>(k.created_at);
-      std::tm tm{};
-      if (gmtime_r(&t, &tm)) std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
-      std::printf("%-6lld %-24s %-14s %-20s %s\n", static_cast<long long>(k.id), k.name.c_str(),
-                  k.sha256_prefix.c_str(), when, k.revoked ? "revoked" : "active");
-    }
-    return 0;
-  }
-  if (action == "revoke") {
-    if (Status s = (*store)->RevokeKey(arg); !s.ok()) return Report("keys", s);
-    std::fprintf(stderr, "revoked\n");
-    return 0;
-  }
-  return Report("keys", InvalidArgumentError("unknown keys action '" + action + "'"));
 }
 
 void AddServeCommands(CLI::App& app) {
@@ -161,29 +157,18 @@ void AddServeCommands(CLI::App& app) {
   serve->add_option("--max-body-bytes", args->max_body_bytes, "request body limit")
       ->capture_default_str();
   auto* key = serve->add_option("--api-key", args->api_key, "require this Bearer key");
-  serve->add_option("--keys-db", args->keys_db, "require a key from this SQLite keys db")
+  serve
+      ->add_option("--keys-db", args->keys_db,
+                   "require a key from this SQLite keys db, and meter usage into it")
       ->excludes(key);
+  serve->add_option("--metering-config", args->metering_config,
+                    "JSON prices, quota window and plans (default: built-in; docs/serving.md)");
   serve->add_option("-t,--threads", args->threads, "compute threads (default: physical cores)");
   serve->callback([args] {
     if (const int code = RunServe(*args); code != 0) throw CLI::RuntimeError(code);
   });
 
-  auto db = std::make_shared<std::string>();
-  auto action = std::make_shared<std::string>();
-  auto arg = std::make_shared<std::string>();
-  CLI::App* keys = app.add_subcommand("keys", "manage API keys of a --keys-db database");
-  keys->add_option("--db", *db, "SQLite keys database")->required();
-  keys->add_option("action", *action, "add NAME | list | revoke ID_OR_NAME")
-      ->required()
-      ->check(CLI::IsMember({"add", "list", "revoke"}));
-  keys->add_option("name", *arg, "key name (add) or id/name (revoke)");
-  keys->callback([db, action, arg] {
-    if (*action != "list" && arg->empty()) {
-      std::fprintf(stderr, "ultrafast keys %s: needs a name or id\n", action->c_str());
-      throw CLI::RuntimeError(2);
-    }
-    if (const int code = RunKeys(*db, *action, *arg); code != 0) throw CLI::RuntimeError(code);
-  });
+  AddAdminCommands(app);
 }
 
 }  // namespace uf::cli

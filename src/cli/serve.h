@@ -1,7 +1,12 @@
-// `ultrafast serve` (the OpenAI-compatible server) and `ultrafast keys` (API key admin).
+// `ultrafast serve` (the OpenAI-compatible server), `ultrafast keys` (API keys and plans) and
+// `ultrafast usage` (the usage ledger).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
+
+#include "base/status.h"
 
 namespace CLI {
 class App;
@@ -24,18 +29,42 @@ struct ServeArgs {
   int64_t max_tokens_limit = 0;
   size_t max_body_bytes = 8u << 20;
   std::string api_key;
-  std::string keys_db;
+  std::string keys_db;          // also turns metering on (the ledger lives in the same file)
+  std::string metering_config;  // JSON prices and plans; "" = built-in defaults
   int threads = 0;
 };
 
 // Runs the server until SIGINT/SIGTERM; returns the process exit code.
 int RunServe(const ServeArgs& args);
 
-// `keys --db PATH add NAME | list | revoke ID_OR_NAME`; returns the process exit code.
-int RunKeys(const std::string& db, const std::string& action, const std::string& arg);
+struct KeysArgs {
+  std::string db;
+  std::string action;           // create (alias add), list, revoke, plan
+  std::string name;             // create: the new key's name; revoke, plan: id or name
+  std::string plan;             // create, plan: "" = the default plan
+  std::string metering_config;  // plans --plan is checked against; "" = built-in
+};
+// `keys --db PATH create NAME [--plan P] | list | revoke ID_OR_NAME | plan ID_OR_NAME --plan P`;
+// returns the process exit code.
+int RunKeys(const KeysArgs& args);
 
-// Adds the `serve` and `keys` subcommands to app; a failing command throws
+struct UsageArgs {
+  std::string keys_db;
+  std::string key;    // id or name; "" = every key
+  std::string since;  // see ParseSince; "" = all time
+  bool json = false;
+};
+// `usage --keys-db PATH [--key K] [--since WHEN] [--json]`: per-key, per-tier totals.
+int RunUsage(const UsageArgs& args);
+
+// --since: unix seconds, "YYYY-MM-DD[THH:MM[:SS]]" (UTC), or a duration before now ("90s", "30m",
+// "2h", "7d"); "" = 0 (all time).
+StatusOr<double> ParseSince(std::string_view text, double now);
+
+// Adds the `serve`, `keys` and `usage` subcommands to app; a failing command throws
 // CLI::RuntimeError(exit code), as the other subcommands do.
 void AddServeCommands(CLI::App& app);
+// `keys` and `usage` (keys_command.cc); called by AddServeCommands.
+void AddAdminCommands(CLI::App& app);
 
 }  // namespace uf::cli

@@ -7,6 +7,8 @@
 
 #include <ctime>
 
+#include "server/sqlite_util.h"
+
 namespace uf::server {
 namespace {
 
@@ -34,25 +36,9 @@ std::string_view BearerToken(std::string_view header) {
   return token;
 }
 
-Status SqliteError(sqlite3* db, std::string_view what) {
-  return InternalError("keys db: " + std::string(what) + ": " +
-                       (db ? sqlite3_errmsg(db) : "out of memory"));
+Status DbError(sqlite3* db, std::string_view what) {
+  return SqliteError(db, "keys db: " + std::string(what));
 }
-
-// RAII prepared statement.
-class Statement {
- public:
-  Statement(sqlite3* db, const char* sql) {
-    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-  }
-  ~Statement() { sqlite3_finalize(stmt_); }
-  bool ok() const { return rc_ == SQLITE_OK; }
-  sqlite3_stmt* get() { return stmt_; }
-
- private:
-  sqlite3_stmt* stmt_ = nullptr;
-  int rc_ = SQLITE_ERROR;
-};
 
 }  // namespace
 
@@ -91,7 +77,7 @@ StatusOr<std::unique_ptr<KeyStore>> KeyStore::OpenDb(const std::string& path, bo
   if (sqlite3_open_v2(path.c_str(), &store->db_, flags, nullptr) != SQLITE_OK) {
     Status s = NotFoundError("keys db: cannot open " + path + ": " +
                              (store->db_ ? sqlite3_errmsg(store->db_) : "out of memory") +
-                             (create ? "" : " (create it with `ultrafast keys add`)"));
+                             (create ? "" : " (create it with `ultrafast keys create`)"));
     return s;
   }
   sqlite3_busy_timeout(store->db_, 2000);
@@ -104,10 +90,17 @@ StatusOr<std::unique_ptr<KeyStore>> KeyStore::OpenDb(const std::string& path, bo
         " created_at INTEGER NOT NULL,"
         " revoked_at INTEGER)";
     if (sqlite3_exec(store->db_, schema, nullptr, nullptr, nullptr) != SQLITE_OK) {
-      return SqliteError(store->db_, "create table");
+      return DbError(store->db_, "create table");
+    }
+    // Databases made before metering have no plan column; NULL means the default plan.
+    SqliteStatement probe(store->db_, "SELECT plan FROM api_keys LIMIT 0");
+    if (!probe.ok() && sqlite3_exec(store->db_, "ALTER TABLE api_keys ADD COLUMN plan TEXT",
+                                    nullptr, nullptr, nullptr) != SQLITE_OK) {
+      return DbError(store->db_, "add the plan column");
     }
   }
-  Statement check(store->db_, "SELECT count(*) FROM api_keys");
+  store->has_plan_column_ = SqliteStatement(store->db_, "SELECT plan FROM api_keys LIMIT 0").ok();
+  SqliteStatement check(store->db_, "SELECT count(*) FROM api_keys");
   if (!check.ok()) {
     return InvalidArgumentError("keys db: " + path + " has no api_keys table (" +
                                 sqlite3_errmsg(store->db_) + ")");
@@ -115,48 +108,62 @@ StatusOr<std::unique_ptr<KeyStore>> KeyStore::OpenDb(const std::string& path, bo
   return store;
 }
 
-bool KeyStore::LookupDigest(const std::string& digest_hex) const {
+std::optional<KeyIdentity> KeyStore::LookupDigest(const std::string& digest_hex) const {
   std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_, "SELECT 1 FROM api_keys WHERE key_sha256 = ?1 AND revoked_at IS NULL");
-  if (!st.ok()) return false;
-  sqlite3_bind_text(st.get(), 1, digest_hex.data(), static_cast<int>(digest_hex.size()),
-                    SQLITE_TRANSIENT);
-  return sqlite3_step(st.get()) == SQLITE_ROW;
+  SqliteStatement st(db_, has_plan_column_
+                              ? "SELECT id, name, plan FROM api_keys WHERE key_sha256 = ?1 AND "
+                                "revoked_at IS NULL"
+                              : "SELECT id, name, NULL FROM api_keys WHERE key_sha256 = ?1 AND "
+                                "revoked_at IS NULL");
+  if (!st.ok()) return std::nullopt;
+  st.BindText(1, digest_hex);
+  if (sqlite3_step(st.get()) != SQLITE_ROW) return std::nullopt;
+  return KeyIdentity{sqlite3_column_int64(st.get(), 0), st.ColumnText(1), st.ColumnText(2)};
 }
 
-bool KeyStore::Authorize(std::string_view authorization) const {
-  if (!enabled()) return true;
+std::optional<KeyIdentity> KeyStore::Authenticate(std::string_view authorization) const {
+  if (!enabled()) return KeyIdentity{};
   const std::string_view token = BearerToken(authorization);
-  if (token.empty()) return false;
+  if (token.empty()) return std::nullopt;
   const std::string digest = Sha256Hex(token);
   if (!key_digest_.empty() &&
       CRYPTO_memcmp(digest.data(), key_digest_.data(), digest.size()) == 0) {
-    return true;
+    return KeyIdentity{0, "api-key", ""};
   }
-  return db_ != nullptr && LookupDigest(digest);
+  if (db_ == nullptr) return std::nullopt;
+  return LookupDigest(digest);
 }
 
-StatusOr<std::string> KeyStore::AddKey(std::string_view name) {
+bool KeyStore::Authorize(std::string_view authorization) const {
+  return Authenticate(authorization).has_value();
+}
+
+StatusOr<std::string> KeyStore::AddKey(std::string_view name, std::string_view plan) {
   if (!db_) return FailedPreconditionError("no keys database");
   UF_ASSIGN_OR_RETURN(std::string key, GenerateApiKey());
   const std::string digest = Sha256Hex(key);
   std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_, "INSERT INTO api_keys (name, key_sha256, created_at) VALUES (?1, ?2, ?3)");
-  if (!st.ok()) return SqliteError(db_, "insert");
+  SqliteStatement st(db_,
+                     "INSERT INTO api_keys (name, key_sha256, created_at, plan) "
+                     "VALUES (?1, ?2, ?3, NULLIF(?4, ''))");
+  if (!st.ok()) return DbError(db_, "insert");
   sqlite3_bind_text(st.get(), 1, name.data(), static_cast<int>(name.size()), SQLITE_TRANSIENT);
   sqlite3_bind_text(st.get(), 2, digest.data(), static_cast<int>(digest.size()), SQLITE_TRANSIENT);
   sqlite3_bind_int64(st.get(), 3, static_cast<int64_t>(std::time(nullptr)));
-  if (sqlite3_step(st.get()) != SQLITE_DONE) return SqliteError(db_, "insert");
+  st.BindText(4, plan);
+  if (sqlite3_step(st.get()) != SQLITE_DONE) return DbError(db_, "insert");
   return key;
 }
 
 StatusOr<std::vector<ApiKeyInfo>> KeyStore::ListKeys() const {
   if (!db_) return FailedPreconditionError("no keys database");
   std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_,
-               "SELECT id, name, key_sha256, created_at, revoked_at IS NOT NULL FROM api_keys "
-               "ORDER BY id");
-  if (!st.ok()) return SqliteError(db_, "list");
+  SqliteStatement st(db_, has_plan_column_
+                              ? "SELECT id, name, key_sha256, created_at, revoked_at IS NOT "
+                                "NULL, plan FROM api_keys ORDER BY id"
+                              : "SELECT id, name, key_sha256, created_at, revoked_at IS NOT "
+                                "NULL, NULL FROM api_keys ORDER BY id");
+  if (!st.ok()) return DbError(db_, "list");
   std::vector<ApiKeyInfo> keys;
   int rc;
   while ((rc = sqlite3_step(st.get())) == SQLITE_ROW) {
@@ -169,23 +176,40 @@ StatusOr<std::vector<ApiKeyInfo>> KeyStore::ListKeys() const {
         digest ? std::string(reinterpret_cast<const char*>(digest)).substr(0, 12) : "";
     k.created_at = sqlite3_column_int64(st.get(), 3);
     k.revoked = sqlite3_column_int(st.get(), 4) != 0;
+    k.plan = st.ColumnText(5);
     keys.push_back(std::move(k));
   }
-  if (rc != SQLITE_DONE) return SqliteError(db_, "list");
+  if (rc != SQLITE_DONE) return DbError(db_, "list");
   return keys;
 }
 
 Status KeyStore::RevokeKey(std::string_view id_or_name) {
   if (!db_) return FailedPreconditionError("no keys database");
   std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_,
-               "UPDATE api_keys SET revoked_at = ?2 WHERE revoked_at IS NULL AND "
-               "(name = ?1 OR CAST(id AS TEXT) = ?1)");
-  if (!st.ok()) return SqliteError(db_, "revoke");
+  SqliteStatement st(db_,
+                     "UPDATE api_keys SET revoked_at = ?2 WHERE revoked_at IS NULL AND "
+                     "(name = ?1 OR CAST(id AS TEXT) = ?1)");
+  if (!st.ok()) return DbError(db_, "revoke");
   sqlite3_bind_text(st.get(), 1, id_or_name.data(), static_cast<int>(id_or_name.size()),
                     SQLITE_TRANSIENT);
   sqlite3_bind_int64(st.get(), 2, static_cast<int64_t>(std::time(nullptr)));
-  if (sqlite3_step(st.get()) != SQLITE_DONE) return SqliteError(db_, "revoke");
+  if (sqlite3_step(st.get()) != SQLITE_DONE) return DbError(db_, "revoke");
+  if (sqlite3_changes(db_) == 0) {
+    return NotFoundError("no active key with id or name '" + std::string(id_or_name) + "'");
+  }
+  return OkStatus();
+}
+
+Status KeyStore::SetPlan(std::string_view id_or_name, std::string_view plan) {
+  if (!db_) return FailedPreconditionError("no keys database");
+  std::lock_guard<std::mutex> lock(mu_);
+  SqliteStatement st(db_,
+                     "UPDATE api_keys SET plan = NULLIF(?2, '') WHERE revoked_at IS NULL AND "
+                     "(name = ?1 OR CAST(id AS TEXT) = ?1)");
+  if (!st.ok()) return DbError(db_, "set plan");
+  st.BindText(1, id_or_name);
+  st.BindText(2, plan);
+  if (sqlite3_step(st.get()) != SQLITE_DONE) return DbError(db_, "set plan");
   if (sqlite3_changes(db_) == 0) {
     return NotFoundError("no active key with id or name '" + std::string(id_or_name) + "'");
   }

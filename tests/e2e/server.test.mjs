@@ -264,3 +264,132 @@ describe('API keys from a keys database', () => {
       (e) => e instanceof OpenAI.AuthenticationError);
   });
 });
+
+// Metering: the usage each response reports, summed per serving tier, equals what /v1/usage and
+// `ultrafast usage` report (tokens exactly); a spent quota gets 429 quota_exceeded + Retry-After.
+describe('metering and quotas', () => {
+  let server;
+  let dir;
+  let db;
+  const admin = (...args) => spawnSync(BIN, args, { encoding: 'utf8' });
+  const createKey = (name, plan) => {
+    const r = admin('keys', '--db', db, 'create', name, '--plan', plan, '--metering-config', path.join(dir, 'metering.json'));
+    assert.equal(r.status, 0, r.stderr);
+    return r.stdout.trim();
+  };
+  before(async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'uf-e2e-meter-'));
+    db = path.join(dir, 'keys.db');
+    fs.writeFileSync(path.join(dir, 'metering.json'), JSON.stringify({
+      window_seconds: 86400,
+      default_plan: 'roomy',
+      plans: { roomy: {}, tiny: { ultrafast: 0, default: 60, flex: 60 } },
+    }));
+    createKey('first-key', 'roomy');  // makes the database before the server opens it
+    server = null;
+  });
+  after(async () => {
+    if (server) await server.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('usage returned to clients equals the ledger, per tier', async () => {
+    const key = createKey('metered', 'roomy');
+    server = await startServer(['--keys-db', db, '--metering-config', path.join(dir, 'metering.json')]);
+    const client = new OpenAI({ apiKey: key, baseURL: `${server.base}/v1`, maxRetries: 0 });
+    const sums = {};
+    const add = (tier, usage) => {
+      const s = (sums[tier] ??= { requests: 0, input_tokens: 0, cached_tokens: 0, output_tokens: 0 });
+      s.requests += 1;
+      s.input_tokens += usage.prompt_tokens;
+      s.cached_tokens += usage.prompt_tokens_details?.cached_tokens ?? 0;
+      s.output_tokens += usage.completion_tokens;
+    };
+    const messages = [{ role: 'user', content: 'Count the tokens, please' }];
+    for (const tier of ['default', 'flex', 'ultrafast', 'default']) {
+      const r = await client.chat.completions.create({ model: MODEL_ID, messages, max_tokens: 7, service_tier: tier, ...greedy });
+      assert.equal(r.service_tier, tier);
+      add(r.service_tier, r.usage);
+    }
+    const stream = await client.chat.completions.create({
+      model: MODEL_ID, messages, max_tokens: 9, service_tier: 'flex', stream: true, stream_options: { include_usage: true }, ...greedy,
+    });
+    let usage = null;
+    let tier = null;
+    for await (const chunk of stream) {
+      if (chunk.usage) usage = chunk.usage;
+      tier = chunk.service_tier ?? tier;
+    }
+    add(tier, usage);
+    const c = await client.completions.create({ model: MODEL_ID, prompt: 'Once upon a time', max_tokens: 5, ...greedy });
+    add(c.service_tier ?? 'default', c.usage);
+
+    const res = await fetch(`${server.base}/v1/usage`, { headers: { Authorization: `Bearer ${key}` } });
+    assert.equal(res.status, 200);
+    const report = await res.json();
+    assert.equal(report.object, 'usage');
+    assert.equal(report.key.name, 'metered');
+    assert.equal(report.plan, 'roomy');
+    let total = 0;
+    for (const t of ['ultrafast', 'default', 'flex']) {
+      const got = report.current_window[t];
+      const want = sums[t] ?? { requests: 0, input_tokens: 0, cached_tokens: 0, output_tokens: 0 };
+      for (const field of ['requests', 'input_tokens', 'cached_tokens', 'output_tokens']) {
+        assert.equal(got[field], want[field], `${t}.${field}`);
+        assert.equal(report.all_time[t][field], want[field], `all_time ${t}.${field}`);
+      }
+      // Cost from the advertised prices; 1e-9 relative covers float summation order only.
+      const p = report.prices_per_million_tokens[t];
+      const cost = ((want.input_tokens - want.cached_tokens) * p.input + want.cached_tokens * p.cached_input
+        + want.output_tokens * p.output) / 1e6;
+      assert.ok(Math.abs(got.cost - cost) <= 1e-9 * Math.max(cost, 1e-6), `${t} cost ${got.cost} vs ${cost}`);
+      total += got.cost;
+      assert.equal(report.quota[t].limit, null);
+    }
+    assert.ok(report.prices_per_million_tokens.ultrafast.output > report.prices_per_million_tokens.default.output);
+
+    // The admin view agrees with /v1/usage.
+    const u = admin('usage', '--keys-db', db, '--key', 'metered', '--json');
+    assert.equal(u.status, 0, u.stderr);
+    const cli = JSON.parse(u.stdout);
+    assert.equal(cli.keys.length, 1);
+    for (const t of ['ultrafast', 'default', 'flex']) {
+      assert.equal(cli.keys[0].tiers[t].output_tokens, report.all_time[t].output_tokens);
+      assert.equal(cli.keys[0].tiers[t].input_tokens, report.all_time[t].input_tokens);
+    }
+    assert.ok(Math.abs(cli.keys[0].tiers.total.cost - total) <= 1e-9 * Math.max(total, 1e-6));
+    const listed = admin('keys', '--db', db, 'list');
+    assert.match(listed.stdout, /metered\s+roomy/);
+  });
+
+  test('a spent quota gets 429 quota_exceeded with Retry-After', async () => {
+    const key = createKey('small', 'tiny');
+    const client = new OpenAI({ apiKey: key, baseURL: `${server.base}/v1`, maxRetries: 0 });
+    const request = { model: MODEL_ID, messages: [{ role: 'user', content: 'hi' }], max_tokens: 40, ...greedy };
+    const first = await client.chat.completions.create(request);  // admitted; ends past the limit of 60
+    assert.ok(first.usage.total_tokens > 60);
+    await assert.rejects(client.chat.completions.create(request),
+      (e) => e instanceof OpenAI.RateLimitError && e.code === 'quota_exceeded');
+    const raw = await fetch(`${server.base}/v1/chat/completions`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${key}` },
+      body: JSON.stringify(request),
+    });
+    assert.equal(raw.status, 429);
+    const retry = Number(raw.headers.get('retry-after'));
+    assert.ok(retry >= 1 && retry <= 86400, `Retry-After ${retry}`);
+    // flex has its own quota; ultrafast has none at all (no Retry-After: waiting would not help).
+    const flex = await client.chat.completions.create({ ...request, max_tokens: 2, service_tier: 'flex' });
+    assert.equal(flex.service_tier, 'flex');
+    const uf = await fetch(`${server.base}/v1/chat/completions`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${key}` },
+      body: JSON.stringify({ ...request, service_tier: 'ultrafast' }),
+    });
+    assert.equal(uf.status, 429);
+    assert.equal(uf.headers.get('retry-after'), null);
+    const report = await (await fetch(`${server.base}/v1/usage`, { headers: { Authorization: `Bearer ${key}` } })).json();
+    assert.equal(report.quota.default.limit, 60);
+    assert.equal(report.quota.default.remaining, 0);
+    assert.equal(report.quota.default.used, first.usage.total_tokens);
+    assert.equal(report.current_window.default.requests, 1);  // refused requests are not billed
+  });
+});
