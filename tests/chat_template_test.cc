@@ -328,6 +328,285 @@ TEST(ChatTemplateTest, Hermes3ToolUse) {
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
+// Llama 3.2 takes today's date from strftime_now (3.1 hard-codes 26 Jul 2024); date_string from
+// the caller overrides both. The system message is trimmed into the header after the date lines.
+TEST(ChatTemplateTest, Llama32) {
+  ChatTemplate t = FromFile("meta-llama-Llama-3.2-3B-Instruct.jinja");
+  const std::string bos = "<|begin_of_text|>";
+  auto header = [](const std::string& date, const std::string& system) {
+    return "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December "
+           "2023\nToday Date: " +
+           date + "\n\n" + system + "<|eot_id|>";
+  };
+  const std::string turns =
+      "<|start_header_id|>user<|end_header_id|>\n\nHello!<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\nHi there.<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>";
+  const std::string gen = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  const json date = {{"date_string", "02 Dec 2026"}};
+  EXPECT_EQ(RenderOk(t, Conversation(), false, bos, "", date),
+            bos + header("02 Dec 2026", "You are a helpful assistant.") + turns);
+  EXPECT_EQ(RenderOk(t, Conversation(), true, bos, "", date),
+            bos + header("02 Dec 2026", "You are a helpful assistant.") + turns + gen);
+  // No date_string: strftime_now("%d %b %Y"). No system message: the header stays, empty.
+  EXPECT_EQ(RenderOk(t, ConversationWithoutSystem(), true, bos),
+            bos + header(Today("%d %b %Y"), "") + turns + gen);
+}
+
+TEST(ChatTemplateTest, Llama32ToolsInSystemMessage) {
+  ChatTemplate t = FromFile("meta-llama-Llama-3.2-3B-Instruct.jinja");
+  ojson extra = ojson::parse(R"({"date_string": "02 Dec 2026", "tools_in_user_message": false,
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]})");
+  auto r = t.Render(ojson::parse(R"([{"role": "system", "content": " Sys "},
+                                     {"role": "user", "content": "Q"}])"),
+                    true, "", "", extra);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // tools_in_user_message=false: the instructions and tojson(indent=4) of each tool go in the
+  // system header (after "Environment: ipython" and the dates), then the trimmed system prompt.
+  EXPECT_EQ(*r,
+            "<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 02 Dec 2026\n\n"
+            "You have access to the following functions. To call a function, please respond with "
+            "JSON for a function call.Respond in the format {\"name\": function name, "
+            "\"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n"
+            "{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"f\",\n"
+            "        \"parameters\": {}\n    }\n}\n\n"
+            "Sys<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nQ<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  // Tools in the user message need a user message to put them in.
+  extra["tools_in_user_message"] = true;
+  auto e = t.Render(ojson::parse(R"([{"role": "system", "content": "S"}])"), true, "", "", extra);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("no first user message"), std::string::npos);
+}
+
+TEST(ChatTemplateTest, Llama31WithoutSystemAndBuiltinTools) {
+  ChatTemplate t = FromFile("meta-llama-Llama-3.1-8B-Instruct.jinja");
+  // 3.3 ships the same template.
+  EXPECT_EQ(ReadTemplate("meta-llama-Llama-3.1-8B-Instruct.jinja"),
+            ReadTemplate("meta-llama-Llama-3.3-70B-Instruct.jinja"));
+  EXPECT_EQ(RenderOk(t, json::parse(R"([{"role": "user", "content": " Hi "}])"), true),
+            "<|start_header_id|>system<|end_header_id|>\n\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  // builtin_tools: listed without code_interpreter; calls to them use <|python_tag|> and end
+  // in <|eom_id|>.
+  json messages = json::parse(R"([
+    {"role": "user", "content": "Search x"},
+    {"role": "assistant", "tool_calls": [{"type": "function",
+      "function": {"name": "brave_search", "arguments": {"query": "x"}}}]}
+  ])");
+  json extra = {{"builtin_tools", {"brave_search", "code_interpreter", "wolfram_alpha"}}};
+  EXPECT_EQ(RenderOk(t, messages, false, "", "", extra),
+            "<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n"
+            "Tools: brave_search, wolfram_alpha\n\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nSearch x<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n"
+            "<|python_tag|>brave_search.call(query=\"x\")<|eom_id|>");
+}
+
+TEST(ChatTemplateTest, Qwen3WithoutSystemReasoningAndTools) {
+  ChatTemplate t = FromFile("Qwen-Qwen3-0.6B.jinja");
+  EXPECT_EQ(RenderOk(t, ConversationWithoutSystem(), true),
+            "<|im_start|>user\nHello!<|im_end|>\n"
+            "<|im_start|>assistant\nHi there.<|im_end|>\n"
+            "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  // reasoning_content given separately; the assistant turn is after the last user query and is
+  // not the last message, but has reasoning, so <think> is kept. The tool result becomes a user
+  // turn of <tool_response> blocks.
+  ojson messages = ojson::parse(R"([
+    {"role": "user", "content": "Weather?"},
+    {"role": "assistant", "content": "", "reasoning_content": "\nneed tool\n",
+     "tool_calls": [{"type": "function",
+                     "function": {"name": "w", "arguments": {"city": "Paris"}}}]},
+    {"role": "tool", "content": "21"}
+  ])");
+  ojson extra = ojson::parse(R"({"tools": [{"type": "function", "function": {"name": "w"}}]})");
+  auto r = t.Render(messages, true, "", "", extra);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r,
+            "<|im_start|>system\n# Tools\n\nYou may call one or more functions to assist with the "
+            "user query.\n\nYou are provided with function signatures within <tools></tools> XML "
+            "tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"w\"}}\n</tools>"
+            "\n\nFor each function call, return a json object with function name and arguments "
+            "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+            "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+            "<|im_start|>user\nWeather?<|im_end|>\n"
+            "<|im_start|>assistant\n<think>\nneed tool\n</think>\n\n"
+            "<tool_call>\n{\"name\": \"w\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+            "<|im_end|>\n"
+            "<|im_start|>user\n<tool_response>\n21\n</tool_response><|im_end|>\n"
+            "<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplateTest, Gemma2) {
+  ChatTemplate t = FromFile("google-gemma-2-2b-it.jinja");
+  // Assistant is spelled "model"; content is trimmed; no generation prompt -> nothing after the
+  // last <end_of_turn>\n.
+  const std::string body =
+      "<bos><start_of_turn>user\nHello!<end_of_turn>\n"
+      "<start_of_turn>model\nHi there.<end_of_turn>\n"
+      "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n";
+  EXPECT_EQ(RenderOk(t, ConversationWithoutSystem(), false, "<bos>"), body);
+  EXPECT_EQ(RenderOk(t, ConversationWithoutSystem(), true, "<bos>"),
+            body + "<start_of_turn>model\n");
+  auto r = t.Render(Conversation(), true, "<bos>", "");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("System role not supported"), std::string::npos);
+}
+
+TEST(ChatTemplateTest, Gemma4) {
+  ChatTemplate t = FromFile("google-gemma-4-31B-it.jinja");
+  const std::string turns =
+      "<|turn>user\nHello!<turn|>\n"
+      "<|turn>model\nHi there.<turn|>\n"
+      "<|turn>user\nWhat is 2+2?<turn|>\n";
+  const std::string system = "<|turn>system\nYou are a helpful assistant.<turn|>\n";
+  // Without enable_thinking the generation prompt closes an empty thought channel.
+  const std::string gen = "<|turn>model\n<|channel>thought\n<channel|>";
+  EXPECT_EQ(RenderOk(t, Conversation(), false, "<bos>"), "<bos>" + system + turns);
+  EXPECT_EQ(RenderOk(t, Conversation(), true, "<bos>"), "<bos>" + system + turns + gen);
+  EXPECT_EQ(RenderOk(t, ConversationWithoutSystem(), true, "<bos>"), "<bos>" + turns + gen);
+  // enable_thinking opens a system turn with <|think|> and leaves the channel to the model.
+  EXPECT_EQ(
+      RenderOk(t, ConversationWithoutSystem(), true, "<bos>", "", {{"enable_thinking", true}}),
+      "<bos><|turn>system\n<|think|>\n<turn|>\n" + turns + "<|turn>model\n");
+  // Thought channels in earlier model turns are stripped.
+  json messages = json::parse(R"([{"role": "user", "content": "Q"},
+    {"role": "assistant", "content": "<|channel>thought\nhm<channel|>A "}])");
+  EXPECT_EQ(RenderOk(t, messages, false, "<bos>"),
+            "<bos><|turn>user\nQ<turn|>\n<|turn>model\nA<turn|>\n");
+}
+
+TEST(ChatTemplateTest, Phi35) {
+  ChatTemplate t = FromFile("microsoft-Phi-3.5-mini-instruct.jinja");
+  const std::string body =
+      "<|system|>\nYou are a helpful assistant.<|end|>\n<|user|>\nHello!<|end|>\n"
+      "<|assistant|>\nHi there.<|end|>\n<|user|>\nWhat is 2+2?<|end|>\n";
+  EXPECT_EQ(RenderOk(t, Conversation(), true, "<s>", "<|endoftext|>"), body + "<|assistant|>\n");
+  // Without a generation prompt the template ends in eos_token.
+  EXPECT_EQ(RenderOk(t, Conversation(), false, "<s>", "<|endoftext|>"), body + "<|endoftext|>");
+  // An empty system message is skipped, as is a missing one.
+  json messages = Conversation();
+  messages[0]["content"] = "";
+  const std::string no_system = body.substr(body.find("<|user|>"));
+  EXPECT_EQ(RenderOk(t, messages, true, "<s>", "<|endoftext|>"), no_system + "<|assistant|>\n");
+  EXPECT_EQ(RenderOk(t, ConversationWithoutSystem(), true, "<s>", "<|endoftext|>"),
+            no_system + "<|assistant|>\n");
+}
+
+TEST(ChatTemplateTest, MistralNemo) {
+  ChatTemplate t = FromFile("mistralai-Mistral-Nemo-Instruct-2407.jinja");
+  // The system message is prepended to the LAST user message; no generation prompt exists.
+  const std::string with_system =
+      "<s>[INST]Hello![/INST]Hi there.</s>"
+      "[INST]You are a helpful assistant.\n\nWhat is 2+2?[/INST]";
+  EXPECT_EQ(RenderOk(t, Conversation(), false, "<s>", "</s>"), with_system);
+  EXPECT_EQ(RenderOk(t, Conversation(), true, "<s>", "</s>"), with_system);
+  EXPECT_EQ(RenderOk(t, ConversationWithoutSystem(), true, "<s>", "</s>"),
+            "<s>[INST]Hello![/INST]Hi there.</s>[INST]What is 2+2?[/INST]");
+  // Tools go before the last user message (found by dict equality with user_messages[-1]);
+  // string fields are quoted by hand, the rest through tojson. Tool call ids must be 9 chars.
+  ojson messages = ojson::parse(R"([
+    {"role": "user", "content": "Weather?"},
+    {"role": "assistant", "tool_calls": [{"id": "abcdefghi", "type": "function",
+      "function": {"name": "w", "arguments": {"city": "Paris"}}}]},
+    {"role": "tool", "tool_call_id": "abcdefghi", "content": "21"},
+    {"role": "assistant", "content": "21 C."},
+    {"role": "user", "content": "Thanks"}
+  ])");
+  ojson extra = ojson::parse(R"({"tools": [{"type": "function", "function": {"name": "w",
+    "description": "Weather", "parameters": {"type": "object", "required": ["city"]}}}]})");
+  auto r = t.Render(messages, true, "<s>", "</s>", extra);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r,
+            "<s>[INST]Weather?[/INST]"
+            "[TOOL_CALLS][{\"name\": \"w\", \"arguments\": {\"city\": \"Paris\"}, \"id\": "
+            "\"abcdefghi\"}]</s>"
+            "[TOOL_RESULTS]{\"content\": 21, \"call_id\": \"abcdefghi\"}[/TOOL_RESULTS]"
+            "21 C.</s>"
+            "[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \"w\", "
+            "\"description\": \"Weather\", \"parameters\": {\"type\": \"object\", \"required\": "
+            "[\"city\"]}}}][/AVAILABLE_TOOLS]"
+            "[INST]Thanks[/INST]");
+  messages[1]["tool_calls"][0]["id"] = "short";
+  auto e = t.Render(messages, true, "<s>", "</s>", extra);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("length 9"), std::string::npos);
+}
+
+TEST(ChatTemplateTest, Ministral3Reasoning) {
+  ChatTemplate t = FromFile("mistralai-Ministral-3-14B-Reasoning-2512.jinja");
+  const std::string turns = "[INST]Hello![/INST]Hi there.</s>[INST]What is 2+2?[/INST]";
+  EXPECT_EQ(RenderOk(t, Conversation(), true, "<s>", "</s>"),
+            "<s>[SYSTEM_PROMPT]You are a helpful assistant.[/SYSTEM_PROMPT]" + turns);
+  // Without a system message the template's default (the thinking instructions) is used.
+  EXPECT_EQ(RenderOk(t, ConversationWithoutSystem(), false, "<s>", "</s>"),
+            "<s>[SYSTEM_PROMPT]# HOW YOU SHOULD THINK AND ANSWER\n\nFirst draft your thinking "
+            "process (inner monologue) until you arrive at a response. Format your response "
+            "using Markdown, and use LaTeX for any mathematical equations. Write both your "
+            "thoughts and the response in the same language as the input.\n\nYour thinking "
+            "process must follow the template below:[THINK]Your thoughts or/and draft, like "
+            "working through an exercise on scratch paper. Be as casual and as long as you want "
+            "until you are confident to generate the response to the user.[/THINK]Here, provide "
+            "a self-contained response.[/SYSTEM_PROMPT]" +
+                turns);
+  // Tool calls: name[ARGS] + arguments|tojson|safe; thinking chunks in assistant content.
+  ojson messages = ojson::parse(R"([
+    {"role": "system", "content": "S"},
+    {"role": "user", "content": "Weather?"},
+    {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm"}],
+     "tool_calls": [{"type": "function", "function": {"name": "w", "arguments": {"c": "P"}}}]},
+    {"role": "tool", "content": "21"}
+  ])");
+  ojson extra = ojson::parse(R"({"tools": [{"type": "function", "function": {"name": "w"}}]})");
+  auto r = t.Render(messages, true, "<s>", "</s>", extra);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r,
+            "<s>[SYSTEM_PROMPT]S[/SYSTEM_PROMPT]"
+            "[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \"w\"}}]"
+            "[/AVAILABLE_TOOLS]"
+            "[INST]Weather?[/INST][THINK]hm[/THINK][TOOL_CALLS]w[ARGS]{\"c\": \"P\"}</s>"
+            "[TOOL_RESULTS]21[/TOOL_RESULTS]");
+}
+
+TEST(ChatTemplateTest, Devstral) {
+  ChatTemplate t = FromFile("unsloth-mistral-Devstral-Small-2507.jinja");
+  const std::string turns = "[INST]Hello![/INST]Hi there.</s>[INST]What is 2+2?[/INST]";
+  EXPECT_EQ(RenderOk(t, Conversation(), true, "<s>", "</s>"),
+            "<s>[SYSTEM_PROMPT]You are a helpful assistant.[/SYSTEM_PROMPT]" + turns);
+  // The default system prompt is a long single-quoted literal with \" and \' escapes.
+  std::string out = RenderOk(t, ConversationWithoutSystem(), false, "<s>", "</s>");
+  const std::string prefix =
+      "<s>[SYSTEM_PROMPT]You are Devstral, a helpful agentic model trained by Mistral AI and "
+      "using the OpenHands scaffold. You can interact with a computer to solve tasks.\n\n<ROLE>\n";
+  EXPECT_EQ(out.substr(0, prefix.size()), prefix);
+  EXPECT_NE(out.find("like \"why is X happening\", don't try to fix"), std::string::npos) << out;
+  const std::string suffix = "[/SYSTEM_PROMPT]" + turns;
+  ASSERT_GE(out.size(), suffix.size());
+  EXPECT_EQ(out.substr(out.size() - suffix.size()), suffix);
+  // Tools once after the system prompt; calls as name[ARGS]json; results in [TOOL_RESULTS].
+  ojson messages = ojson::parse(R"([
+    {"role": "system", "content": [{"type": "text", "text": "S"}]},
+    {"role": "user", "content": [{"type": "text", "text": "Q"}, {"type": "image"}]},
+    {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+      "function": {"name": "w", "arguments": {"c": "P"}}}]},
+    {"role": "tool", "content": "21"}
+  ])");
+  ojson extra = ojson::parse(R"({"tools": [{"type": "function", "function": {"name": "w"}}]})");
+  auto r = t.Render(messages, true, "<s>", "</s>", extra);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r,
+            "<s>[SYSTEM_PROMPT]S[/SYSTEM_PROMPT]"
+            "[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \"w\"}}]"
+            "[/AVAILABLE_TOOLS][INST]Q[IMG][/INST][TOOL_CALLS]w[ARGS]{\"c\": \"P\"}</s>"
+            "[TOOL_RESULTS]21[/TOOL_RESULTS]");
+}
+
 TEST(ChatTemplateTest, DefaultTemplateIsChatML) {
   ChatTemplate t = MustParse(DefaultChatTemplateSource());
   const std::string body =
@@ -485,6 +764,13 @@ TEST(ChatTemplateTest, EveryTemplateRenders) {
       // Every template shows the last user message somewhere.
       EXPECT_NE(r->find("What is 2+2?"), std::string::npos) << *r;
     }
+    // Without a system message, and with message text that looks like template syntax: content
+    // is data, never evaluated, so it comes out verbatim.
+    json plain = ConversationWithoutSystem();
+    plain.back()["content"] = "What is {{ 7*7 }} {% if %}?";
+    auto p = t->Render(plain, true, "<s>", "</s>", extra);
+    ASSERT_TRUE(p.ok()) << "without system: " << p.status().ToString();
+    EXPECT_NE(p->find("What is {{ 7*7 }} {% if %}?"), std::string::npos) << *p;
     // And every one of them renders tool definitions too.
     extra["tools"] = tools;
     auto r = t->Render(messages, true, "<s>", "</s>", extra);

@@ -274,16 +274,32 @@ TEST(JinjaTest, Methods) {
             "key [('items', 'key')]");
 }
 
+// Substring search runs on memmem and reversed strings (linear time); results must still be
+// Python's: rightmost / non-overlapping matches, empty needles, byte vs code point indexes.
+TEST(JinjaTest, SubstringSearch) {
+  EXPECT_EQ(Eval("{{ 'abcabc'.rfind('bc') }} {{ 'abcabc'.find('c', 3) }} {{ 'héllo'.rfind('l') }} "
+                 "{{ 'ab'.rfind('') }} {{ ''.rfind('') }} {{ 'ab'.rfind('abc') }}"),
+            "4 5 3 2 0 -1");
+  EXPECT_EQ(Eval("{{ 'aaa'.split('aa') }} {{ 'aaa'.rsplit('aa') }} {{ 'a,b,,c'.rsplit(',') }} "
+                 "{{ 'a,b,c'.rsplit(',', 0) }} {{ ',a,'.rsplit(',', 1) }}"),
+            "['', 'a'] ['a', ''] ['a', 'b', '', 'c'] ['a,b,c'] [',a', '']");
+  EXPECT_EQ(Eval("{{ 'aaaa'.count('aa') }} {{ 'aaaa'.replace('aa', 'b') }} {{ 'ab' in 'xaby' }} "
+                 "{{ 'ab' is in 'xay' }} {{ '' in 'x' }}"),
+            "2 bb True False True");
+}
+
 TEST(JinjaTest, Undefined) {
   // Missing names, keys and indexes are undefined: empty when printed, falsy, empty to iterate.
   EXPECT_EQ(Eval("[{{ missing }}][{{ {'a': 1}.b }}][{{ [1][5] }}][{{ none.x }}]"), "[][][][]");
   // Reading through an undefined value fails, as with Jinja's default Undefined.
   EXPECT_EQ(Eval("{{ missing.attr }}"),
             "ERROR: INVALID_ARGUMENT: chat template: line 1: 'missing' is undefined");
-  EXPECT_EQ(Eval("{{ {'a': 1}.b.c }}"), "ERROR: INVALID_ARGUMENT: chat template: line 1: "
-                                        "attribute 'b' is undefined and has no attributes");
-  EXPECT_EQ(Eval("{{ {'a': 1}.b[0] }}"), "ERROR: INVALID_ARGUMENT: chat template: line 1: "
-                                         "attribute 'b' is undefined and has no attributes");
+  EXPECT_EQ(Eval("{{ {'a': 1}.b.c }}"),
+            "ERROR: INVALID_ARGUMENT: chat template: line 1: "
+            "attribute 'b' is undefined and has no attributes");
+  EXPECT_EQ(Eval("{{ {'a': 1}.b[0] }}"),
+            "ERROR: INVALID_ARGUMENT: chat template: line 1: "
+            "attribute 'b' is undefined and has no attributes");
   EXPECT_EQ(Eval("{{ {'a': 1}.b is defined }} {{ missing | length }} {% for x in missing %}x"
                  "{% endfor %}"),
             "False 0 ");
@@ -364,23 +380,27 @@ TEST(JinjaTest, HostileTemplatesHitLimits) {
   small.max_steps = 1'000'000;
   small.max_output_bytes = size_t{1} << 20;
   small.max_list_items = 1 << 16;
-  ExpectRenderError("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
-                    "{% endfor %}",
-                    StatusCode::kResourceExhausted, "evaluation steps", small);
+  ExpectRenderError(
+      "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+      "{% endfor %}",
+      StatusCode::kResourceExhausted, "evaluation steps", small);
   ExpectRenderError("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
                     StatusCode::kResourceExhausted, "too deep");
   ExpectRenderError("{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}",
                     StatusCode::kResourceExhausted, "rendered template exceeds", small);
   ExpectRenderError("{{ 'x' * 10000000000 }}", StatusCode::kResourceExhausted, "limit");
-  ExpectRenderError("{% set ns = namespace(s='x') %}{% for i in range(100) %}"
-                    "{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
-                    StatusCode::kResourceExhausted, "string of", small);
-  ExpectRenderError("{% set ns = namespace(l=[0]) %}{% for i in range(100) %}"
-                    "{% set ns.l = ns.l + ns.l %}{% endfor %}",
-                    StatusCode::kResourceExhausted, "list of", small);
-  ExpectRenderError("{% set ns = namespace(v=[]) %}{% for i in range(1000) %}"
-                    "{% set ns.v = [ns.v] %}{% endfor %}",
-                    StatusCode::kInvalidArgument, "nested too deeply");
+  ExpectRenderError(
+      "{% set ns = namespace(s='x') %}{% for i in range(100) %}"
+      "{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+      StatusCode::kResourceExhausted, "string of", small);
+  ExpectRenderError(
+      "{% set ns = namespace(l=[0]) %}{% for i in range(100) %}"
+      "{% set ns.l = ns.l + ns.l %}{% endfor %}",
+      StatusCode::kResourceExhausted, "list of", small);
+  ExpectRenderError(
+      "{% set ns = namespace(v=[]) %}{% for i in range(1000) %}"
+      "{% set ns.v = [ns.v] %}{% endfor %}",
+      StatusCode::kInvalidArgument, "nested too deeply");
   // Left-deep chains parse without recursion into trees as deep as the template is long; the
   // evaluator stops at its depth limit and the tree is freed without recursion.
   std::string chain = "{{ 'a'";
@@ -392,11 +412,47 @@ TEST(JinjaTest, HostileTemplatesHitLimits) {
   std::string sum = "{{ 1";
   for (int i = 0; i < 100000; ++i) sum += "+1";
   ExpectRenderError(sum + " }}", StatusCode::kResourceExhausted, "too deep");
+  // Work that reads big operands but builds little: comparisons, searches, lookups, tests and
+  // methods on a 4 MB string, 100,000 times, would read 400 GB; each is paid for by its size.
+  jinja::RenderLimits reads;
+  reads.max_steps = 1'000'000;
+  for (const char* op : {"s == t",
+                         "s < t",
+                         "s in [t]",
+                         "t in s",
+                         "s.find(t)",
+                         "s.rfind(t)",
+                         "s.count(t)",
+                         "s.startswith(t)",
+                         "s|wordcount",
+                         "s|int",
+                         "s is lower",
+                         "s.isdigit()",
+                         "s[-1]",
+                         "d[s]",
+                         "s in d",
+                         "[s, t]|sort|length",
+                         "[s, t]|max|length",
+                         "[s, t]|unique|list|length",
+                         "s is eq t",
+                         "[s]|select('equalto', t)|list"}) {
+    ExpectRenderError(std::string("{% set d = {} %}{% set s = 'a' * 4000000 %}{% set t = 'a' * "
+                                  "3999999 ~ 'b' %}{% for i in range(100000) %}{% set _ = ") +
+                          op + " %}{% endfor %}",
+                      StatusCode::kResourceExhausted, "evaluation steps", reads);
+  }
+  // One == between lists holding the same two big strings many times over: shared strings
+  // compare by identity, distinct ones are paid for inside the comparison.
+  ExpectRenderError(
+      "{% set a = ['x' * 1000000] * 1000 %}{% set b = ['x' * 1000000] * 1000 %}"
+      "{{ a == b }}",
+      StatusCode::kResourceExhausted, "evaluation steps", reads);
   jinja::RenderLimits tiny_alloc;
   tiny_alloc.max_allocated_bytes = 1 << 20;
-  ExpectRenderError("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
-                    "{% set _ = ns.l.append('y' * 1000 ~ i) %}{% endfor %}",
-                    StatusCode::kResourceExhausted, "allocated more than", tiny_alloc);
+  ExpectRenderError(
+      "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
+      "{% set _ = ns.l.append('y' * 1000 ~ i) %}{% endfor %}",
+      StatusCode::kResourceExhausted, "allocated more than", tiny_alloc);
 }
 
 TEST(JinjaTest, DeepInputJsonIsRejected) {

@@ -75,10 +75,12 @@ StatusOr<bool> TSequence(Interpreter&, const Value& v, Args) {
          (v.is_dict() && v.dict().kind() == DictData::Kind::kDict);
 }
 StatusOr<bool> TCallable(Interpreter&, const Value& v, Args) { return v.is_callable(); }
-StatusOr<bool> TSameAs(Interpreter&, const Value& v, Args a) {
+StatusOr<bool> TSameAs(Interpreter& in, const Value& v, Args a) {
   const Value& o = Arg0(a);
   if (v.Identity() || o.Identity()) return v.Identity() == o.Identity();
-  return v.kind() == o.kind() && (v.is_none() || v.is_undefined() || Equal(v, o));
+  if (v.kind() != o.kind()) return false;
+  if (v.is_none() || v.is_undefined()) return true;
+  return in.Equals(v, o);
 }
 StatusOr<bool> TEscaped(Interpreter&, const Value&, Args) { return false; }
 StatusOr<bool> TOdd(Interpreter&, const Value& v, Args) {
@@ -100,25 +102,33 @@ StatusOr<bool> TDivisibleBy(Interpreter&, const Value& v, Args a) {
   if (n.ToInt() == -1) return true;
   return v.ToInt() % n.ToInt() == 0;
 }
-StatusOr<bool> TEq(Interpreter&, const Value& v, Args a) { return Equal(v, Arg0(a)); }
-StatusOr<bool> TNe(Interpreter&, const Value& v, Args a) { return !Equal(v, Arg0(a)); }
-StatusOr<bool> TLt(Interpreter&, const Value& v, Args a) { return Less(v, Arg0(a)); }
-StatusOr<bool> TGt(Interpreter&, const Value& v, Args a) { return Less(Arg0(a), v); }
-StatusOr<bool> TLe(Interpreter&, const Value& v, Args a) {
-  UF_ASSIGN_OR_RETURN(bool gt, Less(Arg0(a), v));
+StatusOr<bool> TEq(Interpreter& in, const Value& v, Args a) { return in.Equals(v, Arg0(a)); }
+StatusOr<bool> TNe(Interpreter& in, const Value& v, Args a) {
+  UF_ASSIGN_OR_RETURN(bool eq, in.Equals(v, Arg0(a)));
+  return !eq;
+}
+StatusOr<bool> TLt(Interpreter& in, const Value& v, Args a) { return in.LessThan(v, Arg0(a)); }
+StatusOr<bool> TGt(Interpreter& in, const Value& v, Args a) { return in.LessThan(Arg0(a), v); }
+StatusOr<bool> TLe(Interpreter& in, const Value& v, Args a) {
+  UF_ASSIGN_OR_RETURN(bool gt, in.LessThan(Arg0(a), v));
   return !gt;
 }
-StatusOr<bool> TGe(Interpreter&, const Value& v, Args a) {
-  UF_ASSIGN_OR_RETURN(bool lt, Less(v, Arg0(a)));
+StatusOr<bool> TGe(Interpreter& in, const Value& v, Args a) {
+  UF_ASSIGN_OR_RETURN(bool lt, in.LessThan(v, Arg0(a)));
   return !lt;
 }
 StatusOr<bool> TIn(Interpreter& in, const Value& v, Args a) {
   const Value& seq = Arg0(a);
-  if (seq.is_string()) return v.is_string() && seq.str().find(v.str()) != std::string::npos;
+  if (seq.is_string()) {
+    if (!v.is_string()) return false;
+    UF_RETURN_IF_ERROR(in.Work(seq.str().size() / 16));
+    return FindBytes(seq.str(), v.str()) != std::string_view::npos;
+  }
   if (seq.is_dict()) return seq.dict().FindKey(v) != nullptr;
   UF_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in, seq));
   for (const Value& item : items) {
-    if (Equal(item, v)) return true;
+    UF_ASSIGN_OR_RETURN(bool eq, in.Equals(item, v));
+    if (eq) return true;
   }
   return false;
 }

@@ -67,7 +67,11 @@ StatusOr<Value> SortKey(Interpreter& in, const Value& item, const std::optional<
   if (attr) {
     UF_ASSIGN_OR_RETURN(key, GetPath(in, item, *attr));
   }
-  if (!case_sensitive && key.is_string()) return Value(PyLower(key.str()));
+  if (!case_sensitive && key.is_string()) {
+    // A fresh lowercase copy per item: paid like any new string, before it is built.
+    UF_RETURN_IF_ERROR(in.Charge(key.str().size()));
+    return Value(PyLower(key.str()));
+  }
   return key;
 }
 
@@ -83,8 +87,14 @@ Status CheckSortable(const std::vector<Value>& keys) {
   return InvalidArgumentError("cannot sort values that are not all numbers or all strings");
 }
 
-bool KeyLess(const Value& a, const Value& b) {
-  if (a.is_string()) return a.str() < b.str();
+// Sort keys are all strings or all numbers (CheckSortable). String comparisons are paid from
+// `budget`; once it is spent every pair compares equal, which only ever turns a "less" into
+// "not less", so the sort still terminates and stays in bounds.
+bool KeyLess(const Value& a, const Value& b, CompareBudget* budget) {
+  if (a.is_string()) {
+    budget->left -= static_cast<int64_t>(1 + std::min(a.str().size(), b.str().size()) / 16);
+    return !budget->exhausted() && &a.str() != &b.str() && a.str() < b.str();
+  }
   if (!a.is_float() && !b.is_float()) return a.ToInt() < b.ToInt();
   const double x = a.ToDouble(), y = b.ToDouble();
   if (std::isnan(x) || std::isnan(y)) return !std::isnan(x) && std::isnan(y);
@@ -93,11 +103,11 @@ bool KeyLess(const Value& a, const Value& b) {
 
 // Stable sort of `items` by `keys` (parallel vectors).
 std::vector<Value> SortByKeys(std::vector<Value> items, const std::vector<Value>& keys,
-                              bool reverse) {
+                              bool reverse, CompareBudget* budget) {
   std::vector<size_t> order(items.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-    return reverse ? KeyLess(keys[y], keys[x]) : KeyLess(keys[x], keys[y]);
+    return reverse ? KeyLess(keys[y], keys[x], budget) : KeyLess(keys[x], keys[y], budget);
   });
   std::vector<Value> out;
   out.reserve(items.size());
@@ -173,7 +183,10 @@ StatusOr<Value> FDictSort(Interpreter& in, const Value& v, const CallArgs& a) {
     keys.push_back(std::move(key));
   }
   UF_RETURN_IF_ERROR(CheckSortable(keys));
-  return Value::List(SortByKeys(std::move(items), keys, reverse));
+  CompareBudget budget = in.StartCompare();
+  std::vector<Value> sorted = SortByKeys(std::move(items), keys, reverse, &budget);
+  UF_RETURN_IF_ERROR(in.FinishCompare(budget));
+  return Value::List(std::move(sorted));
 }
 
 StatusOr<Value> FEscape(Interpreter& in, const Value& v, const CallArgs&) {
@@ -398,9 +411,13 @@ StatusOr<Value> MinMax(Interpreter& in, const Value& v, const CallArgs& a, bool 
   }
   UF_RETURN_IF_ERROR(CheckSortable(keys));
   size_t best = 0;
+  CompareBudget budget = in.StartCompare();
   for (size_t i = 1; i < items.size(); ++i) {
-    if (want_max ? KeyLess(keys[best], keys[i]) : KeyLess(keys[i], keys[best])) best = i;
+    if (want_max ? KeyLess(keys[best], keys[i], &budget) : KeyLess(keys[i], keys[best], &budget)) {
+      best = i;
+    }
   }
+  UF_RETURN_IF_ERROR(in.FinishCompare(budget));
   return items[best];
 }
 
@@ -516,7 +533,10 @@ StatusOr<Value> FSort(Interpreter& in, const Value& v, const CallArgs& a) {
   }
   UF_RETURN_IF_ERROR(CheckSortable(keys));
   UF_RETURN_IF_ERROR(in.Work(items.size() * 20));
-  return Value::List(SortByKeys(std::move(items), keys, reverse));
+  CompareBudget budget = in.StartCompare();
+  std::vector<Value> sorted = SortByKeys(std::move(items), keys, reverse, &budget);
+  UF_RETURN_IF_ERROR(in.FinishCompare(budget));
+  return Value::List(std::move(sorted));
 }
 
 StatusOr<Value> FString(Interpreter& in, const Value& v, const CallArgs&) {
@@ -605,7 +625,9 @@ StatusOr<Value> FUnique(Interpreter& in, const Value& v, const CallArgs& a) {
   std::vector<Value> out;
   for (const Value& item : items) {
     UF_ASSIGN_OR_RETURN(Value k, SortKey(in, item, attr, case_sensitive));
-    if (seen.insert(CanonicalKey(k)).second) out.push_back(item);
+    std::string key = CanonicalKey(k);
+    UF_RETURN_IF_ERROR(in.Work(key.size() / 16));
+    if (seen.insert(std::move(key)).second) out.push_back(item);
   }
   return Value::List(std::move(out));
 }

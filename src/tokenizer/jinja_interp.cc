@@ -66,6 +66,25 @@ Status Interpreter::Work(size_t units) {
   return OkStatus();
 }
 
+Status Interpreter::FinishCompare(const CompareBudget& budget) {
+  const int64_t spent = (limits_.max_steps - steps_) - budget.left;
+  return Work(static_cast<size_t>(std::max<int64_t>(spent, 0)));
+}
+
+StatusOr<bool> Interpreter::Equals(const Value& a, const Value& b) {
+  CompareBudget budget = StartCompare();
+  const bool eq = Equal(a, b, &budget);
+  UF_RETURN_IF_ERROR(FinishCompare(budget));
+  return eq;
+}
+
+StatusOr<bool> Interpreter::LessThan(const Value& a, const Value& b) {
+  CompareBudget budget = StartCompare();
+  StatusOr<bool> lt = Less(a, b, &budget);
+  UF_RETURN_IF_ERROR(FinishCompare(budget));
+  return lt;
+}
+
 Status Interpreter::CheckSize(size_t size) const {
   if (size > limits_.max_output_bytes) {
     return ResourceExhaustedError("template built a string of " + std::to_string(size) +
@@ -375,8 +394,8 @@ Status Interpreter::ExecFor(const Stmt& s) {
     enum : size_t { kIndex, kIndex0, kRevindex, kRevindex0, kFirst, kLast, kPrev, kNext };
     Value loop = Value::Dict(DictData::Kind::kLoop);
     DictData& l = loop.dict();
-    for (const char* key : {"index", "index0", "revindex", "revindex0", "first", "last",
-                            "previtem", "nextitem"}) {
+    for (const char* key :
+         {"index", "index0", "revindex", "revindex0", "first", "last", "previtem", "nextitem"}) {
       l.AppendUnique(key, Value());
     }
     l.AppendUnique("length", Value(n));
@@ -508,6 +527,8 @@ StatusOr<Value> Interpreter::EvalInner(const Expr& e) {
         if (value.Depth() + 1 > kMaxValueDepth) {
           return Located(e.offset, InvalidArgumentError("value nested too deeply"));
         }
+        // String keys are copied and hashed.
+        if (key.is_string()) UF_RETURN_IF_ERROR(Located(e.offset, Charge(key.str().size())));
         dict.dict().SetKey(key, std::move(value));
       }
       UF_RETURN_IF_ERROR(Located(e.offset, ChargeNew(dict)));
@@ -630,7 +651,10 @@ StatusOr<Value> Interpreter::EvalCall(const Expr& e, const Value* caller) {
     }
     UF_RETURN_IF_ERROR(EvalArgs(e.args, &args));
     if (caller) args.keyword.emplace_back("caller", *caller);
-    if (method) return Located(e.offset, method(*this, object, args));
+    if (method) {
+      UF_RETURN_IF_ERROR(Located(e.offset, ChargeStringOperands(object, args)));
+      return Located(e.offset, method(*this, object, args));
+    }
     UF_ASSIGN_OR_RETURN(target, GetAttr(object, callee.name));
     if (target.is_undefined()) {
       return Located(e.offset,
@@ -662,6 +686,7 @@ StatusOr<Value> Interpreter::CallValue(const Value& callee, const CallArgs& args
     case Callable::Kind::kMethod: {
       MethodFn method = FindMethod(c.self, c.name);
       if (!method) return InvalidArgumentError("no method '" + c.name + "'");
+      UF_RETURN_IF_ERROR(ChargeStringOperands(c.self, args));
       return method(*this, c.self, args);
     }
   }
@@ -708,10 +733,18 @@ StatusOr<Value> Interpreter::CallMacro(const Callable& c, const CallArgs& args) 
   return result;
 }
 
+Status Interpreter::ChargeStringOperands(const Value& subject, const CallArgs& args) {
+  size_t bytes = subject.is_string() ? subject.str().size() : 0;
+  for (const Value& v : args.positional) bytes += v.is_string() ? v.str().size() : 0;
+  for (const auto& [name, v] : args.keyword) bytes += v.is_string() ? v.str().size() : 0;
+  return Work(bytes / 16);
+}
+
 StatusOr<Value> Interpreter::ApplyFilter(std::string_view name, const Value& subject,
                                          const CallArgs& args) {
   FilterFn f = FindFilter(name);
   if (!f) return InvalidArgumentError("no filter named '" + std::string(name) + "'");
+  UF_RETURN_IF_ERROR(ChargeStringOperands(subject, args));
   return f(*this, subject, args);
 }
 
@@ -719,6 +752,7 @@ StatusOr<bool> Interpreter::ApplyTest(std::string_view name, const Value& subjec
                                       const CallArgs& args) {
   TestFn t = FindTest(name);
   if (!t) return InvalidArgumentError("no test named '" + std::string(name) + "'");
+  UF_RETURN_IF_ERROR(ChargeStringOperands(subject, args));
   return t(*this, subject, args);
 }
 

@@ -75,6 +75,13 @@ class Interpreter {
   Status Work(size_t units);
   // Counts `bytes` of new strings / lists against max_allocated_bytes.
   Status Charge(size_t bytes);
+  // Python == and < with their cost counted against max_steps.
+  StatusOr<bool> Equals(const Value& a, const Value& b);
+  StatusOr<bool> LessThan(const Value& a, const Value& b);
+  // For comparisons in bulk (sorting): a budget of the steps left, then charging what was
+  // spent of it (failing once it ran out). No other work may be counted in between.
+  CompareBudget StartCompare() const { return CompareBudget{limits_.max_steps - steps_}; }
+  Status FinishCompare(const CompareBudget& budget);
   // Fails when a string of `size` bytes would pass max_output_bytes.
   Status CheckSize(size_t size) const;
   // Fails when a list of `size` items would pass max_list_items.
@@ -113,6 +120,9 @@ class Interpreter {
   // Error for reading through the undefined value `e` evaluated to.
   static Status UndefinedError(const Expr& e);
   Status ChargeNew(const Value& v);
+  // Before a filter, test or method: string operands cost their size / 16 in steps, as most
+  // builtins read them whole (length, wordcount, startswith, int, ...) while returning little.
+  Status ChargeStringOperands(const Value& subject, const CallArgs& args);
   // Prefixes the template line of `offset` to the first error on its way out.
   Status Located(size_t offset, Status s);
   template <typename T>

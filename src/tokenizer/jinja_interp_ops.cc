@@ -46,6 +46,8 @@ StatusOr<Value> Interpreter::GetItem(const Value& object, const Value& key) {
   if (object.is_undefined()) {
     return InvalidArgumentError("cannot read item " + Repr(key) + " of an undefined value");
   }
+  // Looking up a string hashes or scans all of it.
+  if (key.is_string()) UF_RETURN_IF_ERROR(Work(key.str().size() / 16));
   if (object.is_dict()) {
     if (object.dict().kind() == DictData::Kind::kNamespace) return Value();
     if (key.is_string()) {
@@ -68,13 +70,13 @@ StatusOr<Value> Interpreter::GetItem(const Value& object, const Value& key) {
       return items[static_cast<size_t>(i)];
     }
     const std::string& s = object.str();
+    UF_RETURN_IF_ERROR(Work(s.size() / 16));  // IsAscii / decoding read all of it
     if (IsAscii(s)) {
       const int64_t n = static_cast<int64_t>(s.size());
       if (i < 0) i += n;
       if (i < 0 || i >= n) return Value();
       return Value(std::string(1, s[static_cast<size_t>(i)]));
     }
-    UF_RETURN_IF_ERROR(Work(s.size() / 16));
     std::u32string cps = DecodeUtf8(s);
     const int64_t n = static_cast<int64_t>(cps.size());
     if (i < 0) i += n;
@@ -271,19 +273,21 @@ StatusOr<Value> Interpreter::EvalBinary(BinaryOp op, const Value& a, const Value
 StatusOr<bool> Interpreter::EvalCompare(CompareOp op, const Value& a, const Value& b) {
   switch (op) {
     case CompareOp::kEq:
-      return Equal(a, b);
-    case CompareOp::kNe:
-      return !Equal(a, b);
+      return Equals(a, b);
+    case CompareOp::kNe: {
+      UF_ASSIGN_OR_RETURN(bool eq, Equals(a, b));
+      return !eq;
+    }
     case CompareOp::kLt:
-      return Less(a, b);
+      return LessThan(a, b);
     case CompareOp::kGt:
-      return Less(b, a);
+      return LessThan(b, a);
     case CompareOp::kLe: {
-      UF_ASSIGN_OR_RETURN(bool gt, Less(b, a));
+      UF_ASSIGN_OR_RETURN(bool gt, LessThan(b, a));
       return !gt;
     }
     case CompareOp::kGe: {
-      UF_ASSIGN_OR_RETURN(bool lt, Less(a, b));
+      UF_ASSIGN_OR_RETURN(bool lt, LessThan(a, b));
       return !lt;
     }
     case CompareOp::kIn:
@@ -295,16 +299,18 @@ StatusOr<bool> Interpreter::EvalCompare(CompareOp op, const Value& a, const Valu
                                       TypeStr(a));
         }
         UF_RETURN_IF_ERROR(Work(b.str().size() / 16));
-        found = b.str().find(a.str()) != std::string::npos;
+        found = FindBytes(b.str(), a.str()) != std::string_view::npos;
       } else if (b.is_list()) {
         UF_RETURN_IF_ERROR(Work(b.list().items.size()));
         for (const Value& item : b.list().items) {
-          if (Equal(item, a)) {
+          UF_ASSIGN_OR_RETURN(bool eq, Equals(item, a));
+          if (eq) {
             found = true;
             break;
           }
         }
       } else if (b.is_dict() && b.dict().kind() == DictData::Kind::kDict) {
+        if (a.is_string()) UF_RETURN_IF_ERROR(Work(a.str().size() / 16));
         found = b.dict().FindKey(a) != nullptr;
       } else if (!b.is_undefined()) {
         return InvalidArgumentError("argument of type '" + TypeStr(b) + "' is not iterable");

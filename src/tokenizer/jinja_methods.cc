@@ -167,7 +167,7 @@ StatusOr<Value> Find(Interpreter& in, const Value& self, Args a, bool from_right
   UF_ASSIGN_OR_RETURN(auto range, StrRange(a, 1, self.str()));
   UF_RETURN_IF_ERROR(in.Work(self.str().size() / 16));
   std::string_view s = std::string_view(self.str()).substr(0, range.second);
-  size_t hit = from_right ? s.rfind(*sub) : s.find(*sub, range.first);
+  size_t hit = from_right ? RFindBytes(s, *sub) : FindBytes(s, *sub, range.first);
   if (hit == std::string_view::npos || hit < range.first) return Value(int64_t{-1});
   return Value(CodePointIndex(self.str(), hit));
 }
@@ -183,8 +183,8 @@ StatusOr<Value> SCount(Interpreter& in, const Value& self, Args a) {
   UF_RETURN_IF_ERROR(in.Work(self.str().size() / 16));
   if (sub->empty()) return Value(static_cast<int64_t>(CodePointCount(self.str()) + 1));
   int64_t n = 0;
-  for (size_t p = self.str().find(*sub); p != std::string::npos;
-       p = self.str().find(*sub, p + sub->size())) {
+  for (size_t p = FindBytes(self.str(), *sub); p != std::string::npos;
+       p = FindBytes(self.str(), *sub, p + sub->size())) {
     ++n;
   }
   return Value(n);
@@ -307,9 +307,11 @@ StatusOr<Value> LIndex(Interpreter& in, const Value& self, Args a) {
   UF_ASSIGN_OR_RETURN(const Value* x, Required(a, 0, "value"));
   const auto& items = self.list().items;
   UF_RETURN_IF_ERROR(in.Work(items.size()));
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (Equal(items[i], *x)) return Value(static_cast<int64_t>(i));
-  }
+  CompareBudget budget = in.StartCompare();
+  size_t i = 0;
+  while (i < items.size() && !Equal(items[i], *x, &budget)) ++i;
+  UF_RETURN_IF_ERROR(in.FinishCompare(budget));
+  if (i < items.size()) return Value(static_cast<int64_t>(i));
   return InvalidArgumentError(Repr(*x) + " is not in list");
 }
 
@@ -317,8 +319,11 @@ StatusOr<Value> LCount(Interpreter& in, const Value& self, Args a) {
   UF_ASSIGN_OR_RETURN(const Value* x, Required(a, 0, "value"));
   const auto& items = self.list().items;
   UF_RETURN_IF_ERROR(in.Work(items.size()));
-  return Value(static_cast<int64_t>(
-      std::count_if(items.begin(), items.end(), [&](const Value& v) { return Equal(v, *x); })));
+  CompareBudget budget = in.StartCompare();
+  const auto n = std::count_if(items.begin(), items.end(),
+                               [&](const Value& v) { return Equal(v, *x, &budget); });
+  UF_RETURN_IF_ERROR(in.FinishCompare(budget));
+  return Value(static_cast<int64_t>(n));
 }
 
 StatusOr<Value> LRemove(Interpreter& in, const Value& self, Args a) {
@@ -326,13 +331,13 @@ StatusOr<Value> LRemove(Interpreter& in, const Value& self, Args a) {
   UF_ASSIGN_OR_RETURN(const Value* x, Required(a, 0, "value"));
   auto& items = self.list().items;
   UF_RETURN_IF_ERROR(in.Work(items.size()));
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (Equal(items[i], *x)) {
-      items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
-      return Value::None();
-    }
-  }
-  return InvalidArgumentError("list.remove(x): x not in list");
+  CompareBudget budget = in.StartCompare();
+  size_t i = 0;
+  while (i < items.size() && !Equal(items[i], *x, &budget)) ++i;
+  UF_RETURN_IF_ERROR(in.FinishCompare(budget));
+  if (i == items.size()) return InvalidArgumentError("list.remove(x): x not in list");
+  items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
+  return Value::None();
 }
 
 StatusOr<Value> LCopy(Interpreter& in, const Value& self, Args) {

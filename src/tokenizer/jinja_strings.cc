@@ -1,6 +1,7 @@
 #include "tokenizer/jinja_strings.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "tokenizer/jinja_value.h"
 
@@ -149,12 +150,29 @@ std::string Sub(const std::u32string& cps, size_t b, size_t e) {
 
 }  // namespace
 
+size_t FindBytes(std::string_view s, std::string_view needle, size_t pos) {
+  if (pos > s.size()) return std::string_view::npos;
+  if (needle.empty()) return pos;
+  const void* hit = memmem(s.data() + pos, s.size() - pos, needle.data(), needle.size());
+  return hit ? static_cast<size_t>(static_cast<const char*>(hit) - s.data())
+             : std::string_view::npos;
+}
+
+size_t RFindBytes(std::string_view s, std::string_view needle) {
+  if (needle.size() > s.size()) return std::string_view::npos;
+  if (needle.empty()) return s.size();
+  // The last match is the first one in the reversed string.
+  const std::string rs(s.rbegin(), s.rend()), rneedle(needle.rbegin(), needle.rend());
+  const size_t hit = FindBytes(rs, rneedle);
+  return hit == std::string_view::npos ? hit : s.size() - hit - needle.size();
+}
+
 std::vector<std::string> PySplit(std::string_view s, const std::string* sep, int64_t maxsplit) {
   std::vector<std::string> out;
   if (sep) {
     size_t pos = 0;
     while (maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit) {
-      size_t hit = s.find(*sep, pos);
+      size_t hit = FindBytes(s, *sep, pos);
       if (hit == std::string_view::npos) break;
       out.emplace_back(s.substr(pos, hit - pos));
       pos = hit + sep->size();
@@ -181,15 +199,18 @@ std::vector<std::string> PySplit(std::string_view s, const std::string* sep, int
 std::vector<std::string> PyRSplit(std::string_view s, const std::string* sep, int64_t maxsplit) {
   std::vector<std::string> out;
   if (sep) {
-    size_t end = s.size();
+    // Splitting from the right is splitting the reversed string from the left.
+    const std::string rs(s.rbegin(), s.rend()), rsep(sep->rbegin(), sep->rend());
+    // rs[b:e] is s[n-e:n-b] backwards.
+    auto part = [&](size_t b, size_t e) { return std::string(s.substr(s.size() - e, e - b)); };
+    size_t pos = 0;
     while (maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit) {
-      if (end < sep->size()) break;
-      size_t hit = s.rfind(*sep, end - sep->size());
+      size_t hit = FindBytes(rs, rsep, pos);
       if (hit == std::string_view::npos) break;
-      out.emplace_back(s.substr(hit + sep->size(), end - hit - sep->size()));
-      end = hit;
+      out.push_back(part(pos, hit));
+      pos = hit + rsep.size();
     }
-    out.emplace_back(s.substr(0, end));
+    out.push_back(part(pos, rs.size()));
     std::reverse(out.begin(), out.end());
     return out;
   }
@@ -246,7 +267,7 @@ std::optional<std::string> PyReplace(std::string_view s, std::string_view old,
   }
   size_t pos = 0;
   while (!limit_hit()) {
-    size_t hit = s.find(old, pos);
+    size_t hit = FindBytes(s, old, pos);
     if (hit == std::string_view::npos) break;
     out.append(s.substr(pos, hit - pos));
     out.append(repl);

@@ -26,6 +26,12 @@ std::string PyCapitalize(std::string_view s);
 // str.title(): upper after an uncased character, lower after a cased one.
 std::string PyTitle(std::string_view s);
 
+// s.find(needle, pos) / s.rfind(needle) in time linear in the sizes (glibc's memmem):
+// std::string::find is O(len(s) * len(needle)) on inputs like 'a' * n searched for 'a' * m + 'b',
+// which would let a template spin for minutes inside one call.
+size_t FindBytes(std::string_view s, std::string_view needle, size_t pos = 0);
+size_t RFindBytes(std::string_view s, std::string_view needle);
+
 // str.strip / lstrip / rstrip; `chars` null strips whitespace.
 std::string PyStrip(std::string_view s, const std::string* chars, bool left, bool right);
 // str.split / str.rsplit; `sep` null splits on whitespace runs. maxsplit < 0: no limit.

@@ -714,7 +714,15 @@ StatusOr<Value> FromJson(const nlohmann::ordered_json& j) { return FromJsonImpl(
 
 namespace {
 
-bool EqualImpl(const Value& a, const Value& b, int depth) {
+// Takes `cost` units from the budget; false once it is spent.
+bool Spend(CompareBudget* budget, size_t cost) {
+  if (budget == nullptr) return true;
+  budget->left -= static_cast<int64_t>(std::min<size_t>(cost, size_t{1} << 40));
+  return !budget->exhausted();
+}
+
+bool EqualImpl(const Value& a, const Value& b, int depth, CompareBudget* budget) {
+  if (!Spend(budget, 1)) return false;
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.ToDouble() == b.ToDouble();
     return a.ToInt() == b.ToInt();
@@ -726,6 +734,10 @@ bool EqualImpl(const Value& a, const Value& b, int depth) {
     case Value::Kind::kNone:
       return true;
     case Value::Kind::kString:
+      // Shared bytes are equal without reading them (strings are immutable).
+      if (&a.str() == &b.str()) return true;
+      if (a.str().size() != b.str().size()) return false;
+      if (!Spend(budget, a.str().size() / 16)) return false;
       return a.str() == b.str();
     case Value::Kind::kList: {
       const ListData& la = a.list();
@@ -733,7 +745,7 @@ bool EqualImpl(const Value& a, const Value& b, int depth) {
       if (&la == &lb) return true;
       if (la.is_tuple != lb.is_tuple || la.items.size() != lb.items.size()) return false;
       for (size_t i = 0; i < la.items.size(); ++i) {
-        if (!EqualImpl(la.items[i], lb.items[i], depth + 1)) return false;
+        if (!EqualImpl(la.items[i], lb.items[i], depth + 1, budget)) return false;
       }
       return true;
     }
@@ -744,8 +756,9 @@ bool EqualImpl(const Value& a, const Value& b, int depth) {
       if (da.kind() != DictData::Kind::kDict || db.kind() != DictData::Kind::kDict) return false;
       if (da.size() != db.size()) return false;
       for (const auto& [key, value] : da.items()) {
+        if (!Spend(budget, key.size() / 16)) return false;
         const Value* other = db.Find(key);
-        if (!other || !EqualImpl(value, *other, depth + 1)) return false;
+        if (!other || !EqualImpl(value, *other, depth + 1, budget)) return false;
       }
       return true;
     }
@@ -754,19 +767,25 @@ bool EqualImpl(const Value& a, const Value& b, int depth) {
   }
 }
 
-StatusOr<bool> LessImpl(const Value& a, const Value& b, int depth) {
+StatusOr<bool> LessImpl(const Value& a, const Value& b, int depth, CompareBudget* budget) {
+  if (!Spend(budget, 1)) return false;
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.ToDouble() < b.ToDouble();
     return a.ToInt() < b.ToInt();
   }
-  if (a.is_string() && b.is_string()) return a.str() < b.str();
+  if (a.is_string() && b.is_string()) {
+    if (&a.str() == &b.str()) return false;
+    if (!Spend(budget, std::min(a.str().size(), b.str().size()) / 16)) return false;
+    return a.str() < b.str();
+  }
   if (a.is_list() && b.is_list() && a.list().is_tuple == b.list().is_tuple &&
       depth <= kMaxValueDepth + 1) {
     const auto& la = a.list().items;
     const auto& lb = b.list().items;
     for (size_t i = 0; i < la.size() && i < lb.size(); ++i) {
-      if (EqualImpl(la[i], lb[i], depth + 1)) continue;
-      return LessImpl(la[i], lb[i], depth + 1);
+      if (EqualImpl(la[i], lb[i], depth + 1, budget)) continue;
+      if (budget != nullptr && budget->exhausted()) return false;
+      return LessImpl(la[i], lb[i], depth + 1, budget);
     }
     return la.size() < lb.size();
   }
@@ -777,7 +796,11 @@ StatusOr<bool> LessImpl(const Value& a, const Value& b, int depth) {
 
 }  // namespace
 
-bool Equal(const Value& a, const Value& b) { return EqualImpl(a, b, 0); }
-StatusOr<bool> Less(const Value& a, const Value& b) { return LessImpl(a, b, 0); }
+bool Equal(const Value& a, const Value& b, CompareBudget* budget) {
+  return EqualImpl(a, b, 0, budget);
+}
+StatusOr<bool> Less(const Value& a, const Value& b, CompareBudget* budget) {
+  return LessImpl(a, b, 0, budget);
+}
 
 }  // namespace uf::jinja

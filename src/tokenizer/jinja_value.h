@@ -212,11 +212,20 @@ Status AppendJson(const Value& v, const JsonOptions& options, std::string* out);
 StatusOr<Value> FromJson(const nlohmann::json& j);
 StatusOr<Value> FromJson(const nlohmann::ordered_json& j);
 
+// What a comparison may cost: one unit per value visited plus compared string bytes / 16, the
+// same currency as RenderLimits::max_steps. Without it one `==` between lists holding the same
+// big strings many times over could run for minutes. Once `left` goes negative the comparison
+// stops early with an unspecified result, and the caller reports the exhausted budget.
+struct CompareBudget {
+  int64_t left = INT64_MAX;
+  bool exhausted() const { return left < 0; }
+};
+
 // Python ==. Containers compare element-wise; dicts ignore order. int/float/bool compare as
 // numbers.
-bool Equal(const Value& a, const Value& b);
+bool Equal(const Value& a, const Value& b, CompareBudget* budget = nullptr);
 // Python <, for numbers, strings (code point order) and lists. Error on other types.
-StatusOr<bool> Less(const Value& a, const Value& b);
+StatusOr<bool> Less(const Value& a, const Value& b, CompareBudget* budget = nullptr);
 
 // UTF-8 helpers. Invalid bytes decode to U+DC80..U+DCFF and encode back to the same byte, so any
 // byte string survives a decode/encode round trip (Python's surrogateescape).
