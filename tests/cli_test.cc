@@ -185,5 +185,29 @@ TEST_F(CliTest, InfoReportsBytesPerToken) {
   EXPECT_NE(r.out.find("llama"), std::string::npos);
 }
 
+TEST_F(CliTest, BenchPrintsJsonWithBandwidthFigures) {
+  Result r = Run(std::string("bench -m ") + kF32Model + " -p 16 -n 8 -t 1 --reps 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j.value("n_prompt", -1), 16);
+  EXPECT_EQ(j.value("n_gen", -1), 8);
+  EXPECT_GT(j.value("pp_tok_s", 0.0), 0.0);
+  EXPECT_GT(j.value("tg_tok_s", 0.0), 0.0);
+  // The matrices `info` counts (see InfoReportsBytesPerToken), plus what decode also reads: one
+  // F32 embedding row (64 floats) and the K/V rows attention reads, averaged over the 8 decode
+  // steps: 2 (K and V) x 2 layers x kv_dim 32 x 4 bytes per position, (8 + 1) / 2 positions.
+  const int64_t per_layer = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 172;
+  const int64_t matrices = 4 * (2 * per_layer + 32000 * 64);
+  const int64_t kv = 2 * 2 * 32 * 4 * (8 + 1) / 2;
+  EXPECT_EQ(j.value("bytes_per_token", int64_t{0}), matrices + 64 * 4 + kv);
+  EXPECT_GT(j.value("bandwidth_gb_s", 0.0), 0.0);
+  EXPECT_GT(j.value("roofline_fraction", 0.0), 0.0);
+  // A bad model path is a clear error, not a crash.
+  r = Run("bench -m " + (dir_ / "missing.gguf").string() + " --json");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_FALSE(r.err.empty());
+}
+
 }  // namespace
 }  // namespace uf

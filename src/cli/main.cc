@@ -1,5 +1,4 @@
-// `ultrafast <command>`: run, logits, tokenize, info, synth, serve, keys. (`bench` joins when
-// bench/ lands.)
+// `ultrafast <command>`: run, logits, tokenize, info, synth, bench, serve, keys.
 #include <CLI/CLI.hpp>
 
 #include "cli/common.h"
@@ -14,6 +13,7 @@ int main(int argc, char** argv) {
   uf::cli::AddTokenizeCommand(app);
   uf::cli::AddInfoCommand(app);
   uf::cli::AddSynthCommand(app);
+  uf::cli::AddBenchCommand(app);
   uf::cli::AddServeCommands(app);  // serve, keys
   CLI11_PARSE(app, argc, argv);
   return 0;

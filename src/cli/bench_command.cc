@@ -1,0 +1,344 @@
+// `ultrafast bench`: prefill and decode speed of a model, set against the DRAM read bandwidth
+// measured in the same run with the same threads (the decode roofline), plus aggregate decode
+// throughput of several sequences decoding together (--batch).
+//
+// Decode at batch 1 streams every weight once per token, so tok/s can be at most
+// bandwidth / bytes_per_token; roofline_fraction says how close the run came. The probe runs
+// before and after the decode phase because the machine is shared and its bandwidth drifts.
+#include <time.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/thread_pool.h"
+#include "cli/common.h"
+#include "engine/kv_cache.h"
+#include "kernels/matmul.h"
+#include "kernels/membw.h"
+#include "model/batch.h"
+#include "model/decoder.h"
+
+namespace uf::cli {
+namespace {
+
+// The bandwidth probe's buffer: several times any last-level cache, small enough to fault in
+// quickly (~0.1 s).
+constexpr size_t kProbeBytes = size_t{512} << 20;
+constexpr int kProbePasses = 5;
+
+struct BenchOptions {
+  std::string model;
+  int64_t n_prompt = 512;
+  int64_t n_gen = 128;
+  int64_t batch_steps = 32;
+  int threads = 0;
+  int reps = 3;
+  bool json = false;
+  std::string batch;  // "1,2,4,8"
+};
+
+struct BenchResult {
+  double pp_tok_s = 0, tg_tok_s = 0;
+  double bw_before = 0, bw_after = 0;
+  // CPU seconds this process got during the decode runs / (wall seconds x threads): near 1 on
+  // a quiet machine, well below it when other processes took the cores (the figures then
+  // understate the engine).
+  double tg_cpu_share = 0;
+  size_t bytes_per_token = 0;
+  std::vector<std::pair<int, double>> batch_tok_s;  // (sequences, aggregate tok/s)
+  // Tokens per CPU-second of the process (all threads): on a shared machine the cores are not
+  // all ours, and this ratio between batch sizes is steadier than the wall-clock one.
+  std::vector<std::pair<int, double>> batch_tok_per_cpu_s;
+};
+
+StatusOr<std::vector<int>> ParseBatchList(const std::string& s) {
+  std::vector<int> out;
+  if (s.empty()) return out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1 || v > 256) {
+      return InvalidArgumentError("--batch: '" + item +
+                                  "' is not a sequence count in [1, 256] (use e.g. 1,2,4,8)");
+    }
+    out.push_back(static_cast<int>(v));
+  }
+  return out;
+}
+
+// CPU seconds of all this process's threads so far (precise, unlike getrusage's tick-based
+// accounting, which read 2% for a 10 ms decode run).
+double ProcessCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int32_t Argmax(const float* x, int64_t n) {
+  return static_cast<int32_t>(std::max_element(x, x + n) - x);
+}
+
+// Deterministic prompt token ids (content does not change the cost of a forward pass).
+std::vector<int32_t> PromptTokens(int64_t n, int64_t n_vocab) {
+  std::vector<int32_t> t(n);
+  uint64_t s = 0x9E3779B97F4A7C15ull;
+  for (auto& x : t) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<int32_t>((s >> 33) % static_cast<uint64_t>(n_vocab));
+  }
+  return t;
+}
+
+class BenchRunner {
+ public:
+  BenchRunner(const model::Model& m, engine::KvCache* cache, model::Decoder* d)
+      : m_(m), cache_(cache), d_(d) {}
+
+  // Seconds for one prefill of `tokens` into a fresh sequence 0 (logits of the last token).
+  StatusOr<double> Prefill(const std::vector<int32_t>& tokens) {
+    cache_->Remove(0);
+    batch_.Clear();
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      batch_.Add(tokens[i], static_cast<int32_t>(i), 0, i + 1 == tokens.size());
+    }
+    const double t0 = NowSeconds();
+    UF_RETURN_IF_ERROR(d_->Forward(batch_));
+    return NowSeconds() - t0;
+  }
+
+  // Seconds for n greedy decode steps of n_seqs sequences starting from empty caches (as
+  // llama-bench's tg does), each step feeding every sequence its previous argmax. The first
+  // step is untimed warm-up (it pays page faults of the scratch buffers). *cpu_seconds gets
+  // the process CPU time of the timed steps.
+  StatusOr<double> Decode(int n_seqs, int64_t n, double* cpu_seconds) {
+    for (int s = 0; s < n_seqs; ++s) cache_->Remove(s);
+    std::vector<int32_t> next(n_seqs, 1);
+    double t0 = 0, cpu0 = 0;
+    for (int64_t step = 0; step <= n; ++step) {
+      if (step == 1) {
+        t0 = NowSeconds();
+        cpu0 = ProcessCpuSeconds();
+      }
+      batch_.Clear();
+      for (int s = 0; s < n_seqs; ++s) batch_.Add(next[s], static_cast<int32_t>(step), s, true);
+      UF_RETURN_IF_ERROR(d_->Forward(batch_));
+      for (int s = 0; s < n_seqs; ++s) next[s] = Argmax(d_->logits(s), m_.config().n_vocab);
+    }
+    *cpu_seconds = ProcessCpuSeconds() - cpu0;
+    return NowSeconds() - t0;
+  }
+
+ private:
+  const model::Model& m_;
+  engine::KvCache* cache_;
+  model::Decoder* d_;
+  model::Batch batch_;
+};
+
+Status RunBench(const BenchOptions& o, const LoadedModel& loaded, ThreadPool* pool,
+                BenchResult* r) {
+  const model::Model& m = *loaded.model;
+  const model::ModelConfig& c = m.config();
+  UF_ASSIGN_OR_RETURN(std::vector<int> batches, ParseBatchList(o.batch));
+  if (o.n_prompt < 0 || o.n_gen < 0 || o.batch_steps < 1 || o.reps < 1) {
+    return InvalidArgumentError("-p, -n must be >= 0; --batch-steps, --reps >= 1");
+  }
+  const int max_seqs =
+      std::max(1, batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end()));
+  const int64_t seq_len = std::max({o.n_prompt, o.n_gen + 1, o.batch_steps + 1, int64_t{1}});
+  if (seq_len > c.n_ctx_train) {
+    return InvalidArgumentError("bench: " + std::to_string(seq_len) +
+                                " positions exceed the model's context of " +
+                                std::to_string(c.n_ctx_train));
+  }
+  engine::KvCacheOptions co;
+  co.n_layer = c.n_layer;
+  co.n_head_kv = c.n_head_kv;
+  co.head_dim = c.head_dim;
+  co.max_seqs = max_seqs;
+  co.max_seq_len = seq_len;
+  co.n_blocks = engine::KvCacheOptions::BlocksFor(seq_len * max_seqs, max_seqs, co.block_size);
+  UF_ASSIGN_OR_RETURN(std::unique_ptr<engine::KvCache> cache, engine::KvCache::Create(co));
+  model::DecoderOptions dopts;
+  dopts.max_batch = std::max<int64_t>({o.n_prompt, max_seqs, 1});
+  dopts.max_outputs = max_seqs;
+  UF_ASSIGN_OR_RETURN(std::unique_ptr<model::Decoder> decoder,
+                      model::Decoder::Create(m, cache.get(), dopts, pool));
+  BenchRunner bench(m, cache.get(), decoder.get());
+
+  if (o.n_prompt > 0) {
+    const std::vector<int32_t> prompt = PromptTokens(o.n_prompt, c.n_vocab);
+    UF_RETURN_IF_ERROR(bench.Prefill(prompt).status());  // warm-up
+    std::vector<double> rates;
+    for (int i = 0; i < o.reps; ++i) {
+      UF_ASSIGN_OR_RETURN(double s, bench.Prefill(prompt));
+      rates.push_back(o.n_prompt / s);
+    }
+    r->pp_tok_s = Median(rates);
+  }
+
+  r->bw_before = kernels::MeasureReadBandwidthGBs(pool, kProbeBytes, kProbePasses);
+  if (o.n_gen > 0) {
+    std::vector<double> rates;
+    double wall = 0, cpu = 0;
+    for (int i = 0; i < o.reps; ++i) {
+      double c_s = 0;
+      UF_ASSIGN_OR_RETURN(double s, bench.Decode(1, o.n_gen, &c_s));
+      rates.push_back(o.n_gen / s);
+      wall += s;
+      cpu += c_s;
+    }
+    r->tg_tok_s = Median(rates);
+    r->tg_cpu_share = cpu / (wall * pool->size());
+  }
+  r->bw_after = kernels::MeasureReadBandwidthGBs(pool, kProbeBytes, kProbePasses);
+
+  // Weights of every matrix, one embedding row, and the K/V rows attention reads (a decode step
+  // at position p reads p + 1 of them per layer; averaged over the decode run).
+  const double kv_row = 2.0 * c.n_layer * c.kv_dim() * sizeof(float);
+  const double avg_kv = kv_row * (o.n_gen + 1) / 2.0;
+  r->bytes_per_token = m.bytes_per_token() + m.weights().token_embd_row_bytes +
+                       static_cast<size_t>(o.n_gen > 0 ? avg_kv : 0.0);
+
+  for (int b : batches) {
+    std::vector<double> rates;
+    double cpu = 0;
+    for (int i = 0; i < o.reps; ++i) {
+      double c_s = 0;
+      UF_ASSIGN_OR_RETURN(double s, bench.Decode(b, o.batch_steps, &c_s));
+      rates.push_back(b * o.batch_steps / s);
+      cpu += c_s;
+    }
+    r->batch_tok_s.emplace_back(b, Median(rates));
+    r->batch_tok_per_cpu_s.emplace_back(
+        b, cpu > 0 ? static_cast<double>(b) * o.batch_steps * o.reps / cpu : 0.0);
+  }
+  for (int s = 0; s < max_seqs; ++s) cache->Remove(s);
+  return OkStatus();
+}
+
+std::string WeightType(const model::Model& m) {
+  // The type of most of the bytes: the FFN matrices (Q4_K_M files mix Q4_K and Q6_K).
+  const auto& l = m.weights().layers;
+  return l.empty() ? "?" : std::string(GgmlTypeName(l[0].gate.type()));
+}
+
+void BenchCommand(const BenchOptions& o) {
+  auto loaded = LoadModel(o.model);
+  if (!loaded.ok()) Fail("bench", loaded.status());
+  const int threads = ResolveThreads(o.threads);
+  ThreadPool pool(threads);
+  BenchResult r;
+  if (Status s = RunBench(o, *loaded, &pool, &r); !s.ok()) Fail("bench", s);
+
+  const double bw = 0.5 * (r.bw_before + r.bw_after);
+  const double roofline = bw > 0 ? r.bytes_per_token * r.tg_tok_s / (bw * 1e9) : 0.0;
+  const model::Model& m = *loaded->model;
+  const std::string isa = kernels::IsaName(kernels::ActiveIsa());
+  if (o.json) {
+    nlohmann::json j;
+    j["model"] = o.model;
+    j["architecture"] = m.config().architecture_name;
+    j["type"] = WeightType(m);
+    j["threads"] = threads;
+    j["isa"] = isa;
+    j["load_seconds"] = loaded->load_seconds;
+    j["n_prompt"] = o.n_prompt;
+    j["n_gen"] = o.n_gen;
+    j["reps"] = o.reps;
+    j["pp_tok_s"] = r.pp_tok_s;
+    j["tg_tok_s"] = r.tg_tok_s;
+    j["us_per_token"] = r.tg_tok_s > 0 ? 1e6 / r.tg_tok_s : 0.0;
+    j["bytes_per_token"] = r.bytes_per_token;
+    j["bandwidth_gb_s"] = bw;
+    j["bandwidth_before_gb_s"] = r.bw_before;
+    j["bandwidth_after_gb_s"] = r.bw_after;
+    j["roofline_fraction"] = roofline;
+    j["tg_cpu_share"] = r.tg_cpu_share;
+    nlohmann::json batch = nlohmann::json::object();
+    for (const auto& [b, v] : r.batch_tok_s) batch[std::to_string(b)] = v;
+    j["batch_steps"] = o.batch_steps;
+    j["batch_tok_s"] = batch;
+    nlohmann::json per_cpu = nlohmann::json::object();
+    for (const auto& [b, v] : r.batch_tok_per_cpu_s) per_cpu[std::to_string(b)] = v;
+    j["batch_tok_per_cpu_s"] = per_cpu;
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("model      %s (%s, %s weights)\n", o.model.c_str(),
+              m.config().architecture_name.c_str(), WeightType(m).c_str());
+  std::printf("threads    %d, %s kernels, load %.2f s\n", threads, isa.c_str(),
+              loaded->load_seconds);
+  if (o.n_prompt > 0) {
+    std::printf("prefill    %8.1f tok/s  (%lld-token prompt, median of %d)\n", r.pp_tok_s,
+                static_cast<long long>(o.n_prompt), o.reps);
+  }
+  if (o.n_gen > 0) {
+    std::printf("decode     %8.1f tok/s  (%.1f us/token, %lld tokens, median of %d)\n", r.tg_tok_s,
+                1e6 / r.tg_tok_s, static_cast<long long>(o.n_gen), o.reps);
+    std::printf("cpu share  %.2f  (CPU time / (wall x threads) while decoding; < 1: contended)\n",
+                r.tg_cpu_share);
+  }
+  std::printf("bytes/tok  %.1f MB\n", r.bytes_per_token / 1e6);
+  std::printf("bandwidth  %.1f GB/s  (before %.1f, after %.1f)\n", bw, r.bw_before, r.bw_after);
+  if (o.n_gen > 0) {
+    std::printf("roofline   %.2f  (decode %.1f GB/s of weights)\n", roofline,
+                r.bytes_per_token * r.tg_tok_s / 1e9);
+  }
+  if (!r.batch_tok_s.empty()) {
+    // Speed-up against one sequence measured in the same --batch sweep (not the decode
+    // figure above, which ran at another moment of a possibly shared machine).
+    double base = 0;
+    for (const auto& [b, v] : r.batch_tok_s) {
+      if (b == 1) base = v;
+    }
+    std::printf("\n%6s %14s %10s %16s\n", "seqs", "agg tok/s", "vs 1 seq", "tok/CPU-second");
+    for (size_t i = 0; i < r.batch_tok_s.size(); ++i) {
+      const auto [b, v] = r.batch_tok_s[i];
+      const double per_cpu = r.batch_tok_per_cpu_s[i].second;
+      if (base > 0) {
+        std::printf("%6d %14.1f %9.2fx %16.1f\n", b, v, v / base, per_cpu);
+      } else {
+        std::printf("%6d %14.1f %10s %16.1f\n", b, v, "-", per_cpu);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void AddBenchCommand(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Measure prefill/decode speed against the same-run DRAM read bandwidth");
+  cmd->add_option("-m,--model", o->model, "GGUF file")->required();
+  cmd->add_option("-p,--prompt-tokens", o->n_prompt, "Prompt length for prefill (0: skip)")
+      ->capture_default_str();
+  cmd->add_option("-n,--gen-tokens", o->n_gen, "Tokens to decode (0: skip)")->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "Threads (0: all CPUs)")->capture_default_str();
+  cmd->add_option("--batch", o->batch,
+                  "Sequence counts decoding together, e.g. 1,2,4,8,16 (aggregate tok/s each)");
+  cmd->add_option("--batch-steps", o->batch_steps, "Decode steps per --batch measurement")
+      ->capture_default_str();
+  cmd->add_option("--reps", o->reps, "Repetitions of each measurement (the median is printed)")
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print one JSON object instead of the table");
+  cmd->callback([o] { BenchCommand(*o); });
+}
+
+}  // namespace uf::cli
