@@ -1,5 +1,6 @@
 // Prometheus text exposition: histogram buckets are cumulative with a +Inf bucket equal to the
-// count, every sample has HELP/TYPE lines, and engine gauges are exported.
+// count, every sample has HELP/TYPE lines, engine gauges are exported, and latencies and tier
+// counters carry the serving tier as a label.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -26,7 +27,7 @@ TEST(MetricsTest, HistogramIsCumulative) {
   h.Observe(0.5);
   h.Observe(7.0);
   std::string out;
-  h.Render("x", &out);
+  h.Render("x", "", &out);
   EXPECT_EQ(Value(out, "x_bucket{le=\"0.1\"}"), 2);
   EXPECT_EQ(Value(out, "x_bucket{le=\"1\"}"), 3);
   EXPECT_EQ(Value(out, "x_bucket{le=\"+Inf\"}"), 4);
@@ -34,13 +35,26 @@ TEST(MetricsTest, HistogramIsCumulative) {
   EXPECT_DOUBLE_EQ(Value(out, "x_sum"), 7.65);
 }
 
+TEST(MetricsTest, HistogramLabelsGoBeforeLe) {
+  Histogram h({1.0});
+  h.Observe(0.5);
+  std::string out;
+  h.Render("x", "tier=\"flex\"", &out);
+  EXPECT_EQ(Value(out, "x_bucket{tier=\"flex\",le=\"1\"}"), 1);
+  EXPECT_EQ(Value(out, "x_bucket{tier=\"flex\",le=\"+Inf\"}"), 1);
+  EXPECT_EQ(Value(out, "x_count{tier=\"flex\"}"), 1);
+  EXPECT_DOUBLE_EQ(Value(out, "x_sum{tier=\"flex\"}"), 0.5);
+}
+
 TEST(MetricsTest, RendersEverything) {
   Metrics m;
   m.CountRequest("chat_completions", 200);
   m.CountRequest("chat_completions", 200);
   m.CountRequest("completions", 400);
-  m.ObserveTimeToFirstToken(0.02);
-  m.ObserveInterTokenLatency(0.003);
+  m.ObserveTimeToFirstToken(scheduler::ServiceTier::kUltrafast, 0.02);
+  m.ObserveInterTokenLatency(scheduler::ServiceTier::kUltrafast, 0.003);
+  m.ObserveInterTokenLatency(scheduler::ServiceTier::kFlex, 0.2);
+  m.ObserveInterTokenLatency(scheduler::ServiceTier::kFlex, 0.3);
   m.AddPromptTokens(11);
   m.AddGeneratedTokens(5);
   engine::EngineStats e;
@@ -51,13 +65,28 @@ TEST(MetricsTest, RendersEverything) {
   e.kv_blocks_cached = 5;
   e.kv_blocks_free = 85;
   e.prefix_hit_tokens = 64;
+  e.tiers[static_cast<int>(scheduler::ServiceTier::kUltrafast)] = {1, 40, 0};
+  e.tiers[static_cast<int>(scheduler::ServiceTier::kDefault)] = {1, 300, 7};
+  e.ultrafast_rejections = 2;
+  e.ultrafast_fallbacks = 3;
   const std::string t = m.Render(e);
   EXPECT_EQ(Value(t, "ultrafast_requests_total{endpoint=\"chat_completions\",status=\"200\"}"), 2);
   EXPECT_EQ(Value(t, "ultrafast_requests_total{endpoint=\"completions\",status=\"400\"}"), 1);
-  EXPECT_EQ(Value(t, "ultrafast_time_to_first_token_seconds_count"), 1);
-  EXPECT_EQ(Value(t, "ultrafast_time_to_first_token_seconds_bucket{le=\"0.025\"}"), 1);
-  EXPECT_EQ(Value(t, "ultrafast_time_to_first_token_seconds_bucket{le=\"0.01\"}"), 0);
-  EXPECT_EQ(Value(t, "ultrafast_inter_token_latency_seconds_count"), 1);
+  const std::string uf = "tier=\"ultrafast\"", def = "tier=\"default\"", flex = "tier=\"flex\"";
+  EXPECT_EQ(Value(t, "ultrafast_time_to_first_token_seconds_count{" + uf + "}"), 1);
+  EXPECT_EQ(Value(t, "ultrafast_time_to_first_token_seconds_count{" + def + "}"), 0);
+  EXPECT_EQ(Value(t, "ultrafast_time_to_first_token_seconds_bucket{" + uf + ",le=\"0.025\"}"), 1);
+  EXPECT_EQ(Value(t, "ultrafast_time_to_first_token_seconds_bucket{" + uf + ",le=\"0.01\"}"), 0);
+  EXPECT_EQ(Value(t, "ultrafast_inter_token_latency_seconds_count{" + uf + "}"), 1);
+  EXPECT_EQ(Value(t, "ultrafast_inter_token_latency_seconds_count{" + flex + "}"), 2);
+  EXPECT_DOUBLE_EQ(Value(t, "ultrafast_inter_token_latency_seconds_sum{" + flex + "}"), 0.5);
+  EXPECT_EQ(Value(t, "ultrafast_tier_generation_tokens_total{" + uf + "}"), 40);
+  EXPECT_EQ(Value(t, "ultrafast_tier_generation_tokens_total{" + def + "}"), 300);
+  EXPECT_EQ(Value(t, "ultrafast_tier_generation_tokens_total{" + flex + "}"), 0);
+  EXPECT_EQ(Value(t, "ultrafast_tier_running_sequences{" + def + "}"), 1);
+  EXPECT_EQ(Value(t, "ultrafast_tier_preemptions_total{" + def + "}"), 7);
+  EXPECT_EQ(Value(t, "ultrafast_tier_rejections_total"), 2);
+  EXPECT_EQ(Value(t, "ultrafast_tier_fallbacks_total"), 3);
   EXPECT_EQ(Value(t, "ultrafast_prompt_tokens_total"), 11);
   EXPECT_EQ(Value(t, "ultrafast_generation_tokens_total"), 5);
   EXPECT_EQ(Value(t, "ultrafast_queue_depth"), 3);

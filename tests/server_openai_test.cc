@@ -327,6 +327,63 @@ TEST(OpenAiResponseTest, CompletionStreamAndErrors) {
   EXPECT_EQ(data[2], "[DONE]");
 }
 
+TEST(OpenAiRequestTest, ParsesServiceTier) {
+  const std::string head = R"({"model": "m", "messages": [{"role": "user", "content": "x"}], )";
+  auto tier = [&](const std::string& v) {
+    ApiRequest r;
+    auto e = Parse(Endpoint::kChat, head + R"("service_tier": )" + v + "}", &r);
+    EXPECT_FALSE(e.has_value()) << v << ": " << e->message;
+    return r.service_tier;
+  };
+  using scheduler::ServiceTier;
+  EXPECT_EQ(tier(R"("ultrafast")"), ServiceTier::kUltrafast);
+  EXPECT_EQ(tier(R"("priority")"), ServiceTier::kUltrafast);  // OpenAI's name
+  EXPECT_EQ(tier(R"("default")"), ServiceTier::kDefault);
+  EXPECT_EQ(tier(R"("standard")"), ServiceTier::kDefault);
+  EXPECT_EQ(tier(R"("flex")"), ServiceTier::kFlex);
+  EXPECT_EQ(tier(R"("auto")"), std::nullopt);  // the server's configured auto tier decides
+  EXPECT_EQ(tier("null"), std::nullopt);
+  ApiRequest r;
+  ASSERT_FALSE(
+      Parse(Endpoint::kCompletion, R"({"model": "m", "prompt": "x", "service_tier": "flex"})", &r)
+          .has_value());
+  EXPECT_EQ(r.service_tier, ServiceTier::kFlex);
+  ASSERT_FALSE(Parse(Endpoint::kChat, head + R"("user": "u"})", &r).has_value());
+  EXPECT_EQ(r.service_tier, std::nullopt);  // absent = auto
+
+  for (const char* bad : {R"("turbo")", R"("")", R"("Ultrafast")", "1", R"(["flex"])"}) {
+    const ApiError e = ParseError(Endpoint::kChat, head + R"("service_tier": )" + bad + "}");
+    EXPECT_EQ(e.status, 400) << bad;
+    EXPECT_EQ(e.param, "service_tier") << bad;
+  }
+}
+
+TEST(OpenAiResponseTest, EveryChunkAndBodyReportsTheServingTier) {
+  auto tok = TinyTokenizer();
+  ResponseOptions o;
+  o.endpoint = Endpoint::kChat;
+  o.id = "chatcmpl-5";
+  o.model = "m";
+  o.include_usage = true;
+  ResponseBuilder stream(o, *tok);
+  std::string sse;
+  for (engine::GenerationEvent e : {Event(" Hello", 3), Final(engine::FinishReason::kStop)}) {
+    e.service_tier = scheduler::ServiceTier::kUltrafast;
+    sse += stream.Stream(e);
+  }
+  const std::vector<std::string> data = SseData(sse);
+  ASSERT_EQ(data.size(), 5u);  // role, text, finish, usage, [DONE]
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    EXPECT_EQ(json::parse(data[i])["service_tier"], "ultrafast") << data[i];
+  }
+  ResponseBuilder body(o, *tok);
+  for (engine::GenerationEvent e : {Event(" Hello", 3), Final(engine::FinishReason::kLength)}) {
+    e.service_tier = scheduler::ServiceTier::kFlex;
+    body.Add(e);
+  }
+  EXPECT_EQ(json::parse(body.Body())["service_tier"], "flex");
+}
+
 TEST(OpenAiResponseTest, InvalidUtf8IsReplaced) {
   EXPECT_EQ(ValidUtf8("a\xE2"), "a\xEF\xBF\xBD");
   EXPECT_EQ(ValidUtf8("\xE2\x96\x81x"), "\xE2\x96\x81x");

@@ -13,6 +13,7 @@
 #include "cli/common.h"
 #include "engine/service.h"
 #include "model/model.h"
+#include "scheduler/tiers.h"
 #include "server/auth.h"
 #include "server/chat_prompt.h"
 #include "server/http_server.h"
@@ -92,6 +93,12 @@ int RunServe(const ServeArgs& args) {
   so.block_size = args.block_size;
   so.prefix_cache = !args.no_prefix_cache;
   so.n_threads = ResolveThreads(args.threads);
+  auto auto_tier = scheduler::ParseServiceTierName(args.default_tier);
+  if (!auto_tier.ok()) return Report("serve --default-tier", auto_tier.status());
+  so.auto_tier = *auto_tier;
+  so.scheduler.ultrafast_slack = args.ultrafast_slack;
+  so.scheduler.flex_max_wait_seconds = args.flex_max_wait;
+  so.admission.ultrafast_capacity = args.ultrafast_capacity;
   auto service = engine::Service::Create(model, tokenizer, so);
   if (!service.ok()) return Report("serve", service.status());
 
@@ -164,6 +171,21 @@ void AddServeCommands(CLI::App& app) {
   serve->add_option("--metering-config", args->metering_config,
                     "JSON prices, quota window and plans (default: built-in; docs/serving.md)");
   serve->add_option("-t,--threads", args->threads, "compute threads (default: physical cores)");
+  serve->add_option("--ultrafast-slack", args->ultrafast_slack,
+                    "allowed slowdown of ultrafast decode vs. running alone (0.05 = 5%)")
+      ->check(CLI::Range(0.0, 10.0))
+      ->capture_default_str();
+  serve->add_option("--ultrafast-capacity", args->ultrafast_capacity,
+                    "concurrent ultrafast streams (0 disables the tier; more get 429)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  serve->add_option("--flex-max-wait", args->flex_max_wait,
+                    "seconds a flex request may wait for idle capacity before it is served")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  serve->add_option("--default-tier", args->default_tier,
+                    "tier for service_tier \"auto\" or absent: ultrafast, default or flex")
+      ->capture_default_str();
   serve->callback([args] {
     if (const int code = RunServe(*args); code != 0) throw CLI::RuntimeError(code);
   });

@@ -32,6 +32,11 @@ struct ServeArgs {
   std::string keys_db;          // also turns metering on (the ledger lives in the same file)
   std::string metering_config;  // JSON prices and plans; "" = built-in defaults
   int threads = 0;
+  // Service tiers (docs/tiers.md).
+  double ultrafast_slack = 0.05;    // allowed slowdown of ultrafast tokens vs. running alone
+  double flex_max_wait = 10.0;      // seconds a flex request may wait before it is served
+  int ultrafast_capacity = 1;       // concurrent ultrafast streams; 0 disables the tier
+  std::string default_tier = "default";  // what `auto` and absent service_tier mean
 };
 
 // Runs the server until SIGINT/SIGTERM; returns the process exit code.

@@ -3,16 +3,19 @@
 // the engine thread (writer).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "base/status.h"
+#include "scheduler/tiers.h"
 
 namespace uf::engine {
 
@@ -35,6 +38,9 @@ struct GenerationRequest {
   std::vector<std::string> stop;  // stop strings, matched on the decoded text
   bool ignore_eos = false;        // keep generating past end-of-generation tokens (benchmarks)
   int top_logprobs = -1;          // -1: no logprobs; n >= 0: chosen token + n alternatives
+  // The tier asked for; nullopt = `auto` (the service's auto_tier, which falls back to default
+  // when ultrafast is full).
+  std::optional<scheduler::ServiceTier> service_tier;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
@@ -53,6 +59,8 @@ struct GenerationEvent {
   std::vector<TokenLogprob> logprobs;  // tokens sampled since the previous event (if asked)
   int64_t n_tokens = 0;                // tokens sampled since the previous event
   double time = 0.0;                   // NowSeconds() when the newest token was sampled
+  // The tier serving the request (after any fallback); the same on every event of a request.
+  scheduler::ServiceTier service_tier = scheduler::ServiceTier::kDefault;
   FinishReason finish = FinishReason::kNone;
   Status error;  // with finish == kError
   // Set on the final event (finish != kNone).
@@ -73,6 +81,16 @@ struct EngineStats {
   int64_t prompt_tokens_computed = 0;  // prompt tokens run through the model, total
   int64_t steps = 0;                   // forward passes, total
   int64_t preemptions = 0;  // sequences evicted for KV blocks and recomputed later, total
+
+  // Per serving tier, indexed by scheduler::ServiceTier.
+  struct Tier {
+    int64_t running = 0;           // sequences holding a slot now
+    int64_t generated_tokens = 0;  // total
+    int64_t paused = 0;            // running sequences paused for ultrafast work (KV kept), total
+  };
+  std::array<Tier, scheduler::kNumServiceTiers> tiers{};
+  int64_t ultrafast_rejections = 0;  // explicit ultrafast requests refused (capacity), total
+  int64_t ultrafast_fallbacks = 0;   // auto requests served as default (capacity), total
 };
 
 // One request's mailbox. The engine thread Pushes events; the HTTP thread Pops them. Either side

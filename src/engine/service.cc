@@ -22,6 +22,11 @@ struct Service::Sequence {
   }
 
   std::shared_ptr<RequestChannel> channel = std::make_shared<RequestChannel>();
+  int64_t id = 0;  // unique per service: the scheduler's and TierAdmission's key
+  scheduler::ServiceTier tier = scheduler::ServiceTier::kDefault;  // serving tier
+  double arrival = 0.0;                                            // Clock time of Submit
+  double last_served = 0.0;  // Clock time of its last step with work; arrival before that
+  bool preempted = false;    // paused for ultrafast work, KV kept
   GenerationRequest request;
   std::vector<int32_t> tokens;  // [n_prompt + n_generated] prompt, then sampled tokens
   int64_t n_prompt = 0;
@@ -61,8 +66,22 @@ StatusOr<std::unique_ptr<Service>> Service::Create(const model::Model& model,
   // One sequence must always fit, so a request alone can never run out of blocks.
   o.kv_tokens = std::max(o.kv_tokens, o.ctx);
   if (o.n_threads <= 0) o.n_threads = ThreadPool::DefaultThreads();
+  o.scheduler.max_step_tokens = o.max_seqs + o.prefill_chunk;
+  o.scheduler.max_prefill_tokens = o.prefill_chunk;
+  UF_RETURN_IF_ERROR(o.scheduler.Validate());
+  if (o.admission.ultrafast_capacity < 0 || o.admission.max_retry_after_seconds < 1.0 ||
+      !(o.admission.initial_token_seconds > 0.0)) {
+    return InvalidArgumentError(
+        "serve: ultrafast capacity must be >= 0, max Retry-After >= 1 s and the initial token "
+        "time positive");
+  }
 
   std::unique_ptr<Service> s(new Service(model, tokenizer, o));
+  s->online_cost_ =
+      o.learned_cost ? o.learned_cost : std::make_shared<scheduler::OnlineStepCostModel>();
+  s->scheduler_ = std::make_unique<scheduler::Scheduler>(
+      o.scheduler, o.cost_model != nullptr ? o.cost_model : s->online_cost_.get(), &s->clock_);
+  s->admission_ = std::make_unique<scheduler::TierAdmission>(o.admission, &s->clock_);
   const model::ModelConfig& c = model.config();
   KvCacheOptions ko;
   ko.n_layer = c.n_layer;
@@ -91,7 +110,8 @@ StatusOr<std::unique_ptr<Service>> Service::Create(const model::Model& model,
 
 Service::~Service() { Shutdown(); }
 
-StatusOr<std::shared_ptr<RequestChannel>> Service::Submit(GenerationRequest request) {
+StatusOr<std::shared_ptr<RequestChannel>> Service::Submit(GenerationRequest request,
+                                                          int64_t* retry_after_s) {
   const int64_t n = static_cast<int64_t>(request.prompt.size());
   if (n == 0) return InvalidArgumentError("the prompt is empty");
   if (n >= options_.ctx) {
@@ -111,7 +131,12 @@ StatusOr<std::shared_ptr<RequestChannel>> Service::Submit(GenerationRequest requ
   for (const auto& [id, bias] : request.sampling.logit_bias) {
     if (id < 0 || id >= n_vocab) return InvalidArgumentError("logit_bias token out of range");
   }
+  scheduler::RequestedTier requested{options_.auto_tier, true};
+  if (request.service_tier) requested = {*request.service_tier, false};
+  const int64_t max_tokens = request.max_tokens;
   auto seq = std::make_unique<Sequence>(std::move(request), tokenizer_);
+  seq->id = next_id_++;
+  seq->arrival = seq->last_served = clock_.Now();
   std::shared_ptr<RequestChannel> channel = seq->channel;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -121,6 +146,15 @@ StatusOr<std::shared_ptr<RequestChannel>> Service::Submit(GenerationRequest requ
       return ResourceExhaustedError("the request queue is full (" + std::to_string(queued_.load()) +
                                     " waiting)");
     }
+    // Under mu_, after the queue check: a request refused for the queue holds no stream.
+    const scheduler::AdmissionResult tier = admission_->Admit(seq->id, requested, max_tokens);
+    if (!tier.admitted) {
+      ++rejections_;
+      if (retry_after_s != nullptr) *retry_after_s = tier.retry_after_seconds;
+      return tier.ToStatus();
+    }
+    if (tier.fell_back) ++fallbacks_;
+    seq->tier = tier.tier;
     incoming_.push_back(std::move(seq));
     ++queued_;
   }
@@ -138,7 +172,9 @@ void Service::Shutdown() {
     if (thread_.joinable()) thread_.join();
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& seq : incoming_) {
+      admission_->Release(seq->id);
       GenerationEvent ev;
+      ev.service_tier = seq->tier;
       ev.finish = FinishReason::kError;
       ev.error = UnavailableError("the server is shutting down");
       seq->channel->Push(std::move(ev));
@@ -160,6 +196,13 @@ EngineStats Service::Stats() const {
   s.prompt_tokens_computed = prompt_tokens_computed_.load();
   s.steps = steps_.load();
   s.preemptions = preemptions_.load();
+  for (int t = 0; t < scheduler::kNumServiceTiers; ++t) {
+    s.tiers[t].running = tier_running_[t].load();
+    s.tiers[t].generated_tokens = tier_tokens_[t].load();
+    s.tiers[t].paused = tier_paused_[t].load();
+  }
+  s.ultrafast_rejections = rejections_.load();
+  s.ultrafast_fallbacks = fallbacks_.load();
   return s;
 }
 
@@ -191,10 +234,6 @@ void Service::Loop() {
   PublishStats();
 }
 
-int64_t Service::BlocksToHold(int64_t tokens) const {
-  return (tokens + cache_->block_size() - 1) / cache_->block_size();
-}
-
 bool Service::Step() {
   if (options_.step_hook) options_.step_hook();
   for (auto& seq : running_) {
@@ -208,19 +247,33 @@ bool Service::Step() {
   const size_t n_waiting = waiting_.size();
   waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), gone), waiting_.end());
   queued_ -= static_cast<int64_t>(n_waiting - waiting_.size());
-
-  Admit();
-  if (running_.empty() || !BuildBatch()) {
+  if (running_.empty() && waiting_.empty()) {
     PublishStats();
     return false;
   }
+
+  const scheduler::StepPlan plan = scheduler_->Plan(SchedulerInput());
+  if (plan.ultrafast_solo_seconds > 0.0) {
+    admission_->SetUltrafastTokenSeconds(plan.ultrafast_solo_seconds);
+  }
+  Apply(plan);
+  const scheduler::BatchComposition composition = BuildBatch(plan);
+  if (batch_.size() == 0) {
+    PublishStats();
+    return false;
+  }
+  const double now = clock_.Now();
+  for (auto& [seq, n] : batch_feeds_) seq->last_served = now;
+  const double start = NowSeconds();
   const Status status = decoder_->Forward(batch_);
+  const double seconds = NowSeconds() - start;
   ++steps_;
   if (!status.ok()) {
-    // Not expected (the batch was sized to the cache); fail the sequences in it, keep serving.
+    // Not expected (blocks were reserved above); fail the sequences in it, keep serving.
     UF_LOG(ERROR) << "serve: forward failed: " << status.ToString();
     for (auto& [seq, n] : batch_feeds_) Finish(*seq, FinishReason::kError, status);
   } else {
+    online_cost_->Observe(composition, seconds);
     for (auto& [seq, n] : batch_feeds_) {
       seq->n_computed += n;
       if (options_.prefix_cache) {
@@ -236,30 +289,60 @@ bool Service::Step() {
   return true;
 }
 
-void Service::Admit() {
-  // Blocks that admitted sequences still need to finish their prompts: promised, not yet taken.
-  int64_t promised = 0;
+scheduler::StepInput Service::SchedulerInput() const {
+  scheduler::StepInput in;
+  in.block_size = cache_->block_size();
+  in.free_slots = static_cast<int64_t>(free_slots_.size());
+  in.free_kv_blocks = cache_->free_blocks();
+  in.running.reserve(running_.size());
   for (const auto& seq : running_) {
-    promised += std::max<int64_t>(0, BlocksToHold(static_cast<int64_t>(seq->tokens.size())) -
-                                         cache_->Capacity(seq->slot) / cache_->block_size());
+    scheduler::SequenceState st;
+    st.id = seq->id;
+    st.tier = seq->tier;
+    st.context = seq->n_computed;
+    st.to_prefill = seq->to_feed() > 1 ? seq->to_feed() : 0;
+    st.kv_blocks = cache_->Capacity(seq->slot) / cache_->block_size();
+    st.arrival = seq->arrival;
+    st.last_served = seq->last_served;
+    st.preempted = seq->preempted;
+    in.running.push_back(st);
   }
-  while (!waiting_.empty() && !free_slots_.empty()) {
-    Sequence& seq = *waiting_.front();
+  in.waiting.reserve(waiting_.size());
+  for (const auto& seq : waiting_) {
+    scheduler::SequenceState st;
+    st.id = seq->id;
+    st.tier = seq->tier;
+    st.to_prefill = static_cast<int64_t>(seq->tokens.size());
+    st.arrival = seq->arrival;
+    st.last_served = seq->last_served;
+    in.waiting.push_back(st);
+  }
+  return in;
+}
+
+void Service::Apply(const scheduler::StepPlan& plan) {
+  auto running_index = [this](int64_t id) {
+    for (size_t i = 0; i < running_.size(); ++i) {
+      if (running_[i]->id == id) return i;
+    }
+    UF_CHECK(false) << "plan names sequence " << id << ", which is not running";
+    return size_t{0};
+  };
+  for (int64_t id : plan.evict) Evict(running_index(id));
+  for (int64_t id : plan.admit) {
+    auto it = std::find_if(waiting_.begin(), waiting_.end(),
+                           [id](const std::unique_ptr<Sequence>& s) { return s->id == id; });
+    UF_CHECK(it != waiting_.end() && !free_slots_.empty()) << "cannot admit sequence " << id;
+    Sequence& seq = **it;
     const int slot = free_slots_.back();
+    free_slots_.pop_back();
     const int64_t n = static_cast<int64_t>(seq.tokens.size());
     // Reuse cached blocks of the same prefix; the last token is always computed, for its logits.
     const int64_t hit =
         options_.prefix_cache ? cache_->AttachPrefix(slot, seq.tokens.data(), n - 1) : 0;
-    const int64_t need = BlocksToHold(n) - hit / cache_->block_size();
-    // Admit when the rest of the prompt fits next to what is promised; an idle engine always
-    // admits (the pool holds at least one full context).
-    if (!running_.empty() && need + promised > cache_->free_blocks()) {
-      cache_->Remove(slot);
-      break;
-    }
-    free_slots_.pop_back();
     seq.slot = slot;
     seq.n_computed = hit;
+    seq.preempted = false;
     if (!seq.sampler) {
       seq.sampler.emplace(seq.request.sampling, static_cast<int32_t>(model_.config().n_vocab),
                           seq.request.max_tokens);
@@ -269,14 +352,19 @@ void Service::Admit() {
       seq.admitted = true;
       seq.cached_tokens = std::min(hit, seq.n_prompt);
     }
-    promised += need;
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
+    running_.push_back(std::move(*it));
+    waiting_.erase(it);
     --queued_;
   }
+  for (int64_t id : plan.preempt) {
+    Sequence& seq = *running_[running_index(id)];
+    seq.preempted = true;
+    ++tier_paused_[static_cast<int>(seq.tier)];
+  }
+  for (int64_t id : plan.resume) running_[running_index(id)]->preempted = false;
 }
 
-void Service::Preempt(size_t index) {
+void Service::Evict(size_t index) {
   Sequence& seq = *running_[index];
   // Its blocks stay cached: readmission finds most of them again unless they were reclaimed.
   if (options_.prefix_cache) cache_->PublishPrefix(seq.slot, seq.tokens.data(), seq.n_computed);
@@ -284,66 +372,52 @@ void Service::Preempt(size_t index) {
   free_slots_.push_back(seq.slot);
   seq.slot = -1;
   seq.n_computed = 0;
+  seq.preempted = false;
   ++preemptions_;
-  UF_LOG(DEBUG) << "serve: preempted a sequence of " << seq.tokens.size() << " tokens";
-  waiting_.push_front(std::move(running_[index]));
+  UF_LOG(DEBUG) << "serve: evicted a sequence of " << seq.tokens.size() << " tokens";
+  waiting_.push_back(std::move(running_[index]));
   running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
   ++queued_;
 }
 
-bool Service::BuildBatch() {
-  const int64_t bs = cache_->block_size();
-  auto new_blocks = [&](const Sequence& s, int64_t n_feed) {
-    return std::max<int64_t>(0,
-                             BlocksToHold(s.n_computed + n_feed) - cache_->Capacity(s.slot) / bs);
+scheduler::BatchComposition Service::BuildBatch(const scheduler::StepPlan& plan) {
+  batch_.Clear();
+  batch_outputs_.clear();
+  batch_feeds_.clear();
+  scheduler::BatchComposition composition;
+  auto find = [this](int64_t id) -> Sequence* {
+    for (auto& seq : running_) {
+      if (seq->id == id) return seq.get();
+    }
+    UF_CHECK(false) << "plan feeds sequence " << id << ", which is not running";
+    return nullptr;
   };
-  for (;;) {
-    batch_.Clear();
-    batch_outputs_.clear();
-    batch_feeds_.clear();
-    // Decode tokens first: every running stream advances each step.
-    int64_t available = cache_->free_blocks();
-    int64_t decode_blocks = 0;
-    for (const auto& seq : running_) {
-      if (seq->to_feed() == 1) decode_blocks += new_blocks(*seq, 1);
+  // Reserving here, item by item, drops only the item that cannot get its blocks (evicted blocks
+  // can still be held by another sequence through the prefix cache) instead of failing the step.
+  auto feed = [&](Sequence& seq, int64_t n) {
+    if (n <= 0 || !cache_->Reserve(seq.slot, seq.n_computed + n).ok()) return false;
+    const bool last = n == seq.to_feed();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t pos = seq.n_computed + i;
+      batch_.Add(seq.tokens[pos], static_cast<int32_t>(pos), seq.slot, last && i == n - 1);
     }
-    if (decode_blocks > available) {
-      Preempt(running_.size() - 1);  // newest first: it has done the least work
-      if (running_.empty()) return false;
-      continue;
-    }
-    available -= decode_blocks;
-    for (const auto& seq : running_) {
-      if (seq->to_feed() != 1) continue;
-      const int64_t pos = seq->n_computed;
-      batch_.Add(seq->tokens[pos], static_cast<int32_t>(pos), seq->slot, true);
-      batch_outputs_.push_back(seq.get());
-      batch_feeds_.emplace_back(seq.get(), 1);
-    }
-    // Then prompt chunks, oldest first, within the step's prompt budget and the free blocks.
-    int64_t budget = options_.prefill_chunk;
-    for (const auto& seq : running_) {
-      if (budget == 0) break;
-      if (seq->to_feed() <= 1) continue;
-      const int64_t room = cache_->Capacity(seq->slot) + available * bs - seq->n_computed;
-      const int64_t n = std::min({seq->to_feed(), budget, room});
-      if (n <= 0) continue;
-      available -= new_blocks(*seq, n);
-      budget -= n;
-      const bool last = n == seq->to_feed();
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t pos = seq->n_computed + i;
-        batch_.Add(seq->tokens[pos], static_cast<int32_t>(pos), seq->slot, last && i == n - 1);
-      }
-      if (last) batch_outputs_.push_back(seq.get());
-      batch_feeds_.emplace_back(seq.get(), n);
-      prompt_tokens_computed_ += n;
-    }
-    if (batch_.size() > 0) return true;
-    // Only prompts are running and none got a block: make room by preempting the newest.
-    Preempt(running_.size() - 1);
-    if (running_.empty()) return false;
+    if (last) batch_outputs_.push_back(&seq);
+    batch_feeds_.emplace_back(&seq, n);
+    return true;
+  };
+  for (int64_t id : plan.decode) {
+    Sequence& seq = *find(id);
+    if (feed(seq, std::min<int64_t>(1, seq.to_feed()))) composition.AddDecode(seq.n_computed);
   }
+  for (const scheduler::PrefillChunk& chunk : plan.prefill) {
+    Sequence& seq = *find(chunk.id);
+    // Fewer than planned when the prefix cache covered part of the prompt.
+    const int64_t n = std::min(chunk.n_tokens, seq.to_feed());
+    if (!feed(seq, n)) continue;
+    composition.AddPrefill(seq.n_computed, n);
+    prompt_tokens_computed_ += n;
+  }
+  return composition;
 }
 
 void Service::Sample(Sequence& seq, const float* logits) {
@@ -358,6 +432,8 @@ void Service::Sample(Sequence& seq, const float* logits) {
   seq.sampler->Accept(token);
   seq.tokens.push_back(token);
   ++seq.n_generated;
+  ++tier_tokens_[static_cast<int>(seq.tier)];
+  ev.service_tier = seq.tier;
   ev.n_tokens = 1;
   ev.time = NowSeconds();
 
@@ -385,21 +461,24 @@ void Service::Sample(Sequence& seq, const float* logits) {
   ev.prompt_tokens = seq.n_prompt;
   ev.cached_tokens = seq.cached_tokens;
   ev.completion_tokens = seq.n_generated;
-  seq.channel->Push(std::move(ev));
+  // Release first: a client that sees the final event may submit again at once and must find
+  // the ultrafast stream (and the KV blocks) free.
   Release(seq);
+  seq.channel->Push(std::move(ev));
 }
 
 void Service::Finish(Sequence& seq, FinishReason reason, Status error) {
   if (seq.done) return;
   GenerationEvent ev;
+  ev.service_tier = seq.tier;
   ev.finish = reason;
   ev.error = std::move(error);
   ev.time = NowSeconds();
   ev.prompt_tokens = seq.n_prompt;
   ev.cached_tokens = seq.cached_tokens;
   ev.completion_tokens = seq.n_generated;
+  Release(seq);  // before the final event; see above
   seq.channel->Push(std::move(ev));
-  Release(seq);
 }
 
 void Service::Release(Sequence& seq) {
@@ -411,11 +490,15 @@ void Service::Release(Sequence& seq) {
     free_slots_.push_back(seq.slot);
     seq.slot = -1;
   }
+  admission_->Release(seq.id);
   seq.done = true;
 }
 
 void Service::PublishStats() {
   running_count_ = static_cast<int64_t>(running_.size());
+  std::array<int64_t, scheduler::kNumServiceTiers> by_tier{};
+  for (const auto& seq : running_) ++by_tier[static_cast<int>(seq->tier)];
+  for (int t = 0; t < scheduler::kNumServiceTiers; ++t) tier_running_[t] = by_tier[t];
   const int64_t available = cache_->free_blocks(), cached = cache_->cached_blocks();
   kv_free_ = available - cached;
   kv_cached_ = cached;

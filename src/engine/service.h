@@ -1,16 +1,20 @@
 // The serving engine: one thread owns the model's Decoder, the paged KV cache and every running
-// sequence, and runs continuous batching. Each step it builds one Batch holding one decode token
-// per running sequence plus chunks of waiting prompts (at most prefill_chunk prompt tokens per
-// step, so running streams keep flowing while a long prompt is read), runs one Forward (one pass
-// over the weights for all of them), samples, and pushes text to each request's channel.
-// Requests join and leave only at step boundaries. Other threads only Submit, Cancel (through
-// the channel) and read Stats.
+// sequence, and runs continuous batching. Each step the tier scheduler (src/scheduler) decides what
+// one Batch holds: ultrafast work first, then as much default and flex work as the ultrafast
+// streams' latency bound allows (decode tokens, then chunks of waiting prompts, at most
+// prefill_chunk prompt tokens per step); one Forward runs it (one pass over the weights for all
+// of them), its measured time trains the step-cost model, and sampled text goes to each request's
+// channel. Requests join and leave only at step boundaries. Other threads only Submit, Cancel
+// (through the channel) and read Stats.
 //
-// KV memory: a request is admitted when a sequence slot is free and the pool can hold its prompt;
-// when decoding runs out of blocks the newest sequence is preempted (its blocks released, its
-// tokens kept) and recomputed later, so running out of KV never fails a request.
+// KV memory: a request is admitted when a sequence slot is free and the pool can hold its prompt.
+// Default and flex sequences left out of a step for ultrafast work are paused with their KV kept;
+// when a higher tier (or an older sequence of the same tier) needs slots or blocks, a sequence is
+// evicted (its blocks released, its tokens kept) and recomputed later, so running out of KV never
+// fails a request.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -28,6 +32,10 @@
 #include "model/batch.h"
 #include "model/decoder.h"
 #include "model/model.h"
+#include "scheduler/admission.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/step_cost_model.h"
+#include "scheduler/tiers.h"
 #include "tokenizer/tokenizer.h"
 
 namespace uf::engine {
@@ -43,6 +51,18 @@ struct ServiceOptions {
   int n_threads = 0;            // 0 = ThreadPool::DefaultThreads()
   // Tests: runs on the engine thread before every step (e.g. to slow the engine down).
   std::function<void()> step_hook;
+
+  // Service tiers. `auto` requests ask for auto_tier; only ultrafast can fall back (to default).
+  scheduler::ServiceTier auto_tier = scheduler::ServiceTier::kDefault;
+  // Slack, flex max wait and probes; max_step_tokens and max_prefill_tokens are set from
+  // max_seqs and prefill_chunk.
+  scheduler::SchedulerOptions scheduler;
+  scheduler::AdmissionOptions admission;  // ultrafast capacity
+  // Tests and benchmarks: fixed step costs instead of the online fit (must outlive the service).
+  const scheduler::StepCostModel* cost_model = nullptr;
+  // The online fit, to carry what an earlier service learned (benchmarks; one service at a time
+  // may use it: the engine thread updates it unlocked). nullptr = a fresh one.
+  std::shared_ptr<scheduler::OnlineStepCostModel> learned_cost;
 };
 
 class Service {
@@ -56,9 +76,12 @@ class Service {
   Service& operator=(const Service&) = delete;
 
   // Queues a request. InvalidArgument for an empty prompt, OutOfRange when the prompt leaves no
-  // room in the context, ResourceExhausted when the queue is full, Unavailable after Shutdown.
-  // max_tokens is clamped to the room left in the context.
-  StatusOr<std::shared_ptr<RequestChannel>> Submit(GenerationRequest request);
+  // room in the context, ResourceExhausted when the queue is full or (message starting with
+  // scheduler::kTierCapacityExceeded) when an explicit ultrafast request finds every ultrafast
+  // stream taken; then *retry_after_s (if given) gets the Retry-After estimate. Unavailable after
+  // Shutdown. max_tokens is clamped to the room left in the context.
+  StatusOr<std::shared_ptr<RequestChannel>> Submit(GenerationRequest request,
+                                                   int64_t* retry_after_s = nullptr);
 
   // Stops the engine thread; unfinished requests get a final kError event (Unavailable).
   // Idempotent.
@@ -76,13 +99,14 @@ class Service {
   void Loop();
   // One continuous-batching step; false when there was nothing to do.
   bool Step();
-  void Admit();
-  bool BuildBatch();
-  void Preempt(size_t index);
+  scheduler::StepInput SchedulerInput() const;
+  void Apply(const scheduler::StepPlan& plan);
+  // Fills batch_ from the plan; returns the composition actually built.
+  scheduler::BatchComposition BuildBatch(const scheduler::StepPlan& plan);
+  void Evict(size_t index);
   void Sample(Sequence& seq, const float* logits);
   void Finish(Sequence& seq, FinishReason reason, Status error = OkStatus());
   void Release(Sequence& seq);
-  int64_t BlocksToHold(int64_t tokens) const;
   void PublishStats();
 
   const model::Model& model_;
@@ -91,6 +115,11 @@ class Service {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<KvCache> cache_;
   std::unique_ptr<model::Decoder> decoder_;
+  SystemClock clock_;
+  std::shared_ptr<scheduler::OnlineStepCostModel> online_cost_;  // engine thread only
+  std::unique_ptr<scheduler::Scheduler> scheduler_;
+  std::unique_ptr<scheduler::TierAdmission> admission_;  // thread-safe
+  std::atomic<int64_t> next_id_{1};
 
   // Shared with Submit (guarded by mu_).
   std::mutex mu_;
@@ -100,8 +129,8 @@ class Service {
   std::atomic<int64_t> queued_{0};  // incoming_ + waiting_
 
   // Engine thread only.
-  std::deque<std::unique_ptr<Sequence>> waiting_;   // admission order (preempted ones first)
-  std::vector<std::unique_ptr<Sequence>> running_;  // admission order
+  std::deque<std::unique_ptr<Sequence>> waiting_;   // no slot: new or evicted
+  std::vector<std::unique_ptr<Sequence>> running_;  // holding a slot, admission order
   std::vector<int> free_slots_;                     // KV sequence ids not in use
   model::Batch batch_;
   std::vector<Sequence*> batch_outputs_;  // [n_outputs] sequence of each logits row
@@ -114,6 +143,9 @@ class Service {
   std::atomic<int64_t> kv_used_{0}, kv_cached_{0}, kv_free_{0};
   std::atomic<int64_t> prefix_hit_tokens_{0}, prompt_tokens_computed_{0};
   std::atomic<int64_t> steps_{0}, preemptions_{0};
+  std::array<std::atomic<int64_t>, scheduler::kNumServiceTiers> tier_running_{}, tier_tokens_{},
+      tier_paused_{};
+  std::atomic<int64_t> rejections_{0}, fallbacks_{0};
 
   std::thread thread_;
   std::once_flag shutdown_once_;

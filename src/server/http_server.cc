@@ -67,7 +67,73 @@ struct Exchange {
   bool finished = false;
   int status = 200;
   int socket = -1;
+  // Metering (when meter is set): who pays, and what a stream cut short had used.
+  const Meter* meter = nullptr;
+  std::string model;
+  KeyIdentity key;
+  std::string request_id;
+  int64_t prompt_tokens = 0;
+  scheduler::ServiceTier tier = scheduler::ServiceTier::kDefault;  // latest event's
 };
+
+// Records a successfully finished request's usage before the response that reports it is sent
+// (the ledger row is committed when this returns). On failure the client must not be told usage
+// that is not recorded: the request fails with a 500 instead. nullopt for other events.
+std::optional<ApiError> Bill(const Exchange& x, const engine::GenerationEvent& ev) {
+  if (x.meter == nullptr ||
+      (ev.finish != engine::FinishReason::kStop && ev.finish != engine::FinishReason::kLength)) {
+    return std::nullopt;
+  }
+  auto r = x.meter->Record(x.key.id, x.request_id, x.model, ev.service_tier, ev.prompt_tokens,
+                           ev.cached_tokens, ev.completion_tokens);
+  if (r.ok()) return std::nullopt;
+  UF_LOG(ERROR) << "serve: cannot record usage of " << x.request_id << ": "
+                << r.status().ToString();
+  return ServerError(500, "The request's usage could not be recorded: " + r.status().message(),
+                     "usage_not_recorded");
+}
+
+// A stream the client left (or that failed) after tokens were sent: bills the prompt and the
+// tokens sent so far. No usage was reported to the client, so this is best effort.
+void BillPartial(const Exchange& x) {
+  if (x.meter == nullptr || x.tokens == 0) return;
+  auto r = x.meter->Record(x.key.id, x.request_id, x.model, x.tier, x.prompt_tokens, 0, x.tokens);
+  if (!r.ok()) {
+    UF_LOG(ERROR) << "serve: cannot record usage of " << x.request_id << ": "
+                  << r.status().ToString();
+  }
+}
+
+// Quota admission for a request asking for *tier (nullopt = auto). An `auto` request whose
+// ultrafast quota is spent is served as default when that quota allows, as it is when ultrafast
+// capacity is full; the response reports the tier that served it.
+std::optional<ApiError> CheckQuota(const Meter& meter, const KeyIdentity& who, int64_t n_prompt,
+                                   scheduler::ServiceTier auto_tier,
+                                   std::optional<scheduler::ServiceTier>* tier) {
+  using scheduler::ServiceTier;
+  const ServiceTier asked = tier->value_or(auto_tier);
+  auto denial = meter.CheckQuota(who.id, who.plan, asked, n_prompt);
+  if (!denial.ok()) {
+    ApiError e;
+    const bool no_plan = denial.status().code() == StatusCode::kFailedPrecondition;
+    e.status = no_plan ? 403 : 500;
+    e.type = no_plan ? "permission_error" : "server_error";
+    e.message = denial.status().message();
+    return e;
+  }
+  if (!denial->has_value()) return std::nullopt;
+  if (!tier->has_value() && asked == ServiceTier::kUltrafast) {
+    auto fallback = meter.CheckQuota(who.id, who.plan, ServiceTier::kDefault, n_prompt);
+    if (fallback.ok() && !fallback->has_value()) {
+      *tier = ServiceTier::kDefault;
+      return std::nullopt;
+    }
+  }
+  ApiError e = ServerError(429, (*denial)->message, "quota_exceeded");
+  e.param = "service_tier";
+  e.retry_after_s = (*denial)->retry_after_s;  // 0 (no header): waiting would not help
+  return e;
+}
 
 }  // namespace
 
@@ -125,10 +191,13 @@ void HttpServer::SendError(httplib::Response& res, const ApiError& error, const 
 }
 
 bool HttpServer::Authorized(const httplib::Request& req, httplib::Response& res,
-                            const char* endpoint) {
+                            const char* endpoint, KeyIdentity* who) {
   if (keys_ == nullptr || !keys_->enabled()) return true;
   const std::string header = req.get_header_value("Authorization");
-  if (keys_->Authorize(header)) return true;
+  if (std::optional<KeyIdentity> key = keys_->Authenticate(header)) {
+    if (who != nullptr) *who = std::move(*key);
+    return true;
+  }
   ApiError e;
   e.status = 401;
   e.code = "invalid_api_key";
@@ -173,6 +242,8 @@ void HttpServer::Route() {
     res.set_content(Dump(model_json()), "application/json");
     metrics_->CountRequest("models", 200);
   });
+  s.Get("/v1/usage",
+        [this](const httplib::Request& req, httplib::Response& res) { HandleUsage(req, res); });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     const engine::EngineStats st = service_->Stats();
     json body = {{"status", stopping_ ? "stopping" : "ok"},
@@ -254,7 +325,8 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
                                 httplib::Response& res) {
   const double arrival = NowSeconds();
   const char* name = endpoint == Endpoint::kChat ? "chat_completions" : "completions";
-  if (!Authorized(req, res, name)) return;
+  KeyIdentity who;
+  if (!Authorized(req, res, name, &who)) return;
   if (stopping_) {
     ApiError e = ServerError(503, "The server is shutting down.", "shutting_down");
     e.retry_after_s = options_.retry_after_s;
@@ -309,12 +381,27 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
   g.stop = api.stop;
   g.ignore_eos = api.ignore_eos;
   g.top_logprobs = api.logprobs ? api.top_logprobs : -1;
-  StatusOr<std::shared_ptr<engine::RequestChannel>> channel = service_->Submit(std::move(g));
+  g.service_tier = api.service_tier;
+  if (meter_ != nullptr) {
+    if (auto e =
+            CheckQuota(*meter_, who, n_prompt, service_->options().auto_tier, &g.service_tier)) {
+      return SendError(res, *e, name);
+    }
+  }
+  int64_t tier_retry_after_s = 0;
+  StatusOr<std::shared_ptr<engine::RequestChannel>> channel =
+      service_->Submit(std::move(g), &tier_retry_after_s);
   if (!channel.ok()) {
     const Status& s = channel.status();
     ApiError e;
     switch (s.code()) {
       case StatusCode::kResourceExhausted:
+        if (s.message().starts_with(scheduler::kTierCapacityExceeded)) {
+          e = ServerError(429, s.message(), std::string(scheduler::kTierCapacityExceeded));
+          e.param = "service_tier";
+          e.retry_after_s = static_cast<int>(std::max<int64_t>(tier_retry_after_s, 1));
+          break;
+        }
         e = ServerError(429, "The server is busy: " + s.message() + ". Retry shortly.",
                         "queue_full");
         e.retry_after_s = options_.retry_after_s;
@@ -345,6 +432,11 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
   ResponseOptions ro;
   ro.endpoint = endpoint;
   ro.id = RandomId(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+  ex->meter = meter_;
+  ex->model = options_.model_id;
+  ex->key = who;
+  ex->request_id = ro.id;
+  ex->prompt_tokens = n_prompt;
   ro.model = options_.model_id;
   ro.created = static_cast<int64_t>(std::time(nullptr));
   ro.logprobs = api.logprobs;
@@ -354,11 +446,12 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
 
   // Metrics of one event; returns true on the final one.
   auto account = [this](Exchange& x, const engine::GenerationEvent& ev) {
+    x.tier = ev.service_tier;
     if (ev.n_tokens > 0) {
       if (x.tokens == 0) {
-        metrics_->ObserveTimeToFirstToken(ev.time - x.arrival);
+        metrics_->ObserveTimeToFirstToken(ev.service_tier, ev.time - x.arrival);
       } else {
-        metrics_->ObserveInterTokenLatency((ev.time - x.last_token) / ev.n_tokens);
+        metrics_->ObserveInterTokenLatency(ev.service_tier, (ev.time - x.last_token) / ev.n_tokens);
       }
       x.tokens += ev.n_tokens;
       x.last_token = ev.time;
@@ -398,6 +491,7 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
       if (e.status == 503) e.retry_after_s = options_.retry_after_s;
       return SendError(res, e, name);
     }
+    if (auto e = Bill(*ex, last)) return SendError(res, *e, name);
     res.set_content(ex->builder->Body(), "application/json");
     metrics_->CountRequest(name, 200);
     return;
@@ -420,6 +514,12 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
         }
         std::string out;
         for (const engine::GenerationEvent& ev : events) {
+          if (auto e = Bill(*ex, ev)) {
+            out += ex->builder->StreamError(*e);
+            account(*ex, ev);
+            ex->status = e->status;
+            break;
+          }
           out += ex->builder->Stream(ev);
           if (account(*ex, ev)) break;
         }
@@ -432,9 +532,28 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
         return true;
       },
       [this, ex](bool success) {
-        if (!ex->finished) ex->channel->Cancel();
+        if (!ex->finished) {
+          ex->channel->Cancel();
+          BillPartial(*ex);
+        }
         metrics_->CountRequest(ex->endpoint, ex->finished ? (success ? ex->status : 499) : 499);
       });
+}
+
+void HttpServer::HandleUsage(const httplib::Request& req, httplib::Response& res) {
+  KeyIdentity who;
+  if (!Authorized(req, res, "usage", &who)) return;
+  if (meter_ == nullptr) {
+    ApiError e = InvalidRequest(
+        "Usage metering is off on this server (start it with --keys-db to meter usage).", "",
+        "metering_disabled");
+    e.status = 404;
+    return SendError(res, e, "usage");
+  }
+  StatusOr<json> report = meter_->Report(who.id, who.name, who.plan);
+  if (!report.ok()) return SendError(res, ServerError(500, report.status().message()), "usage");
+  res.set_content(Dump(*report), "application/json");
+  metrics_->CountRequest("usage", 200);
 }
 
 }  // namespace uf::server

@@ -4,7 +4,8 @@
 // (streamed or not) has its request cancelled, which frees its KV blocks at the next step.
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/{id}], GET /health,
-// GET /metrics. /v1/* needs a Bearer key when the KeyStore has keys; /health and /metrics do not.
+// GET /metrics, GET /v1/usage (with a Meter). /v1/* needs a Bearer key when the KeyStore has keys;
+// /health and /metrics do not.
 #pragma once
 
 #include <atomic>
@@ -16,6 +17,7 @@
 #include "base/status.h"
 #include "engine/service.h"
 #include "server/auth.h"
+#include "server/metering.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 
@@ -52,6 +54,11 @@ class HttpServer {
              const KeyStore* keys, Metrics* metrics);
   ~HttpServer();
 
+  // Turns metering on (call before Serve; meter must outlive the server): requests are checked
+  // against the calling key's quota, each finished request is recorded in the ledger before its
+  // usage is sent, and GET /v1/usage reports the key's totals.
+  void SetMeter(const Meter* meter) { meter_ = meter; }
+
   // Binds the listening socket; after this, port() is the real port.
   Status Bind();
   int port() const { return port_; }
@@ -63,7 +70,10 @@ class HttpServer {
 
  private:
   void Route();
-  bool Authorized(const httplib::Request& req, httplib::Response& res, const char* endpoint);
+  // who (optional) gets the calling key.
+  bool Authorized(const httplib::Request& req, httplib::Response& res, const char* endpoint,
+                  KeyIdentity* who = nullptr);
+  void HandleUsage(const httplib::Request& req, httplib::Response& res);
   void HandleGenerate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   void SendError(httplib::Response& res, const ApiError& error, const char* endpoint);
   // Prompt tokens for a parsed request, or the 400 explaining why not.
@@ -75,6 +85,7 @@ class HttpServer {
   ChatRenderer render_chat_;
   const KeyStore* keys_;
   Metrics* metrics_;
+  const Meter* meter_ = nullptr;  // nullptr: no metering
   std::unique_ptr<httplib::Server> http_;
   int port_ = 0;
   std::atomic<bool> stopping_{false};

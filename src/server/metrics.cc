@@ -29,6 +29,16 @@ void Metric(std::string* out, std::string_view name, std::string_view type, std:
   Sample(out, name, value);
 }
 
+std::string TierLabel(int tier) {
+  return "tier=\"" +
+         std::string(scheduler::ServiceTierName(static_cast<scheduler::ServiceTier>(tier))) + "\"";
+}
+
+void TierSample(std::string* out, std::string_view name, int tier, int64_t value) {
+  out->append(name).append("{").append(TierLabel(tier)).append("} ");
+  out->append(std::to_string(value)).append("\n");
+}
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> upper_bounds)
@@ -42,21 +52,26 @@ void Histogram::Observe(double value) {
   ++count_;
 }
 
-void Histogram::Render(std::string_view name, std::string* out) const {
+void Histogram::Render(std::string_view name, std::string_view labels, std::string* out) const {
+  const std::string prefix = labels.empty() ? "" : std::string(labels) + ",";
+  const std::string braced = labels.empty() ? "" : "{" + std::string(labels) + "}";
   uint64_t cumulative = 0;
   for (size_t i = 0; i <= bounds_.size(); ++i) {
     cumulative += counts_[i];
     const std::string le = i < bounds_.size() ? Number(bounds_[i]) : "+Inf";
-    out->append(name).append("_bucket{le=\"").append(le).append("\"} ");
+    out->append(name).append("_bucket{").append(prefix).append("le=\"").append(le).append("\"} ");
     out->append(std::to_string(cumulative)).append("\n");
   }
-  Sample(out, std::string(name) + "_sum", sum_);
-  out->append(name).append("_count ").append(std::to_string(count_)).append("\n");
+  Sample(out, std::string(name) + "_sum" + braced, sum_);
+  out->append(name).append("_count").append(braced).append(" ");
+  out->append(std::to_string(count_)).append("\n");
 }
 
 Metrics::Metrics()
-    : ttft_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
-      itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}),
+    : ttft_(scheduler::kNumServiceTiers,
+            Histogram({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60})),
+      itl_(scheduler::kNumServiceTiers,
+           Histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5})),
       duration_({0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}) {}
 
 void Metrics::CountRequest(std::string_view endpoint, int status) {
@@ -64,14 +79,14 @@ void Metrics::CountRequest(std::string_view endpoint, int status) {
   ++requests_[{std::string(endpoint), status}];
 }
 
-void Metrics::ObserveTimeToFirstToken(double seconds) {
+void Metrics::ObserveTimeToFirstToken(scheduler::ServiceTier tier, double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
-  ttft_.Observe(seconds);
+  ttft_[static_cast<size_t>(tier)].Observe(seconds);
 }
 
-void Metrics::ObserveInterTokenLatency(double seconds) {
+void Metrics::ObserveInterTokenLatency(scheduler::ServiceTier tier, double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
-  itl_.Observe(seconds);
+  itl_[static_cast<size_t>(tier)].Observe(seconds);
 }
 
 void Metrics::ObserveRequestDuration(double seconds) {
@@ -98,14 +113,18 @@ std::string Metrics::Render(const engine::EngineStats& e) const {
            std::to_string(key.second) + "\"} " + std::to_string(count) + "\n";
   }
   Header(&out, "ultrafast_time_to_first_token_seconds", "histogram",
-         "Time from request arrival to the first generated token.");
-  ttft_.Render("ultrafast_time_to_first_token_seconds", &out);
+         "Time from request arrival to the first generated token, by serving tier.");
+  for (int t = 0; t < scheduler::kNumServiceTiers; ++t) {
+    ttft_[t].Render("ultrafast_time_to_first_token_seconds", TierLabel(t), &out);
+  }
   Header(&out, "ultrafast_inter_token_latency_seconds", "histogram",
-         "Time between consecutive generated tokens of a request.");
-  itl_.Render("ultrafast_inter_token_latency_seconds", &out);
+         "Time between consecutive generated tokens of a request, by serving tier.");
+  for (int t = 0; t < scheduler::kNumServiceTiers; ++t) {
+    itl_[t].Render("ultrafast_inter_token_latency_seconds", TierLabel(t), &out);
+  }
   Header(&out, "ultrafast_request_duration_seconds", "histogram",
          "Time from request arrival to its last token.");
-  duration_.Render("ultrafast_request_duration_seconds", &out);
+  duration_.Render("ultrafast_request_duration_seconds", "", &out);
   Metric(&out, "ultrafast_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
          static_cast<double>(prompt_tokens_));
   Metric(&out, "ultrafast_generation_tokens_total", "counter", "Generated tokens.",
@@ -120,6 +139,27 @@ std::string Metrics::Render(const engine::EngineStats& e) const {
   Metric(&out, "ultrafast_preemptions_total", "counter",
          "Sequences evicted to free KV blocks and recomputed later.",
          static_cast<double>(e.preemptions));
+  Header(&out, "ultrafast_tier_generation_tokens_total", "counter",
+         "Generated tokens by serving tier (what the tier's price applies to).");
+  for (int t = 0; t < scheduler::kNumServiceTiers; ++t) {
+    TierSample(&out, "ultrafast_tier_generation_tokens_total", t, e.tiers[t].generated_tokens);
+  }
+  Header(&out, "ultrafast_tier_running_sequences", "gauge",
+         "Sequences holding a slot, by serving tier.");
+  for (int t = 0; t < scheduler::kNumServiceTiers; ++t) {
+    TierSample(&out, "ultrafast_tier_running_sequences", t, e.tiers[t].running);
+  }
+  Header(&out, "ultrafast_tier_preemptions_total", "counter",
+         "Running sequences paused (KV kept) to keep ultrafast streams within their bound.");
+  for (int t = 0; t < scheduler::kNumServiceTiers; ++t) {
+    TierSample(&out, "ultrafast_tier_preemptions_total", t, e.tiers[t].paused);
+  }
+  Metric(&out, "ultrafast_tier_rejections_total", "counter",
+         "Explicit ultrafast requests refused with 429 tier_capacity_exceeded.",
+         static_cast<double>(e.ultrafast_rejections));
+  Metric(&out, "ultrafast_tier_fallbacks_total", "counter",
+         "Auto requests served as default because every ultrafast stream was taken.",
+         static_cast<double>(e.ultrafast_fallbacks));
   Metric(&out, "ultrafast_queue_depth", "gauge", "Requests waiting to start.",
          static_cast<double>(e.queue_depth));
   Metric(&out, "ultrafast_running_sequences", "gauge", "Sequences in the running batch.",

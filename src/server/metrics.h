@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "scheduler/tiers.h"
 
 namespace uf::server {
 
@@ -17,8 +18,9 @@ class Histogram {
  public:
   explicit Histogram(std::vector<double> upper_bounds);
   void Observe(double value);
-  // Appends NAME_bucket{le=...} (cumulative), NAME_sum and NAME_count lines.
-  void Render(std::string_view name, std::string* out) const;
+  // Appends NAME_bucket{LABELS,le=...} (cumulative), NAME_sum{LABELS} and NAME_count{LABELS}
+  // lines; labels is "" or e.g. `tier="flex"`.
+  void Render(std::string_view name, std::string_view labels, std::string* out) const;
 
  private:
   std::vector<double> bounds_;    // [n] ascending upper bounds; +Inf is implicit
@@ -33,8 +35,9 @@ class Metrics {
 
   // One finished HTTP request on endpoint ("chat_completions", "completions", "models", ...).
   void CountRequest(std::string_view endpoint, int status);
-  void ObserveTimeToFirstToken(double seconds);
-  void ObserveInterTokenLatency(double seconds);
+  // Latencies by the tier that served the request.
+  void ObserveTimeToFirstToken(scheduler::ServiceTier tier, double seconds);
+  void ObserveInterTokenLatency(scheduler::ServiceTier tier, double seconds);
   void ObserveRequestDuration(double seconds);
   void AddPromptTokens(int64_t n);
   void AddGeneratedTokens(int64_t n);
@@ -44,8 +47,8 @@ class Metrics {
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;  // (endpoint, status) -> count
-  Histogram ttft_;
-  Histogram itl_;
+  std::vector<Histogram> ttft_;                               // [kNumServiceTiers]
+  std::vector<Histogram> itl_;                                // [kNumServiceTiers]
   Histogram duration_;
   int64_t prompt_tokens_ = 0;
   int64_t generated_tokens_ = 0;

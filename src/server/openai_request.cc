@@ -95,6 +95,18 @@ std::optional<ApiError> GetString(const std::string& param, const json& v, std::
   return std::nullopt;
 }
 
+// null and "auto" leave *out unset: the server's auto tier decides.
+std::optional<ApiError> ParseTier(const json& v, std::optional<scheduler::ServiceTier>* out) {
+  if (v.is_null()) return std::nullopt;
+  std::string name;
+  if (auto e = GetString("service_tier", v, &name)) return e;
+  if (name == "auto") return std::nullopt;
+  StatusOr<scheduler::ServiceTier> tier = scheduler::ParseServiceTierName(name);
+  if (!tier.ok()) return InvalidRequest(tier.status().message(), "service_tier", "invalid_value");
+  *out = *tier;
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseStop(const json& v, std::vector<std::string>* out) {
   out->clear();
   if (v.is_null()) return std::nullopt;
@@ -304,9 +316,8 @@ std::optional<ApiError> ParsePrompt(const json& v, int64_t n_vocab, ApiRequest* 
 
 // Known parameters this server accepts without acting on them (validated by type only).
 std::optional<ApiError> IgnoredParam(const std::string& key, const json& v) {
-  static const std::set<std::string> kStrings = {
-      "user",      "service_tier",     "reasoning_effort",
-      "verbosity", "prompt_cache_key", "safety_identifier"};
+  static const std::set<std::string> kStrings = {"user", "reasoning_effort", "verbosity",
+                                                 "prompt_cache_key", "safety_identifier"};
   if (kStrings.count(key)) {
     std::string ignored;
     return GetString(key, v, &ignored);
@@ -526,6 +537,8 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
       e = ParseStop(v, &r.stop);
     } else if (key == "logit_bias") {
       e = ParseLogitBias(v, options.n_vocab, &r.sampling.logit_bias);
+    } else if (key == "service_tier") {
+      e = ParseTier(v, &r.service_tier);
     } else if (key == "n") {
       std::optional<int64_t> n;
       e = GetInt(key, v, 1, 128, &n);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "scheduler/tiers.h"
 
 namespace uf::server {
 
@@ -57,6 +58,8 @@ struct ApiRequest {
   bool logprobs = false;  // chat: logprobs; completions: logprobs != null
   int top_logprobs = 0;   // alternatives per token
   bool ignore_eos = false;
+  // service_tier: ultrafast (or priority), default (or standard), flex; nullopt = auto.
+  std::optional<scheduler::ServiceTier> service_tier;
 };
 
 // Returns the request or the reason it is invalid (always status 400).

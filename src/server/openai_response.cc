@@ -85,6 +85,7 @@ json ResponseBuilder::Chunk(json choice) const {
             {"created", options_.created},
             {"model", options_.model},
             {"system_fingerprint", "fp_ultrafast"},
+            {"service_tier", scheduler::ServiceTierName(tier_)},
             {"choices", json::array()}};
   if (!choice.is_null()) c["choices"].push_back(std::move(choice));
   if (options_.include_usage) c["usage"] = nullptr;
@@ -105,6 +106,7 @@ json ResponseBuilder::ChoiceDelta(std::string_view text,
 }
 
 std::string ResponseBuilder::Stream(const engine::GenerationEvent& event) {
+  tier_ = event.service_tier;
   std::string out;
   if (!started_) {
     started_ = true;
@@ -145,6 +147,7 @@ std::string ResponseBuilder::StreamError(const ApiError& error) {
 }
 
 void ResponseBuilder::Add(const engine::GenerationEvent& event) {
+  tier_ = event.service_tier;
   text_ += event.text;
   if (options_.logprobs && !event.logprobs.empty()) {
     json lp = LogprobsJson(event.logprobs);
@@ -184,6 +187,7 @@ std::string ResponseBuilder::Body() const {
       {"created", options_.created},
       {"model", options_.model},
       {"system_fingerprint", "fp_ultrafast"},
+      {"service_tier", scheduler::ServiceTierName(tier_)},
       {"choices", json::array({choice})},
       {"usage", UsageJson(final_.prompt_tokens, final_.completion_tokens, final_.cached_tokens)}};
   return Dump(body);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "scheduler/tiers.h"
 #include "server/openai_request.h"
 
 namespace uf {
@@ -64,6 +65,8 @@ class ResponseBuilder {
   ResponseOptions options_;
   const Tokenizer& tokenizer_;
   bool started_ = false;
+  // The serving tier, from the latest event (every event of a request carries the same one).
+  scheduler::ServiceTier tier_ = scheduler::ServiceTier::kDefault;
   int64_t text_offset_ = 0;  // completions logprobs: byte offset of the next token's text
   // Non-streamed accumulation.
   std::string text_;
