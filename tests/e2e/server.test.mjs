@@ -21,9 +21,9 @@ const MODEL = process.env.UF_MODEL || path.resolve(root, '..', 'shared', 'models
 const MODEL_ID = 'tiny';
 
 // Starts the server with --port 0 and resolves once it prints the port it listens on.
-async function startServer(extraArgs = []) {
+async function startServer(extraArgs = [], ctx = 1024) {
   const args = ['serve', '-m', MODEL, '--model-id', MODEL_ID, '--host', '127.0.0.1', '--port', '0',
-    '--ctx', '1024', '--max-seqs', '8', '-t', '2', ...extraArgs];
+    '--ctx', String(ctx), '--max-seqs', '8', '-t', '2', ...extraArgs];
   const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   proc.stderr.on('data', (d) => { stderr += d; });
@@ -391,5 +391,61 @@ describe('metering and quotas', () => {
     assert.equal(report.quota.default.remaining, 0);
     assert.equal(report.quota.default.used, first.usage.total_tokens);
     assert.equal(report.current_window.default.requests, 1);  // refused requests are not billed
+  });
+});
+
+// Service tiers through the serve flags: one ultrafast stream (--ultrafast-capacity 1) and
+// --default-tier ultrafast, so `auto` asks for ultrafast and falls back to default when the stream
+// is taken, while an explicit ultrafast request gets 429 tier_capacity_exceeded with Retry-After.
+describe('service tiers', () => {
+  let server;
+  let client;
+  before(async () => {
+    // A long context, so the held stream (up to 16000 tokens, seconds even on a fast machine)
+    // cannot end before the checks made while it runs.
+    server = await startServer(['--ultrafast-capacity', '1', '--default-tier', 'ultrafast',
+      '--ultrafast-slack', '0.1', '--flex-max-wait', '5'], 16384);
+    client = new OpenAI({ apiKey: 'unused', baseURL: `${server.base}/v1`, maxRetries: 0 });
+  });
+  after(async () => { assert.equal(await server.stop(), 0); });
+
+  test('a held ultrafast stream: auto falls back, explicit ultrafast gets 429, then it frees', async () => {
+    const messages = [{ role: 'user', content: 'Tell me a long story' }];
+    const stream = await client.chat.completions.create({
+      model: MODEL_ID, messages, max_tokens: 16000, stream: true, ...greedy,
+    });
+    let held = false;
+    for await (const chunk of stream) {
+      assert.equal(chunk.service_tier, 'ultrafast', 'auto got the free ultrafast stream');
+      if (held) continue;
+      held = true;
+      const fallback = await client.chat.completions.create({ model: MODEL_ID, messages, max_tokens: 3, ...greedy });
+      assert.equal(fallback.service_tier, 'default', 'auto falls back to default while the stream is taken');
+      await assert.rejects(
+        client.chat.completions.create({ model: MODEL_ID, messages, max_tokens: 3, service_tier: 'ultrafast', ...greedy }),
+        (e) => e instanceof OpenAI.RateLimitError && e.code === 'tier_capacity_exceeded');
+      const raw = await fetch(`${server.base}/v1/chat/completions`, {
+        method: 'POST', headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ model: MODEL_ID, messages, max_tokens: 3, service_tier: 'priority' }),
+      });
+      assert.equal(raw.status, 429);
+      const retry = Number(raw.headers.get('retry-after'));
+      assert.ok(retry >= 1 && retry <= 3600, `Retry-After ${retry}`);
+      stream.controller.abort();
+      break;
+    }
+    assert.ok(held);
+    const idle = await waitIdle(server.base);
+    assert.match(idle.text, /ultrafast_tier_rejections_total 2/);
+    assert.match(idle.text, /ultrafast_tier_fallbacks_total 1/);
+    // The aborted stream gave its slot back: explicit ultrafast is served again.
+    const again = await client.chat.completions.create({ model: MODEL_ID, messages, max_tokens: 3, service_tier: 'ultrafast', ...greedy });
+    assert.equal(again.service_tier, 'ultrafast');
+    const bad = await fetch(`${server.base}/v1/chat/completions`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: MODEL_ID, messages, max_tokens: 3, service_tier: 'turbo' }),
+    });
+    assert.equal(bad.status, 400);
+    assert.equal((await bad.json()).error.param, 'service_tier');
   });
 });
