@@ -58,6 +58,33 @@ SequenceState Seq(int64_t id, ServiceTier tier, int64_t context, int64_t to_pref
   return s;
 }
 
+// A model whose first 3 tokens cost nothing extra (a flat knee, no attention term): without the
+// per-token floor, slack 0 would let 2 defaults ride "free" beside ultrafast. Slack 0 keeps
+// ultrafast alone; 5% still admits the 2 the flat region holds (charged 0.25% each).
+TEST(SchedulerTest, SlackZeroKeepsUltrafastAloneEvenWhereTheModelIsFlat) {
+  class FlatKnee final : public StepCostModel {
+   public:
+    double Predict(const BatchComposition& c) const override {
+      return 0.04 + 0.0125 * static_cast<double>(std::max<int64_t>(0, c.tokens() - 3));
+    }
+  } cost;
+  FakeClock clock;
+  for (const auto& [slack, expected_defaults] : {std::pair{0.0, 0}, std::pair{0.05, 2}}) {
+    SchedulerOptions o;
+    o.ultrafast_slack = slack;
+    o.probe_interval_steps = 0;
+    Scheduler sched(o, &cost, &clock);
+    StepInput in;
+    in.running.push_back(Seq(100, ServiceTier::kUltrafast, 300, 0, 50.0));
+    for (int i = 0; i < 16; ++i) in.running.push_back(Seq(i, ServiceTier::kDefault, 200, 0, i));
+    in.free_kv_blocks = 1000;
+    const StepPlan plan = sched.Plan(in);
+    ASSERT_FALSE(plan.decode.empty());
+    EXPECT_EQ(plan.decode[0], 100);
+    EXPECT_EQ(static_cast<int>(plan.decode.size()) - 1, expected_defaults) << "slack " << slack;
+  }
+}
+
 // One-step checks: one ultrafast decode plus 16 running default decodes.
 TEST(SchedulerTest, UltrafastBoundHoldsAndDefaultsFillTheRest) {
   FakeClock clock;

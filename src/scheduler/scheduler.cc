@@ -21,6 +21,9 @@ Status SchedulerOptions::Validate() const {
   if (max_step_tokens < 1 || max_prefill_tokens < 1) {
     return InvalidArgumentError("scheduler: max_step_tokens and max_prefill_tokens must be >= 1");
   }
+  if (!std::isfinite(min_token_cost_fraction) || min_token_cost_fraction < 0.0) {
+    return InvalidArgumentError("scheduler: min_token_cost_fraction must be a finite number >= 0");
+  }
   if (probe_interval_steps < 0) {
     return InvalidArgumentError("scheduler: probe_interval_steps must be >= 0");
   }
@@ -98,6 +101,8 @@ class Planner {
     if (!plan_.composition.empty()) {
       plan_.ultrafast_solo_seconds = cost_.Predict(plan_.composition);
       plan_.bound_seconds = (1.0 + options_.ultrafast_slack) * plan_.ultrafast_solo_seconds;
+      solo_tokens_ = plan_.composition.tokens();
+      token_floor_seconds_ = options_.min_token_cost_fraction * plan_.ultrafast_solo_seconds;
       const int64_t every = options_.probe_interval_steps;
       if (every > 0 && step % every == every - 1) {
         plan_.probe = (step / every) % 2 == 0 ? StepPlan::Probe::kSolo : StepPlan::Probe::kUp;
@@ -172,7 +177,8 @@ class Planner {
     c.decode_seqs += delta.decode_seqs;
     c.prefill_tokens += delta.prefill_tokens;
     c.context_tokens += delta.context_tokens;
-    return cost_.Predict(c) <= plan_.bound_seconds;
+    const double floor = token_floor_seconds_ * static_cast<double>(c.tokens() - solo_tokens_);
+    return cost_.Predict(c) + floor <= plan_.bound_seconds;
   }
 
   // Largest prompt chunk of at most max_n tokens that keeps the step within the bound.
@@ -295,6 +301,8 @@ class Planner {
   int64_t free_blocks_ = 0;
   int64_t tokens_left_ = 0;
   int64_t prefill_left_ = 0;
+  int64_t solo_tokens_ = 0;            // tokens of the ultrafast-only composition
+  double token_floor_seconds_ = 0.0;   // least cost charged per token added beside it
   StepPlan plan_;
 };
 
