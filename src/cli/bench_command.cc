@@ -23,6 +23,7 @@
 #include "kernels/membw.h"
 #include "model/batch.h"
 #include "model/decoder.h"
+#include "sampling/sampler.h"
 
 namespace uf::cli {
 namespace {
@@ -89,10 +90,6 @@ double Median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-int32_t Argmax(const float* x, int64_t n) {
-  return static_cast<int32_t>(std::max_element(x, x + n) - x);
-}
-
 // Deterministic prompt token ids (content does not change the cost of a forward pass).
 std::vector<int32_t> PromptTokens(int64_t n, int64_t n_vocab) {
   std::vector<int32_t> t(n);
@@ -137,7 +134,7 @@ class BenchRunner {
       batch_.Clear();
       for (int s = 0; s < n_seqs; ++s) batch_.Add(next[s], static_cast<int32_t>(step), s, true);
       UF_RETURN_IF_ERROR(d_->Forward(batch_));
-      for (int s = 0; s < n_seqs; ++s) next[s] = Argmax(d_->logits(s), m_.config().n_vocab);
+      for (int s = 0; s < n_seqs; ++s) next[s] = sampling::ArgMax(d_->logits(s), m_.config().n_vocab);
     }
     *cpu_seconds = ProcessCpuSeconds() - cpu0;
     return NowSeconds() - t0;

@@ -36,8 +36,9 @@ inline float Max16(const float* x) {
 #endif
 }
 
-// Index of the first largest non-NaN value (0 if all are NaN). Blocks whose maximum cannot beat
-// the best so far are skipped with one compare.
+}  // namespace
+
+// Blocks whose maximum cannot beat the best so far are skipped with one compare.
 int32_t ArgMax(const float* x, int32_t n) {
   int32_t best = 0;
   float best_v = -INFINITY;
@@ -53,8 +54,6 @@ int32_t ArgMax(const float* x, int32_t n) {
   }
   return best;
 }
-
-}  // namespace
 
 Status SamplingParams::Validate() const {
   if (!std::isfinite(temperature) || temperature < 0.0f) {

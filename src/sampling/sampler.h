@@ -13,6 +13,9 @@
 
 namespace uf::sampling {
 
+// Index of the first largest non-NaN value of x[0..n) (0 if all are NaN): greedy decoding.
+int32_t ArgMax(const float* x, int32_t n);
+
 struct SamplingParams {
   float temperature = 0.8f;        // <= 0: greedy (arg-max after penalties)
   int32_t top_k = 40;              // <= 0: off
