@@ -8,7 +8,7 @@
 // loads) so their lengths are exact; `ignore_eos` makes output lengths exact too. With
 // --prefix-tokens N every prompt starts with the same N tokens (prefix-cache measurements).
 //
-//   serve_bench --port 8080 --model tiny --concurrency 8 --requests 32 \
+//   serve_bench --port 8080 --model tiny --concurrency 8 --requests 32
 //       --prompt-len 64:256 --output-len 128 [--prefix-tokens 1000] [-o out.json]
 #include <httplib.h>
 
