@@ -16,7 +16,7 @@
 // it (a server learns the same from its own traffic and probes over its first few hundred steps;
 // a fresh model per 64-token run would measure the warm-up, not the scheduler).
 //
-//   tiers_bench [model.gguf] [--threads 2] [--tokens 64] [--defaults 16] [--slacks
+//   tiers_bench [model.gguf] [--threads 2] [--tokens 256] [--defaults 16] [--slacks
 //   0,5,10,25,50,100]
 //               [--curve 1,2,3,4,6,8,12,17] [--curve-tokens 24] [-o tiers.json]
 #include <CLI/CLI.hpp>
