@@ -4,7 +4,7 @@
 //
 // Decode at batch 1 streams every weight once per token, so tok/s can be at most
 // bandwidth / bytes_per_token; roofline_fraction says how close the run came. The probe runs
-// before and after the decode phase because the machine is shared and its bandwidth drifts.
+// between the decode reps because the machine is shared and its bandwidth drifts.
 #include <time.h>
 
 #include <algorithm>
@@ -46,7 +46,10 @@ struct BenchOptions {
 
 struct BenchResult {
   double pp_tok_s = 0, tg_tok_s = 0;
-  double bw_before = 0, bw_after = 0;
+  double bw_before = 0, bw_after = 0;  // probes before the first and after the last decode rep
+  // Median over decode reps of the mean of the probes on either side of the rep, and of the rep's
+  // streamed bytes/s over that mean.
+  double bw_adjacent = 0, roofline = 0;
   // CPU seconds this process got during the decode runs / (wall seconds x threads): near 1 on
   // a quiet machine, well below it when other processes took the cores (the figures then
   // understate the engine).
@@ -189,28 +192,44 @@ Status RunBench(const BenchOptions& o, const LoadedModel& loaded, ThreadPool* po
     r->pp_tok_s = Median(rates);
   }
 
-  r->bw_before = kernels::MeasureReadBandwidthGBs(pool, kProbeBytes, kProbePasses);
-  if (o.n_gen > 0) {
-    std::vector<double> rates;
-    double wall = 0, cpu = 0;
-    for (int i = 0; i < o.reps; ++i) {
-      double c_s = 0;
-      UF_ASSIGN_OR_RETURN(double s, bench.Decode(1, o.n_gen, &c_s));
-      rates.push_back(o.n_gen / s);
-      wall += s;
-      cpu += c_s;
-    }
-    r->tg_tok_s = Median(rates);
-    r->tg_cpu_share = cpu / (wall * pool->size());
-  }
-  r->bw_after = kernels::MeasureReadBandwidthGBs(pool, kProbeBytes, kProbePasses);
-
   // Weights of every matrix, one embedding row, and the K/V rows attention reads (a decode step
   // at position p reads p + 1 of them per layer; averaged over the decode run).
   const double kv_row = 2.0 * c.n_layer * c.kv_dim() * sizeof(float);
   const double avg_kv = kv_row * (o.n_gen + 1) / 2.0;
   r->bytes_per_token = m.bytes_per_token() + m.weights().token_embd_row_bytes +
                        static_cast<size_t>(o.n_gen > 0 ? avg_kv : 0.0);
+
+  // The probe runs before the first decode rep and after every rep, and each rep is set against
+  // the mean of the probes on either side of it: on a host whose bandwidth moves by +-30% within
+  // minutes (other tenants), probes taken only before and after the whole run put the fraction
+  // anywhere between 0.6 and 1.3 for the same binary.
+  kernels::ReadBandwidthProbe probe(kProbeBytes);
+  r->bw_before = probe.BestGBs(pool, kProbePasses);
+  if (o.n_gen > 0) {
+    std::vector<double> rates, adjacent_bw, fractions;
+    double wall = 0, cpu = 0, previous_bw = r->bw_before;
+    for (int i = 0; i < o.reps; ++i) {
+      double c_s = 0;
+      UF_ASSIGN_OR_RETURN(double s, bench.Decode(1, o.n_gen, &c_s));
+      const double rate = o.n_gen / s;
+      rates.push_back(rate);
+      wall += s;
+      cpu += c_s;
+      const double next_bw = probe.BestGBs(pool, 2);
+      const double bw = 0.5 * (previous_bw + next_bw);
+      adjacent_bw.push_back(bw);
+      fractions.push_back(bw > 0 ? r->bytes_per_token * rate / (bw * 1e9) : 0.0);
+      previous_bw = next_bw;
+    }
+    r->tg_tok_s = Median(rates);
+    r->tg_cpu_share = cpu / (wall * pool->size());
+    r->bw_adjacent = Median(adjacent_bw);
+    r->roofline = Median(fractions);
+    r->bw_after = previous_bw;
+  } else {
+    r->bw_after = r->bw_before;
+    r->bw_adjacent = r->bw_before;
+  }
 
   for (int b : batches) {
     std::vector<double> rates;
@@ -243,8 +262,8 @@ void BenchCommand(const BenchOptions& o) {
   BenchResult r;
   if (Status s = RunBench(o, *loaded, &pool, &r); !s.ok()) Fail("bench", s);
 
-  const double bw = 0.5 * (r.bw_before + r.bw_after);
-  const double roofline = bw > 0 ? r.bytes_per_token * r.tg_tok_s / (bw * 1e9) : 0.0;
+  const double bw = r.bw_adjacent;
+  const double roofline = r.roofline;
   const model::Model& m = *loaded->model;
   const std::string isa = kernels::IsaName(kernels::ActiveIsa());
   if (o.json) {
@@ -292,7 +311,8 @@ void BenchCommand(const BenchOptions& o) {
                 r.tg_cpu_share);
   }
   std::printf("bytes/tok  %.1f MB\n", r.bytes_per_token / 1e6);
-  std::printf("bandwidth  %.1f GB/s  (before %.1f, after %.1f)\n", bw, r.bw_before, r.bw_after);
+  std::printf("bandwidth  %.1f GB/s  (median beside the decode reps; first %.1f, last %.1f)\n", bw,
+              r.bw_before, r.bw_after);
   if (o.n_gen > 0) {
     std::printf("roofline   %.2f  (decode %.1f GB/s of weights)\n", roofline,
                 r.bytes_per_token * r.tg_tok_s / 1e9);

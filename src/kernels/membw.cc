@@ -35,13 +35,12 @@ void ReadBandwidthProbe::Read(ThreadPool* pool) {
   UF_CHECK(sink_ != 0);  // keeps the reads from being optimised away
 }
 
-double MeasureReadBandwidthGBs(ThreadPool* pool, size_t bytes, int reps) {
-  ReadBandwidthProbe probe(bytes);
+double ReadBandwidthProbe::BestGBs(ThreadPool* pool, int passes) {
   double best = 0.0;
-  for (int r = 0; r < std::max(1, reps); ++r) {
+  for (int r = 0; r < std::max(1, passes); ++r) {
     const double t0 = NowSeconds();
-    probe.Read(pool);
-    best = std::max(best, static_cast<double>(probe.bytes()) / (NowSeconds() - t0) / 1e9);
+    Read(pool);
+    best = std::max(best, static_cast<double>(bytes_) / (NowSeconds() - t0) / 1e9);
   }
   return best;
 }

@@ -19,15 +19,14 @@ class ReadBandwidthProbe {
   size_t bytes() const { return bytes_; }
   // One pass over the buffer (pool may be nullptr: the calling thread alone).
   void Read(ThreadPool* pool);
+  // `passes` passes; the best in GB/s (1e9 bytes/s): on a shared machine the fastest pass is the
+  // least disturbed one.
+  double BestGBs(ThreadPool* pool, int passes);
 
  private:
   size_t bytes_;
   HugeBuffer buf_;
   uint64_t sink_ = 0;
 };
-
-// Reads a `bytes` buffer `reps` times; returns the best pass in GB/s (1e9 bytes/s): on a shared
-// machine the fastest pass is the least disturbed one.
-double MeasureReadBandwidthGBs(ThreadPool* pool, size_t bytes, int reps);
 
 }  // namespace uf::kernels
