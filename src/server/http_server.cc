@@ -470,15 +470,20 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
   if (!api.stream) {
     std::vector<engine::GenerationEvent> events;
     engine::GenerationEvent last;
+    // The peer is checked every poll interval whether or not events came: a model that emits a
+    // token more often than that would otherwise never notice a client that left.
+    double next_check = NowSeconds() + options_.poll_s;
     while (!ex->finished) {
-      if (!ex->channel->Pop(&events, options_.poll_s)) {
+      const bool got = ex->channel->Pop(&events, options_.poll_s);
+      if (!got || NowSeconds() >= next_check) {
+        next_check = NowSeconds() + options_.poll_s;
         if (PeerClosed(ex->socket)) {
           ex->channel->Cancel();
           metrics_->CountRequest(name, 499);  // nginx's "client closed request"
           return;
         }
-        continue;
       }
+      if (!got) continue;
       for (const engine::GenerationEvent& ev : events) {
         ex->builder->Add(ev);
         if (account(*ex, ev)) last = ev;
