@@ -51,7 +51,7 @@ TEST(ChatPromptTest, ModelsWithoutATemplateGetChatMl) {
   auto render = MakeChatRenderer(*FileWithTemplate(""), *tok, &note);
   ASSERT_TRUE(render.ok()) << render.status().ToString();
   EXPECT_NE(note.find("default"), std::string::npos);
-  auto text = (*render)(kConversation);
+  auto text = (*render)(kConversation, json());
   ASSERT_TRUE(text.ok()) << text.status().ToString();
   EXPECT_EQ(*text,
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
@@ -66,7 +66,7 @@ TEST(ChatPromptTest, UsesTheModelsTemplate) {
       *FileWithTemplate(ReadFile("../shared/templates/Qwen-Qwen2.5-7B-Instruct.jinja")), *tok,
       &note);
   ASSERT_TRUE(render.ok()) << render.status().ToString();
-  auto text = (*render)(json::parse(R"([{"role": "user", "content": "Hi"}])"));
+  auto text = (*render)(json::parse(R"([{"role": "user", "content": "Hi"}])"), json());
   ASSERT_TRUE(text.ok()) << text.status().ToString();
   EXPECT_EQ(*text,
             "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
@@ -82,7 +82,7 @@ TEST(ChatPromptTest, PassesBosAndEosTexts) {
                         "{% endif %}"),
       *tok, &note);
   ASSERT_TRUE(render.ok()) << render.status().ToString();
-  auto text = (*render)(kConversation);
+  auto text = (*render)(kConversation, json());
   ASSERT_TRUE(text.ok()) << text.status().ToString();
   EXPECT_EQ(*text, "<s>[system]Be brief.</s>[user]Hi</s>[assistant]");
 }
@@ -96,9 +96,27 @@ TEST(ChatPromptTest, TemplateErrorsAreReported) {
                         "{% endif %}ok"),
       *tok, &note);
   ASSERT_TRUE(render.ok());
-  auto text = (*render)(kConversation);
+  auto text = (*render)(kConversation, json());
   ASSERT_FALSE(text.ok());
   EXPECT_NE(text.status().message().find("user first"), std::string::npos);
+}
+
+// chat_template_kwargs reach the template: Qwen3's template closes an empty think block when the
+// request says enable_thinking false, and leaves it to the model otherwise.
+TEST(ChatPromptTest, TemplateKwargsReachTheTemplate) {
+  auto tok = TokenizerOf("../shared/models/tiny-qwen3-256-q8_0.gguf");
+  std::string note;
+  auto render = MakeChatRenderer(
+      *FileWithTemplate(ReadFile("../shared/templates/Qwen-Qwen3-0.6B.jinja")), *tok, &note);
+  ASSERT_TRUE(render.ok()) << render.status().ToString();
+  const json hi = json::parse(R"([{"role": "user", "content": "Hi"}])");
+  const std::string base = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+  auto thinking = (*render)(hi, json());
+  ASSERT_TRUE(thinking.ok()) << thinking.status().ToString();
+  EXPECT_EQ(*thinking, base);
+  auto plain = (*render)(hi, json{{"enable_thinking", false}});
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(*plain, base + "<think>\n\n</think>\n\n");
 }
 
 }  // namespace

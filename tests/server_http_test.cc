@@ -44,7 +44,7 @@ class Harness {
     ho.port = 0;
     ho.model_id = "tiny";
     ho.poll_s = 0.02;
-    auto render = [](const json& messages) -> StatusOr<std::string> {
+    auto render = [](const json& messages, const json&) -> StatusOr<std::string> {
       std::string out;
       for (const auto& m : messages) {
         out += m["role"].get<std::string>() + ": " + m["content"].get<std::string>() + "\n";

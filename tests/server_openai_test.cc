@@ -327,6 +327,32 @@ TEST(OpenAiResponseTest, CompletionStreamAndErrors) {
   EXPECT_EQ(data[2], "[DONE]");
 }
 
+// chat_template_kwargs (a vLLM/SGLang extension): an object passed to the chat template; the
+// prompt's own variables cannot be overridden, other types are refused, and the completions
+// endpoint (no template) does not take it.
+TEST(OpenAiRequestTest, ParsesChatTemplateKwargs) {
+  const std::string head = R"({"model": "m", "messages": [{"role": "user", "content": "Hi"}], )";
+  ApiRequest r;
+  auto e = Parse(Endpoint::kChat, head + R"("chat_template_kwargs": {"enable_thinking": false}})",
+                 &r);
+  ASSERT_FALSE(e.has_value()) << e->message;
+  EXPECT_EQ(r.chat_template_kwargs, json::parse(R"({"enable_thinking": false})"));
+  ApiRequest absent;
+  ASSERT_FALSE(Parse(Endpoint::kChat, head + R"("chat_template_kwargs": null})", &absent));
+  EXPECT_TRUE(absent.chat_template_kwargs.is_null());
+
+  ApiError bad = ParseError(Endpoint::kChat, head + R"("chat_template_kwargs": [1]})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.param, "chat_template_kwargs");
+  bad = ParseError(Endpoint::kChat, head + R"("chat_template_kwargs": {"messages": []}})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.param, "chat_template_kwargs.messages");
+  bad = ParseError(Endpoint::kCompletion,
+                   R"({"model": "m", "prompt": "x", "chat_template_kwargs": {}})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.param, "chat_template_kwargs");
+}
+
 TEST(OpenAiRequestTest, ParsesServiceTier) {
   const std::string head = R"({"model": "m", "messages": [{"role": "user", "content": "x"}], )";
   auto tier = [&](const std::string& v) {

@@ -24,8 +24,9 @@ StatusOr<ChatRenderer> MakeChatRenderer(const gguf::GgufFile& file, const Tokeni
     return id >= 0 ? std::string(tokenizer.TokenText(id)) : std::string();
   };
   const std::string bos = text(tokenizer.bos_id()), eos = text(tokenizer.eos_id());
-  return ChatRenderer([tmpl, bos, eos](const nlohmann::json& messages) {
-    return tmpl->Render(messages, /*add_generation_prompt=*/true, bos, eos);
+  return ChatRenderer([tmpl, bos, eos](const nlohmann::json& messages,
+                                        const nlohmann::json& template_kwargs) {
+    return tmpl->Render(messages, /*add_generation_prompt=*/true, bos, eos, template_kwargs);
   });
 }
 

@@ -303,7 +303,7 @@ std::optional<ApiError> HttpServer::BuildPrompt(const ApiRequest& api, std::vect
     return tok.Encode(text, add_bos, /*parse_special=*/true);
   };
   if (api.endpoint == Endpoint::kChat) {
-    StatusOr<std::string> text = render_chat_(api.messages);
+    StatusOr<std::string> text = render_chat_(api.messages, api.chat_template_kwargs);
     if (!text.ok()) {
       return InvalidRequest(
           "Cannot apply the model's chat template to these messages: " + text.status().message(),

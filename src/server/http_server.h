@@ -31,7 +31,9 @@ namespace uf::server {
 
 // Renders validated chat messages ([{"role", "content"}]) into prompt text (with the generation
 // prompt for the assistant's turn). Errors become 400 responses.
-using ChatRenderer = std::function<StatusOr<std::string>(const nlohmann::json& messages)>;
+// Renders a chat prompt from the request's messages and chat_template_kwargs (an object, or null).
+using ChatRenderer = std::function<StatusOr<std::string>(const nlohmann::json& messages,
+                                                         const nlohmann::json& template_kwargs)>;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";

@@ -357,6 +357,19 @@ std::optional<ApiError> ParseChatParam(const std::string& key, const json& v, Ap
     }
     return std::nullopt;
   }
+  if (key == "chat_template_kwargs") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_object()) return WrongType(key, v, "an object");
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      // The prompt's own variables are the server's to set.
+      if (it.key() == "messages" || it.key() == "add_generation_prompt") {
+        return InvalidRequest("'chat_template_kwargs." + it.key() + "' cannot be overridden.",
+                              key + "." + it.key(), "invalid_value");
+      }
+    }
+    r->chat_template_kwargs = v;
+    return std::nullopt;
+  }
   if (key == "response_format") {
     if (v.is_null()) return std::nullopt;
     if (!v.is_object()) return WrongType(key, v, "an object");

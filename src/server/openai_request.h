@@ -43,6 +43,9 @@ struct ApiRequest {
   // Chat: [{"role", "content"}] with content flattened to a string and "developer" mapped to
   // "system", ready for a chat template.
   nlohmann::json messages;
+  // Extension (as vLLM and SGLang accept it): extra variables for the chat template, e.g.
+  // {"enable_thinking": false} for Qwen3. An object; null when absent.
+  nlohmann::json chat_template_kwargs;
   // Completions: the prompt as text, or as token ids when prompt_is_tokens.
   std::string prompt;
   std::vector<int32_t> prompt_tokens;
