@@ -196,6 +196,11 @@ describe('ultrafast serve with the openai client', () => {
       (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && e.param === 'temperature');
     await assert.rejects(client.chat.completions.create({ model: MODEL_ID, messages, frobnicate: true }),
       (e) => e instanceof OpenAI.BadRequestError && /frobnicate/.test(e.message));
+    // chat_template_kwargs (extension) passes through the client; it must be an object.
+    const kw = await client.chat.completions.create({ model: MODEL_ID, messages, max_tokens: 2, chat_template_kwargs: { enable_thinking: false } });
+    assert.equal(kw.choices.length, 1);
+    await assert.rejects(client.chat.completions.create({ model: MODEL_ID, messages, chat_template_kwargs: [1] }),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'chat_template_kwargs');
     await assert.rejects(client.chat.completions.create({ model: 'gpt-4o', messages }),
       (e) => e instanceof OpenAI.NotFoundError && e.code === 'model_not_found');
     await assert.rejects(client.chat.completions.create({ model: MODEL_ID, messages: [] }),
