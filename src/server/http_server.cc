@@ -93,8 +93,8 @@ std::optional<ApiError> Bill(const Exchange& x, const engine::GenerationEvent& e
                      "usage_not_recorded");
 }
 
-// A stream the client left (or that failed) after tokens were sent: bills the prompt and the
-// tokens sent so far. No usage was reported to the client, so this is best effort.
+// A request the client left (or that failed) after tokens were generated: bills the prompt and
+// the tokens generated so far. No usage was reported to the client, so this is best effort.
 void BillPartial(const Exchange& x) {
   if (x.meter == nullptr || x.tokens == 0) return;
   auto r = x.meter->Record(x.key.id, x.request_id, x.model, x.tier, x.prompt_tokens, 0, x.tokens);
@@ -479,6 +479,7 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
         next_check = NowSeconds() + options_.poll_s;
         if (PeerClosed(ex->socket)) {
           ex->channel->Cancel();
+          BillPartial(*ex);  // the tokens were computed, as for a stream cut short
           metrics_->CountRequest(name, 499);  // nginx's "client closed request"
           return;
         }
