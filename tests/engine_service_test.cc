@@ -10,31 +10,15 @@
 
 #include "engine/seq_sampler.h"
 #include "engine/service.h"
+#include "test_models.h"
 #include "engine/stop_matcher.h"
 
 namespace uf::engine {
 namespace {
 
-constexpr char kModel[] = "../shared/models/tiny-qwen2-256-q8_0.gguf";
+using testing_models::Loaded;
 
-struct Loaded {
-  std::unique_ptr<model::Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
-};
-
-Loaded& Tiny() {
-  static Loaded* loaded = [] {
-    auto* l = new Loaded;
-    auto m = model::Model::Load(kModel);
-    UF_CHECK(m.ok()) << m.status().ToString();
-    l->model = std::move(m).value();
-    auto t = Tokenizer::FromGguf(l->model->file());
-    UF_CHECK(t.ok()) << t.status().ToString();
-    l->tokenizer = std::move(t).value();
-    return l;
-  }();
-  return *loaded;
-}
+Loaded& Tiny() { return testing_models::TinyQwen2(); }
 
 struct Output {
   std::string text;

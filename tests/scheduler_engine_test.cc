@@ -13,32 +13,16 @@
 #include <thread>
 
 #include "engine/service.h"
+#include "test_models.h"
 
 namespace uf::engine {
 namespace {
 
+using testing_models::Loaded;
+
 using scheduler::ServiceTier;
 
-constexpr char kModel[] = "models/demo.gguf";
-
-struct Loaded {
-  std::unique_ptr<model::Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
-};
-
-Loaded& Demo() {
-  static Loaded* loaded = [] {
-    auto* l = new Loaded;
-    auto m = model::Model::Load(kModel);
-    UF_CHECK(m.ok()) << m.status().ToString();
-    l->model = std::move(m).value();
-    auto t = Tokenizer::FromGguf(l->model->file());
-    UF_CHECK(t.ok()) << t.status().ToString();
-    l->tokenizer = std::move(t).value();
-    return l;
-  }();
-  return *loaded;
-}
+Loaded& Demo() { return testing_models::DemoModel(); }
 
 // Every added token costs the same: nothing rides free beside an ultrafast stream.
 class LinearCost final : public scheduler::StepCostModel {

@@ -11,27 +11,16 @@
 #include <thread>
 
 #include "server/http_server.h"
+#include "test_models.h"
 
 namespace uf::server {
 namespace {
 
+using testing_models::Loaded;
+
 using json = nlohmann::json;
-constexpr char kModel[] = "../shared/models/tiny-qwen2-256-q8_0.gguf";
 
-struct Loaded {
-  std::unique_ptr<model::Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
-};
-
-Loaded& Tiny() {
-  static Loaded* loaded = [] {
-    auto* l = new Loaded;
-    l->model = std::move(model::Model::Load(kModel)).value();
-    l->tokenizer = std::move(Tokenizer::FromGguf(l->model->file())).value();
-    return l;
-  }();
-  return *loaded;
-}
+Loaded& Tiny() { return testing_models::TinyQwen2(); }
 
 class Harness {
  public:
