@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/avx2.h"
+#include "kernels/avx2_rows.h"
 #include "kernels/dispatch.h"
 #include "kernels/packed.h"
 #include "kernels/quant.h"
@@ -341,13 +342,7 @@ void RunFloat(const GemmTask& t, const uint8_t* tile, int64_t row, int h0, int64
     if (valid <= 0) break;
     for (int i = 0; i < NT; ++i) {
       float* y = t.y + (t0 + i) * t.ldy + r;
-      if (valid == 8) {
-        _mm256_storeu_ps(y, out[hh][i]);
-      } else {
-        alignas(32) float tmp[8];
-        _mm256_store_ps(tmp, out[hh][i]);
-        std::copy(tmp, tmp + valid, y);
-      }
+      StoreRows8(y, out[hh][i], valid);
     }
   }
 }

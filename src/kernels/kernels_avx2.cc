@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/avx2.h"
+#include "kernels/avx2_rows.h"
 #include "kernels/dispatch.h"
 #include "kernels/packed.h"
 
@@ -292,13 +293,7 @@ void RunHalf(const GemmTask& t, const Tile* tiles, int64_t nb, int64_t row, int 
   const int64_t valid = std::min<int64_t>(8, t.ldy - r);
   for (int i = 0; i < NT; ++i) {
     float* y = t.y + (t0 + i) * t.ldy + r;
-    if (valid == 8) {
-      _mm256_storeu_ps(y, acc[i]);
-    } else {
-      alignas(32) float tmp[8];
-      _mm256_store_ps(tmp, acc[i]);
-      std::copy(tmp, tmp + valid, y);
-    }
+    StoreRows8(y, acc[i], valid);
   }
 }
 
@@ -330,13 +325,7 @@ void RunBoth(const GemmTask& t, const Tile* tiles, int64_t nb, int64_t row, int6
     if (valid <= 0) break;
     for (int i = 0; i < NT; ++i) {
       float* y = t.y + (t0 + i) * t.ldy + r;
-      if (valid == 8) {
-        _mm256_storeu_ps(y, acc[h][i]);
-      } else {
-        alignas(32) float tmp[8];
-        _mm256_store_ps(tmp, acc[h][i]);
-        std::copy(tmp, tmp + valid, y);
-      }
+      StoreRows8(y, acc[h][i], valid);
     }
   }
 }
