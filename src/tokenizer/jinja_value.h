@@ -231,6 +231,8 @@ StatusOr<bool> Less(const Value& a, const Value& b, CompareBudget* budget = null
 // byte string survives a decode/encode round trip (Python's surrogateescape).
 std::u32string DecodeUtf8(std::string_view s);
 void AppendUtf8(char32_t c, std::string* out);
+// Appends a backslash escape: a backslash, `prefix` (x, u or U), then c as `digits` hex digits.
+void AppendHex(char32_t c, int digits, char prefix, std::string* out);
 std::string EncodeUtf8(std::u32string_view s);
 bool IsAscii(std::string_view s);
 size_t CodePointCount(std::string_view s);
