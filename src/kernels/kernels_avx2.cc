@@ -121,6 +121,67 @@ void HalfQ8_0(const TileQ8_0* tiles, int64_t nb, int h, const ActQ8_0* const* ac
   }
 }
 
+// Decode (one token) over both halves of a tile, each activation broadcast feeding both: the
+// same products as HalfQ4_0 / HalfQ8_0, Pin()ned so the 16 ymm registers suffice.
+void DecodeQ4_0(const TileQ4_0* tiles, int64_t nb, const ActQ8_0* act, __m256* acc) {
+  const __m256i lo_mask = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const TileQ4_0& tl = tiles[b];
+    const ActQ8_0& a = act[b];
+    PrefetchAhead(&tl);
+    __m256i s16[2];
+    UF_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      const __m256i al = Bcast4(a.qs + 4 * k);
+      const __m256i ah = Bcast4(a.qs + 16 + 4 * k);
+      UF_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const __m256i x = Load(tl.qs[k][8 * h]);
+        const __m256i p = _mm256_add_epi16(
+            _mm256_maddubs_epi16(_mm256_and_si256(x, lo_mask), al),
+            _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(x, 4), lo_mask), ah));
+        s16[h] = k == 0 ? p : _mm256_add_epi16(s16[h], p);
+      }
+    }
+    const __m256i bias = _mm256_set1_epi32(a.bias >> 4);
+    const __m256 da = _mm256_set1_ps(a.d);
+    UF_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const __m256i s = _mm256_add_epi32(Widen(s16[h]), bias);
+      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(LoadHalf8(tl.d + 8 * h), da),
+                               acc[h]);
+    }
+  }
+}
+
+void DecodeQ8_0(const TileQ8_0* tiles, int64_t nb, const ActQ8_0* act, __m256* acc) {
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < nb; ++b) {
+    const TileQ8_0& tl = tiles[b];
+    const ActQ8_0& a = act[b];
+    PrefetchAhead(&tl);
+    __m256i s[2];
+    UF_UNROLL
+    for (int k = 0; k < 8; ++k) {
+      const __m256i ak = Bcast4(a.qs + 4 * k);
+      UF_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const __m256i w = _mm256_xor_si256(Load(tl.qs[k][8 * h]), flip);
+        const __m256i p =
+            Widen(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(ak, w)));
+        s[h] = k == 0 ? p : _mm256_add_epi32(s[h], p);
+        Pin(s[h]);
+      }
+    }
+    const __m256 da = _mm256_set1_ps(a.d);
+    UF_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[h]),
+                               _mm256_mul_ps(LoadHalf8(tl.d + 8 * h), da), acc[h]);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Q4_K, one 8-row half (see the AVX-512 kernel for the formulation). A sub-block's 8 chunks
 // sum in i16: 8 * 2 * 15 * 127 = 30480.
@@ -369,6 +430,70 @@ void HalfQ6_K(const TileQ6_K* tiles, int64_t nb, int h8, const ActQ8_K* const* a
   }
 }
 
+// Q6_K decode (one token), sub-block by sub-block: for each of the 4 values a step holds, the
+// 6-bit value is rebuilt from its ql and qh bytes alone (4-5 operations), so only one i16 sum is
+// live. Reloading a step's bytes for each value costs L1 loads; extracting all four at once
+// needed ~20 live registers and spilled. Both 8-row halves share each activation broadcast.
+void DecodeQ6_K(const TileQ6_K* tiles, int64_t nb, const ActQ8_K* act, __m256* acc) {
+  const __m256i lo_mask = _mm256_set1_epi8(0x0F);
+  const __m256i hi_bits = _mm256_set1_epi8(0x30);
+  for (int64_t b = 0; b < nb; ++b) {
+    const TileQ6_K& tl = tiles[b];
+    const ActQ8_K& a = act[b];
+    __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    UF_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      UF_UNROLL
+      for (int quad = 0; quad < 2; ++quad) {
+        UF_UNROLL
+        for (int k = 0; k < 4; ++k) {
+          const int j = 8 * h + 2 * k + quad;
+          __m256i s32[2] = {_mm256_set1_epi32(a.q6_bias[j]), _mm256_set1_epi32(a.q6_bias[j])};
+          __m256i s16[2];
+          UF_UNROLL
+          for (int i = 0; i < 4; ++i) {
+            const int lc = 4 * quad + i;
+            const __m256i av = Bcast4(a.qs + 16 * j + 4 * i);
+            UF_UNROLL
+            for (int h8 = 0; h8 < 2; ++h8) {
+              const __m256i ql = Load(tl.q[8 * h + lc][k & 1][8 * h8]);
+              const __m256i qh = Load(tl.q[8 * h + lc][2][8 * h8]);
+              // Low 4 bits: ql's low (k < 2) or high (k >= 2) nibble; bits 4-5: qh bits 2k, 2k+1.
+              const __m256i lo = _mm256_and_si256(k < 2 ? ql : _mm256_srli_epi16(ql, 4), lo_mask);
+              __m256i hi;
+              if (k == 0) hi = _mm256_slli_epi16(qh, 4);
+              if (k == 1) hi = _mm256_slli_epi16(qh, 2);
+              if (k == 2) hi = qh;
+              if (k == 3) hi = _mm256_srli_epi16(qh, 2);
+              const __m256i v = _mm256_or_si256(lo, _mm256_and_si256(hi, hi_bits));
+              // Values <= 63: a pair <= 2 * 63 * 127 = 16002, so two steps sum in i16.
+              const __m256i p = _mm256_maddubs_epi16(v, av);
+              if (i % 2 == 0) {
+                s16[h8] = p;
+              } else {
+                s32[h8] = _mm256_add_epi32(s32[h8], Widen(_mm256_add_epi16(s16[h8], p)));
+              }
+            }
+          }
+          UF_UNROLL
+          for (int h8 = 0; h8 < 2; ++h8) {
+            const __m256i sc = _mm256_cvtepi8_epi32(
+                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(tl.scales[j] + 8 * h8)));
+            isum[h8] = _mm256_add_epi32(isum[h8], _mm256_mullo_epi32(s32[h8], sc));
+            Pin(isum[h8]);
+          }
+        }
+      }
+    }
+    const __m256 da = _mm256_set1_ps(a.d);
+    UF_UNROLL
+    for (int h8 = 0; h8 < 2; ++h8) {
+      acc[h8] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h8]),
+                                _mm256_mul_ps(LoadHalf8(tl.d + 8 * h8), da), acc[h8]);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Driver: per row tile, each 8-row half streams all its blocks for a group of tokens.
 
@@ -475,16 +600,16 @@ void GemmTiles(const GemmTask& t, int64_t r0, int64_t r1) {
 // Token tiles: 4 for Q4_0/Q8_0, 2 for the K-quants (their per-token partial sums take the
 // registers).
 void GemmQ4_0(const GemmTask& t, int64_t r0, int64_t r1) {
-  GemmTiles<TileQ4_0, ActQ8_0, 4, HalfQ4_0<1>, HalfQ4_0<2>, HalfQ4_0<4>>(t, r0, r1);
+  GemmTiles<TileQ4_0, ActQ8_0, 4, HalfQ4_0<1>, HalfQ4_0<2>, HalfQ4_0<4>, DecodeQ4_0>(t, r0, r1);
 }
 void GemmQ8_0(const GemmTask& t, int64_t r0, int64_t r1) {
-  GemmTiles<TileQ8_0, ActQ8_0, 4, HalfQ8_0<1>, HalfQ8_0<2>, HalfQ8_0<4>>(t, r0, r1);
+  GemmTiles<TileQ8_0, ActQ8_0, 4, HalfQ8_0<1>, HalfQ8_0<2>, HalfQ8_0<4>, DecodeQ8_0>(t, r0, r1);
 }
 void GemmQ4_K(const GemmTask& t, int64_t r0, int64_t r1) {
   GemmTiles<TileQ4_K, ActQ8_K, 2, HalfQ4_K<1>, HalfQ4_K<2>, HalfQ4_K<2>, DecodeQ4_K>(t, r0, r1);
 }
 void GemmQ6_K(const GemmTask& t, int64_t r0, int64_t r1) {
-  GemmTiles<TileQ6_K, ActQ8_K, 2, HalfQ6_K<1>, HalfQ6_K<2>, HalfQ6_K<2>>(t, r0, r1);
+  GemmTiles<TileQ6_K, ActQ8_K, 2, HalfQ6_K<1>, HalfQ6_K<2>, HalfQ6_K<2>, DecodeQ6_K>(t, r0, r1);
 }
 
 }  // namespace
