@@ -169,14 +169,22 @@ TEST(MatMulTest, AllTypesIsasAndShapes) {
     for (int64_t rows : {1, 5, 16, 37}) {
       for (int64_t cols : widths) {
         const Weights w = MakeWeights(type, rows, cols, rng);
-        auto m = Matrix::Create(type, w.data.data(), rows, cols);
-        ASSERT_TRUE(m.ok()) << m.status().ToString();
+        // Each tier packs its own tiles (their form can differ: TileVariant).
+        std::vector<Matrix> per_isa;
+        for (Isa isa : AvailableIsas()) {
+          SetIsaForTesting(isa);
+          auto m = Matrix::Create(type, w.data.data(), rows, cols);
+          ASSERT_TRUE(m.ok()) << m.status().ToString();
+          per_isa.push_back(*std::move(m));
+        }
         for (int64_t n_tokens : {1, 2, 3, 5, 8, 17}) {
           const auto x = Gaussian(n_tokens * cols, rng);
           std::vector<float> want;
           std::vector<double> scale;
           Reference(w, x, n_tokens, &want, &scale);
-          for (Isa isa : AvailableIsas()) {
+          for (size_t i = 0; i < per_isa.size(); ++i) {
+            const Isa isa = AvailableIsas()[i];
+            const Matrix* m = &per_isa[i];
             SetIsaForTesting(isa);
             std::vector<float> got(n_tokens * rows, NAN);
             MatMul(*m, x.data(), n_tokens, got.data(), nullptr);
@@ -303,6 +311,37 @@ TEST(MatMulTest, MatrixCreatedUnderScalarRunsOnEveryTier) {
   }
 }
 
+// A matrix packed under one tier and multiplied under another (tests switch tiers): where the
+// tiers read different tile forms (Q6_K: AVX2 against AVX-512) it must read the GGUF rows, not
+// misread the other form. Every ordered pair of available tiers, every type. (On a CPU without
+// AVX-512 no pair has two tile forms, and this checks only that each tier reads its own.)
+TEST(MatMulTest, TilesPackedForAnotherTierAreNotMisread) {
+  IsaGuard guard;
+  std::mt19937 rng(17);
+  for (GgmlType type : kTypes) {
+    const int64_t rows = 37, cols = 512, n_tokens = 2;
+    const Weights w = MakeWeights(type, rows, cols, rng);
+    const auto x = Gaussian(n_tokens * cols, rng);
+    std::vector<float> want;
+    std::vector<double> scale;
+    Reference(w, x, n_tokens, &want, &scale);
+    for (Isa packed_for : AvailableIsas()) {
+      SetIsaForTesting(packed_for);
+      auto m = Matrix::Create(type, w.data.data(), rows, cols);
+      ASSERT_TRUE(m.ok());
+      EXPECT_EQ(m->tile_variant(), m->tiles() ? TileVariant(type, packed_for) : 0);
+      for (Isa isa : AvailableIsas()) {
+        SetIsaForTesting(isa);
+        std::vector<float> got(n_tokens * rows, NAN);
+        MatMul(*m, x.data(), n_tokens, got.data(), nullptr);
+        ExpectClose(got, want, scale,
+                    "packed for " + IsaName(packed_for) + ", run on " + IsaName(isa) + " type " +
+                        std::to_string(static_cast<int>(type)));
+      }
+    }
+  }
+}
+
 // The float tiers' activation formats: values rounded as the reference rounds them, stored
 // as f32, or (AVX-512 BF16) as the bf16 bits.
 void ReferenceF16AsF32(const float* x, void* dst, int64_t n) {
@@ -368,8 +407,8 @@ TEST(PackTest, PaddingRowsOfTheLastTileAreZero) {
     const Weights w = MakeWeights(type, rows, cols, rng);
     std::vector<uint8_t> packed(PackedBytes(type, rows, cols));
     ASSERT_EQ(packed.size(), 32 * w.row_bytes);  // same bytes as 32 GGUF rows
-    PackMatrix(type, w.data.data(), rows, cols, packed.data());
     const Isa best = AvailableIsas().back();
+    PackMatrix(type, best, w.data.data(), rows, cols, packed.data());
     const KernelSet& ks = GetKernels(type, best);
     if (ks.gemm_tiles == nullptr) GTEST_SKIP() << "no tile kernels on this CPU";
     const auto x = Gaussian(cols, rng);

@@ -74,8 +74,8 @@ inline __m256i Widen(__m256i s16) { return _mm256_madd_epi16(s16, Ones16()); }
 // (<= 30480) before one widening.
 
 template <int NT>
-[[gnu::always_inline]] inline
-void HalfQ4_0(const TileQ4_0* tiles, int64_t nb, int h, const ActQ8_0* const* act, __m256* acc) {
+[[gnu::always_inline]] inline void HalfQ4_0(const TileQ4_0* tiles, int64_t nb, int h,
+                                            const ActQ8_0* const* act, __m256* acc) {
   const __m256i lo_mask = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
     const TileQ4_0& tl = tiles[b];
@@ -109,8 +109,8 @@ void HalfQ4_0(const TileQ4_0* tiles, int64_t nb, int h, const ActQ8_0* const* ac
 // Q8_0: the stored u8 = w + 128 is turned back into w and multiplied with the sign trick
 // (|w| x sign(a, w)): |pair| <= 2 * 128 * 127 = 32512 fits i16, two pairs would not.
 template <int NT>
-[[gnu::always_inline]] inline
-void HalfQ8_0(const TileQ8_0* tiles, int64_t nb, int h, const ActQ8_0* const* act, __m256* acc) {
+[[gnu::always_inline]] inline void HalfQ8_0(const TileQ8_0* tiles, int64_t nb, int h,
+                                            const ActQ8_0* const* act, __m256* acc) {
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < nb; ++b) {
     const TileQ8_0& tl = tiles[b];
@@ -183,8 +183,7 @@ void DecodeQ8_0(const TileQ8_0* tiles, int64_t nb, const ActQ8_0* act, __m256* a
       UF_UNROLL
       for (int h = 0; h < 2; ++h) {
         const __m256i w = _mm256_xor_si256(Load(tl.qs[k][8 * h]), flip);
-        const __m256i p =
-            Widen(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(ak, w)));
+        const __m256i p = Widen(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(ak, w)));
         s[h] = k == 0 ? p : _mm256_add_epi32(s[h], p);
         Pin(s[h]);
       }
@@ -192,8 +191,8 @@ void DecodeQ8_0(const TileQ8_0* tiles, int64_t nb, const ActQ8_0* act, __m256* a
     const __m256 da = _mm256_set1_ps(a.d);
     UF_UNROLL
     for (int h = 0; h < 2; ++h) {
-      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[h]),
-                               _mm256_mul_ps(LoadHalf8(tl.d + 8 * h), da), acc[h]);
+      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[h]), _mm256_mul_ps(LoadHalf8(tl.d + 8 * h), da),
+                               acc[h]);
     }
   }
 }
@@ -203,8 +202,8 @@ void DecodeQ8_0(const TileQ8_0* tiles, int64_t nb, const ActQ8_0* act, __m256* a
 // sum in i16: 8 * 2 * 15 * 127 = 30480.
 
 template <int NT>
-[[gnu::always_inline]] inline
-void HalfQ4_K(const TileQ4_K* tiles, int64_t nb, int h, const ActQ8_K* const* act, __m256* acc) {
+[[gnu::always_inline]] inline void HalfQ4_K(const TileQ4_K* tiles, int64_t nb, int h,
+                                            const ActQ8_K* const* act, __m256* acc) {
   const __m256i lo_mask = _mm256_set1_epi8(0x0F);
   const __m256i six_bits = _mm256_set1_epi8(0x3F);
   const __m256i top_bits = _mm256_set1_epi8(static_cast<char>(0xC0));
@@ -285,9 +284,8 @@ void HalfQ4_K(const TileQ4_K* tiles, int64_t nb, int h, const ActQ8_K* const* ac
 inline __m256i ScaleSpread(int j) {
   const int b = j & 3;
   const int lane = b | 0x8000 | (b << 16) | (0x8000 << 16);
-  return _mm256_add_epi32(_mm256_set1_epi32(lane),
-                          _mm256_setr_epi32(0, 0x40004, 0x80008, 0xC000C, 0, 0x40004, 0x80008,
-                                            0xC000C));
+  return _mm256_add_epi32(_mm256_set1_epi32(lane), _mm256_setr_epi32(0, 0x40004, 0x80008, 0xC000C,
+                                                                     0, 0x40004, 0x80008, 0xC000C));
 }
 
 void DecodeQ4_K(const TileQ4_K* tiles, int64_t nb, const ActQ8_K* act, __m256* acc) {
@@ -365,14 +363,29 @@ void DecodeQ4_K(const TileQ4_K* tiles, int64_t nb, const ActQ8_K* act, __m256* a
 }
 
 // ---------------------------------------------------------------------------------------------
+// Q6_K tiles in the AVX2 form (packed.h): value k (0..3) of a step for the 8 rows from row r0.
+// Values 0-2 are their group's low 6 bits; value 3 is assembled from the groups' top 2 bits
+// (16-bit shifts pull bits from the neighbouring byte, which the masks drop).
+[[gnu::always_inline]] inline __m256i Q6Value(const uint8_t (*step)[kTileRows][4], int r0, int k) {
+  if (k < 3) return _mm256_and_si256(Load(step[k][r0]), _mm256_set1_epi8(0x3F));
+  const __m256i a =
+      _mm256_and_si256(_mm256_srli_epi16(Load(step[0][r0]), 6), _mm256_set1_epi8(0x03));
+  const __m256i b =
+      _mm256_and_si256(_mm256_srli_epi16(Load(step[1][r0]), 4), _mm256_set1_epi8(0x0C));
+  const __m256i c =
+      _mm256_and_si256(_mm256_srli_epi16(Load(step[2][r0]), 2), _mm256_set1_epi8(0x30));
+  return _mm256_or_si256(_mm256_or_si256(a, b), c);
+}
+
 // Q6_K, one 8-row half. Values <= 63: a pair <= 2 * 63 * 127 = 16002, so two chunks sum in i16.
+// Decode runs it too (RunBoth). A both-halves kernel in the style of DecodeQ4_K, which took the
+// values one at a time to fit the registers and so visited a step's lines out of order, streamed
+// slower: 0.64-0.73 of the read bandwidth against 0.70-0.83 for this one (kernels_bench, 3 ABA
+// rounds).
 
 template <int NT>
-[[gnu::always_inline]] inline
-void HalfQ6_K(const TileQ6_K* tiles, int64_t nb, int h8, const ActQ8_K* const* act, __m256* acc) {
-  const __m256i lo_mask = _mm256_set1_epi8(0x0F);
-  const __m256i hi_bits = _mm256_set1_epi8(0x30);
-  const __m256i two_bits = _mm256_set1_epi8(0x33);
+[[gnu::always_inline]] inline void HalfQ6_K(const TileQ6_K* tiles, int64_t nb, int h8,
+                                            const ActQ8_K* const* act, __m256* acc) {
   for (int64_t b = 0; b < nb; ++b) {
     const TileQ6_K& tl = tiles[b];
     __m256i isum[NT];
@@ -395,26 +408,15 @@ void HalfQ6_K(const TileQ6_K* tiles, int64_t nb, int h8, const ActQ8_K* const* a
         UF_UNROLL
         for (int i = 0; i < 4; ++i) {
           const int lc = 4 * quad + i;
-          const __m256i qla = Load(tl.q[8 * h + lc][0][8 * h8]);
-          const __m256i qlb = Load(tl.q[8 * h + lc][1][8 * h8]);
-          const __m256i qh = Load(tl.q[8 * h + lc][2][8 * h8]);
-          const __m256i qhm = _mm256_and_si256(qh, two_bits);
-          const __m256i qhn = _mm256_and_si256(_mm256_srli_epi32(qh, 2), two_bits);
-          __m256i v[4];
-          v[0] = _mm256_or_si256(_mm256_and_si256(qla, lo_mask),
-                                 _mm256_and_si256(_mm256_slli_epi32(qhm, 4), hi_bits));
-          v[1] = _mm256_or_si256(_mm256_and_si256(qlb, lo_mask),
-                                 _mm256_and_si256(_mm256_slli_epi32(qhn, 4), hi_bits));
-          v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(qla, 4), lo_mask),
-                                 _mm256_and_si256(qhm, hi_bits));
-          v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(qlb, 4), lo_mask),
-                                 _mm256_and_si256(qhn, hi_bits));
           UF_UNROLL
-          for (int t = 0; t < NT; ++t) {
+          for (int k = 0; k < 4; ++k) {
+            // Each value used as soon as it is extracted: 16 ymm registers cannot hold all four
+            // beside the 8 sums and the masks.
+            const __m256i v = Q6Value(tl.q[8 * h + lc], 8 * h8, k);
             UF_UNROLL
-            for (int k = 0; k < 4; ++k) {
+            for (int t = 0; t < NT; ++t) {
               const int j = 8 * h + 2 * k + quad;
-              const __m256i p = _mm256_maddubs_epi16(v[k], Bcast4(act[t][b].qs + 16 * j + 4 * i));
+              const __m256i p = _mm256_maddubs_epi16(v, Bcast4(act[t][b].qs + 16 * j + 4 * i));
               if (i % 2 == 0) {
                 s16[t][k] = p;
               } else {
@@ -440,70 +442,6 @@ void HalfQ6_K(const TileQ6_K* tiles, int64_t nb, int h8, const ActQ8_K* const* a
     for (int t = 0; t < NT; ++t) {
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
                                _mm256_mul_ps(dw, _mm256_set1_ps(act[t][b].d)), acc[t]);
-    }
-  }
-}
-
-// Q6_K decode (one token), sub-block by sub-block: for each of the 4 values a step holds, the
-// 6-bit value is rebuilt from its ql and qh bytes alone (4-5 operations), so only one i16 sum is
-// live. Reloading a step's bytes for each value costs L1 loads; extracting all four at once
-// needed ~20 live registers and spilled. Both 8-row halves share each activation broadcast.
-void DecodeQ6_K(const TileQ6_K* tiles, int64_t nb, const ActQ8_K* act, __m256* acc) {
-  const __m256i lo_mask = _mm256_set1_epi8(0x0F);
-  const __m256i hi_bits = _mm256_set1_epi8(0x30);
-  for (int64_t b = 0; b < nb; ++b) {
-    const TileQ6_K& tl = tiles[b];
-    const ActQ8_K& a = act[b];
-    __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    UF_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      UF_UNROLL
-      for (int quad = 0; quad < 2; ++quad) {
-        UF_UNROLL
-        for (int k = 0; k < 4; ++k) {
-          const int j = 8 * h + 2 * k + quad;
-          __m256i s32[2] = {_mm256_set1_epi32(a.q6_bias[j]), _mm256_set1_epi32(a.q6_bias[j])};
-          __m256i s16[2];
-          UF_UNROLL
-          for (int i = 0; i < 4; ++i) {
-            const int lc = 4 * quad + i;
-            const __m256i av = Bcast4(a.qs + 16 * j + 4 * i);
-            UF_UNROLL
-            for (int h8 = 0; h8 < 2; ++h8) {
-              const __m256i ql = Load(tl.q[8 * h + lc][k & 1][8 * h8]);
-              const __m256i qh = Load(tl.q[8 * h + lc][2][8 * h8]);
-              // Low 4 bits: ql's low (k < 2) or high (k >= 2) nibble; bits 4-5: qh bits 2k, 2k+1.
-              const __m256i lo = _mm256_and_si256(k < 2 ? ql : _mm256_srli_epi16(ql, 4), lo_mask);
-              __m256i hi;
-              if (k == 0) hi = _mm256_slli_epi16(qh, 4);
-              if (k == 1) hi = _mm256_slli_epi16(qh, 2);
-              if (k == 2) hi = qh;
-              if (k == 3) hi = _mm256_srli_epi16(qh, 2);
-              const __m256i v = _mm256_or_si256(lo, _mm256_and_si256(hi, hi_bits));
-              // Values <= 63: a pair <= 2 * 63 * 127 = 16002, so two steps sum in i16.
-              const __m256i p = _mm256_maddubs_epi16(v, av);
-              if (i % 2 == 0) {
-                s16[h8] = p;
-              } else {
-                s32[h8] = _mm256_add_epi32(s32[h8], Widen(_mm256_add_epi16(s16[h8], p)));
-              }
-            }
-          }
-          UF_UNROLL
-          for (int h8 = 0; h8 < 2; ++h8) {
-            const __m256i sc = _mm256_cvtepi8_epi32(
-                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(tl.scales[j] + 8 * h8)));
-            isum[h8] = _mm256_add_epi32(isum[h8], _mm256_mullo_epi32(s32[h8], sc));
-            Pin(isum[h8]);
-          }
-        }
-      }
-    }
-    const __m256 da = _mm256_set1_ps(a.d);
-    UF_UNROLL
-    for (int h8 = 0; h8 < 2; ++h8) {
-      acc[h8] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h8]),
-                                _mm256_mul_ps(LoadHalf8(tl.d + 8 * h8), da), acc[h8]);
     }
   }
 }
@@ -623,7 +561,7 @@ void GemmQ4_K(const GemmTask& t, int64_t r0, int64_t r1) {
   GemmTiles<TileQ4_K, ActQ8_K, 2, HalfQ4_K<1>, HalfQ4_K<2>, HalfQ4_K<2>, DecodeQ4_K>(t, r0, r1);
 }
 void GemmQ6_K(const GemmTask& t, int64_t r0, int64_t r1) {
-  GemmTiles<TileQ6_K, ActQ8_K, 2, HalfQ6_K<1>, HalfQ6_K<2>, HalfQ6_K<2>, DecodeQ6_K>(t, r0, r1);
+  GemmTiles<TileQ6_K, ActQ8_K, 2, HalfQ6_K<1>, HalfQ6_K<2>, HalfQ6_K<2>>(t, r0, r1);
 }
 
 }  // namespace

@@ -32,7 +32,9 @@ class MatrixAccess {
   // mmapped files are) ran at 55-70% of the read bandwidth for F16/BF16, 2 MiB pages at ~96%.
   static void Pack(Matrix* m) {
     HugeBuffer buf = AllocateHuge(PackedBytes(m->type_, m->rows_, m->cols_));
-    PackMatrix(m->type_, m->data_, m->rows_, m->cols_, buf.get());
+    const Isa isa = ActiveIsa();
+    PackMatrix(m->type_, isa, m->data_, m->rows_, m->cols_, buf.get());
+    m->tile_variant_ = TileVariant(m->type_, isa);
     m->tiles_ = buf.get();
     m->repacked_ = std::shared_ptr<uint8_t[]>(std::move(buf));
   }
@@ -107,9 +109,11 @@ void RunMatMul(const Matrix* const* ws, float* const* ys, int n_mats, const floa
     const KernelSet& ks = GetKernels(ws[i]->type(), isa);
     UF_CHECK(ws[i]->cols() == cols && ks.convert == ks0.convert)
         << "MatMulMulti: matrices must share cols and activation type";
-    // Tiles exist when the matrix was created under a tier that reads them; a lower tier
-    // selected later for testing reads the GGUF rows instead.
-    const bool tiles = ws[i]->tiles() != nullptr && ks.gemm_tiles != nullptr;
+    // Tiles exist when the matrix was created under a tier that reads them; a tier selected
+    // later for testing that lacks tile kernels, or reads another form of them, reads the GGUF
+    // rows instead.
+    const bool tiles = ws[i]->tiles() != nullptr && ks.gemm_tiles != nullptr &&
+                       ws[i]->tile_variant() == TileVariant(ws[i]->type(), isa);
     fns[i] = tiles ? ks.gemm_tiles : ks.gemm;
     wptr[i] = tiles ? ws[i]->tiles() : ws[i]->data();
     total_bytes += ws[i]->bytes();

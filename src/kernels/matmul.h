@@ -41,6 +41,8 @@ class Matrix {
   // The same weights repacked into 16-row tiles for the SIMD kernels (kernels/packed.h), or
   // null when the active kernels read the GGUF rows directly.
   const uint8_t* tiles() const { return tiles_; }
+  // The form of tiles() (kernels/packed.h TileVariant), fixed by the tier active at Create.
+  int tile_variant() const { return tile_variant_; }
 
  private:
   GgmlType type_ = GgmlType::kF32;
@@ -48,8 +50,9 @@ class Matrix {
   int64_t cols_ = 0;
   size_t row_bytes_ = 0;
   size_t bytes_ = 0;
-  const uint8_t* data_ = nullptr;        // [rows][row_bytes] in the GGUF layout (maybe a copy)
-  const uint8_t* tiles_ = nullptr;       // [ceil(rows / 16)][16 * row_bytes], or null
+  const uint8_t* data_ = nullptr;   // [rows][row_bytes] in the GGUF layout (maybe a copy)
+  const uint8_t* tiles_ = nullptr;  // [ceil(rows / 16)][16 * row_bytes], or null
+  int tile_variant_ = 0;
   std::shared_ptr<uint8_t[]> repacked_;  // owner of tiles_ or of the copied data_
   friend class MatrixAccess;
 };

@@ -61,6 +61,33 @@ void PackRow(const BlockQ6_K* src, int64_t nb, int r, TileQ6_K* tiles) {
   }
 }
 
+// The AVX2 form of Q6_K (packed.h): the same steps, each value whole in one group's low bits.
+struct Q6KAvx2 {};
+void PackRow(const BlockQ6_K* src, int64_t nb, int r, TileQ6_K* tiles, Q6KAvx2) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ6_K& in = src[b];
+    TileQ6_K& out = tiles[b];
+    out.d[r] = in.d;
+    for (int j = 0; j < 16; ++j) out.scales[j][r] = in.scales[j];
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* ql = in.ql + 64 * h;
+      const uint8_t* qh = in.qh + 32 * h;
+      for (int l = 0; l < 8; ++l) {
+        for (int i = 0; i < 4; ++i) {
+          const int e = 4 * l + i;  // value 128h + e (+ 32k for k = 0..3)
+          const int v0 = (ql[e] & 0xF) | (qh[e] & 3) << 4;
+          const int v1 = (ql[e + 32] & 0xF) | (qh[e] >> 2 & 3) << 4;
+          const int v2 = (ql[e] >> 4) | (qh[e] >> 4 & 3) << 4;
+          const int v3 = (ql[e + 32] >> 4) | (qh[e] >> 6 & 3) << 4;
+          out.q[8 * h + l][0][r][i] = static_cast<uint8_t>(v0 | (v3 & 3) << 6);
+          out.q[8 * h + l][1][r][i] = static_cast<uint8_t>(v1 | (v3 >> 2 & 3) << 6);
+          out.q[8 * h + l][2][r][i] = static_cast<uint8_t>(v2 | (v3 >> 4) << 6);
+        }
+      }
+    }
+  }
+}
+
 // Float types: element (r, c) of a tile row goes to column c's group of 16 (pairs of columns
 // for BF16). Reading 16 rows and writing one tile row keeps the writes within L2.
 template <typename T, int kPair>
@@ -82,15 +109,15 @@ void PackFloat(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
   }
 }
 
-// nb blocks per row.
-template <typename Block, typename Tile>
-void PackAll(const uint8_t* src, int64_t rows, int64_t nb, uint8_t* dst) {
+// nb blocks per row; Form... selects a PackRow overload other than the GGUF-order one.
+template <typename Block, typename Tile, typename... Form>
+void PackAll(const uint8_t* src, int64_t rows, int64_t nb, uint8_t* dst, Form... form) {
   Tile* out = reinterpret_cast<Tile*>(dst);
   const Block* in = reinterpret_cast<const Block*>(src);
   for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
     const int n = static_cast<int>(std::min<int64_t>(kTileRows, rows - r0));
     if (n < kTileRows) std::memset(static_cast<void*>(out), 0, nb * sizeof(Tile));
-    for (int r = 0; r < n; ++r) PackRow(in + (r0 + r) * nb, nb, r, out);
+    for (int r = 0; r < n; ++r) PackRow(in + (r0 + r) * nb, nb, r, out, form...);
     out += nb;
   }
 }
@@ -121,7 +148,12 @@ size_t PackedBytes(GgmlType type, int64_t rows, int64_t cols) {
   return TileRowBytes(type, cols) * static_cast<size_t>((rows + kTileRows - 1) / kTileRows);
 }
 
-void PackMatrix(GgmlType type, const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
+int TileVariant(GgmlType type, Isa isa) {
+  return type == GgmlType::kQ6_K && isa == Isa::kAvx2 ? 1 : 0;
+}
+
+void PackMatrix(GgmlType type, Isa isa, const uint8_t* src, int64_t rows, int64_t cols,
+                uint8_t* dst) {
   switch (type) {
     case GgmlType::kF32:
       return PackFloat<uint32_t, 1>(src, rows, cols, dst);
@@ -136,6 +168,9 @@ void PackMatrix(GgmlType type, const uint8_t* src, int64_t rows, int64_t cols, u
     case GgmlType::kQ4_K:
       return PackAll<BlockQ4_K, TileQ4_K>(src, rows, cols / kQK_K, dst);
     case GgmlType::kQ6_K:
+      if (TileVariant(type, isa) == 1) {
+        return PackAll<BlockQ6_K, TileQ6_K>(src, rows, cols / kQK_K, dst, Q6KAvx2{});
+      }
       return PackAll<BlockQ6_K, TileQ6_K>(src, rows, cols / kQK_K, dst);
     default:
       UF_CHECK(false) << "PackMatrix: no tile layout for type " << static_cast<int>(type);

@@ -50,6 +50,12 @@ static_assert(sizeof(TileQ4_K) == kTileRows * sizeof(BlockQ4_K));
 // rate): step s = 8h + l (h = 0..1 half of the super-block, l = 0..7 group of 4 values) holds
 // ql bytes 64h + 4l.. (values 128h + 4l.. low nibbles, + 64 high), ql bytes 64h + 32 + 4l..
 // (values + 32 and + 96) and qh bytes 32h + 4l.. (2 high bits of all four).
+//
+// The AVX2 kernels read Q6_K steps in another form (TileVariant 1), where each of the three
+// 4-byte groups carries one whole value in its low 6 bits: with V0..V3 the 6-bit values the step
+// holds (value + 0, + 32, + 64, + 96), the groups are V0 | (V3 & 3) << 6, V1 | (V3 >> 2 & 3) << 6
+// and V2 | (V3 >> 4) << 6. Three values then take one AND each and the fourth eight operations,
+// against 17 operations for all four in the GGUF form: Q6_K decode is compute-bound on AVX2.
 struct TileQ6_K {
   uint16_t d[kTileRows];
   int8_t scales[16][kTileRows];
@@ -68,8 +74,13 @@ bool HasTileLayout(GgmlType type);
 size_t TileRowBytes(GgmlType type, int64_t cols);
 // Bytes of the packed copy of a rows x cols matrix.
 size_t PackedBytes(GgmlType type, int64_t rows, int64_t cols);
-// Packs GGUF rows [rows][src_row_bytes] into tiles at dst (PackedBytes(type, rows, cols)).
-void PackMatrix(GgmlType type, const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst);
+// Which form of `type`'s tiles the kernels of tier `isa` read: 0 for the layouts above, shared
+// by the SIMD tiers, 1 for the AVX2 form of Q6_K.
+int TileVariant(GgmlType type, Isa isa);
+// Packs GGUF rows [rows][src_row_bytes] into tiles at dst (PackedBytes(type, rows, cols)), in
+// the form tier `isa` reads.
+void PackMatrix(GgmlType type, Isa isa, const uint8_t* src, int64_t rows, int64_t cols,
+                uint8_t* dst);
 
 // Q8_0-family activations of the SIMD tiers: the reference Q8_0 block with its f16 scale
 // widened and -128 * sum(qs), the correction for both the Q4_0 nibble offset (-8, scaled by
