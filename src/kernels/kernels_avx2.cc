@@ -96,7 +96,9 @@ template <int NT>
       UF_UNROLL
       for (int k = 1; k < 4; ++k) {
         s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo[k], Bcast4(a.qs + 4 * k)));
+        Pin(s16);
         s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi[k], Bcast4(a.qs + 16 + 4 * k)));
+        Pin(s16);
       }
       // bias = -128 * sum(a) = 16 * (-8 * sum(a)): the nibble offset.
       const __m256i s = _mm256_add_epi32(Widen(s16), _mm256_set1_epi32(a.bias >> 4));
@@ -130,6 +132,7 @@ template <int NT>
       for (int k = 0; k < 8; ++k) {
         const __m256i p = _mm256_maddubs_epi16(aw[k], _mm256_sign_epi8(Bcast4(a.qs + 4 * k), w[k]));
         s = _mm256_add_epi32(s, Widen(p));
+        Pin(s);
       }
       acc[t] =
           _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)), acc[t]);
@@ -245,6 +248,8 @@ template <int NT>
           const int8_t* q = act[t][b].qs + 64 * g;
           sl[t] = _mm256_add_epi16(sl[t], _mm256_maddubs_epi16(lo, Bcast4(q + 4 * c)));
           sh[t] = _mm256_add_epi16(sh[t], _mm256_maddubs_epi16(hi, Bcast4(q + 32 + 4 * c)));
+          Pin(sl[t]);
+          Pin(sh[t]);
         }
       }
       const __m256i sc_lo = _mm256_shuffle_epi8(g < 2 ? sc03 : sc47, byte_of[(2 * g) & 3]);
