@@ -108,19 +108,18 @@ template <int NT>
   }
 }
 
-// Q8_0: the stored u8 = w + 128 is turned back into w and multiplied with the sign trick
-// (|w| x sign(a, w)): |pair| <= 2 * 128 * 127 = 32512 fits i16, two pairs would not.
+// Q8_0 (the AVX2 tile form: int8 as stored in GGUF), with the sign trick (|w| x sign(a, w)):
+// |pair| <= 2 * 128 * 127 = 32512 fits i16, two pairs would not.
 template <int NT>
 [[gnu::always_inline]] inline void HalfQ8_0(const TileQ8_0* tiles, int64_t nb, int h,
                                             const ActQ8_0* const* act, __m256* acc) {
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < nb; ++b) {
     const TileQ8_0& tl = tiles[b];
     if (h == 0) PrefetchAhead(&tl);
     __m256i aw[8], w[8];
     UF_UNROLL
     for (int k = 0; k < 8; ++k) {
-      w[k] = _mm256_xor_si256(Load(tl.qs[k][8 * h]), flip);
+      w[k] = Load(tl.qs[k][8 * h]);
       aw[k] = _mm256_abs_epi8(w[k]);
     }
     const __m256 dw = LoadHalf8(tl.d + 8 * h);
@@ -174,7 +173,6 @@ void DecodeQ4_0(const TileQ4_0* tiles, int64_t nb, const ActQ8_0* act, __m256* a
 }
 
 void DecodeQ8_0(const TileQ8_0* tiles, int64_t nb, const ActQ8_0* act, __m256* acc) {
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < nb; ++b) {
     const TileQ8_0& tl = tiles[b];
     const ActQ8_0& a = act[b];
@@ -185,7 +183,7 @@ void DecodeQ8_0(const TileQ8_0* tiles, int64_t nb, const ActQ8_0* act, __m256* a
       const __m256i ak = Bcast4(a.qs + 4 * k);
       UF_UNROLL
       for (int h = 0; h < 2; ++h) {
-        const __m256i w = _mm256_xor_si256(Load(tl.qs[k][8 * h]), flip);
+        const __m256i w = Load(tl.qs[k][8 * h]);
         const __m256i p = Widen(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(ak, w)));
         s[h] = k == 0 ? p : _mm256_add_epi32(s[h], p);
         Pin(s[h]);

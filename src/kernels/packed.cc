@@ -25,6 +25,15 @@ void PackRow(const BlockQ4_0* src, int64_t nb, int r, TileQ4_0* tiles) {
   }
 }
 
+// The AVX2 form of Q8_0 (packed.h): the int8 values as they are.
+struct Q8_0Avx2 {};
+void PackRow(const BlockQ8_0* src, int64_t nb, int r, TileQ8_0* tiles, Q8_0Avx2) {
+  for (int64_t b = 0; b < nb; ++b) {
+    tiles[b].d[r] = src[b].d;
+    Scatter4(reinterpret_cast<const uint8_t*>(src[b].qs), 8, r, tiles[b].qs);
+  }
+}
+
 void PackRow(const BlockQ8_0* src, int64_t nb, int r, TileQ8_0* tiles) {
   for (int64_t b = 0; b < nb; ++b) {
     tiles[b].d[r] = src[b].d;
@@ -149,7 +158,7 @@ size_t PackedBytes(GgmlType type, int64_t rows, int64_t cols) {
 }
 
 int TileVariant(GgmlType type, Isa isa) {
-  return type == GgmlType::kQ6_K && isa == Isa::kAvx2 ? 1 : 0;
+  return (type == GgmlType::kQ6_K || type == GgmlType::kQ8_0) && isa == Isa::kAvx2 ? 1 : 0;
 }
 
 void PackMatrix(GgmlType type, Isa isa, const uint8_t* src, int64_t rows, int64_t cols,
@@ -164,6 +173,9 @@ void PackMatrix(GgmlType type, Isa isa, const uint8_t* src, int64_t rows, int64_
     case GgmlType::kQ4_0:
       return PackAll<BlockQ4_0, TileQ4_0>(src, rows, cols / kQK4_0, dst);
     case GgmlType::kQ8_0:
+      if (TileVariant(type, isa) == 1) {
+        return PackAll<BlockQ8_0, TileQ8_0>(src, rows, cols / kQK8_0, dst, Q8_0Avx2{});
+      }
       return PackAll<BlockQ8_0, TileQ8_0>(src, rows, cols / kQK8_0, dst);
     case GgmlType::kQ4_K:
       return PackAll<BlockQ4_K, TileQ4_K>(src, rows, cols / kQK_K, dst);
