@@ -58,6 +58,16 @@ SequenceState Seq(int64_t id, ServiceTier tier, int64_t context, int64_t to_pref
   return s;
 }
 
+// One running ultrafast decode (id 100, context 300) and n running default decodes (ids 0..n-1,
+// context 200), with KV to spare.
+StepInput UltrafastBesideDefaults(int n) {
+  StepInput in;
+  in.running.push_back(Seq(100, ServiceTier::kUltrafast, 300, 0, 50.0));
+  for (int i = 0; i < n; ++i) in.running.push_back(Seq(i, ServiceTier::kDefault, 200, 0, i));
+  in.free_kv_blocks = 1000;
+  return in;
+}
+
 // A model whose first 3 tokens cost nothing extra (a flat knee, no attention term): without the
 // per-token floor, slack 0 would let 2 defaults ride "free" beside ultrafast. Slack 0 keeps
 // ultrafast alone; 5% still admits the 2 the flat region holds (charged 0.25% each).
@@ -74,10 +84,7 @@ TEST(SchedulerTest, SlackZeroKeepsUltrafastAloneEvenWhereTheModelIsFlat) {
     o.ultrafast_slack = slack;
     o.probe_interval_steps = 0;
     Scheduler sched(o, &cost, &clock);
-    StepInput in;
-    in.running.push_back(Seq(100, ServiceTier::kUltrafast, 300, 0, 50.0));
-    for (int i = 0; i < 16; ++i) in.running.push_back(Seq(i, ServiceTier::kDefault, 200, 0, i));
-    in.free_kv_blocks = 1000;
+    const StepInput in = UltrafastBesideDefaults(16);
     const StepPlan plan = sched.Plan(in);
     ASSERT_FALSE(plan.decode.empty());
     EXPECT_EQ(plan.decode[0], 100);
@@ -93,10 +100,7 @@ TEST(SchedulerTest, UltrafastBoundHoldsAndDefaultsFillTheRest) {
     SchedulerOptions o;
     o.ultrafast_slack = slack;
     Scheduler sched(o, &cost, &clock);
-    StepInput in;
-    in.running.push_back(Seq(100, ServiceTier::kUltrafast, 300, 0, 50.0));
-    for (int i = 0; i < 16; ++i) in.running.push_back(Seq(i, ServiceTier::kDefault, 200, 0, i));
-    in.free_kv_blocks = 1000;
+    const StepInput in = UltrafastBesideDefaults(16);
     const StepPlan plan = sched.Plan(in);
 
     // Recompute the batch's time from its contents with the test's own formula.
@@ -607,10 +611,7 @@ TEST(SchedulerTest, ProbesAlternateSoloAndOneMore) {
   SchedulerOptions o;
   o.probe_interval_steps = 4;
   Scheduler sched(o, &cost, &clock);
-  StepInput in;
-  in.running.push_back(Seq(100, ServiceTier::kUltrafast, 300, 0, 50.0));
-  for (int i = 0; i < 6; ++i) in.running.push_back(Seq(i, ServiceTier::kDefault, 200, 0, i));
-  in.free_kv_blocks = 1000;
+  StepInput in = UltrafastBesideDefaults(6);
   for (int step = 0; step < 12; ++step) {
     const StepPlan plan = sched.Plan(in);
     std::vector<int64_t> expected = {100, 0, 1};  // two defaults fit at 5% (see above)

@@ -33,16 +33,8 @@ inline __m256 LoadHalf8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// The Q4_0 / Q8_0 half kernels (prefill, two-token decode) prefetch 2 tiles ahead, issued by
-// the first half's pass only, as the AVX-512 tier does.
-template <typename Tile>
-inline void PrefetchAhead(const Tile* t) {
-  const char* p = reinterpret_cast<const char*>(t + 2);
-  UF_UNROLL
-  for (size_t i = 0; i < sizeof(Tile); i += 64) _mm_prefetch(p + i, _MM_HINT_T0);
-}
-
-// The Q4_0 / Q8_0 decode kernels request, for each line of a tile, the line 1 KiB further on.
+// The Q4_0 / Q8_0 kernels request, for each line of a tile, the line 1 KiB further on (the half
+// kernels in their first half's pass).
 // kernels_bench, 2 threads, 3 rounds each against the read bandwidth (this Zen 3 VM):
 //   distance   none        512 B       1 KiB       2 KiB
 //   Q4_0       0.83-0.85   0.85        0.92-0.93   0.87-0.90
@@ -69,6 +61,11 @@ inline __m256i Ones16() { return _mm256_set1_epi16(1); }
 // i16 pairs -> i32 lanes.
 inline __m256i Widen(__m256i s16) { return _mm256_madd_epi16(s16, Ones16()); }
 
+// acc + (i32 block sums) x weight scales x activation scale: every kernel's block epilogue.
+inline __m256 AddScaled(__m256 acc, __m256i sums, __m256 dw, __m256 da) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(dw, da), acc);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Q4_0, one 8-row half. |pair| <= 2 * 15 * 127 = 3810, so all 8 products of a block sum in i16
 // (<= 30480) before one widening.
@@ -79,7 +76,7 @@ template <int NT>
   const __m256i lo_mask = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
     const TileQ4_0& tl = tiles[b];
-    if (h == 0) PrefetchAhead(&tl);
+    if (h == 0) PrefetchTile(&tl);
     __m256i lo[4], hi[4];
     UF_UNROLL
     for (int k = 0; k < 4; ++k) {
@@ -102,8 +99,7 @@ template <int NT>
       }
       // bias = -128 * sum(a) = 16 * (-8 * sum(a)): the nibble offset.
       const __m256i s = _mm256_add_epi32(Widen(s16), _mm256_set1_epi32(a.bias >> 4));
-      acc[t] =
-          _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)), acc[t]);
+      acc[t] = AddScaled(acc[t], s, dw, _mm256_set1_ps(a.d));
     }
   }
 }
@@ -115,7 +111,7 @@ template <int NT>
                                             const ActQ8_0* const* act, __m256* acc) {
   for (int64_t b = 0; b < nb; ++b) {
     const TileQ8_0& tl = tiles[b];
-    if (h == 0) PrefetchAhead(&tl);
+    if (h == 0) PrefetchTile(&tl);
     __m256i aw[8], w[8];
     UF_UNROLL
     for (int k = 0; k < 8; ++k) {
@@ -133,14 +129,14 @@ template <int NT>
         s = _mm256_add_epi32(s, Widen(p));
         Pin(s);
       }
-      acc[t] =
-          _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)), acc[t]);
+      acc[t] = AddScaled(acc[t], s, dw, _mm256_set1_ps(a.d));
     }
   }
 }
 
 // Decode (one token) over both halves of a tile, each activation broadcast feeding both: the
-// same products as HalfQ4_0 / HalfQ8_0, Pin()ned so the 16 ymm registers suffice.
+// same products as HalfQ4_0 / HalfQ8_0. Q8_0's chain of eight i32 adds is Pin()ned; Q4_0's four
+// i16 adds did not spill and measured the same either way.
 void DecodeQ4_0(const TileQ4_0* tiles, int64_t nb, const ActQ8_0* act, __m256* acc) {
   const __m256i lo_mask = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
@@ -166,8 +162,7 @@ void DecodeQ4_0(const TileQ4_0* tiles, int64_t nb, const ActQ8_0* act, __m256* a
     UF_UNROLL
     for (int h = 0; h < 2; ++h) {
       const __m256i s = _mm256_add_epi32(Widen(s16[h]), bias);
-      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(LoadHalf8(tl.d + 8 * h), da),
-                               acc[h]);
+      acc[h] = AddScaled(acc[h], s, LoadHalf8(tl.d + 8 * h), da);
     }
   }
 }
@@ -192,8 +187,7 @@ void DecodeQ8_0(const TileQ8_0* tiles, int64_t nb, const ActQ8_0* act, __m256* a
     const __m256 da = _mm256_set1_ps(a.d);
     UF_UNROLL
     for (int h = 0; h < 2; ++h) {
-      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[h]), _mm256_mul_ps(LoadHalf8(tl.d + 8 * h), da),
-                               acc[h]);
+      acc[h] = AddScaled(acc[h], s[h], LoadHalf8(tl.d + 8 * h), da);
     }
   }
 }
@@ -270,7 +264,7 @@ template <int NT>
                                                 _mm256_maddubs_epi16(m47, Bcast4(a.min_lo + 4))));
       const __m256i mins = _mm256_add_epi32(_mm256_slli_epi32(mh, 6), ml);
       const __m256 da = _mm256_set1_ps(a.d);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]), _mm256_mul_ps(dw, da), acc[t]);
+      acc[t] = AddScaled(acc[t], isum[t], dw, da);
       acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmw, da), acc[t]);
     }
   }
@@ -357,8 +351,7 @@ void DecodeQ4_K(const TileQ4_K* tiles, int64_t nb, const ActQ8_K* act, __m256* a
           Widen(_mm256_add_epi16(_mm256_maddubs_epi16(mn[h][0], Bcast4(a.min_lo)),
                                  _mm256_maddubs_epi16(mn[h][1], Bcast4(a.min_lo + 4))));
       const __m256i mins = _mm256_add_epi32(_mm256_slli_epi32(mh, 6), ml);
-      acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h]),
-                               _mm256_mul_ps(LoadHalf8(tl.d + 8 * h), da), acc[h]);
+      acc[h] = AddScaled(acc[h], isum[h], LoadHalf8(tl.d + 8 * h), da);
       acc[h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins),
                                 _mm256_mul_ps(LoadHalf8(tl.dmin + 8 * h), da), acc[h]);
     }
@@ -443,8 +436,7 @@ template <int NT>
     const __m256 dw = LoadHalf8(tl.d + 8 * h8);
     UF_UNROLL
     for (int t = 0; t < NT; ++t) {
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
-                               _mm256_mul_ps(dw, _mm256_set1_ps(act[t][b].d)), acc[t]);
+      acc[t] = AddScaled(acc[t], isum[t], dw, _mm256_set1_ps(act[t][b].d));
     }
   }
 }
