@@ -261,6 +261,55 @@ TEST(MatMulTest, MultiMatchesSeparateCalls) {
   }
 }
 
+// Matrices of many work chunks (64 KiB, or 16 rows where those are larger), claimed by threads
+// that run out of their own from the others: every row of every matrix written exactly once,
+// for chunk edges inside and between matrices and rows larger than a chunk.
+TEST(MatMulTest, ManyChunksAcrossMatricesAndThreads) {
+  IsaGuard guard;
+  std::mt19937 rng(13);
+  const int64_t cols = 1024;
+  std::vector<Weights> ws;
+  ws.push_back(MakeWeights(GgmlType::kQ4_K, 700, cols, rng));  // 6.2 chunks
+  ws.push_back(MakeWeights(GgmlType::kQ6_K, 333, cols, rng));
+  ws.push_back(MakeWeights(GgmlType::kQ4_K, 1001, cols, rng));
+  std::vector<Matrix> ms;
+  for (const auto& w : ws) ms.push_back(*Matrix::Create(w.type, w.data.data(), w.rows, cols));
+  const Weights wide = MakeWeights(GgmlType::kF32, 150, 4096, rng);  // 16 rows = 256 KiB
+  const Matrix mwide = *Matrix::Create(wide.type, wide.data.data(), wide.rows, wide.cols);
+  for (int threads : {2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n_tokens : {1, 2, 5}) {
+      const auto x = Gaussian(n_tokens * cols, rng);
+      const auto xw = Gaussian(n_tokens * wide.cols, rng);
+      for (Isa isa : AvailableIsas()) {
+        SetIsaForTesting(isa);
+        const std::string what = IsaName(isa) + " threads " + std::to_string(threads) + " tokens " +
+                                 std::to_string(n_tokens);
+        std::vector<std::vector<float>> outs(ws.size());
+        std::vector<float*> ys;
+        std::vector<const Matrix*> mps;
+        for (size_t i = 0; i < ws.size(); ++i) {
+          outs[i].assign(n_tokens * ws[i].rows, NAN);
+          ys.push_back(outs[i].data());
+          mps.push_back(&ms[i]);
+        }
+        MatMulMulti(mps, x.data(), n_tokens, ys, &pool);
+        for (size_t i = 0; i < ws.size(); ++i) {
+          std::vector<float> want;
+          std::vector<double> scale;
+          Reference(ws[i], x, n_tokens, &want, &scale);
+          ExpectClose(outs[i], want, scale, what + " matrix " + std::to_string(i));
+        }
+        std::vector<float> got(n_tokens * wide.rows, NAN), want;
+        std::vector<double> scale;
+        MatMul(mwide, xw.data(), n_tokens, got.data(), &pool);
+        Reference(wide, xw, n_tokens, &want, &scale);
+        ExpectClose(got, want, scale, what + " f32");
+      }
+    }
+  }
+}
+
 // Larger shapes where blocked/batched kernels take their fast paths (tiles of tokens and rows).
 TEST(MatMulTest, LargeBatched) {
   IsaGuard guard;
