@@ -2,12 +2,13 @@
 //
 // For each weight type and ISA tier: a Llama-3.2-1B-shaped set of matrices (alternating
 // 8192x2048 and 2048x8192, as the FFN's gate/up and down) totalling more than any cache, timed
-// as a decode pass (MatMul, n_tokens = 1, every matrix once: GB/s of weights) and as a prefill
+// as a decode pass (MatMul, n_tokens = 1, or --decode_tokens for batched decode, every matrix
+// once: GB/s of weights) and as a prefill
 // tile (n_tokens = 64: GFLOP/s). The DRAM read bandwidth is measured in the same run between
 // passes, with the same threads, so ratios survive a noisy shared machine.
 //
 //   kernels_bench [--threads=2] [--reps=7] [--mb=384] [--types=q4_0,q8_0,...]
-//                 [--isas=avx2,avx512] [--gemm_tokens=64]
+//                 [--isas=avx2,avx512] [--gemm_tokens=64] [--decode_tokens=1]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +35,8 @@ struct Options {
   int reps = 7;
   size_t mb = 384;
   int gemm_tokens = 64;
+  // Tokens per decode pass: > 1 measures batched decode (several sequences, one weight pass).
+  int decode_tokens = 1;
   // Thread CPU time instead of wall time (with --threads=1 only): on a machine shared with
   // other jobs, time-slicing then does not count, only the speed while running.
   bool cpu_clock = false;
@@ -73,6 +76,8 @@ bool ParseOptions(int argc, char** argv, Options* o) {
       o->mb = std::max(1, std::atoi(value.c_str()));
     } else if (key == "--clock") {
       o->cpu_clock = value == "cpu";
+    } else if (key == "--decode_tokens") {
+      o->decode_tokens = std::clamp(std::atoi(value.c_str()), 1, 64);
     } else if (key == "--gemm_tokens") {
       o->gemm_tokens = std::max(0, std::atoi(value.c_str()));
     } else if (key == "--types") {
@@ -224,13 +229,13 @@ Result RunOne(const Options& o, GgmlType type, Isa isa, ThreadPool* pool,
   res.pack_s = pack_s;
 
   const int64_t max_dim = 8192;
-  const int64_t nt = std::max(1, o.gemm_tokens);
+  const int64_t nt = std::max({1, o.gemm_tokens, o.decode_tokens});
   std::vector<float> x(max_dim * nt), y(max_dim * nt);
   for (auto& v : x) v = rng.Uniform();
 
   auto decode_pass = [&] {
     const double t0 = Now();
-    for (const auto& m : mats) MatMul(m, x.data(), 1, y.data(), pool);
+    for (const auto& m : mats) MatMul(m, x.data(), o.decode_tokens, y.data(), pool);
     return total / (Now() - t0) / 1e9;
   };
   decode_pass();  // warm-up: page faults of the outputs, thread wake-up
