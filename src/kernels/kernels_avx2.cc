@@ -134,60 +134,76 @@ template <int NT>
   }
 }
 
-// Decode (one token) over both halves of a tile, each activation broadcast feeding both: the
-// same products as HalfQ4_0 / HalfQ8_0. Q8_0's chain of eight i32 adds is Pin()ned; Q4_0's four
-// i16 adds did not spill and measured the same either way.
-void DecodeQ4_0(const TileQ4_0* tiles, int64_t nb, const ActQ8_0* act, __m256* acc) {
+// Decode (1-2 tokens) over both halves of a tile, each activation broadcast feeding both and each
+// unpacked weight register every token: the same products as HalfQ4_0 / HalfQ8_0.
+// acc[2 * t + h] = token t, half h. Q8_0's chains of eight i32 adds are Pin()ned; Q4_0's four
+// i16 adds did not spill at one token and measured the same either way.
+template <int NT>
+void DecodeQ4_0(const TileQ4_0* tiles, int64_t nb, const ActQ8_0* const* act, __m256* acc) {
   const __m256i lo_mask = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
     const TileQ4_0& tl = tiles[b];
-    const ActQ8_0& a = act[b];
     PrefetchTile(&tl);
-    __m256i s16[2];
+    __m256i s16[NT][2];
     UF_UNROLL
     for (int k = 0; k < 4; ++k) {
-      const __m256i al = Bcast4(a.qs + 4 * k);
-      const __m256i ah = Bcast4(a.qs + 16 + 4 * k);
       UF_UNROLL
       for (int h = 0; h < 2; ++h) {
         const __m256i x = Load(tl.qs[k][8 * h]);
-        const __m256i p = _mm256_add_epi16(
-            _mm256_maddubs_epi16(_mm256_and_si256(x, lo_mask), al),
-            _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(x, 4), lo_mask), ah));
-        s16[h] = k == 0 ? p : _mm256_add_epi16(s16[h], p);
+        const __m256i lo = _mm256_and_si256(x, lo_mask);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), lo_mask);
+        UF_UNROLL
+        for (int t = 0; t < NT; ++t) {
+          const int8_t* q = act[t][b].qs;
+          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, Bcast4(q + 4 * k)),
+                                             _mm256_maddubs_epi16(hi, Bcast4(q + 16 + 4 * k)));
+          s16[t][h] = k == 0 ? p : _mm256_add_epi16(s16[t][h], p);
+          if constexpr (NT > 1) Pin(s16[t][h]);
+        }
       }
     }
-    const __m256i bias = _mm256_set1_epi32(a.bias >> 4);
-    const __m256 da = _mm256_set1_ps(a.d);
     UF_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      const __m256i s = _mm256_add_epi32(Widen(s16[h]), bias);
-      acc[h] = AddScaled(acc[h], s, LoadHalf8(tl.d + 8 * h), da);
+    for (int t = 0; t < NT; ++t) {
+      const ActQ8_0& a = act[t][b];
+      const __m256i bias = _mm256_set1_epi32(a.bias >> 4);
+      const __m256 da = _mm256_set1_ps(a.d);
+      UF_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const __m256i s = _mm256_add_epi32(Widen(s16[t][h]), bias);
+        acc[2 * t + h] = AddScaled(acc[2 * t + h], s, LoadHalf8(tl.d + 8 * h), da);
+      }
     }
   }
 }
 
-void DecodeQ8_0(const TileQ8_0* tiles, int64_t nb, const ActQ8_0* act, __m256* acc) {
+template <int NT>
+void DecodeQ8_0(const TileQ8_0* tiles, int64_t nb, const ActQ8_0* const* act, __m256* acc) {
   for (int64_t b = 0; b < nb; ++b) {
     const TileQ8_0& tl = tiles[b];
-    const ActQ8_0& a = act[b];
     PrefetchTile(&tl);
-    __m256i s[2];
+    __m256i s[NT][2];
     UF_UNROLL
     for (int k = 0; k < 8; ++k) {
-      const __m256i ak = Bcast4(a.qs + 4 * k);
       UF_UNROLL
       for (int h = 0; h < 2; ++h) {
         const __m256i w = Load(tl.qs[k][8 * h]);
-        const __m256i p = Widen(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(ak, w)));
-        s[h] = k == 0 ? p : _mm256_add_epi32(s[h], p);
-        Pin(s[h]);
+        const __m256i aw = _mm256_abs_epi8(w);
+        UF_UNROLL
+        for (int t = 0; t < NT; ++t) {
+          const __m256i ak = Bcast4(act[t][b].qs + 4 * k);
+          const __m256i p = Widen(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(ak, w)));
+          s[t][h] = k == 0 ? p : _mm256_add_epi32(s[t][h], p);
+          Pin(s[t][h]);
+        }
       }
     }
-    const __m256 da = _mm256_set1_ps(a.d);
     UF_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      acc[h] = AddScaled(acc[h], s[h], LoadHalf8(tl.d + 8 * h), da);
+    for (int t = 0; t < NT; ++t) {
+      const __m256 da = _mm256_set1_ps(act[t][b].d);
+      UF_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        acc[2 * t + h] = AddScaled(acc[2 * t + h], s[t][h], LoadHalf8(tl.d + 8 * h), da);
+      }
     }
   }
 }
@@ -285,11 +301,11 @@ inline __m256i ScaleSpread(int j) {
                                                                      0, 0x40004, 0x80008, 0xC000C));
 }
 
-void DecodeQ4_K(const TileQ4_K* tiles, int64_t nb, const ActQ8_K* act, __m256* acc) {
+template <int NT>
+void DecodeQ4_K(const TileQ4_K* tiles, int64_t nb, const ActQ8_K* const* act, __m256* acc) {
   const __m256i lo_mask = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; ++b) {
     const TileQ4_K& tl = tiles[b];
-    const ActQ8_K& a = act[b];
     // [half][0: sub-blocks 0-3, 1: 4-7] 6-bit scales and mins, one byte per sub-block in each
     // row's 32-bit lane.
     __m256i sc[2][2], mn[2][2];
@@ -310,50 +326,62 @@ void DecodeQ4_K(const TileQ4_K* tiles, int64_t nb, const ActQ8_K* act, __m256* a
           _mm256_and_si256(_mm256_srli_epi32(d2, 4), lo_mask),
           _mm256_and_si256(_mm256_srli_epi32(_mm256_and_si256(d1, top_bits), 2), hi_nib));
     }
-    __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    __m256i isum[NT][2];
+    UF_UNROLL
+    for (int t = 0; t < NT; ++t) isum[t][0] = isum[t][1] = _mm256_setzero_si256();
     UF_UNROLL
     for (int g = 0; g < 4; ++g) {
-      const int8_t* q = a.qs + 64 * g;
-      __m256i sl[2], sh[2];
+      __m256i sl[NT][2], sh[NT][2];
       UF_UNROLL
       for (int c = 0; c < 8; ++c) {
-        const __m256i al = Bcast4(q + 4 * c);
-        const __m256i ah = Bcast4(q + 32 + 4 * c);
         UF_UNROLL
         for (int h = 0; h < 2; ++h) {
           const __m256i x = Load(tl.qs[8 * g + c][8 * h]);
-          const __m256i pl = _mm256_maddubs_epi16(_mm256_and_si256(x, lo_mask), al);
-          const __m256i ph =
-              _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(x, 4), lo_mask), ah);
-          sl[h] = c == 0 ? pl : _mm256_add_epi16(sl[h], pl);
-          sh[h] = c == 0 ? ph : _mm256_add_epi16(sh[h], ph);
-          Pin(sl[h]);
-          Pin(sh[h]);
+          const __m256i lo = _mm256_and_si256(x, lo_mask);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), lo_mask);
+          UF_UNROLL
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* q = act[t][b].qs + 64 * g;
+            const __m256i pl = _mm256_maddubs_epi16(lo, Bcast4(q + 4 * c));
+            const __m256i ph = _mm256_maddubs_epi16(hi, Bcast4(q + 32 + 4 * c));
+            sl[t][h] = c == 0 ? pl : _mm256_add_epi16(sl[t][h], pl);
+            sh[t][h] = c == 0 ? ph : _mm256_add_epi16(sh[t][h], ph);
+            Pin(sl[t][h]);
+            Pin(sh[t][h]);
+          }
         }
       }
       UF_UNROLL
       for (int h = 0; h < 2; ++h) {
         const __m256i s = sc[h][g >> 1];
-        isum[h] = _mm256_add_epi32(
-            isum[h], _mm256_madd_epi16(sl[h], _mm256_shuffle_epi8(s, ScaleSpread(2 * g))));
-        isum[h] = _mm256_add_epi32(
-            isum[h], _mm256_madd_epi16(sh[h], _mm256_shuffle_epi8(s, ScaleSpread(2 * g + 1))));
+        const __m256i s_lo = _mm256_shuffle_epi8(s, ScaleSpread(2 * g));
+        const __m256i s_hi = _mm256_shuffle_epi8(s, ScaleSpread(2 * g + 1));
+        UF_UNROLL
+        for (int t = 0; t < NT; ++t) {
+          isum[t][h] = _mm256_add_epi32(isum[t][h], _mm256_madd_epi16(sl[t][h], s_lo));
+          isum[t][h] = _mm256_add_epi32(isum[t][h], _mm256_madd_epi16(sh[t][h], s_hi));
+        }
       }
     }
-    const __m256 da = _mm256_set1_ps(a.d);
     UF_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      // Mins <= 63, parts |hi| <= 64, lo < 64: two pairs sum to <= 16128 in i16.
-      const __m256i mh =
-          Widen(_mm256_add_epi16(_mm256_maddubs_epi16(mn[h][0], Bcast4(a.min_hi)),
-                                 _mm256_maddubs_epi16(mn[h][1], Bcast4(a.min_hi + 4))));
-      const __m256i ml =
-          Widen(_mm256_add_epi16(_mm256_maddubs_epi16(mn[h][0], Bcast4(a.min_lo)),
-                                 _mm256_maddubs_epi16(mn[h][1], Bcast4(a.min_lo + 4))));
-      const __m256i mins = _mm256_add_epi32(_mm256_slli_epi32(mh, 6), ml);
-      acc[h] = AddScaled(acc[h], isum[h], LoadHalf8(tl.d + 8 * h), da);
-      acc[h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins),
-                                _mm256_mul_ps(LoadHalf8(tl.dmin + 8 * h), da), acc[h]);
+    for (int t = 0; t < NT; ++t) {
+      const ActQ8_K& a = act[t][b];
+      const __m256 da = _mm256_set1_ps(a.d);
+      UF_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        // Mins <= 63, parts |hi| <= 64, lo < 64: two pairs sum to <= 16128 in i16.
+        const __m256i mh =
+            Widen(_mm256_add_epi16(_mm256_maddubs_epi16(mn[h][0], Bcast4(a.min_hi)),
+                                   _mm256_maddubs_epi16(mn[h][1], Bcast4(a.min_hi + 4))));
+        const __m256i ml =
+            Widen(_mm256_add_epi16(_mm256_maddubs_epi16(mn[h][0], Bcast4(a.min_lo)),
+                                   _mm256_maddubs_epi16(mn[h][1], Bcast4(a.min_lo + 4))));
+        const __m256i mins = _mm256_add_epi32(_mm256_slli_epi32(mh, 6), ml);
+        __m256& out = acc[2 * t + h];
+        out = AddScaled(out, isum[t][h], LoadHalf8(tl.d + 8 * h), da);
+        out = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins),
+                               _mm256_mul_ps(LoadHalf8(tl.dmin + 8 * h), da), out);
+      }
     }
   }
 }
@@ -497,35 +525,57 @@ void RunBoth(const GemmTask& t, const Tile* tiles, int64_t nb, int64_t row, int6
   }
 }
 
-// One token against a whole tile with a kernel that reads both halves itself (DecodeQ4_K).
-template <typename Tile, typename Act, void (*Kernel)(const Tile*, int64_t, const Act*, __m256*)>
-void RunDecode(const GemmTask& t, const Tile* tiles, int64_t nb, int64_t row) {
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  Kernel(tiles, nb, reinterpret_cast<const Act*>(t.act), acc);
-  StoreRows8(t.y + row, acc[0], 8);
-  StoreRows8(t.y + row + 8, acc[1], std::min<int64_t>(8, t.ldy - row - 8));
+// NT tokens against a whole tile with a kernel that reads both halves itself (DecodeQ4_K).
+template <typename Tile, typename Act>
+using DecodeFn = void (*)(const Tile*, int64_t, const Act* const*, __m256*);
+
+template <typename Tile, typename Act, int NT, DecodeFn<Tile, Act> Kernel>
+void RunDecode(const GemmTask& t, const Tile* tiles, int64_t nb, int64_t row, int64_t t0 = 0) {
+  const Act* act[NT];
+  __m256 acc[2 * NT];
+  UF_UNROLL
+  for (int i = 0; i < NT; ++i) {
+    act[i] = reinterpret_cast<const Act*>(t.act + (t0 + i) * t.act_row_bytes);
+    acc[2 * i] = acc[2 * i + 1] = _mm256_setzero_ps();
+  }
+  Kernel(tiles, nb, act, acc);
+  for (int i = 0; i < NT; ++i) {
+    float* y = t.y + (t0 + i) * t.ldy + row;
+    StoreRows8(y, acc[2 * i], 8);
+    StoreRows8(y + 8, acc[2 * i + 1], std::min<int64_t>(8, t.ldy - row - 8));
+  }
 }
 
-template <typename Tile, typename Act>
-using DecodeFn = void (*)(const Tile*, int64_t, const Act*, __m256*);
-
+// Tokens in groups of up to 4 (3 and 4 only where KD3 / KD4 exist): full tiles go to the
+// both-halves kernels KD*, one pass over the tile row per group (the row stays in L1/L2 for the
+// next group); a tail tile of at most 8 rows, and types without them, go to the half kernels.
 template <typename Tile, typename Act, int kMaxNT,
           void (*K1)(const Tile*, int64_t, int, const Act* const*, __m256*),
           void (*K2)(const Tile*, int64_t, int, const Act* const*, __m256*),
           void (*K4)(const Tile*, int64_t, int, const Act* const*, __m256*),
-          DecodeFn<Tile, Act> KD = nullptr>
+          DecodeFn<Tile, Act> KD1 = nullptr, DecodeFn<Tile, Act> KD2 = nullptr,
+          DecodeFn<Tile, Act> KD3 = nullptr, DecodeFn<Tile, Act> KD4 = nullptr>
 void GemmTiles(const GemmTask& t, int64_t r0, int64_t r1) {
   const int64_t nb = t.w_row_bytes / (sizeof(Tile) / kTileRows);
   const size_t tile_row_bytes = kTileRows * t.w_row_bytes;
+  constexpr int64_t kGroup = KD4 != nullptr ? 4 : KD2 != nullptr ? 2 : 0;
   for (int64_t row = r0; row < r1; row += kTileRows) {
     const Tile* tiles = reinterpret_cast<const Tile*>(t.w + row / kTileRows * tile_row_bytes);
-    if (t.n_tokens <= 2 && row + 8 < r1) {
-      if constexpr (KD != nullptr) {
-        if (t.n_tokens == 1) {
-          RunDecode<Tile, Act, KD>(t, tiles, nb, row);
-          continue;
+    if constexpr (kGroup > 0) {
+      if (row + 8 < r1) {
+        int64_t t0 = 0;
+        for (; t0 + kGroup <= t.n_tokens; t0 += kGroup) {
+          RunDecode<Tile, Act, kGroup, kGroup == 4 ? KD4 : KD2>(t, tiles, nb, row, t0);
         }
+        const int64_t rest = t.n_tokens - t0;
+        if constexpr (KD3 != nullptr) {
+          if (rest == 3) RunDecode<Tile, Act, 3, KD3>(t, tiles, nb, row, t0);
+        }
+        if (rest == 2) RunDecode<Tile, Act, 2, KD2>(t, tiles, nb, row, t0);
+        if (rest == 1) RunDecode<Tile, Act, 1, KD1>(t, tiles, nb, row, t0);
+        continue;
       }
+    } else if (t.n_tokens <= 2 && row + 8 < r1) {
       if (t.n_tokens == 2) {
         RunBoth<Tile, Act, 2, K2>(t, tiles, nb, row, 0);
       } else {
@@ -547,13 +597,16 @@ void GemmTiles(const GemmTask& t, int64_t r0, int64_t r1) {
 // Token tiles: 4 for Q4_0/Q8_0, 2 for the K-quants (their per-token partial sums take the
 // registers).
 void GemmQ4_0(const GemmTask& t, int64_t r0, int64_t r1) {
-  GemmTiles<TileQ4_0, ActQ8_0, 4, HalfQ4_0<1>, HalfQ4_0<2>, HalfQ4_0<4>, DecodeQ4_0>(t, r0, r1);
+  GemmTiles<TileQ4_0, ActQ8_0, 4, HalfQ4_0<1>, HalfQ4_0<2>, HalfQ4_0<4>, DecodeQ4_0<1>,
+            DecodeQ4_0<2>, DecodeQ4_0<3>, DecodeQ4_0<4>>(t, r0, r1);
 }
 void GemmQ8_0(const GemmTask& t, int64_t r0, int64_t r1) {
-  GemmTiles<TileQ8_0, ActQ8_0, 4, HalfQ8_0<1>, HalfQ8_0<2>, HalfQ8_0<4>, DecodeQ8_0>(t, r0, r1);
+  GemmTiles<TileQ8_0, ActQ8_0, 4, HalfQ8_0<1>, HalfQ8_0<2>, HalfQ8_0<4>, DecodeQ8_0<1>,
+            DecodeQ8_0<2>, DecodeQ8_0<3>, DecodeQ8_0<4>>(t, r0, r1);
 }
 void GemmQ4_K(const GemmTask& t, int64_t r0, int64_t r1) {
-  GemmTiles<TileQ4_K, ActQ8_K, 2, HalfQ4_K<1>, HalfQ4_K<2>, HalfQ4_K<2>, DecodeQ4_K>(t, r0, r1);
+  GemmTiles<TileQ4_K, ActQ8_K, 2, HalfQ4_K<1>, HalfQ4_K<2>, HalfQ4_K<2>, DecodeQ4_K<1>,
+            DecodeQ4_K<2>>(t, r0, r1);
 }
 void GemmQ6_K(const GemmTask& t, int64_t r0, int64_t r1) {
   GemmTiles<TileQ6_K, ActQ8_K, 2, HalfQ6_K<1>, HalfQ6_K<2>, HalfQ6_K<2>>(t, r0, r1);
