@@ -18,7 +18,8 @@
 //
 //   tiers_bench [model.gguf] [--threads 2] [--tokens 256] [--defaults 16] [--slacks
 //   0,5,10,25,50,100]
-//               [--curve 1,2,3,4,6,8,12,17] [--curve-tokens 24] [-o tiers.json]
+//               [--curve 1,2,3,4,6,8,12,17] [--curve-tokens 24] [--curve-rounds 3]
+//               [-o tiers.json]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -54,6 +55,7 @@ struct Config {
   // Ultrafast stream length = ITL samples per run: with 64, "p99" is the single worst token.
   int64_t tokens = 256;
   int64_t curve_tokens = 24;  // tokens per stream for the step-time curve
+  int curve_rounds = 3;       // the curve's sizes are measured this many times, interleaved
   int defaults = 16;
   std::vector<double> slacks = {0, 5, 10, 25, 50, 100};  // percent
   std::vector<int> curve = {1, 2, 3, 4, 6, 8, 12, 17};
@@ -182,13 +184,26 @@ class Bench {
     out["ultrafast_tokens"] = c_.tokens;
     out["default_streams"] = c_.defaults;
 
-    // 1. Step time versus batch size.
+    // 1. Step time versus batch size: every size once per round, the rounds one after the
+    // other, and the median per size. Measured once each, one size after the other, the curve
+    // took the host's drift (one run had batch 2 faster than batch 1), and every "ideal" below
+    // is read off it.
+    std::vector<std::vector<double>> rounds(c_.curve.size());
+    for (int r = 0; r < c_.curve_rounds; ++r) {
+      for (size_t i = 0; i < c_.curve.size(); ++i) rounds[i].push_back(StepSeconds(c_.curve[i]));
+    }
     json curve = json::array();
-    for (int b : c_.curve) {
-      const double t = StepSeconds(b);
+    for (size_t i = 0; i < c_.curve.size(); ++i) {
+      const int b = c_.curve[i];
+      const double t = Percentile(rounds[i], 0.5);
       curve_.emplace_back(b, t);
-      curve.push_back({{"batch", b}, {"step_seconds", t}, {"tokens_per_second", b / t}});
-      std::printf("batch %2d: step %.4f s, %.1f tok/s\n", b, t, b / t);
+      curve.push_back({{"batch", b},
+                       {"step_seconds", t},
+                       {"tokens_per_second", b / t},
+                       {"step_seconds_per_round", rounds[i]}});
+      std::printf("batch %2d: step %.4f s, %.1f tok/s (rounds:", b, t, b / t);
+      for (double x : rounds[i]) std::printf(" %.4f", x);
+      std::printf(")\n");
       std::fflush(stdout);
     }
     out["step_curve"] = curve;
@@ -349,6 +364,8 @@ int main(int argc, char** argv) {
   app.add_option("model", c.model_path, "GGUF model")->capture_default_str();
   app.add_option("--threads", c.threads)->capture_default_str();
   app.add_option("--tokens", c.tokens, "ultrafast stream length")->capture_default_str();
+  app.add_option("--curve-rounds", c.curve_rounds, "interleaved rounds of the curve (median)")
+      ->capture_default_str();
   app.add_option("--curve-tokens", c.curve_tokens, "tokens per stream for the step-time curve")
       ->capture_default_str();
   app.add_option("--defaults", c.defaults, "default streams beside the ultrafast one")
@@ -363,7 +380,7 @@ int main(int argc, char** argv) {
   c.curve = uf::ParseList<int>(curve);
   std::sort(c.curve.begin(), c.curve.end());
   if (c.curve.empty() || c.curve.front() != 1 || c.tokens < 4 || c.curve_tokens < 4 ||
-      c.defaults < 1 || c.prompt_tokens < 2) {
+      c.curve_rounds < 1 || c.defaults < 1 || c.prompt_tokens < 2) {
     std::fprintf(stderr, "tiers_bench: the curve must start at 1; tokens >= 4; defaults >= 1\n");
     return 2;
   }
