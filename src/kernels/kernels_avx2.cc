@@ -492,7 +492,8 @@ void RunHalf(const GemmTask& t, const Tile* tiles, int64_t nb, int64_t row, int 
   }
 }
 
-// Decode (1-2 tokens): both halves of a tile, block by block, in one pass. Streaming the halves
+// Decode (1-2 tokens) of the types without both-halves kernels (Q6_K): both halves of a tile,
+// block by block, in one pass, through the half kernel. Streaming the halves
 // one after the other (RunHalf) reads every cache line twice, the second time from L2 while DRAM
 // idles: it cost 10-20% of the streaming rate. For 4 tokens compute dominates and RunHalf's
 // weight registers, reused across the tokens, win.
@@ -594,8 +595,8 @@ void GemmTiles(const GemmTask& t, int64_t r0, int64_t r1) {
   }
 }
 
-// Token tiles: 4 for Q4_0/Q8_0, 2 for the K-quants (their per-token partial sums take the
-// registers).
+// Token groups: 4 for Q4_0/Q8_0, 2 for the K-quants (their per-token partial sums take the
+// registers), in both the both-halves and the half kernels.
 void GemmQ4_0(const GemmTask& t, int64_t r0, int64_t r1) {
   GemmTiles<TileQ4_0, ActQ8_0, 4, HalfQ4_0<1>, HalfQ4_0<2>, HalfQ4_0<4>, DecodeQ4_0<1>,
             DecodeQ4_0<2>, DecodeQ4_0<3>, DecodeQ4_0<4>>(t, r0, r1);
