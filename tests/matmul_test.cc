@@ -226,6 +226,28 @@ TEST(MatMulTest, ThreadedMatchesReference) {
   }
 }
 
+// MatMulMulti over matrices ms (made from ws, sharing cols) against the scalar oracle, each
+// output starting as NaN so a row no thread wrote fails.
+void ExpectMultiMatchesReference(const std::vector<Weights>& ws, const std::vector<Matrix>& ms,
+                                 const std::vector<float>& x, int64_t n_tokens, ThreadPool* pool,
+                                 const std::string& what) {
+  std::vector<std::vector<float>> outs(ws.size());
+  std::vector<float*> ys;
+  std::vector<const Matrix*> mps;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    outs[i].assign(n_tokens * ws[i].rows, NAN);
+    ys.push_back(outs[i].data());
+    mps.push_back(&ms[i]);
+  }
+  MatMulMulti(mps, x.data(), n_tokens, ys, pool);
+  for (size_t i = 0; i < ws.size(); ++i) {
+    std::vector<float> want;
+    std::vector<double> scale;
+    Reference(ws[i], x, n_tokens, &want, &scale);
+    ExpectClose(outs[i], want, scale, what + " matrix " + std::to_string(i));
+  }
+}
+
 // Q4_K and Q6_K share Q8_K activations, as Q/K/V do in Q4_K_M files.
 TEST(MatMulTest, MultiMatchesSeparateCalls) {
   IsaGuard guard;
@@ -242,21 +264,7 @@ TEST(MatMulTest, MultiMatchesSeparateCalls) {
     const auto x = Gaussian(n_tokens * cols, rng);
     for (Isa isa : AvailableIsas()) {
       SetIsaForTesting(isa);
-      std::vector<std::vector<float>> outs(ws.size());
-      std::vector<float*> ys;
-      std::vector<const Matrix*> mps;
-      for (size_t i = 0; i < ws.size(); ++i) {
-        outs[i].assign(n_tokens * ws[i].rows, NAN);
-        ys.push_back(outs[i].data());
-        mps.push_back(&ms[i]);
-      }
-      MatMulMulti(mps, x.data(), n_tokens, ys, &pool);
-      for (size_t i = 0; i < ws.size(); ++i) {
-        std::vector<float> want;
-        std::vector<double> scale;
-        Reference(ws[i], x, n_tokens, &want, &scale);
-        ExpectClose(outs[i], want, scale, IsaName(isa) + " multi " + std::to_string(i));
-      }
+      ExpectMultiMatchesReference(ws, ms, x, n_tokens, &pool, IsaName(isa) + " multi");
     }
   }
 }
@@ -285,21 +293,7 @@ TEST(MatMulTest, ManyChunksAcrossMatricesAndThreads) {
         SetIsaForTesting(isa);
         const std::string what = IsaName(isa) + " threads " + std::to_string(threads) + " tokens " +
                                  std::to_string(n_tokens);
-        std::vector<std::vector<float>> outs(ws.size());
-        std::vector<float*> ys;
-        std::vector<const Matrix*> mps;
-        for (size_t i = 0; i < ws.size(); ++i) {
-          outs[i].assign(n_tokens * ws[i].rows, NAN);
-          ys.push_back(outs[i].data());
-          mps.push_back(&ms[i]);
-        }
-        MatMulMulti(mps, x.data(), n_tokens, ys, &pool);
-        for (size_t i = 0; i < ws.size(); ++i) {
-          std::vector<float> want;
-          std::vector<double> scale;
-          Reference(ws[i], x, n_tokens, &want, &scale);
-          ExpectClose(outs[i], want, scale, what + " matrix " + std::to_string(i));
-        }
+        ExpectMultiMatchesReference(ws, ms, x, n_tokens, &pool, what);
         std::vector<float> got(n_tokens * wide.rows, NAN), want;
         std::vector<double> scale;
         MatMul(mwide, xw.data(), n_tokens, got.data(), &pool);

@@ -162,6 +162,7 @@ void DecodeQ4_0(const TileQ4_0* tiles, int64_t nb, const ActQ8_0* const* act, __
         }
       }
     }
+    const __m256 dw[2] = {LoadHalf8(tl.d), LoadHalf8(tl.d + 8)};  // once for all tokens
     UF_UNROLL
     for (int t = 0; t < NT; ++t) {
       const ActQ8_0& a = act[t][b];
@@ -170,7 +171,7 @@ void DecodeQ4_0(const TileQ4_0* tiles, int64_t nb, const ActQ8_0* const* act, __
       UF_UNROLL
       for (int h = 0; h < 2; ++h) {
         const __m256i s = _mm256_add_epi32(Widen(s16[t][h]), bias);
-        acc[2 * t + h] = AddScaled(acc[2 * t + h], s, LoadHalf8(tl.d + 8 * h), da);
+        acc[2 * t + h] = AddScaled(acc[2 * t + h], s, dw[h], da);
       }
     }
   }
@@ -197,13 +198,12 @@ void DecodeQ8_0(const TileQ8_0* tiles, int64_t nb, const ActQ8_0* const* act, __
         }
       }
     }
+    const __m256 dw[2] = {LoadHalf8(tl.d), LoadHalf8(tl.d + 8)};  // once for all tokens
     UF_UNROLL
     for (int t = 0; t < NT; ++t) {
       const __m256 da = _mm256_set1_ps(act[t][b].d);
       UF_UNROLL
-      for (int h = 0; h < 2; ++h) {
-        acc[2 * t + h] = AddScaled(acc[2 * t + h], s[t][h], LoadHalf8(tl.d + 8 * h), da);
-      }
+      for (int h = 0; h < 2; ++h) acc[2 * t + h] = AddScaled(acc[2 * t + h], s[t][h], dw[h], da);
     }
   }
 }
@@ -363,6 +363,9 @@ void DecodeQ4_K(const TileQ4_K* tiles, int64_t nb, const ActQ8_K* const* act, __
         }
       }
     }
+    // Row scales once for all tokens.
+    const __m256 dw[2] = {LoadHalf8(tl.d), LoadHalf8(tl.d + 8)};
+    const __m256 dmw[2] = {LoadHalf8(tl.dmin), LoadHalf8(tl.dmin + 8)};
     UF_UNROLL
     for (int t = 0; t < NT; ++t) {
       const ActQ8_K& a = act[t][b];
@@ -378,9 +381,8 @@ void DecodeQ4_K(const TileQ4_K* tiles, int64_t nb, const ActQ8_K* const* act, __
                                    _mm256_maddubs_epi16(mn[h][1], Bcast4(a.min_lo + 4))));
         const __m256i mins = _mm256_add_epi32(_mm256_slli_epi32(mh, 6), ml);
         __m256& out = acc[2 * t + h];
-        out = AddScaled(out, isum[t][h], LoadHalf8(tl.d + 8 * h), da);
-        out = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins),
-                               _mm256_mul_ps(LoadHalf8(tl.dmin + 8 * h), da), out);
+        out = AddScaled(out, isum[t][h], dw[h], da);
+        out = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(dmw[h], da), out);
       }
     }
   }
