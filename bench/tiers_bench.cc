@@ -4,19 +4,22 @@
 //      without ultrafast work, so every stream is in every step); step time = median inter-token
 //      gap. This curve is the physics: it says how much default work can ride beside one stream.
 //   2. Solo ultrafast: one ultrafast stream alone; its ITL is the reference.
-//   3. Mix, per slack: one ultrafast stream alone (the adjacent solo: on a shared machine the load
-//      drifts between runs), then 16 default streams and the ultrafast stream again; its ITL
-//      p50/p99 over the adjacent solo ITL, and the default tokens per second produced during its
-//      life, against the ideal for that slack (the most defaults k with t(1 + k) <= (1 + slack)
-//      t(1), giving k / t(1 + k)) and against naive first-come continuous batching of all 17
-//      (every stream in every step). One `auto` and one explicit ultrafast request are sent while
-//      the stream is busy: with capacity 1 they must fall back and be refused.
+//   3. Mix, per slack, in rounds (--rounds, --tokens split among them): the ultrafast stream alone
+//      (the round's solo ITL), then 16 default streams and the ultrafast stream again. Its ITL
+//      over the solo ITL of its own round, pooled over the rounds (p50, p99), and the default
+//      tokens per second produced during its life, against the ideal for that slack: the most
+//      defaults k with t(1 + k) <= (1 + slack) t(1) on the curve, giving k / t(1 + k) with the
+//      curve's shape scaled to the round's solo speed. On this shared machine the speed drifts by
+//      more within a minute than the effects measured, so only ratios taken seconds apart mean
+//      anything. Also against naive first-come continuous batching of all 17 (every stream in
+//      every step). One `auto` and one explicit ultrafast request are sent while the stream is
+//      busy: with capacity 1 they must fall back and be refused.
 //   4. JSON with all of it (-o), and a table on stdout.
 // Every service shares one online step-cost model, so the mixes start from what the curve taught
 // it (a server learns the same from its own traffic and probes over its first few hundred steps;
 // a fresh model per 64-token run would measure the warm-up, not the scheduler).
 //
-//   tiers_bench [model.gguf] [--threads 2] [--tokens 256] [--defaults 16] [--slacks
+//   tiers_bench [model.gguf] [--threads 2] [--tokens 256] [--rounds 4] [--defaults 16] [--slacks
 //   0,5,10,25,50,100]
 //               [--curve 1,2,3,4,6,8,12,17] [--curve-tokens 24] [--curve-rounds 3]
 //               [-o tiers.json]
@@ -56,6 +59,7 @@ struct Config {
   int64_t tokens = 256;
   int64_t curve_tokens = 24;  // tokens per stream for the step-time curve
   int curve_rounds = 3;       // the curve's sizes are measured this many times, interleaved
+  int rounds = 4;             // solo / mix rounds per slack, tokens / rounds each
   int defaults = 16;
   std::vector<double> slacks = {0, 5, 10, 25, 50, 100};  // percent
   std::vector<int> curve = {1, 2, 3, 4, 6, 8, 12, 17};
@@ -236,9 +240,10 @@ class Bench {
   }
 
  private:
-  // The ideal default tok/s beside one ultrafast stream at this slack, from the measured curve
-  // (interpolated linearly between measured batch sizes).
-  double Ideal(double slack) const {
+  // The most defaults k that fit beside one ultrafast stream at this slack, from the measured
+  // curve's shape (t(1 + k) / t(1) <= 1 + slack, interpolated linearly between measured batch
+  // sizes), and that k's step time over t(1). k = 0 when none fits.
+  std::pair<int, double> IdealDefaults(double slack) const {
     auto t_of = [&](double b) {
       for (size_t i = 1; i < curve_.size(); ++i) {
         if (b <= curve_[i].first) {
@@ -249,82 +254,118 @@ class Bench {
       }
       return curve_.back().second;
     };
-    const double bound = (1.0 + slack / 100.0) * t_of(1);
-    double best = 0.0;
+    const double t1 = t_of(1);
+    int best_k = 0;
+    double best_tps = 0.0, best_ratio = 1.0;
     for (int k = 1; k <= c_.defaults && 1 + k <= curve_.back().first; ++k) {
-      const double t = t_of(1 + k);
-      if (t <= bound) best = std::max(best, k / t);
+      const double r = t_of(1 + k) / t1;
+      if (r <= 1.0 + slack / 100.0 && k / r > best_tps) {
+        best_k = k;
+        best_tps = k / r;
+        best_ratio = r;
+      }
     }
-    return best;
+    return {best_k, best_ratio};
   }
 
+  // One slack, in rounds: the ultrafast stream alone (its solo ITL for this round), then 16 default
+  // streams and the ultrafast stream again. On a shared machine the speed drifts by more than the
+  // effects measured within a minute, so every ratio is taken against the solo run of its own
+  // round, seconds apart, and the rounds are pooled: ITL p50/p99 over the round's solo p50, and
+  // default tok/s over that round's ideal (the curve's shape at the round's solo speed:
+  // k / (t(1 + k) / t(1) x solo)).
   // slack < 0: naive FCFS, all 17 streams default (stream 0 plays the ultrafast one).
   json Mix(double slack) {
     const bool naive = slack < 0.0;
+    const ServiceTier stream_tier = naive ? ServiceTier::kDefault : ServiceTier::kUltrafast;
     auto s = MakeService(c_.defaults + 1 + (naive ? 0 : 1), naive ? 0.0 : slack,
                          ServiceTier::kUltrafast);
-    double solo = solo_itl_;
-    if (!naive) {
-      Stream alone = Submit(*s, 0, c_.tokens, ServiceTier::kUltrafast);
-      alone.WaitFinished();
-      solo = Percentile(alone.Gaps(), 0.5);
-    }
-    std::vector<Stream> defaults;
-    const int64_t default_tokens = c_.tokens * 3 + 16;
-    for (int i = 0; i < c_.defaults; ++i) {
-      defaults.push_back(Submit(*s, i + 1, default_tokens, ServiceTier::kDefault));
-    }
-    for (Stream& d : defaults) d.WaitTokens(1);  // every prompt read: a steady decode mix
-    Stream uf = Submit(*s, 0, c_.tokens, naive ? ServiceTier::kDefault : ServiceTier::kUltrafast);
-    uf.WaitTokens(1);
+    const int64_t round_tokens = std::max<int64_t>(4, c_.tokens / c_.rounds);
+    const auto [ideal_k, ideal_ratio] =
+        naive ? std::pair<int, double>{0, 1.0} : IdealDefaults(slack);
+    std::vector<double> normalized, solo_ratios_p99, round_default_over_ideal;
+    double default_tokens_total = 0.0, window_total = 0.0, ideal_tokens_total = 0.0;
+    std::vector<double> solos;
     int fallbacks = 0, rejections = 0;
-    if (!naive) {
-      // Capacity is 1 and taken: auto must fall back, explicit ultrafast must be refused.
-      auto a = s->Submit(Request(99, 1, std::nullopt));
-      if (a.ok()) (*a)->Cancel();
-      int64_t retry_after = 0;
-      auto b = s->Submit(Request(98, 1, ServiceTier::kUltrafast), &retry_after);
-      if (b.ok()) (*b)->Cancel();
-      const engine::EngineStats st = s->Stats();
-      fallbacks = static_cast<int>(st.ultrafast_fallbacks);
-      rejections = static_cast<int>(st.ultrafast_rejections);
+    ServiceTier reported = stream_tier;
+    for (int r = 0; r < c_.rounds; ++r) {
+      Stream alone = Submit(*s, 0, round_tokens, stream_tier);
+      alone.WaitFinished();
+      const std::vector<double> sg = alone.Gaps();
+      const double solo = Percentile(sg, 0.5);
+      solos.push_back(solo);
+      solo_ratios_p99.push_back(Percentile(sg, 0.99) / solo);
+
+      std::vector<Stream> defaults;
+      for (int i = 0; i < c_.defaults; ++i) {
+        // Long enough never to finish inside the window; cancelled after it.
+        defaults.push_back(Submit(*s, i + 1, 1000000, ServiceTier::kDefault));
+      }
+      for (Stream& d : defaults) d.WaitTokens(1);  // every prompt read: a steady decode mix
+      Stream uf = Submit(*s, 0, round_tokens, stream_tier);
+      uf.WaitTokens(1);
+      if (!naive && r == 0) {
+        // Capacity is 1 and taken: auto must fall back, explicit ultrafast must be refused.
+        auto a = s->Submit(Request(99, 1, std::nullopt));
+        if (a.ok()) (*a)->Cancel();
+        int64_t retry_after = 0;
+        auto b = s->Submit(Request(98, 1, ServiceTier::kUltrafast), &retry_after);
+        if (b.ok()) (*b)->Cancel();
+        const engine::EngineStats st = s->Stats();
+        fallbacks = static_cast<int>(st.ultrafast_fallbacks);
+        rejections = static_cast<int>(st.ultrafast_rejections);
+      }
+      uf.WaitFinished();
+      reported = uf.tier;
+      for (Stream& d : defaults) d.channel->Cancel();
+      for (Stream& d : defaults) d.WaitFinished();
+      for (double g : uf.Gaps()) normalized.push_back(g / solo);
+      // Default tokens while the stream decoded (after its first token: its prompt is read).
+      const double start = uf.times.front(), end = uf.times.back();
+      int64_t in_window = 0;
+      for (const Stream& d : defaults) in_window += d.TokensIn(start, end);
+      default_tokens_total += static_cast<double>(in_window);
+      window_total += end - start;
+      const double ideal_tps = ideal_k / (ideal_ratio * solo);
+      ideal_tokens_total += ideal_tps * (end - start);
+      if (ideal_tps > 0) round_default_over_ideal.push_back(in_window / (end - start) / ideal_tps);
     }
-    uf.WaitFinished();
-    for (Stream& d : defaults) d.channel->Cancel();
-    for (Stream& d : defaults) d.WaitFinished();
-    const double start = uf.times.front(), end = uf.times.back();
-    int64_t default_tokens_in = 0;
-    for (const Stream& d : defaults) default_tokens_in += d.TokensIn(start, end);
-    const double default_tps = default_tokens_in / (end - start);
-    const std::vector<double> g = uf.Gaps();
-    const double p50 = Percentile(g, 0.5), p99 = Percentile(g, 0.99);
-    const double ideal = naive ? 0.0 : Ideal(slack);
-    json j = {{"itl_p50", p50},
-              {"itl_p99", p99},
-              {"solo_itl_p50", solo},
-              {"itl_p50_over_solo", p50 / solo},
-              {"itl_p99_over_solo", p99 / solo},
+    const double p50 = Percentile(normalized, 0.5), p99 = Percentile(normalized, 0.99);
+    const double default_tps = default_tokens_total / window_total;
+    const double ideal_tps = ideal_tokens_total / window_total;
+    const double solo_p50 = Percentile(solos, 0.5);
+    json j = {{"rounds", c_.rounds},
+              {"tokens_per_round", round_tokens},
+              {"solo_itl_p50_per_round", solos},
+              {"solo_itl_p99_over_p50_per_round", solo_ratios_p99},
+              {"itl_p50_over_solo", p50},
+              {"itl_p99_over_solo", p99},
+              {"itl_p50", p50 * solo_p50},
+              {"itl_p99", p99 * solo_p50},
               {"default_tokens_per_second", default_tps},
               {"cost_model", Coefficients()},
               {"engine_preemptions_paused", s->Stats().tiers[1].paused}};
     if (naive) {
       naive_tps_ = default_tps;
       std::printf(
-          "naive FCFS (17 default): stream ITL p50 %.2fx p99 %.2fx solo, others %.1f tok/s\n",
-          p50 / solo, p99 / solo, default_tps);
+          "naive FCFS (17 default): stream ITL p50 %.2fx p99 %.2fx solo, others %.1f tok/s\n", p50,
+          p99, default_tps);
     } else {
       j["slack_percent"] = slack;
-      j["ideal_default_tokens_per_second"] = ideal;
-      j["default_over_ideal"] = ideal > 0 ? default_tps / ideal : 0.0;
+      j["ideal_defaults_per_step"] = ideal_k;
+      j["ideal_step_over_solo"] = ideal_ratio;
+      j["ideal_default_tokens_per_second"] = ideal_tps;
+      j["default_over_ideal"] = ideal_tps > 0 ? default_tps / ideal_tps : 0.0;
+      j["default_over_ideal_per_round"] = round_default_over_ideal;
       j["default_over_naive_fcfs"] = default_tps / naive_tps_;
       j["fallbacks"] = fallbacks;
       j["rejections"] = rejections;
-      j["tier_reported"] = std::string(scheduler::ServiceTierName(uf.tier));
+      j["tier_reported"] = std::string(scheduler::ServiceTierName(reported));
       std::printf(
           "slack %5.1f%%: ultrafast ITL p50 %.3fx p99 %.3fx solo (bound %.2fx); default %.1f "
-          "tok/s, ideal %.1f (%.0f%%); fallbacks %d rejections %d\n",
-          slack, p50 / solo, p99 / solo, 1.0 + slack / 100.0, default_tps, ideal,
-          ideal > 0 ? 100.0 * default_tps / ideal : 0.0, fallbacks, rejections);
+          "tok/s, ideal %.1f (%d defaults, %.0f%%); fallbacks %d rejections %d\n",
+          slack, p50, p99, 1.0 + slack / 100.0, default_tps, ideal_tps, ideal_k,
+          ideal_tps > 0 ? 100.0 * default_tps / ideal_tps : 0.0, fallbacks, rejections);
     }
     std::fflush(stdout);
     return j;
@@ -363,8 +404,11 @@ int main(int argc, char** argv) {
   CLI::App app("Ultrafast tier trade-off: ultrafast ITL versus default throughput per slack");
   app.add_option("model", c.model_path, "GGUF model")->capture_default_str();
   app.add_option("--threads", c.threads)->capture_default_str();
-  app.add_option("--tokens", c.tokens, "ultrafast stream length")->capture_default_str();
+  app.add_option("--tokens", c.tokens, "ultrafast tokens per slack (solo and mix each)")
+      ->capture_default_str();
   app.add_option("--curve-rounds", c.curve_rounds, "interleaved rounds of the curve (median)")
+      ->capture_default_str();
+  app.add_option("--rounds", c.rounds, "solo/mix rounds per slack (--tokens split among them)")
       ->capture_default_str();
   app.add_option("--curve-tokens", c.curve_tokens, "tokens per stream for the step-time curve")
       ->capture_default_str();
@@ -380,7 +424,7 @@ int main(int argc, char** argv) {
   c.curve = uf::ParseList<int>(curve);
   std::sort(c.curve.begin(), c.curve.end());
   if (c.curve.empty() || c.curve.front() != 1 || c.tokens < 4 || c.curve_tokens < 4 ||
-      c.curve_rounds < 1 || c.defaults < 1 || c.prompt_tokens < 2) {
+      c.curve_rounds < 1 || c.rounds < 1 || c.defaults < 1 || c.prompt_tokens < 2) {
     std::fprintf(stderr, "tiers_bench: the curve must start at 1; tokens >= 4; defaults >= 1\n");
     return 2;
   }
