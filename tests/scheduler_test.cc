@@ -30,6 +30,16 @@ double CpuSeconds(const BatchComposition& c) {
   return CpuSeconds(c.decode_seqs + c.prefill_tokens, c.context_tokens);
 }
 
+// The same machine with a gradual knee, as measured on this project's 2-core VM (tiers_bench run
+// E: batch 2/3/4/6/8 at 1.00/1.10/1.23/1.70/2.38 x batch 1): memory and compute overlap only in
+// part near the turn, so t = 40 ms x (1 + (0.3 tokens)^6)^(1/6): 1.01/1.07/1.26/1.81/2.41 x.
+// No hinge fits it exactly around the knee, which is where the scheduler decides.
+double SmoothCpuSeconds(int64_t tokens, int64_t context_tokens) {
+  const double x = 0.3 * static_cast<double>(tokens);
+  return 0.040 * std::pow(1.0 + std::pow(x, 6.0), 1.0 / 6.0) +
+         4e-7 * static_cast<double>(context_tokens);
+}
+
 class CpuCost final : public StepCostModel {
  public:
   double Predict(const BatchComposition& c) const override { return CpuSeconds(c); }
@@ -269,7 +279,7 @@ TEST(SchedulerTest, RespectsTokenCaps) {
 
 // A small engine that applies plans the way src/engine/service.cc would, failing the test when a
 // plan cannot be applied (wrong state, slots or KV overdrawn, composition misreported). Step time
-// is CpuSeconds of the batch, times (1 + noise) when noise > 0.
+// is the machine's time for the batch (CpuSeconds unless given), times (1 + noise) when noise > 0.
 class SimEngine {
  public:
   struct SimSeq {
@@ -281,8 +291,15 @@ class SimEngine {
     std::vector<double> served;  // clock time at the end of each step that gave it work
   };
 
-  SimEngine(int64_t slots, int64_t kv_blocks, uint32_t seed = 1, double noise = 0.0)
-      : free_slots_(slots), free_blocks_(kv_blocks), rng_(seed), noise_(0.0, noise) {
+  using Machine = double (*)(int64_t tokens, int64_t context_tokens);
+
+  SimEngine(int64_t slots, int64_t kv_blocks, uint32_t seed = 1, double noise = 0.0,
+            Machine machine = CpuSeconds)
+      : machine_(machine),
+        free_slots_(slots),
+        free_blocks_(kv_blocks),
+        rng_(seed),
+        noise_(0.0, noise) {
     noisy_ = noise > 0.0;
   }
 
@@ -353,10 +370,10 @@ class SimEngine {
     EXPECT_EQ(c.decode_seqs, plan.composition.decode_seqs);
     EXPECT_EQ(c.prefill_tokens, plan.composition.prefill_tokens);
     EXPECT_EQ(c.context_tokens, plan.composition.context_tokens);
-    double seconds = c.empty() ? 0.001 : CpuSeconds(c);
+    double seconds = c.empty() ? 0.001 : machine_(c.tokens(), c.context_tokens);
     if (noisy_ && !c.empty()) seconds *= 1.0 + noise_(rng_);
     clock_.Advance(seconds);
-    if (learn != nullptr) learn->Observe(plan.composition, seconds);
+    if (learn != nullptr) learn->Observe(plan.composition, seconds, plan.sample_weight);
     for (int64_t id : plan.decode) Feed(At(id), 1);
     for (const PrefillChunk& p : plan.prefill) Feed(At(p.id), p.n_tokens);
     EXPECT_GE(free_blocks_, 0);
@@ -401,6 +418,7 @@ class SimEngine {
     q.served.push_back(clock_.Now());
   }
 
+  Machine machine_;
   FakeClock clock_;
   int64_t free_slots_;
   int64_t free_blocks_;
@@ -521,84 +539,88 @@ TEST(SchedulerSimTest, FlexNeverWaitsPastMaxWait) {
 }
 
 // Closed loop: the scheduler plans with the online model, which learns only from the steps it
-// runs (2% timing noise) and the probes; the machine is CpuSeconds, outside the model's hinge
-// family. After a warm-up of 400 steps (the model starts from a wrong knee and each up probe, one
-// per 128 steps, moves it by about a token), the issue's targets must hold against the true
-// costs (at slack 5% to 50%, where the issue states them; the ends of the curve get the model's
-// resolution): the ultrafast step over its solo step has p50 <= 1 + slack and p99 <= 1 + slack +
-// 0.2, and default tokens reach 90% of the ideal count (the most default decodes that fit beside it
-// each step, from CpuSeconds). Four noise seeds. Steps past the bound by more than 5% stay under
-// 12%: the up probes (0.8%) plus stretches where the knee, which only the up probes pin down
-// (they fade from a ~50-step window), drifts and one default too many is admitted (seed 1 at 50%
-// slack: ~10% of steps at 1.6 against 1.5; p99 still within the target). Smaller overshoots are
-// allowed: where one more default sits right at the bound (contexts grow each step), the model's
-// attention slope, fitted from samples with 2% timing noise, decides it only to a few percent.
+// runs (2% timing noise) and the probes; two machines, CpuSeconds (a sharp roofline turn between
+// 3 and 4 tokens) and SmoothCpuSeconds (the gradual knee measured on this project's VM), neither
+// in the model's hinge family. After a warm-up of 400 steps (the model starts from a wrong knee),
+// the issue's targets must hold against the true costs (at slack 5% to 50%, where the issue
+// states them; the ends of the curve get the model's resolution): the ultrafast step over its solo
+// step has p50 <= 1 + slack and p99 <= 1 + slack + 0.2, and default tokens reach 90% of the ideal
+// count (the most default decodes that fit beside it each step, from the machine). Four noise
+// seeds. Steps past the bound by more than 5% stay under 3%: the up probes (0.8%) plus short
+// stretches where one default too many is admitted. Smaller overshoots are allowed: where one more
+// default sits right at the bound (contexts grow each step), the model's attention slope, fitted
+// from samples with 2% timing noise, decides it only to a few percent.
+// Probe steps count as 8 samples in the fit (SchedulerOptions::probe_sample_weight): with 1, the
+// up probes, the only samples of one default more, faded from the ~50-step window before they
+// could move the knee, and the smooth machine failed 5 cases (over-admission at 25-50% slack, p99
+// 2.15 at 100%), the sharp one kept ~8% of steps over at 50% slack for one seed.
 TEST(SchedulerSimTest, LearnedCostModelMeetsTheTargets) {
-  for (uint32_t seed : {7, 1, 2, 3}) {
-    for (double slack : {0.0, 0.05, 0.10, 0.25, 0.50, 1.00}) {
-      SCOPED_TRACE(testing::Message() << "seed " << seed << " slack " << slack);
-      SimEngine sim(/*slots=*/17, /*kv_blocks=*/10000, seed, /*noise=*/0.02);
-      OnlineStepCostModel model;
-      SchedulerOptions o;
-      o.ultrafast_slack = slack;
-      Scheduler sched(o, &model, &sim.clock());
-      for (int i = 0; i < 16; ++i) sim.Submit(i, ServiceTier::kDefault, 32, 1000000);
-      for (int i = 0; i < 50; ++i) sim.Step(sched, &model);  // defaults alone: the model warms up
-      sim.Submit(100, ServiceTier::kUltrafast, 64, 1000000);
-      std::vector<double> ratios;
-      int64_t default_tokens = 0, ideal_tokens = 0;
-      int over = 0;
-      for (int step = 0; step < 1200; ++step) {
-        const int64_t uf_ctx = sim.seqs().at(100).st.context;
-        const bool uf_decoding = sim.seqs().at(100).st.to_prefill == 0 && uf_ctx > 0;
-        std::map<int64_t, int64_t> ctx;
-        std::vector<int64_t> default_ctx;
-        for (const auto& [id, q] : sim.seqs()) {
-          ctx[id] = q.st.context;
-          if (id != 100 && q.running && q.st.to_prefill == 0) default_ctx.push_back(q.st.context);
+  const std::pair<const char*, SimEngine::Machine> machines[] = {{"sharp", CpuSeconds},
+                                                                 {"smooth", SmoothCpuSeconds}};
+  for (const auto& [name, machine] : machines) {
+    for (uint32_t seed : {7, 1, 2, 3}) {
+      for (double slack : {0.0, 0.05, 0.10, 0.25, 0.50, 1.00}) {
+        SCOPED_TRACE(testing::Message() << name << " seed " << seed << " slack " << slack);
+        SimEngine sim(/*slots=*/17, /*kv_blocks=*/10000, seed, /*noise=*/0.02, machine);
+        OnlineStepCostModel model;
+        SchedulerOptions o;
+        o.ultrafast_slack = slack;
+        Scheduler sched(o, &model, &sim.clock());
+        for (int i = 0; i < 16; ++i) sim.Submit(i, ServiceTier::kDefault, 32, 1000000);
+        for (int i = 0; i < 50; ++i) sim.Step(sched, &model);  // defaults alone: the model warms up
+        sim.Submit(100, ServiceTier::kUltrafast, 64, 1000000);
+        std::vector<double> ratios;
+        int64_t default_tokens = 0, ideal_tokens = 0;
+        int over = 0;
+        for (int step = 0; step < 1200; ++step) {
+          const int64_t uf_ctx = sim.seqs().at(100).st.context;
+          const bool uf_decoding = sim.seqs().at(100).st.to_prefill == 0 && uf_ctx > 0;
+          std::map<int64_t, int64_t> ctx;
+          std::vector<int64_t> default_ctx;
+          for (const auto& [id, q] : sim.seqs()) {
+            ctx[id] = q.st.context;
+            if (id != 100 && q.running && q.st.to_prefill == 0) default_ctx.push_back(q.st.context);
+          }
+          const StepPlan plan = sim.Step(sched, &model).first;
+          if (step < 400 || !uf_decoding) continue;
+          int64_t attended = uf_ctx + 1, n = 1;
+          for (int64_t id : plan.decode) {
+            if (id != 100) attended += ctx[id] + 1, ++n;
+          }
+          const double solo = machine(1, uf_ctx + 1);
+          ratios.push_back(machine(n, attended) / solo);
+          if (ratios.back() > (1 + slack) * 1.05) ++over;
+          default_tokens += n - 1;
+          // Ideal: the most defaults that fit, shortest contexts first.
+          std::sort(default_ctx.begin(), default_ctx.end());
+          int64_t m = 0, att = uf_ctx + 1;
+          while (m < static_cast<int64_t>(default_ctx.size()) &&
+                 machine(m + 2, att + default_ctx[m] + 1) <= (1 + slack) * solo) {
+            att += default_ctx[m] + 1;
+            ++m;
+          }
+          ideal_tokens += m;
         }
-        const StepPlan plan = sim.Step(sched, &model).first;
-        if (step < 400 || !uf_decoding) continue;
-        int64_t attended = uf_ctx + 1, n = 1;
-        for (int64_t id : plan.decode) {
-          if (id != 100) attended += ctx[id] + 1, ++n;
+        ASSERT_GT(ratios.size(), 700u);
+        std::sort(ratios.begin(), ratios.end());
+        const double p50 = ratios[ratios.size() / 2];
+        const double p99 = ratios[ratios.size() * 99 / 100];
+        if (slack >= 0.05 && slack <= 0.5) {
+          // The issue's targets, stated for slack 5% to 50%.
+          EXPECT_LE(p50, 1 + slack + 1e-9);
+        } else {
+          // The ends of the curve: within the model's resolution (half the 2% timing noise).
+          EXPECT_LE(p50, (1 + slack) * 1.01);
         }
-        const double solo = CpuSeconds(1, uf_ctx + 1);
-        ratios.push_back(CpuSeconds(n, attended) / solo);
-        if (ratios.back() > (1 + slack) * 1.05) ++over;
-        default_tokens += n - 1;
-        // Ideal: the most defaults that fit, shortest contexts first.
-        std::sort(default_ctx.begin(), default_ctx.end());
-        int64_t m = 0, att = uf_ctx + 1;
-        while (m < static_cast<int64_t>(default_ctx.size()) &&
-               CpuSeconds(m + 2, att + default_ctx[m] + 1) <= (1 + slack) * solo) {
-          att += default_ctx[m] + 1;
-          ++m;
-        }
-        ideal_tokens += m;
-      }
-      ASSERT_GT(ratios.size(), 700u);
-      std::sort(ratios.begin(), ratios.end());
-      const double p50 = ratios[ratios.size() / 2];
-      const double p99 = ratios[ratios.size() * 99 / 100];
-      if (slack >= 0.05 && slack <= 0.5) {
-        // The issue's targets, stated for slack 5% to 50%.
-        EXPECT_LE(p50, 1 + slack + 1e-9);
         EXPECT_LE(p99, 1 + slack + 0.2);
-      } else {
-        // The ends of the curve: within the model's resolution (half the 2% timing noise) at the
-        // median; at 100% slack an extra default costs 32% of a solo step, so p99 gets 0.35.
-        EXPECT_LE(p50, (1 + slack) * 1.01);
-        EXPECT_LE(p99, 1 + slack + 0.35);
+        EXPECT_GE(static_cast<double>(default_tokens), 0.9 * static_cast<double>(ideal_tokens));
+        EXPECT_LE(over, 0.03 * static_cast<double>(ratios.size()));
+        std::printf(
+            "%s seed %u slack %.2f: ultrafast step / solo p50 %.4f p99 %.4f, %d of %zu steps over, "
+            "default tokens %lld of ideal %lld\n",
+            name, seed, slack, p50, p99, over, ratios.size(),
+            static_cast<long long>(default_tokens), static_cast<long long>(ideal_tokens));
       }
-      EXPECT_GE(static_cast<double>(default_tokens), 0.9 * static_cast<double>(ideal_tokens))
-          << "slack " << slack;
-      EXPECT_LE(over, 0.12 * static_cast<double>(ratios.size())) << "slack " << slack;
-      std::printf(
-          "seed %u slack %.2f: ultrafast step / solo p50 %.4f p99 %.4f, %d of %zu steps over, "
-          "default tokens %lld of ideal %lld\n",
-          seed, slack, p50, p99, over, ratios.size(), static_cast<long long>(default_tokens),
-          static_cast<long long>(ideal_tokens));
     }
   }
 }
@@ -651,6 +673,11 @@ TEST(SchedulerTest, ValidatesOptions) {
   EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
   o = SchedulerOptions{};
   o.probe_interval_steps = -1;
+  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
+  o = SchedulerOptions{};
+  o.probe_sample_weight = 0.0;
+  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
+  o.probe_sample_weight = NAN;
   EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
 }
 

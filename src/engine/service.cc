@@ -273,7 +273,7 @@ bool Service::Step() {
     UF_LOG(ERROR) << "serve: forward failed: " << status.ToString();
     for (auto& [seq, n] : batch_feeds_) Finish(*seq, FinishReason::kError, status);
   } else {
-    online_cost_->Observe(composition, seconds);
+    online_cost_->Observe(composition, seconds, plan.sample_weight);
     for (auto& [seq, n] : batch_feeds_) {
       seq->n_computed += n;
       if (options_.prefix_cache) {

@@ -27,6 +27,9 @@ Status SchedulerOptions::Validate() const {
   if (probe_interval_steps < 0) {
     return InvalidArgumentError("scheduler: probe_interval_steps must be >= 0");
   }
+  if (!std::isfinite(probe_sample_weight) || probe_sample_weight <= 0.0) {
+    return InvalidArgumentError("scheduler: probe_sample_weight must be a finite number > 0");
+  }
   return OkStatus();
 }
 
@@ -106,6 +109,7 @@ class Planner {
       const int64_t every = options_.probe_interval_steps;
       if (every > 0 && step % every == every - 1) {
         plan_.probe = (step / every) % 2 == 0 ? StepPlan::Probe::kSolo : StepPlan::Probe::kUp;
+        plan_.sample_weight = options_.probe_sample_weight;
       }
     }
     const bool solo = plan_.probe == StepPlan::Probe::kSolo;
@@ -301,8 +305,8 @@ class Planner {
   int64_t free_blocks_ = 0;
   int64_t tokens_left_ = 0;
   int64_t prefill_left_ = 0;
-  int64_t solo_tokens_ = 0;            // tokens of the ultrafast-only composition
-  double token_floor_seconds_ = 0.0;   // least cost charged per token added beside it
+  int64_t solo_tokens_ = 0;           // tokens of the ultrafast-only composition
+  double token_floor_seconds_ = 0.0;  // least cost charged per token added beside it
   StepPlan plan_;
 };
 

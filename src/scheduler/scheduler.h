@@ -61,6 +61,11 @@ struct SchedulerOptions {
   int64_t max_prefill_tokens = 256;  // prompt tokens per step, all sequences together
   // Every this many steps with ultrafast work, a probe step (see above); 0 disables probes.
   int64_t probe_interval_steps = 64;
+  // A probe step's measurement counts as this many ordinary steps in the cost fit: probes are the
+  // only samples of the solo step and of one default more, and at weight 1 they faded from the
+  // fit's ~50-step window before they could correct a wrong knee. An under-admitting model then
+  // never saw the batch it wrongly feared, while over-admission corrected itself every step.
+  double probe_sample_weight = 8.0;
   // Each token added beside the ultrafast work is charged at least this fraction of the
   // ultrafast solo step, on top of the cost model. The model's hinge lets the first tokens ride
   // free, but no token is free (its activations, norms, attention and logits take time): without
@@ -68,8 +73,8 @@ struct SchedulerOptions {
   // lets 20 tokens ride at 5% slack where the hardware is that flat (a GPU).
   double min_token_cost_fraction = 0.0025;
 
-  // InvalidArgument on negative or non-finite slack or wait, non-positive caps or a negative
-  // probe interval.
+  // InvalidArgument on negative or non-finite slack or wait, non-positive caps, a negative
+  // probe interval or a probe sample weight that is not a positive number.
   Status Validate() const;
 };
 
@@ -109,6 +114,8 @@ struct StepPlan {
   double ultrafast_solo_seconds = 0.0;  // 0 when no ultrafast work this step
   double bound_seconds = std::numeric_limits<double>::infinity();
   enum class Probe { kNone, kSolo, kUp } probe = Probe::kNone;
+  // Weight of this step's measurement in the cost model (OnlineStepCostModel::Observe).
+  double sample_weight = 1.0;
 
   bool empty() const { return decode.empty() && prefill.empty(); }
 };

@@ -131,19 +131,22 @@ double OnlineStepCostModel::Predict(const BatchComposition& c) const {
   return std::max(0.0, StepSeconds(coefficients(), c));
 }
 
-void OnlineStepCostModel::Observe(const BatchComposition& c, double seconds) {
+void OnlineStepCostModel::Observe(const BatchComposition& c, double seconds, double weight) {
   if (!std::isfinite(seconds) || seconds <= 0.0 || c.empty()) return;
+  if (!std::isfinite(weight) || weight <= 0.0) return;
   UF_CHECK(c.decode_seqs >= 0 && c.prefill_tokens >= 0 && c.context_tokens >= 0)
       << "negative batch composition";
   const double f = options_.forgetting;
-  tt_ = f * tt_ + seconds * seconds;
-  weight_ = f * weight_ + 1.0;
+  tt_ = f * tt_ + weight * seconds * seconds;
+  weight_ = f * weight_ + weight;
   for (size_t k = 0; k < fits_.size(); ++k) {
     Fit& fit = fits_[k];
     const std::array<double, kDim> x = Features(Knee(k), c);
     for (int i = 0; i < kDim; ++i) {
-      for (int j = 0; j < kDim; ++j) fit.s[i * kDim + j] = f * fit.s[i * kDim + j] + x[i] * x[j];
-      fit.r[i] = f * fit.r[i] + x[i] * seconds;
+      for (int j = 0; j < kDim; ++j) {
+        fit.s[i * kDim + j] = f * fit.s[i * kDim + j] + weight * x[i] * x[j];
+      }
+      fit.r[i] = f * fit.r[i] + weight * x[i] * seconds;
     }
     Solve(fit);
     // Residual over the samples fitted: sum t^2 - 2 theta.r + theta' S theta. Every knee has as

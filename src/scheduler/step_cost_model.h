@@ -82,8 +82,10 @@ class OnlineStepCostModel final : public StepCostModel {
   explicit OnlineStepCostModel(const OnlineStepCostOptions& options = {});
 
   double Predict(const BatchComposition& c) const override;
-  // Learns one measured step. Ignores non-finite or non-positive times and empty batches.
-  void Observe(const BatchComposition& c, double seconds);
+  // Learns one measured step, counted as `weight` ordinary steps (probe steps carry more: they
+  // are the only samples of the batch sizes beside the one in use). Ignores non-finite or
+  // non-positive times or weights and empty batches.
+  void Observe(const BatchComposition& c, double seconds, double weight = 1.0);
 
   // The coefficients Predict uses now (the prior before min_samples).
   StepCostCoefficients coefficients() const;
