@@ -2,7 +2,9 @@
 // scheduling, not sockets).
 //   1. Step time versus batch size: b default streams decoding together (the bound is infinite
 //      without ultrafast work, so every stream is in every step); step time = median inter-token
-//      gap. This curve is the physics: it says how much default work can ride beside one stream.
+//      gap. Batch 1 is measured before and after every other size, and each size's step over
+//      the mean of those two, median over --curve-rounds, is the curve's shape. This curve is the
+//      physics: it says how much default work can ride beside one stream.
 //   2. Solo ultrafast: one ultrafast stream alone; its ITL is the reference.
 //   3. Mix, per slack, in rounds (--rounds, --tokens split among them): the ultrafast stream alone
 //      (the round's solo ITL), then 16 default streams and the ultrafast stream again. Its ITL
@@ -188,32 +190,47 @@ class Bench {
     out["ultrafast_tokens"] = c_.tokens;
     out["default_streams"] = c_.defaults;
 
-    // 1. Step time versus batch size: every size once per round, the rounds one after the
-    // other, and the median per size. Measured once each, one size after the other, the curve
-    // took the host's drift (one run had batch 2 faster than batch 1), and every "ideal" below
-    // is read off it.
-    std::vector<std::vector<double>> rounds(c_.curve.size());
+    // 1. Step time versus batch size, in rounds: batch 1 before and after every other size, so
+    // that each size's step over batch 1 is taken seconds apart (this VM's speed drifts by more
+    // than the effects measured within a minute: one curve measured once per size, one after the
+    // other, had batch 2 faster than batch 1), and the median over the rounds, per size. The
+    // "ideal" of every mix below is read off these ratios.
+    std::vector<std::vector<double>> rounds(c_.curve.size()), ratios(c_.curve.size());
     for (int r = 0; r < c_.curve_rounds; ++r) {
-      for (size_t i = 0; i < c_.curve.size(); ++i) rounds[i].push_back(StepSeconds(c_.curve[i]));
+      double solo_before = StepSeconds(1);
+      rounds[0].push_back(solo_before);
+      ratios[0].push_back(1.0);
+      for (size_t i = 1; i < c_.curve.size(); ++i) {
+        const double t = StepSeconds(c_.curve[i]);
+        const double solo_after = StepSeconds(1);
+        rounds[i].push_back(t);
+        rounds[0].push_back(solo_after);
+        ratios[i].push_back(t / (0.5 * (solo_before + solo_after)));
+        solo_before = solo_after;
+      }
     }
     json curve = json::array();
     for (size_t i = 0; i < c_.curve.size(); ++i) {
       const int b = c_.curve[i];
-      const double t = Percentile(rounds[i], 0.5);
-      curve_.emplace_back(b, t);
+      const double t = Percentile(rounds[i], 0.5), ratio = Percentile(ratios[i], 0.5);
+      curve_.emplace_back(b, ratio);
       curve.push_back({{"batch", b},
                        {"step_seconds", t},
                        {"tokens_per_second", b / t},
-                       {"step_seconds_per_round", rounds[i]}});
-      std::printf("batch %2d: step %.4f s, %.1f tok/s (rounds:", b, t, b / t);
-      for (double x : rounds[i]) std::printf(" %.4f", x);
+                       {"step_over_batch_1", ratio},
+                       {"step_seconds_per_round", rounds[i]},
+                       {"step_over_batch_1_per_round", ratios[i]}});
+      std::printf("batch %2d: step %.4f s, %.1f tok/s, %.3fx batch 1 (rounds:", b, t, b / t, ratio);
+      for (double x : ratios[i]) std::printf(" %.3f", x);
       std::printf(")\n");
       std::fflush(stdout);
     }
     out["step_curve"] = curve;
     out["cost_model_after_curve"] = Coefficients();
     double best_all_default = 0.0;
-    for (auto [b, t] : curve_) best_all_default = std::max(best_all_default, b / t);
+    for (size_t i = 0; i < c_.curve.size(); ++i) {
+      best_all_default = std::max(best_all_default, c_.curve[i] / Percentile(rounds[i], 0.5));
+    }
     out["all_default_best_tokens_per_second"] = best_all_default;
 
     // 2. Solo ultrafast.
@@ -376,7 +393,7 @@ class Bench {
   const Tokenizer& tok_;
   std::shared_ptr<scheduler::OnlineStepCostModel> cost_ =
       std::make_shared<scheduler::OnlineStepCostModel>();
-  std::vector<std::pair<int, double>> curve_;  // (batch size, step seconds)
+  std::vector<std::pair<int, double>> curve_;  // (batch size, step time over batch 1's)
   double solo_itl_ = 0.0;
   double naive_tps_ = 0.0;
 };
