@@ -154,6 +154,24 @@ TEST(OnlineStepCostModelTest, UnexploredDirectionsFallBackToThePrior) {
   EXPECT_NEAR(extra, 2 * 0.01, 0.002);
 }
 
+// RelativeNoise reports the timing noise the fit cannot explain: ~0 for exact samples, ~8% for
+// 8% multiplicative noise (the ~50-step window's estimate scatters by ~10% of itself, hence
+// the 0.02 tolerance).
+TEST(OnlineStepCostModelTest, RelativeNoiseMeasuresTheTimingNoise) {
+  const Truth truth{0.03, 0.008, 0.0015, 3e-7, 3};
+  for (double noise : {0.0, 0.08}) {
+    OnlineStepCostModel m;
+    EXPECT_EQ(m.RelativeNoise(), 0.0);  // nothing seen yet
+    std::mt19937 rng(11);
+    std::normal_distribution<double> n(0.0, noise > 0 ? noise : 1.0);
+    for (int i = 0; i < 2000; ++i) {
+      const BatchComposition c = RandomComposition(rng);
+      m.Observe(c, truth(c) * (1.0 + (noise > 0 ? n(rng) : 0.0)));
+    }
+    EXPECT_NEAR(m.RelativeNoise(), noise, noise > 0 ? 0.02 : 0.005) << noise;
+  }
+}
+
 // Data where bigger batches measure faster (noise, or the machine warming up) must not teach the
 // scheduler that adding work saves time.
 TEST(OnlineStepCostModelTest, AddingWorkNeverPredictsLessTime) {

@@ -538,6 +538,73 @@ TEST(SchedulerSimTest, FlexNeverWaitsPastMaxWait) {
   }
 }
 
+// One closed-loop run: 16 defaults, then an ultrafast stream beside them for 1200 steps, the
+// scheduler planning with an online model that learns only from the steps it runs.
+struct ClosedLoopResult {
+  double p50 = 0, p99 = 0;  // ultrafast step over its solo step, true costs
+  int over = 0;             // steps past (1 + slack) x 1.05
+  size_t steps = 0;
+  int64_t default_tokens = 0, ideal_tokens = 0;
+};
+
+ClosedLoopResult RunClosedLoop(SimEngine::Machine machine, uint32_t seed, double slack,
+                               double noise, const SchedulerOptions& base = {}) {
+  SimEngine sim(/*slots=*/17, /*kv_blocks=*/10000, seed, noise, machine);
+  OnlineStepCostModel model;
+  SchedulerOptions o = base;
+  o.ultrafast_slack = slack;
+  Scheduler sched(o, &model, &sim.clock());
+  for (int i = 0; i < 16; ++i) sim.Submit(i, ServiceTier::kDefault, 32, 1000000);
+  for (int i = 0; i < 50; ++i) sim.Step(sched, &model);  // defaults alone: the model warms up
+  sim.Submit(100, ServiceTier::kUltrafast, 64, 1000000);
+  ClosedLoopResult r;
+  std::vector<double> ratios;
+  for (int step = 0; step < 1200; ++step) {
+    const int64_t uf_ctx = sim.seqs().at(100).st.context;
+    const bool uf_decoding = sim.seqs().at(100).st.to_prefill == 0 && uf_ctx > 0;
+    std::map<int64_t, int64_t> ctx;
+    std::vector<int64_t> default_ctx;
+    for (const auto& [id, q] : sim.seqs()) {
+      ctx[id] = q.st.context;
+      if (id != 100 && q.running && q.st.to_prefill == 0) default_ctx.push_back(q.st.context);
+    }
+    const StepPlan plan = sim.Step(sched, &model).first;
+    if (step < 400 || !uf_decoding) continue;
+    int64_t attended = uf_ctx + 1, n = 1;
+    for (int64_t id : plan.decode) {
+      if (id != 100) attended += ctx[id] + 1, ++n;
+    }
+    const double solo = machine(1, uf_ctx + 1);
+    ratios.push_back(machine(n, attended) / solo);
+    if (ratios.back() > (1 + slack) * 1.05) ++r.over;
+    r.default_tokens += n - 1;
+    // Ideal: the most defaults that fit, shortest contexts first.
+    std::sort(default_ctx.begin(), default_ctx.end());
+    int64_t m = 0, att = uf_ctx + 1;
+    while (m < static_cast<int64_t>(default_ctx.size()) &&
+           machine(m + 2, att + default_ctx[m] + 1) <= (1 + slack) * solo) {
+      att += default_ctx[m] + 1;
+      ++m;
+    }
+    r.ideal_tokens += m;
+  }
+  EXPECT_GT(ratios.size(), 700u);
+  if (ratios.empty()) return r;
+  std::sort(ratios.begin(), ratios.end());
+  r.p50 = ratios[ratios.size() / 2];
+  r.p99 = ratios[ratios.size() * 99 / 100];
+  r.steps = ratios.size();
+  std::printf(
+      "seed %u slack %.2f noise %.2f: ultrafast step / solo p50 %.4f p99 %.4f, %d of %zu steps "
+      "over, default tokens %lld of ideal %lld\n",
+      seed, slack, noise, r.p50, r.p99, r.over, r.steps, static_cast<long long>(r.default_tokens),
+      static_cast<long long>(r.ideal_tokens));
+  return r;
+}
+
+const std::pair<const char*, SimEngine::Machine> kMachines[] = {{"sharp", CpuSeconds},
+                                                                {"smooth", SmoothCpuSeconds}};
+
 // Closed loop: the scheduler plans with the online model, which learns only from the steps it
 // runs (2% timing noise) and the probes; two machines, CpuSeconds (a sharp roofline turn between
 // 3 and 4 tokens) and SmoothCpuSeconds (the gradual knee measured on this project's VM), neither
@@ -555,74 +622,51 @@ TEST(SchedulerSimTest, FlexNeverWaitsPastMaxWait) {
 // could move the knee, and the smooth machine failed 5 cases (over-admission at 25-50% slack, p99
 // 2.15 at 100%), the sharp one kept ~8% of steps over at 50% slack for one seed.
 TEST(SchedulerSimTest, LearnedCostModelMeetsTheTargets) {
-  const std::pair<const char*, SimEngine::Machine> machines[] = {{"sharp", CpuSeconds},
-                                                                 {"smooth", SmoothCpuSeconds}};
-  for (const auto& [name, machine] : machines) {
+  for (const auto& [name, machine] : kMachines) {
     for (uint32_t seed : {7, 1, 2, 3}) {
       for (double slack : {0.0, 0.05, 0.10, 0.25, 0.50, 1.00}) {
         SCOPED_TRACE(testing::Message() << name << " seed " << seed << " slack " << slack);
-        SimEngine sim(/*slots=*/17, /*kv_blocks=*/10000, seed, /*noise=*/0.02, machine);
-        OnlineStepCostModel model;
-        SchedulerOptions o;
-        o.ultrafast_slack = slack;
-        Scheduler sched(o, &model, &sim.clock());
-        for (int i = 0; i < 16; ++i) sim.Submit(i, ServiceTier::kDefault, 32, 1000000);
-        for (int i = 0; i < 50; ++i) sim.Step(sched, &model);  // defaults alone: the model warms up
-        sim.Submit(100, ServiceTier::kUltrafast, 64, 1000000);
-        std::vector<double> ratios;
-        int64_t default_tokens = 0, ideal_tokens = 0;
-        int over = 0;
-        for (int step = 0; step < 1200; ++step) {
-          const int64_t uf_ctx = sim.seqs().at(100).st.context;
-          const bool uf_decoding = sim.seqs().at(100).st.to_prefill == 0 && uf_ctx > 0;
-          std::map<int64_t, int64_t> ctx;
-          std::vector<int64_t> default_ctx;
-          for (const auto& [id, q] : sim.seqs()) {
-            ctx[id] = q.st.context;
-            if (id != 100 && q.running && q.st.to_prefill == 0) default_ctx.push_back(q.st.context);
-          }
-          const StepPlan plan = sim.Step(sched, &model).first;
-          if (step < 400 || !uf_decoding) continue;
-          int64_t attended = uf_ctx + 1, n = 1;
-          for (int64_t id : plan.decode) {
-            if (id != 100) attended += ctx[id] + 1, ++n;
-          }
-          const double solo = machine(1, uf_ctx + 1);
-          ratios.push_back(machine(n, attended) / solo);
-          if (ratios.back() > (1 + slack) * 1.05) ++over;
-          default_tokens += n - 1;
-          // Ideal: the most defaults that fit, shortest contexts first.
-          std::sort(default_ctx.begin(), default_ctx.end());
-          int64_t m = 0, att = uf_ctx + 1;
-          while (m < static_cast<int64_t>(default_ctx.size()) &&
-                 machine(m + 2, att + default_ctx[m] + 1) <= (1 + slack) * solo) {
-            att += default_ctx[m] + 1;
-            ++m;
-          }
-          ideal_tokens += m;
-        }
-        ASSERT_GT(ratios.size(), 700u);
-        std::sort(ratios.begin(), ratios.end());
-        const double p50 = ratios[ratios.size() / 2];
-        const double p99 = ratios[ratios.size() * 99 / 100];
+        const ClosedLoopResult r = RunClosedLoop(machine, seed, slack, /*noise=*/0.02);
         if (slack >= 0.05 && slack <= 0.5) {
           // The targets, stated for slack 5% to 50%.
-          EXPECT_LE(p50, 1 + slack + 1e-9);
+          EXPECT_LE(r.p50, 1 + slack + 1e-9);
         } else {
           // The ends of the curve: within the model's resolution (half the 2% timing noise).
-          EXPECT_LE(p50, (1 + slack) * 1.01);
+          EXPECT_LE(r.p50, (1 + slack) * 1.01);
         }
-        EXPECT_LE(p99, 1 + slack + 0.2);
-        EXPECT_GE(static_cast<double>(default_tokens), 0.9 * static_cast<double>(ideal_tokens));
-        EXPECT_LE(over, 0.03 * static_cast<double>(ratios.size()));
-        std::printf(
-            "%s seed %u slack %.2f: ultrafast step / solo p50 %.4f p99 %.4f, %d of %zu steps over, "
-            "default tokens %lld of ideal %lld\n",
-            name, seed, slack, p50, p99, over, ratios.size(),
-            static_cast<long long>(default_tokens), static_cast<long long>(ideal_tokens));
+        EXPECT_LE(r.p99, 1 + slack + 0.2);
+        EXPECT_GE(static_cast<double>(r.default_tokens), 0.9 * static_cast<double>(r.ideal_tokens));
+        EXPECT_LE(r.over, 0.03 * static_cast<double>(r.steps));
       }
     }
   }
+}
+
+// The same loop on a machine with 8% timing noise per step, as this project's shared VM shows.
+// The ultrafast latency targets (p50, p99 at slack 5-50%) must still hold; default throughput may
+// give way to 70% of the ideal (73-109% measured, most cases 90-97%): the solo probes take 6% of
+// the steps, and where one more default sits within the noise of the bound the model leaves it
+// out for stretches. Without the noisy-machine solo probes (the control, same seeds)
+// the model over-admitted: several times as many steps past the bound, p99 over target.
+TEST(SchedulerSimTest, NoisyMachineKeepsUltrafastLatency) {
+  int over_with = 0, over_without = 0;
+  for (const auto& [name, machine] : kMachines) {
+    for (uint32_t seed : {7, 1, 2, 3}) {
+      for (double slack : {0.05, 0.10, 0.25, 0.50}) {
+        SCOPED_TRACE(testing::Message() << name << " seed " << seed << " slack " << slack);
+        const ClosedLoopResult r = RunClosedLoop(machine, seed, slack, /*noise=*/0.08);
+        EXPECT_LE(r.p50, 1 + slack + 1e-9);
+        EXPECT_LE(r.p99, 1 + slack + 0.2);
+        EXPECT_GE(static_cast<double>(r.default_tokens), 0.7 * static_cast<double>(r.ideal_tokens));
+        EXPECT_LE(r.over, 0.05 * static_cast<double>(r.steps));
+        over_with += r.over;
+        SchedulerOptions control;
+        control.noisy_solo_probe_interval_steps = 0;
+        over_without += RunClosedLoop(machine, seed, slack, /*noise=*/0.08, control).over;
+      }
+    }
+  }
+  EXPECT_LT(2 * over_with, over_without);
 }
 
 // Every 4th step with ultrafast work is a probe: first a solo step, then one default past the
@@ -658,6 +702,48 @@ TEST(SchedulerTest, ProbesAlternateSoloAndOneMore) {
   }
 }
 
+// A cost model that reports its own noise, to drive the noisy-machine probes.
+class NoisyCpuCost final : public StepCostModel {
+ public:
+  explicit NoisyCpuCost(double noise) : noise_(noise) {}
+  double Predict(const BatchComposition& c) const override { return CpuSeconds(c); }
+  double RelativeNoise() const override { return noise_; }
+
+ private:
+  double noise_;
+};
+
+// Above noisy_step_noise, every noisy_solo_probe_interval_steps-th step is also a solo probe;
+// below it, only the regular probes run.
+TEST(SchedulerTest, NoisyMachineGetsMoreSoloProbes) {
+  for (double noise : {0.02, 0.10}) {
+    FakeClock clock;
+    NoisyCpuCost cost(noise);
+    SchedulerOptions o;
+    o.probe_interval_steps = 64;
+    o.noisy_solo_probe_interval_steps = 8;
+    o.noisy_step_noise = 0.05;
+    Scheduler sched(o, &cost, &clock);
+    const StepInput in = UltrafastBesideDefaults(6);
+    int solo = 0, up = 0;
+    for (int step = 0; step < 128; ++step) {
+      const StepPlan plan = sched.Plan(in);
+      if (plan.probe == StepPlan::Probe::kSolo) {
+        ++solo;
+        EXPECT_EQ(plan.decode.size(), 1u) << step;  // ultrafast only
+        EXPECT_EQ(plan.sample_weight, o.probe_sample_weight);
+        EXPECT_EQ(step % 8 == 4 || step == 63, true) << step;
+      } else if (plan.probe == StepPlan::Probe::kUp) {
+        ++up;
+      } else {
+        EXPECT_EQ(plan.sample_weight, 1.0);
+      }
+    }
+    EXPECT_EQ(up, 1) << noise;
+    EXPECT_EQ(solo, noise > 0.05 ? 1 + 16 : 1) << noise;
+  }
+}
+
 TEST(SchedulerTest, ValidatesOptions) {
   SchedulerOptions o;
   EXPECT_TRUE(o.Validate().ok());
@@ -673,6 +759,12 @@ TEST(SchedulerTest, ValidatesOptions) {
   EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
   o = SchedulerOptions{};
   o.probe_interval_steps = -1;
+  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
+  o = SchedulerOptions{};
+  o.noisy_solo_probe_interval_steps = -1;
+  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
+  o = SchedulerOptions{};
+  o.noisy_step_noise = NAN;
   EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
   o = SchedulerOptions{};
   o.probe_sample_weight = 0.0;

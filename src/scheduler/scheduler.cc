@@ -30,6 +30,11 @@ Status SchedulerOptions::Validate() const {
   if (!std::isfinite(probe_sample_weight) || probe_sample_weight <= 0.0) {
     return InvalidArgumentError("scheduler: probe_sample_weight must be a finite number > 0");
   }
+  if (noisy_solo_probe_interval_steps < 0 || !std::isfinite(noisy_step_noise) ||
+      noisy_step_noise < 0.0) {
+    return InvalidArgumentError(
+        "scheduler: noisy_solo_probe_interval_steps and noisy_step_noise must be >= 0");
+  }
   return OkStatus();
 }
 
@@ -109,6 +114,14 @@ class Planner {
       const int64_t every = options_.probe_interval_steps;
       if (every > 0 && step % every == every - 1) {
         plan_.probe = (step / every) % 2 == 0 ? StepPlan::Probe::kSolo : StepPlan::Probe::kUp;
+        plan_.sample_weight = options_.probe_sample_weight;
+      }
+      // On a noisy machine, extra solo probes (see SchedulerOptions::noisy_step_noise).
+      const int64_t noisy_every = options_.noisy_solo_probe_interval_steps;
+      if (plan_.probe == StepPlan::Probe::kNone && noisy_every > 0 &&
+          step % noisy_every == noisy_every / 2 &&
+          cost_.RelativeNoise() > options_.noisy_step_noise) {
+        plan_.probe = StepPlan::Probe::kSolo;
         plan_.sample_weight = options_.probe_sample_weight;
       }
     }

@@ -18,7 +18,8 @@
 // with ultrafast work is a probe, alternately a solo step (ultrafast work only) and an "up" step
 // (one default or flex decode more than the bound admits). Up probes are the only planned steps
 // past the bound besides overdue flex; at the default interval they are under 1% of steps, so they
-// stay out of the p99.
+// stay out of the p99. On a noisy machine (the model's relative residual above noisy_step_noise)
+// solo probes also come every noisy_solo_probe_interval_steps-th step.
 //
 // Pure logic: no threads, no engine types; time comes from the injected Clock and costs from the
 // injected StepCostModel, so tests drive it with a FakeClock and a synthetic cost.
@@ -66,6 +67,15 @@ struct SchedulerOptions {
   // fit's ~50-step window before they could correct a wrong knee. An under-admitting model then
   // never saw the batch it wrongly feared, while over-admission corrected itself every step.
   double probe_sample_weight = 8.0;
+  // When the cost model's relative step noise (StepCostModel::RelativeNoise) exceeds
+  // noisy_step_noise, every noisy_solo_probe_interval_steps-th step with ultrafast work is also
+  // a solo probe (0 disables). Whether one default more fits within 5% slack is a 5% difference;
+  // with 8% noise per step, one solo sample per 128 steps cannot resolve it, and the model
+  // over-admitted (closed-loop simulation: p99 over target in 4 of 48 cases, up to 23% of steps
+  // past the bound). Solo steps cost the ultrafast stream nothing, only the defaults a step (6%
+  // of their tokens at 16).
+  int64_t noisy_solo_probe_interval_steps = 16;
+  double noisy_step_noise = 0.05;
   // Each token added beside the ultrafast work is charged at least this fraction of the
   // ultrafast solo step, on top of the cost model. The model's hinge lets the first tokens ride
   // free, but no token is free (its activations, norms, attention and logits take time): without
@@ -73,8 +83,8 @@ struct SchedulerOptions {
   // lets 20 tokens ride at 5% slack where the hardware is that flat (a GPU).
   double min_token_cost_fraction = 0.0025;
 
-  // InvalidArgument on negative or non-finite slack or wait, non-positive caps, a negative
-  // probe interval or a probe sample weight that is not a positive number.
+  // InvalidArgument on negative or non-finite slack or wait, non-positive caps, negative probe
+  // intervals or noise threshold, or a probe sample weight that is not a positive number.
   Status Validate() const;
 };
 

@@ -127,6 +127,12 @@ StepCostCoefficients OnlineStepCostModel::coefficients() const {
   return Coefficients(Knee(best_), fits_[best_]);
 }
 
+double OnlineStepCostModel::RelativeNoise() const {
+  if (samples_ < options_.min_samples || tt_ <= 0.0) return 0.0;
+  const double var = std::max(0.0, fits_[best_].rss) / std::max(1.0, weight_ - kDim);
+  return std::sqrt(var / (tt_ / weight_));
+}
+
 double OnlineStepCostModel::Predict(const BatchComposition& c) const {
   return std::max(0.0, StepSeconds(coefficients(), c));
 }

@@ -45,6 +45,9 @@ class StepCostModel {
   virtual ~StepCostModel() = default;
   // Expected seconds for one step computing `c`. Must not decrease when work is added.
   virtual double Predict(const BatchComposition& c) const = 0;
+  // Standard deviation of measured step times around the predictions, relative to a typical
+  // step (0 when unknown or exact). The scheduler probes more often on a noisy machine.
+  virtual double RelativeNoise() const { return 0.0; }
 };
 
 struct StepCostCoefficients {
@@ -82,6 +85,8 @@ class OnlineStepCostModel final : public StepCostModel {
   explicit OnlineStepCostModel(const OnlineStepCostOptions& options = {});
 
   double Predict(const BatchComposition& c) const override;
+  // Residual standard deviation of the fit in use over the RMS step time, over the window.
+  double RelativeNoise() const override;
   // Learns one measured step, counted as `weight` ordinary steps (probe steps carry more: they
   // are the only samples of the batch sizes beside the one in use). Ignores non-finite or
   // non-positive times or weights and empty batches.
