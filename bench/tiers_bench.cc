@@ -180,6 +180,7 @@ class Bench {
             {"per_prefill_token_seconds", k.per_prefill_token_seconds},
             {"per_context_token_seconds", k.per_context_token_seconds},
             {"knee_tokens", k.knee_tokens},
+            {"relative_noise", cost_->RelativeNoise()},
             {"samples", cost_->samples()}};
   }
 
