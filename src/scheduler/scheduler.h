@@ -75,9 +75,9 @@ struct SchedulerOptions {
   // resolve it, and in the closed-loop simulation the model over-admitted (p99 over target in 4
   // of 48 cases, up to 23% of steps past the bound); every 16th step solo fixed that. Solo steps
   // cost the ultrafast stream nothing, only the defaults a step (6% of their tokens at 16). Off
-  // by default: on this project's shared VM, two runs with it (16) against two without gave the
-  // same p50 record (one run each missed 5% slack) and lower default throughput at 25-50% slack
-  // (42-111% of the ideal against 91-102%), so its benefit there is unproven.
+  // by default, unproven on real hardware: on this project's shared VM the fit's residual was
+  // 2.5-4.8% of a step (its noise drifts over seconds rather than step to step), under the
+  // threshold, and runs with the option on could not be told from runs without it.
   int64_t noisy_solo_probe_interval_steps = 0;
   double noisy_step_noise = 0.05;
   // Each token added beside the ultrafast work is charged at least this fraction of the
