@@ -262,7 +262,7 @@ class Bench {
   // curve's shape (t(1 + k) / t(1) <= 1 + slack, interpolated linearly between measured batch
   // sizes), and that k's step time over t(1). k = 0 when none fits.
   std::pair<int, double> IdealDefaults(double slack) const {
-    auto t_of = [&](double b) {
+    auto t_of = [&](double b) {  // step over batch 1's
       for (size_t i = 1; i < curve_.size(); ++i) {
         if (b <= curve_[i].first) {
           const auto [b0, t0] = curve_[i - 1];
@@ -272,11 +272,10 @@ class Bench {
       }
       return curve_.back().second;
     };
-    const double t1 = t_of(1);
-    int best_k = 0;
+    int best_k = 0;  // curve_ holds t(b) / t(1)
     double best_tps = 0.0, best_ratio = 1.0;
     for (int k = 1; k <= c_.defaults && 1 + k <= curve_.back().first; ++k) {
-      const double r = t_of(1 + k) / t1;
+      const double r = t_of(1 + k);
       if (r <= 1.0 + slack / 100.0 && k / r > best_tps) {
         best_k = k;
         best_tps = k / r;

@@ -748,32 +748,25 @@ TEST(SchedulerTest, NoisyMachineGetsMoreSoloProbes) {
 }
 
 TEST(SchedulerTest, ValidatesOptions) {
-  SchedulerOptions o;
-  EXPECT_TRUE(o.Validate().ok());
-  o.ultrafast_slack = -0.1;
-  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
-  o.ultrafast_slack = NAN;
-  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
-  o = SchedulerOptions{};
-  o.flex_max_wait_seconds = INFINITY;
-  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
-  o = SchedulerOptions{};
-  o.max_prefill_tokens = 0;
-  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
-  o = SchedulerOptions{};
-  o.probe_interval_steps = -1;
-  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
-  o = SchedulerOptions{};
-  o.noisy_solo_probe_interval_steps = -1;
-  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
-  o = SchedulerOptions{};
-  o.noisy_step_noise = NAN;
-  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
-  o = SchedulerOptions{};
-  o.probe_sample_weight = 0.0;
-  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
-  o.probe_sample_weight = NAN;
-  EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(SchedulerOptions{}.Validate().ok());
+  using Set = void (*)(SchedulerOptions&);
+  const std::pair<const char*, Set> bad[] = {
+      {"negative slack", [](SchedulerOptions& o) { o.ultrafast_slack = -0.1; }},
+      {"NaN slack", [](SchedulerOptions& o) { o.ultrafast_slack = NAN; }},
+      {"infinite flex wait", [](SchedulerOptions& o) { o.flex_max_wait_seconds = INFINITY; }},
+      {"no prefill tokens", [](SchedulerOptions& o) { o.max_prefill_tokens = 0; }},
+      {"negative probe interval", [](SchedulerOptions& o) { o.probe_interval_steps = -1; }},
+      {"negative noisy probe interval",
+       [](SchedulerOptions& o) { o.noisy_solo_probe_interval_steps = -1; }},
+      {"NaN noise threshold", [](SchedulerOptions& o) { o.noisy_step_noise = NAN; }},
+      {"zero probe weight", [](SchedulerOptions& o) { o.probe_sample_weight = 0.0; }},
+      {"NaN probe weight", [](SchedulerOptions& o) { o.probe_sample_weight = NAN; }},
+  };
+  for (const auto& [name, set] : bad) {
+    SchedulerOptions o;
+    set(o);
+    EXPECT_EQ(o.Validate().code(), StatusCode::kInvalidArgument) << name;
+  }
 }
 
 TEST(SchedulerDeathTest, DuplicateIdsAbort) {
