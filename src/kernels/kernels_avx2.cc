@@ -33,32 +33,25 @@ inline __m256 LoadHalf8(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// Software prefetch of the line kPrefetchDistance ahead. The hardware prefetcher alone leaves
-// 10-25% of the read bandwidth unused here. Q4_0 / Q8_0 request a whole (small) tile ahead at
-// the start of each tile; the K-quants, whose tiles are 36-52 lines, request one line per line
-// they read, spread through the arithmetic: a burst of 52 requests at the start of a Q6_K tile
-// stalled on the core's miss buffers and streamed slower than no prefetch at all.
+// Software prefetch, 1 KiB ahead (avx2.h). Q4_0 / Q8_0 request a whole (small) tile ahead at
+// the start of each tile. Q4_K requests one line per line it reads, tied to that line's load
+// (PrefetchAhead): its tiles are 36 lines, and requesting them all at the top of a tile stalls.
+// Q6_K streams best with the hardware prefetcher alone.
 // kernels_bench, 2 threads, against the read bandwidth probed beside it (this Zen 3 VM):
 //   distance          none        512 B       1 KiB       1.5-2 KiB
 //   Q4_0 (per tile)   0.83-0.85   0.85        0.92-0.93   0.87-0.90
 //   Q8_0 (per tile)   0.79-0.81   0.87-0.92   0.92-0.93   0.86-0.90
 //   Q4_K (per tile)   0.65-0.79   0.75-0.77   0.59-0.61   0.56-0.64
 //   Q6_K (per tile)   0.60-0.63   0.59-0.63   0.55-0.62   0.51-0.56
-//   Q4_K (per line)   0.67-0.81               0.83-0.98   (512 B: 0.85x of 1 KiB, 2 KiB 0.97x)
-//   Q6_K (per line)   0.69-0.83               0.77-0.87   (512 B: 0.97x of 1 KiB, 1.5 KiB 0.92x)
-// (per-line rows: 4 ABAB rounds each, medians 0.71 -> 0.86 for Q4_K and 0.70 -> 0.81, then
-// 0.82 -> 0.83 at a quieter time, for Q6_K.) End to end (`bench`, one binary, prefetch on and
-// off alternately): Q4_K_M decode 0.77 -> 0.79 of the roofline (6 rounds, median ratio 1.03,
-// tok/s 1.08), Q4_0 (Q6_K output matrix) 0.84 -> 0.85 (5 rounds).
-inline constexpr int kPrefetchDistance = 1024;
+//   Q4_K (per line)   0.71-0.84               0.86-0.98   (512 B: 0.85x of 1 KiB, 2 KiB 0.97x)
+//   Q6_K (per line)   0.80-0.83               0.76-0.79
+// (per-line rows: 3-5 rounds each, alternating binaries; medians Q4_K 0.76 -> 0.93, Q6_K
+// 0.82 -> 0.77.)
 template <typename Tile>
 inline void PrefetchTile(const Tile* t) {
   const char* p = reinterpret_cast<const char*>(t) + kPrefetchDistance;
   UF_UNROLL
   for (size_t i = 0; i < sizeof(Tile); i += 64) _mm_prefetch(p + i, _MM_HINT_T0);
-}
-inline void PrefetchAhead(const void* line) {
-  _mm_prefetch(static_cast<const char*>(line) + kPrefetchDistance, _MM_HINT_T0);
 }
 
 // An empty asm that claims to change v: GCC then cannot reassociate an accumulation chain
@@ -344,10 +337,10 @@ void DecodeQ4_K(const TileQ4_K* tiles, int64_t nb, const ActQ8_K* const* act, __
       __m256i sl[NT][2], sh[NT][2];
       UF_UNROLL
       for (int c = 0; c < 8; ++c) {
-        PrefetchAhead(tl.qs[8 * g + c]);
         UF_UNROLL
         for (int h = 0; h < 2; ++h) {
-          const __m256i x = Load(tl.qs[8 * g + c][8 * h]);
+          __m256i x = Load(tl.qs[8 * g + c][8 * h]);
+          if (h == 0) PrefetchAhead(tl.qs[8 * g + c], x);
           const __m256i lo = _mm256_and_si256(x, lo_mask);
           const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), lo_mask);
           UF_UNROLL
@@ -445,10 +438,6 @@ template <int NT>
         UF_UNROLL
         for (int i = 0; i < 4; ++i) {
           const int lc = 4 * quad + i;
-          if (h8 == 0) {  // the second half reads the step from L1
-            UF_UNROLL
-            for (int k = 0; k < 3; ++k) PrefetchAhead(tl.q[8 * h + lc][k]);
-          }
           UF_UNROLL
           for (int k = 0; k < 4; ++k) {
             // Each value used as soon as it is extracted: 16 ymm registers cannot hold all four
