@@ -203,6 +203,9 @@ TEST_F(CliTest, BenchPrintsJsonWithBandwidthFigures) {
   EXPECT_EQ(j.value("bytes_per_token", int64_t{0}), matrices + 64 * 4 + kv);
   EXPECT_GT(j.value("bandwidth_gb_s", 0.0), 0.0);
   EXPECT_GT(j.value("roofline_fraction", 0.0), 0.0);
+  // The second estimate: the 8 decode steps in 2 segments of 4, each between probe passes.
+  EXPECT_EQ(j.value("interleaved_segments", -1), 2);
+  EXPECT_GT(j.value("roofline_fraction_interleaved", 0.0), 0.0);
   // A bad model path is a clear error, not a crash.
   r = Run("bench -m " + (dir_ / "missing.gguf").string() + " --json");
   EXPECT_EQ(r.code, 1);

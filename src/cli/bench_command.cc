@@ -32,6 +32,9 @@ namespace {
 // quickly (~0.1 s).
 constexpr size_t kProbeBytes = size_t{512} << 20;
 constexpr int kProbePasses = 5;
+// Decode steps between single probe passes in the interleaved roofline: ~0.2 s of a 1B model's
+// decode against a ~25 ms pass, so both sample the host's bandwidth over similar windows.
+constexpr int64_t kInterleaveSteps = 4;
 
 struct BenchOptions {
   std::string model;
@@ -50,6 +53,10 @@ struct BenchResult {
   // Median over decode reps of the mean of the probes on either side of the rep, and of the rep's
   // streamed bytes/s over that mean.
   double bw_adjacent = 0, roofline = 0;
+  // Median over segments of kInterleaveSteps decode steps of the segment's streamed bytes/s
+  // over the mean of the single probe passes just before and after it, and the segment count.
+  double roofline_interleaved = 0;
+  int interleaved_segments = 0;
   // CPU seconds this process got during the decode runs / (wall seconds x threads): near 1 on
   // a quiet machine, well below it when other processes took the cores (the figures then
   // understate the engine).
@@ -104,6 +111,14 @@ std::vector<int32_t> PromptTokens(int64_t n, int64_t n_vocab) {
   return t;
 }
 
+// bytes_per_token x steps / seconds over the mean of bw_before and one probe pass now.
+double SegmentFraction(int64_t steps, double seconds, double bw_before,
+                       kernels::ReadBandwidthProbe* probe, ThreadPool* pool,
+                       double bytes_per_token) {
+  const double bw = 0.5 * (bw_before + probe->BestGBs(pool, 1));
+  return bw > 0 && seconds > 0 ? bytes_per_token * steps / seconds / (bw * 1e9) : 0.0;
+}
+
 class BenchRunner {
  public:
   BenchRunner(const model::Model& m, engine::KvCache* cache, model::Decoder* d)
@@ -141,6 +156,37 @@ class BenchRunner {
     }
     *cpu_seconds = ProcessCpuSeconds() - cpu0;
     return NowSeconds() - t0;
+  }
+
+  // n greedy decode steps of one sequence from an empty cache (the first untimed), with one
+  // probe pass before every `segment` timed steps and one after the last. Returns, per segment,
+  // bytes_per_token x its tok/s over the mean of the two passes around it.
+  StatusOr<std::vector<double>> DecodeInterleaved(int64_t n, int64_t segment,
+                                                  double bytes_per_token,
+                                                  kernels::ReadBandwidthProbe* probe,
+                                                  ThreadPool* pool) {
+    cache_->Remove(0);
+    std::vector<double> fractions;
+    int32_t next = 1;
+    double bw_before = 0, t0 = 0;
+    for (int64_t step = 0; step <= n; ++step) {
+      if (step >= 1 && (step - 1) % segment == 0) {
+        if (step > 1) fractions.push_back(SegmentFraction(segment, NowSeconds() - t0, bw_before,
+                                                          probe, pool, bytes_per_token));
+        bw_before = probe->BestGBs(pool, 1);
+        t0 = NowSeconds();
+      }
+      batch_.Clear();
+      batch_.Add(next, static_cast<int32_t>(step), 0, true);
+      UF_RETURN_IF_ERROR(d_->Forward(batch_));
+      next = sampling::ArgMax(d_->logits(0), m_.config().n_vocab);
+    }
+    const int64_t tail = n % segment == 0 ? segment : n % segment;
+    if (n >= 1) {
+      fractions.push_back(
+          SegmentFraction(tail, NowSeconds() - t0, bw_before, probe, pool, bytes_per_token));
+    }
+    return fractions;
   }
 
  private:
@@ -226,6 +272,12 @@ Status RunBench(const BenchOptions& o, const LoadedModel& loaded, ThreadPool* po
     r->bw_adjacent = Median(adjacent_bw);
     r->roofline = Median(fractions);
     r->bw_after = previous_bw;
+    UF_ASSIGN_OR_RETURN(std::vector<double> segments,
+                        bench.DecodeInterleaved(o.n_gen, kInterleaveSteps,
+                                                static_cast<double>(r->bytes_per_token), &probe,
+                                                pool));
+    r->roofline_interleaved = Median(segments);
+    r->interleaved_segments = static_cast<int>(segments.size());
   } else {
     r->bw_after = r->bw_before;
     r->bw_adjacent = r->bw_before;
@@ -285,6 +337,8 @@ void BenchCommand(const BenchOptions& o) {
     j["bandwidth_before_gb_s"] = r.bw_before;
     j["bandwidth_after_gb_s"] = r.bw_after;
     j["roofline_fraction"] = roofline;
+    j["roofline_fraction_interleaved"] = r.roofline_interleaved;
+    j["interleaved_segments"] = r.interleaved_segments;
     j["tg_cpu_share"] = r.tg_cpu_share;
     nlohmann::json batch = nlohmann::json::object();
     for (const auto& [b, v] : r.batch_tok_s) batch[std::to_string(b)] = v;
@@ -316,6 +370,10 @@ void BenchCommand(const BenchOptions& o) {
   if (o.n_gen > 0) {
     std::printf("roofline   %.2f  (decode %.1f GB/s of weights)\n", roofline,
                 r.bytes_per_token * r.tg_tok_s / 1e9);
+    std::printf("           %.2f  interleaved: median of %d segments of %lld steps, each against "
+                "single probe passes on either side\n",
+                r.roofline_interleaved, r.interleaved_segments,
+                static_cast<long long>(kInterleaveSteps));
   }
   if (!r.batch_tok_s.empty()) {
     // Speed-up against one sequence measured in the same --batch sweep (not the decode
