@@ -152,7 +152,9 @@ class BenchRunner {
       batch_.Clear();
       for (int s = 0; s < n_seqs; ++s) batch_.Add(next[s], static_cast<int32_t>(step), s, true);
       UF_RETURN_IF_ERROR(d_->Forward(batch_));
-      for (int s = 0; s < n_seqs; ++s) next[s] = sampling::ArgMax(d_->logits(s), m_.config().n_vocab);
+      for (int s = 0; s < n_seqs; ++s) {
+        next[s] = sampling::ArgMax(d_->logits(s), m_.config().n_vocab);
+      }
     }
     *cpu_seconds = ProcessCpuSeconds() - cpu0;
     return NowSeconds() - t0;
@@ -171,8 +173,10 @@ class BenchRunner {
     double bw_before = 0, t0 = 0;
     for (int64_t step = 0; step <= n; ++step) {
       if (step >= 1 && (step - 1) % segment == 0) {
-        if (step > 1) fractions.push_back(SegmentFraction(segment, NowSeconds() - t0, bw_before,
-                                                          probe, pool, bytes_per_token));
+        if (step > 1) {
+          fractions.push_back(
+              SegmentFraction(segment, NowSeconds() - t0, bw_before, probe, pool, bytes_per_token));
+        }
         bw_before = probe->BestGBs(pool, 1);
         t0 = NowSeconds();
       }
@@ -272,10 +276,10 @@ Status RunBench(const BenchOptions& o, const LoadedModel& loaded, ThreadPool* po
     r->bw_adjacent = Median(adjacent_bw);
     r->roofline = Median(fractions);
     r->bw_after = previous_bw;
-    UF_ASSIGN_OR_RETURN(std::vector<double> segments,
-                        bench.DecodeInterleaved(o.n_gen, kInterleaveSteps,
-                                                static_cast<double>(r->bytes_per_token), &probe,
-                                                pool));
+    UF_ASSIGN_OR_RETURN(
+        std::vector<double> segments,
+        bench.DecodeInterleaved(o.n_gen, kInterleaveSteps, static_cast<double>(r->bytes_per_token),
+                                &probe, pool));
     r->roofline_interleaved = Median(segments);
     r->interleaved_segments = static_cast<int>(segments.size());
   } else {
@@ -370,10 +374,10 @@ void BenchCommand(const BenchOptions& o) {
   if (o.n_gen > 0) {
     std::printf("roofline   %.2f  (decode %.1f GB/s of weights)\n", roofline,
                 r.bytes_per_token * r.tg_tok_s / 1e9);
-    std::printf("           %.2f  interleaved: median of %d segments of %lld steps, each against "
-                "single probe passes on either side\n",
-                r.roofline_interleaved, r.interleaved_segments,
-                static_cast<long long>(kInterleaveSteps));
+    std::printf(
+        "           %.2f  interleaved: median of %d segments of %lld steps, each against "
+        "single probe passes on either side\n",
+        r.roofline_interleaved, r.interleaved_segments, static_cast<long long>(kInterleaveSteps));
   }
   if (!r.batch_tok_s.empty()) {
     // Speed-up against one sequence measured in the same --batch sweep (not the decode

@@ -285,8 +285,7 @@ void FloatTile(const uint8_t* tile, int64_t cols, int h0, const float* const* a,
         const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(x, hi_half));
         UF_UNROLL
         for (int t = 0; t < NT; ++t) {
-          acc[hh][t][u] =
-              _mm256_fmadd_ps(even, _mm256_broadcast_ss(a[t] + 2 * p), acc[hh][t][u]);
+          acc[hh][t][u] = _mm256_fmadd_ps(even, _mm256_broadcast_ss(a[t] + 2 * p), acc[hh][t][u]);
           if (has_odd) {
             acc[hh][t][u] =
                 _mm256_fmadd_ps(odd, _mm256_broadcast_ss(a[t] + 2 * p + 1), acc[hh][t][u]);

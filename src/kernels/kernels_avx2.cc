@@ -688,8 +688,7 @@ void GemmQ4_K(const GemmTask& t, int64_t r0, int64_t r1) {
             DecodeQ4_K<2>>(t, r0, r1);
 }
 void GemmQ6_K(const GemmTask& t, int64_t r0, int64_t r1) {
-  GemmTiles<TileQ6_K, ActQ8_K, 2, HalfQ6_K<1>, HalfQ6_K<2>, HalfQ6_K<2>, DecodeQ6_K<1>>(t, r0,
-                                                                                        r1);
+  GemmTiles<TileQ6_K, ActQ8_K, 2, HalfQ6_K<1>, HalfQ6_K<2>, HalfQ6_K<2>, DecodeQ6_K<1>>(t, r0, r1);
 }
 
 }  // namespace
