@@ -486,7 +486,8 @@ template <int NT>
 // order it computed 13% faster from L2 (1 thread, median of 10 runs, 24.9 -> 28.1 GB/s) but
 // streamed 0.82 -> 0.71 of the read bandwidth. With it, 12 alternating kernels_bench rounds gave
 // 0.80 -> 0.81 (per-round ratios 1.07 and 1.01), and 4 rounds of `bench` on the Q4_0 file (its
-// output matrix is Q6_K) 0.77 -> 0.80 of the roofline. 2 KiB ahead: 0.82 -> 0.74.
+// output matrix is Q6_K) 0.77 -> 0.80 of the roofline; a later 3 rounds showed no difference
+// there. 2 KiB ahead: 0.82 -> 0.74.
 template <int NT>
 void DecodeQ6_K(const TileQ6_K* tiles, int64_t nb, const ActQ8_K* const* act, __m256* acc) {
   static_assert(NT == 1);
