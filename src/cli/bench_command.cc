@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -111,14 +112,6 @@ std::vector<int32_t> PromptTokens(int64_t n, int64_t n_vocab) {
   return t;
 }
 
-// bytes_per_token x steps / seconds over the mean of bw_before and one probe pass now.
-double SegmentFraction(int64_t steps, double seconds, double bw_before,
-                       kernels::ReadBandwidthProbe* probe, ThreadPool* pool,
-                       double bytes_per_token) {
-  const double bw = 0.5 * (bw_before + probe->BestGBs(pool, 1));
-  return bw > 0 && seconds > 0 ? bytes_per_token * steps / seconds / (bw * 1e9) : 0.0;
-}
-
 class BenchRunner {
  public:
   BenchRunner(const model::Model& m, engine::KvCache* cache, model::Decoder* d)
@@ -139,8 +132,10 @@ class BenchRunner {
   // Seconds for n greedy decode steps of n_seqs sequences starting from empty caches (as
   // llama-bench's tg does), each step feeding every sequence its previous argmax. The first
   // step is untimed warm-up (it pays page faults of the scratch buffers). *cpu_seconds gets
-  // the process CPU time of the timed steps.
-  StatusOr<double> Decode(int n_seqs, int64_t n, double* cpu_seconds) {
+  // the process CPU time of the timed steps. `before_step`, when set, runs before each timed
+  // step 1..n and once more after the last with n + 1, inside the timed span.
+  StatusOr<double> Decode(int n_seqs, int64_t n, double* cpu_seconds,
+                          const std::function<void(int64_t)>& before_step = {}) {
     for (int s = 0; s < n_seqs; ++s) cache_->Remove(s);
     std::vector<int32_t> next(n_seqs, 1);
     double t0 = 0, cpu0 = 0;
@@ -149,6 +144,7 @@ class BenchRunner {
         t0 = NowSeconds();
         cpu0 = ProcessCpuSeconds();
       }
+      if (step >= 1 && before_step) before_step(step);
       batch_.Clear();
       for (int s = 0; s < n_seqs; ++s) batch_.Add(next[s], static_cast<int32_t>(step), s, true);
       UF_RETURN_IF_ERROR(d_->Forward(batch_));
@@ -156,41 +152,9 @@ class BenchRunner {
         next[s] = sampling::ArgMax(d_->logits(s), m_.config().n_vocab);
       }
     }
+    if (n >= 1 && before_step) before_step(n + 1);
     *cpu_seconds = ProcessCpuSeconds() - cpu0;
     return NowSeconds() - t0;
-  }
-
-  // n greedy decode steps of one sequence from an empty cache (the first untimed), with one
-  // probe pass before every `segment` timed steps and one after the last. Returns, per segment,
-  // bytes_per_token x its tok/s over the mean of the two passes around it.
-  StatusOr<std::vector<double>> DecodeInterleaved(int64_t n, int64_t segment,
-                                                  double bytes_per_token,
-                                                  kernels::ReadBandwidthProbe* probe,
-                                                  ThreadPool* pool) {
-    cache_->Remove(0);
-    std::vector<double> fractions;
-    int32_t next = 1;
-    double bw_before = 0, t0 = 0;
-    for (int64_t step = 0; step <= n; ++step) {
-      if (step >= 1 && (step - 1) % segment == 0) {
-        if (step > 1) {
-          fractions.push_back(
-              SegmentFraction(segment, NowSeconds() - t0, bw_before, probe, pool, bytes_per_token));
-        }
-        bw_before = probe->BestGBs(pool, 1);
-        t0 = NowSeconds();
-      }
-      batch_.Clear();
-      batch_.Add(next, static_cast<int32_t>(step), 0, true);
-      UF_RETURN_IF_ERROR(d_->Forward(batch_));
-      next = sampling::ArgMax(d_->logits(0), m_.config().n_vocab);
-    }
-    const int64_t tail = n % segment == 0 ? segment : n % segment;
-    if (n >= 1) {
-      fractions.push_back(
-          SegmentFraction(tail, NowSeconds() - t0, bw_before, probe, pool, bytes_per_token));
-    }
-    return fractions;
   }
 
  private:
@@ -276,10 +240,27 @@ Status RunBench(const BenchOptions& o, const LoadedModel& loaded, ThreadPool* po
     r->bw_adjacent = Median(adjacent_bw);
     r->roofline = Median(fractions);
     r->bw_after = previous_bw;
-    UF_ASSIGN_OR_RETURN(
-        std::vector<double> segments,
-        bench.DecodeInterleaved(o.n_gen, kInterleaveSteps, static_cast<double>(r->bytes_per_token),
-                                &probe, pool));
+    // The interleaved estimate: one more run, a single probe pass before every kInterleaveSteps
+    // steps and after the last; each segment's streamed bytes/s over the mean of the passes
+    // around it.
+    std::vector<double> segments;
+    double segment_bw = 0, segment_t0 = 0;
+    int64_t segment_first = 1;
+    auto at_step = [&](int64_t step) {
+      if ((step - 1) % kInterleaveSteps != 0 && step != o.n_gen + 1) return;
+      const double now = NowSeconds();
+      const double bw = probe.BestGBs(pool, 1);
+      if (step > 1) {
+        const double mean_bw = 0.5 * (segment_bw + bw);
+        segments.push_back(r->bytes_per_token * (step - segment_first) / (now - segment_t0) /
+                           (mean_bw * 1e9));
+      }
+      segment_bw = bw;
+      segment_first = step;
+      segment_t0 = NowSeconds();
+    };
+    double ignored_cpu = 0;
+    UF_RETURN_IF_ERROR(bench.Decode(1, o.n_gen, &ignored_cpu, at_step).status());
     r->roofline_interleaved = Median(segments);
     r->interleaved_segments = static_cast<int>(segments.size());
   } else {
