@@ -22,8 +22,7 @@ void ConvertActQ8_KAvx2(const float* x, void* dst, int64_t n);
 // core's miss buffers: kernels_bench Q4_K streamed at 0.60 of the bandwidth that way against
 // 0.82-0.86 with no prefetch or with the requests spread out.
 inline constexpr int kPrefetchDistance = 1024;
-template <typename V>
-inline void PrefetchAhead(const void* line, V& anchor) {
+inline void PrefetchAhead(const void* line, __m256i& anchor) {
   asm volatile("prefetcht0 %1"
                : "+x"(anchor)
                : "m"(*(static_cast<const char*>(line) + kPrefetchDistance)));

@@ -407,6 +407,22 @@ void DecodeQ4_K(const TileQ4_K* tiles, int64_t nb, const ActQ8_K* const* act, __
   return _mm256_or_si256(_mm256_or_si256(a, b), c);
 }
 
+// Chunk i (0..3) of a Q6_K sub-block, p = its vpmaddubsw: even chunks wait in s16, odd ones
+// add the pair (<= 2 * 16002, fits i16) to the i32 sum.
+[[gnu::always_inline]] inline void AddQ6Chunk(int i, __m256i p, __m256i& s16, __m256i& s32) {
+  if (i % 2 == 0) {
+    s16 = p;
+  } else {
+    s32 = _mm256_add_epi32(s32, Widen(_mm256_add_epi16(s16, p)));
+    Pin(s32);
+  }
+}
+
+// Sub-block j's int8 scales of the 8 rows from row r0, as i32 lanes.
+[[gnu::always_inline]] inline __m256i Q6Scales(const TileQ6_K& tl, int j, int r0) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tl.scales[j] + r0)));
+}
+
 // Q6_K, one 8-row half. Values <= 63: a pair <= 2 * 63 * 127 = 16002, so two chunks sum in i16.
 // The kernel is bound by its instruction count on this Zen 3 VM: 1 token computes at only
 // 1.1-1.4x the rate decode streams at, and a build that skipped value 3's assembly (wrong
@@ -450,20 +466,14 @@ template <int NT>
             for (int t = 0; t < NT; ++t) {
               const int j = 8 * h + 2 * k + quad;
               const __m256i p = _mm256_maddubs_epi16(v, Bcast4(act[t][b].qs + 16 * j + 4 * i));
-              if (i % 2 == 0) {
-                s16[t][k] = p;
-              } else {
-                s32[t][k] = _mm256_add_epi32(s32[t][k], Widen(_mm256_add_epi16(s16[t][k], p)));
-                Pin(s32[t][k]);
-              }
+              AddQ6Chunk(i, p, s16[t][k], s32[t][k]);
             }
           }
         }
         UF_UNROLL
         for (int k = 0; k < 4; ++k) {
           const int j = 8 * h + 2 * k + quad;
-          const __m256i sc = _mm256_cvtepi8_epi32(
-              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(tl.scales[j] + 8 * h8)));
+          const __m256i sc = Q6Scales(tl, j, 8 * h8);
           UF_UNROLL
           for (int t = 0; t < NT; ++t) {
             isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(s32[t][k], sc));
@@ -515,20 +525,13 @@ void DecodeQ6_K(const TileQ6_K* tiles, int64_t nb, const ActQ8_K* const* act, __
                 UF_UNROLL
                 for (int g = 0; g < 3; ++g) PrefetchAhead(tl.q[8 * h + lc][g], v);
               }
-              const __m256i p = _mm256_maddubs_epi16(v, av);
-              if (i % 2 == 0) {
-                s16[hh] = p;
-              } else {
-                s32[hh] = _mm256_add_epi32(s32[hh], Widen(_mm256_add_epi16(s16[hh], p)));
-                Pin(s32[hh]);
-              }
+              AddQ6Chunk(i, _mm256_maddubs_epi16(v, av), s16[hh], s32[hh]);
             }
           }
           UF_UNROLL
           for (int hh = 0; hh < 2; ++hh) {
-            const __m256i sc = _mm256_cvtepi8_epi32(
-                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(tl.scales[j] + 8 * hh)));
-            isum[hh] = _mm256_add_epi32(isum[hh], _mm256_mullo_epi32(s32[hh], sc));
+            isum[hh] =
+                _mm256_add_epi32(isum[hh], _mm256_mullo_epi32(s32[hh], Q6Scales(tl, j, 8 * hh)));
             Pin(isum[hh]);
           }
         }
@@ -650,14 +653,11 @@ void GemmTiles(const GemmTask& t, int64_t r0, int64_t r1) {
         continue;
       }
     } else if (t.n_tokens <= 2 && row + 8 < r1) {
-      if constexpr (KD1 != nullptr) {
-        if (t.n_tokens == 1) {
-          RunDecode<Tile, Act, 1, KD1>(t, tiles, nb, row, 0);
-          continue;
-        }
-      }
+      // Types with a one-token both-halves kernel but no batched ones (Q6_K): KD1 for 1 token.
       if (t.n_tokens == 2) {
         RunBoth<Tile, Act, 2, K2>(t, tiles, nb, row, 0);
+      } else if constexpr (KD1 != nullptr) {
+        RunDecode<Tile, Act, 1, KD1>(t, tiles, nb, row, 0);
       } else {
         RunBoth<Tile, Act, 1, K1>(t, tiles, nb, row, 0);
       }
