@@ -5,6 +5,10 @@
 // Decode at batch 1 streams every weight once per token, so tok/s can be at most
 // bandwidth / bytes_per_token; roofline_fraction says how close the run came. The probe runs
 // between the decode reps because the machine is shared and its bandwidth drifts.
+//
+// Prefill multiplies every weight by many tokens and is bound by arithmetic instead: it is set
+// against the multiply-add peak of the kernels' instructions, measured in the same run
+// (pp_peak_fraction).
 #include <time.h>
 
 #include <algorithm>
@@ -22,6 +26,7 @@
 #include "engine/kv_cache.h"
 #include "kernels/matmul.h"
 #include "kernels/membw.h"
+#include "kernels/peak.h"
 #include "model/batch.h"
 #include "model/decoder.h"
 #include "sampling/sampler.h"
@@ -33,6 +38,8 @@ namespace {
 // quickly (~0.1 s).
 constexpr size_t kProbeBytes = size_t{512} << 20;
 constexpr int kProbePasses = 5;
+// Passes of the arithmetic peak probe per instruction (each a few ms; the best is kept).
+constexpr int kPeakPasses = 5;
 // Decode steps between single probe passes in the interleaved roofline: ~0.2 s of a 1B model's
 // decode against a ~25 ms pass, so both sample the host's bandwidth over similar windows.
 constexpr int64_t kInterleaveSteps = 4;
@@ -50,6 +57,10 @@ struct BenchOptions {
 
 struct BenchResult {
   double pp_tok_s = 0, tg_tok_s = 0;
+  kernels::ComputePeak peak;
+  // Seconds per prompt token if every matrix ran at the peak of its kernels' instruction, and
+  // the multiply-add ops/s prefill reached (2 per weight per token).
+  double pp_floor_s = 0, pp_gops = 0;
   double bw_before = 0, bw_after = 0;  // probes before the first and after the last decode rep
   // Median over decode reps of the mean of the probes on either side of the rep, and of the rep's
   // streamed bytes/s over that mean.
@@ -99,6 +110,27 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// A prompt token's multiply-adds (2 ops each) at the peak of the instruction each matrix's
+// kernels are built on. Attention's own products are left out: under 2% of a 1B-shape model's
+// prompt token at 512 positions.
+void PrefillFloor(const model::ModelWeights& w, const kernels::ComputePeak& p, double* ops,
+                  double* seconds) {
+  *ops = 0;
+  *seconds = 0;
+  auto add = [&](const kernels::Matrix& m) {
+    const double n = 2.0 * static_cast<double>(m.rows()) * static_cast<double>(m.cols());
+    double gops = p.int8_gops;
+    if (m.type() == GgmlType::kF32 || m.type() == GgmlType::kF16) gops = p.f32_gflops;
+    if (m.type() == GgmlType::kBF16) gops = p.bf16_gflops;
+    *ops += n;
+    *seconds += gops > 0 ? n / (gops * 1e9) : 0.0;
+  };
+  for (const model::LayerWeights& l : w.layers) {
+    for (const kernels::Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) add(*m);
+  }
+  add(w.output);
 }
 
 // Deterministic prompt token ids (content does not change the cost of a forward pass).
@@ -196,6 +228,9 @@ Status RunBench(const BenchOptions& o, const LoadedModel& loaded, ThreadPool* po
   BenchRunner bench(m, cache.get(), decoder.get());
 
   if (o.n_prompt > 0) {
+    r->peak = kernels::MeasureComputePeak(pool, kernels::ActiveIsa(), kPeakPasses);
+    double ops_per_token = 0;
+    PrefillFloor(m.weights(), r->peak, &ops_per_token, &r->pp_floor_s);
     const std::vector<int32_t> prompt = PromptTokens(o.n_prompt, c.n_vocab);
     UF_RETURN_IF_ERROR(bench.Prefill(prompt).status());  // warm-up
     std::vector<double> rates;
@@ -204,6 +239,7 @@ Status RunBench(const BenchOptions& o, const LoadedModel& loaded, ThreadPool* po
       rates.push_back(o.n_prompt / s);
     }
     r->pp_tok_s = Median(rates);
+    r->pp_gops = r->pp_tok_s * ops_per_token / 1e9;
   }
 
   // Weights of every matrix, one embedding row, and the K/V rows attention reads (a decode step
@@ -315,6 +351,12 @@ void BenchCommand(const BenchOptions& o) {
     j["n_gen"] = o.n_gen;
     j["reps"] = o.reps;
     j["pp_tok_s"] = r.pp_tok_s;
+    j["pp_gops"] = r.pp_gops;
+    j["pp_peak_fraction"] = r.pp_tok_s * r.pp_floor_s;
+    j["peak_f32_gflops"] = r.peak.f32_gflops;
+    j["peak_bf16_gflops"] = r.peak.bf16_gflops;
+    j["peak_int8_gops"] = r.peak.int8_gops;
+    j["peak_int8_op"] = r.peak.int8_op;
     j["tg_tok_s"] = r.tg_tok_s;
     j["us_per_token"] = r.tg_tok_s > 0 ? 1e6 / r.tg_tok_s : 0.0;
     j["bytes_per_token"] = r.bytes_per_token;
@@ -342,6 +384,11 @@ void BenchCommand(const BenchOptions& o) {
   if (o.n_prompt > 0) {
     std::printf("prefill    %8.1f tok/s  (%lld-token prompt, median of %d)\n", r.pp_tok_s,
                 static_cast<long long>(o.n_prompt), o.reps);
+    std::printf("           %.2f  of the arithmetic peak (%.0f G multiply-add ops/s)\n",
+                r.pp_tok_s * r.pp_floor_s, r.pp_gops);
+    std::printf("peak       %.0f GFLOP/s f32 (%s), %.0f bf16 (%s), %.0f GOP/s int8 (%s)\n",
+                r.peak.f32_gflops, r.peak.f32_op.c_str(), r.peak.bf16_gflops,
+                r.peak.bf16_op.c_str(), r.peak.int8_gops, r.peak.int8_op.c_str());
   }
   if (o.n_gen > 0) {
     std::printf("decode     %8.1f tok/s  (%.1f us/token, %lld tokens, median of %d)\n", r.tg_tok_s,
