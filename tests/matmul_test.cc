@@ -177,7 +177,7 @@ TEST(MatMulTest, AllTypesIsasAndShapes) {
           ASSERT_TRUE(m.ok()) << m.status().ToString();
           per_isa.push_back(*std::move(m));
         }
-        for (int64_t n_tokens : {1, 2, 3, 4, 5, 6, 8, 17}) {
+        for (int64_t n_tokens : {1, 2, 3, 4, 5, 6, 8, 11, 17}) {
           const auto x = Gaussian(n_tokens * cols, rng);
           std::vector<float> want;
           std::vector<double> scale;

@@ -327,6 +327,37 @@ TEST(Ops, AttentionRowsAgreeAcrossIsas) {
   }
 }
 
+TEST(Ops, SoftmaxAgreesAcrossIsas) {
+  // Lengths around the 8-float step, scores spanning e^-60 to the max and one far below the
+  // clamp (-500). Against the double-precision softmax, both versions err by the float
+  // rounding of the argument x - max (2^-24 of it, relative, in the result) plus ~1e-6: the
+  // SIMD exp is a polynomial within ~1e-7 of e^x.
+  for (int64_t n : {1, 7, 8, 9, 64, 100, 1000}) {
+    std::vector<float> x(n);
+    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(30.0 * std::sin(0.37 * i + 1.0));
+    if (n > 3) x[3] = -1000.0f;
+    std::vector<double> want(n);
+    double mx = -1e300, z = 0;
+    for (int64_t i = 0; i < n; ++i) mx = std::max(mx, 0.5 * x[i]);
+    for (int64_t i = 0; i < n; ++i) z += want[i] = std::exp(0.5 * x[i] - mx);
+    const kernels::Isa best = kernels::ActiveIsa();
+    for (kernels::Isa isa : {kernels::Isa::kScalar, best}) {
+      kernels::SetIsaForTesting(isa);
+      std::vector<float> s = x;
+      kernels::SoftmaxInPlace(s.data(), n, 0.5f);
+      double total = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double arg = std::abs(0.5 * x[i] - mx);
+        const double tol = (1e-6 + 1.2e-7 * arg) * want[i] / z + 1e-37;
+        EXPECT_NEAR(s[i], want[i] / z, tol) << n << " " << i;
+        total += s[i];
+      }
+      EXPECT_NEAR(total, 1.0, 1e-5) << n;
+    }
+    kernels::SetIsaForTesting(best);
+  }
+}
+
 // ---- Forward-pass batching on a real model (F32: our products equal the reference's to ~1e-6).
 
 constexpr char kF32Model[] = "../shared/models/tiny-llama-f32.gguf";

@@ -489,6 +489,51 @@ template <int NT>
   }
 }
 
+// Q6_K prefill, 4 tokens against one 8-row half, one sub-block at a time (as PrefillQ4_K): each
+// value, value 3's eight-operation assembly included, is extracted once for the 4 tokens, and
+// a token keeps three sums live where HalfQ6_K keeps eight per token.
+template <int NT>
+[[gnu::always_inline]] inline void PrefillQ6_K(const TileQ6_K* tiles, int64_t nb, int h8,
+                                               const ActQ8_K* const* act, __m256* acc) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const TileQ6_K& tl = tiles[b];
+    __m256i isum[NT];
+    UF_UNROLL
+    for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      UF_UNROLL
+      for (int quad = 0; quad < 2; ++quad) {
+        UF_UNROLL
+        for (int k = 0; k < 4; ++k) {
+          const int j = 8 * h + 2 * k + quad;
+          __m256i s16[NT], s32[NT];
+          UF_UNROLL
+          for (int t = 0; t < NT; ++t) s32[t] = _mm256_set1_epi32(act[t][b].q6_bias[j]);
+          UF_UNROLL
+          for (int i = 0; i < 4; ++i) {
+            const __m256i v = Q6Value(tl.q[8 * h + 4 * quad + i], 8 * h8, k);
+            UF_UNROLL
+            for (int t = 0; t < NT; ++t) {
+              const __m256i p = _mm256_maddubs_epi16(v, Bcast4(act[t][b].qs + 16 * j + 4 * i));
+              AddQ6Chunk(i, p, s16[t], s32[t]);
+            }
+          }
+          const __m256i sc = Q6Scales(tl, j, 8 * h8);
+          UF_UNROLL
+          for (int t = 0; t < NT; ++t) {
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(s32[t], sc));
+          }
+        }
+      }
+    }
+    const __m256 dw = LoadHalf8(tl.d + 8 * h8);
+    UF_UNROLL
+    for (int t = 0; t < NT; ++t) {
+      acc[t] = AddScaled(acc[t], isum[t], dw, _mm256_set1_ps(act[t][b].d));
+    }
+  }
+}
+
 // Q6_K decode of one token over both halves of a tile: each activation broadcast and bias feeds
 // both halves, 7-10% fewer instructions than HalfQ6_K twice. It goes sub-block by sub-block (k
 // outer) so that the sums fit the 16 registers, and so first touches a quad's lines 3 lines
@@ -623,6 +668,9 @@ void RunDecode(const GemmTask& t, const Tile* tiles, int64_t nb, int64_t row, in
   }
 }
 
+// From this many tokens on, types with a 4-token half kernel (KP) run it for prefill.
+constexpr int64_t kPrefillTokens = 8;
+
 // Tokens in groups of up to 4 (3 and 4 only where KD3 / KD4 exist): full tiles go to the
 // both-halves kernels KD*, one pass over the tile row per group (the row stays in L1/L2 for the
 // next group); a tail tile of at most 8 rows, and types without them, go to the half kernels.
@@ -631,7 +679,8 @@ template <typename Tile, typename Act, int kMaxNT,
           void (*K2)(const Tile*, int64_t, int, const Act* const*, __m256*),
           void (*K4)(const Tile*, int64_t, int, const Act* const*, __m256*),
           DecodeFn<Tile, Act> KD1 = nullptr, DecodeFn<Tile, Act> KD2 = nullptr,
-          DecodeFn<Tile, Act> KD3 = nullptr, DecodeFn<Tile, Act> KD4 = nullptr>
+          DecodeFn<Tile, Act> KD3 = nullptr, DecodeFn<Tile, Act> KD4 = nullptr,
+          void (*KP)(const Tile*, int64_t, int, const Act* const*, __m256*) = nullptr>
 void GemmTiles(const GemmTask& t, int64_t r0, int64_t r1) {
   const int64_t nb = t.w_row_bytes / (sizeof(Tile) / kTileRows);
   const size_t tile_row_bytes = kTileRows * t.w_row_bytes;
@@ -639,7 +688,7 @@ void GemmTiles(const GemmTask& t, int64_t r0, int64_t r1) {
   for (int64_t row = r0; row < r1; row += kTileRows) {
     const Tile* tiles = reinterpret_cast<const Tile*>(t.w + row / kTileRows * tile_row_bytes);
     if constexpr (kGroup > 0) {
-      if (row + 8 < r1) {
+      if (row + 8 < r1 && !(KP != nullptr && t.n_tokens >= kPrefillTokens)) {
         int64_t t0 = 0;
         for (; t0 + kGroup <= t.n_tokens; t0 += kGroup) {
           RunDecode<Tile, Act, kGroup, kGroup == 4 ? KD4 : KD2>(t, tiles, nb, row, t0);
@@ -665,6 +714,13 @@ void GemmTiles(const GemmTask& t, int64_t r0, int64_t r1) {
     }
     for (int h = 0; h < 2 && row + 8 * h < r1; ++h) {
       int64_t t0 = 0;
+      if constexpr (KP != nullptr) {
+        // Prefill: groups of 4 tokens through the 4-token half kernel, the half's tile row
+        // staying in L1/L2 across the groups.
+        if (t.n_tokens >= kPrefillTokens) {
+          for (; t0 + 4 <= t.n_tokens; t0 += 4) RunHalf<Tile, Act, 4, KP>(t, tiles, nb, row, h, t0);
+        }
+      }
       for (; kMaxNT >= 4 && t0 + 4 <= t.n_tokens; t0 += 4) {
         RunHalf<Tile, Act, 4, K4>(t, tiles, nb, row, h, t0);
       }
@@ -689,7 +745,8 @@ void GemmQ4_K(const GemmTask& t, int64_t r0, int64_t r1) {
             DecodeQ4_K<2>>(t, r0, r1);
 }
 void GemmQ6_K(const GemmTask& t, int64_t r0, int64_t r1) {
-  GemmTiles<TileQ6_K, ActQ8_K, 2, HalfQ6_K<1>, HalfQ6_K<2>, HalfQ6_K<2>, DecodeQ6_K<1>>(t, r0, r1);
+  GemmTiles<TileQ6_K, ActQ8_K, 2, HalfQ6_K<1>, HalfQ6_K<2>, HalfQ6_K<2>, DecodeQ6_K<1>, nullptr,
+            nullptr, nullptr, PrefillQ6_K<4>>(t, r0, r1);
 }
 
 }  // namespace

@@ -56,6 +56,7 @@ void AxpyRows(const float* w, const float* v, int64_t m, int64_t d, float* out) 
 }
 
 void SoftmaxInPlace(float* x, int64_t n, float scale) {
+  if (ActiveIsa() != Isa::kScalar) return internal::SoftmaxInPlaceAvx2(x, n, scale);
   float max = -INFINITY;
   for (int64_t i = 0; i < n; ++i) {
     x[i] *= scale;

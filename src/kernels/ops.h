@@ -31,9 +31,12 @@ namespace internal {
 // AVX2+FMA versions (ops_avx2.cc); only called after the CPU check.
 void DotRowsAvx2(const float* q, const float* k, int64_t m, int64_t d, float* scores);
 void AxpyRowsAvx2(const float* w, const float* v, int64_t m, int64_t d, float* out);
+void SoftmaxInPlaceAvx2(float* x, int64_t n, float scale);
 }  // namespace internal
 
-// x = softmax(x * scale) in place (max-subtracted).
+// x = softmax(x * scale) in place (max-subtracted), with the best ISA. The AVX2 version computes
+// e^x with a polynomial (within ~1e-7 relative of std::exp, as the reference engine's vector
+// exp): the scalar libm call per score took ~10% of a cache-resident model's prefill.
 void SoftmaxInPlace(float* x, int64_t n, float scale);
 
 struct RopeParams {

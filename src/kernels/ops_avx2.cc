@@ -1,5 +1,8 @@
-// AVX2+FMA attention loops (compiled with -mavx2 -mfma; called only when the CPU has them).
+// AVX2+FMA attention loops and softmax (compiled with -mavx2 -mfma; called only when the CPU
+// has them).
 #include <immintrin.h>
+
+#include <cmath>
 
 #include "kernels/ops.h"
 
@@ -13,7 +16,68 @@ inline float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// e^x for x <= 0 (softmax arguments after the max is subtracted), 8 lanes: x = n ln2 + r with
+// |r| <= ln2 / 2, e^r by the Cephes expf polynomial (relative error ~1e-7, about an ulp), times
+// 2^n through the exponent bits. Below -87.3 the result is clamped to ~1e-38 instead of a
+// denormal or 0: against a softmax sum of at least 1 that changes nothing.
+inline __m256 ExpNonPositive(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // ln2 split in two so that n * ln2 is exact to float precision.
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+}
+
 }  // namespace
+
+void SoftmaxInPlaceAvx2(float* x, int64_t n, float scale) {
+  const int64_t n8 = n & ~int64_t{7};
+  const __m256 vs = _mm256_set1_ps(scale);
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < n8; i += 8) {
+    const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
+    _mm256_storeu_ps(x + i, v);
+    vmax = _mm256_max_ps(vmax, v);
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  float max = _mm_cvtss_f32(m4);
+  for (int64_t i = n8; i < n; ++i) {
+    x[i] *= scale;
+    max = std::fmax(max, x[i]);
+  }
+  // The sum in double, as the scalar version and the reference engine keep it.
+  const __m256 vm = _mm256_set1_ps(max);
+  __m256d sum0 = _mm256_setzero_pd(), sum1 = _mm256_setzero_pd();
+  for (int64_t i = 0; i < n8; i += 8) {
+    const __m256 e = ExpNonPositive(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    _mm256_storeu_ps(x + i, e);
+    sum0 = _mm256_add_pd(sum0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    sum1 = _mm256_add_pd(sum1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(sum0, sum1));
+  double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (int64_t i = n8; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
+  for (int64_t i = 0; i < n8; i += 8)
+    _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+  for (int64_t i = n8; i < n; ++i) x[i] *= static_cast<float>(1.0 / sum);
+}
 
 void DotRowsAvx2(const float* q, const float* k, int64_t m, int64_t d, float* scores) {
   const int64_t d8 = d & ~int64_t{7};
