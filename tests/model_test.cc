@@ -358,6 +358,31 @@ TEST(Ops, SoftmaxAgreesAcrossIsas) {
   }
 }
 
+TEST(Ops, SwiGluAgreesAcrossIsas) {
+  // Gates from -120 to 120 (both clamps of the SIMD exp), lengths around the 8-float step;
+  // against double precision within 1e-6 relative plus the float rounding of the gate's
+  // exponent argument (2^-24 of |g|, relative), and 1e-30 absolute where silu is ~0.
+  for (int64_t n : {1, 7, 8, 9, 100}) {
+    std::vector<float> g(n), u(n);
+    for (int64_t i = 0; i < n; ++i) {
+      g[i] = static_cast<float>(120.0 * std::sin(0.61 * i + 0.2) * (i % 3 == 0 ? 1.0 : 0.05));
+      u[i] = static_cast<float>(std::cos(0.3 * i));
+    }
+    const kernels::Isa best = kernels::ActiveIsa();
+    for (kernels::Isa isa : {kernels::Isa::kScalar, best}) {
+      kernels::SetIsaForTesting(isa);
+      std::vector<float> out(n);
+      kernels::SwiGlu(g.data(), u.data(), out.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = g[i] / (1.0 + std::exp(-double(g[i]))) * u[i];
+        const double tol = (1e-6 + 1.2e-7 * std::abs(g[i])) * std::abs(want) + 1e-30;
+        EXPECT_NEAR(out[i], want, tol) << n << " " << g[i];
+      }
+    }
+    kernels::SetIsaForTesting(best);
+  }
+}
+
 // ---- Forward-pass batching on a real model (F32: our products equal the reference's to ~1e-6).
 
 constexpr char kF32Model[] = "../shared/models/tiny-llama-f32.gguf";

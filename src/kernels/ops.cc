@@ -23,6 +23,7 @@ void AddInPlace(float* y, const float* x, int64_t n) {
 }
 
 void SwiGlu(const float* gate, const float* up, float* out, int64_t n) {
+  if (ActiveIsa() != Isa::kScalar) return internal::SwiGluAvx2(gate, up, out, n);
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];

@@ -16,12 +16,13 @@ inline float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// e^x for x <= 0 (softmax arguments after the max is subtracted), 8 lanes: x = n ln2 + r with
-// |r| <= ln2 / 2, e^r by the Cephes expf polynomial (relative error ~1e-7, about an ulp), times
-// 2^n through the exponent bits. Below -87.3 the result is clamped to ~1e-38 instead of a
-// denormal or 0: against a softmax sum of at least 1 that changes nothing.
-inline __m256 ExpNonPositive(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+// e^x, 8 lanes: x = n ln2 + r with |r| <= ln2 / 2, e^r by the Cephes expf polynomial (relative
+// error ~1e-7, about an ulp), times 2^n through the exponent bits. x is clamped to
+// [-87.3, 88.7], where 2^n and the result stay normal floats: below, ~1e-38 instead of a
+// denormal or 0; above, 3.3e38 instead of infinity. Neither changes a softmax (whose sum is at
+// least 1) or a SiLU (g / (1 + e^-g) is then within a float of 0 or of g).
+inline __m256 Exp(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7f));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   // ln2 split in two so that n * ln2 is exact to float precision.
@@ -61,7 +62,7 @@ void SoftmaxInPlaceAvx2(float* x, int64_t n, float scale) {
   const __m256 vm = _mm256_set1_ps(max);
   __m256d sum0 = _mm256_setzero_pd(), sum1 = _mm256_setzero_pd();
   for (int64_t i = 0; i < n8; i += 8) {
-    const __m256 e = ExpNonPositive(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
     _mm256_storeu_ps(x + i, e);
     sum0 = _mm256_add_pd(sum0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
     sum1 = _mm256_add_pd(sum1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
@@ -77,6 +78,18 @@ void SoftmaxInPlaceAvx2(float* x, int64_t n, float scale) {
   for (int64_t i = 0; i < n8; i += 8)
     _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
   for (int64_t i = n8; i < n; ++i) x[i] *= static_cast<float>(1.0 / sum);
+}
+
+void SwiGluAvx2(const float* gate, const float* up, float* out, int64_t n) {
+  const int64_t n8 = n & ~int64_t{7};
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (int64_t i = 0; i < n8; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+  }
+  for (int64_t i = n8; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
 void DotRowsAvx2(const float* q, const float* k, int64_t m, int64_t d, float* scores) {
