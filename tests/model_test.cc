@@ -298,33 +298,35 @@ TEST(Ops, RmsNormSoftmaxSwiGlu) {
 }
 
 TEST(Ops, AttentionRowsAgreeAcrossIsas) {
-  // Widths around the 8- and 16-float SIMD steps, including tails.
-  for (int64_t d : {4, 8, 13, 16, 24, 64, 100}) {
-    const int64_t m = 7;
-    std::vector<float> q(d), k(m * d), w(m);
-    for (int64_t i = 0; i < d; ++i) q[i] = std::sin(0.3 * i);
-    for (int64_t i = 0; i < m * d; ++i) k[i] = std::cos(0.7 * i);
-    for (int64_t s = 0; s < m; ++s) w[s] = 0.1f * (s + 1);
-    std::vector<float> want_scores(m), want_out(d, 0.5f);
-    for (int64_t s = 0; s < m; ++s) {
-      double dot = 0;
-      for (int64_t i = 0; i < d; ++i) {
-        dot += double(q[i]) * k[s * d + i];
-        want_out[i] += w[s] * k[s * d + i];
+  // Widths around the 8- and 16-float SIMD steps and the 64-column blocks of AxpyRows,
+  // including tails; row counts around the 8-row blocks of DotRows.
+  for (int64_t d : {4, 8, 13, 16, 24, 64, 72, 100, 136})
+    for (int64_t m : {7, 8, 19}) {
+      std::vector<float> q(d), k(m * d), w(m);
+      for (int64_t i = 0; i < d; ++i) q[i] = std::sin(0.3 * i);
+      for (int64_t i = 0; i < m * d; ++i) k[i] = std::cos(0.7 * i);
+      for (int64_t s = 0; s < m; ++s) w[s] = 0.1f * (s + 1);
+      std::vector<float> want_scores(m), want_out(d, 0.5f);
+      for (int64_t s = 0; s < m; ++s) {
+        double dot = 0;
+        for (int64_t i = 0; i < d; ++i) {
+          dot += double(q[i]) * k[s * d + i];
+          want_out[i] += w[s] * k[s * d + i];
+        }
+        want_scores[s] = dot;
       }
-      want_scores[s] = dot;
+      const kernels::Isa best = kernels::ActiveIsa();
+      for (kernels::Isa isa : {kernels::Isa::kScalar, best}) {
+        kernels::SetIsaForTesting(isa);
+        std::vector<float> scores(m), out(d, 0.5f);
+        kernels::DotRows(q.data(), k.data(), m, d, scores.data());
+        kernels::AxpyRows(w.data(), k.data(), m, d, out.data());
+        for (int64_t s = 0; s < m; ++s)
+          EXPECT_NEAR(scores[s], want_scores[s], 1e-4) << d << " " << m;
+        for (int64_t i = 0; i < d; ++i) EXPECT_NEAR(out[i], want_out[i], 1e-4) << d << " " << m;
+      }
+      kernels::SetIsaForTesting(best);
     }
-    const kernels::Isa best = kernels::ActiveIsa();
-    for (kernels::Isa isa : {kernels::Isa::kScalar, best}) {
-      kernels::SetIsaForTesting(isa);
-      std::vector<float> scores(m), out(d, 0.5f);
-      kernels::DotRows(q.data(), k.data(), m, d, scores.data());
-      kernels::AxpyRows(w.data(), k.data(), m, d, out.data());
-      for (int64_t s = 0; s < m; ++s) EXPECT_NEAR(scores[s], want_scores[s], 1e-4) << d;
-      for (int64_t i = 0; i < d; ++i) EXPECT_NEAR(out[i], want_out[i], 1e-4) << d;
-    }
-    kernels::SetIsaForTesting(best);
-  }
 }
 
 TEST(Ops, SoftmaxAgreesAcrossIsas) {

@@ -92,9 +92,56 @@ void SwiGluAvx2(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = n8; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
-void DotRowsAvx2(const float* q, const float* k, int64_t m, int64_t d, float* scores) {
-  const int64_t d8 = d & ~int64_t{7};
+namespace {
+
+// Scores of 8 rows at once (d a multiple of 8): one accumulator per row, then a transposing
+// reduction (3 levels of vhaddps and a lane fold) gives all 8 sums in one register. Reducing
+// each row on its own took ~6 operations per score, as many as the 8 FMAs of a 64-wide head.
+inline void Dot8Rows(const float* q, const float* k, int64_t d, float* scores) {
+  __m256 a[8];
+  for (int r = 0; r < 8; ++r) a[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < d; i += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + i);
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + r * d + i), a[r]);
+  }
+  const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+  // Lane l of h0123: row (l & 3) partial sums of the 128-bit half l / 4; likewise h4567.
+  const __m256 h0123 = _mm256_hadd_ps(h01, h23), h4567 = _mm256_hadd_ps(h45, h67);
+  const __m256 lo = _mm256_permute2f128_ps(h0123, h4567, 0x20);
+  const __m256 hi = _mm256_permute2f128_ps(h0123, h4567, 0x31);
+  _mm256_storeu_ps(scores, _mm256_add_ps(lo, hi));
+}
+
+// out[0, 8N) += sum_s w[s] * v[s * d + ...]: N independent accumulators, one per 8 columns.
+// One accumulator per 8 columns walked over all rows before the next made every FMA wait for
+// the previous one (4 cycles each, against 2 per cycle when independent).
+template <int N>
+inline void AxpyColumns(const float* w, const float* v, int64_t m, int64_t d, float* out) {
+  __m256 acc[N];
+#pragma GCC unroll 8
+  for (int j = 0; j < N; ++j) acc[j] = _mm256_loadu_ps(out + 8 * j);
   for (int64_t s = 0; s < m; ++s) {
+    const __m256 ws = _mm256_set1_ps(w[s]);
+#pragma GCC unroll 8
+    for (int j = 0; j < N; ++j) {
+      acc[j] = _mm256_fmadd_ps(ws, _mm256_loadu_ps(v + s * d + 8 * j), acc[j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < N; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
+}
+
+}  // namespace
+
+void DotRowsAvx2(const float* q, const float* k, int64_t m, int64_t d, float* scores) {
+  int64_t s = 0;
+  if (d % 8 == 0) {
+    for (; s + 8 <= m; s += 8) Dot8Rows(q, k + s * d, d, scores + s);
+  }
+  const int64_t d8 = d & ~int64_t{7};
+  for (; s < m; ++s) {
     const float* kr = k + s * d;
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     int64_t i = 0;
@@ -111,14 +158,34 @@ void DotRowsAvx2(const float* q, const float* k, int64_t m, int64_t d, float* sc
 
 void AxpyRowsAvx2(const float* w, const float* v, int64_t m, int64_t d, float* out) {
   const int64_t d8 = d & ~int64_t{7};
-  for (int64_t i = 0; i < d8; i += 8) {
-    __m256 acc = _mm256_loadu_ps(out + i);
-    for (int64_t s = 0; s < m; ++s) {
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(w[s]), _mm256_loadu_ps(v + s * d + i), acc);
-    }
-    _mm256_storeu_ps(out + i, acc);
+  int64_t i = 0;
+  for (; i + 64 <= d8; i += 64) AxpyColumns<8>(w, v + i, m, d, out + i);
+  switch ((d8 - i) / 8) {
+    case 7:
+      AxpyColumns<7>(w, v + i, m, d, out + i);
+      break;
+    case 6:
+      AxpyColumns<6>(w, v + i, m, d, out + i);
+      break;
+    case 5:
+      AxpyColumns<5>(w, v + i, m, d, out + i);
+      break;
+    case 4:
+      AxpyColumns<4>(w, v + i, m, d, out + i);
+      break;
+    case 3:
+      AxpyColumns<3>(w, v + i, m, d, out + i);
+      break;
+    case 2:
+      AxpyColumns<2>(w, v + i, m, d, out + i);
+      break;
+    case 1:
+      AxpyColumns<1>(w, v + i, m, d, out + i);
+      break;
+    default:
+      break;
   }
-  for (int64_t i = d8; i < d; ++i) {
+  for (i = d8; i < d; ++i) {
     float acc = out[i];
     for (int64_t s = 0; s < m; ++s) acc += w[s] * v[s * d + i];
     out[i] = acc;
