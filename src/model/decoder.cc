@@ -288,8 +288,9 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
     }
   });
 
-  // Attention over (token, head) items. Cost per item grows with the position; an even split of
-  // items is close enough for causal prefill and exact for decode.
+  // Attention over (token, head) items. Cost per item grows with the position, so the threads
+  // take items in turn (thread i: items i, i + nt, ...): in a causal prefill a split into
+  // contiguous ranges gave the thread with the later tokens 3x the work of the other (2 threads).
   const int64_t items = n * c.n_head;
   int64_t total_cost = 0;
   for (int64_t t = 0; t < n; ++t) total_cost += (batch.positions[t] + 1) * hd * 4 * c.n_head;
@@ -302,9 +303,9 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
       const Batch* batch;
     } args{this, il, items, &batch};
     pool_->Run([a = &args](int i, int nt) {
-      const int64_t per = (a->items + nt - 1) / nt;
-      const int64_t begin = std::min(a->items, i * per), end = std::min(a->items, begin + per);
-      if (begin < end) a->self->Attention(a->il, *a->batch, begin, end, i);
+      for (int64_t item = i; item < a->items; item += nt) {
+        a->self->Attention(a->il, *a->batch, item, item + 1, i);
+      }
     });
   }
 
