@@ -75,7 +75,8 @@ void Decoder::Allocate() {
   gate_.resize(b * c.n_ff);
   up_.resize(b * c.n_ff);
   rope_cs_.resize(b * c.rope_dim);
-  scores_.resize(static_cast<size_t>(pool_->size()) * cache_->max_seq_len());
+  scores_.resize(static_cast<size_t>(pool_->size()) * (c.n_head / c.n_head_kv) *
+                 cache_->max_seq_len());
   xo_.resize(options_.max_outputs * c.n_embd);
   logits_.resize(options_.max_outputs * c.n_vocab);
   seq_next_.assign(cache_->max_seqs(), -1);
@@ -288,10 +289,10 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
     }
   });
 
-  // Attention over (token, head) items. Cost per item grows with the position, so the threads
-  // take items in turn (thread i: items i, i + nt, ...): in a causal prefill a split into
-  // contiguous ranges gave the thread with the later tokens 3x the work of the other (2 threads).
-  const int64_t items = n * c.n_head;
+  // Attention over (token, KV head) items. Cost per item grows with the position, so the
+  // threads take items in turn (thread i: items i, i + nt, ...): in a causal prefill a split
+  // into contiguous ranges gave the thread with the later tokens 3x the work of the other.
+  const int64_t items = n * c.n_head_kv;
   int64_t total_cost = 0;
   for (int64_t t = 0; t < n; ++t) total_cost += (batch.positions[t] + 1) * hd * 4 * c.n_head;
   if (pool_->size() == 1 || items < 2 || total_cost < kParallelThreshold) {
@@ -349,24 +350,35 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item_begin, int6
   const int64_t hd = c.head_dim, qd = c.q_dim();
   const int64_t group = c.n_head / c.n_head_kv;
   const int64_t bs = cache_->block_size();
-  float* scores = scores_.data() + static_cast<size_t>(thread) * cache_->max_seq_len();
+  const int64_t max_len = cache_->max_seq_len();
+  float* scores = scores_.data() + static_cast<size_t>(thread) * group * max_len;
+  // One item is the `group` query heads that share a KV head: each K/V block is read from L2
+  // (or beyond) once for all of them and from L1 for the rest. With an item per query head, a
+  // 512-token prefill of a cache-resident model spent as long streaming K/V (f32) as in its
+  // matmuls.
   for (int64_t item = item_begin; item < item_end; ++item) {
-    const int64_t t = item / c.n_head, h = item % c.n_head, kvh = h / group;
+    const int64_t t = item / c.n_head_kv, kvh = item % c.n_head_kv;
     const int64_t n_kv = batch.positions[t] + 1;
     const int32_t* table = cache_->BlockTable(batch.seq_ids[t]);
-    const float* q = q_.data() + t * qd + h * hd;
+    const float* q = q_.data() + t * qd + kvh * group * hd;  // [group][hd]
     for (int64_t j0 = 0; j0 < n_kv; j0 += bs) {
       const float* kb = cache_->KeyBlock(il, table[j0 / bs]) + kvh * bs * hd;
       const int64_t m = std::min(bs, n_kv - j0);
-      kernels::DotRows(q, kb, m, hd, scores + j0);
+      for (int64_t g = 0; g < group; ++g) {
+        kernels::DotRows(q + g * hd, kb, m, hd, scores + g * max_len + j0);
+      }
     }
-    kernels::SoftmaxInPlace(scores, n_kv, attn_scale_);
-    float* out = attn_.data() + t * qd + h * hd;
-    std::fill(out, out + hd, 0.0f);
+    float* out = attn_.data() + t * qd + kvh * group * hd;  // [group][hd]
+    for (int64_t g = 0; g < group; ++g) {
+      kernels::SoftmaxInPlace(scores + g * max_len, n_kv, attn_scale_);
+    }
+    std::fill(out, out + group * hd, 0.0f);
     for (int64_t j0 = 0; j0 < n_kv; j0 += bs) {
       const float* vb = cache_->ValueBlock(il, table[j0 / bs]) + kvh * bs * hd;
       const int64_t m = std::min(bs, n_kv - j0);
-      kernels::AxpyRows(scores + j0, vb, m, hd, out);
+      for (int64_t g = 0; g < group; ++g) {
+        kernels::AxpyRows(scores + g * max_len + j0, vb, m, hd, out + g * hd);
+      }
     }
   }
 }
