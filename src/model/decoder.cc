@@ -13,6 +13,8 @@ namespace {
 // Below this many float operations an elementwise step runs on the calling thread: a pool
 // dispatch costs about a microsecond, which is more than the work itself for a decode step.
 constexpr int64_t kParallelThreshold = 1 << 15;
+// Tokens of one sequence per attention item (see Decoder::Attention).
+constexpr int64_t kAttentionTokens = 4;
 
 std::vector<std::vector<const kernels::Matrix*>> GroupByActivation(
     const std::vector<const kernels::Matrix*>& ws) {
@@ -75,8 +77,9 @@ void Decoder::Allocate() {
   gate_.resize(b * c.n_ff);
   up_.resize(b * c.n_ff);
   rope_cs_.resize(b * c.rope_dim);
-  scores_.resize(static_cast<size_t>(pool_->size()) * (c.n_head / c.n_head_kv) *
+  scores_.resize(static_cast<size_t>(pool_->size()) * kAttentionTokens * (c.n_head / c.n_head_kv) *
                  cache_->max_seq_len());
+  attn_groups_.reserve(b + 1);
   xo_.resize(options_.max_outputs * c.n_embd);
   logits_.resize(options_.max_outputs * c.n_vocab);
   seq_next_.assign(cache_->max_seqs(), -1);
@@ -289,10 +292,21 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
     }
   });
 
-  // Attention over (token, KV head) items. Cost per item grows with the position, so the
+  // Attention over (tokens, KV head) items. Cost per item grows with the position, so the
   // threads take items in turn (thread i: items i, i + nt, ...): in a causal prefill a split
   // into contiguous ranges gave the thread with the later tokens 3x the work of the other.
-  const int64_t items = n * c.n_head_kv;
+  // An item is also up to kAttentionTokens consecutive tokens of one sequence (a prefill's):
+  // each K/V block is then read from L2/L3 once for all of them.
+  attn_groups_.clear();
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t start = attn_groups_.empty() ? -1 : attn_groups_.back();
+    if (start < 0 || t - start >= kAttentionTokens || batch.seq_ids[t] != batch.seq_ids[start]) {
+      attn_groups_.push_back(t);
+    }
+  }
+  const int64_t n_groups = static_cast<int64_t>(attn_groups_.size());
+  attn_groups_.push_back(n);
+  const int64_t items = n_groups * c.n_head_kv;
   int64_t total_cost = 0;
   for (int64_t t = 0; t < n; ++t) total_cost += (batch.positions[t] + 1) * hd * 4 * c.n_head;
   if (pool_->size() == 1 || items < 2 || total_cost < kParallelThreshold) {
@@ -351,33 +365,48 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item_begin, int6
   const int64_t group = c.n_head / c.n_head_kv;
   const int64_t bs = cache_->block_size();
   const int64_t max_len = cache_->max_seq_len();
-  float* scores = scores_.data() + static_cast<size_t>(thread) * group * max_len;
-  // One item is the `group` query heads that share a KV head: each K/V block is read from L2
-  // (or beyond) once for all of them and from L1 for the rest. With an item per query head, a
-  // 512-token prefill of a cache-resident model spent as long streaming K/V (f32) as in its
-  // matmuls.
+  float* scores = scores_.data() + static_cast<size_t>(thread) * kAttentionTokens * group * max_len;
+  // An item is the `group` query heads that share a KV head, for up to kAttentionTokens
+  // consecutive tokens of one sequence: each K/V block is read from L2 (or beyond) once for all
+  // of them and from L1 for the rest. One item per (token, query head) read each block per
+  // query, and a cache-resident model's 512-token prefill spent longer streaming K/V (f32)
+  // than in its matmuls.
   for (int64_t item = item_begin; item < item_end; ++item) {
-    const int64_t t = item / c.n_head_kv, kvh = item % c.n_head_kv;
-    const int64_t n_kv = batch.positions[t] + 1;
-    const int32_t* table = cache_->BlockTable(batch.seq_ids[t]);
-    const float* q = q_.data() + t * qd + kvh * group * hd;  // [group][hd]
-    for (int64_t j0 = 0; j0 < n_kv; j0 += bs) {
+    const int64_t gi = item / c.n_head_kv, kvh = item % c.n_head_kv;
+    const int64_t t0 = attn_groups_[gi], nt = attn_groups_[gi + 1] - t0;
+    const int32_t* table = cache_->BlockTable(batch.seq_ids[t0]);
+    int64_t n_kv_max = 0;
+    for (int64_t i = 0; i < nt; ++i)
+      n_kv_max = std::max<int64_t>(n_kv_max, batch.positions[t0 + i] + 1);
+    // scores row of token i, query head g: scores + (i * group + g) * max_len.
+    for (int64_t j0 = 0; j0 < n_kv_max; j0 += bs) {
       const float* kb = cache_->KeyBlock(il, table[j0 / bs]) + kvh * bs * hd;
-      const int64_t m = std::min(bs, n_kv - j0);
-      for (int64_t g = 0; g < group; ++g) {
-        kernels::DotRows(q + g * hd, kb, m, hd, scores + g * max_len + j0);
+      for (int64_t i = 0; i < nt; ++i) {
+        const int64_t m = std::min(bs, batch.positions[t0 + i] + 1 - j0);
+        if (m <= 0) continue;
+        const float* q = q_.data() + (t0 + i) * qd + kvh * group * hd;  // [group][hd]
+        for (int64_t g = 0; g < group; ++g) {
+          kernels::DotRows(q + g * hd, kb, m, hd, scores + (i * group + g) * max_len + j0);
+        }
       }
     }
-    float* out = attn_.data() + t * qd + kvh * group * hd;  // [group][hd]
-    for (int64_t g = 0; g < group; ++g) {
-      kernels::SoftmaxInPlace(scores + g * max_len, n_kv, attn_scale_);
-    }
-    std::fill(out, out + group * hd, 0.0f);
-    for (int64_t j0 = 0; j0 < n_kv; j0 += bs) {
-      const float* vb = cache_->ValueBlock(il, table[j0 / bs]) + kvh * bs * hd;
-      const int64_t m = std::min(bs, n_kv - j0);
+    for (int64_t i = 0; i < nt; ++i) {
+      const int64_t n_kv = batch.positions[t0 + i] + 1;
       for (int64_t g = 0; g < group; ++g) {
-        kernels::AxpyRows(scores + g * max_len + j0, vb, m, hd, out + g * hd);
+        kernels::SoftmaxInPlace(scores + (i * group + g) * max_len, n_kv, attn_scale_);
+      }
+      float* out = attn_.data() + (t0 + i) * qd + kvh * group * hd;  // [group][hd]
+      std::fill(out, out + group * hd, 0.0f);
+    }
+    for (int64_t j0 = 0; j0 < n_kv_max; j0 += bs) {
+      const float* vb = cache_->ValueBlock(il, table[j0 / bs]) + kvh * bs * hd;
+      for (int64_t i = 0; i < nt; ++i) {
+        const int64_t m = std::min(bs, batch.positions[t0 + i] + 1 - j0);
+        if (m <= 0) continue;
+        float* out = attn_.data() + (t0 + i) * qd + kvh * group * hd;
+        for (int64_t g = 0; g < group; ++g) {
+          kernels::AxpyRows(scores + (i * group + g) * max_len + j0, vb, m, hd, out + g * hd);
+        }
       }
     }
   }

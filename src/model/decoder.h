@@ -77,20 +77,22 @@ class Decoder {
   std::vector<std::vector<MatGroup>> ffn_groups_;  // [n_layer] gate/up
 
   // Scratch, sized once for max_batch tokens.
-  std::vector<float> x_;           // [max_batch][n_embd] residual stream
-  std::vector<float> xn_;          // [max_batch][n_embd] normed input of a block
-  std::vector<float> q_;           // [max_batch][q_dim]
-  std::vector<float> k_;           // [max_batch][kv_dim]
-  std::vector<float> v_;           // [max_batch][kv_dim]
-  std::vector<float> attn_;        // [max_batch][q_dim] attention output
-  std::vector<float> y_;           // [max_batch][n_embd] block output before the residual add
-  std::vector<float> gate_;        // [max_batch][n_ff]
-  std::vector<float> up_;          // [max_batch][n_ff]
-  std::vector<float> rope_cs_;     // [max_batch][rope_dim] cos/sin pairs per token
-  std::vector<float> scores_;      // [n_threads][n_head / n_head_kv][max_seq_len] attention weights
-  std::vector<float> xo_;          // [max_outputs][n_embd] normed rows that want logits
-  std::vector<float> logits_;      // [max_outputs][n_vocab]
-  std::vector<int32_t> seq_next_;  // [max_seqs] next position per sequence, -1 if unseen
+  std::vector<float> x_;        // [max_batch][n_embd] residual stream
+  std::vector<float> xn_;       // [max_batch][n_embd] normed input of a block
+  std::vector<float> q_;        // [max_batch][q_dim]
+  std::vector<float> k_;        // [max_batch][kv_dim]
+  std::vector<float> v_;        // [max_batch][kv_dim]
+  std::vector<float> attn_;     // [max_batch][q_dim] attention output
+  std::vector<float> y_;        // [max_batch][n_embd] block output before the residual add
+  std::vector<float> gate_;     // [max_batch][n_ff]
+  std::vector<float> up_;       // [max_batch][n_ff]
+  std::vector<float> rope_cs_;  // [max_batch][rope_dim] cos/sin pairs per token
+  // [n_threads][kAttentionTokens][n_head / n_head_kv][max_seq_len] attention weights
+  std::vector<float> scores_;
+  std::vector<int64_t> attn_groups_;   // [groups + 1] first token of each attention token group
+  std::vector<float> xo_;              // [max_outputs][n_embd] normed rows that want logits
+  std::vector<float> logits_;          // [max_outputs][n_vocab]
+  std::vector<int32_t> seq_next_;      // [max_seqs] next position per sequence, -1 if unseen
   std::vector<int32_t> touched_seqs_;  // sequences of the current batch
   int64_t n_outputs_ = 0;
 };
