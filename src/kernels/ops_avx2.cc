@@ -160,31 +160,16 @@ void AxpyRowsAvx2(const float* w, const float* v, int64_t m, int64_t d, float* o
   const int64_t d8 = d & ~int64_t{7};
   int64_t i = 0;
   for (; i + 64 <= d8; i += 64) AxpyColumns<8>(w, v + i, m, d, out + i);
-  switch ((d8 - i) / 8) {
-    case 7:
-      AxpyColumns<7>(w, v + i, m, d, out + i);
-      break;
-    case 6:
-      AxpyColumns<6>(w, v + i, m, d, out + i);
-      break;
-    case 5:
-      AxpyColumns<5>(w, v + i, m, d, out + i);
-      break;
-    case 4:
-      AxpyColumns<4>(w, v + i, m, d, out + i);
-      break;
-    case 3:
-      AxpyColumns<3>(w, v + i, m, d, out + i);
-      break;
-    case 2:
-      AxpyColumns<2>(w, v + i, m, d, out + i);
-      break;
-    case 1:
-      AxpyColumns<1>(w, v + i, m, d, out + i);
-      break;
-    default:
-      break;
+  // The last 8-56 columns in blocks of 32, 16 and 8.
+  if (i + 32 <= d8) {
+    AxpyColumns<4>(w, v + i, m, d, out + i);
+    i += 32;
   }
+  if (i + 16 <= d8) {
+    AxpyColumns<2>(w, v + i, m, d, out + i);
+    i += 16;
+  }
+  if (i + 8 <= d8) AxpyColumns<1>(w, v + i, m, d, out + i);
   for (i = d8; i < d; ++i) {
     float acc = out[i];
     for (int64_t s = 0; s < m; ++s) acc += w[s] * v[s * d + i];

@@ -25,10 +25,10 @@ float PeakLoopAvx2(PeakOp op, long iters) {
       asm(UF_PEAK_CHAINS(UF_STEP) : UF_PEAK_CHAINS(UF_OPERAND)[x] "+x"(x));
 #undef UF_STEP
     }
-    const __m256i s = _mm256_add_epi16(
-        _mm256_add_epi16(_mm256_add_epi16(a0, a1), _mm256_add_epi16(a2, a3)),
-        _mm256_add_epi16(_mm256_add_epi16(_mm256_add_epi16(a4, a5), _mm256_add_epi16(a6, a7)),
-                         _mm256_add_epi16(a8, a9)));
+    __m256i s = _mm256_setzero_si256();
+#define UF_SUM(i) s = _mm256_add_epi16(s, a##i);
+    UF_PEAK_CHAINS(UF_SUM)
+#undef UF_SUM
     return static_cast<float>(_mm256_extract_epi16(s, 0));
   }
   __m256 b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
@@ -41,10 +41,10 @@ float PeakLoopAvx2(PeakOp op, long iters) {
 #undef UF_STEP
 #undef UF_OPERAND
   }
-  const __m256 s =
-      _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                    _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)),
-                                  _mm256_add_ps(a8, a9)));
+  __m256 s = _mm256_setzero_ps();
+#define UF_SUM(i) s = _mm256_add_ps(s, a##i);
+  UF_PEAK_CHAINS(UF_SUM)
+#undef UF_SUM
   return _mm256_cvtss_f32(s);
 }
 

@@ -22,11 +22,11 @@ float PeakLoopAvx512(PeakOp op, long iters) {
       asm(UF_PEAK_CHAINS(UF_STEP) : UF_PEAK_CHAINS(UF_OPERAND)[w] "+v"(w), [x] "+v"(x));
 #undef UF_STEP
     }
-    const __m512i s = _mm512_add_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
-        _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)),
-                         _mm512_add_epi32(a8, a9)));
-    return static_cast<float>(_mm512_reduce_add_epi32(s));
+    __m512i s = _mm512_setzero_si512();
+#define UF_SUM(i) s = _mm512_add_epi32(s, a##i);
+    UF_PEAK_CHAINS(UF_SUM)
+#undef UF_SUM
+    return _mm512_cvtss_f32(_mm512_castsi512_ps(s));  // the bits only keep the work live
   }
 #define UF_INIT(i) __m512 a##i = _mm512_set1_ps(i);
   UF_PEAK_CHAINS(UF_INIT)
@@ -47,11 +47,11 @@ float PeakLoopAvx512(PeakOp op, long iters) {
 #undef UF_STEP
     }
   }
-  const __m512 s =
-      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                    _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)),
-                                  _mm512_add_ps(a8, a9)));
-  return _mm512_reduce_add_ps(s);
+  __m512 s = _mm512_setzero_ps();
+#define UF_SUM(i) s = _mm512_add_ps(s, a##i);
+  UF_PEAK_CHAINS(UF_SUM)
+#undef UF_SUM
+  return _mm512_cvtss_f32(s);
 }
 
 #undef UF_OPERAND

@@ -220,6 +220,19 @@ Status Decoder::Forward(const Batch& batch) {
       kernels::RopeAngles(rope_, batch.positions[t], rope_cs_.data() + t * c.rope_dim);
     }
   });
+  // Attention items: up to kAttentionTokens consecutive tokens of one sequence (a prefill's),
+  // so that each K/V block is read from L2/L3 once for all of them; and the attention cost of
+  // a layer, which decides whether it is worth the pool.
+  attn_groups_.clear();
+  attn_cost_ = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t start = attn_groups_.empty() ? -1 : attn_groups_.back();
+    if (start < 0 || t - start >= kAttentionTokens || batch.seq_ids[t] != batch.seq_ids[start]) {
+      attn_groups_.push_back(t);
+    }
+    attn_cost_ += (batch.positions[t] + 1) * c.head_dim * 4 * c.n_head;
+  }
+  attn_groups_.push_back(n);
   for (int64_t il = 0; il < c.n_layer; ++il) Layer(il, batch);
 
   // The last layer left the rows that want logits compacted at the front (batch order): its
@@ -292,24 +305,12 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
     }
   });
 
-  // Attention over (tokens, KV head) items. Cost per item grows with the position, so the
-  // threads take items in turn (thread i: items i, i + nt, ...): in a causal prefill a split
-  // into contiguous ranges gave the thread with the later tokens 3x the work of the other.
-  // An item is also up to kAttentionTokens consecutive tokens of one sequence (a prefill's):
-  // each K/V block is then read from L2/L3 once for all of them.
-  attn_groups_.clear();
-  for (int64_t t = 0; t < n; ++t) {
-    const int64_t start = attn_groups_.empty() ? -1 : attn_groups_.back();
-    if (start < 0 || t - start >= kAttentionTokens || batch.seq_ids[t] != batch.seq_ids[start]) {
-      attn_groups_.push_back(t);
-    }
-  }
-  const int64_t n_groups = static_cast<int64_t>(attn_groups_.size());
-  attn_groups_.push_back(n);
-  const int64_t items = n_groups * c.n_head_kv;
-  int64_t total_cost = 0;
-  for (int64_t t = 0; t < n; ++t) total_cost += (batch.positions[t] + 1) * hd * 4 * c.n_head;
-  if (pool_->size() == 1 || items < 2 || total_cost < kParallelThreshold) {
+  // Attention over (tokens, KV head) items (attn_groups_, set once per batch in Forward). Cost
+  // per item grows with the position, so the threads take items in turn (thread i: items i,
+  // i + nt, ...): in a causal prefill a split into contiguous ranges gave the thread with the
+  // later tokens 3x the work of the other.
+  const int64_t items = (static_cast<int64_t>(attn_groups_.size()) - 1) * c.n_head_kv;
+  if (pool_->size() == 1 || items < 2 || attn_cost_ < kParallelThreshold) {
     Attention(il, batch, 0, items, 0);
   } else {
     struct Args {

@@ -90,6 +90,7 @@ class Decoder {
   // [n_threads][kAttentionTokens][n_head / n_head_kv][max_seq_len] attention weights
   std::vector<float> scores_;
   std::vector<int64_t> attn_groups_;   // [groups + 1] first token of each attention token group
+  int64_t attn_cost_ = 0;              // a layer's attention multiply-adds (x4) for this batch
   std::vector<float> xo_;              // [max_outputs][n_embd] normed rows that want logits
   std::vector<float> logits_;          // [max_outputs][n_vocab]
   std::vector<int32_t> seq_next_;      // [max_seqs] next position per sequence, -1 if unseen
