@@ -10,8 +10,8 @@
 
 #include "engine/seq_sampler.h"
 #include "engine/service.h"
-#include "test_models.h"
 #include "engine/stop_matcher.h"
+#include "test_models.h"
 
 namespace uf::engine {
 namespace {
@@ -409,17 +409,17 @@ TEST(SequenceSamplerTest, GreedyBiasAndBans) {
   RequestSampling p;
   p.temperature = 0.0f;
   p.logit_bias = {{0, 5.0f}};
-  SequenceSampler s(p, 4, 16);
-  std::vector<float> scratch;
+  SequenceSampler s(p, 4, 16, {});
   const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 0.0f};
-  EXPECT_EQ(s.Sample(logits.data(), {}, &scratch), 0);   // 1 + 5 beats 3
-  EXPECT_EQ(s.Sample(logits.data(), {0}, &scratch), 1);  // banned
+  EXPECT_EQ(s.Sample(logits.data()), 0);  // 1 + 5 beats 3
+  SequenceSampler banned(p, 4, 16, {0});
+  EXPECT_EQ(banned.Sample(logits.data()), 1);  // banned
   RequestSampling q;
   q.temperature = 0.0f;
   q.presence_penalty = 2.0f;
-  SequenceSampler t(q, 4, 16);
+  SequenceSampler t(q, 4, 16, {});
   t.Accept(1);
-  EXPECT_EQ(t.Sample(logits.data(), {}, &scratch), 2);  // 3 - 2 < 2
+  EXPECT_EQ(t.Sample(logits.data()), 2);  // 3 - 2 < 2
 }
 
 }  // namespace

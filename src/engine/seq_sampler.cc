@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/ops.h"
+
 namespace uf::engine {
 
 sampling::SamplingParams ToSamplingParams(const RequestSampling& r, int64_t max_tokens) {
@@ -21,29 +23,17 @@ sampling::SamplingParams ToSamplingParams(const RequestSampling& r, int64_t max_
   return p;
 }
 
-SequenceSampler::SequenceSampler(const RequestSampling& params, int32_t n_vocab, int64_t max_tokens)
-    : logit_bias_(params.logit_bias),
-      n_vocab_(n_vocab),
-      sampler_(ToSamplingParams(params, max_tokens), n_vocab) {}
-
-int32_t SequenceSampler::Sample(const float* logits, const std::vector<int32_t>& banned,
-                                std::vector<float>* scratch) {
-  if (logit_bias_.empty() && banned.empty()) return sampler_.Sample(logits);
-  std::vector<float>& l = *scratch;
-  l.assign(logits, logits + n_vocab_);
-  for (const auto& [id, bias] : logit_bias_) l[id] += bias;
-  for (int32_t id : banned) {
-    if (id >= 0 && id < n_vocab_) l[id] = -std::numeric_limits<float>::infinity();
-  }
-  return sampler_.Sample(l.data());
+SequenceSampler::SequenceSampler(const RequestSampling& params, int32_t n_vocab, int64_t max_tokens,
+                                 const std::vector<int32_t>& banned)
+    : sampler_(ToSamplingParams(params, max_tokens), n_vocab) {
+  sampler_.SetLogitBias(params.logit_bias);
+  sampler_.SetBanned(banned);
 }
 
 TokenLogprob SequenceSampler::Logprobs(const float* logits, int32_t n_vocab, int32_t token,
                                        int top_n) {
-  float max_logit = -std::numeric_limits<float>::infinity();
-  for (int32_t i = 0; i < n_vocab; ++i) max_logit = std::max(max_logit, logits[i]);
-  double sum = 0.0;
-  for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max_logit));
+  const float max_logit = kernels::MaxValue(logits, n_vocab);
+  const double sum = kernels::ExpSum(logits, n_vocab, max_logit, 1.0f, nullptr, nullptr);
   const float log_z = max_logit + static_cast<float>(std::log(sum));
   TokenLogprob out;
   out.token = token;

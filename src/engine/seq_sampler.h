@@ -1,7 +1,7 @@
-// Per-request token choice for the serving engine: the OpenAI request's logit bias and banned
-// tokens applied to the raw logits, then the shared sampler chain (sampling::Sampler: penalties
-// over the generated tokens, top-k / top-p / min-p, temperature, a draw from a generator seeded
-// per request), so a seeded request samples the same tokens whether it runs alone or batched.
+// Per-request token choice for the serving engine: the shared sampler chain (sampling::Sampler:
+// the request's logit bias and banned tokens, penalties over the generated tokens, top-k / top-p /
+// min-p, temperature, a draw from a generator seeded per request), so a seeded request samples
+// the same tokens whether it runs alone or batched.
 #pragma once
 
 #include <cstdint>
@@ -18,23 +18,22 @@ sampling::SamplingParams ToSamplingParams(const RequestSampling& params, int64_t
 
 class SequenceSampler {
  public:
-  // params must pass ToSamplingParams(params, max_tokens).Validate().
-  SequenceSampler(const RequestSampling& params, int32_t n_vocab, int64_t max_tokens);
+  // params must pass ToSamplingParams(params, max_tokens).Validate(). banned: tokens that must
+  // not be chosen (end-of-generation tokens when ignoring EOS).
+  SequenceSampler(const RequestSampling& params, int32_t n_vocab, int64_t max_tokens,
+                  const std::vector<int32_t>& banned);
 
-  // Chooses the next token from raw logits [n_vocab]. banned: tokens that must not be chosen
-  // (end-of-generation tokens when ignoring EOS). scratch holds a biased copy when needed.
-  int32_t Sample(const float* logits, const std::vector<int32_t>& banned,
-                 std::vector<float>* scratch);
+  // Chooses the next token from raw logits [n_vocab] (read only, never copied).
+  int32_t Sample(const float* logits) { return sampler_.Sample(logits); }
   // Records a generated token (for the penalties).
   void Accept(int32_t token) { sampler_.Accept(token); }
+  const sampling::Sampler& sampler() const { return sampler_; }
 
   // Log-probability of token under softmax(logits) and the top_n most likely tokens (best first,
   // ties by id): the model's own distribution, before bias, penalties or temperature.
   static TokenLogprob Logprobs(const float* logits, int32_t n_vocab, int32_t token, int top_n);
 
  private:
-  std::vector<std::pair<int32_t, float>> logit_bias_;
-  int32_t n_vocab_;
   sampling::Sampler sampler_;
 };
 

@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -39,6 +40,9 @@
 #include "tokenizer/tokenizer.h"
 
 namespace uf::engine {
+
+// Vocabularies from this size up are sampled on the pool's threads when a step has several rows.
+inline constexpr int32_t kParallelSampleMinVocab = 16384;
 
 struct ServiceOptions {
   int max_seqs = 8;             // sequences decoded together
@@ -104,7 +108,15 @@ class Service {
   // Fills batch_ from the plan; returns the composition actually built.
   scheduler::BatchComposition BuildBatch(const scheduler::StepPlan& plan);
   void Evict(size_t index);
-  void Sample(Sequence& seq, const float* logits);
+  // A token picked for one logits row of the step, and its logprobs when the request asks.
+  struct Sampled {
+    int32_t token = 0;
+    std::optional<TokenLogprob> logprob;
+  };
+  // Samples every row of the step (rows in parallel when it pays), then emits them in order.
+  void SampleOutputs();
+  // Appends the token to the sequence and sends its text (or the final event) to the client.
+  void Emit(Sequence& seq, Sampled& sampled);
   void Finish(Sequence& seq, FinishReason reason, Status error = OkStatus());
   void Release(Sequence& seq);
   void PublishStats();
@@ -136,7 +148,7 @@ class Service {
   std::vector<Sequence*> batch_outputs_;  // [n_outputs] sequence of each logits row
   std::vector<std::pair<Sequence*, int64_t>> batch_feeds_;  // tokens fed per sequence this step
   std::vector<int32_t> eog_ids_;  // end-of-generation tokens (banned when ignoring EOS)
-  std::vector<float> scratch_;    // [n_vocab] logits being sampled
+  std::vector<Sampled> sampled_;  // [n_outputs] this step's tokens
 
   // Stats, written by the engine thread.
   std::atomic<int64_t> running_count_{0};

@@ -1,5 +1,6 @@
 #include "kernels/ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/matmul.h"
@@ -70,6 +71,72 @@ void SoftmaxInPlace(float* x, int64_t n, float scale) {
   }
   const float inv = static_cast<float>(1.0 / sum);
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+float MaxValue(const float* x, int64_t n) {
+  if (ActiveIsa() == Isa::kAvx512) return internal::MaxValueAvx512(x, n);
+  if (ActiveIsa() == Isa::kAvx2) return internal::MaxValueAvx2(x, n);
+  float max = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) max = x[i] > max ? x[i] : max;  // false for NaN
+  return max;
+}
+
+double ExpSum(const float* x, int64_t n, float shift, float scale, float* out, double* block_sums) {
+  if (ActiveIsa() != Isa::kScalar) {
+    return internal::ExpSumAvx2(x, n, shift, scale, out, block_sums);
+  }
+  double total = 0.0;
+  for (int64_t b = 0; b < n; b += kExpSumBlock) {
+    float sum = 0.0f;
+    for (int64_t i = b; i < std::min(n, b + kExpSumBlock); ++i) {
+      const float a = (x[i] - shift) * scale;
+      const float e = a >= -87.0f ? std::exp(a) : 0.0f;  // false for NaN
+      if (out != nullptr) out[i] = e;
+      sum += e;
+    }
+    if (block_sums != nullptr) block_sums[b / kExpSumBlock] = sum;
+    total += sum;
+  }
+  return total;
+}
+
+int64_t IndicesInRange(const float* x, int64_t n, float lo, float hi, int32_t* ids) {
+  if (ActiveIsa() == Isa::kAvx512) return internal::IndicesInRangeAvx512(x, n, lo, hi, ids);
+  if (ActiveIsa() == Isa::kAvx2) return internal::IndicesInRangeAvx2(x, n, lo, hi, ids);
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] >= lo && x[i] < hi) ids[m++] = static_cast<int32_t>(i);
+  }
+  return m;
+}
+
+double MassAtLeast(const float* w, int64_t n, float t, int64_t* count) {
+  if (ActiveIsa() != Isa::kScalar) return internal::MassAtLeastAvx2(w, n, t, count);
+  double total = 0.0;
+  int64_t c = 0;
+  for (int64_t b = 0; b < n; b += kExpSumBlock) {
+    float sum = 0.0f;
+    for (int64_t i = b; i < std::min(n, b + kExpSumBlock); ++i) {
+      if (w[i] >= t) sum += w[i], ++c;
+    }
+    total += sum;
+  }
+  *count = c;
+  return total;
+}
+
+double MaskedBlockSums(const float* w, const float* v, int64_t n, float t, double* block_sums) {
+  if (ActiveIsa() != Isa::kScalar) return internal::MaskedBlockSumsAvx2(w, v, n, t, block_sums);
+  double total = 0.0;
+  for (int64_t b = 0; b < n; b += kExpSumBlock) {
+    float sum = 0.0f;
+    for (int64_t i = b; i < std::min(n, b + kExpSumBlock); ++i) {
+      if (w[i] >= t) sum += v[i];
+    }
+    block_sums[b / kExpSumBlock] = sum;
+    total += sum;
+  }
+  return total;
 }
 
 void RopeAngles(const RopeParams& p, int32_t pos, float* cs) {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "kernels/avx2.h"
 #include "kernels/ops.h"
 
 namespace uf::kernels::internal {
@@ -14,29 +15,6 @@ inline float HorizontalSum(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
-}
-
-// e^x, 8 lanes: x = n ln2 + r with |r| <= ln2 / 2, e^r by the Cephes expf polynomial (relative
-// error ~1e-7, about an ulp), times 2^n through the exponent bits. x is clamped to
-// [-87.3, 88.7], where 2^n and the result stay normal floats: below, ~1e-38 instead of a
-// denormal or 0; above, 3.3e38 instead of infinity. Neither changes a softmax (whose sum is at
-// least 1) or a SiLU (g / (1 + e^-g) is then within a float of 0 or of g).
-inline __m256 Exp(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  // ln2 split in two so that n * ln2 is exact to float precision.
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
-  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
 }
 
 }  // namespace
@@ -62,7 +40,7 @@ void SoftmaxInPlaceAvx2(float* x, int64_t n, float scale) {
   const __m256 vm = _mm256_set1_ps(max);
   __m256d sum0 = _mm256_setzero_pd(), sum1 = _mm256_setzero_pd();
   for (int64_t i = 0; i < n8; i += 8) {
-    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
     _mm256_storeu_ps(x + i, e);
     sum0 = _mm256_add_pd(sum0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
     sum1 = _mm256_add_pd(sum1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
@@ -85,7 +63,7 @@ void SwiGluAvx2(const float* gate, const float* up, float* out, int64_t n) {
   const __m256 one = _mm256_set1_ps(1.0f);
   for (int64_t i = 0; i < n8; i += 8) {
     const __m256 g = _mm256_loadu_ps(gate + i);
-    const __m256 e = Exp(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
     const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
     _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
   }

@@ -1,12 +1,30 @@
-// Token sampling: repetition/presence/frequency penalties over a window of recent tokens, then
-// top-k, top-p and min-p filtering on the untempered distribution, then temperature and a draw
-// from a seeded RNG (llama.cpp's default chain, so the same settings behave alike). The RNG is
-// std::mt19937_64 with our own conversion to [0, 1), so a seed reproduces the same tokens on
-// every platform and standard library.
+// Token sampling, the one chain that `run`, `serve` and `bench` share: logit bias and banned
+// tokens, then repetition/presence/frequency penalties over a window of recent tokens, then top-k,
+// top-p and min-p filtering on the untempered distribution, then temperature and a draw from a
+// seeded RNG (llama.cpp's default chain, so the same settings behave alike). The RNG is
+// std::mt19937_64 with our own conversion to [0, 1), so a seed reproduces the same tokens on every
+// platform and standard library.
+//
+// Cost: the caller's logits are never copied. Bias, bans and penalties touch a few tokens, so
+// they become edits: a 64-token block holding one is patched in a small side buffer and the
+// vocabulary-wide passes read the caller's row elsewhere. Each pass is a vectorized kernel
+// (kernels/ops.h: max, exp-sum, threshold gather), and nothing sorts more than the survivors of
+// the filters:
+//   temperature only   max + exp-sum over the row, then the draw re-reads one 64-token block;
+//   top-k              one scan with a k-entry heap (blocks of 16 that cannot enter: one compare);
+//   min-p / top-p      max and the weights e^(l - max) over the row; min-p is a threshold on the
+//     (no top-k)       weights; the top-p cut is found by bisecting the threshold with masked
+//                      sums over the weights until at most 256 tokens straddle it, which alone
+//                      are sorted; the draw sums the kept weights per 64-token block as above.
+//                      A flat distribution whose top-p set is most of the vocabulary costs about
+//                      as much as a peaked one.
+//   top-k + top-p      a weighted quickselect over the k candidates (expected linear in k).
+// After the first call with given settings, Sample() allocates nothing.
 #pragma once
 
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -30,20 +48,40 @@ struct SamplingParams {
   // InvalidArgument naming the first bad field.
   Status Validate() const;
   bool greedy() const { return !(temperature > 0.0f); }
+  bool penalties() const {
+    return penalty_last_n > 0 &&
+           (repeat_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f);
+  }
 };
 
 class Sampler {
  public:
   struct Candidate {
     int32_t id;
-    float logit;  // after penalties (and temperature, once Sample() applied it)
+    float logit;  // after bias and penalties (and temperature, once Filter() applied it)
     float p;      // probability among the surviving candidates
+  };
+
+  // What the last Filter() or Sample() did, counted rather than timed so that tests can bound
+  // the per-token cost on a noisy machine.
+  struct Work {
+    int64_t row_reads = 0;  // logits read by vocabulary-wide passes (n_vocab per pass)
+    int64_t gathered = 0;   // tokens kept as candidates for the filters (heap or threshold)
+    int64_t sorted = 0;     // elements given to a comparison sort
+    int64_t edits = 0;      // tokens changed by bias, bans or penalties
   };
 
   // params must be valid (Validate()); n_vocab > 0.
   Sampler(const SamplingParams& params, int32_t n_vocab);
 
   const SamplingParams& params() const { return params_; }
+
+  // Added to the raw logits before the penalties (OpenAI logit_bias). Ids must be in the
+  // vocabulary; repeated ids add up.
+  void SetLogitBias(const std::vector<std::pair<int32_t, float>>& bias);
+  // Tokens that are never chosen (end-of-generation tokens when ignoring EOS). Ids outside the
+  // vocabulary are ignored.
+  void SetBanned(const std::vector<int32_t>& ids);
 
   // Records a token (prompt or generated) in the penalty window. Ids outside the vocabulary are
   // ignored.
@@ -54,27 +92,77 @@ class Sampler {
   // Picks the next token from logits[0..n_vocab).
   int32_t Sample(const float* logits);
 
-  // Applies penalties, filters and temperature, leaving the surviving candidates (highest first,
-  // probabilities summing to 1) in candidates(); Sample() = Filter() + one draw. In greedy mode
-  // the only candidate is the arg-max.
+  // Applies bias, bans, penalties, filters and temperature, leaving the surviving candidates
+  // (highest first, probabilities summing to 1) in candidates(). Sample() draws from the same
+  // distribution without sorting or listing the survivors. In greedy mode the only candidate is
+  // the arg-max.
   void Filter(const float* logits);
-  const std::vector<Candidate>& candidates() const { return candidates_; }
+  const std::vector<Candidate>& candidates() const { return cand_; }
+
+  const Work& work() const { return work_; }
 
   // Uniform double in [0, 1) from 53 random bits.
   double NextUniform();
 
  private:
-  void ApplyPenalties();
+  struct Edit {
+    int32_t id;
+    float value;    // the adjusted logit
+    int32_t count;  // occurrences in the penalty window
+  };
+  // A stretch of the adjusted row: the caller's logits, or a patched block in side_.
+  struct Run {
+    const float* x;
+    int32_t begin;  // first token id (a multiple of kernels::kExpSumBlock)
+    int32_t n;
+  };
+
+  bool filtering() const;
+  // Builds edits_ and runs_ for this row.
+  void Prepare(const float* logits);
+  int32_t ArgMaxOfRuns();
+  float MaxOfRuns();
+  float ValueAt(int32_t id) const;
+  // Top-k path: leaves the survivors of top-k, min-p and top-p in cand_ (in no order); returns
+  // their best logit (-inf when every token is masked).
+  float TopKCandidates();
+  // Row path (min-p / top-p without top-k), given the row's max: fills weights_ with
+  // e^(l - max) and decides the kept set: weights_[i] >= keep_ or one of extras_.
+  void RowCut(float max);
+  // Draws from the kept set of RowCut at the sampling temperature.
+  int32_t DrawKept(float max);
+  void TopKHeap();
+  // Reorders cand_ so that its first m entries are the m best, where m is the fewest whose
+  // weights (in .p) reach `need`; returns m.
+  size_t TopPCut(double need);
+  // Draw over the whole row at temperature T with max logit m (no filter active).
+  int32_t DrawFromRow(float max);
 
   SamplingParams params_;
   int32_t n_vocab_;
   std::mt19937_64 rng_;
-  std::vector<float> logits_;          // [n_vocab] working copy
-  std::vector<Candidate> candidates_;  // [<= n_vocab]
-  std::vector<int32_t> window_;        // ring of the last penalty_last_n tokens
-  size_t window_next_ = 0;             // ring write position once full
-  std::vector<int32_t> counts_;        // [n_vocab] occurrences in the window
-  std::vector<uint8_t> penalised_;     // [n_vocab] scratch marks for ApplyPenalties
+  Work work_;
+
+  std::vector<std::pair<int32_t, float>> bias_;
+  std::vector<int32_t> banned_;
+  std::vector<int32_t> window_;  // ring of the last penalty_last_n tokens
+  size_t window_next_ = 0;       // ring write position once full
+
+  // Per-call scratch, sized on first use and then reused.
+  std::vector<int32_t> slot_;       // [n_vocab] index in edits_, or -1 (only when edits exist)
+  std::vector<Edit> edits_;         // [<= bias + banned + window]
+  std::vector<int32_t> dirty_;      // [<= edits] blocks holding an edit, ascending
+  std::vector<float> side_;         // [dirty * 64] patched copies of those blocks
+  std::vector<Run> runs_;           // [<= 2 * dirty + 1] the row, in order
+  std::vector<double> block_sums_;  // [n_vocab / 64] exp-sum per block (temperature-only draw)
+  std::vector<float> block_exps_;   // [64] the drawn block's terms
+  std::vector<int32_t> ids_;        // [<= n_vocab] threshold gather output
+  std::vector<float> weights_;      // [n_vocab] row path: e^(l - max)
+  std::vector<float> tempered_;     // [n_vocab] row path: e^((l - max) / T) when T != 1
+  float keep_ = 0.0f;               // row path: weights at or above it are kept ...
+  std::vector<Candidate> extras_;   // [<= 256 typically] ... and these (the top-p boundary)
+  std::vector<Candidate> cand_;     // [<= n_vocab] candidates, then survivors
+  std::vector<float> vals_, exps_;  // [<= n_vocab] survivors' logits and weights, for the kernel
 };
 
 }  // namespace uf::sampling
