@@ -1,12 +1,31 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <map>
+#include <new>
 #include <random>
 #include <vector>
 
+#include "kernels/matmul.h"
 #include "sampling/sampler.h"
+
+// Counts heap allocations of this test binary, so a test can assert that the sampler's steady
+// state allocates nothing (a per-token allocation of a vocabulary-sized buffer is what made the
+// server slow once).
+namespace {
+std::atomic<int64_t> g_allocations{0};
+}  // namespace
+
+void* operator new(size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace uf::sampling {
 namespace {
@@ -278,6 +297,303 @@ TEST(Sampler, KnownSequenceForSeed) {
   Sampler s(p, 2);
   std::mt19937_64 ref(5489);
   EXPECT_EQ(s.NextUniform(), static_cast<double>(ref() >> 11) * 0x1.0p-53);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The chain against a reference that does everything the slow, obvious way: a copy of the
+// logits with bias, bans and penalties applied, a full sort, top-k, min-p on the logits, top-p
+// as the shortest sorted prefix reaching the mass (against the top-k set's normaliser, in
+// double), then temperature. Filter() must keep the same set with the same probabilities; the
+// only latitude is a token whose cumulative mass sits within rounding of top_p itself.
+
+struct RefResult {
+  std::vector<int32_t> ids;   // kept, best first
+  std::vector<double> p;      // their probabilities
+  double boundary_slack = 0;  // |cum - top_p| at the last kept token (top-p decided the cut)
+};
+
+RefResult Reference(std::vector<float> l, const SamplingParams& sp,
+                    const std::vector<std::pair<int32_t, float>>& bias,
+                    const std::vector<int32_t>& banned, const std::vector<int32_t>& window) {
+  const int32_t n = static_cast<int32_t>(l.size());
+  for (const auto& [id, b] : bias) l[id] += b;
+  if (sp.penalties()) {
+    std::map<int32_t, int> counts;
+    for (int32_t t : window) ++counts[t];
+    for (const auto& [t, c] : counts) {
+      float& v = l[t];
+      v = v <= 0.0f ? v * sp.repeat_penalty : v / sp.repeat_penalty;
+      v -= static_cast<float>(c) * sp.frequency_penalty + sp.presence_penalty;
+    }
+  }
+  for (int32_t id : banned) l[id] = -INFINITY;
+  std::vector<int32_t> order;
+  for (int32_t i = 0; i < n; ++i) {
+    if (!std::isnan(l[i])) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+  if (sp.top_k > 0 && sp.top_k<n&& static_cast<int32_t>(order.size())> sp.top_k) {
+    order.resize(sp.top_k);
+  }
+  RefResult r;
+  if (order.empty() || l[order[0]] == -INFINITY) return r;  // everything masked
+  const double max = l[order[0]];
+  double z = 0;
+  for (int32_t id : order) z += std::exp(l[id] - max);
+  if (sp.min_p > 0) {
+    const float threshold = static_cast<float>(max) + std::log(sp.min_p);
+    std::erase_if(order, [&](int32_t id) { return l[id] < threshold; });
+  }
+  if (sp.top_p < 1.0f) {
+    double cum = 0;
+    for (size_t i = 0; i < order.size(); ++i) {
+      cum += std::exp(l[order[i]] - max) / z;
+      if (cum >= sp.top_p) {
+        r.boundary_slack =
+            std::min(cum - sp.top_p, sp.top_p - (cum - std::exp(l[order[i]] - max) / z));
+        order.resize(i + 1);
+        break;
+      }
+    }
+  }
+  double total = 0;
+  for (int32_t id : order) total += std::exp((l[id] - max) / sp.temperature);
+  for (int32_t id : order) {
+    if (std::exp((l[id] - max) / sp.temperature) / total == 0.0) continue;  // no mass: no token
+    r.ids.push_back(id);
+    r.p.push_back(std::exp((l[id] - max) / sp.temperature) / total);
+  }
+  return r;
+}
+
+enum class Shape { kFlat, kPeaked, kTies, kHoles };
+
+std::vector<float> MakeLogits(int32_t n, Shape shape, std::mt19937& rng) {
+  std::normal_distribution<float> g(0.0f, shape == Shape::kPeaked ? 4.0f : 0.7f);
+  std::vector<float> l(n);
+  for (float& x : l) x = g(rng);
+  if (shape == Shape::kTies) {
+    for (float& x : l) x = std::round(x * 4.0f) / 4.0f;  // many exact ties
+  }
+  if (shape == Shape::kHoles) {
+    for (int32_t i = 0; i < n; i += 7) l[i] = (i % 2) ? NAN : -INFINITY;
+  }
+  return l;
+}
+
+TEST(SamplerReference, FilterKeepsTheReferenceSetOnRandomCases) {
+  std::mt19937 rng(20261204);
+  const int32_t kSizes[] = {1, 5, 17, 100, 1000, 5000, 40000};
+  const int32_t kTopK[] = {0, 1, 3, 40, 2000};
+  const float kTopP[] = {1.0f, 0.99f, 0.9f, 0.5f, 0.1f};
+  const float kMinP[] = {0.0f, 0.05f, 0.3f};
+  const float kTemp[] = {1.0f, 0.7f, 1.6f};
+  int cases = 0, boundary_cases = 0;
+  for (int32_t n : kSizes) {
+    for (int shape = 0; shape < 4; ++shape) {
+      for (int rep = 0; rep < 6; ++rep) {
+        SamplingParams sp;
+        sp.top_k = kTopK[rng() % 5];
+        sp.top_p = kTopP[rng() % 5];
+        sp.min_p = kMinP[rng() % 3];
+        sp.temperature = kTemp[rng() % 3];
+        sp.seed = rng();
+        std::vector<std::pair<int32_t, float>> bias;
+        std::vector<int32_t> banned, window;
+        if (rep % 3 == 1) {
+          bias = {{static_cast<int32_t>(rng() % n), 3.0f},
+                  {static_cast<int32_t>(rng() % n), -2.0f}};
+          banned = {static_cast<int32_t>(rng() % n)};
+        }
+        if (rep % 3 == 2) {
+          sp.repeat_penalty = 1.3f;
+          sp.presence_penalty = 0.4f;
+          sp.frequency_penalty = 0.2f;
+          sp.penalty_last_n = 64;
+          for (int i = 0; i < 80; ++i) window.push_back(rng() % std::min(n, 300));
+        }
+        const std::vector<float> l = MakeLogits(n, static_cast<Shape>(shape), rng);
+        Sampler s(sp, n);
+        s.SetLogitBias(bias);
+        s.SetBanned(banned);
+        for (int32_t t : window) s.Accept(t);
+        const std::vector<int32_t> window_kept(window.end() - std::min<size_t>(window.size(), 64),
+                                               window.end());
+        RefResult ref = Reference(l, sp, bias, banned, window_kept);
+        if (ref.ids.empty()) continue;  // everything masked: covered by NanLogitsNeverChosen
+        s.Filter(l.data());
+        std::map<int32_t, double> got;
+        for (const auto& c : s.candidates()) {
+          if (c.p > 0) got[c.id] = c.p;
+        }
+        std::map<int32_t, double> want;
+        for (size_t i = 0; i < ref.ids.size(); ++i) want[ref.ids[i]] = ref.p[i];
+        ++cases;
+        const std::string where = "n=" + std::to_string(n) + " shape=" + std::to_string(shape) +
+                                  " rep=" + std::to_string(rep) + " k=" + std::to_string(sp.top_k) +
+                                  " p=" + std::to_string(sp.top_p) +
+                                  " min_p=" + std::to_string(sp.min_p);
+        if (got.size() != want.size()) {
+          // Only the token at the top-p boundary may differ, and only when its cumulative mass
+          // is within float rounding (1e-5) of top_p.
+          const size_t diff =
+              got.size() > want.size() ? got.size() - want.size() : want.size() - got.size();
+          EXPECT_EQ(diff, 1u) << where;
+          EXPECT_LT(ref.boundary_slack, 1e-5) << where;
+          ++boundary_cases;
+          continue;
+        }
+        for (const auto& [id, p] : want) {
+          ASSERT_TRUE(got.count(id)) << where << " missing " << id;
+          EXPECT_NEAR(got[id], p, 1e-5 + 1e-4 * p) << where << " id " << id;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 100);
+  EXPECT_LE(boundary_cases, 3);
+}
+
+// The draw follows the filtered distribution on every path (row draw, kept-set draw, top-k).
+TEST(SamplerReference, SampleFrequenciesMatchFilterOnEveryPath) {
+  std::mt19937 rng(5);
+  std::vector<float> l = MakeLogits(300, Shape::kPeaked, rng);
+  for (float& x : l) x *= 0.5f;
+  struct Case {
+    int32_t top_k;
+    float top_p, min_p, temperature;
+  } cases[] = {{0, 1.0f, 0.0f, 1.0f},  {0, 1.0f, 0.0f, 0.6f}, {0, 0.8f, 0.0f, 1.0f},
+               {0, 0.8f, 0.02f, 1.3f}, {0, 1.0f, 0.1f, 0.8f}, {20, 0.9f, 0.0f, 1.0f}};
+  for (const Case& c : cases) {
+    SamplingParams sp;
+    sp.top_k = c.top_k;
+    sp.top_p = c.top_p;
+    sp.min_p = c.min_p;
+    sp.temperature = c.temperature;
+    sp.seed = 77;
+    Sampler s(sp, l.size());
+    s.SetLogitBias({{3, 1.5f}});
+    s.Filter(l.data());
+    std::map<int32_t, double> want;
+    for (const auto& cand : s.candidates()) want[cand.id] = cand.p;
+    std::map<int32_t, double> got;
+    constexpr int kN = 200000;
+    for (int i = 0; i < kN; ++i) got[s.Sample(l.data())] += 1.0 / kN;
+    for (const auto& [id, f] : got) {
+      ASSERT_TRUE(want.count(id)) << "drew filtered-out token " << id << " k=" << c.top_k
+                                  << " p=" << c.top_p << " min_p=" << c.min_p;
+    }
+    for (const auto& [id, p] : want) EXPECT_NEAR(got[id], p, kFreqTol) << id;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Work, counted: these fail if a full sort, a per-token copy of the row or an allocation comes
+// back (timing would be flaky on a shared machine; counts are exact).
+
+constexpr int32_t kQwenVocab = 151936;
+
+std::vector<float> QwenSizedRow(Shape shape) {
+  std::mt19937 rng(11);
+  return MakeLogits(kQwenVocab, shape, rng);
+}
+
+TEST(SamplerWork, TemperatureOnlyReadsTheRowTwiceAndSortsNothing) {
+  const std::vector<float> l = QwenSizedRow(Shape::kFlat);
+  Sampler s(Plain(), kQwenVocab);
+  s.Sample(l.data());
+  // One max pass, one exp-sum pass, then one 64-token block for the draw.
+  EXPECT_LE(s.work().row_reads, 2 * kQwenVocab + 64);
+  EXPECT_EQ(s.work().sorted, 0);
+  EXPECT_EQ(s.work().gathered, 0);
+}
+
+TEST(SamplerWork, TopKTopPMinPTouchesTheRowOnceAndSortsAtMostK) {
+  const std::vector<float> l = QwenSizedRow(Shape::kPeaked);
+  SamplingParams p = Plain();
+  p.top_k = 40;
+  p.top_p = 0.95f;
+  p.min_p = 0.05f;
+  Sampler s(p, kQwenVocab);
+  s.Sample(l.data());
+  EXPECT_EQ(s.work().row_reads, kQwenVocab);
+  EXPECT_LE(s.work().gathered, 40);
+  EXPECT_LE(s.work().sorted, 40);
+}
+
+TEST(SamplerWork, TopPOnAFlatRowSortsOnlyTheBoundary) {
+  // Random-weight models give nearly flat rows: top-p 0.9 keeps most of the vocabulary, which a
+  // sort-based chain sorted in full (~4 ms per token on a 32k vocabulary).
+  const std::vector<float> l = QwenSizedRow(Shape::kFlat);
+  SamplingParams p = Plain();
+  p.top_p = 0.9f;
+  Sampler s(p, kQwenVocab);
+  s.Sample(l.data());
+  EXPECT_GT(s.work().gathered, kQwenVocab / 2);  // the kept set is large ...
+  EXPECT_LE(s.work().sorted, 1024);              // ... yet only the tokens at the cut are sorted
+  // max, weights, a bracket of cheap masked-sum passes, the gather and the draw's block sums.
+  EXPECT_LE(s.work().row_reads, 40LL * kQwenVocab);
+}
+
+TEST(SamplerWork, PenaltiesAndBiasPatchBlocksInsteadOfCopyingTheRow) {
+  const std::vector<float> l = QwenSizedRow(Shape::kFlat);
+  SamplingParams p = Plain();
+  p.presence_penalty = 0.5f;
+  p.penalty_last_n = 256;
+  Sampler s(p, kQwenVocab);
+  s.SetLogitBias({{17, 2.0f}, {150000, -1.0f}});
+  s.SetBanned({151643, 151645});
+  for (int i = 0; i < 256; ++i) s.Accept((i * 7919) % kQwenVocab);
+  s.Sample(l.data());
+  EXPECT_EQ(s.work().edits, 256 + 4);
+  EXPECT_LE(s.work().row_reads, 2 * kQwenVocab + 64);
+}
+
+TEST(SamplerWork, SteadyStateAllocatesNothing) {
+  const std::vector<float> l = QwenSizedRow(Shape::kFlat);
+  SamplingParams configs[5] = {Plain(), Plain(), Plain(), Plain(), Plain()};
+  configs[1].top_k = 40, configs[1].top_p = 0.95f, configs[1].min_p = 0.05f;
+  configs[2].top_p = 0.9f, configs[2].temperature = 0.7f;
+  configs[3].min_p = 0.1f;
+  configs[4].temperature = 0;
+  for (const SamplingParams& p : configs) {
+    Sampler s(p, kQwenVocab);
+    s.SetLogitBias({{5, 1.0f}});
+    s.SetBanned({151643});
+    s.Sample(l.data());  // first call: scratch sized here
+    s.Sample(l.data());
+    const int64_t before = g_allocations.load();
+    for (int i = 0; i < 20; ++i) s.Sample(l.data());
+    EXPECT_EQ(g_allocations.load() - before, 0) << "top_k " << p.top_k << " top_p " << p.top_p;
+  }
+}
+
+// Every ISA tier this CPU has gives the same chain (the kernels are the only per-tier part).
+TEST(SamplerIsa, EveryTierKeepsTheSameSet) {
+  const kernels::Isa best = kernels::ActiveIsa();
+  const std::vector<float> l = QwenSizedRow(Shape::kFlat);
+  SamplingParams p = Plain();
+  p.top_p = 0.9f;
+  p.min_p = 0.02f;
+  std::vector<std::vector<int32_t>> sets;
+  for (int isa = 0; isa <= static_cast<int>(best); ++isa) {
+    kernels::SetIsaForTesting(static_cast<kernels::Isa>(isa));
+    Sampler s(p, kQwenVocab);
+    s.Filter(l.data());
+    std::vector<int32_t> ids;
+    for (const auto& c : s.candidates()) ids.push_back(c.id);
+    std::sort(ids.begin(), ids.end());
+    sets.push_back(ids);
+  }
+  kernels::SetIsaForTesting(best);
+  for (size_t i = 1; i < sets.size(); ++i) {
+    // Exp polynomials differ in the last bits between tiers: the boundary token may differ.
+    std::vector<int32_t> diff;
+    std::set_symmetric_difference(sets[0].begin(), sets[0].end(), sets[i].begin(), sets[i].end(),
+                                  std::back_inserter(diff));
+    EXPECT_LE(diff.size(), 1u) << "tier " << i;
+    EXPECT_GT(sets[i].size(), 1000u);
+  }
 }
 
 }  // namespace
