@@ -22,6 +22,7 @@
 
 #include "base/clock.h"
 #include "base/thread_pool.h"
+#include "cli/bench_serve.h"
 #include "cli/common.h"
 #include "engine/kv_cache.h"
 #include "kernels/matmul.h"
@@ -52,7 +53,8 @@ struct BenchOptions {
   int threads = 0;
   int reps = 3;
   bool json = false;
-  std::string batch;  // "1,2,4,8"
+  std::string batch;   // "1,2,4,8"
+  bool serve = false;  // bench_serve.cc instead
 };
 
 struct BenchResult {
@@ -458,7 +460,20 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("--reps", o->reps, "Repetitions of each measurement (the median is printed)")
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object instead of the table");
-  cmd->callback([o] { BenchCommand(*o); });
+  cmd->add_flag("--serve", o->serve,
+                "One stream through the serving engine and HTTP against the engine alone, at "
+                "temperature 0 and 1 (-p default 32, --reps default 5)");
+  cmd->callback([o, cmd] {
+    if (!o->serve) return BenchCommand(*o);
+    ServeBenchOptions so;
+    so.model = o->model;
+    so.n_prompt = cmd->count("-p") ? o->n_prompt : so.n_prompt;
+    so.n_gen = o->n_gen;
+    so.threads = o->threads;
+    so.reps = cmd->count("--reps") ? o->reps : so.reps;
+    so.json = o->json;
+    std::exit(ServeBench(so));
+  });
 }
 
 }  // namespace uf::cli

@@ -24,6 +24,7 @@ struct RunOptions {
   int64_t batch = 512;
   int64_t seed = -1;
   bool no_special = false;
+  bool ignore_eos = false;
   sampling::SamplingParams sampling;
 };
 
@@ -75,6 +76,7 @@ void Run(const RunOptions& o) {
   engine::GenerateOptions g;
   g.max_tokens = o.n_predict;
   g.sampling = o.sampling;
+  g.ignore_eos = o.ignore_eos;
   g.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
   std::fprintf(stderr, "load: %.1f ms (%s, %s, %d threads, %s kernels, seed %llu)\n",
                loaded->load_seconds * 1e3, path.c_str(), m.config().architecture_name.c_str(),
@@ -137,6 +139,8 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("--ctx", o->ctx, "Context size in tokens (0: min(model's, 4096))")
       ->capture_default_str();
   cmd->add_option("-b,--batch", o->batch, "Prompt tokens per forward pass")->capture_default_str();
+  cmd->add_flag("--ignore-eos", o->ignore_eos,
+                "Never sample end-of-generation tokens (exactly -n tokens, for timing)");
   cmd->add_flag("--no-special", o->no_special,
                 "Tokenize special-token text in the prompt as plain text");
   cmd->callback([o] {

@@ -50,6 +50,13 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
   const int seq = options.seq_id;
   cache.Remove(seq);
   sampling::Sampler sampler(options.sampling, static_cast<int32_t>(n_vocab));
+  if (options.ignore_eos) {
+    std::vector<int32_t> eog;
+    for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+      if (tokenizer.IsEndOfGeneration(id)) eog.push_back(id);
+    }
+    sampler.SetBanned(eog);
+  }
   for (int32_t t : prompt) sampler.Accept(t);
   // Primed with the prompt so the first generated piece keeps its leading space (a fresh decoder
   // drops it, as detokenizing a whole sequence does).
@@ -85,7 +92,7 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
       stats->first_token_seconds = t_first - t0;
     }
     sampler.Accept(token);
-    if (tokenizer.IsEndOfGeneration(token)) {
+    if (!options.ignore_eos && tokenizer.IsEndOfGeneration(token)) {
       stats->stop_reason = StopReason::kEndOfGeneration;
       break;
     }

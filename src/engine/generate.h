@@ -20,6 +20,9 @@ struct GenerateOptions {
   int64_t max_tokens = 128;  // tokens to generate; < 0: until end of generation or context full
   sampling::SamplingParams sampling;
   int seq_id = 0;  // KV cache sequence to use (cleared first)
+  // End-of-generation tokens are never sampled, so exactly max_tokens come out (benchmarks; the
+  // server's ignore_eos).
+  bool ignore_eos = false;
 };
 
 enum class StopReason { kEndOfGeneration, kMaxTokens, kContextFull, kCallback };

@@ -1,0 +1,24 @@
+// `ultrafast bench --serve`: one stream through the serving path (the serving engine in-process,
+// and HTTP to an in-process `serve` on loopback) against the engine alone, at temperature 0 and 1.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cli/common.h"
+
+namespace uf::cli {
+
+struct ServeBenchOptions {
+  std::string model;
+  int64_t n_prompt = 32;
+  int64_t n_gen = 128;
+  int threads = 0;
+  int reps = 5;
+  bool json = false;
+};
+
+// Prints the table (or JSON); returns the exit code. Fails the command on errors.
+int ServeBench(const ServeBenchOptions& options);
+
+}  // namespace uf::cli
