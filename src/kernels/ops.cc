@@ -82,9 +82,10 @@ float MaxValue(const float* x, int64_t n) {
 }
 
 double ExpSum(const float* x, int64_t n, float shift, float scale, float* out, double* block_sums) {
-  if (ActiveIsa() != Isa::kScalar) {
-    return internal::ExpSumAvx2(x, n, shift, scale, out, block_sums);
+  if (ActiveIsa() == Isa::kAvx512) {
+    return internal::ExpSumAvx512(x, n, shift, scale, out, block_sums);
   }
+  if (ActiveIsa() == Isa::kAvx2) return internal::ExpSumAvx2(x, n, shift, scale, out, block_sums);
   double total = 0.0;
   for (int64_t b = 0; b < n; b += kExpSumBlock) {
     float sum = 0.0f;
@@ -98,6 +99,15 @@ double ExpSum(const float* x, int64_t n, float shift, float scale, float* out, d
     total += sum;
   }
   return total;
+}
+
+int64_t FirstAbove(const float* x, int64_t n, float t) {
+  if (ActiveIsa() == Isa::kAvx512) return internal::FirstAboveAvx512(x, n, t);
+  if (ActiveIsa() == Isa::kAvx2) return internal::FirstAboveAvx2(x, n, t);
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] > t) return i;
+  }
+  return n;
 }
 
 int64_t IndicesInRange(const float* x, int64_t n, float lo, float hi, int32_t* ids) {

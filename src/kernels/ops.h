@@ -41,7 +41,11 @@ double ExpSumAvx2(const float* x, int64_t n, float shift, float scale, float* ou
 int64_t IndicesInRangeAvx2(const float* x, int64_t n, float lo, float hi, int32_t* ids);
 double MassAtLeastAvx2(const float* w, int64_t n, float t, int64_t* count);
 double MaskedBlockSumsAvx2(const float* w, const float* v, int64_t n, float t, double* block_sums);
+int64_t FirstAboveAvx2(const float* x, int64_t n, float t);
 float MaxValueAvx512(const float* x, int64_t n);
+double ExpSumAvx512(const float* x, int64_t n, float shift, float scale, float* out,
+                    double* block_sums);
+int64_t FirstAboveAvx512(const float* x, int64_t n, float t);
 int64_t IndicesInRangeAvx512(const float* x, int64_t n, float lo, float hi, int32_t* ids);
 }  // namespace internal
 
@@ -66,6 +70,10 @@ inline constexpr int64_t kExpSumBlock = 64;
 // term and block_sums[b] the sum over [b * kExpSumBlock, (b + 1) * kExpSumBlock) clipped to n: the
 // sampler's draw finds its block from these without a second pass over the row.
 double ExpSum(const float* x, int64_t n, float shift, float scale, float* out, double* block_sums);
+
+// Index of the first x[i] > t (never NaN), or n if there is none: the top-k scan skips what cannot
+// enter its heap 16-64 tokens per compare.
+int64_t FirstAbove(const float* x, int64_t n, float t);
 
 // Writes the indices i in increasing order with lo <= x[i] < hi (never NaN) to ids, which must
 // hold n; returns their count.

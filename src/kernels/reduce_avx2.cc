@@ -72,6 +72,28 @@ double ExpSumAvx2(const float* x, int64_t n, float shift, float scale, float* ou
   return total;
 }
 
+int64_t FirstAboveAvx2(const float* x, int64_t n, float t) {
+  const __m256 vt = _mm256_set1_ps(t);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    // Four compares OR-ed: one branch per 32 tokens while nothing enters.
+    const __m256 a = _mm256_cmp_ps(_mm256_loadu_ps(x + i), vt, _CMP_GT_OQ);
+    const __m256 b = _mm256_cmp_ps(_mm256_loadu_ps(x + i + 8), vt, _CMP_GT_OQ);
+    const __m256 c = _mm256_cmp_ps(_mm256_loadu_ps(x + i + 16), vt, _CMP_GT_OQ);
+    const __m256 d = _mm256_cmp_ps(_mm256_loadu_ps(x + i + 24), vt, _CMP_GT_OQ);
+    if (_mm256_movemask_ps(_mm256_or_ps(_mm256_or_ps(a, b), _mm256_or_ps(c, d))) == 0) continue;
+    const uint32_t m = static_cast<uint32_t>(_mm256_movemask_ps(a)) |
+                       static_cast<uint32_t>(_mm256_movemask_ps(b)) << 8 |
+                       static_cast<uint32_t>(_mm256_movemask_ps(c)) << 16 |
+                       static_cast<uint32_t>(_mm256_movemask_ps(d)) << 24;
+    return i + __builtin_ctz(m);
+  }
+  for (; i < n; ++i) {
+    if (x[i] > t) return i;
+  }
+  return n;
+}
+
 int64_t IndicesInRangeAvx2(const float* x, int64_t n, float lo, float hi, int32_t* ids) {
   const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
   int64_t m = 0, i = 0;

@@ -7,6 +7,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/ops.h"
@@ -29,6 +30,84 @@ float MaxValueAvx512(const float* x, int64_t n) {
     m1 = _mm512_max_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, x + i), m1);
   }
   return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
+}
+
+namespace {
+
+// e^x, 16 lanes: the AVX2 tier's Cephes polynomial (kernels/avx2.h, Exp8), so both tiers give
+// the same terms to the last bit or two.
+inline __m512 Exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);
+  return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
+}
+
+}  // namespace
+
+double ExpSumAvx512(const float* x, int64_t n, float shift, float scale, float* out,
+                    double* block_sums) {
+  const __m512 vshift = _mm512_set1_ps(shift), vscale = _mm512_set1_ps(scale);
+  const __m512 floor = _mm512_set1_ps(-87.0f);
+  double total = 0.0;
+  for (int64_t b = 0; b < n; b += kExpSumBlock) {
+    const int64_t end = std::min(n, b + kExpSumBlock);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = b; i < end; i += 16) {
+      const __mmask16 valid = end - i >= 16 ? static_cast<__mmask16>(0xFFFF)
+                                            : static_cast<__mmask16>((1u << (end - i)) - 1);
+      const __m512 a =
+          _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(valid, x + i), vshift), vscale);
+      // Ordered compare: false for NaN, so NaN, tiny terms and the lanes past n are exactly 0.
+      const __mmask16 keep = _mm512_mask_cmp_ps_mask(valid, a, floor, _CMP_GE_OQ);
+      const __m512 e = _mm512_maskz_mov_ps(keep, Exp16(a));
+      if (out != nullptr) _mm512_mask_storeu_ps(out + i, valid, e);
+      acc = _mm512_add_ps(acc, e);
+    }
+    // The lane sum in a fixed order (GCC 12's _mm512_reduce_add_ps trips its own warnings).
+    const __m256 h =
+        _mm256_add_ps(_mm512_castps512_ps256(acc),
+                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_movehdup_ps(q));
+    const float sum = _mm_cvtss_f32(q);
+    if (block_sums != nullptr) block_sums[b / kExpSumBlock] = sum;
+    total += sum;
+  }
+  return total;
+}
+
+int64_t FirstAboveAvx512(const float* x, int64_t n, float t) {
+  const __m512 vt = _mm512_set1_ps(t);
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    const __mmask16 a = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), vt, _CMP_GT_OQ);
+    const __mmask16 b = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i + 16), vt, _CMP_GT_OQ);
+    const __mmask16 c = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i + 32), vt, _CMP_GT_OQ);
+    const __mmask16 d = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i + 48), vt, _CMP_GT_OQ);
+    const uint64_t m = static_cast<uint64_t>(a) | static_cast<uint64_t>(b) << 16 |
+                       static_cast<uint64_t>(c) << 32 | static_cast<uint64_t>(d) << 48;
+    if (m != 0) return i + __builtin_ctzll(m);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 valid =
+        n - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 k =
+        _mm512_mask_cmp_ps_mask(valid, _mm512_maskz_loadu_ps(valid, x + i), vt, _CMP_GT_OQ);
+    if (k != 0) return i + __builtin_ctz(k);
+  }
+  return n;
 }
 
 int64_t IndicesInRangeAvx512(const float* x, int64_t n, float lo, float hi, int32_t* ids) {

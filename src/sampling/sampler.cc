@@ -8,10 +8,6 @@
 
 #include "kernels/ops.h"
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 namespace uf::sampling {
 namespace {
 
@@ -22,42 +18,13 @@ bool Higher(const Sampler::Candidate& a, const Sampler::Candidate& b) {
   return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
 }
 
-// Largest non-NaN value of x[0..16) (-inf if none). SSE2 is part of x86-64, so no dispatch.
-inline float Max16(const float* x) {
-#if defined(__SSE2__)
-  // maxps returns its second operand when either is NaN, so NaNs never win.
-  __m128 m = _mm_set1_ps(-INFINITY);
-  m = _mm_max_ps(_mm_loadu_ps(x), m);
-  m = _mm_max_ps(_mm_loadu_ps(x + 4), m);
-  m = _mm_max_ps(_mm_loadu_ps(x + 8), m);
-  m = _mm_max_ps(_mm_loadu_ps(x + 12), m);
-  m = _mm_max_ps(m, _mm_shuffle_ps(m, m, _MM_SHUFFLE(1, 0, 3, 2)));
-  m = _mm_max_ps(m, _mm_shuffle_ps(m, m, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtss_f32(m);
-#else
-  float m = -INFINITY;
-  for (int i = 0; i < 16; ++i) m = x[i] > m ? x[i] : m;
-  return m;
-#endif
-}
-
 }  // namespace
 
-// Blocks whose maximum cannot beat the best so far are skipped with one compare.
+// Two vectorized passes: the maximum, then the first token that reaches it.
 int32_t ArgMax(const float* x, int32_t n) {
-  int32_t best = 0;
-  float best_v = -INFINITY;
-  int32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    if (!(Max16(x + i) > best_v)) continue;
-    for (int32_t j = i; j < i + 16; ++j) {
-      if (x[j] > best_v) best_v = x[j], best = j;
-    }
-  }
-  for (; i < n; ++i) {
-    if (x[i] > best_v) best_v = x[i], best = i;
-  }
-  return best;
+  const float max = kernels::MaxValue(x, n);
+  if (max == -INFINITY) return 0;  // all NaN or masked
+  return static_cast<int32_t>(kernels::FirstAbove(x, n, std::nextafter(max, -INFINITY)));
 }
 
 Status SamplingParams::Validate() const {
@@ -216,28 +183,24 @@ float Sampler::MaxOfRuns() {
 }
 
 void Sampler::TopKHeap() {
-  // One scan with a k-entry heap whose top is the worst kept candidate: once it is full, a
-  // block of 16 logits that cannot beat it costs one SIMD max and one compare.
+  // One scan with a k-entry heap whose top is the worst kept candidate: once it is full, the
+  // kernel skips to the next token that beats it (16-64 tokens per compare).
   const size_t k = static_cast<size_t>(params_.top_k);
   for (const Run& r : runs_) {
     const float* l = r.x;
-    auto offer = [&](int32_t j) {
-      const float v = l[j];
-      if (cand_.size() < k) {
-        cand_.push_back({r.begin + j, std::isnan(v) ? -INFINITY : v, 0.0f});
-        std::push_heap(cand_.begin(), cand_.end(), Higher);
-      } else if (v > cand_.front().logit) {
-        std::pop_heap(cand_.begin(), cand_.end(), Higher);
-        cand_.back() = {r.begin + j, v, 0.0f};
-        std::push_heap(cand_.begin(), cand_.end(), Higher);
-      }
-    };
     int32_t i = 0;
-    for (; i + 16 <= r.n; i += 16) {
-      if (cand_.size() == k && !(Max16(l + i) > cand_.front().logit)) continue;
-      for (int32_t j = i; j < i + 16; ++j) offer(j);
+    for (; i < r.n && cand_.size() < k; ++i) {
+      cand_.push_back({r.begin + i, std::isnan(l[i]) ? -INFINITY : l[i], 0.0f});
+      std::push_heap(cand_.begin(), cand_.end(), Higher);
     }
-    for (; i < r.n; ++i) offer(i);
+    while (i < r.n) {
+      i += static_cast<int32_t>(kernels::FirstAbove(l + i, r.n - i, cand_.front().logit));
+      if (i >= r.n) break;
+      std::pop_heap(cand_.begin(), cand_.end(), Higher);
+      cand_.back() = {r.begin + i, l[i], 0.0f};
+      std::push_heap(cand_.begin(), cand_.end(), Higher);
+      ++i;
+    }
     work_.row_reads += r.n;
   }
 }

@@ -11,7 +11,7 @@
 // (kernels/ops.h: max, exp-sum, threshold gather), and nothing sorts more than the survivors of
 // the filters:
 //   temperature only   max + exp-sum over the row, then the draw re-reads one 64-token block;
-//   top-k              one scan with a k-entry heap (blocks of 16 that cannot enter: one compare);
+//   top-k              one scan with a k-entry heap (a kernel skips what cannot enter it);
 //   min-p / top-p      max and the weights e^(l - max) over the row; min-p is a threshold on the
 //     (no top-k)       weights; the top-p cut is found by bisecting the threshold with masked
 //                      sums over the weights until at most 256 tokens straddle it, which alone
