@@ -572,6 +572,22 @@ TEST(SamplerWork, SteadyStateAllocatesNothing) {
   }
 }
 
+// Splitting the exp-sum over a pool must not change a seeded stream: block sums are per block
+// and the total is summed in block order whatever the split.
+TEST(SamplerPool, SameTokensWithAndWithoutAPool) {
+  const std::vector<float> l = QwenSizedRow(Shape::kFlat);
+  ThreadPool pool(3);
+  for (float top_p : {1.0f, 0.9f}) {
+    SamplingParams p = Plain();
+    p.top_p = top_p;
+    p.temperature = 0.9f;
+    Sampler with(p, kQwenVocab), without(p, kQwenVocab);
+    for (int i = 0; i < 50; ++i) {
+      ASSERT_EQ(with.Sample(l.data(), &pool), without.Sample(l.data())) << i;
+    }
+  }
+}
+
 // Every ISA tier this CPU has gives the same chain (the kernels are the only per-tier part).
 TEST(SamplerIsa, EveryTierKeepsTheSameSet) {
   const kernels::Isa best = kernels::ActiveIsa();

@@ -85,7 +85,7 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
   int64_t pos = n_prompt;
   double t_first = 0.0;
   for (;;) {
-    const int32_t token = sampler.Sample(decoder.logits(0));
+    const int32_t token = sampler.Sample(decoder.logits(0), decoder.pool());
     ++stats->n_generated;
     if (stats->n_generated == 1) {
       t_first = NowSeconds();

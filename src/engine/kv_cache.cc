@@ -34,8 +34,7 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o) {
     c->block_hash_.assign(o.n_blocks, 0);
     c->block_tokens_.assign(o.n_blocks * o.block_size, 0);
     c->lru_pos_.resize(o.n_blocks);
-    const int64_t max_blocks_per_seq =
-        (c->options_.max_seq_len + o.block_size - 1) / o.block_size;
+    const int64_t max_blocks_per_seq = (c->options_.max_seq_len + o.block_size - 1) / o.block_size;
     // Block tables never reallocate during decoding.
     for (Sequence& s : c->seqs_) s.blocks.reserve(std::min(max_blocks_per_seq, o.n_blocks));
   } catch (const std::bad_alloc&) {

@@ -23,8 +23,11 @@ class SequenceSampler {
   SequenceSampler(const RequestSampling& params, int32_t n_vocab, int64_t max_tokens,
                   const std::vector<int32_t>& banned);
 
-  // Chooses the next token from raw logits [n_vocab] (read only, never copied).
-  int32_t Sample(const float* logits) { return sampler_.Sample(logits); }
+  // Chooses the next token from raw logits [n_vocab] (read only, never copied); pool: see
+  // sampling::Sampler::Sample.
+  int32_t Sample(const float* logits, ThreadPool* pool = nullptr) {
+    return sampler_.Sample(logits, pool);
+  }
   // Records a generated token (for the penalties).
   void Accept(int32_t token) { sampler_.Accept(token); }
   const sampling::Sampler& sampler() const { return sampler_; }

@@ -423,11 +423,14 @@ void Service::SampleOutputs() {
   const size_t n = batch_outputs_.size();
   const int32_t n_vocab = static_cast<int32_t>(model_.config().n_vocab);
   sampled_.resize(n);
+  // One row: its exp-sum is split over the pool (idle between forwards). Several: rows go to
+  // different threads instead (the pool is not reentrant).
+  ThreadPool* row_pool = n == 1 ? pool_.get() : nullptr;
   auto pick = [&](size_t i) {
     Sequence& seq = *batch_outputs_[i];
     const float* logits = decoder_->logits(static_cast<int64_t>(i));
     Sampled& out = sampled_[i];
-    out.token = seq.sampler->Sample(logits);
+    out.token = seq.sampler->Sample(logits, row_pool);
     out.logprob.reset();
     if (seq.request.top_logprobs >= 0) {
       out.logprob = SequenceSampler::Logprobs(logits, n_vocab, out.token, seq.request.top_logprobs);

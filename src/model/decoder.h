@@ -46,6 +46,8 @@ class Decoder {
   const Model& model() const { return model_; }
   engine::KvCache* cache() const { return cache_; }
   const DecoderOptions& options() const { return options_; }
+  // The pool the forward runs on (idle between forwards: the sampler may use it).
+  ThreadPool* pool() const { return pool_; }
 
  private:
   // Matrices sharing one input that the kernels can run in one call (same activation type).

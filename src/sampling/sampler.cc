@@ -238,11 +238,7 @@ float Sampler::TopKCandidates() {
 void Sampler::RowCut(float max) {
   const SamplingParams& p = params_;
   weights_.resize(n_vocab_);
-  double z = 0.0;
-  for (const Run& r : runs_) {
-    z += kernels::ExpSum(r.x, r.n, max, 1.0f, weights_.data() + r.begin, nullptr);
-    work_.row_reads += r.n;
-  }
+  const double z = RowExpSum(max, 1.0f, weights_.data());
   const float* w = weights_.data();
   // min-p keeps p >= min_p * p_max, that is weights >= min_p; 0 keeps everything with mass.
   keep_ = p.min_p;
@@ -301,11 +297,7 @@ int32_t Sampler::DrawKept(float max) {
   const float* v = w;  // e^(l - max) is already the tempered weight at T = 1
   if (params_.temperature != 1.0f) {
     tempered_.resize(n_vocab_);
-    for (const Run& r : runs_) {
-      kernels::ExpSum(r.x, r.n, max, 1.0f / params_.temperature, tempered_.data() + r.begin,
-                      nullptr);
-      work_.row_reads += r.n;
-    }
+    RowExpSum(max, 1.0f / params_.temperature, tempered_.data());
     v = tempered_.data();
   }
   double total = kernels::MaskedBlockSums(w, v, n_vocab_, keep_, block_sums_.data());
@@ -380,14 +372,31 @@ size_t Sampler::TopPCut(double need) {
   return hi;  // rounding: everything up to hi
 }
 
-int32_t Sampler::DrawFromRow(float max) {
-  const float inv_t = 1.0f / params_.temperature;
-  double total = 0.0;
+double Sampler::RowExpSum(float max, float scale, float* out) {
+  // Below this many tokens a pool dispatch (1-2 us) costs about what the split saves.
+  constexpr int32_t kSplitMin = 16384;
   for (const Run& r : runs_) {
-    total +=
-        kernels::ExpSum(r.x, r.n, max, inv_t, nullptr, block_sums_.data() + r.begin / kExpSumBlock);
+    auto part = [&](int64_t b, int64_t e) {
+      kernels::ExpSum(r.x + b, e - b, max, scale, out != nullptr ? out + r.begin + b : nullptr,
+                      block_sums_.data() + (r.begin + b) / kExpSumBlock);
+    };
+    // Chunks are whole blocks (runs start on a block), so each block's sum is the same however
+    // the row is split.
+    if (pool_ != nullptr && pool_->size() > 1 && r.n >= kSplitMin) {
+      pool_->ParallelFor(r.n, kExpSumBlock, part);
+    } else {
+      part(0, r.n);
+    }
     work_.row_reads += r.n;
   }
+  double total = 0.0;
+  for (double b : block_sums_) total += b;
+  return total;
+}
+
+int32_t Sampler::DrawFromRow(float max) {
+  const float inv_t = 1.0f / params_.temperature;
+  const double total = RowExpSum(max, inv_t, nullptr);
   const double target = NextUniform() * total;
   const int64_t n_blocks = static_cast<int64_t>(block_sums_.size());
   double cum = 0.0;
@@ -423,7 +432,8 @@ int32_t Sampler::DrawFromRow(float max) {
   return first + last;
 }
 
-int32_t Sampler::Sample(const float* logits) {
+int32_t Sampler::Sample(const float* logits, ThreadPool* pool) {
+  pool_ = pool;
   Prepare(logits);
   if (params_.greedy()) return ArgMaxOfRuns();
   if (!(params_.top_k > 0 && params_.top_k < n_vocab_)) {

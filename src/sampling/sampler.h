@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_pool.h"
 
 namespace uf::sampling {
 
@@ -89,8 +90,10 @@ class Sampler {
   // Clears the penalty window and reseeds the RNG with params().seed.
   void Reset();
 
-  // Picks the next token from logits[0..n_vocab).
-  int32_t Sample(const float* logits);
+  // Picks the next token from logits[0..n_vocab). With a pool (idle: the caller's, between
+  // forwards), the exp-sum over a large row is split across its threads; the token drawn is the
+  // same with or without it.
+  int32_t Sample(const float* logits, ThreadPool* pool = nullptr);
 
   // Applies bias, bans, penalties, filters and temperature, leaving the surviving candidates
   // (highest first, probabilities summing to 1) in candidates(). Sample() draws from the same
@@ -135,6 +138,9 @@ class Sampler {
   // Reorders cand_ so that its first m entries are the m best, where m is the fewest whose
   // weights (in .p) reach `need`; returns m.
   size_t TopPCut(double need);
+  // Fills block_sums_ (and out, if not null) with e^((l - max) * scale) over the row; returns
+  // the total, summed in block order so that it does not depend on how the row was split.
+  double RowExpSum(float max, float scale, float* out);
   // Draw over the whole row at temperature T with max logit m (no filter active).
   int32_t DrawFromRow(float max);
 
@@ -142,6 +148,7 @@ class Sampler {
   int32_t n_vocab_;
   std::mt19937_64 rng_;
   Work work_;
+  ThreadPool* pool_ = nullptr;  // during Sample() only
 
   std::vector<std::pair<int32_t, float>> bias_;
   std::vector<int32_t> banned_;
