@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,10 +29,10 @@ constexpr ServiceTier kDefault = ServiceTier::kDefault;
 constexpr ServiceTier kFlex = ServiceTier::kFlex;
 int Idx(ServiceTier t) { return static_cast<int>(t); }
 
-// Costs are sums of at most a few thousand products of small integers and prices; doubles keep
-// ~16 significant digits, so a relative 1e-12 allows for summation order and nothing more.
-void ExpectCost(double actual, double expected) {
-  EXPECT_NEAR(actual, expected, 1e-12 * std::max(1.0, std::fabs(expected)));
+// Costs are integers (picodollars), so totals must match exactly; a JSON "cost" in dollars is
+// the nearest double to that integer over 1e12.
+void ExpectUsd(const json& cost, int64_t picousd) {
+  EXPECT_EQ(cost.get<double>(), static_cast<double>(picousd) / 1e12);
 }
 
 class LedgerTest : public ::testing::Test {
@@ -62,13 +63,14 @@ class LedgerTest : public ::testing::Test {
 TEST(MeteringConfigTest, DefaultPricesAndPlans) {
   const MeteringConfig c = MeteringConfig::Defaults();
   const TierPrice& d = c.prices[Idx(kDefault)];
-  EXPECT_DOUBLE_EQ(d.input, 0.10);
-  EXPECT_DOUBLE_EQ(d.cached_input, 0.025);
-  EXPECT_DOUBLE_EQ(d.output, 0.40);
-  EXPECT_DOUBLE_EQ(c.prices[Idx(kUltrafast)].input, 6 * d.input);
-  EXPECT_DOUBLE_EQ(c.prices[Idx(kUltrafast)].output, 6 * d.output);
-  EXPECT_DOUBLE_EQ(c.prices[Idx(kFlex)].cached_input, 0.5 * d.cached_input);
-  EXPECT_DOUBLE_EQ(c.prices[Idx(kFlex)].output, 0.5 * d.output);
+  // Picodollars per token = micro-dollars per million: $0.10, $0.025, $0.40 per M.
+  EXPECT_EQ(d.input, 100'000);
+  EXPECT_EQ(d.cached_input, 25'000);
+  EXPECT_EQ(d.output, 400'000);
+  EXPECT_EQ(c.prices[Idx(kUltrafast)].input, 6 * d.input);
+  EXPECT_EQ(c.prices[Idx(kUltrafast)].output, 6 * d.output);
+  EXPECT_EQ(c.prices[Idx(kFlex)].cached_input, d.cached_input / 2);
+  EXPECT_EQ(c.prices[Idx(kFlex)].output, d.output / 2);
   ASSERT_NE(c.FindPlan("base"), nullptr);
   ASSERT_NE(c.FindPlan("scale"), nullptr);
   EXPECT_EQ(c.FindPlan(""), c.FindPlan("base"));
@@ -86,9 +88,39 @@ TEST(MeteringConfigTest, CostByHand) {
   const MeteringConfig c = MeteringConfig::Defaults();
   // 1000 prompt tokens of which 400 cached, 500 output, default tier:
   // 600 * 0.10 + 400 * 0.025 + 500 * 0.40 = 60 + 10 + 200 = 270 per million -> $0.00027.
-  ExpectCost(c.Cost(kDefault, 1000, 400, 500), 270e-6);
-  ExpectCost(c.Cost(kUltrafast, 1000, 400, 500), 6 * 270e-6);
-  ExpectCost(c.Cost(kFlex, 1000, 400, 500), 0.5 * 270e-6);
+  EXPECT_EQ(c.Cost(kDefault, 1000, 400, 500), 270'000'000);  // 270e-6 USD in 1e-12 USD
+  EXPECT_EQ(c.Cost(kUltrafast, 1000, 400, 500), 6 * 270'000'000);
+  EXPECT_EQ(c.Cost(kFlex, 1000, 400, 500), 135'000'000);
+  EXPECT_EQ(FormatUsd(c.Cost(kDefault, 1000, 400, 500)), "0.000270");
+}
+
+TEST(MeteringConfigTest, FormatUsdIsExactDecimal) {
+  EXPECT_EQ(FormatUsd(0), "0.000000");
+  EXPECT_EQ(FormatUsd(53'000'000), "0.000053");
+  EXPECT_EQ(FormatUsd(1), "0.000000000001");
+  EXPECT_EQ(FormatUsd(12'500'000'000'000), "12.500000");
+  EXPECT_EQ(FormatUsd(9'223'372'036'854'775'807), "9223372.036854775807");
+}
+
+// Summing dollars as doubles printed 1.4000000000000001e-05 for two default-tier requests of 1
+// and 34 output tokens at $0.40/M (binary fractions); integers keep it exact and the JSON prints
+// 1.4e-05.
+TEST(MeteringConfigTest, SumsHaveNoBinaryFloatArtefacts) {
+  const MeteringConfig c = MeteringConfig::Defaults();
+  double as_double = 0.0;
+  UsageTotals t;
+  for (int64_t n : {1, 34}) {
+    as_double += static_cast<double>(n) * 0.4 / 1e6;  // what the ledger summed before
+    UsageTotals one;
+    one.cost_picousd = c.Cost(kDefault, 0, 0, n);
+    t.Add(one);
+  }
+  EXPECT_NE(as_double, 14e-6);  // the artefact this test is about
+  EXPECT_EQ(t.cost_picousd, 14'000'000);
+  const std::string dumped = TotalsJson(t).dump();
+  EXPECT_NE(dumped.find("\"cost\":1.4e-05"), std::string::npos) << dumped;
+  EXPECT_NE(dumped.find("\"cost_picousd\":14000000"), std::string::npos) << dumped;
+  EXPECT_EQ(FormatUsd(t.cost_picousd), "0.000014");
 }
 
 TEST(MeteringConfigTest, FromJson) {
@@ -101,10 +133,10 @@ TEST(MeteringConfigTest, FromJson) {
     "plans": {"small": {"ultrafast": 0, "default": 1000}, "big": {"ultrafast": null, "flex": 5}}
   })");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_DOUBLE_EQ(c->prices[Idx(kUltrafast)].input, 10.0);
-  EXPECT_DOUBLE_EQ(c->prices[Idx(kDefault)].output, 2.0);
-  EXPECT_DOUBLE_EQ(c->prices[Idx(kFlex)].input, 0.5);    // base x default multiplier 0.5
-  EXPECT_DOUBLE_EQ(c->prices[Idx(kFlex)].output, 0.25);  // explicit override
+  EXPECT_EQ(c->prices[Idx(kUltrafast)].input, 10'000'000);  // $10/M
+  EXPECT_EQ(c->prices[Idx(kDefault)].output, 2'000'000);
+  EXPECT_EQ(c->prices[Idx(kFlex)].input, 500'000);   // base x default multiplier 0.5
+  EXPECT_EQ(c->prices[Idx(kFlex)].output, 250'000);  // explicit override
   EXPECT_EQ(c->window_s, 86400);
   EXPECT_EQ(c->plans.size(), 2u);
   const Plan* small = c->FindPlan("");
@@ -121,7 +153,10 @@ TEST(MeteringConfigTest, FromJson) {
         "{\"tier_multipliers\": {\"priority\": 2}}", "{\"plans\": {}}",
         "{\"plans\": {\"a\": {\"default\": -5}}}", "{\"plans\": {\"a\": {\"default\": 1.5}}}",
         "{\"plans\": {\"a\": {}}}",  // default_plan "base" is gone
-        "{\"default_plan\": \"nope\"}", "{\"prices\": {\"flex\": 3}}"}) {
+        "{\"default_plan\": \"nope\"}", "{\"prices\": {\"flex\": 3}}",
+        // Prices are whole picodollars per token: at most 6 decimals in $/M, at most $100k/M.
+        "{\"base_price\": {\"input\": 0.0000001}}",
+        "{\"prices\": {\"flex\": {\"output\": 1e6}}}"}) {
     auto r = MeteringConfig::FromJson(bad);
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {
@@ -151,7 +186,7 @@ TEST_F(LedgerTest, TotalsEqualRecordedUsagePerTier) {
     t.prompt_tokens += prompt;
     t.cached_tokens += cached;
     t.completion_tokens += completion;
-    t.cost += MeteringConfig::Defaults().Cost(tier, prompt, cached, completion);
+    t.cost_picousd += MeteringConfig::Defaults().Cost(tier, prompt, cached, completion);
     clock_.Advance(0.01);  // all inside the first minute-window
   }
   auto totals = ledger_->Totals(1, 0, HUGE_VAL);
@@ -164,14 +199,15 @@ TEST_F(LedgerTest, TotalsEqualRecordedUsagePerTier) {
     EXPECT_EQ((*totals)[i].prompt_tokens, expected[i].prompt_tokens) << name;
     EXPECT_EQ((*totals)[i].cached_tokens, expected[i].cached_tokens) << name;
     EXPECT_EQ((*totals)[i].completion_tokens, expected[i].completion_tokens) << name;
-    ExpectCost((*totals)[i].cost, expected[i].cost);
+    EXPECT_EQ((*totals)[i].cost_picousd, expected[i].cost_picousd) << name;
     for (const char* period : {"current_window", "all_time"}) {
       const json& t = (*report)[period][name];
       EXPECT_EQ(t["requests"], expected[i].requests);
       EXPECT_EQ(t["input_tokens"], expected[i].prompt_tokens);
       EXPECT_EQ(t["cached_tokens"], expected[i].cached_tokens);
       EXPECT_EQ(t["output_tokens"], expected[i].completion_tokens);
-      ExpectCost(t["cost"].get<double>(), expected[i].cost);
+      EXPECT_EQ(t["cost_picousd"], expected[i].cost_picousd);
+      ExpectUsd(t["cost"], expected[i].cost_picousd);
     }
   }
   auto by_key = ledger_->TotalsByKey(0);
@@ -258,6 +294,51 @@ TEST_F(LedgerTest, ReportShape) {
   }
   EXPECT_EQ((*r)["quota"]["ultrafast"]["limit"], 20000);
   EXPECT_EQ((*r)["all_time"]["total"]["cost"], 0.0);
+}
+
+// A ledger from before integer costs (cost REAL, dollars) is migrated on open: every row's cost
+// becomes exact picodollars and the totals add up as integers.
+TEST_F(LedgerTest, MigratesRealDollarCostsToPicodollars) {
+  ledger_.reset();
+  Remove();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  const char* kOld =
+      "CREATE TABLE usage_ledger (id INTEGER PRIMARY KEY, key_id INTEGER NOT NULL,"
+      " time REAL NOT NULL, request_id TEXT NOT NULL, model TEXT NOT NULL, tier TEXT NOT NULL,"
+      " prompt_tokens INTEGER NOT NULL, cached_tokens INTEGER NOT NULL,"
+      " completion_tokens INTEGER NOT NULL, cost REAL NOT NULL);"
+      "INSERT INTO usage_ledger VALUES (1, 7, 100.0, 'a', 'm', 'default', 10, 0, 20, 0.000009);"
+      "INSERT INTO usage_ledger VALUES (2, 7, 101.0, 'b', 'm', 'default', 0, 0, 23,"
+      " 0.000009200000000000001);"
+      "INSERT INTO usage_ledger VALUES (3, 7, 102.0, 'c', 'm', 'ultrafast', 5, 5, 1, "
+      "0.0000030750);";
+  ASSERT_EQ(sqlite3_exec(db, kOld, nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+
+  auto ledger = UsageLedger::Open(path_);
+  ASSERT_TRUE(ledger.ok()) << ledger.status().ToString();
+  auto rows = (*ledger)->Rows(7);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 3u);
+  EXPECT_EQ((*rows)[0].cost_picousd, 9'000'000);
+  EXPECT_EQ((*rows)[1].cost_picousd, 9'200'000);
+  EXPECT_EQ((*rows)[2].cost_picousd, 3'075'000);
+  auto totals = (*ledger)->Totals(7, 0, HUGE_VAL);
+  ASSERT_TRUE(totals.ok());
+  EXPECT_EQ((*totals)[Idx(kDefault)].cost_picousd, 18'200'000);
+  EXPECT_EQ((*totals)[Idx(kDefault)].completion_tokens, 43);
+  // New rows land in the migrated table, and opening again is a no-op.
+  UsageRecord r;
+  r.key_id = 7;
+  r.request_id = "d";
+  r.model = "m";
+  r.cost_picousd = 1;
+  ASSERT_TRUE((*ledger)->Record(&r).ok());
+  ledger->reset();
+  auto again = UsageLedger::Open(path_);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*(*again)->Totals(7, 0, HUGE_VAL))[Idx(kDefault)].cost_picousd, 18'200'001);
 }
 
 TEST_F(LedgerTest, ConcurrentRecordsAllLand) {
@@ -480,9 +561,10 @@ TEST_F(MeteredServerTest, UsageReturnedEqualsLedgerAndQuotaRollsOver) {
     EXPECT_EQ(got["input_tokens"], want.prompt_tokens);
     EXPECT_EQ(got["cached_tokens"], want.cached_tokens);
     EXPECT_EQ(got["output_tokens"], want.completion_tokens);
-    ExpectCost(got["cost"].get<double>(),
-               meter_->config().Cost(tier, want.prompt_tokens, want.cached_tokens,
-                                     want.completion_tokens));
+    const int64_t cost =
+        meter_->config().Cost(tier, want.prompt_tokens, want.cached_tokens, want.completion_tokens);
+    EXPECT_EQ(got["cost_picousd"], cost);
+    ExpectUsd(got["cost"], cost);
   }
   auto rows = ledger_->Rows(keys_->Authenticate("Bearer " + *key)->id);
   ASSERT_TRUE(rows.ok());

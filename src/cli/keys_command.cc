@@ -156,12 +156,12 @@ int RunUsage(const UsageArgs& args) {
       sum.Add(t);
       tiers[tier] = server::TotalsJson(t);
       if (args.json || t.requests == 0) continue;
-      std::printf("%-6lld %-20s %-10s %-10s %9lld %12lld %12lld %12lld %14.6f\n",
-                  static_cast<long long>(k.key_id), name.c_str(),
-                  plan.empty() ? "(default)" : plan.c_str(), tier.c_str(),
-                  static_cast<long long>(t.requests), static_cast<long long>(t.prompt_tokens),
-                  static_cast<long long>(t.cached_tokens),
-                  static_cast<long long>(t.completion_tokens), t.cost);
+      std::printf(
+          "%-6lld %-20s %-10s %-10s %9lld %12lld %12lld %12lld %14s\n",
+          static_cast<long long>(k.key_id), name.c_str(), plan.empty() ? "(default)" : plan.c_str(),
+          tier.c_str(), static_cast<long long>(t.requests), static_cast<long long>(t.prompt_tokens),
+          static_cast<long long>(t.cached_tokens), static_cast<long long>(t.completion_tokens),
+          server::FormatUsd(t.cost_picousd).c_str());
     }
     tiers["total"] = server::TotalsJson(sum);
     out["keys"].push_back({{"id", k.key_id}, {"name", name}, {"plan", plan}, {"tiers", tiers}});

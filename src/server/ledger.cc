@@ -20,7 +20,7 @@ constexpr const char* kSchema =
     " prompt_tokens INTEGER NOT NULL,"
     " cached_tokens INTEGER NOT NULL,"
     " completion_tokens INTEGER NOT NULL,"
-    " cost REAL NOT NULL);"  // dollars
+    " cost_picousd INTEGER NOT NULL);"  // 1e-12 USD: integer sums are exact
     "CREATE INDEX IF NOT EXISTS usage_ledger_key_time ON usage_ledger (key_id, time);";
 
 // Tier of a stored name; rows are only written by Record, so an unknown name is corruption and
@@ -37,7 +37,37 @@ void AddRow(SqliteStatement& st, int first, TierTotals* totals) {
   t.prompt_tokens += sqlite3_column_int64(st.get(), first + 2);
   t.cached_tokens += sqlite3_column_int64(st.get(), first + 3);
   t.completion_tokens += sqlite3_column_int64(st.get(), first + 4);
-  t.cost += sqlite3_column_double(st.get(), first + 5);
+  t.cost_picousd += sqlite3_column_int64(st.get(), first + 5);
+}
+
+// Ledgers written before costs were integers hold `cost REAL` (dollars): convert each row to
+// picodollars (the nearest integer; those costs were products of prices with at most a few
+// decimals, so rounding restores what the double approximated) and drop the old column, all in
+// one transaction so that a crash leaves either schema whole.
+Status MigrateRealCost(sqlite3* db) {
+  bool has_real = false, has_int = false;
+  {
+    SqliteStatement info(db, "PRAGMA table_info(usage_ledger)");
+    if (!info.ok()) return SqliteError(db, "usage ledger: table info");
+    while (sqlite3_step(info.get()) == SQLITE_ROW) {
+      const std::string column = info.ColumnText(1);
+      has_real |= column == "cost";
+      has_int |= column == "cost_picousd";
+    }
+  }
+  if (!has_real || has_int) return OkStatus();
+  const char* kMigrate =
+      "BEGIN IMMEDIATE;"
+      "ALTER TABLE usage_ledger ADD COLUMN cost_picousd INTEGER NOT NULL DEFAULT 0;"
+      "UPDATE usage_ledger SET cost_picousd = CAST(round(cost * 1e12) AS INTEGER);"
+      "ALTER TABLE usage_ledger DROP COLUMN cost;"
+      "COMMIT;";
+  if (sqlite3_exec(db, kMigrate, nullptr, nullptr, nullptr) != SQLITE_OK) {
+    Status s = SqliteError(db, "usage ledger: migrating cost to integer picodollars");
+    sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+    return s;
+  }
+  return OkStatus();
 }
 
 }  // namespace
@@ -47,7 +77,7 @@ void UsageTotals::Add(const UsageTotals& o) {
   prompt_tokens += o.prompt_tokens;
   cached_tokens += o.cached_tokens;
   completion_tokens += o.completion_tokens;
-  cost += o.cost;
+  cost_picousd += o.cost_picousd;
 }
 
 UsageLedger::~UsageLedger() {
@@ -63,9 +93,11 @@ StatusOr<std::unique_ptr<UsageLedger>> UsageLedger::Open(const std::string& path
   }
   // The admin commands and the server share the file; wait for each other's short writes.
   sqlite3_busy_timeout(ledger->db_, 5000);
-  SqliteStatement wal(ledger->db_, "PRAGMA journal_mode=WAL");
-  if (!wal.ok() || sqlite3_step(wal.get()) != SQLITE_ROW || wal.ColumnText(0) != "wal") {
-    return SqliteError(ledger->db_, "usage ledger: " + path + ": cannot switch to WAL");
+  {  // finalized before the migration's transaction, which cannot commit beside it
+    SqliteStatement wal(ledger->db_, "PRAGMA journal_mode=WAL");
+    if (!wal.ok() || sqlite3_step(wal.get()) != SQLITE_ROW || wal.ColumnText(0) != "wal") {
+      return SqliteError(ledger->db_, "usage ledger: " + path + ": cannot switch to WAL");
+    }
   }
   // NORMAL in WAL mode: a commit is written to the WAL (durable against a process kill) and
   // fsynced at checkpoints only (a power loss may drop the last commits).
@@ -74,6 +106,7 @@ StatusOr<std::unique_ptr<UsageLedger>> UsageLedger::Open(const std::string& path
       sqlite3_exec(ledger->db_, kSchema, nullptr, nullptr, nullptr) != SQLITE_OK) {
     return SqliteError(ledger->db_, "usage ledger: " + path);
   }
+  UF_RETURN_IF_ERROR(MigrateRealCost(ledger->db_));
   return ledger;
 }
 
@@ -81,7 +114,7 @@ Status UsageLedger::Record(UsageRecord* r) {
   std::lock_guard<std::mutex> lock(mu_);
   SqliteStatement st(db_,
                      "INSERT INTO usage_ledger (key_id, time, request_id, model, tier, "
-                     "prompt_tokens, cached_tokens, completion_tokens, cost) "
+                     "prompt_tokens, cached_tokens, completion_tokens, cost_picousd) "
                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
   if (!st.ok()) return SqliteError(db_, "usage ledger: insert");
   sqlite3_bind_int64(st.get(), 1, r->key_id);
@@ -92,7 +125,7 @@ Status UsageLedger::Record(UsageRecord* r) {
   sqlite3_bind_int64(st.get(), 6, r->prompt_tokens);
   sqlite3_bind_int64(st.get(), 7, r->cached_tokens);
   sqlite3_bind_int64(st.get(), 8, r->completion_tokens);
-  sqlite3_bind_double(st.get(), 9, r->cost);
+  sqlite3_bind_int64(st.get(), 9, r->cost_picousd);
   if (sqlite3_step(st.get()) != SQLITE_DONE) return SqliteError(db_, "usage ledger: insert");
   r->id = sqlite3_last_insert_rowid(db_);
   return OkStatus();
@@ -102,7 +135,7 @@ StatusOr<TierTotals> UsageLedger::Totals(int64_t key_id, double since, double un
   std::lock_guard<std::mutex> lock(mu_);
   SqliteStatement st(db_,
                      "SELECT tier, count(*), sum(prompt_tokens), sum(cached_tokens), "
-                     "sum(completion_tokens), sum(cost) FROM usage_ledger "
+                     "sum(completion_tokens), sum(cost_picousd) FROM usage_ledger "
                      "WHERE key_id = ?1 AND time >= ?2 AND time < ?3 GROUP BY tier");
   if (!st.ok()) return SqliteError(db_, "usage ledger: totals");
   sqlite3_bind_int64(st.get(), 1, key_id);
@@ -119,7 +152,7 @@ StatusOr<std::vector<KeyTierTotals>> UsageLedger::TotalsByKey(double since, int6
   std::lock_guard<std::mutex> lock(mu_);
   SqliteStatement st(db_,
                      "SELECT key_id, tier, count(*), sum(prompt_tokens), sum(cached_tokens), "
-                     "sum(completion_tokens), sum(cost) FROM usage_ledger "
+                     "sum(completion_tokens), sum(cost_picousd) FROM usage_ledger "
                      "WHERE time >= ?1 AND (?2 < 0 OR key_id = ?2) "
                      "GROUP BY key_id, tier ORDER BY key_id");
   if (!st.ok()) return SqliteError(db_, "usage ledger: totals by key");
@@ -140,7 +173,7 @@ StatusOr<std::vector<UsageRecord>> UsageLedger::Rows(int64_t key_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   SqliteStatement st(db_,
                      "SELECT id, key_id, time, request_id, model, tier, prompt_tokens, "
-                     "cached_tokens, completion_tokens, cost FROM usage_ledger "
+                     "cached_tokens, completion_tokens, cost_picousd FROM usage_ledger "
                      "WHERE key_id = ?1 ORDER BY id");
   if (!st.ok()) return SqliteError(db_, "usage ledger: rows");
   sqlite3_bind_int64(st.get(), 1, key_id);
@@ -157,7 +190,7 @@ StatusOr<std::vector<UsageRecord>> UsageLedger::Rows(int64_t key_id) const {
     r.prompt_tokens = sqlite3_column_int64(st.get(), 6);
     r.cached_tokens = sqlite3_column_int64(st.get(), 7);
     r.completion_tokens = sqlite3_column_int64(st.get(), 8);
-    r.cost = sqlite3_column_double(st.get(), 9);
+    r.cost_picousd = sqlite3_column_int64(st.get(), 9);
     rows.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, "usage ledger: rows");

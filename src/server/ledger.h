@@ -37,7 +37,7 @@ struct UsageRecord {
   int64_t prompt_tokens = 0;                                       // including cached_tokens
   int64_t cached_tokens = 0;
   int64_t completion_tokens = 0;
-  double cost = 0.0;  // dollars
+  int64_t cost_picousd = 0;  // 1e-12 USD, exact (server/metering.h)
 };
 
 struct UsageTotals {
@@ -45,7 +45,7 @@ struct UsageTotals {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;
   int64_t completion_tokens = 0;
-  double cost = 0.0;
+  int64_t cost_picousd = 0;  // 1e-12 USD, exact
 
   int64_t tokens() const { return prompt_tokens + completion_tokens; }
   void Add(const UsageTotals& o);
@@ -66,6 +66,8 @@ class UsageLedger {
   UsageLedger& operator=(const UsageLedger&) = delete;
 
   // Opens (creating if needed) the database file and its usage_ledger table; switches it to WAL.
+  // A ledger written before costs were integers (a REAL `cost` column in dollars) is migrated in
+  // one transaction to the integer `cost_picousd` column.
   static StatusOr<std::unique_ptr<UsageLedger>> Open(const std::string& path);
 
   // Commits the row; sets record->id.

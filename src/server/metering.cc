@@ -1,5 +1,6 @@
 #include "server/metering.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -12,7 +13,8 @@ using json = nlohmann::json;
 using scheduler::kNumServiceTiers;
 using scheduler::ServiceTier;
 
-constexpr double kBaseInput = 0.10, kBaseCachedInput = 0.025, kBaseOutput = 0.40;  // $/M tokens
+// Picodollars per token (= micro-dollars per million tokens): $0.10, $0.025 and $0.40 per M.
+constexpr int64_t kBaseInput = 100'000, kBaseCachedInput = 25'000, kBaseOutput = 400'000;
 constexpr std::array<double, kNumServiceTiers> kDefaultMultipliers = {6.0, 1.0, 0.5};
 constexpr std::array<int64_t, kNumServiceTiers> kBaseQuota = {20'000, 100'000, 200'000};
 constexpr int64_t kScaleFactor = 25;
@@ -41,19 +43,51 @@ StatusOr<double> NonNegative(const json& j, const std::string& where) {
   return j.get<double>();
 }
 
+// A price in $ per million tokens -> picodollars per token, exactly: more than 6 decimals
+// (a fraction of a picodollar per token) is refused rather than rounded.
+StatusOr<int64_t> PriceOf(const json& j, const std::string& where) {
+  UF_ASSIGN_OR_RETURN(const double usd_per_m, NonNegative(j, where));
+  const double pico = usd_per_m * 1e6;
+  if (pico > static_cast<double>(kMaxPricePicoPerToken)) {
+    return Bad(where + " must be at most 100000 ($ per million tokens)");
+  }
+  const double rounded = std::round(pico);
+  // 1e-6 of a picodollar: the decimal 0.1 is 100000.00000000001 after the multiplication.
+  if (std::fabs(pico - rounded) > 1e-6 * std::max(1.0, pico)) {
+    return Bad(where +
+               " has more than 6 decimals ($ per million tokens; prices are kept in whole "
+               "picodollars per token)");
+  }
+  return static_cast<int64_t>(rounded);
+}
+
 Status ParsePrice(const json& j, const std::string& where, TierPrice* p) {
   UF_RETURN_IF_ERROR(CheckObject(j, where, {"input", "cached_input", "output"}));
   if (j.contains("input")) {
-    UF_ASSIGN_OR_RETURN(p->input, NonNegative(j["input"], where + ".input"));
+    UF_ASSIGN_OR_RETURN(p->input, PriceOf(j["input"], where + ".input"));
   }
   if (j.contains("cached_input")) {
-    UF_ASSIGN_OR_RETURN(p->cached_input, NonNegative(j["cached_input"], where + ".cached_input"));
+    UF_ASSIGN_OR_RETURN(p->cached_input, PriceOf(j["cached_input"], where + ".cached_input"));
   }
   if (j.contains("output")) {
-    UF_ASSIGN_OR_RETURN(p->output, NonNegative(j["output"], where + ".output"));
+    UF_ASSIGN_OR_RETURN(p->output, PriceOf(j["output"], where + ".output"));
   }
   return OkStatus();
 }
+
+// A base price times a tier multiplier, to the nearest picodollar per token (exact for the
+// default multipliers), capped like a configured price.
+int64_t Scaled(int64_t price, double multiplier) {
+  const double v = std::round(static_cast<double>(price) * multiplier);
+  return static_cast<int64_t>(std::min(v, static_cast<double>(kMaxPricePicoPerToken)));
+}
+
+TierPrice ScaledPrice(const TierPrice& base, double m) {
+  return {Scaled(base.input, m), Scaled(base.cached_input, m), Scaled(base.output, m)};
+}
+
+// $/M tokens as a JSON number (exact for whole picodollars up to 2^53).
+double PerMillion(int64_t pico_per_token) { return static_cast<double>(pico_per_token) / 1e6; }
 
 // {"ultrafast": N|null, "default": N|null, "flex": N|null}; absent or null = unlimited.
 StatusOr<Plan> ParsePlan(const json& j, const std::string& where) {
@@ -76,8 +110,7 @@ StatusOr<Plan> ParsePlan(const json& j, const std::string& where) {
 MeteringConfig MeteringConfig::Defaults() {
   MeteringConfig c;
   for (int i = 0; i < kNumServiceTiers; ++i) {
-    const double m = kDefaultMultipliers[i];
-    c.prices[i] = {kBaseInput * m, kBaseCachedInput * m, kBaseOutput * m};
+    c.prices[i] = ScaledPrice({kBaseInput, kBaseCachedInput, kBaseOutput}, kDefaultMultipliers[i]);
   }
   Plan base, scale;
   for (int i = 0; i < kNumServiceTiers; ++i) {
@@ -109,11 +142,11 @@ StatusOr<MeteringConfig> MeteringConfig::FromJson(std::string_view text) {
       if (!m.contains(TierName(i))) continue;
       UF_ASSIGN_OR_RETURN(multipliers[i],
                           NonNegative(m[TierName(i)], "tier_multipliers." + TierName(i)));
+      if (multipliers[i] > 1e6) return Bad("tier_multipliers." + TierName(i) + " is too large");
     }
   }
   for (int i = 0; i < kNumServiceTiers; ++i) {
-    c.prices[i] = {base.input * multipliers[i], base.cached_input * multipliers[i],
-                   base.output * multipliers[i]};
+    c.prices[i] = ScaledPrice(base, multipliers[i]);
   }
   if (j.contains("prices")) {
     const json& p = j["prices"];
@@ -165,13 +198,28 @@ const Plan* MeteringConfig::FindPlan(std::string_view name) const {
   return it == plans.end() ? nullptr : &it->second;
 }
 
-double MeteringConfig::Cost(ServiceTier tier, int64_t prompt_tokens, int64_t cached_tokens,
-                            int64_t completion_tokens) const {
+int64_t MeteringConfig::Cost(ServiceTier tier, int64_t prompt_tokens, int64_t cached_tokens,
+                             int64_t completion_tokens) const {
   const TierPrice& p = prices[static_cast<int>(tier)];
-  return (static_cast<double>(prompt_tokens - cached_tokens) * p.input +
-          static_cast<double>(cached_tokens) * p.cached_input +
-          static_cast<double>(completion_tokens) * p.output) /
-         1e6;
+  const int64_t tokens[3] = {prompt_tokens - cached_tokens, cached_tokens, completion_tokens};
+  const int64_t price[3] = {p.input, p.cached_input, p.output};
+  int64_t total = 0;
+  for (int i = 0; i < 3; ++i) {
+    int64_t part = 0;
+    if (__builtin_mul_overflow(std::max<int64_t>(tokens[i], 0), price[i], &part) ||
+        __builtin_add_overflow(total, part, &total)) {
+      return INT64_MAX;
+    }
+  }
+  return total;
+}
+
+std::string FormatUsd(int64_t picousd) {
+  UF_CHECK(picousd >= 0) << "negative cost " << picousd;
+  std::string frac = std::to_string(picousd % kPicoPerUsd);
+  frac.insert(0, 12 - frac.size(), '0');
+  while (frac.size() > 6 && frac.back() == '0') frac.pop_back();
+  return std::to_string(picousd / kPicoPerUsd) + "." + frac;
 }
 
 double WallClock::Now() const {
@@ -183,7 +231,8 @@ json TotalsJson(const UsageTotals& t) {
           {"input_tokens", t.prompt_tokens},
           {"cached_tokens", t.cached_tokens},
           {"output_tokens", t.completion_tokens},
-          {"cost", t.cost}};
+          {"cost", PicoToUsd(t.cost_picousd)},
+          {"cost_picousd", t.cost_picousd}};
 }
 
 Meter::Meter(MeteringConfig config, UsageLedger* ledger, const Clock* clock)
@@ -242,7 +291,7 @@ StatusOr<UsageRecord> Meter::Record(int64_t key_id, std::string_view request_id,
   r.prompt_tokens = prompt_tokens;
   r.cached_tokens = cached_tokens;
   r.completion_tokens = completion_tokens;
-  r.cost = config_.Cost(tier, prompt_tokens, cached_tokens, completion_tokens);
+  r.cost_picousd = config_.Cost(tier, prompt_tokens, cached_tokens, completion_tokens);
   UF_RETURN_IF_ERROR(ledger_->Record(&r));
   return r;
 }
@@ -272,7 +321,9 @@ StatusOr<json> Meter::Report(int64_t key_id, std::string_view key_name,
     }
     quota[name] = q;
     const TierPrice& p = config_.prices[i];
-    prices[name] = {{"input", p.input}, {"cached_input", p.cached_input}, {"output", p.output}};
+    prices[name] = {{"input", PerMillion(p.input)},
+                    {"cached_input", PerMillion(p.cached_input)},
+                    {"output", PerMillion(p.output)}};
   }
   current["total"] = TotalsJson(window_sum);
   all_time["total"] = TotalsJson(all_sum);

@@ -19,12 +19,28 @@
 
 namespace uf::server {
 
-// Dollars per million tokens. Cached prompt tokens (served from the prefix cache) cost
-// cached_input instead of input.
+// Money is kept in integers so that sums are exact: a price is in picodollars (1e-12 USD) per
+// token, which is the same number as micro-dollars per million tokens, so any price written in
+// $/M with up to 6 decimals is exact, and a cost is tokens x price, exact in picodollars (int64
+// holds $9.2 million; prices are capped at $100,000/M, so one request cannot overflow).
+inline constexpr int64_t kPicoPerUsd = 1'000'000'000'000;
+inline constexpr int64_t kMaxPricePicoPerToken = 100'000'000'000;  // $100,000 per M tokens
+
+// "0.000053": an exact decimal of picodollars, with at least 6 decimals and no trailing zeros
+// past them (no binary-float rounding on the way).
+std::string FormatUsd(int64_t picousd);
+// Dollars as a double for JSON: the nearest double to the exact value, which JSON writers print
+// in its shortest form (5.3e-05, never 5.300000000000001e-05).
+inline double PicoToUsd(int64_t picousd) {
+  return static_cast<double>(picousd) / static_cast<double>(kPicoPerUsd);
+}
+
+// Per-token prices in picodollars (= micro-dollars per million tokens). Cached prompt tokens
+// (served from the prefix cache) cost cached_input instead of input.
 struct TierPrice {
-  double input = 0.0;
-  double cached_input = 0.0;
-  double output = 0.0;
+  int64_t input = 0;
+  int64_t cached_input = 0;
+  int64_t output = 0;
 };
 
 // Tokens (prompt plus completion) a key may use per tier and window; nullopt = unlimited.
@@ -48,8 +64,9 @@ struct MeteringConfig {
   static StatusOr<MeteringConfig> FromFile(const std::string& path);
   // The plan for a key's stored plan name ("" = default_plan), or nullptr when unknown.
   const Plan* FindPlan(std::string_view name) const;
-  double Cost(scheduler::ServiceTier tier, int64_t prompt_tokens, int64_t cached_tokens,
-              int64_t completion_tokens) const;
+  // Picodollars; saturates at INT64_MAX (only past $9.2 million in one request).
+  int64_t Cost(scheduler::ServiceTier tier, int64_t prompt_tokens, int64_t cached_tokens,
+               int64_t completion_tokens) const;
 };
 
 // Why a request was refused: becomes 429 quota_exceeded.
@@ -96,7 +113,8 @@ class WallClock final : public Clock {
   double Now() const override;
 };
 
-// {"requests", "input_tokens", "cached_tokens", "output_tokens", "cost"}.
+// {"requests", "input_tokens", "cached_tokens", "output_tokens", "cost" (USD),
+// "cost_picousd" (exact)}.
 nlohmann::json TotalsJson(const UsageTotals& t);
 
 }  // namespace uf::server

@@ -343,12 +343,15 @@ describe('metering and quotas', () => {
         assert.equal(got[field], want[field], `${t}.${field}`);
         assert.equal(report.all_time[t][field], want[field], `all_time ${t}.${field}`);
       }
-      // Cost from the advertised prices; 1e-9 relative covers float summation order only.
+      // Cost from the advertised prices, exactly: $/M with at most 6 decimals is a whole number of
+      // picodollars per token, and the server sums integers.
       const p = report.prices_per_million_tokens[t];
-      const cost = ((want.input_tokens - want.cached_tokens) * p.input + want.cached_tokens * p.cached_input
-        + want.output_tokens * p.output) / 1e6;
-      assert.ok(Math.abs(got.cost - cost) <= 1e-9 * Math.max(cost, 1e-6), `${t} cost ${got.cost} vs ${cost}`);
-      total += got.cost;
+      const pico = (usdPerM) => Math.round(usdPerM * 1e6);
+      const cost = (want.input_tokens - want.cached_tokens) * pico(p.input)
+        + want.cached_tokens * pico(p.cached_input) + want.output_tokens * pico(p.output);
+      assert.equal(got.cost_picousd, cost, `${t} cost_picousd`);
+      assert.equal(got.cost, cost / 1e12, `${t} cost`);
+      total += got.cost_picousd;
       assert.equal(report.quota[t].limit, null);
     }
     assert.ok(report.prices_per_million_tokens.ultrafast.output > report.prices_per_million_tokens.default.output);
@@ -362,7 +365,8 @@ describe('metering and quotas', () => {
       assert.equal(cli.keys[0].tiers[t].output_tokens, report.all_time[t].output_tokens);
       assert.equal(cli.keys[0].tiers[t].input_tokens, report.all_time[t].input_tokens);
     }
-    assert.ok(Math.abs(cli.keys[0].tiers.total.cost - total) <= 1e-9 * Math.max(total, 1e-6));
+    assert.equal(cli.keys[0].tiers.total.cost_picousd, total);
+    assert.equal(cli.keys[0].tiers.total.cost, total / 1e12);
     const listed = admin('keys', '--db', db, 'list');
     assert.match(listed.stdout, /metered\s+roomy/);
   });
