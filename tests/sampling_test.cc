@@ -112,6 +112,31 @@ TEST(Sampler, NanLogitsNeverChosen) {
   }
 }
 
+// A broken model row (+inf, every token NaN or masked) must still give a token id in range on
+// every path, never a crash or a read past the row.
+TEST(Sampler, DegenerateRowsGiveATokenInRange) {
+  const int32_t n = 1000;
+  std::vector<std::vector<float>> rows(3, std::vector<float>(n, 0.5f));
+  rows[0][17] = INFINITY, rows[0][900] = INFINITY;
+  std::fill(rows[1].begin(), rows[1].end(), NAN);
+  std::fill(rows[2].begin(), rows[2].end(), -INFINITY);
+  for (int mode = 0; mode < 5; ++mode) {
+    SamplingParams p = Plain();
+    if (mode == 1) p.top_k = 10;
+    if (mode == 2) p.top_p = 0.5f;
+    if (mode == 3) p.min_p = 0.1f, p.top_k = 10, p.top_p = 0.9f;
+    if (mode == 4) p.temperature = 0;
+    Sampler s(p, n);
+    for (const auto& row : rows) {
+      const int32_t t = s.Sample(row.data());
+      EXPECT_GE(t, 0) << mode;
+      EXPECT_LT(t, n) << mode;
+      s.Filter(row.data());
+      EXPECT_FALSE(s.candidates().empty()) << mode;
+    }
+  }
+}
+
 TEST(Sampler, MatchesSoftmaxDistribution) {
   const std::vector<double> probs = {0.5, 0.25, 0.15, 0.07, 0.03};
   Sampler s(Plain(), probs.size());
