@@ -28,6 +28,14 @@ inline void PrefetchAhead(const void* line, __m256i& anchor) {
                : "m"(*(static_cast<const char*>(line) + kPrefetchDistance)));
 }
 
+// Sum of the 8 lanes.
+inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
 // e^x, 8 lanes: x = n ln2 + r with |r| <= ln2 / 2, e^r by the Cephes expf polynomial (relative
 // error ~1e-7, about an ulp), times 2^n through the exponent bits. x is clamped to
 // [-87.3, 88.7], where 2^n and the result stay normal floats: below, ~1e-38 instead of a

@@ -8,16 +8,6 @@
 #include "kernels/ops.h"
 
 namespace uf::kernels::internal {
-namespace {
-
-inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-}  // namespace
 
 void SoftmaxInPlaceAvx2(float* x, int64_t n, float scale) {
   const int64_t n8 = n & ~int64_t{7};

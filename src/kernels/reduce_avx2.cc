@@ -9,17 +9,6 @@
 #include "kernels/ops.h"
 
 namespace uf::kernels::internal {
-namespace {
-
-// Sum of the 8 lanes.
-inline float Sum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-}  // namespace
 
 float MaxValueAvx2(const float* x, int64_t n) {
   // maxps returns its second operand when either is NaN, so a NaN input never replaces the
@@ -59,7 +48,7 @@ double ExpSumAvx2(const float* x, int64_t n, float shift, float scale, float* ou
       if (out != nullptr) _mm256_storeu_ps(out + i, e);
       acc = _mm256_add_ps(acc, e);
     }
-    float sum = Sum8(acc);
+    float sum = HorizontalSum(acc);
     for (; i < end; ++i) {
       const float a = (x[i] - shift) * scale;
       const float e = a >= -87.0f ? std::exp(a) : 0.0f;
@@ -129,7 +118,7 @@ double MassAtLeastAvx2(const float* w, int64_t n, float t, int64_t* count) {
       acc = _mm256_add_ps(acc, _mm256_and_ps(v, keep));
       c = _mm256_sub_epi32(c, _mm256_castps_si256(keep));  // all-ones lanes are -1
     }
-    float sum = Sum8(acc);
+    float sum = HorizontalSum(acc);
     for (; i < end; ++i) {
       if (w[i] >= t) sum += w[i], ++tail_count;
     }
@@ -154,7 +143,7 @@ double MaskedBlockSumsAvx2(const float* w, const float* v, int64_t n, float t, d
       const __m256 keep = _mm256_cmp_ps(_mm256_loadu_ps(w + i), vt, _CMP_GE_OQ);
       acc = _mm256_add_ps(acc, _mm256_and_ps(_mm256_loadu_ps(v + i), keep));
     }
-    float sum = Sum8(acc);
+    float sum = HorizontalSum(acc);
     for (; i < end; ++i) {
       if (w[i] >= t) sum += v[i];
     }

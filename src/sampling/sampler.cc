@@ -307,18 +307,8 @@ int32_t Sampler::DrawKept(float max) {
     total += v[e.id];
   }
   const double target = NextUniform() * total;
-  const int64_t n_blocks = static_cast<int64_t>(block_sums_.size());
   double cum = 0.0;
-  int64_t b = 0;
-  for (; b < n_blocks; ++b) {
-    if (target < cum + block_sums_[b]) break;
-    cum += block_sums_[b];
-  }
-  if (b == n_blocks) {  // rounding: the last block with mass, its last kept token
-    for (b = n_blocks - 1; b > 0 && !(block_sums_[b] > 0.0); --b) {
-    }
-    cum = -INFINITY;
-  }
+  const int64_t b = FindBlock(target, &cum);
   const int32_t first = static_cast<int32_t>(b * kExpSumBlock);
   const int32_t end = std::min<int32_t>(first + kExpSumBlock, n_vocab_);
   double rest = target - cum;
@@ -372,6 +362,23 @@ size_t Sampler::TopPCut(double need) {
   return hi;  // rounding: everything up to hi
 }
 
+int64_t Sampler::FindBlock(double target, double* cum) const {
+  const int64_t n_blocks = static_cast<int64_t>(block_sums_.size());
+  double c = 0.0;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    if (target < c + block_sums_[b]) {
+      *cum = c;
+      return b;
+    }
+    c += block_sums_[b];
+  }
+  // Rounding: the last block with mass, and (cum = -inf) its last token with mass.
+  int64_t b = n_blocks - 1;
+  while (b > 0 && !(block_sums_[b] > 0.0)) --b;
+  *cum = -INFINITY;
+  return b;
+}
+
 double Sampler::RowExpSum(float max, float scale, float* out) {
   // Below this many tokens a pool dispatch (1-2 us) costs about what the split saves.
   constexpr int32_t kSplitMin = 16384;
@@ -398,18 +405,8 @@ int32_t Sampler::DrawFromRow(float max) {
   const float inv_t = 1.0f / params_.temperature;
   const double total = RowExpSum(max, inv_t, nullptr);
   const double target = NextUniform() * total;
-  const int64_t n_blocks = static_cast<int64_t>(block_sums_.size());
   double cum = 0.0;
-  int64_t b = 0;
-  for (; b < n_blocks; ++b) {
-    if (target < cum + block_sums_[b]) break;
-    cum += block_sums_[b];
-  }
-  if (b == n_blocks) {  // rounding: the last block with mass, its last token with mass
-    for (b = n_blocks - 1; b > 0 && !(block_sums_[b] > 0.0); --b) {
-    }
-    cum = -INFINITY;
-  }
+  const int64_t b = FindBlock(target, &cum);
   const int32_t first = static_cast<int32_t>(b * kExpSumBlock);
   const Run* run = &runs_.back();
   for (const Run& r : runs_) {

@@ -141,6 +141,8 @@ class Sampler {
   // Fills block_sums_ (and out, if not null) with e^((l - max) * scale) over the row; returns
   // the total, summed in block order so that it does not depend on how the row was split.
   double RowExpSum(float max, float scale, float* out);
+  // The block of block_sums_ where the running sum passes target; *cum = the sum before it.
+  int64_t FindBlock(double target, double* cum) const;
   // Draw over the whole row at temperature T with max logit m (no filter active).
   int32_t DrawFromRow(float max);
 
