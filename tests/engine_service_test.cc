@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "base/clock.h"
 #include "engine/seq_sampler.h"
 #include "engine/service.h"
 #include "engine/stop_matcher.h"
@@ -438,6 +439,47 @@ TEST(SequenceSamplerTest, GreedyBiasAndBans) {
   SequenceSampler t(q, 4, 16, {});
   t.Accept(1);
   EXPECT_EQ(t.Sample(logits.data()), 2);  // 3 - 2 < 2
+}
+
+// The reader of a stream is woken for its first event, then at most once per interval (held-back
+// events go out with the next wake or the engine's flush), and always for the final event; a
+// non-streamed reader only for the final one. Counted, not timed.
+TEST(RequestChannelTest, WakeUpsAreCoalesced) {
+  GenerationEvent token;
+  token.n_tokens = 1;
+  GenerationEvent last;
+  last.finish = FinishReason::kStop;
+  std::vector<GenerationEvent> got;
+
+  RequestChannel stream;
+  stream.SetMinWakeInterval(3600.0);  // nothing is due within the test
+  stream.Push(token);
+  EXPECT_EQ(stream.wakeups(), 1);  // the first token goes out at once
+  for (int i = 0; i < 50; ++i) stream.Push(token);
+  EXPECT_EQ(stream.wakeups(), 1);
+  stream.FlushIfDue(NowSeconds());  // not due yet
+  EXPECT_EQ(stream.wakeups(), 1);
+  stream.FlushIfDue(NowSeconds(), /*force=*/true);  // the engine going idle
+  EXPECT_EQ(stream.wakeups(), 2);
+  stream.FlushIfDue(NowSeconds(), /*force=*/true);  // nothing held back: no wake
+  EXPECT_EQ(stream.wakeups(), 2);
+  stream.Push(token);
+  stream.Push(last);
+  EXPECT_EQ(stream.wakeups(), 3);  // the final event at once
+  ASSERT_TRUE(stream.Pop(&got, 0.0));
+  EXPECT_EQ(got.size(), 53u);  // nothing was lost
+
+  RequestChannel whole;
+  whole.WakeOnFinalOnly();
+  for (int i = 0; i < 100; ++i) whole.Push(token);
+  whole.FlushIfDue(NowSeconds(), /*force=*/true);
+  EXPECT_EQ(whole.wakeups(), 0);
+  whole.Push(last);
+  EXPECT_EQ(whole.wakeups(), 1);
+
+  RequestChannel plain;  // default: every event wakes
+  for (int i = 0; i < 10; ++i) plain.Push(token);
+  EXPECT_EQ(plain.wakeups(), 10);
 }
 
 // Per generated token, the serving engine allocates a few small objects (the event, its text),

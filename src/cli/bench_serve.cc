@@ -2,13 +2,13 @@
 //
 // The engine alone is what `run` does (engine::Generate on its own decoder and pool). The serving
 // path is measured twice: the serving engine on its own (engine::Service, a request submitted and
-// its events read in-process: scheduler, batch building, per-request sampler, detokenizer, stop
-// matcher) and through HTTP (an in-process `serve` on a loopback port, requests from an HTTP
-// client thread: JSON, SSE framing, sockets), streaming and not, at temperature 0 and 1 (the
-// OpenAI default, with top_p 1 and no top-k: the whole vocabulary is sampled every token).
-// Modes alternate within each repetition so that all see the same machine; medians are printed
-// with the ratio of each mode's decode rate to the engine's, and the time to first token above
-// the engine's prefill time.
+// its events read in-process as a stream's HTTP thread reads them: scheduler, batch building,
+// per-request sampler, detokenizer, stop matcher, event channel) and through HTTP (an in-process
+// `serve` on a loopback port, requests from an HTTP client thread: JSON, SSE framing, sockets),
+// streaming and not, at temperature 0 and 1 (the OpenAI default, with top_p 1 and no top-k: the
+// whole vocabulary is sampled every token). Modes alternate within each repetition so that all see
+// the same machine; medians are printed with the ratio of each mode's decode rate to the engine's,
+// and the time to first token above the engine's prefill time.
 //
 // Every mode feeds the same prompt of token ids with the prefix cache off (a repeated prompt
 // would otherwise skip its prefill on the serving side) and generates exactly n tokens
@@ -136,6 +136,8 @@ class Bench {
     const double t0 = NowSeconds();
     UF_ASSIGN_OR_RETURN(std::shared_ptr<engine::RequestChannel> channel,
                         service_->Submit(std::move(r)));
+    // As `serve` sets it for a stream (server::ServerOptions::stream_wake_interval_s).
+    channel->SetMinWakeInterval(server::ServerOptions().stream_wake_interval_s);
     Sample s;
     std::vector<engine::GenerationEvent> events;
     for (;;) {

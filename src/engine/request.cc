@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "base/clock.h"
+
 namespace uf::engine {
 
 const char* FinishReasonName(FinishReason reason) {
@@ -21,10 +23,46 @@ const char* FinishReasonName(FinishReason reason) {
 }
 
 void RequestChannel::Push(GenerationEvent event) {
+  bool wake = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    const bool final = event.finish != FinishReason::kNone;
     events_.push_back(std::move(event));
+    if (!final) {
+      if (final_only_) {
+        wake = false;
+      } else if (min_wake_interval_s_ > 0.0) {
+        const double now = NowSeconds();
+        wake = now - last_wake_ >= min_wake_interval_s_;
+        if (wake) last_wake_ = now;
+      }
+    }
+    pending_ = !wake;
   }
+  if (wake) {
+    wakeups_.fetch_add(1, std::memory_order_relaxed);
+    cv_.notify_one();
+  }
+}
+
+void RequestChannel::WakeOnFinalOnly() {
+  std::lock_guard<std::mutex> lock(mu_);
+  final_only_ = true;
+}
+
+void RequestChannel::SetMinWakeInterval(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  min_wake_interval_s_ = seconds;
+}
+
+void RequestChannel::FlushIfDue(double now, bool force) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!pending_ || final_only_ || (!force && now - last_wake_ < min_wake_interval_s_)) return;
+    pending_ = false;
+    last_wake_ = now;
+  }
+  wakeups_.fetch_add(1, std::memory_order_relaxed);
   cv_.notify_one();
 }
 

@@ -220,6 +220,10 @@ void Service::Loop() {
       }
     }
     if (!Step()) {
+      // No step ran: nothing more will flush held-back stream events until one does.
+      const double now = NowSeconds();
+      for (auto& seq : running_) seq->channel->FlushIfDue(now, /*force=*/true);
+      for (auto& seq : waiting_) seq->channel->FlushIfDue(now, /*force=*/true);
       // Nothing could run (everything waiting was cancelled): wait for news, briefly.
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(5),
@@ -283,6 +287,9 @@ bool Service::Step() {
     SampleOutputs();
   }
   running_.erase(std::remove_if(running_.begin(), running_.end(), gone), running_.end());
+  const double flush_time = NowSeconds();
+  for (auto& seq : running_) seq->channel->FlushIfDue(flush_time);
+  for (auto& seq : waiting_) seq->channel->FlushIfDue(flush_time);
   PublishStats();
   return true;
 }

@@ -472,6 +472,7 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
   };
 
   if (!api.stream) {
+    ex->channel->WakeOnFinalOnly();  // the poll below still checks the peer every poll_s
     std::vector<engine::GenerationEvent> events;
     engine::GenerationEvent last;
     // The peer is checked every poll interval whether or not events came: a model that emits a
@@ -507,6 +508,7 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
     return;
   }
 
+  ex->channel->SetMinWakeInterval(options_.stream_wake_interval_s);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(

@@ -45,7 +45,10 @@ struct ServerOptions {
   int http_threads = 0;              // 0 = enough for every slot and queue place, plus spare
   double keepalive_s = 10.0;         // SSE comment sent after this long without events
   double poll_s = 0.1;               // how often a waiting request checks for a disconnect
-  int io_timeout_s = 10;             // read/write timeout of a stalled client
+  // A stream's HTTP thread is woken at most this often (engine::RequestChannel::
+  // SetMinWakeInterval): faster tokens share an SSE chunk.
+  double stream_wake_interval_s = 0.001;
+  int io_timeout_s = 10;  // read/write timeout of a stalled client
 };
 
 class HttpServer {
