@@ -479,20 +479,21 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
     // token more often than that would otherwise never notice a client that left.
     double next_check = NowSeconds() + options_.poll_s;
     while (!ex->finished) {
-      const bool got = ex->channel->Pop(&events, options_.poll_s);
-      if (!got || NowSeconds() >= next_check) {
-        next_check = NowSeconds() + options_.poll_s;
-        if (PeerClosed(ex->socket)) {
-          ex->channel->Cancel();
-          BillPartial(*ex);                   // the tokens were computed, as for a stream cut short
-          metrics_->CountRequest(name, 499);  // nginx's "client closed request"
-          return;
+      // Events first: with WakeOnFinalOnly they mostly arrive in batches at the poll timeout,
+      // and a client that left must still be billed for every token already generated.
+      if (ex->channel->Pop(&events, options_.poll_s)) {
+        for (const engine::GenerationEvent& ev : events) {
+          ex->builder->Add(ev);
+          if (account(*ex, ev)) last = ev;
         }
       }
-      if (!got) continue;
-      for (const engine::GenerationEvent& ev : events) {
-        ex->builder->Add(ev);
-        if (account(*ex, ev)) last = ev;
+      if (ex->finished || NowSeconds() < next_check) continue;
+      next_check = NowSeconds() + options_.poll_s;
+      if (PeerClosed(ex->socket)) {
+        ex->channel->Cancel();
+        BillPartial(*ex);                   // the tokens were computed, as for a stream cut short
+        metrics_->CountRequest(name, 499);  // nginx's "client closed request"
+        return;
       }
     }
     if (last.finish == engine::FinishReason::kError ||
