@@ -3,41 +3,17 @@
 // preempted and recomputed), cancellation frees KV blocks, and a full queue is refused.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <new>
 #include <set>
 #include <thread>
 
+#include "alloc_counter.h"
 #include "base/clock.h"
 #include "engine/seq_sampler.h"
 #include "engine/service.h"
 #include "engine/stop_matcher.h"
 #include "test_models.h"
-
-// Bytes allocated by this test binary, so a test can check that the engine's per-token work does
-// not allocate in proportion to the vocabulary (a copy of the logits or a candidate array per
-// token is what once made the server 20x slower than `run` at temperature 1).
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // GCC 12, once both sides inline
-namespace {
-std::atomic<int64_t> g_allocated_bytes{0};
-}  // namespace
-// AddressSanitizer replaces the allocator itself and reports this malloc/free pair as mismatched
-// against its own operator new: the counting tests skip under it (UF_SANITIZE builds only).
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kCountsAllocations = false;
-#else
-constexpr bool kCountsAllocations = true;
-void* operator new(size_t n) {
-  g_allocated_bytes.fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-#endif
 
 namespace uf::engine {
 namespace {
@@ -520,12 +496,12 @@ TEST(ServiceWorkTest, PerTokenAllocationsDoNotScaleWithTheVocabulary) {
         r.sampling.presence_penalty = 0.5f;
         r.sampling.logit_bias = {{42, 1.0f}};
       }
-      const int64_t before = g_allocated_bytes.load();
+      const int64_t before = uf::testing_alloc::bytes.load();
       auto ch = service->Submit(std::move(r));
       EXPECT_TRUE(ch.ok());
       if (!ch.ok()) return int64_t{0};
       EXPECT_EQ(Collect(**ch).completion_tokens, n);
-      return g_allocated_bytes.load() - before;
+      return uf::testing_alloc::bytes.load() - before;
     };
     run(8);  // warm: the engine's first-request buffers
     const int64_t short_bytes = run(16), long_bytes = run(80);

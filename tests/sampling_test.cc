@@ -1,42 +1,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <map>
-#include <new>
 #include <random>
 #include <vector>
 
+#include "alloc_counter.h"
 #include "kernels/matmul.h"
 #include "sampling/sampler.h"
-
-// GCC 12 flags the free() in a replaced operator delete once it inlines both sides
-// (-Wmismatched-new-delete); here every allocation of the binary goes through the malloc below.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-
-// Counts heap allocations of this test binary, so a test can assert that the sampler's steady
-// state allocates nothing (a per-token allocation of a vocabulary-sized buffer is what made the
-// server slow once).
-namespace {
-std::atomic<int64_t> g_allocations{0};
-}  // namespace
-
-// AddressSanitizer replaces the allocator itself and reports this malloc/free pair as mismatched
-// against its own operator new: the counting tests skip under it (UF_SANITIZE builds only).
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kCountsAllocations = false;
-#else
-constexpr bool kCountsAllocations = true;
-void* operator new(size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-#endif
 
 namespace uf::sampling {
 namespace {
@@ -599,9 +571,10 @@ TEST(SamplerWork, SteadyStateAllocatesNothing) {
     s.SetBanned({151643});
     s.Sample(l.data());  // first call: scratch sized here
     s.Sample(l.data());
-    const int64_t before = g_allocations.load();
+    const int64_t before = uf::testing_alloc::allocations.load();
     for (int i = 0; i < 20; ++i) s.Sample(l.data());
-    EXPECT_EQ(g_allocations.load() - before, 0) << "top_k " << p.top_k << " top_p " << p.top_p;
+    EXPECT_EQ(uf::testing_alloc::allocations.load() - before, 0)
+        << "top_k " << p.top_k << " top_p " << p.top_p;
   }
 }
 
