@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -167,6 +168,48 @@ TEST(MeteringConfigTest, FromJson) {
             StatusCode::kNotFound);
 }
 
+// $/M with up to 6 decimals converts exactly; a 7th decimal is refused at any magnitude (not
+// rounded: 1.0000005 would otherwise bill 1000000.5 picodollars per token as 1000001), and so is a
+// price past $100,000/M; the error names the field.
+TEST(MeteringConfigTest, PricesAreWholePicodollarsPerToken) {
+  for (const auto& [usd_per_m, pico] :
+       std::vector<std::pair<std::string, int64_t>>{{"0", 0},
+                                                    {"0.000001", 1},
+                                                    {"0.1", 100'000},
+                                                    {"0.025", 25'000},
+                                                    {"1.000001", 1'000'001},
+                                                    {"0.3", 300'000},
+                                                    {"12345.678901", 12'345'678'901},
+                                                    {"99999.999999", 99'999'999'999},
+                                                    {"100000", 100'000'000'000},
+                                                    {"1e-6", 1}}) {
+    auto c =
+        MeteringConfig::FromJson("{\"prices\": {\"default\": {\"output\": " + usd_per_m + "}}}");
+    ASSERT_TRUE(c.ok()) << usd_per_m << ": " << c.status().ToString();
+    EXPECT_EQ(c->prices[Idx(kDefault)].output, pico) << usd_per_m;
+  }
+  for (const char* usd_per_m : {"0.0000001", "0.0000005", "1.0000005", "0.5000004", "2.4000001",
+                                "99999.9999995", "12345.6789012", "100000.000001", "1e300"}) {
+    auto c = MeteringConfig::FromJson(std::string("{\"base_price\": {\"cached_input\": ") +
+                                      usd_per_m + "}}");
+    ASSERT_FALSE(c.ok()) << usd_per_m << " was accepted as "
+                         << c->prices[Idx(kDefault)].cached_input;
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << usd_per_m;
+    EXPECT_NE(c.status().message().find("metering config: base_price.cached_input"),
+              std::string::npos)
+        << c.status().message();
+  }
+  // A derived tier price past the cap is refused too, not clamped: $50,000/M x 6 for ultrafast.
+  auto c = MeteringConfig::FromJson("{\"base_price\": {\"output\": 50000}}");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("tier_multipliers.ultrafast"), std::string::npos)
+      << c.status().message();
+  c = MeteringConfig::FromJson(
+      "{\"base_price\": {\"output\": 50000}, \"tier_multipliers\": {\"ultrafast\": 2}}");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->prices[Idx(kUltrafast)].output, 100'000'000'000);
+}
+
 // The ledger's per-tier totals equal the sum of the usage recorded, exactly (tokens are integers
 // summed by SQLite), and so does the /v1/usage report.
 TEST_F(LedgerTest, TotalsEqualRecordedUsagePerTier) {
@@ -296,38 +339,90 @@ TEST_F(LedgerTest, ReportShape) {
   EXPECT_EQ((*r)["all_time"]["total"]["cost"], 0.0);
 }
 
+// The usage_ledger schema before costs were integers, as that version created it (`git show
+// edaf322~1:src/server/ledger.cc`), and in WAL mode as its server left the file.
+void WriteRealCostLedger(const std::string& path, const std::string& inserts) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const std::string sql =
+      "PRAGMA journal_mode=WAL;"
+      "CREATE TABLE IF NOT EXISTS usage_ledger ("
+      " id INTEGER PRIMARY KEY,"
+      " key_id INTEGER NOT NULL,"
+      " time REAL NOT NULL,"
+      " request_id TEXT NOT NULL,"
+      " model TEXT NOT NULL,"
+      " tier TEXT NOT NULL,"
+      " prompt_tokens INTEGER NOT NULL,"
+      " cached_tokens INTEGER NOT NULL,"
+      " completion_tokens INTEGER NOT NULL,"
+      " cost REAL NOT NULL);"
+      "CREATE INDEX IF NOT EXISTS usage_ledger_key_time ON usage_ledger (key_id, time);" +
+      inserts;
+  char* error = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error), SQLITE_OK) << error;
+  sqlite3_free(error);
+  sqlite3_close(db);
+}
+
+// "name TYPE" per column of usage_ledger, read with a raw connection.
+std::vector<std::string> LedgerColumns(const std::string& path) {
+  sqlite3* db = nullptr;
+  std::vector<std::string> columns;
+  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) return columns;
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db, "PRAGMA table_info(usage_ledger)", -1, &st, nullptr);
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    columns.push_back(std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 1))) + " " +
+                      reinterpret_cast<const char*>(sqlite3_column_text(st, 2)));
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return columns;
+}
+
 // A ledger from before integer costs (cost REAL, dollars) is migrated on open: every row's cost
 // becomes exact picodollars and the totals add up as integers.
 TEST_F(LedgerTest, MigratesRealDollarCostsToPicodollars) {
   ledger_.reset();
   Remove();
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
-  const char* kOld =
-      "CREATE TABLE usage_ledger (id INTEGER PRIMARY KEY, key_id INTEGER NOT NULL,"
-      " time REAL NOT NULL, request_id TEXT NOT NULL, model TEXT NOT NULL, tier TEXT NOT NULL,"
-      " prompt_tokens INTEGER NOT NULL, cached_tokens INTEGER NOT NULL,"
-      " completion_tokens INTEGER NOT NULL, cost REAL NOT NULL);"
+  // Costs as the old code computed them with the default prices, binary-float artefacts included.
+  WriteRealCostLedger(
+      path_,
       "INSERT INTO usage_ledger VALUES (1, 7, 100.0, 'a', 'm', 'default', 10, 0, 20, 0.000009);"
       "INSERT INTO usage_ledger VALUES (2, 7, 101.0, 'b', 'm', 'default', 0, 0, 23,"
-      " 0.000009200000000000001);"
-      "INSERT INTO usage_ledger VALUES (3, 7, 102.0, 'c', 'm', 'ultrafast', 5, 5, 1, "
-      "0.0000030750);";
-  ASSERT_EQ(sqlite3_exec(db, kOld, nullptr, nullptr, nullptr), SQLITE_OK);
-  sqlite3_close(db);
+      " 9.200000000000002e-06);"
+      "INSERT INTO usage_ledger VALUES (3, 7, 102.0, 'c', 'm', 'ultrafast', 5, 5, 1,"
+      " 3.1500000000000003e-06);"
+      "INSERT INTO usage_ledger VALUES (4, 8, 103.0, 'd', 'm', 'flex', 3, 0, 1,"
+      " 3.5000000000000004e-07);");
+  ASSERT_FALSE(HasFatalFailure());
 
   auto ledger = UsageLedger::Open(path_);
   ASSERT_TRUE(ledger.ok()) << ledger.status().ToString();
+  EXPECT_EQ(LedgerColumns(path_),
+            (std::vector<std::string>{"id INTEGER", "key_id INTEGER", "time REAL",
+                                      "request_id TEXT", "model TEXT", "tier TEXT",
+                                      "prompt_tokens INTEGER", "cached_tokens INTEGER",
+                                      "completion_tokens INTEGER", "cost_picousd INTEGER"}));
   auto rows = (*ledger)->Rows(7);
   ASSERT_TRUE(rows.ok());
   ASSERT_EQ(rows->size(), 3u);
   EXPECT_EQ((*rows)[0].cost_picousd, 9'000'000);
   EXPECT_EQ((*rows)[1].cost_picousd, 9'200'000);
-  EXPECT_EQ((*rows)[2].cost_picousd, 3'075'000);
+  EXPECT_EQ((*rows)[2].cost_picousd, 3'150'000);
+  EXPECT_EQ((*rows)[1].completion_tokens, 23);  // the other columns are untouched
+  EXPECT_EQ((*rows)[2].tier, kUltrafast);
   auto totals = (*ledger)->Totals(7, 0, HUGE_VAL);
   ASSERT_TRUE(totals.ok());
   EXPECT_EQ((*totals)[Idx(kDefault)].cost_picousd, 18'200'000);
   EXPECT_EQ((*totals)[Idx(kDefault)].completion_tokens, 43);
+  EXPECT_EQ((*totals)[Idx(kDefault)].requests, 2);
+  EXPECT_EQ((*totals)[Idx(kUltrafast)].cost_picousd, 3'150'000);
+  auto by_key = (*ledger)->TotalsByKey(0);
+  ASSERT_TRUE(by_key.ok());
+  ASSERT_EQ(by_key->size(), 2u);
+  EXPECT_EQ((*by_key)[1].tiers[Idx(kFlex)].cost_picousd, 350'000);
   // New rows land in the migrated table, and opening again is a no-op.
   UsageRecord r;
   r.key_id = 7;
@@ -339,6 +434,106 @@ TEST_F(LedgerTest, MigratesRealDollarCostsToPicodollars) {
   auto again = UsageLedger::Open(path_);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ((*(*again)->Totals(7, 0, HUGE_VAL))[Idx(kDefault)].cost_picousd, 18'200'001);
+}
+
+// The server and `ultrafast usage` may open an old ledger at the same moment: one of them
+// migrates, the others find it done (the check is repeated under the write lock), and all open.
+TEST_F(LedgerTest, ConcurrentOpensOfAnOldLedgerMigrateOnce) {
+  ledger_.reset();
+  for (int round = 0; round < 10; ++round) {
+    Remove();
+    WriteRealCostLedger(
+        path_,
+        "INSERT INTO usage_ledger VALUES (1, 7, 100.0, 'a', 'm', 'default', 0, 0, 53, "
+        "2.1200000000000004e-05);");
+    ASSERT_FALSE(HasFatalFailure());
+    constexpr int kOpeners = 4;
+    std::atomic<int> waiting{kOpeners};
+    std::vector<StatusOr<std::unique_ptr<UsageLedger>>> opened;
+    for (int i = 0; i < kOpeners; ++i) opened.emplace_back(InternalError("not run"));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kOpeners; ++i) {
+      threads.emplace_back([&, i] {
+        waiting.fetch_sub(1);
+        while (waiting.load() > 0) {
+        }
+        opened[i] = UsageLedger::Open(path_);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int i = 0; i < kOpeners; ++i) {
+      ASSERT_TRUE(opened[i].ok()) << "round " << round << ": " << opened[i].status().ToString();
+      auto totals = (*opened[i])->Totals(7, 0, HUGE_VAL);
+      ASSERT_TRUE(totals.ok()) << totals.status().ToString();
+      EXPECT_EQ((*totals)[Idx(kDefault)].cost_picousd, 21'200'000);
+    }
+  }
+}
+
+// 53 output tokens at $1/M, recorded as 53 one-token requests or as 4 + 40 + 9: summed as dollars
+// in doubles (the old REAL column and sum(cost)) the reports printed 5.2999999999999947e-05 and
+// 5.300000000000001e-05. Summed as integer picodollars both are 53000000, and the dumped JSON
+// says 5.3e-05.
+TEST_F(LedgerTest, ReportedSumsHaveNoBinaryFloatArtefacts) {
+  auto config = MeteringConfig::FromJson(R"({"base_price": {"output": 1}})");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  Meter meter(*config, ledger_.get(), &clock_);
+  const std::vector<std::pair<std::vector<int64_t>, std::string>> cases = {
+      {std::vector<int64_t>(53, 1), "5.2999999999999947e-05"},
+      {{4, 40, 9}, "5.300000000000001e-05"}};
+  int64_t key = 0;
+  for (const auto& [split, artefact] : cases) {
+    ++key;
+    double as_double = 0.0;
+    for (int64_t n : split) {
+      as_double += static_cast<double>(n) * 1.0 / 1e6;  // the old Cost, summed in row order
+      ASSERT_TRUE(meter.Record(key, "r", "tiny", kDefault, 0, 0, n).ok());
+    }
+    EXPECT_EQ(json(as_double).dump(), artefact);  // what the old code printed
+    auto report = meter.Report(key, "k", "");
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    for (const char* period : {"current_window", "all_time"}) {
+      for (const char* tier : {"default", "total"}) {
+        const std::string dumped = (*report)[period][tier].dump();
+        EXPECT_NE(dumped.find("\"cost\":5.3e-05,"), std::string::npos) << dumped;
+        EXPECT_NE(dumped.find("\"cost_picousd\":53000000"), std::string::npos) << dumped;
+        EXPECT_EQ(dumped.find("5.29999"), std::string::npos) << dumped;
+        EXPECT_EQ(dumped.find("5.30000"), std::string::npos) << dumped;
+      }
+    }
+    auto by_key = ledger_->TotalsByKey(0, key);
+    ASSERT_TRUE(by_key.ok());
+    ASSERT_EQ(by_key->size(), 1u);
+    const UsageTotals& t = (*by_key)[0].tiers[Idx(kDefault)];
+    EXPECT_EQ(t.cost_picousd, 53'000'000);
+    EXPECT_EQ(FormatUsd(t.cost_picousd), "0.000053");  // the `ultrafast usage` table
+  }
+}
+
+// int64 picodollars hold $9.2 million: a request's cost and a cross-tier total saturate there,
+// and a ledger sum past it is an error (SQLite's integer sum) rather than a wrapped number.
+TEST_F(LedgerTest, MoneyPastInt64FailsOrSaturatesNeverWraps) {
+  const MeteringConfig c = MeteringConfig::Defaults();
+  EXPECT_EQ(c.Cost(kUltrafast, 0, 0, INT64_MAX / 1000), INT64_MAX);
+  EXPECT_EQ(c.Cost(kUltrafast, INT64_MAX, 0, INT64_MAX), INT64_MAX);
+  UsageTotals a, b;
+  a.cost_picousd = INT64_MAX - 1;
+  b.cost_picousd = 2;
+  a.Add(b);
+  EXPECT_EQ(a.cost_picousd, INT64_MAX);
+  EXPECT_EQ(FormatUsd(a.cost_picousd), "9223372.036854775807");
+  for (int i = 0; i < 2; ++i) {
+    UsageRecord r;
+    r.key_id = 3;
+    r.request_id = "big";
+    r.model = "m";
+    r.cost_picousd = INT64_MAX / 2 + 1;
+    ASSERT_TRUE(ledger_->Record(&r).ok());
+  }
+  auto totals = ledger_->Totals(3, 0, HUGE_VAL);
+  ASSERT_FALSE(totals.ok());
+  EXPECT_NE(totals.status().message().find("overflow"), std::string::npos)
+      << totals.status().ToString();
 }
 
 TEST_F(LedgerTest, ConcurrentRecordsAllLand) {

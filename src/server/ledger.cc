@@ -40,34 +40,48 @@ void AddRow(SqliteStatement& st, int first, TierTotals* totals) {
   t.cost_picousd += sqlite3_column_int64(st.get(), first + 5);
 }
 
-// Ledgers written before costs were integers hold `cost REAL` (dollars): convert each row to
-// picodollars (the nearest integer; those costs were products of prices with at most a few
-// decimals, so rounding restores what the double approximated) and drop the old column, all in
-// one transaction so that a crash leaves either schema whole.
-Status MigrateRealCost(sqlite3* db) {
+// True when usage_ledger still has the `cost REAL` (dollars) column of ledgers written before
+// costs were integers, and not yet the integer one.
+StatusOr<bool> HasRealCost(sqlite3* db) {
   bool has_real = false, has_int = false;
-  {
-    SqliteStatement info(db, "PRAGMA table_info(usage_ledger)");
-    if (!info.ok()) return SqliteError(db, "usage ledger: table info");
-    while (sqlite3_step(info.get()) == SQLITE_ROW) {
-      const std::string column = info.ColumnText(1);
-      has_real |= column == "cost";
-      has_int |= column == "cost_picousd";
-    }
+  SqliteStatement info(db, "PRAGMA table_info(usage_ledger)");
+  if (!info.ok()) return SqliteError(db, "usage ledger: table info");
+  int rc;
+  while ((rc = sqlite3_step(info.get())) == SQLITE_ROW) {
+    const std::string column = info.ColumnText(1);
+    has_real |= column == "cost";
+    has_int |= column == "cost_picousd";
   }
-  if (!has_real || has_int) return OkStatus();
-  const char* kMigrate =
-      "BEGIN IMMEDIATE;"
-      "ALTER TABLE usage_ledger ADD COLUMN cost_picousd INTEGER NOT NULL DEFAULT 0;"
-      "UPDATE usage_ledger SET cost_picousd = CAST(round(cost * 1e12) AS INTEGER);"
-      "ALTER TABLE usage_ledger DROP COLUMN cost;"
-      "COMMIT;";
-  if (sqlite3_exec(db, kMigrate, nullptr, nullptr, nullptr) != SQLITE_OK) {
-    Status s = SqliteError(db, "usage ledger: migrating cost to integer picodollars");
-    sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
-    return s;
+  if (rc != SQLITE_DONE) return SqliteError(db, "usage ledger: table info");
+  return has_real && !has_int;
+}
+
+// Converts each row's dollars to picodollars (the nearest integer; those costs were products of
+// prices with at most a few decimals, so rounding restores what the double approximated) and
+// drops the old column, all in one transaction so that a crash leaves either schema whole.
+Status MigrateRealCost(sqlite3* db) {
+  UF_ASSIGN_OR_RETURN(const bool old_schema, HasRealCost(db));
+  if (!old_schema) return OkStatus();
+  // The server and `ultrafast usage` open the same file: whichever takes the write lock second
+  // must see the first one's migration, so the check is repeated under the lock.
+  if (sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    return SqliteError(db, "usage ledger: migrating cost to integer picodollars");
   }
-  return OkStatus();
+  StatusOr<bool> still_old = HasRealCost(db);
+  Status s = still_old.status();
+  if (s.ok() && *still_old &&
+      sqlite3_exec(db,
+                   "ALTER TABLE usage_ledger ADD COLUMN cost_picousd INTEGER NOT NULL DEFAULT 0;"
+                   "UPDATE usage_ledger SET cost_picousd = CAST(round(cost * 1e12) AS INTEGER);"
+                   "ALTER TABLE usage_ledger DROP COLUMN cost;",
+                   nullptr, nullptr, nullptr) != SQLITE_OK) {
+    s = SqliteError(db, "usage ledger: migrating cost to integer picodollars");
+  }
+  if (s.ok() && sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    s = SqliteError(db, "usage ledger: migrating cost to integer picodollars");
+  }
+  if (!s.ok()) sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+  return s;
 }
 
 }  // namespace
@@ -77,7 +91,11 @@ void UsageTotals::Add(const UsageTotals& o) {
   prompt_tokens += o.prompt_tokens;
   cached_tokens += o.cached_tokens;
   completion_tokens += o.completion_tokens;
-  cost_picousd += o.cost_picousd;
+  // Saturates rather than wraps: the ledger's own sums are checked (SQLite fails a query whose
+  // integer sum overflows), but adding tiers together for display could still pass $9.2 million.
+  if (__builtin_add_overflow(cost_picousd, o.cost_picousd, &cost_picousd)) {
+    cost_picousd = INT64_MAX;
+  }
 }
 
 UsageLedger::~UsageLedger() {

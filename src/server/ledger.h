@@ -48,7 +48,7 @@ struct UsageTotals {
   int64_t cost_picousd = 0;  // 1e-12 USD, exact
 
   int64_t tokens() const { return prompt_tokens + completion_tokens; }
-  void Add(const UsageTotals& o);
+  void Add(const UsageTotals& o);  // cost_picousd saturates at INT64_MAX ($9.2 million)
 };
 
 using TierTotals = std::array<UsageTotals, scheduler::kNumServiceTiers>;  // by ServiceTier

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 namespace uf::server {
@@ -52,8 +53,13 @@ StatusOr<int64_t> PriceOf(const json& j, const std::string& where) {
     return Bad(where + " must be at most 100000 ($ per million tokens)");
   }
   const double rounded = std::round(pico);
-  // 1e-6 of a picodollar: the decimal 0.1 is 100000.00000000001 after the multiplication.
-  if (std::fabs(pico - rounded) > 1e-6 * std::max(1.0, pico)) {
+  // The JSON number arrives as the nearest double to its decimal and the multiplication rounds
+  // once more, so a price with at most 6 decimals lands within 2 ulps of a whole number (0.1
+  // gives 100000.00000000001). More decimals leave a fraction of a picodollar that is refused
+  // down to 4 ulps (1e-4 picodollar at $100,000/M, 10 decimals in $/M); digits past a double's
+  // precision cannot be seen at all.
+  if (std::fabs(pico - rounded) >
+      4 * std::numeric_limits<double>::epsilon() * std::max(1.0, pico)) {
     return Bad(where +
                " has more than 6 decimals ($ per million tokens; prices are kept in whole "
                "picodollars per token)");
@@ -76,17 +82,24 @@ Status ParsePrice(const json& j, const std::string& where, TierPrice* p) {
 }
 
 // A base price times a tier multiplier, to the nearest picodollar per token (exact for the
-// default multipliers), capped like a configured price.
-int64_t Scaled(int64_t price, double multiplier) {
-  const double v = std::round(static_cast<double>(price) * multiplier);
-  return static_cast<int64_t>(std::min(v, static_cast<double>(kMaxPricePicoPerToken)));
+// default multipliers); past the cap of a configured price it is refused rather than clamped, so
+// a tier is never billed less than the config says.
+StatusOr<TierPrice> ScaledPrice(const TierPrice& base, double m, const std::string& tier) {
+  TierPrice out;
+  for (int64_t TierPrice::*field :
+       {&TierPrice::input, &TierPrice::cached_input, &TierPrice::output}) {
+    const double v = std::round(static_cast<double>(base.*field) * m);
+    if (v > static_cast<double>(kMaxPricePicoPerToken)) {
+      return Bad("base_price x tier_multipliers." + tier +
+                 " must be at most 100000 ($ per million tokens)");
+    }
+    out.*field = static_cast<int64_t>(v);
+  }
+  return out;
 }
 
-TierPrice ScaledPrice(const TierPrice& base, double m) {
-  return {Scaled(base.input, m), Scaled(base.cached_input, m), Scaled(base.output, m)};
-}
-
-// $/M tokens as a JSON number (exact for whole picodollars up to 2^53).
+// $/M tokens as a JSON number: the nearest double to the exact decimal (at most 11 significant
+// digits under the cap), which JSON writers print as that decimal (0.025, 99999.999999).
 double PerMillion(int64_t pico_per_token) { return static_cast<double>(pico_per_token) / 1e6; }
 
 // {"ultrafast": N|null, "default": N|null, "flex": N|null}; absent or null = unlimited.
@@ -110,7 +123,8 @@ StatusOr<Plan> ParsePlan(const json& j, const std::string& where) {
 MeteringConfig MeteringConfig::Defaults() {
   MeteringConfig c;
   for (int i = 0; i < kNumServiceTiers; ++i) {
-    c.prices[i] = ScaledPrice({kBaseInput, kBaseCachedInput, kBaseOutput}, kDefaultMultipliers[i]);
+    c.prices[i] = *ScaledPrice({kBaseInput, kBaseCachedInput, kBaseOutput}, kDefaultMultipliers[i],
+                               TierName(i));  // well below the cap
   }
   Plan base, scale;
   for (int i = 0; i < kNumServiceTiers; ++i) {
@@ -146,7 +160,7 @@ StatusOr<MeteringConfig> MeteringConfig::FromJson(std::string_view text) {
     }
   }
   for (int i = 0; i < kNumServiceTiers; ++i) {
-    c.prices[i] = ScaledPrice(base, multipliers[i]);
+    UF_ASSIGN_OR_RETURN(c.prices[i], ScaledPrice(base, multipliers[i], TierName(i)));
   }
   if (j.contains("prices")) {
     const json& p = j["prices"];

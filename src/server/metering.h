@@ -21,8 +21,8 @@ namespace uf::server {
 
 // Money is kept in integers so that sums are exact: a price is in picodollars (1e-12 USD) per
 // token, which is the same number as micro-dollars per million tokens, so any price written in
-// $/M with up to 6 decimals is exact, and a cost is tokens x price, exact in picodollars (int64
-// holds $9.2 million; prices are capped at $100,000/M, so one request cannot overflow).
+// $/M with up to 6 decimals is exact, and a cost is tokens x price, exact in picodollars. int64
+// holds $9.2 million: 92 million tokens at the price cap of $100,000/M, far past one request.
 inline constexpr int64_t kPicoPerUsd = 1'000'000'000'000;
 inline constexpr int64_t kMaxPricePicoPerToken = 100'000'000'000;  // $100,000 per M tokens
 

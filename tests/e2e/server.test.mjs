@@ -286,6 +286,8 @@ describe('metering and quotas', () => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'uf-e2e-meter-'));
     db = path.join(dir, 'keys.db');
     fs.writeFileSync(path.join(dir, 'metering.json'), JSON.stringify({
+      // Prices with all 6 decimals of $/M in use (0.123456 x 0.5 for flex stays whole picodollars).
+      base_price: { input: 0.123456, cached_input: 0.000008, output: 0.3 },
       window_seconds: 86400,
       default_plan: 'roomy',
       plans: { roomy: {}, tiny: { ultrafast: 0, default: 60, flex: 60 } },
@@ -331,11 +333,23 @@ describe('metering and quotas', () => {
 
     const res = await fetch(`${server.base}/v1/usage`, { headers: { Authorization: `Bearer ${key}` } });
     assert.equal(res.status, 200);
-    const report = await res.json();
+    const text = await res.text();
+    const report = JSON.parse(text);
     assert.equal(report.object, 'usage');
     assert.equal(report.key.name, 'metered');
     assert.equal(report.plan, 'roomy');
-    let total = 0;
+    assert.deepEqual(report.prices_per_million_tokens, {
+      ultrafast: { input: 0.740736, cached_input: 0.000048, output: 1.8 },
+      default: { input: 0.123456, cached_input: 0.000008, output: 0.3 },
+      flex: { input: 0.061728, cached_input: 0.000004, output: 0.15 },
+    });
+    // Every "cost" is printed in the shortest form of a whole number of picodollars (under 1e15
+    // here: at most 15 significant digits), never a binary-float artefact like 5.300000000000001e-05.
+    for (const [, num] of text.matchAll(/"cost":([-+.0-9eE]+)/g)) {
+      const digits = num.split(/[eE]/)[0].replace('.', '').replace(/^0+/, '');
+      assert.ok(digits.length <= 15, `"cost":${num}`);
+    }
+    let total = 0n;
     for (const t of ['ultrafast', 'default', 'flex']) {
       const got = report.current_window[t];
       const want = sums[t] ?? { requests: 0, input_tokens: 0, cached_tokens: 0, output_tokens: 0 };
@@ -344,14 +358,16 @@ describe('metering and quotas', () => {
         assert.equal(report.all_time[t][field], want[field], `all_time ${t}.${field}`);
       }
       // Cost from the advertised prices, exactly: $/M with at most 6 decimals is a whole number of
-      // picodollars per token, and the server sums integers.
+      // picodollars per token, and the server sums integers (BigInt here: exact at any size).
       const p = report.prices_per_million_tokens[t];
-      const pico = (usdPerM) => Math.round(usdPerM * 1e6);
-      const cost = (want.input_tokens - want.cached_tokens) * pico(p.input)
-        + want.cached_tokens * pico(p.cached_input) + want.output_tokens * pico(p.output);
-      assert.equal(got.cost_picousd, cost, `${t} cost_picousd`);
-      assert.equal(got.cost, cost / 1e12, `${t} cost`);
-      total += got.cost_picousd;
+      const pico = (usdPerM) => BigInt(Math.round(usdPerM * 1e6));
+      const cost = BigInt(want.input_tokens - want.cached_tokens) * pico(p.input)
+        + BigInt(want.cached_tokens) * pico(p.cached_input) + BigInt(want.output_tokens) * pico(p.output);
+      assert.ok(Number.isSafeInteger(got.cost_picousd), `${t} cost_picousd ${got.cost_picousd}`);
+      assert.equal(BigInt(got.cost_picousd), cost, `${t} cost_picousd`);
+      assert.equal(got.cost, Number(cost) / 1e12, `${t} cost`);  // the nearest double, as the server
+      assert.equal(report.all_time[t].cost_picousd, got.cost_picousd, `all_time ${t} cost_picousd`);
+      total += cost;
       assert.equal(report.quota[t].limit, null);
     }
     assert.ok(report.prices_per_million_tokens.ultrafast.output > report.prices_per_million_tokens.default.output);
@@ -365,8 +381,24 @@ describe('metering and quotas', () => {
       assert.equal(cli.keys[0].tiers[t].output_tokens, report.all_time[t].output_tokens);
       assert.equal(cli.keys[0].tiers[t].input_tokens, report.all_time[t].input_tokens);
     }
-    assert.equal(cli.keys[0].tiers.total.cost_picousd, total);
-    assert.equal(cli.keys[0].tiers.total.cost, total / 1e12);
+    assert.equal(BigInt(cli.keys[0].tiers.total.cost_picousd), total);
+    assert.equal(cli.keys[0].tiers.total.cost, Number(total) / 1e12);
+    assert.equal(BigInt(report.all_time.total.cost_picousd), total);
+
+    // The table prints each cost as the exact decimal of its integer: at least 6 decimals, trailing
+    // zeros past them trimmed.
+    const usd = (picousd) => {
+      let frac = (picousd % 10n ** 12n).toString().padStart(12, '0');
+      while (frac.length > 6 && frac.endsWith('0')) frac = frac.slice(0, -1);
+      return `${picousd / 10n ** 12n}.${frac}`;
+    };
+    const table = admin('usage', '--keys-db', db, '--key', 'metered');
+    assert.equal(table.status, 0, table.stderr);
+    const rows = table.stdout.split('\n').map((line) => line.trim().split(/\s+/)).filter((f) => f[1] === 'metered');
+    assert.deepEqual(rows.map((f) => f[3]).sort(), Object.keys(sums).sort());
+    for (const f of rows) {
+      assert.equal(f[8], usd(BigInt(report.all_time[f[3]].cost_picousd)), `table ${f[3]}: ${f.join(' ')}`);
+    }
     const listed = admin('keys', '--db', db, 'list');
     assert.match(listed.stdout, /metered\s+roomy/);
   });
