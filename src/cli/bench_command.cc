@@ -219,13 +219,7 @@ Status RunBench(const BenchOptions& o, const LoadedModel& loaded, ThreadPool* po
                                 " positions exceed the model's context of " +
                                 std::to_string(c.n_ctx_train));
   }
-  engine::KvCacheOptions co;
-  co.n_layer = c.n_layer;
-  co.n_head_kv = c.n_head_kv;
-  co.head_dim = c.head_dim;
-  co.max_seqs = max_seqs;
-  co.max_seq_len = seq_len;
-  co.n_blocks = engine::KvCacheOptions::BlocksFor(seq_len * max_seqs, max_seqs, co.block_size);
+  const engine::KvCacheOptions co = CacheOptionsFor(c, seq_len, max_seqs);
   UF_ASSIGN_OR_RETURN(std::unique_ptr<engine::KvCache> cache, engine::KvCache::Create(co));
   model::DecoderOptions dopts;
   dopts.max_batch = std::max<int64_t>({o.n_prompt, max_seqs, 1});

@@ -31,6 +31,7 @@
 #include "base/thread_pool.h"
 #include "engine/generate.h"
 #include "engine/kv_cache.h"
+#include "engine/seq_sampler.h"
 #include "engine/service.h"
 #include "kernels/matmul.h"
 #include "model/decoder.h"
@@ -71,12 +72,7 @@ class Bench {
     const int64_t ctx = o_.n_prompt + o_.n_gen + 16;
     threads_ = ResolveThreads(o_.threads);
 
-    engine::KvCacheOptions co;
-    co.n_layer = model_.config().n_layer;
-    co.n_head_kv = model_.config().n_head_kv;
-    co.head_dim = model_.config().head_dim;
-    co.n_blocks = engine::KvCacheOptions::BlocksFor(ctx, 1, co.block_size);
-    co.max_seq_len = ctx;
+    const engine::KvCacheOptions co = CacheOptionsFor(model_.config(), ctx);
     UF_ASSIGN_OR_RETURN(cache_, engine::KvCache::Create(co));
     pool_ = std::make_unique<ThreadPool>(threads_);
     model::DecoderOptions dopts;
@@ -210,15 +206,13 @@ class Bench {
   int threads() const { return threads_; }
 
  private:
+  // Exactly what the server makes of a request that sets only `temperature` (RequestSampling's
+  // defaults through the serving engine's own mapping), so both sides run the same chain.
   sampling::SamplingParams Sampling(float temperature) const {
-    // What a server request with only `temperature` set gets (RequestSampling's defaults).
-    sampling::SamplingParams p;
-    p.temperature = temperature;
-    p.top_k = 0;
-    p.top_p = 1.0f;
-    p.min_p = 0.0f;
-    p.seed = 1;
-    return p;
+    engine::RequestSampling r;
+    r.temperature = temperature;
+    r.seed = 1;
+    return engine::ToSamplingParams(r, o_.n_gen);
   }
 
   const ServeBenchOptions& o_;

@@ -51,4 +51,15 @@ int ResolveThreads(int requested) {
   return requested > 0 ? requested : ThreadPool::DefaultThreads();
 }
 
+engine::KvCacheOptions CacheOptionsFor(const model::ModelConfig& c, int64_t seq_len, int max_seqs) {
+  engine::KvCacheOptions co;
+  co.n_layer = c.n_layer;
+  co.n_head_kv = c.n_head_kv;
+  co.head_dim = c.head_dim;
+  co.max_seqs = max_seqs;
+  co.max_seq_len = seq_len;
+  co.n_blocks = engine::KvCacheOptions::BlocksFor(seq_len * max_seqs, max_seqs, co.block_size);
+  return co;
+}
+
 }  // namespace uf::cli

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "engine/kv_cache.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,6 +33,10 @@ struct LoadedModel {
   double load_seconds = 0.0;
 };
 StatusOr<LoadedModel> LoadModel(const std::string& path);
+
+// A KV cache for max_seqs sequences of up to seq_len positions each of model config c.
+engine::KvCacheOptions CacheOptionsFor(const model::ModelConfig& c, int64_t seq_len,
+                                       int max_seqs = 1);
 
 // Threads for -t: 0 or negative means ThreadPool::DefaultThreads().
 int ResolveThreads(int requested);

@@ -83,12 +83,7 @@ void Logits(const LogitsOptions& o) {
     tokens.push_back(loaded->tokenizer->Encode(p, /*add_bos=*/true, o.special));
     max_len = std::max<int64_t>(max_len, tokens.back().size());
   }
-  engine::KvCacheOptions co;
-  co.n_layer = m.config().n_layer;
-  co.n_head_kv = m.config().n_head_kv;
-  co.head_dim = m.config().head_dim;
-  co.n_blocks = engine::KvCacheOptions::BlocksFor(max_len, 1, co.block_size);
-  co.max_seq_len = max_len;
+  const engine::KvCacheOptions co = CacheOptionsFor(m.config(), max_len);
   auto cache = engine::KvCache::Create(co);
   if (!cache.ok()) Fail("logits", cache.status());
   ThreadPool pool(ResolveThreads(o.threads));

@@ -58,12 +58,7 @@ void Run(const RunOptions& o) {
                  static_cast<long long>(ctx), static_cast<long long>(m.config().n_ctx_train));
   }
 
-  engine::KvCacheOptions co;
-  co.n_layer = m.config().n_layer;
-  co.n_head_kv = m.config().n_head_kv;
-  co.head_dim = m.config().head_dim;
-  co.n_blocks = engine::KvCacheOptions::BlocksFor(ctx, 1, co.block_size);
-  co.max_seq_len = ctx;
+  const engine::KvCacheOptions co = CacheOptionsFor(m.config(), ctx);
   auto cache = engine::KvCache::Create(co);
   if (!cache.ok()) Fail("run", cache.status());
   ThreadPool pool(threads);
