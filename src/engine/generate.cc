@@ -22,7 +22,8 @@ std::string_view StopReasonName(StopReason r) {
 
 Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
                 std::span<const int32_t> prompt, const GenerateOptions& options,
-                const TextCallback& on_text, GenerateStats* stats) {
+                const TextCallback& on_text, GenerateStats* stats,
+                const TokenCallback& on_token) {
   UF_CHECK(stats != nullptr);
   *stats = GenerateStats();
   UF_RETURN_IF_ERROR(options.sampling.Validate());
@@ -33,6 +34,9 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
   if (n_prompt == 0) return InvalidArgumentError("generate: the prompt has no tokens");
   if (options.seq_id < 0 || options.seq_id >= cache.max_seqs()) {
     return InvalidArgumentError("generate: bad sequence id");
+  }
+  if (options.drafter != nullptr && options.spec_k < 0) {
+    return InvalidArgumentError("generate: spec_k must be >= 0");
   }
   if (n_prompt + std::max<int64_t>(options.max_tokens, 0) > ctx) {
     return OutOfRangeError("generate: prompt (" + std::to_string(n_prompt) + " tokens) + " +
@@ -82,37 +86,101 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
     stats->stop_reason = StopReason::kMaxTokens;
     return OkStatus();
   }
-  int64_t pos = n_prompt;
+  // Speculation: proposals for the next step, the part verified, and the controller.
+  const int max_k = static_cast<int>(std::clamp<int64_t>(
+      std::min<int64_t>(options.spec_k, decoder.options().max_outputs - 1), 0, kMaxSpecK));
+  Drafter* drafter = max_k > 0 ? options.drafter : nullptr;
+  SpecController controller(std::max(max_k, 1), options.spec_adaptive,
+                            drafter != nullptr && drafter->costly());
+  std::vector<int32_t> context(prompt.begin(), prompt.end());
+  context.reserve(n_prompt + std::max<int64_t>(options.max_tokens, 0) + kMaxSpecK);
+  std::vector<int32_t> proposal, drafts;
+  proposal.reserve(kMaxSpecK);
+  drafts.reserve(kMaxSpecK);
+  int shadow = 0;  // proposal tokens not verified, compared with what is sampled instead
+  double step_seconds = 0.0;
   double t_first = 0.0;
+  bool stop = false;
   for (;;) {
-    const int32_t token = sampler.Sample(decoder.logits(0), decoder.pool());
-    ++stats->n_generated;
-    if (stats->n_generated == 1) {
-      t_first = NowSeconds();
-      stats->first_token_seconds = t_first - t0;
+    // Rows 0..drafts.size() of the last forward: the pending token's, then each draft's.
+    const int n_drafts = static_cast<int>(drafts.size());
+    int accepted = 0;
+    int32_t first = -1;
+    for (int i = 0; i <= n_drafts && !stop; ++i) {
+      const int32_t token = sampler.Sample(decoder.logits(i), decoder.pool());
+      if (i == 0) first = token;
+      ++stats->n_generated;
+      if (stats->n_generated == 1) {
+        t_first = NowSeconds();
+        stats->first_token_seconds = t_first - t0;
+      }
+      sampler.Accept(token);
+      context.push_back(token);
+      if (on_token) on_token(token);
+      if (!options.ignore_eos && tokenizer.IsEndOfGeneration(token)) {
+        stats->stop_reason = StopReason::kEndOfGeneration;
+        stop = true;
+        break;
+      }
+      const std::string piece = text.Push(token);
+      if (!piece.empty() && !on_text(piece)) {
+        stats->stop_reason = StopReason::kCallback;
+        stop = true;
+        break;
+      }
+      if (options.max_tokens >= 0 && stats->n_generated >= options.max_tokens) {
+        stats->stop_reason = StopReason::kMaxTokens;
+        stop = true;
+        break;
+      }
+      if (i == n_drafts || token != drafts[i]) break;
+      ++accepted;
     }
-    sampler.Accept(token);
-    if (!options.ignore_eos && tokenizer.IsEndOfGeneration(token)) {
-      stats->stop_reason = StopReason::kEndOfGeneration;
-      break;
+    if (n_drafts > 0) {
+      stats->spec.Add(n_drafts, accepted);
+      controller.ObserveStep(n_drafts, accepted, step_seconds);
+    } else if (drafter != nullptr) {
+      controller.ObserveStep(0, 0, step_seconds);
     }
-    const std::string piece = text.Push(token);
-    if (!piece.empty() && !on_text(piece)) {
-      stats->stop_reason = StopReason::kCallback;
-      break;
-    }
-    if (options.max_tokens >= 0 && stats->n_generated >= options.max_tokens) {
-      stats->stop_reason = StopReason::kMaxTokens;
-      break;
-    }
+    if (shadow > 0 && first >= 0) controller.ObserveShadow(1, first == proposal[0] ? 1 : 0);
+    shadow = 0;
+    // Positions [0, context.size() - 1) hold verified K/V; the rejected drafts' go.
+    const int64_t pos = static_cast<int64_t>(context.size()) - 1;
+    if (n_drafts > 0) cache.Truncate(seq, pos);
+    if (stop) break;
     if (pos >= ctx) {
       stats->stop_reason = StopReason::kContextFull;
       break;
     }
+    drafts.clear();
+    if (drafter != nullptr) {
+      int want = controller.DraftsWanted();
+      want = static_cast<int>(std::min<int64_t>(want, ctx - pos - 1));
+      if (options.max_tokens >= 0) {
+        want = static_cast<int>(std::min<int64_t>(want, options.max_tokens - stats->n_generated - 1));
+      }
+      proposal.clear();
+      if (want > 0) {
+        const double d0 = NowSeconds();
+        UF_RETURN_IF_ERROR(drafter->Draft(context, want, &proposal));
+        if (drafter->costly()) {
+          const double d = NowSeconds() - d0;
+          stats->draft_seconds += d;
+          controller.ObserveDraft(static_cast<int>(proposal.size()), d);
+        }
+      }
+      const int n = controller.Choose(static_cast<int>(proposal.size()));
+      drafts.assign(proposal.begin(), proposal.begin() + n);
+      if (n == 0 && !proposal.empty()) shadow = 1;
+    }
     batch.Clear();
-    batch.Add(token, static_cast<int32_t>(pos), seq, true);
+    batch.Add(context.back(), static_cast<int32_t>(pos), seq, true);
+    for (size_t i = 0; i < drafts.size(); ++i) {
+      batch.Add(drafts[i], static_cast<int32_t>(pos + 1 + i), seq, true);
+    }
+    const double s0 = NowSeconds();
     UF_RETURN_IF_ERROR(decoder.Forward(batch));
-    ++pos;
+    step_seconds = NowSeconds() - s0;
     ++stats->n_decode_steps;
   }
   const std::string rest = text.Flush();

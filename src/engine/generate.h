@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "engine/speculative.h"
 #include "model/decoder.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -23,6 +24,12 @@ struct GenerateOptions {
   // End-of-generation tokens are never sampled, so exactly max_tokens come out (benchmarks; the
   // server's ignore_eos).
   bool ignore_eos = false;
+  // Speculative decoding (engine/speculative.h): drafts come from `drafter` (null: off; it must
+  // outlive the call and serve this sequence only), at most spec_k per step (further capped by
+  // the decoder's max_outputs - 1), chosen adaptively unless spec_adaptive is false.
+  Drafter* drafter = nullptr;
+  int spec_k = 8;
+  bool spec_adaptive = true;
 };
 
 enum class StopReason { kEndOfGeneration, kMaxTokens, kContextFull, kCallback };
@@ -31,20 +38,30 @@ std::string_view StopReasonName(StopReason r);
 struct GenerateStats {
   int64_t n_prompt = 0;
   int64_t n_generated = 0;           // sampled tokens, including an end-of-generation token
-  int64_t n_decode_steps = 0;        // single-token forwards after the prefill
+  int64_t n_decode_steps = 0;        // forwards after the prefill (one per verify step)
   double prefill_seconds = 0.0;      // prompt forwards (produce the first token's logits)
   double first_token_seconds = 0.0;  // start to the first sampled token
   double decode_seconds = 0.0;       // decode forwards + sampling after the first token
   StopReason stop_reason = StopReason::kMaxTokens;
+  SpecStats spec;              // drafts verified and accepted (all zero without a drafter)
+  double draft_seconds = 0.0;  // time spent drafting (inside decode_seconds)
+
+  // Tokens per second after the first token (speculation emits several per forward).
+  double decode_tokens_per_second() const {
+    return decode_seconds > 0.0 ? static_cast<double>(n_generated - 1) / decode_seconds : 0.0;
+  }
 };
 
 // Return false to stop generating.
 using TextCallback = std::function<bool(std::string_view text)>;
+// Every sampled token, in order (an end-of-generation token included).
+using TokenCallback = std::function<void(int32_t token)>;
 
 // Errors: empty prompt or prompt + max_tokens past the cache's per-sequence limit (OutOfRange,
 // checked before any work), out of KV blocks, bad sampling parameters.
 Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
                 std::span<const int32_t> prompt, const GenerateOptions& options,
-                const TextCallback& on_text, GenerateStats* stats);
+                const TextCallback& on_text, GenerateStats* stats,
+                const TokenCallback& on_token = nullptr);
 
 }  // namespace uf::engine

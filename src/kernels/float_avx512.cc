@@ -237,8 +237,8 @@ void GemmFloat(const GemmTask& t, int64_t r0, int64_t r1) {
 
 // ---------------------------------------------------------------------------------------------
 // Float tiles: per column, 16 rows' weights in one register times a broadcast activation, so a
-// tile row is one sequential stream and no horizontal sums are needed. With few tokens, U
-// accumulators per token (8 chains in all) cover the FMA latency.
+// tile row is one sequential stream and no horizontal sums are needed. U = 4 accumulators per
+// token cover the FMA latency of a single token's decode.
 
 template <WKind K>
 inline __m512 TileColumn(const uint8_t* tile, int64_t c) {
@@ -261,7 +261,12 @@ inline __m512bh BcastPair(const uint16_t* p) {
 
 template <WKind K, int NT>
 void FloatTileRow(const uint8_t* tile, int64_t cols, const uint8_t* const* act, __m512* out) {
-  constexpr int U = NT >= 8 ? 1 : 8 / NT;
+  // Four chains per output whatever NT: each sum then adds the same terms in the same order for
+  // every batch size, so a token's logits do not depend on the tokens beside it (speculative
+  // decoding's verify rows must equal single-token decode bit for bit). NT <= 4 keeps the
+  // 4 x NT accumulators in registers.
+  constexpr int U = 4;
+  static_assert(NT <= 4);
   __m512 acc[NT][U];
   UF_UNROLL
   for (int t = 0; t < NT; ++t) {
@@ -349,16 +354,8 @@ void RunFloatTileTokens(const GemmTask& t, const uint8_t* tile, int64_t row, int
       return RunFloatTile<K, 2>(t, tile, row, t0);
     case 3:
       return RunFloatTile<K, 3>(t, tile, row, t0);
-    case 4:
-      return RunFloatTile<K, 4>(t, tile, row, t0);
-    case 5:
-      return RunFloatTile<K, 5>(t, tile, row, t0);
-    case 6:
-      return RunFloatTile<K, 6>(t, tile, row, t0);
-    case 7:
-      return RunFloatTile<K, 7>(t, tile, row, t0);
     default:
-      return RunFloatTile<K, 8>(t, tile, row, t0);
+      return RunFloatTile<K, 4>(t, tile, row, t0);
   }
 }
 
@@ -366,7 +363,7 @@ constexpr GgmlType TypeOf(WKind k) {
   return k == WKind::kF32 ? GgmlType::kF32 : k == WKind::kF16 ? GgmlType::kF16 : GgmlType::kBF16;
 }
 
-// Groups of tile rows that fit L2 x groups of up to 8 tokens, as for the quantized tiles.
+// Groups of tile rows that fit L2 x groups of up to 4 tokens.
 template <WKind K>
 void GemmFloatTiles(const GemmTask& t, int64_t r0, int64_t r1) {
   const size_t tile_row_bytes = TileRowBytes(TypeOf(K), t.cols);
@@ -374,8 +371,8 @@ void GemmFloatTiles(const GemmTask& t, int64_t r0, int64_t r1) {
       kTileRows * std::max<int64_t>(1, static_cast<int64_t>(kL2Budget / tile_row_bytes));
   for (int64_t g0 = r0; g0 < r1; g0 += group_rows) {
     const int64_t g1 = std::min(r1, g0 + group_rows);
-    for (int64_t t0 = 0; t0 < t.n_tokens; t0 += 8) {
-      const int64_t nt = std::min<int64_t>(8, t.n_tokens - t0);
+    for (int64_t t0 = 0; t0 < t.n_tokens; t0 += 4) {
+      const int64_t nt = std::min<int64_t>(4, t.n_tokens - t0);
       for (int64_t row = g0; row < g1; row += kTileRows) {
         RunFloatTileTokens<K>(t, t.w + row / kTileRows * tile_row_bytes, row, t0, nt);
       }

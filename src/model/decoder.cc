@@ -352,9 +352,13 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
     }
   });
   RunGroups(ffn_groups_[il], xn_.data(), n);
+  // Row by row: the kernel's vector body and scalar tail round differently, and a row must come
+  // out the same whichever rows share the call (speculative verify rows = decode steps).
   ForRows(n, 12 * c.n_ff, [&](int64_t b, int64_t end) {
-    kernels::SwiGlu(gate_.data() + b * c.n_ff, up_.data() + b * c.n_ff, gate_.data() + b * c.n_ff,
-                    (end - b) * c.n_ff);
+    for (int64_t t = b; t < end; ++t) {
+      float* g = gate_.data() + t * c.n_ff;
+      kernels::SwiGlu(g, up_.data() + t * c.n_ff, g, c.n_ff);
+    }
   });
   kernels::MatMul(l.down, gate_.data(), n, y_.data(), pool_);
 }
