@@ -23,6 +23,7 @@
 #include "base/clock.h"
 #include "base/thread_pool.h"
 #include "cli/bench_serve.h"
+#include "cli/bench_spec.h"
 #include "cli/common.h"
 #include "engine/kv_cache.h"
 #include "kernels/matmul.h"
@@ -55,6 +56,10 @@ struct BenchOptions {
   bool json = false;
   std::string batch;   // "1,2,4,8"
   bool serve = false;  // bench_serve.cc instead
+  bool spec = false;   // bench_spec.cc instead
+  int spec_k = 8;
+  std::string spec_draft;
+  std::string spec_text;
 };
 
 struct BenchResult {
@@ -457,7 +462,26 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_flag("--serve", o->serve,
                 "One stream through the serving engine and HTTP against the engine alone, at "
                 "temperature 0 and 1 (-p default 32, --reps default 5)");
+  cmd->add_flag("--spec", o->spec,
+                "Greedy decode with and without speculative decoding on three workloads (edit, "
+                "extract, open) plus oracle drafts (-n default 128)");
+  cmd->add_option("--spec-k", o->spec_k, "--spec: drafts per step at most")->capture_default_str();
+  cmd->add_option("--spec-draft", o->spec_draft, "--spec: also measure this draft model");
+  cmd->add_option("--spec-text", o->spec_text,
+                  "--spec: passages for the prompts (default ../shared/data/tinyshakespeare.txt)");
   cmd->callback([o, cmd] {
+    if (o->spec) {
+      SpecBenchOptions so;
+      so.model = o->model;
+      so.draft = o->spec_draft;
+      if (!o->spec_text.empty()) so.text = o->spec_text;
+      so.n_gen = o->n_gen;
+      so.spec_k = o->spec_k;
+      so.threads = o->threads;
+      so.reps = o->reps;
+      so.json = o->json;
+      std::exit(SpecBench(so));
+    }
     if (!o->serve) return BenchCommand(*o);
     ServeBenchOptions so;
     so.model = o->model;

@@ -7,6 +7,7 @@
 #include "cli/common.h"
 #include "engine/generate.h"
 #include "engine/kv_cache.h"
+#include "engine/speculative.h"
 #include "kernels/matmul.h"
 #include "model/decoder.h"
 
@@ -25,6 +26,9 @@ struct RunOptions {
   int64_t seed = -1;
   bool no_special = false;
   bool ignore_eos = false;
+  std::string spec = "off";  // off | ngram | draft:PATH
+  int spec_k = 8;
+  float spec_p_min = 0.6f;
   sampling::SamplingParams sampling;
 };
 
@@ -58,20 +62,48 @@ void Run(const RunOptions& o) {
                  static_cast<long long>(ctx), static_cast<long long>(m.config().n_ctx_train));
   }
 
+  // Speculative decoding: the drafter, and the draft model it may run.
+  std::unique_ptr<engine::Drafter> drafter;
+  LoadedModel draft_model;
+  const bool speculate = o.spec != "off";
+  if (o.spec_k < 1 || o.spec_k > engine::kMaxSpecK) {
+    Fail("run", InvalidArgumentError("--spec-k must be in [1, " +
+                                     std::to_string(engine::kMaxSpecK) + "]"));
+  }
+  if (o.spec.rfind("draft:", 0) == 0) {
+    auto d = LoadModel(o.spec.substr(6));
+    if (!d.ok()) Fail("run", d.status());
+    draft_model = std::move(*d);
+  } else if (speculate && o.spec != "ngram") {
+    Fail("run", InvalidArgumentError("--spec must be off, ngram or draft:PATH, not '" + o.spec +
+                                     "'"));
+  }
+
   const engine::KvCacheOptions co = CacheOptionsFor(m.config(), ctx);
   auto cache = engine::KvCache::Create(co);
   if (!cache.ok()) Fail("run", cache.status());
   ThreadPool pool(threads);
   model::DecoderOptions dopts;
   dopts.max_batch = std::clamp<int64_t>(o.batch, 1, ctx);
-  dopts.max_outputs = 1;
+  dopts.max_outputs = speculate ? 1 + o.spec_k : 1;
+  dopts.max_batch = std::max<int64_t>(dopts.max_batch, dopts.max_outputs);
   auto decoder = model::Decoder::Create(m, cache->get(), dopts, &pool);
   if (!decoder.ok()) Fail("run", decoder.status());
+  if (draft_model.model) {
+    auto d = engine::DraftModelDrafter::Create(*draft_model.model, m.config().n_vocab, ctx, &pool,
+                                               o.spec_p_min);
+    if (!d.ok()) Fail("run", d.status());
+    drafter = std::move(*d);
+  } else if (speculate) {
+    drafter = std::make_unique<engine::NgramDrafter>();
+  }
 
   engine::GenerateOptions g;
   g.max_tokens = o.n_predict;
   g.sampling = o.sampling;
   g.ignore_eos = o.ignore_eos;
+  g.drafter = drafter.get();
+  g.spec_k = o.spec_k;
   g.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
   std::fprintf(stderr, "load: %.1f ms (%s, %s, %d threads, %s kernels, seed %llu)\n",
                loaded->load_seconds * 1e3, path.c_str(), m.config().architecture_name.c_str(),
@@ -97,10 +129,21 @@ void Run(const RunOptions& o) {
   std::fprintf(stderr, "prompt: %lld tokens in %.2f ms (%.1f tok/s)\n",
                static_cast<long long>(st.n_prompt), st.prefill_seconds * 1e3,
                rate(st.n_prompt, st.prefill_seconds));
+  const int64_t n_decoded = std::max<int64_t>(st.n_generated - 1, 0);
   std::fprintf(stderr, "decode: %lld tokens in %.2f ms (%.1f tok/s, %.1f us/token)\n",
-               static_cast<long long>(st.n_decode_steps), st.decode_seconds * 1e3,
-               rate(st.n_decode_steps, st.decode_seconds),
-               st.n_decode_steps ? st.decode_seconds * 1e6 / st.n_decode_steps : 0.0);
+               static_cast<long long>(n_decoded), st.decode_seconds * 1e3,
+               rate(n_decoded, st.decode_seconds),
+               n_decoded ? st.decode_seconds * 1e6 / n_decoded : 0.0);
+  if (speculate) {
+    std::fprintf(stderr,
+                 "speculation (%s, k <= %d): %lld forwards for %lld tokens; %lld drafts verified, "
+                 "%lld accepted (%.0f%%), mean accepted length %.2f; drafting %.2f ms\n",
+                 o.spec.c_str(), o.spec_k, static_cast<long long>(st.n_decode_steps),
+                 static_cast<long long>(n_decoded), static_cast<long long>(st.spec.drafted),
+                 static_cast<long long>(st.spec.accepted),
+                 st.spec.drafted ? 100.0 * st.spec.accepted / st.spec.drafted : 0.0,
+                 st.spec.mean_accepted_length(), st.draft_seconds * 1e3);
+  }
   std::fprintf(stderr, "time to first token: %.2f ms; generated %lld tokens, stop: %s\n",
                st.first_token_seconds * 1e3, static_cast<long long>(st.n_generated),
                std::string(engine::StopReasonName(st.stop_reason)).c_str());
@@ -134,6 +177,15 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("--ctx", o->ctx, "Context size in tokens (0: min(model's, 4096))")
       ->capture_default_str();
   cmd->add_option("-b,--batch", o->batch, "Prompt tokens per forward pass")->capture_default_str();
+  cmd->add_option("--spec", o->spec,
+                  "Speculative decoding: off, ngram (prompt lookup) or draft:PATH (a smaller "
+                  "model with the same vocabulary); output is unchanged")
+      ->capture_default_str();
+  cmd->add_option("--spec-k", o->spec_k, "Drafts per step at most (adaptive below it)")
+      ->capture_default_str();
+  cmd->add_option("--spec-p-min", o->spec_p_min,
+                  "Draft model: stop drafting when its top probability falls below this")
+      ->capture_default_str();
   cmd->add_flag("--ignore-eos", o->ignore_eos,
                 "Never sample end-of-generation tokens (exactly -n tokens, for timing)");
   cmd->add_flag("--no-special", o->no_special,

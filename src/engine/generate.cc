@@ -166,7 +166,7 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
         if (drafter->costly()) {
           const double d = NowSeconds() - d0;
           stats->draft_seconds += d;
-          controller.ObserveDraft(static_cast<int>(proposal.size()), d);
+          controller.ObserveDraft(want, static_cast<int>(proposal.size()), d);
         }
       }
       const int n = controller.Choose(static_cast<int>(proposal.size()));

@@ -31,6 +31,18 @@ struct RequestSampling {
   std::vector<std::pair<int32_t, float>> logit_bias;  // token id -> bias added to its logit
 };
 
+// Drafts per verify step at most (the server's and the CLI's upper limit for k).
+inline constexpr int kMaxSpecK = 16;
+
+// Speculative decoding modes (engine/speculative.h). The server drafts with kNgram (prompt
+// lookup, plus the request's prediction text); kDraft and kOracle are for `run` and `bench`.
+enum class SpecMode { kOff, kNgram, kDraft, kOracle };
+
+struct SpeculationRequest {
+  SpecMode mode = SpecMode::kOff;
+  int k = 8;  // drafts per step at most, [1, kMaxSpecK]; fewer when acceptance is low
+};
+
 struct GenerationRequest {
   std::vector<int32_t> prompt;  // [n_prompt] token ids, BOS included when wanted
   int64_t max_tokens = 16;      // generated tokens at most (EOS/stop may end earlier)
@@ -41,6 +53,12 @@ struct GenerationRequest {
   // The tier asked for; nullopt = `auto` (the service's auto_tier, which falls back to default
   // when ultrafast is full).
   std::optional<scheduler::ServiceTier> service_tier;
+  // nullopt: the tier's default (the service's ultrafast_speculation for ultrafast, off
+  // elsewhere).
+  std::optional<SpeculationRequest> speculation;
+  // Tokens the output is expected to resemble (OpenAI `prediction`): n-gram drafts come from
+  // them first. Speculation defaults to n-gram when they are given.
+  std::vector<int32_t> prediction;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
@@ -67,6 +85,9 @@ struct GenerationEvent {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
   int64_t completion_tokens = 0;
+  SpecMode speculation = SpecMode::kOff;  // the mode the request ran with
+  int64_t drafted_tokens = 0;             // drafts verified
+  int64_t accepted_tokens = 0;            // drafts the model agreed with (part of completion)
 };
 
 // A snapshot of the engine for /metrics and /health.
@@ -91,6 +112,13 @@ struct EngineStats {
   std::array<Tier, scheduler::kNumServiceTiers> tiers{};
   int64_t ultrafast_rejections = 0;  // explicit ultrafast requests refused (capacity), total
   int64_t ultrafast_fallbacks = 0;   // auto requests served as default (capacity), total
+
+  // Speculative decoding, totals.
+  int64_t spec_drafted = 0;       // drafts verified
+  int64_t spec_accepted = 0;      // drafts accepted
+  int64_t spec_verify_steps = 0;  // sequence steps that verified at least one draft
+  // [accepted drafts in a verify step, 0..kMaxSpecK] -> verify steps
+  std::array<int64_t, kMaxSpecK + 1> spec_accepted_hist{};
 };
 
 // One request's mailbox. The engine thread Pushes events; the HTTP thread Pops them. Either side

@@ -7,6 +7,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "engine/seq_sampler.h"
+#include "engine/speculative.h"
 #include "engine/stop_matcher.h"
 
 namespace uf::engine {
@@ -41,6 +42,14 @@ struct Service::Sequence {
   // Made at first admission: it holds a few vocabulary-sized buffers, too many for the queue.
   std::optional<SequenceSampler> sampler;
 
+  // Speculative decoding (off unless the request or its tier asks).
+  SpeculationRequest spec;
+  std::unique_ptr<NgramDrafter> drafter;  // made at first admission
+  std::optional<SpecController> controller;
+  std::vector<int32_t> proposal;  // this step's proposal (PrepareDrafts)
+  int64_t drafts = 0;             // drafts wanted, then (BuildBatch) granted this step
+  SpecStats spec_stats;
+
   int64_t to_feed() const { return static_cast<int64_t>(tokens.size()) - n_computed; }
 };
 
@@ -59,6 +68,11 @@ StatusOr<std::unique_ptr<Service>> Service::Create(const model::Model& model,
   if (o.block_size < 1 || o.prefill_chunk < 1 || o.max_queue < 0) {
     return InvalidArgumentError("serve: block_size and prefill_chunk must be positive");
   }
+  if (o.spec_k < 1 || o.spec_k > kMaxSpecK || o.max_draft_tokens < 0 ||
+      o.max_draft_tokens > 1024) {
+    return InvalidArgumentError("serve: spec_k must be in [1, " + std::to_string(kMaxSpecK) +
+                                "] and max_draft_tokens in [0, 1024]");
+  }
   if (tokenizer.vocab_size() > model.config().n_vocab) {
     return InvalidArgumentError("serve: the tokenizer has more tokens than the model's vocabulary");
   }
@@ -66,8 +80,9 @@ StatusOr<std::unique_ptr<Service>> Service::Create(const model::Model& model,
   // One sequence must always fit, so a request alone can never run out of blocks.
   o.kv_tokens = std::max(o.kv_tokens, o.ctx);
   if (o.n_threads <= 0) o.n_threads = ThreadPool::DefaultThreads();
-  o.scheduler.max_step_tokens = o.max_seqs + o.prefill_chunk;
+  o.scheduler.max_step_tokens = o.max_seqs + o.prefill_chunk + o.max_draft_tokens;
   o.scheduler.max_prefill_tokens = o.prefill_chunk;
+  o.scheduler.max_draft_tokens = o.max_draft_tokens;
   UF_RETURN_IF_ERROR(o.scheduler.Validate());
   if (o.admission.ultrafast_capacity < 0 || o.admission.max_retry_after_seconds < 1.0 ||
       !(o.admission.initial_token_seconds > 0.0)) {
@@ -94,8 +109,8 @@ StatusOr<std::unique_ptr<Service>> Service::Create(const model::Model& model,
   UF_ASSIGN_OR_RETURN(s->cache_, KvCache::Create(ko));
   s->pool_ = std::make_unique<ThreadPool>(o.n_threads);
   model::DecoderOptions dopt;
-  dopt.max_batch = o.max_seqs + o.prefill_chunk;
-  dopt.max_outputs = o.max_seqs;
+  dopt.max_batch = o.max_seqs + o.prefill_chunk + o.max_draft_tokens;
+  dopt.max_outputs = o.max_seqs + o.max_draft_tokens;
   UF_ASSIGN_OR_RETURN(s->decoder_,
                       model::Decoder::Create(model, s->cache_.get(), dopt, s->pool_.get()));
   for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
@@ -131,6 +146,19 @@ StatusOr<std::shared_ptr<RequestChannel>> Service::Submit(GenerationRequest requ
   for (const auto& [id, bias] : request.sampling.logit_bias) {
     if (id < 0 || id >= n_vocab) return InvalidArgumentError("logit_bias token out of range");
   }
+  for (int32_t t : request.prediction) {
+    if (t < 0 || t >= n_vocab) return InvalidArgumentError("prediction token out of range");
+  }
+  if (request.speculation) {
+    const SpeculationRequest& sp = *request.speculation;
+    if (sp.mode != SpecMode::kOff && sp.mode != SpecMode::kNgram) {
+      return InvalidArgumentError("speculation: this server drafts with 'ngram' only");
+    }
+    if (sp.k < 1 || sp.k > kMaxSpecK) {
+      return InvalidArgumentError("speculation: k must be in [1, " + std::to_string(kMaxSpecK) +
+                                  "]");
+    }
+  }
   scheduler::RequestedTier requested{options_.auto_tier, true};
   if (request.service_tier) requested = {*request.service_tier, false};
   const int64_t max_tokens = request.max_tokens;
@@ -155,6 +183,14 @@ StatusOr<std::shared_ptr<RequestChannel>> Service::Submit(GenerationRequest requ
     }
     if (tier.fell_back) ++fallbacks_;
     seq->tier = tier.tier;
+    // Speculation: as asked, else n-gram for ultrafast (when enabled) or when a prediction is
+    // given, else off.
+    if (seq->request.speculation) {
+      seq->spec = *seq->request.speculation;
+    } else if ((tier.tier == scheduler::ServiceTier::kUltrafast && options_.ultrafast_speculation) ||
+               !seq->request.prediction.empty()) {
+      seq->spec = {SpecMode::kNgram, options_.spec_k};
+    }
     incoming_.push_back(std::move(seq));
     ++queued_;
   }
@@ -203,6 +239,10 @@ EngineStats Service::Stats() const {
   }
   s.ultrafast_rejections = rejections_.load();
   s.ultrafast_fallbacks = fallbacks_.load();
+  s.spec_drafted = spec_drafted_.load();
+  s.spec_accepted = spec_accepted_.load();
+  s.spec_verify_steps = spec_verify_steps_.load();
+  for (int i = 0; i <= kMaxSpecK; ++i) s.spec_accepted_hist[i] = spec_hist_[i].load();
   return s;
 }
 
@@ -256,6 +296,7 @@ bool Service::Step() {
     return false;
   }
 
+  PrepareDrafts();
   const scheduler::StepPlan plan = scheduler_->Plan(SchedulerInput());
   if (plan.ultrafast_solo_seconds > 0.0) {
     admission_->SetUltrafastTokenSeconds(plan.ultrafast_solo_seconds);
@@ -284,7 +325,7 @@ bool Service::Step() {
         cache_->PublishPrefix(seq->slot, seq->tokens.data(), seq->n_computed);
       }
     }
-    SampleOutputs();
+    SampleOutputs(seconds);
   }
   running_.erase(std::remove_if(running_.begin(), running_.end(), gone), running_.end());
   const double flush_time = NowSeconds();
@@ -310,6 +351,7 @@ scheduler::StepInput Service::SchedulerInput() const {
     st.arrival = seq->arrival;
     st.last_served = seq->last_served;
     st.preempted = seq->preempted;
+    st.draft_tokens = seq->to_feed() == 1 ? seq->drafts : 0;
     in.running.push_back(st);
   }
   in.waiting.reserve(waiting_.size());
@@ -348,6 +390,11 @@ void Service::Apply(const scheduler::StepPlan& plan) {
     seq.slot = slot;
     seq.n_computed = hit;
     seq.preempted = false;
+    if (seq.spec.mode == SpecMode::kNgram && !seq.drafter) {
+      seq.drafter = std::make_unique<NgramDrafter>();
+      if (!seq.request.prediction.empty()) seq.drafter->SetReference(seq.request.prediction);
+      seq.controller.emplace(seq.spec.k, /*adaptive=*/true, /*costly_drafter=*/false);
+    }
     if (!seq.sampler) {
       static const std::vector<int32_t> kNone;
       seq.sampler.emplace(seq.request.sampling, static_cast<int32_t>(model_.config().n_vocab),
@@ -389,7 +436,9 @@ void Service::Evict(size_t index) {
 scheduler::BatchComposition Service::BuildBatch(const scheduler::StepPlan& plan) {
   batch_.Clear();
   batch_outputs_.clear();
+  batch_first_row_.clear();
   batch_feeds_.clear();
+  int64_t rows = 0;
   scheduler::BatchComposition composition;
   auto find = [this](int64_t id) -> Sequence* {
     for (auto& seq : running_) {
@@ -407,13 +456,32 @@ scheduler::BatchComposition Service::BuildBatch(const scheduler::StepPlan& plan)
       const int64_t pos = seq.n_computed + i;
       batch_.Add(seq.tokens[pos], static_cast<int32_t>(pos), seq.slot, last && i == n - 1);
     }
-    if (last) batch_outputs_.push_back(&seq);
+    if (last) {
+      batch_outputs_.push_back(&seq);
+      batch_first_row_.push_back(rows++);
+    }
     batch_feeds_.emplace_back(&seq, n);
     return true;
   };
-  for (int64_t id : plan.decode) {
-    Sequence& seq = *find(id);
-    if (feed(seq, std::min<int64_t>(1, seq.to_feed()))) composition.AddDecode(seq.n_computed);
+  for (auto& seq : running_) seq->drafts = 0;
+  for (size_t i = 0; i < plan.decode.size(); ++i) {
+    Sequence& seq = *find(plan.decode[i]);
+    const int64_t n = std::min<int64_t>(1, seq.to_feed());
+    if (!feed(seq, n)) continue;
+    composition.AddDecode(seq.n_computed);
+    // Drafts after the token, each wanting logits; their K/V go past n_computed and are kept
+    // only when accepted (SampleOutputs).
+    int64_t d = n == 1 && i < plan.decode_drafts.size()
+                    ? std::min<int64_t>(plan.decode_drafts[i],
+                                        static_cast<int64_t>(seq.proposal.size()))
+                    : 0;
+    if (d > 0 && !cache_->Reserve(seq.slot, seq.n_computed + 1 + d).ok()) d = 0;
+    for (int64_t j = 0; j < d; ++j) {
+      batch_.Add(seq.proposal[j], static_cast<int32_t>(seq.n_computed + 1 + j), seq.slot, true);
+    }
+    if (d > 0) composition.AddPrefill(seq.n_computed + 1, d);
+    seq.drafts = d;
+    rows += d;
   }
   for (const scheduler::PrefillChunk& chunk : plan.prefill) {
     Sequence& seq = *find(chunk.id);
@@ -426,26 +494,58 @@ scheduler::BatchComposition Service::BuildBatch(const scheduler::StepPlan& plan)
   return composition;
 }
 
-void Service::SampleOutputs() {
+void Service::PrepareDrafts() {
+  for (auto& seq_ptr : running_) {
+    Sequence& seq = *seq_ptr;
+    seq.drafts = 0;
+    seq.proposal.clear();
+    if (!seq.drafter || seq.done || seq.to_feed() != 1) continue;
+    // Drafts at positions tokens.size() .. must stay inside the context, and a step can emit at
+    // most drafts + 1 tokens of what is left to generate.
+    const int64_t n = static_cast<int64_t>(seq.tokens.size());
+    const int64_t room = std::min(options_.ctx - n, seq.request.max_tokens - seq.n_generated - 1);
+    const int want = static_cast<int>(std::min<int64_t>(seq.controller->DraftsWanted(), room));
+    if (want <= 0) continue;
+    // The n-gram drafter cannot fail.
+    UF_CHECK(seq.drafter->Draft(seq.tokens, want, &seq.proposal).ok());
+    seq.drafts = seq.controller->Choose(static_cast<int>(seq.proposal.size()));
+  }
+}
+
+void Service::SampleOutputs(double step_seconds) {
   const size_t n = batch_outputs_.size();
   const int32_t n_vocab = static_cast<int32_t>(model_.config().n_vocab);
-  sampled_.resize(n);
+  if (sampled_.size() < n) sampled_.resize(n);
   // One row: its exp-sum is split over the pool (idle between forwards). Several: rows go to
   // different threads instead (the pool is not reentrant).
   ThreadPool* row_pool = n == 1 ? pool_.get() : nullptr;
   auto pick = [&](size_t i) {
     Sequence& seq = *batch_outputs_[i];
-    const float* logits = decoder_->logits(static_cast<int64_t>(i));
     Sampled& out = sampled_[i];
-    out.token = seq.sampler->Sample(logits, row_pool);
-    out.logprob.reset();
-    if (seq.request.top_logprobs >= 0) {
-      out.logprob = SequenceSampler::Logprobs(logits, n_vocab, out.token, seq.request.top_logprobs);
+    out.tokens.clear();
+    out.logprobs.clear();
+    out.accepted = 0;
+    // Rows of the pending token, then of each draft: sampled in order exactly as plain decoding
+    // would sample them (each token accepted into the sampler before the next row), stopping at
+    // the first token that differs from its draft. See engine/speculative.h: lossless.
+    const int64_t drafts = seq.drafts;
+    for (int64_t j = 0; j <= drafts; ++j) {
+      const float* logits = decoder_->logits(batch_first_row_[i] + j);
+      const int32_t token = seq.sampler->Sample(logits, row_pool);
+      seq.sampler->Accept(token);
+      out.tokens.push_back(token);
+      if (seq.request.top_logprobs >= 0) {
+        out.logprobs.push_back(
+            SequenceSampler::Logprobs(logits, n_vocab, token, seq.request.top_logprobs));
+      }
+      if (j == drafts || token != seq.proposal[j]) break;
+      if (!seq.request.ignore_eos && tokenizer_.IsEndOfGeneration(token)) break;
+      ++out.accepted;
     }
   };
-  // Each sequence's sampler reads only its own logits row and state, so rows can go to different
-  // threads. That pays once there are several large rows: a pool dispatch costs 1-2 us, one
-  // 152k-token row 20-100 us (bench/sampler_bench).
+  // Each sequence's sampler reads only its own logits rows and state, so sequences can go to
+  // different threads. That pays once there are several large rows: a pool dispatch costs 1-2 us,
+  // one 152k-token row 20-100 us (bench/sampler_bench).
   if (n >= 2 && n_vocab >= kParallelSampleMinVocab && pool_->size() > 1) {
     std::atomic<size_t> next{0};
     pool_->Run([&](int, int) {
@@ -454,15 +554,40 @@ void Service::SampleOutputs() {
   } else {
     for (size_t i = 0; i < n; ++i) pick(i);
   }
-  for (size_t i = 0; i < n; ++i) Emit(*batch_outputs_[i], sampled_[i]);
+  for (size_t i = 0; i < n; ++i) {
+    Sequence& seq = *batch_outputs_[i];
+    Sampled& out = sampled_[i];
+    const int64_t drafts = seq.drafts;
+    if (drafts > 0) {
+      seq.spec_stats.Add(static_cast<int>(drafts), out.accepted);
+      spec_drafted_ += drafts;
+      spec_accepted_ += out.accepted;
+      ++spec_verify_steps_;
+      ++spec_hist_[out.accepted];
+    }
+    if (seq.controller) {
+      seq.controller->ObserveStep(static_cast<int>(drafts), out.accepted, step_seconds);
+      // A proposal left unverified still says whether drafting would have paid.
+      if (drafts == 0 && !seq.proposal.empty()) {
+        seq.controller->ObserveShadow(1, out.tokens[0] == seq.proposal[0] ? 1 : 0);
+      }
+    }
+    for (size_t j = 0; j < out.tokens.size() && !seq.done; ++j) {
+      Emit(seq, out.tokens[j], j < out.logprobs.size() ? &out.logprobs[j] : nullptr);
+    }
+    if (!seq.done && drafts > 0) {
+      // Accepted drafts' K/V stay (they are now tokens); the rejected ones' go.
+      seq.n_computed += out.accepted;
+      cache_->Truncate(seq.slot, seq.n_computed);
+    }
+    seq.drafts = 0;
+  }
 }
 
-void Service::Emit(Sequence& seq, Sampled& sampled) {
+void Service::Emit(Sequence& seq, int32_t token, TokenLogprob* logprob) {
   const GenerationRequest& r = seq.request;
-  const int32_t token = sampled.token;
   GenerationEvent ev;
-  if (sampled.logprob) ev.logprobs.push_back(std::move(*sampled.logprob));
-  seq.sampler->Accept(token);
+  if (logprob != nullptr) ev.logprobs.push_back(std::move(*logprob));
   seq.tokens.push_back(token);
   ++seq.n_generated;
   ++tier_tokens_[static_cast<int>(seq.tier)];
@@ -494,6 +619,9 @@ void Service::Emit(Sequence& seq, Sampled& sampled) {
   ev.prompt_tokens = seq.n_prompt;
   ev.cached_tokens = seq.cached_tokens;
   ev.completion_tokens = seq.n_generated;
+  ev.speculation = seq.spec.mode;
+  ev.drafted_tokens = seq.spec_stats.drafted;
+  ev.accepted_tokens = seq.spec_stats.accepted;
   // Release first: a client that sees the final event may submit again at once and must find
   // the ultrafast stream (and the KV blocks) free.
   Release(seq);
@@ -510,6 +638,9 @@ void Service::Finish(Sequence& seq, FinishReason reason, Status error) {
   ev.prompt_tokens = seq.n_prompt;
   ev.cached_tokens = seq.cached_tokens;
   ev.completion_tokens = seq.n_generated;
+  ev.speculation = seq.spec.mode;
+  ev.drafted_tokens = seq.spec_stats.drafted;
+  ev.accepted_tokens = seq.spec_stats.accepted;
   Release(seq);  // before the final event; see above
   seq.channel->Push(std::move(ev));
 }

@@ -64,6 +64,12 @@ struct ServiceOptions {
   scheduler::AdmissionOptions admission;  // ultrafast capacity
   // Tests and benchmarks: fixed step costs instead of the online fit (must outlive the service).
   const scheduler::StepCostModel* cost_model = nullptr;
+  // Speculative decoding (engine/speculative.h): requests that ask nothing speculate with n-gram
+  // drafts on the ultrafast tier when this is set, and not elsewhere.
+  bool ultrafast_speculation = true;
+  int spec_k = 8;  // drafts per step of a speculating sequence when it does not say
+  // Drafts verified per step, all sequences together (spare logits rows of the decoder).
+  int64_t max_draft_tokens = 32;
   // The online fit, to carry what an earlier service learned (benchmarks; one service at a time
   // may use it: the engine thread updates it unlocked). nullptr = a fresh one.
   std::shared_ptr<scheduler::OnlineStepCostModel> learned_cost;
@@ -108,15 +114,21 @@ class Service {
   // Fills batch_ from the plan; returns the composition actually built.
   scheduler::BatchComposition BuildBatch(const scheduler::StepPlan& plan);
   void Evict(size_t index);
-  // A token picked for one logits row of the step, and its logprobs when the request asks.
+  // The tokens picked for one sequence's logits rows this step (one, or up to 1 + drafts when
+  // it speculated: sampling stops at the first row whose token differs from its draft), and
+  // their logprobs when the request asks.
   struct Sampled {
-    int32_t token = 0;
-    std::optional<TokenLogprob> logprob;
+    std::vector<int32_t> tokens;
+    std::vector<TokenLogprob> logprobs;
+    int accepted = 0;  // drafts confirmed
   };
-  // Samples every row of the step (rows in parallel when it pays), then emits them in order.
-  void SampleOutputs();
+  // Proposes drafts for every decoding sequence that speculates (before the plan).
+  void PrepareDrafts();
+  // Samples every sequence's rows of the step (sequences in parallel when it pays), then emits
+  // them in order and rolls back the KV of rejected drafts.
+  void SampleOutputs(double step_seconds);
   // Appends the token to the sequence and sends its text (or the final event) to the client.
-  void Emit(Sequence& seq, Sampled& sampled);
+  void Emit(Sequence& seq, int32_t token, TokenLogprob* logprob);
   void Finish(Sequence& seq, FinishReason reason, Status error = OkStatus());
   void Release(Sequence& seq);
   void PublishStats();
@@ -145,10 +157,11 @@ class Service {
   std::vector<std::unique_ptr<Sequence>> running_;  // holding a slot, admission order
   std::vector<int> free_slots_;                     // KV sequence ids not in use
   model::Batch batch_;
-  std::vector<Sequence*> batch_outputs_;  // [n_outputs] sequence of each logits row
+  std::vector<Sequence*> batch_outputs_;  // sequences with logits this step, batch order
+  std::vector<int64_t> batch_first_row_;  // [batch_outputs_] its first logits row
   std::vector<std::pair<Sequence*, int64_t>> batch_feeds_;  // tokens fed per sequence this step
   std::vector<int32_t> eog_ids_;  // end-of-generation tokens (banned when ignoring EOS)
-  std::vector<Sampled> sampled_;  // [n_outputs] this step's tokens
+  std::vector<Sampled> sampled_;  // [batch_outputs_] this step's tokens
 
   // Stats, written by the engine thread.
   std::atomic<int64_t> running_count_{0};
@@ -158,6 +171,8 @@ class Service {
   std::array<std::atomic<int64_t>, scheduler::kNumServiceTiers> tier_running_{}, tier_tokens_{},
       tier_paused_{};
   std::atomic<int64_t> rejections_{0}, fallbacks_{0};
+  std::atomic<int64_t> spec_drafted_{0}, spec_accepted_{0}, spec_verify_steps_{0};
+  std::array<std::atomic<int64_t>, kMaxSpecK + 1> spec_hist_{};
 
   std::thread thread_;
   std::once_flag shutdown_once_;

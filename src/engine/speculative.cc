@@ -287,9 +287,13 @@ void SpecController::ObserveShadow(int checked, int matched) {
   if (matched < checked) Trial(false);
 }
 
-void SpecController::ObserveDraft(int drafted, double seconds) {
-  if (drafted <= 0 || !std::isfinite(seconds) || seconds < 0.0) return;
-  const double per = seconds / drafted;
+void SpecController::ObserveDraft(int wanted, int drafted, double seconds) {
+  // A costly drafter that offers fewer drafts than asked (its model was unsure) counts a miss:
+  // otherwise the estimate never learns that drafting keeps coming back empty, and every step
+  // would pay for a draft forward that proposes nothing.
+  if (drafted < wanted) Trial(false);
+  if (!std::isfinite(seconds) || seconds < 0.0) return;
+  const double per = seconds / std::max(drafted, 1);
   draft_seconds_ = draft_seconds_ == 0.0 ? per : draft_seconds_ * kDecay + per * (1.0 - kDecay);
 }
 

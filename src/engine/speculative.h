@@ -32,15 +32,13 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "engine/kv_cache.h"
+#include "engine/request.h"
 #include "model/decoder.h"
 #include "model/model.h"
 
 namespace uf::engine {
 
-// Drafts per verify step at most (the server's and the CLI's upper limit for k).
-inline constexpr int kMaxSpecK = 16;
-
-enum class SpecMode { kOff, kNgram, kDraft, kOracle };
+// "off", "ngram", "draft", "oracle".
 std::string_view SpecModeName(SpecMode mode);
 
 // Proposes tokens that may follow a sequence. Proposals cost the target nothing until verified.
@@ -159,8 +157,8 @@ class SpecController {
   // A proposal left unverified: `matched` of its first tokens equal what was sampled, out of
   // `checked` compared (the comparison stops at the first mismatch).
   void ObserveShadow(int checked, int matched);
-  // Drafting `drafted` tokens took `seconds` (costly drafters).
-  void ObserveDraft(int drafted, double seconds);
+  // Asked for `wanted` drafts, the drafter gave `drafted` in `seconds` (costly drafters).
+  void ObserveDraft(int wanted, int drafted, double seconds);
 
   int max_k() const { return max_k_; }
   double acceptance() const { return hits_ / trials_; }
@@ -178,7 +176,7 @@ class SpecController {
   double hits_ = 1.0, trials_ = 2.0;  // decayed Bernoulli counts (prior: a = 0.5, 2 trials)
   std::array<double, kMaxSpecK + 2> t_{};  // [n] decayed mean verify time of n positions
   std::array<double, kMaxSpecK + 2> w_{};  // [n] its decayed weight
-  double draft_seconds_ = 0.0;             // per drafted token
+  double draft_seconds_ = 0.0;             // per drafted token (per call when none)
   int64_t backed_off_steps_ = 0;
 };
 

@@ -21,6 +21,9 @@ Status SchedulerOptions::Validate() const {
   if (max_step_tokens < 1 || max_prefill_tokens < 1) {
     return InvalidArgumentError("scheduler: max_step_tokens and max_prefill_tokens must be >= 1");
   }
+  if (max_draft_tokens < 0) {
+    return InvalidArgumentError("scheduler: max_draft_tokens must be >= 0");
+  }
   if (!std::isfinite(min_token_cost_fraction) || min_token_cost_fraction < 0.0) {
     return InvalidArgumentError("scheduler: min_token_cost_fraction must be a finite number >= 0");
   }
@@ -95,6 +98,7 @@ class Planner {
     free_blocks_ = in.free_kv_blocks;
     tokens_left_ = options.max_step_tokens;
     prefill_left_ = options.max_prefill_tokens;
+    drafts_left_ = options.max_draft_tokens;
   }
 
   // step: how many plans with ultrafast work came before, for the probes.
@@ -150,7 +154,7 @@ class Planner {
                  BlocksFor(x, 1) <= free_blocks_;
         });
         if (it != items_.end() && tokens_left_ >= 1) {
-          Add(*it, 1, /*decode=*/true);
+          Add(*it, 1, /*decode=*/true, 0);
           break;
         }
       }
@@ -246,14 +250,18 @@ class Planner {
     return true;
   }
 
-  void Add(Item& it, int64_t n, bool decode) {
+  // A decode of one token plus `drafts` speculative drafts (n = 1 + drafts), or a prompt chunk.
+  void Add(Item& it, int64_t n, bool decode, int64_t drafts = 0) {
     free_blocks_ -= BlocksFor(it, n);
     tokens_left_ -= n;
     it.planned = true;
     it.planned_tokens = n;
     if (decode) {
       plan_.composition.AddDecode(it.s->context);
+      if (drafts > 0) plan_.composition.AddPrefill(it.s->context + 1, drafts);
+      drafts_left_ -= drafts;
       plan_.decode.push_back(it.s->id);
+      plan_.decode_drafts.push_back(drafts);
     } else {
       prefill_left_ -= n;
       plan_.composition.AddPrefill(it.s->context, n);
@@ -273,7 +281,19 @@ class Planner {
       while (BlocksFor(it, 1) > free_blocks_ && Evict(it, /*same_tier_newer=*/!ultrafast)) {
       }
       if (BlocksFor(it, 1) > free_blocks_) return;
-      Add(it, 1, /*decode=*/true);
+      // Drafts ride along as far as the caps, the KV blocks and (below ultrafast) the bound
+      // allow; they are the first thing to go, before the token itself.
+      int64_t drafts = std::min({it.s->draft_tokens, drafts_left_, tokens_left_ - 1});
+      while (drafts > 0 && BlocksFor(it, 1 + drafts) > free_blocks_) --drafts;
+      if (!ultrafast && !forced) {
+        while (drafts > 0) {
+          BatchComposition dd = d;
+          dd.AddPrefill(it.s->context + 1, drafts);
+          if (FitsBound(dd)) break;
+          --drafts;
+        }
+      }
+      Add(it, 1 + std::max<int64_t>(drafts, 0), /*decode=*/true, std::max<int64_t>(drafts, 0));
       return;
     }
     int64_t max_n = std::min({it.s->to_prefill, prefill_left_, tokens_left_});
@@ -318,6 +338,7 @@ class Planner {
   int64_t free_blocks_ = 0;
   int64_t tokens_left_ = 0;
   int64_t prefill_left_ = 0;
+  int64_t drafts_left_ = 0;
   int64_t solo_tokens_ = 0;           // tokens of the ultrafast-only composition
   double token_floor_seconds_ = 0.0;  // least cost charged per token added beside it
   StepPlan plan_;

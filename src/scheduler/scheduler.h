@@ -61,6 +61,9 @@ struct SchedulerOptions {
   double flex_max_wait_seconds = 10.0;
   int64_t max_step_tokens = 264;     // tokens per forward pass (the decoder's max_batch)
   int64_t max_prefill_tokens = 256;  // prompt tokens per step, all sequences together
+  // Speculative drafts verified per step, all sequences together (the decoder's spare logits
+  // rows). Each costs the step what a prompt token costs.
+  int64_t max_draft_tokens = 32;
   // Every this many steps with ultrafast work, a probe step (see above); 0 disables probes.
   int64_t probe_interval_steps = 64;
   // A probe step's measurement counts as this many ordinary steps in the cost fit: probes are the
@@ -101,6 +104,10 @@ struct SequenceState {
   double arrival = 0.0;      // Clock time of submission: order within a tier
   double last_served = 0.0;  // Clock time it last got work in a step; arrival before that
   bool preempted = false;    // running but paused by an earlier plan (KV kept)
+  // Drafts a speculating decode sequence would verify beside its token (0: plain decode). The
+  // plan grants up to this many (StepPlan::decode_drafts): all for ultrafast, what fits the
+  // bound for the others.
+  int64_t draft_tokens = 0;
 };
 
 struct StepInput {
@@ -122,6 +129,7 @@ struct StepPlan {
   std::vector<int64_t> preempt;  // running, now paused with KV kept
   std::vector<int64_t> resume;   // paused until now; they also appear in decode / prefill
   std::vector<int64_t> decode;   // one token each
+  std::vector<int64_t> decode_drafts;  // [decode.size()] drafts granted beside each token
   std::vector<PrefillChunk> prefill;
   BatchComposition composition;  // what decode + prefill compute; feed to Observe
   double predicted_seconds = 0.0;

@@ -386,6 +386,19 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
   g.ignore_eos = api.ignore_eos;
   g.top_logprobs = api.logprobs ? api.top_logprobs : -1;
   g.service_tier = api.service_tier;
+  g.speculation = api.speculation;
+  if (api.has_prediction) {
+    g.prediction = service_->tokenizer().Encode(api.prediction, false, false);
+    if (static_cast<int64_t>(g.prediction.size()) > ctx) {
+      return SendError(res,
+                       InvalidRequest("prediction.content has " +
+                                          std::to_string(g.prediction.size()) +
+                                          " tokens, more than the context of " +
+                                          std::to_string(ctx) + " tokens.",
+                                      "prediction.content", "invalid_value"),
+                       name);
+    }
+  }
   if (meter_ != nullptr) {
     if (auto e =
             CheckQuota(*meter_, who, n_prompt, service_->options().auto_tier, &g.service_tier)) {

@@ -160,6 +160,25 @@ std::string Metrics::Render(const engine::EngineStats& e) const {
   Metric(&out, "ultrafast_tier_fallbacks_total", "counter",
          "Auto requests served as default because every ultrafast stream was taken.",
          static_cast<double>(e.ultrafast_fallbacks));
+  Metric(&out, "ultrafast_spec_drafted_tokens_total", "counter",
+         "Speculative drafts verified by the model.", static_cast<double>(e.spec_drafted));
+  Metric(&out, "ultrafast_spec_accepted_tokens_total", "counter",
+         "Speculative drafts the model agreed with (emitted without a forward pass of their own).",
+         static_cast<double>(e.spec_accepted));
+  Header(&out, "ultrafast_spec_accepted_length", "histogram",
+         "Drafts accepted per verify step of a speculating sequence (it emits one token more).");
+  {
+    int64_t cumulative = 0;
+    for (int i = 0; i <= engine::kMaxSpecK; ++i) {
+      cumulative += e.spec_accepted_hist[i];
+      out += "ultrafast_spec_accepted_length_bucket{le=\"" + std::to_string(i) + "\"} " +
+             std::to_string(cumulative) + "\n";
+    }
+    out += "ultrafast_spec_accepted_length_bucket{le=\"+Inf\"} " +
+           std::to_string(e.spec_verify_steps) + "\n";
+    out += "ultrafast_spec_accepted_length_sum " + std::to_string(e.spec_accepted) + "\n";
+    out += "ultrafast_spec_accepted_length_count " + std::to_string(e.spec_verify_steps) + "\n";
+  }
   Metric(&out, "ultrafast_queue_depth", "gauge", "Requests waiting to start.",
          static_cast<double>(e.queue_depth));
   Metric(&out, "ultrafast_running_sequences", "gauge", "Sequences in the running batch.",

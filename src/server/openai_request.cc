@@ -395,7 +395,7 @@ std::optional<ApiError> ParseChatParam(const std::string& key, const json& v, Ap
     if (v.is_null() || v == json::array({"text"})) return std::nullopt;
     return Unsupported(key, "text output only.");
   }
-  if (key == "audio" || key == "prediction" || key == "web_search_options") {
+  if (key == "audio" || key == "web_search_options") {
     if (v.is_null()) return std::nullopt;
     return Unsupported(key, "text generation only.");
   }
@@ -479,6 +479,100 @@ size_t JsonDepth(std::string_view text, size_t limit) {
   return max_depth;
 }
 
+// "speculation": "off" | "ngram" | {"mode": ..., "k": ...} (extension).
+std::optional<ApiError> ParseSpeculation(const json& v, ApiRequest* r) {
+  if (v.is_null()) return std::nullopt;
+  engine::SpeculationRequest sp;
+  sp.mode = engine::SpecMode::kNgram;
+  auto mode_of = [&](const std::string& param, const json& m) -> std::optional<ApiError> {
+    if (!m.is_string()) return WrongType(param, m, "a string");
+    const std::string name = m.get<std::string>();
+    if (name == "off") {
+      sp.mode = engine::SpecMode::kOff;
+    } else if (name == "ngram") {
+      sp.mode = engine::SpecMode::kNgram;
+    } else if (name == "draft") {
+      return InvalidRequest("Invalid value for '" + param +
+                                "': 'draft'. This server runs no draft model; supported values "
+                                "are 'off' and 'ngram'.",
+                            param, "invalid_value");
+    } else {
+      return InvalidRequest("Invalid value for '" + param + "': " + Quote(name) +
+                                ". Supported values are: 'off' and 'ngram'.",
+                            param, "invalid_value");
+    }
+    return std::nullopt;
+  };
+  if (v.is_string()) {
+    if (auto e = mode_of("speculation", v)) return e;
+  } else if (v.is_object()) {
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      const std::string param = "speculation." + it.key();
+      if (it.key() == "mode") {
+        if (auto e = mode_of(param, it.value())) return e;
+      } else if (it.key() == "k") {
+        std::optional<int64_t> k;
+        if (auto e = GetInt(param, it.value(), 1, engine::kMaxSpecK, &k)) return e;
+        if (k) sp.k = static_cast<int>(*k);
+      } else {
+        return InvalidRequest("Unrecognized request argument supplied: " + param + ".", param,
+                              "unknown_parameter");
+      }
+    }
+  } else {
+    return WrongType("speculation", v, "a string or an object");
+  }
+  r->speculation = sp;
+  return std::nullopt;
+}
+
+// OpenAI Predicted Outputs: {"type": "content", "content": string | [{"type": "text", ...}]}.
+std::optional<ApiError> ParsePrediction(const json& v, ApiRequest* r) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_object()) return WrongType("prediction", v, "an object");
+  const auto type = v.find("type");
+  if (type == v.end() || !type->is_string()) {
+    return InvalidRequest("Missing required parameter: 'prediction.type'.", "prediction.type",
+                          "missing_required_parameter");
+  }
+  if (*type != "content") {
+    return InvalidRequest("Invalid value for 'prediction.type': only 'content' is supported.",
+                          "prediction.type", "invalid_value");
+  }
+  const auto content = v.find("content");
+  if (content == v.end()) {
+    return InvalidRequest("Missing required parameter: 'prediction.content'.",
+                          "prediction.content", "missing_required_parameter");
+  }
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it.key() != "type" && it.key() != "content") {
+      return InvalidRequest("Unrecognized request argument supplied: prediction." + it.key() + ".",
+                            "prediction." + it.key(), "unknown_parameter");
+    }
+  }
+  std::string text;
+  if (content->is_string()) {
+    text = content->get<std::string>();
+  } else if (content->is_array()) {
+    for (size_t i = 0; i < content->size(); ++i) {
+      const json& part = (*content)[i];
+      const std::string param = "prediction.content[" + std::to_string(i) + "]";
+      if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+          !part.contains("text") || !part["text"].is_string()) {
+        return InvalidRequest("Invalid value for '" + param +
+                                  "': expected {\"type\": \"text\", \"text\": string}.",
+                              param, "invalid_value");
+      }
+      text += part["text"].get<std::string>();
+    }
+  } else {
+    return WrongType("prediction.content", *content, "a string or an array of text parts");
+  }
+  r->prediction = std::move(text);
+  r->has_prediction = true;
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
                                      const ParseOptions& options, ApiRequest* out) {
   *out = ApiRequest();
@@ -552,6 +646,10 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
       e = ParseLogitBias(v, options.n_vocab, &r.sampling.logit_bias);
     } else if (key == "service_tier") {
       e = ParseTier(v, &r.service_tier);
+    } else if (key == "speculation") {  // extension
+      e = ParseSpeculation(v, &r);
+    } else if (key == "prediction") {
+      e = ParsePrediction(v, &r);
     } else if (key == "n") {
       std::optional<int64_t> n;
       e = GetInt(key, v, 1, 128, &n);

@@ -63,6 +63,13 @@ struct ApiRequest {
   bool ignore_eos = false;
   // service_tier: ultrafast (or priority), default (or standard), flex; nullopt = auto.
   std::optional<scheduler::ServiceTier> service_tier;
+  // Extension: "speculation": "off" | "ngram" | {"mode": "off" | "ngram", "k": 1..16};
+  // nullopt = the tier's default (n-gram on ultrafast).
+  std::optional<engine::SpeculationRequest> speculation;
+  // OpenAI Predicted Outputs: prediction.content, the text the output is expected to resemble
+  // (drafts come from it). has_prediction when given, even empty.
+  std::string prediction;
+  bool has_prediction = false;
 };
 
 // Returns the request or the reason it is invalid (always status 400).

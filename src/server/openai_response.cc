@@ -26,11 +26,20 @@ std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 std::string SseData(const json& j) { return "data: " + Dump(j) + "\n\n"; }
 
-json UsageJson(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
-  return {{"prompt_tokens", prompt_tokens},
-          {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+json UsageJson(const engine::GenerationEvent& e) {
+  json u = {{"prompt_tokens", e.prompt_tokens},
+            {"completion_tokens", e.completion_tokens},
+            {"total_tokens", e.prompt_tokens + e.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", e.cached_tokens}}}};
+  if (e.speculation != engine::SpecMode::kOff) {
+    u["completion_tokens_details"] = {
+        {"accepted_prediction_tokens", e.accepted_tokens},
+        {"rejected_prediction_tokens", e.drafted_tokens - e.accepted_tokens}};
+    u["speculation"] = {{"mode", e.speculation == engine::SpecMode::kNgram ? "ngram" : "draft"},
+                        {"drafted_tokens", e.drafted_tokens},
+                        {"accepted_tokens", e.accepted_tokens}};
+  }
+  return u;
 }
 
 ResponseBuilder::ResponseBuilder(ResponseOptions options, const Tokenizer& tokenizer)
@@ -134,7 +143,7 @@ std::string ResponseBuilder::Stream(const engine::GenerationEvent& event) {
     out += SseData(Chunk(ChoiceDelta("", {}, engine::FinishReasonName(event.finish))));
     if (options_.include_usage) {
       json c = Chunk(nullptr);
-      c["usage"] = UsageJson(event.prompt_tokens, event.completion_tokens, event.cached_tokens);
+      c["usage"] = UsageJson(event);
       out += SseData(c);
     }
     out += kSseDone;
@@ -189,7 +198,7 @@ std::string ResponseBuilder::Body() const {
       {"system_fingerprint", "fp_ultrafast"},
       {"service_tier", scheduler::ServiceTierName(tier_)},
       {"choices", json::array({choice})},
-      {"usage", UsageJson(final_.prompt_tokens, final_.completion_tokens, final_.cached_tokens)}};
+      {"usage", UsageJson(final_)}};
   return Dump(body);
 }
 

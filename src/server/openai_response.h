@@ -27,7 +27,11 @@ std::string Dump(const nlohmann::json& j);
 std::string SseData(const nlohmann::json& j);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
-nlohmann::json UsageJson(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
+// The usage object of a finished request (its final event). A request that speculated also gets
+// completion_tokens_details.{accepted,rejected}_prediction_tokens (drafts the model confirmed /
+// rejected, as OpenAI reports Predicted Outputs) and an extension object "speculation" with the
+// mode and draft counts. Drafts are never billed: completion_tokens counts emitted tokens only.
+nlohmann::json UsageJson(const engine::GenerationEvent& final_event);
 
 struct ResponseOptions {
   Endpoint endpoint = Endpoint::kChat;

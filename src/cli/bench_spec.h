@@ -1,0 +1,24 @@
+// `ultrafast bench --spec`: decode speed with and without speculative decoding on three
+// workloads (edit, extraction, open generation), greedy, side by side in one run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace uf::cli {
+
+struct SpecBenchOptions {
+  std::string model;
+  std::string draft;  // draft model path ("" = no draft-model mode)
+  std::string text = "../shared/data/tinyshakespeare.txt";  // passages for the prompts
+  int64_t n_gen = 128;
+  int spec_k = 8;
+  int threads = 0;
+  int reps = 3;
+  bool json = false;
+};
+
+// Prints the table (or JSON); returns the exit code. Fails the command on errors.
+int SpecBench(const SpecBenchOptions& options);
+
+}  // namespace uf::cli
