@@ -779,5 +779,63 @@ TEST(SchedulerDeathTest, DuplicateIdsAbort) {
   EXPECT_DEATH(sched.Plan(in), "listed twice");
 }
 
+// A speculating ultrafast stream (item 6 of the speculative-decoding issue): its drafts are part
+// of its own solo step, so the bound is (1 + slack) x the step with its k + 1 positions, and the
+// defaults beside it get what fits under that bound, not under the bound of one token. Drafts of
+// default sequences are granted only while they fit, and the step-wide draft cap holds.
+TEST(SchedulerTest, SpeculatingUltrafastStepCountsItsDrafts) {
+  FakeClock clock;
+  CpuCost cost;
+  SchedulerOptions o;
+  o.ultrafast_slack = 0.25;
+  o.probe_interval_steps = 0;
+  Scheduler sched(o, &cost, &clock);
+  StepInput in = UltrafastBesideDefaults(16);
+  in.running[0].draft_tokens = 8;
+  const StepPlan plan = sched.Plan(in);
+  ASSERT_FALSE(plan.decode.empty());
+  ASSERT_EQ(plan.decode.size(), plan.decode_drafts.size());
+  EXPECT_EQ(plan.decode[0], 100);
+  EXPECT_EQ(plan.decode_drafts[0], 8);  // ultrafast gets all its drafts
+  // Its solo step is 9 positions: 9 x 12.8 ms of compute.
+  const double solo = CpuSeconds(9, 301 + 8 * 301 + 36);
+  EXPECT_NEAR(plan.ultrafast_solo_seconds, solo, 1e-9);
+  const int n_default = static_cast<int>(plan.decode.size()) - 1;
+  const double step =
+      CpuSeconds(9 + n_default, 301 + 8 * 301 + 36 + n_default * 201);
+  EXPECT_LE(step, (1.0 + o.ultrafast_slack) * solo * (1 + 1e-12));
+  EXPECT_GE(n_default, 1);
+  EXPECT_EQ(plan.composition.tokens(), 9 + n_default);
+
+  // Defaults that want drafts get only what fits under the bound.
+  StepInput in2 = UltrafastBesideDefaults(4);
+  for (auto& s : in2.running) s.draft_tokens = 8;
+  const StepPlan plan2 = sched.Plan(in2);
+  int64_t total = 0;
+  for (size_t i = 0; i < plan2.decode.size(); ++i) {
+    if (plan2.decode[i] != 100) {
+      EXPECT_LT(plan2.decode_drafts[i], 8);
+    }
+    total += plan2.decode_drafts[i];
+  }
+  EXPECT_LE(CpuSeconds(plan2.composition), (1.0 + o.ultrafast_slack) *
+                                                plan2.ultrafast_solo_seconds * (1 + 1e-12) +
+                                            o.min_token_cost_fraction);
+  EXPECT_LE(total, o.max_draft_tokens);
+
+  // Without ultrafast work there is no bound: drafts are capped by max_draft_tokens alone.
+  StepInput in3;
+  for (int i = 0; i < 8; ++i) {
+    in3.running.push_back(Seq(i, ServiceTier::kDefault, 100, 0, i));
+    in3.running.back().draft_tokens = 8;
+  }
+  in3.free_kv_blocks = 1000;
+  const StepPlan plan3 = sched.Plan(in3);
+  int64_t total3 = 0;
+  for (int64_t d : plan3.decode_drafts) total3 += d;
+  EXPECT_EQ(total3, o.max_draft_tokens);
+  EXPECT_EQ(plan3.decode.size(), 8u);
+}
+
 }  // namespace
 }  // namespace uf::scheduler

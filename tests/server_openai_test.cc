@@ -416,5 +416,82 @@ TEST(OpenAiResponseTest, InvalidUtf8IsReplaced) {
   EXPECT_EQ(Dump(json("\xff")), "\"\xEF\xBF\xBD\"");
 }
 
+TEST(OpenAiRequestTest, ParsesSpeculationAndPrediction) {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"x"}],)";
+  ApiRequest r;
+  ASSERT_FALSE(Parse(Endpoint::kChat, head + R"("speculation":"ngram"})", &r));
+  ASSERT_TRUE(r.speculation.has_value());
+  EXPECT_EQ(r.speculation->mode, engine::SpecMode::kNgram);
+  EXPECT_EQ(r.speculation->k, 8);
+  ASSERT_FALSE(Parse(Endpoint::kChat, head + R"("speculation":{"mode":"ngram","k":4}})", &r));
+  EXPECT_EQ(r.speculation->k, 4);
+  ASSERT_FALSE(Parse(Endpoint::kChat, head + R"("speculation":{"mode":"off"}})", &r));
+  EXPECT_EQ(r.speculation->mode, engine::SpecMode::kOff);
+  ASSERT_FALSE(Parse(Endpoint::kChat, head + R"("speculation":{"k":12}})", &r));
+  EXPECT_EQ(r.speculation->mode, engine::SpecMode::kNgram);
+  EXPECT_EQ(r.speculation->k, 12);
+  ASSERT_FALSE(Parse(Endpoint::kChat, head + R"("speculation":null})", &r));
+  EXPECT_FALSE(r.speculation.has_value());
+  ASSERT_FALSE(Parse(Endpoint::kCompletion, R"({"model":"m","prompt":"x","speculation":"off"})", &r));
+  EXPECT_EQ(r.speculation->mode, engine::SpecMode::kOff);
+
+  ASSERT_FALSE(ParseRequest(
+      Endpoint::kChat, head + R"("prediction":{"type":"content","content":"Hello there"}})",
+      {1000}, &r));
+  EXPECT_TRUE(r.has_prediction);
+  EXPECT_EQ(r.prediction, "Hello there");
+  ASSERT_FALSE(Parse(Endpoint::kChat, head + R"("prediction":{"type":"content","content":[)"
+                                   R"({"type":"text","text":"a"},{"type":"text","text":"b"}]}})", &r));
+  EXPECT_EQ(r.prediction, "ab");
+}
+
+TEST(OpenAiRequestTest, BadSpeculationNamesTheField) {
+  const std::string head = R"({"model":"m","messages":[{"role":"user","content":"x"}],)";
+  const std::pair<const char*, const char*> cases[] = {
+      {R"("speculation":"fast"})", "speculation"},
+      {R"("speculation":3})", "speculation"},
+      {R"("speculation":{"mode":"turbo"}})", "speculation.mode"},
+      {R"("speculation":{"mode":"draft"}})", "speculation.mode"},
+      {R"("speculation":{"mode":1}})", "speculation.mode"},
+      {R"("speculation":{"k":0}})", "speculation.k"},
+      {R"("speculation":{"k":17}})", "speculation.k"},
+      {R"("speculation":{"k":2.5}})", "speculation.k"},
+      {R"("speculation":{"mode":"ngram","depth":2}})", "speculation.depth"},
+      {R"("prediction":"text"})", "prediction"},
+      {R"("prediction":{"content":"x"}})", "prediction.type"},
+      {R"("prediction":{"type":"image","content":"x"}})", "prediction.type"},
+      {R"("prediction":{"type":"content"}})", "prediction.content"},
+      {R"("prediction":{"type":"content","content":5}})", "prediction.content"},
+      {R"("prediction":{"type":"content","content":[{"type":"image"}]}})",
+       "prediction.content[0]"},
+      {R"("prediction":{"type":"content","content":"x","extra":1}})", "prediction.extra"},
+  };
+  for (const auto& [tail, param] : cases) {
+    ApiRequest r;
+    const auto e = Parse(Endpoint::kChat, head + tail, &r);
+    ASSERT_TRUE(e.has_value()) << tail;
+    EXPECT_EQ(e->status, 400) << tail;
+    EXPECT_EQ(e->param, param) << tail << " -> " << e->message;
+  }
+}
+
+TEST(OpenAiResponseTest, UsageReportsSpeculation) {
+  engine::GenerationEvent e;
+  e.prompt_tokens = 10;
+  e.completion_tokens = 20;
+  nlohmann::json u = UsageJson(e);
+  EXPECT_FALSE(u.contains("completion_tokens_details"));
+  EXPECT_FALSE(u.contains("speculation"));
+  e.speculation = engine::SpecMode::kNgram;
+  e.drafted_tokens = 15;
+  e.accepted_tokens = 11;
+  u = UsageJson(e);
+  EXPECT_EQ(u["completion_tokens"], 20);
+  EXPECT_EQ(u["completion_tokens_details"]["accepted_prediction_tokens"], 11);
+  EXPECT_EQ(u["completion_tokens_details"]["rejected_prediction_tokens"], 4);
+  EXPECT_EQ(u["speculation"]["mode"], "ngram");
+  EXPECT_EQ(u["speculation"]["drafted_tokens"], 15);
+}
+
 }  // namespace
 }  // namespace uf::server

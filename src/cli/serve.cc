@@ -92,6 +92,8 @@ int RunServe(const ServeArgs& args) {
   so.kv_tokens = args.kv_tokens;
   so.block_size = args.block_size;
   so.prefix_cache = !args.no_prefix_cache;
+  so.ultrafast_speculation = !args.no_ultrafast_spec;
+  so.spec_k = args.spec_k;
   so.n_threads = ResolveThreads(args.threads);
   auto auto_tier = scheduler::ParseServiceTierName(args.default_tier);
   if (!auto_tier.ok()) return Report("serve --default-tier", auto_tier.status());
@@ -182,6 +184,11 @@ void AddServeCommands(CLI::App& app) {
   serve->add_option("--flex-max-wait", args->flex_max_wait,
                     "seconds a flex request may wait for idle capacity before it is served")
       ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
+  serve->add_flag("--no-ultrafast-spec", args->no_ultrafast_spec,
+                  "ultrafast requests do not speculate unless they ask (\"speculation\" field)");
+  serve->add_option("--spec-k", args->spec_k,
+                    "drafts per step at most for speculating requests that give no k")
       ->capture_default_str();
   serve->add_option("--default-tier", args->default_tier,
                     "tier for service_tier \"auto\" or absent: ultrafast, default or flex")

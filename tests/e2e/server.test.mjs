@@ -190,6 +190,45 @@ describe('ultrafast serve with the openai client', () => {
     assert.ok(idle.value('ultrafast_kv_blocks_free') > 0);
   });
 
+  test('speculation and predicted outputs leave the output unchanged and are reported', async () => {
+    const body = { model: MODEL_ID, messages: [{ role: 'user', content: 'Repeat repeat repeat repeat' }], max_tokens: 48, ...greedy };
+    const plain = await client.chat.completions.create({ ...body, speculation: 'off' });
+    assert.equal(plain.usage.completion_tokens_details, undefined, 'no speculation, no details');
+    // n-gram drafts (extension field), streamed and not: same text.
+    const spec = await client.chat.completions.create({ ...body, speculation: { mode: 'ngram', k: 8 } });
+    assert.equal(spec.choices[0].message.content, plain.choices[0].message.content);
+    assert.equal(spec.usage.completion_tokens, 48);
+    assert.equal(spec.usage.speculation.mode, 'ngram');
+    assert.ok(spec.usage.speculation.accepted_tokens <= spec.usage.speculation.drafted_tokens);
+    let text = '';
+    let usage = null;
+    for await (const chunk of await client.chat.completions.create({
+      ...body, speculation: 'ngram', stream: true, stream_options: { include_usage: true },
+    })) {
+      text += chunk.choices[0]?.delta?.content ?? '';
+      if (chunk.usage) usage = chunk.usage;
+    }
+    assert.equal(text, plain.choices[0].message.content);
+    assert.equal(usage.speculation.mode, 'ngram');
+    // OpenAI Predicted Outputs: the expected text as the prediction; most drafts are accepted and
+    // reported the way OpenAI reports them.
+    const predicted = await client.chat.completions.create({
+      ...body, prediction: { type: 'content', content: plain.choices[0].message.content },
+    });
+    assert.equal(predicted.choices[0].message.content, plain.choices[0].message.content);
+    const details = predicted.usage.completion_tokens_details;
+    assert.ok(details.accepted_prediction_tokens >= 24, JSON.stringify(predicted.usage));
+    assert.equal(typeof details.rejected_prediction_tokens, 'number');
+    const m = await metrics(server.base);
+    assert.ok(m.value('ultrafast_spec_accepted_tokens_total') >= details.accepted_prediction_tokens);
+    assert.match(m.text, /ultrafast_spec_accepted_length_bucket\{le="\+Inf"\} \d+/);
+    await assert.rejects(client.chat.completions.create({ ...body, speculation: { mode: 'ngram', k: 99 } }),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'speculation.k');
+    await assert.rejects(client.chat.completions.create({ ...body, speculation: 'warp' }),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'speculation');
+    await waitIdle(server.base);
+  });
+
   test('bad requests get OpenAI errors', async () => {
     const messages = [{ role: 'user', content: 'x' }];
     await assert.rejects(client.chat.completions.create({ model: MODEL_ID, messages, temperature: 5 }),
