@@ -801,8 +801,7 @@ TEST(SchedulerTest, SpeculatingUltrafastStepCountsItsDrafts) {
   const double solo = CpuSeconds(9, 301 + 8 * 301 + 36);
   EXPECT_NEAR(plan.ultrafast_solo_seconds, solo, 1e-9);
   const int n_default = static_cast<int>(plan.decode.size()) - 1;
-  const double step =
-      CpuSeconds(9 + n_default, 301 + 8 * 301 + 36 + n_default * 201);
+  const double step = CpuSeconds(9 + n_default, 301 + 8 * 301 + 36 + n_default * 201);
   EXPECT_LE(step, (1.0 + o.ultrafast_slack) * solo * (1 + 1e-12));
   EXPECT_GE(n_default, 1);
   EXPECT_EQ(plan.composition.tokens(), 9 + n_default);
@@ -818,9 +817,9 @@ TEST(SchedulerTest, SpeculatingUltrafastStepCountsItsDrafts) {
     }
     total += plan2.decode_drafts[i];
   }
-  EXPECT_LE(CpuSeconds(plan2.composition), (1.0 + o.ultrafast_slack) *
-                                                plan2.ultrafast_solo_seconds * (1 + 1e-12) +
-                                            o.min_token_cost_fraction);
+  EXPECT_LE(CpuSeconds(plan2.composition),
+            (1.0 + o.ultrafast_slack) * plan2.ultrafast_solo_seconds * (1 + 1e-12) +
+                o.min_token_cost_fraction);
   EXPECT_LE(total, o.max_draft_tokens);
 
   // Without ultrafast work there is no bound: drafts are capped by max_draft_tokens alone.

@@ -432,12 +432,13 @@ TEST(OpenAiRequestTest, ParsesSpeculationAndPrediction) {
   EXPECT_EQ(r.speculation->k, 12);
   ASSERT_FALSE(Parse(Endpoint::kChat, head + R"("speculation":null})", &r));
   EXPECT_FALSE(r.speculation.has_value());
-  ASSERT_FALSE(Parse(Endpoint::kCompletion, R"({"model":"m","prompt":"x","speculation":"off"})", &r));
+  ASSERT_FALSE(
+      Parse(Endpoint::kCompletion, R"({"model":"m","prompt":"x","speculation":"off"})", &r));
   EXPECT_EQ(r.speculation->mode, engine::SpecMode::kOff);
 
-  ASSERT_FALSE(ParseRequest(
-      Endpoint::kChat, head + R"("prediction":{"type":"content","content":"Hello there"}})",
-      {1000}, &r));
+  ASSERT_FALSE(
+      Parse(Endpoint::kChat, head + R"("prediction":{"type":"content","content":"Hello there"}})",
+            &r));
   EXPECT_TRUE(r.has_prediction);
   EXPECT_EQ(r.prediction, "Hello there");
   ASSERT_FALSE(Parse(Endpoint::kChat, head + R"("prediction":{"type":"content","content":[)"

@@ -202,7 +202,7 @@ struct Output {
 // Generates with a fresh cache and decoder (max_outputs room for k + 1 rows).
 // With draft_model, g.drafter is replaced by a DraftModelDrafter of that model.
 Output Generated(const Loaded& l, const std::vector<int32_t>& prompt, GenerateOptions g,
-           const model::Model* draft_model = nullptr, int threads = 2) {
+                 const model::Model* draft_model = nullptr, int threads = 2) {
   const model::ModelConfig& c = l.model->config();
   KvCacheOptions co;
   co.n_layer = c.n_layer;
@@ -493,10 +493,11 @@ TEST(Speculative, SamplingDistributionMatchesPlainSampling) {
   int wrong_cells = 0;
   const double wrong_stat = ChiSquare(wrong, &wrong_cells);
   EXPECT_GT(wrong_stat, ChiSquareQuantile(wrong_cells - 1, 3.09)) << "control";
-  std::printf("chi-square %.1f over %d cells (p=0.001 critical %.1f); wrong rule %.1f; %lld "
-              "verify steps, %lld drafts accepted\n",
-              stat, cells, ChiSquareQuantile(cells - 1, 3.09), wrong_stat,
-              static_cast<long long>(verify_steps), static_cast<long long>(accepted));
+  std::printf(
+      "chi-square %.1f over %d cells (p=0.001 critical %.1f); wrong rule %.1f; %lld "
+      "verify steps, %lld drafts accepted\n",
+      stat, cells, ChiSquareQuantile(cells - 1, 3.09), wrong_stat,
+      static_cast<long long>(verify_steps), static_cast<long long>(accepted));
 }
 
 }  // namespace

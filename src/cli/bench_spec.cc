@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/thread_pool.h"
 #include "cli/common.h"
 #include "engine/generate.h"
@@ -222,6 +223,38 @@ int SpecBench(const SpecBenchOptions& o) {
     bandwidth.push_back(probe.BestGBs(&pool, 3));
   }
 
+  // What a verify step of n positions costs against a decode step, at the edit prompt's end:
+  // the ceiling on what speculation can give is n / (t(n) / t(1)) with every draft right.
+  const std::vector<int> verify_sizes = {1, 2, 3, 5, 9, 17};
+  std::vector<double> verify_seconds;
+  {
+    const Workload& w = workloads[0];
+    model::Batch b;
+    for (int n : verify_sizes) {
+      std::vector<double> times;
+      for (int rep = 0; rep < 15; ++rep) {
+        (*cache)->Remove(0);
+        b.Clear();
+        const int64_t np = static_cast<int64_t>(w.prompt.size());
+        for (int64_t i = 0; i < np; i += dopt.max_batch) {
+          b.Clear();
+          for (int64_t j = i; j < std::min(np, i + dopt.max_batch); ++j) {
+            b.Add(w.prompt[j], static_cast<int32_t>(j), 0, false);
+          }
+          if (const Status s = (*decoder)->Forward(b); !s.ok()) Fail("bench", s);
+        }
+        b.Clear();
+        for (int i = 0; i < n; ++i) {
+          b.Add(w.prompt[i % np], static_cast<int32_t>(np + i), 0, true);
+        }
+        const double t0 = NowSeconds();
+        if (const Status s = (*decoder)->Forward(b); !s.ok()) Fail("bench", s);
+        times.push_back(NowSeconds() - t0);
+      }
+      verify_seconds.push_back(Median(times));
+    }
+  }
+
   const double bw = Median(bandwidth);
   json out;
   out["model"] = o.model;
@@ -233,6 +266,9 @@ int SpecBench(const SpecBenchOptions& o) {
   out["bandwidth_gb_s"] = bw;
   out["bytes_per_token"] = bytes_per_token;
   out["text"] = builtin ? "built-in" : o.text;
+  for (size_t i = 0; i < verify_sizes.size(); ++i) {
+    out["verify_step_seconds"][std::to_string(verify_sizes[i])] = verify_seconds[i];
+  }
   for (size_t wi = 0; wi < workloads.size(); ++wi) {
     json& jw = out["workloads"][workloads[wi].name];
     jw["prompt_tokens"] = workloads[wi].prompt.size();
@@ -251,8 +287,8 @@ int SpecBench(const SpecBenchOptions& o) {
       if (mode != "plain") {
         jm["drafted"] = r.spec.drafted;
         jm["accepted"] = r.spec.accepted;
-        jm["acceptance"] = r.spec.drafted ? static_cast<double>(r.spec.accepted) / r.spec.drafted
-                                          : 0.0;
+        jm["acceptance"] =
+            r.spec.drafted ? static_cast<double>(r.spec.accepted) / r.spec.drafted : 0.0;
         jm["mean_accepted_length"] = r.spec.mean_accepted_length();
       }
     }
@@ -265,6 +301,11 @@ int SpecBench(const SpecBenchOptions& o) {
               kernels::IsaName(kernels::ActiveIsa()).c_str(), threads);
   std::printf("bandwidth  %.1f GB/s (median of %zu probes); %.1f MB of weights per token\n", bw,
               bandwidth.size(), bytes_per_token / 1e6);
+  std::printf("verify step of n positions / decode step:");
+  for (size_t i = 0; i < verify_sizes.size(); ++i) {
+    std::printf(" n=%d %.2fx", verify_sizes[i], verify_seconds[i] / verify_seconds[0]);
+  }
+  std::printf(" (decode step %.3f ms)\n", verify_seconds[0] * 1e3);
   std::printf("greedy, %lld tokens, k <= %d, median of %d; text: %s\n\n",
               static_cast<long long>(o.n_gen), o.spec_k, o.reps,
               builtin ? "built-in" : o.text.c_str());
@@ -280,9 +321,9 @@ int SpecBench(const SpecBenchOptions& o) {
         std::snprintf(accept, sizeof(accept), "%.0f%%", 100.0 * jm["acceptance"].get<double>());
         std::snprintf(len, sizeof(len), "%.2f", jm["mean_accepted_length"].get<double>());
       }
-      std::printf("%-8s %6lld  %-7s %9.1f %7.2fx %9.2f %8s %8s %9s\n",
-                  workloads[wi].name.c_str(), static_cast<long long>(jw["prompt_tokens"].get<int64_t>()),
-                  mode.c_str(), jm["tok_s"].get<double>(), jm["speedup"].get<double>(),
+      std::printf("%-8s %6lld  %-7s %9.1f %7.2fx %9.2f %8s %8s %9s\n", workloads[wi].name.c_str(),
+                  static_cast<long long>(jw["prompt_tokens"].get<int64_t>()), mode.c_str(),
+                  jm["tok_s"].get<double>(), jm["speedup"].get<double>(),
                   jm["roofline"].get<double>(), accept, len,
                   jm["identical"].get<bool>() ? "yes" : "NO");
     }

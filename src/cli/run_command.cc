@@ -75,8 +75,8 @@ void Run(const RunOptions& o) {
     if (!d.ok()) Fail("run", d.status());
     draft_model = std::move(*d);
   } else if (speculate && o.spec != "ngram") {
-    Fail("run", InvalidArgumentError("--spec must be off, ngram or draft:PATH, not '" + o.spec +
-                                     "'"));
+    Fail("run",
+         InvalidArgumentError("--spec must be off, ngram or draft:PATH, not '" + o.spec + "'"));
   }
 
   const engine::KvCacheOptions co = CacheOptionsFor(m.config(), ctx);

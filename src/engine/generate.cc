@@ -22,8 +22,7 @@ std::string_view StopReasonName(StopReason r) {
 
 Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
                 std::span<const int32_t> prompt, const GenerateOptions& options,
-                const TextCallback& on_text, GenerateStats* stats,
-                const TokenCallback& on_token) {
+                const TextCallback& on_text, GenerateStats* stats, const TokenCallback& on_token) {
   UF_CHECK(stats != nullptr);
   *stats = GenerateStats();
   UF_RETURN_IF_ERROR(options.sampling.Validate());
@@ -157,7 +156,8 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
       int want = controller.DraftsWanted();
       want = static_cast<int>(std::min<int64_t>(want, ctx - pos - 1));
       if (options.max_tokens >= 0) {
-        want = static_cast<int>(std::min<int64_t>(want, options.max_tokens - stats->n_generated - 1));
+        want =
+            static_cast<int>(std::min<int64_t>(want, options.max_tokens - stats->n_generated - 1));
       }
       proposal.clear();
       if (want > 0) {

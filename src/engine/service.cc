@@ -68,8 +68,7 @@ StatusOr<std::unique_ptr<Service>> Service::Create(const model::Model& model,
   if (o.block_size < 1 || o.prefill_chunk < 1 || o.max_queue < 0) {
     return InvalidArgumentError("serve: block_size and prefill_chunk must be positive");
   }
-  if (o.spec_k < 1 || o.spec_k > kMaxSpecK || o.max_draft_tokens < 0 ||
-      o.max_draft_tokens > 1024) {
+  if (o.spec_k < 1 || o.spec_k > kMaxSpecK || o.max_draft_tokens < 0 || o.max_draft_tokens > 1024) {
     return InvalidArgumentError("serve: spec_k must be in [1, " + std::to_string(kMaxSpecK) +
                                 "] and max_draft_tokens in [0, 1024]");
   }
@@ -187,7 +186,8 @@ StatusOr<std::shared_ptr<RequestChannel>> Service::Submit(GenerationRequest requ
     // given, else off.
     if (seq->request.speculation) {
       seq->spec = *seq->request.speculation;
-    } else if ((tier.tier == scheduler::ServiceTier::kUltrafast && options_.ultrafast_speculation) ||
+    } else if ((tier.tier == scheduler::ServiceTier::kUltrafast &&
+                options_.ultrafast_speculation) ||
                !seq->request.prediction.empty()) {
       seq->spec = {SpecMode::kNgram, options_.spec_k};
     }
@@ -471,10 +471,10 @@ scheduler::BatchComposition Service::BuildBatch(const scheduler::StepPlan& plan)
     composition.AddDecode(seq.n_computed);
     // Drafts after the token, each wanting logits; their K/V go past n_computed and are kept
     // only when accepted (SampleOutputs).
-    int64_t d = n == 1 && i < plan.decode_drafts.size()
-                    ? std::min<int64_t>(plan.decode_drafts[i],
-                                        static_cast<int64_t>(seq.proposal.size()))
-                    : 0;
+    int64_t d =
+        n == 1 && i < plan.decode_drafts.size()
+            ? std::min<int64_t>(plan.decode_drafts[i], static_cast<int64_t>(seq.proposal.size()))
+            : 0;
     if (d > 0 && !cache_->Reserve(seq.slot, seq.n_computed + 1 + d).ok()) d = 0;
     for (int64_t j = 0; j < d; ++j) {
       batch_.Add(seq.proposal[j], static_cast<int32_t>(seq.n_computed + 1 + j), seq.slot, true);

@@ -128,8 +128,7 @@ void NgramDrafter::Continue(std::span<const int32_t> source, int64_t end, int ma
   }
 }
 
-Status NgramDrafter::Draft(std::span<const int32_t> context, int max_k,
-                           std::vector<int32_t>* out) {
+Status NgramDrafter::Draft(std::span<const int32_t> context, int max_k, std::vector<int32_t>* out) {
   out->clear();
   const int64_t size = static_cast<int64_t>(context.size());
   if (max_k <= 0 || size < 1) return OkStatus();
@@ -181,11 +180,8 @@ Status CheckDraftVocabulary(int64_t draft_vocab, int64_t target_vocab) {
   return OkStatus();
 }
 
-StatusOr<std::unique_ptr<DraftModelDrafter>> DraftModelDrafter::Create(const model::Model& draft,
-                                                                       int64_t target_vocab,
-                                                                       int64_t ctx,
-                                                                       ThreadPool* pool,
-                                                                       float p_min) {
+StatusOr<std::unique_ptr<DraftModelDrafter>> DraftModelDrafter::Create(
+    const model::Model& draft, int64_t target_vocab, int64_t ctx, ThreadPool* pool, float p_min) {
   const model::ModelConfig& c = draft.config();
   UF_RETURN_IF_ERROR(CheckDraftVocabulary(c.n_vocab, target_vocab));
   if (ctx < 1) return InvalidArgumentError("speculative: the draft context must be positive");

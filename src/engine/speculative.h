@@ -173,7 +173,7 @@ class SpecController {
   int max_k_;
   bool adaptive_;
   bool costly_;
-  double hits_ = 1.0, trials_ = 2.0;  // decayed Bernoulli counts (prior: a = 0.5, 2 trials)
+  double hits_ = 1.0, trials_ = 2.0;       // decayed Bernoulli counts (prior: a = 0.5, 2 trials)
   std::array<double, kMaxSpecK + 2> t_{};  // [n] decayed mean verify time of n positions
   std::array<double, kMaxSpecK + 2> w_{};  // [n] its decayed weight
   double draft_seconds_ = 0.0;             // per drafted token (per call when none)
@@ -182,9 +182,9 @@ class SpecController {
 
 // Acceptance statistics of a stream or a server.
 struct SpecStats {
-  int64_t drafted = 0;      // drafts verified
-  int64_t accepted = 0;     // drafts the target agreed with
-  int64_t verify_steps = 0; // steps that verified at least one draft
+  int64_t drafted = 0;       // drafts verified
+  int64_t accepted = 0;      // drafts the target agreed with
+  int64_t verify_steps = 0;  // steps that verified at least one draft
   // [accepted drafts per verify step, 0..kMaxSpecK]
   std::array<int64_t, kMaxSpecK + 1> accepted_hist{};
 

@@ -390,13 +390,13 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
   if (api.has_prediction) {
     g.prediction = service_->tokenizer().Encode(api.prediction, false, false);
     if (static_cast<int64_t>(g.prediction.size()) > ctx) {
-      return SendError(res,
-                       InvalidRequest("prediction.content has " +
-                                          std::to_string(g.prediction.size()) +
-                                          " tokens, more than the context of " +
-                                          std::to_string(ctx) + " tokens.",
-                                      "prediction.content", "invalid_value"),
-                       name);
+      return SendError(
+          res,
+          InvalidRequest("prediction.content has " + std::to_string(g.prediction.size()) +
+                             " tokens, more than the context of " + std::to_string(ctx) +
+                             " tokens.",
+                         "prediction.content", "invalid_value"),
+          name);
     }
   }
   if (meter_ != nullptr) {

@@ -541,8 +541,8 @@ std::optional<ApiError> ParsePrediction(const json& v, ApiRequest* r) {
   }
   const auto content = v.find("content");
   if (content == v.end()) {
-    return InvalidRequest("Missing required parameter: 'prediction.content'.",
-                          "prediction.content", "missing_required_parameter");
+    return InvalidRequest("Missing required parameter: 'prediction.content'.", "prediction.content",
+                          "missing_required_parameter");
   }
   for (auto it = v.begin(); it != v.end(); ++it) {
     if (it.key() != "type" && it.key() != "content") {
@@ -559,9 +559,9 @@ std::optional<ApiError> ParsePrediction(const json& v, ApiRequest* r) {
       const std::string param = "prediction.content[" + std::to_string(i) + "]";
       if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
           !part.contains("text") || !part["text"].is_string()) {
-        return InvalidRequest("Invalid value for '" + param +
-                                  "': expected {\"type\": \"text\", \"text\": string}.",
-                              param, "invalid_value");
+        return InvalidRequest(
+            "Invalid value for '" + param + "': expected {\"type\": \"text\", \"text\": string}.",
+            param, "invalid_value");
       }
       text += part["text"].get<std::string>();
     }
