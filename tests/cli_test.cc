@@ -93,7 +93,9 @@ TEST_F(CliTest, LogitsReproduceGoldenFile) {
   std::getline(golden, g0), std::getline(golden, g1), std::getline(golden, g2);
   std::getline(prompts_in, p0), std::getline(prompts_in, p1), std::getline(prompts_in, p2);
   std::ofstream(dir_ / "prompts.txt") << p0 << "\n\n" << p2 << "\n";  // empty line skipped
-  Result r = Run(std::string("logits -t 1 -m ") + kF32Model + " --prompts " +
+  // F32 K/V, as the reference computed them (the default F16 cache rounds K/V; golden_test
+  // states its tolerance).
+  Result r = Run(std::string("logits -t 1 --kv-type f32 -m ") + kF32Model + " --prompts " +
                  (dir_ / "prompts.txt").string());
   ASSERT_EQ(r.code, 0) << r.err;
   std::istringstream lines(r.out);
@@ -186,7 +188,8 @@ TEST_F(CliTest, InfoReportsBytesPerToken) {
 }
 
 TEST_F(CliTest, BenchPrintsJsonWithBandwidthFigures) {
-  Result r = Run(std::string("bench -m ") + kF32Model + " -p 16 -n 8 -t 1 --reps 1 --json");
+  Result r =
+      Run(std::string("bench -m ") + kF32Model + " -p 16 -n 8 -t 1 --reps 1 --depth 4 --json");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
   ASSERT_TRUE(j.is_object()) << r.out;
@@ -196,10 +199,14 @@ TEST_F(CliTest, BenchPrintsJsonWithBandwidthFigures) {
   EXPECT_GT(j.value("tg_tok_s", 0.0), 0.0);
   // The matrices `info` counts (see InfoReportsBytesPerToken), plus what decode also reads: one
   // F32 embedding row (64 floats) and the K/V rows attention reads, averaged over the 8 decode
-  // steps: 2 (K and V) x 2 layers x kv_dim 32 x 4 bytes per position, (8 + 1) / 2 positions.
+  // steps after a depth of 4: 2 (K and V) x 2 layers x kv_dim 32 x 2 bytes (the default F16
+  // cache) per position, 4 + (8 + 1) / 2 positions.
   const int64_t per_layer = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 172;
   const int64_t matrices = 4 * (2 * per_layer + 32000 * 64);
-  const int64_t kv = 2 * 2 * 32 * 4 * (8 + 1) / 2;
+  const int64_t kv = 2 * 2 * 32 * 2 * (4 * 2 + 9) / 2;
+  EXPECT_EQ(j.value("depth", -1), 4);
+  EXPECT_EQ(j.value("kv_type", ""), "f16");
+  EXPECT_EQ(j.value("kv_bytes_per_token", int64_t{0}), kv);
   EXPECT_EQ(j.value("bytes_per_token", int64_t{0}), matrices + 64 * 4 + kv);
   EXPECT_GT(j.value("bandwidth_gb_s", 0.0), 0.0);
   EXPECT_GT(j.value("roofline_fraction", 0.0), 0.0);

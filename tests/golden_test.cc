@@ -102,6 +102,7 @@ Family FamilyOf(const model::Model& m) {
 }
 
 struct Stats {
+  double clear_gap = 0.02;  // a clear choice: top-1 beats top-2 by this much of max(1, |top-1|)
   int64_t positions = 0;
   int64_t argmax_agree = 0;
   int64_t clear_positions = 0;
@@ -117,7 +118,7 @@ struct Stats {
     const bool agree = ours == ref[0].first;
     argmax_agree += agree;
     if (ref.size() >= 2 &&
-        ref[0].second - ref[1].second >= 0.02 * std::max(1.0f, std::fabs(ref[0].second))) {
+        ref[0].second - ref[1].second >= clear_gap * std::max(1.0f, std::fabs(ref[0].second))) {
       ++clear_positions;
       clear_agree += agree;
     }
@@ -139,8 +140,6 @@ struct Stats {
   }
 };
 
-class GoldenTest : public ::testing::TestWithParam<std::string> {};
-
 TEST(GoldenModels, EveryModelHasGoldenData) {
   const auto models = ListModels();
   ASSERT_FALSE(models.empty()) << "no models in " << kModelsDir;
@@ -149,8 +148,20 @@ TEST(GoldenModels, EveryModelHasGoldenData) {
   }
 }
 
+// The reference computed with F32 K/V. With F16 K/V each cached value is rounded to 11
+// significant bits (2^-12 relative). On the F32-weight model that moves logits by 3.6e-4 of
+// max(1, |logit|) at most, but every later 8-bit activation conversion (F16/BF16/Q8 activations)
+// can round the moved value to the other step, and two layers amplify the flips as described
+// above: measured 1.3e-3 (F16 weights), 6.7e-3 (BF16) and up to 3.5e-2 (Q4_K/Q6_K mixes), with
+// arg-max agreement down to 92-98%. So with F16 K/V the tolerance is the weights' own plus 1e-2,
+// arg-max agreement must reach 98% (F32/F16/BF16 weights) or 90% (quantized), and a clear choice
+// is a top-1 ahead by 5% instead of 2%. A wrong cache layout or conversion still moves logits by
+// O(1).
+class GoldenTest : public ::testing::TestWithParam<std::tuple<std::string, engine::KvType>> {};
+
 TEST_P(GoldenTest, LogitsMatchReference) {
-  const std::string name = GetParam();
+  const std::string name = std::get<0>(GetParam());
+  const engine::KvType kv_type = std::get<1>(GetParam());
   auto loaded = model::Model::Load(std::string(kModelsDir) + "/" + name + ".gguf");
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   const model::Model& m = **loaded;
@@ -158,11 +169,14 @@ TEST_P(GoldenTest, LogitsMatchReference) {
   ASSERT_FALSE(golden.empty());
 
   const Family family = FamilyOf(m);
-  const double tol = family == Family::kF32    ? 1e-3
-                     : family == Family::kF16  ? 5e-3
-                     : family == Family::kBF16 ? 1e-2
-                                               : 3e-2;
-  const double min_agreement = family == Family::kQuantized ? 0.97 : 0.99;
+  const double tol = (family == Family::kF32    ? 1e-3
+                      : family == Family::kF16  ? 5e-3
+                      : family == Family::kBF16 ? 1e-2
+                                                : 3e-2) +
+                     (kv_type == engine::KvType::kF16 ? 1e-2 : 0.0);
+  const bool f16_kv = kv_type == engine::KvType::kF16;
+  const double min_agreement =
+      family == Family::kQuantized ? (f16_kv ? 0.90 : 0.97) : (f16_kv ? 0.98 : 0.99);
 
   int64_t max_len = 0;
   for (const auto& g : golden) max_len = std::max<int64_t>(max_len, g.tokens.size());
@@ -173,6 +187,7 @@ TEST_P(GoldenTest, LogitsMatchReference) {
   co.head_dim = m.config().head_dim;
   co.n_blocks = engine::KvCacheOptions::BlocksFor(max_len, 1, co.block_size);
   co.max_seq_len = max_len;
+  co.type = kv_type;
   auto cache = engine::KvCache::Create(co);
   ASSERT_TRUE(cache.ok()) << cache.status().ToString();
   auto prefill = model::Decoder::Create(m, cache->get(), {.max_batch = max_len}, &pool);
@@ -182,6 +197,7 @@ TEST_P(GoldenTest, LogitsMatchReference) {
 
   const int64_t n_vocab = m.config().n_vocab;
   Stats batched, stepwise;
+  batched.clear_gap = stepwise.clear_gap = f16_kv ? 0.05 : 0.02;
   model::Batch batch;
   for (const auto& g : golden) {
     ASSERT_EQ(g.tokens.size(), g.positions.size());
@@ -207,11 +223,11 @@ TEST_P(GoldenTest, LogitsMatchReference) {
 
   for (const auto& [label, s] : {std::pair{"batched", &batched}, std::pair{"decode", &stepwise}}) {
     std::printf(
-        "[golden] %-28s %-7s positions=%lld argmax=%.2f%% clear-gap argmax=%.2f%% (%lld) "
-        "rel_err median=%.1e max=%.2e (tol %.0e)\n",
-        name.c_str(), label, static_cast<long long>(s->positions), 100.0 * s->agreement(),
-        100.0 * s->clear_agreement(), static_cast<long long>(s->clear_positions), s->median_err(),
-        s->max_err, tol);
+        "[golden] %-28s %s K/V %-7s positions=%lld argmax=%.2f%% clear-gap argmax=%.2f%% (%lld) "
+        "rel_err median=%.1e max=%.2e (tol %.1e)\n",
+        name.c_str(), engine::KvTypeName(kv_type), label, static_cast<long long>(s->positions),
+        100.0 * s->agreement(), 100.0 * s->clear_agreement(),
+        static_cast<long long>(s->clear_positions), s->median_err(), s->max_err, tol);
     EXPECT_GE(s->agreement(), min_agreement) << label;
     EXPECT_EQ(s->clear_agree, s->clear_positions) << label;
     EXPECT_EQ(s->over_tol, 0) << label << ": logits past tolerance " << tol
@@ -219,9 +235,13 @@ TEST_P(GoldenTest, LogitsMatchReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllModels, GoldenTest, ::testing::ValuesIn(ListModels()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string s = info.param;
+INSTANTIATE_TEST_SUITE_P(AllModels, GoldenTest,
+                         ::testing::Combine(::testing::ValuesIn(ListModels()),
+                                            ::testing::Values(engine::KvType::kF32,
+                                                              engine::KvType::kF16)),
+                         [](const ::testing::TestParamInfo<GoldenTest::ParamType>& info) {
+                           std::string s = std::get<0>(info.param) + "_kv_" +
+                                           engine::KvTypeName(std::get<1>(info.param));
                            for (char& ch : s) {
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            }

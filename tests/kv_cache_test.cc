@@ -138,5 +138,32 @@ TEST(KvCache, ReuseAfterChurnKeepsPoolConsistent) {
   }
 }
 
+TEST(KvCache, F16StoresHalfTheBytes) {
+  KvCacheOptions o;
+  o.n_layer = 2;
+  o.n_head_kv = 2;
+  o.head_dim = 8;
+  o.block_size = 4;
+  o.n_blocks = 6;
+  auto f32 = KvCache::Create(o);
+  o.type = KvType::kF16;
+  auto f16 = KvCache::Create(o);
+  ASSERT_TRUE(f32.ok() && f16.ok());
+  EXPECT_EQ((*f32)->bytes(), 2u * 2 * 6 * 2 * 4 * 8 * 4);
+  EXPECT_EQ((*f16)->bytes() * 2, (*f32)->bytes());
+  EXPECT_EQ((*f16)->bytes_per_token(), 2u * 2 * 2 * 8 * 2);
+  // Blocks of an F16 cache are 2-byte elements, laid out as the F32 ones.
+  const auto* b0 = static_cast<const uint8_t*>((*f16)->KeyData(0, 0));
+  const auto* b1 = static_cast<const uint8_t*>((*f16)->KeyData(0, 1));
+  const auto* l1 = static_cast<const uint8_t*>((*f16)->KeyData(1, 0));
+  EXPECT_EQ(b1 - b0, 2 * 4 * 8 * 2);
+  EXPECT_EQ(l1 - b0, 6 * (2 * 4 * 8 * 2));
+  EXPECT_DEATH((*f16)->KeyBlock(0, 0), "F32 access");
+  EXPECT_EQ(ParseKvType("f16").value(), KvType::kF16);
+  EXPECT_EQ(ParseKvType("f32").value(), KvType::kF32);
+  EXPECT_FALSE(ParseKvType("q4").ok());
+  EXPECT_STREQ(KvTypeName(KvType::kF16), "f16");
+}
+
 }  // namespace
 }  // namespace uf::engine

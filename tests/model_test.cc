@@ -16,6 +16,7 @@
 #include "gguf/gguf.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "kernels/quant.h"
 #include "model/batch.h"
 #include "model/decoder.h"
 
@@ -324,6 +325,50 @@ TEST(Ops, AttentionRowsAgreeAcrossIsas) {
         for (int64_t s = 0; s < m; ++s)
           EXPECT_NEAR(scores[s], want_scores[s], 1e-4) << d << " " << m;
         for (int64_t i = 0; i < d; ++i) EXPECT_NEAR(out[i], want_out[i], 1e-4) << d << " " << m;
+      }
+      kernels::SetIsaForTesting(best);
+    }
+}
+
+// F16 K/V rows: the kernels widen each half exactly, so against a double reference computed on
+// the same (rounded) halves they err only by float summation (1e-4 at these sizes, as above).
+// F32ToF16 rounds to nearest even on every tier, bit for bit.
+TEST(Ops, F16AttentionRowsAgreeAcrossIsas) {
+  for (int64_t d : {4, 8, 13, 16, 24, 64, 72, 100, 136})
+    for (int64_t m : {7, 8, 19}) {
+      std::vector<float> q(d), kf(m * d), w(m);
+      for (int64_t i = 0; i < d; ++i) q[i] = std::sin(0.3 * i);
+      for (int64_t i = 0; i < m * d; ++i) kf[i] = std::cos(0.7 * i) * (1 + i % 5);
+      for (int64_t s = 0; s < m; ++s) w[s] = 0.1f * (s + 1);
+      const kernels::Isa best = kernels::ActiveIsa();
+      std::vector<uint16_t> k(m * d), k_best(m * d);
+      kernels::SetIsaForTesting(kernels::Isa::kScalar);
+      kernels::F32ToF16(kf.data(), k.data(), m * d);
+      kernels::SetIsaForTesting(best);
+      kernels::F32ToF16(kf.data(), k_best.data(), m * d);
+      EXPECT_EQ(k, k_best) << d << " " << m;
+      for (int64_t i = 0; i < m * d; ++i) {
+        // Within half a step of f16 (2^-11 relative) of the f32 value.
+        EXPECT_NEAR(kernels::Fp16ToFp32(k[i]), kf[i], std::fabs(kf[i]) * 4.9e-4 + 1e-7);
+      }
+      std::vector<float> want_scores(m), want_out(d, 0.5f);
+      for (int64_t s = 0; s < m; ++s) {
+        double dot = 0;
+        for (int64_t i = 0; i < d; ++i) {
+          const double kv = kernels::Fp16ToFp32(k[s * d + i]);
+          dot += double(q[i]) * kv;
+          want_out[i] += w[s] * kv;
+        }
+        want_scores[s] = dot;
+      }
+      for (kernels::Isa isa : {kernels::Isa::kScalar, best}) {
+        kernels::SetIsaForTesting(isa);
+        std::vector<float> scores(m), out(d, 0.5f);
+        kernels::DotRowsF16(q.data(), k.data(), m, d, scores.data());
+        kernels::AxpyRowsF16(w.data(), k.data(), m, d, out.data());
+        for (int64_t s = 0; s < m; ++s)
+          EXPECT_NEAR(scores[s], want_scores[s], 1e-3) << d << " " << m;
+        for (int64_t i = 0; i < d; ++i) EXPECT_NEAR(out[i], want_out[i], 1e-3) << d << " " << m;
       }
       kernels::SetIsaForTesting(best);
     }

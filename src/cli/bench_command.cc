@@ -60,6 +60,8 @@ struct BenchOptions {
   int spec_k = 8;
   std::string spec_draft;
   std::string spec_text;
+  std::string kv_type;
+  int64_t depth = 0;  // tokens already in the cache before prefill and decode (llama-bench -d)
 };
 
 struct BenchResult {
@@ -80,7 +82,8 @@ struct BenchResult {
   // a quiet machine, well below it when other processes took the cores (the figures then
   // understate the engine).
   double tg_cpu_share = 0;
-  size_t bytes_per_token = 0;
+  size_t bytes_per_token = 0;                       // weights + K/V read per decode token
+  size_t kv_bytes_per_token = 0;                    // of which K/V
   std::vector<std::pair<int, double>> batch_tok_s;  // (sequences, aggregate tok/s)
   // Tokens per CPU-second of the process (all threads): on a shared machine the cores are not
   // all ours, and this ratio between batch sizes is steadier than the wall-clock one.
@@ -158,15 +161,40 @@ std::vector<int32_t> PromptTokens(int64_t n, int64_t n_vocab) {
 
 class BenchRunner {
  public:
-  BenchRunner(const model::Model& m, engine::KvCache* cache, model::Decoder* d)
-      : m_(m), cache_(cache), d_(d) {}
+  // depth: tokens each sequence holds before every measured prefill or decode.
+  BenchRunner(const model::Model& m, engine::KvCache* cache, model::Decoder* d, int64_t depth)
+      : m_(m), cache_(cache), d_(d), depth_(depth) {}
 
-  // Seconds for one prefill of `tokens` into a fresh sequence 0 (logits of the last token).
+  // Brings sequence s back to `depth` cached tokens: computed once (untimed, in chunks of the
+  // decoder's batch), then only truncated back to it.
+  Status ResetToDepth(int s) {
+    if (filled_.size() <= static_cast<size_t>(s)) filled_.resize(s + 1, false);
+    if (depth_ == 0 || !filled_[s]) cache_->Remove(s);
+    if (depth_ == 0) return OkStatus();
+    if (filled_[s]) {
+      cache_->Truncate(s, depth_);
+      return OkStatus();
+    }
+    const std::vector<int32_t> fill = PromptTokens(depth_, m_.config().n_vocab);
+    const int64_t chunk = d_->options().max_batch;
+    for (int64_t i = 0; i < depth_; i += chunk) {
+      batch_.Clear();
+      for (int64_t j = i; j < std::min(depth_, i + chunk); ++j) {
+        batch_.Add(fill[j], static_cast<int32_t>(j), s, false);
+      }
+      UF_RETURN_IF_ERROR(d_->Forward(batch_));
+    }
+    filled_[s] = true;
+    return OkStatus();
+  }
+
+  // Seconds for one prefill of `tokens` into sequence 0 after `depth` tokens (logits of the
+  // last token).
   StatusOr<double> Prefill(const std::vector<int32_t>& tokens) {
-    cache_->Remove(0);
+    UF_RETURN_IF_ERROR(ResetToDepth(0));
     batch_.Clear();
     for (size_t i = 0; i < tokens.size(); ++i) {
-      batch_.Add(tokens[i], static_cast<int32_t>(i), 0, i + 1 == tokens.size());
+      batch_.Add(tokens[i], static_cast<int32_t>(depth_ + i), 0, i + 1 == tokens.size());
     }
     const double t0 = NowSeconds();
     UF_RETURN_IF_ERROR(d_->Forward(batch_));
@@ -180,7 +208,7 @@ class BenchRunner {
   // step 1..n and once more after the last with n + 1, inside the timed span.
   StatusOr<double> Decode(int n_seqs, int64_t n, double* cpu_seconds,
                           const std::function<void(int64_t)>& before_step = {}) {
-    for (int s = 0; s < n_seqs; ++s) cache_->Remove(s);
+    for (int s = 0; s < n_seqs; ++s) UF_RETURN_IF_ERROR(ResetToDepth(s));
     std::vector<int32_t> next(n_seqs, 1);
     double t0 = 0, cpu0 = 0;
     for (int64_t step = 0; step <= n; ++step) {
@@ -190,7 +218,9 @@ class BenchRunner {
       }
       if (step >= 1 && before_step) before_step(step);
       batch_.Clear();
-      for (int s = 0; s < n_seqs; ++s) batch_.Add(next[s], static_cast<int32_t>(step), s, true);
+      for (int s = 0; s < n_seqs; ++s) {
+        batch_.Add(next[s], static_cast<int32_t>(depth_ + step), s, true);
+      }
       UF_RETURN_IF_ERROR(d_->Forward(batch_));
       for (int s = 0; s < n_seqs; ++s) {
         next[s] = sampling::ArgMax(d_->logits(s), m_.config().n_vocab);
@@ -205,6 +235,8 @@ class BenchRunner {
   const model::Model& m_;
   engine::KvCache* cache_;
   model::Decoder* d_;
+  int64_t depth_;
+  std::vector<bool> filled_;  // [seq] holds the depth tokens
   model::Batch batch_;
 };
 
@@ -213,25 +245,28 @@ Status RunBench(const BenchOptions& o, const LoadedModel& loaded, ThreadPool* po
   const model::Model& m = *loaded.model;
   const model::ModelConfig& c = m.config();
   UF_ASSIGN_OR_RETURN(std::vector<int> batches, ParseBatchList(o.batch));
-  if (o.n_prompt < 0 || o.n_gen < 0 || o.batch_steps < 1 || o.reps < 1) {
-    return InvalidArgumentError("-p, -n must be >= 0; --batch-steps, --reps >= 1");
+  if (o.n_prompt < 0 || o.n_gen < 0 || o.batch_steps < 1 || o.reps < 1 || o.depth < 0) {
+    return InvalidArgumentError("-p, -n, --depth must be >= 0; --batch-steps, --reps >= 1");
   }
   const int max_seqs =
       std::max(1, batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end()));
-  const int64_t seq_len = std::max({o.n_prompt, o.n_gen + 1, o.batch_steps + 1, int64_t{1}});
+  const int64_t seq_len =
+      o.depth + std::max({o.n_prompt, o.n_gen + 1, o.batch_steps + 1, int64_t{1}});
   if (seq_len > c.n_ctx_train) {
     return InvalidArgumentError("bench: " + std::to_string(seq_len) +
                                 " positions exceed the model's context of " +
                                 std::to_string(c.n_ctx_train));
   }
-  const engine::KvCacheOptions co = CacheOptionsFor(c, seq_len, max_seqs);
+  const engine::KvCacheOptions co =
+      CacheOptionsFor(c, seq_len, KvTypeOrDie("bench", o.kv_type), max_seqs);
   UF_ASSIGN_OR_RETURN(std::unique_ptr<engine::KvCache> cache, engine::KvCache::Create(co));
   model::DecoderOptions dopts;
-  dopts.max_batch = std::max<int64_t>({o.n_prompt, max_seqs, 1});
+  // The depth is filled in chunks of up to 512 tokens.
+  dopts.max_batch = std::max<int64_t>({o.n_prompt, max_seqs, o.depth > 0 ? 512 : 1});
   dopts.max_outputs = max_seqs;
   UF_ASSIGN_OR_RETURN(std::unique_ptr<model::Decoder> decoder,
                       model::Decoder::Create(m, cache.get(), dopts, pool));
-  BenchRunner bench(m, cache.get(), decoder.get());
+  BenchRunner bench(m, cache.get(), decoder.get(), o.depth);
 
   if (o.n_prompt > 0) {
     // The peak is probed before and after the prefill reps and the higher figure kept: a pass
@@ -257,9 +292,11 @@ Status RunBench(const BenchOptions& o, const LoadedModel& loaded, ThreadPool* po
   }
 
   // Weights of every matrix, one embedding row, and the K/V rows attention reads (a decode step
-  // at position p reads p + 1 of them per layer; averaged over the decode run).
-  const double kv_row = 2.0 * c.n_layer * c.kv_dim() * sizeof(float);
-  const double avg_kv = kv_row * (o.n_gen + 1) / 2.0;
+  // at position p reads p + 1 of them per layer, in the cache's type; averaged over the decode
+  // run, after the depth).
+  const double kv_row = static_cast<double>(cache->bytes_per_token());
+  const double avg_kv = kv_row * (static_cast<double>(o.depth) + (o.n_gen + 1) / 2.0);
+  r->kv_bytes_per_token = static_cast<size_t>(o.n_gen > 0 ? avg_kv : 0.0);
   r->bytes_per_token = m.bytes_per_token() + m.weights().token_embd_row_bytes +
                        static_cast<size_t>(o.n_gen > 0 ? avg_kv : 0.0);
 
@@ -363,6 +400,9 @@ void BenchCommand(const BenchOptions& o) {
     j["load_seconds"] = loaded->load_seconds;
     j["n_prompt"] = o.n_prompt;
     j["n_gen"] = o.n_gen;
+    j["depth"] = o.depth;
+    j["kv_type"] = o.kv_type;
+    j["kv_bytes_per_token"] = r.kv_bytes_per_token;
     j["reps"] = o.reps;
     j["pp_tok_s"] = r.pp_tok_s;
     j["pp_gops"] = r.pp_gops;
@@ -395,6 +435,8 @@ void BenchCommand(const BenchOptions& o) {
               m.config().architecture_name.c_str(), WeightType(m).c_str());
   std::printf("threads    %d, %s kernels, load %.2f s\n", threads, isa.c_str(),
               loaded->load_seconds);
+  std::printf("depth      %lld tokens in the cache before each measurement (%s K/V)\n",
+              static_cast<long long>(o.depth), o.kv_type.c_str());
   if (o.n_prompt > 0) {
     std::printf("prefill    %8.1f tok/s  (%lld-token prompt, median of %d)\n", r.pp_tok_s,
                 static_cast<long long>(o.n_prompt), o.reps);
@@ -410,7 +452,8 @@ void BenchCommand(const BenchOptions& o) {
     std::printf("cpu share  %.2f  (CPU time / (wall x threads) while decoding; < 1: contended)\n",
                 r.tg_cpu_share);
   }
-  std::printf("bytes/tok  %.1f MB\n", r.bytes_per_token / 1e6);
+  std::printf("bytes/tok  %.1f MB (of which K/V %.1f MB)\n", r.bytes_per_token / 1e6,
+              r.kv_bytes_per_token / 1e6);
   std::printf("bandwidth  %.1f GB/s  (median beside the decode reps; first %.1f, last %.1f)\n", bw,
               r.bw_before, r.bw_after);
   if (o.n_gen > 0) {
@@ -452,6 +495,11 @@ void AddBenchCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-n,--gen-tokens", o->n_gen, "Tokens to decode (0: skip)")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Threads (0: all CPUs)")->capture_default_str();
+  AddKvTypeOption(cmd, &o->kv_type);
+  cmd->add_option("-d,--depth", o->depth,
+                  "Tokens already in the cache before prefill and decode (as llama-bench -d); "
+                  "bytes/token and the roofline count their K/V")
+      ->capture_default_str();
   cmd->add_option("--batch", o->batch,
                   "Sequence counts decoding together, e.g. 1,2,4,8,16 (aggregate tok/s each)");
   cmd->add_option("--batch-steps", o->batch_steps, "Decode steps per --batch measurement")
@@ -480,6 +528,7 @@ void AddBenchCommand(CLI::App& app) {
       so.threads = o->threads;
       so.reps = o->reps;
       so.json = o->json;
+      so.kv_type = KvTypeOrDie("bench", o->kv_type);
       std::exit(SpecBench(so));
     }
     if (!o->serve) return BenchCommand(*o);
@@ -490,6 +539,7 @@ void AddBenchCommand(CLI::App& app) {
     so.threads = o->threads;
     so.reps = cmd->count("--reps") ? o->reps : so.reps;
     so.json = o->json;
+    so.kv_type = KvTypeOrDie("bench", o->kv_type);
     std::exit(ServeBench(so));
   });
 }

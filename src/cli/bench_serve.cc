@@ -72,7 +72,7 @@ class Bench {
     const int64_t ctx = o_.n_prompt + o_.n_gen + 16;
     threads_ = ResolveThreads(o_.threads);
 
-    const engine::KvCacheOptions co = CacheOptionsFor(model_.config(), ctx);
+    const engine::KvCacheOptions co = CacheOptionsFor(model_.config(), ctx, o_.kv_type);
     UF_ASSIGN_OR_RETURN(cache_, engine::KvCache::Create(co));
     pool_ = std::make_unique<ThreadPool>(threads_);
     model::DecoderOptions dopts;
@@ -84,6 +84,7 @@ class Bench {
     so.ctx = ctx;
     so.max_seqs = 1;
     so.prefix_cache = false;
+    so.kv_type = o_.kv_type;
     so.n_threads = threads_;
     UF_ASSIGN_OR_RETURN(service_, engine::Service::Create(model_, tokenizer_, so));
     server::ServerOptions ho;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/common.h"
+#include "engine/kv_cache.h"
 
 namespace uf::cli {
 
@@ -16,6 +17,7 @@ struct ServeBenchOptions {
   int threads = 0;
   int reps = 5;
   bool json = false;
+  engine::KvType kv_type = engine::KvType::kF16;
 };
 
 // Prints the table (or JSON); returns the exit code. Fails the command on errors.

@@ -144,7 +144,7 @@ int SpecBench(const SpecBenchOptions& o) {
   if (builtin) source = kBuiltinPassage;
   const std::vector<Workload> workloads = MakeWorkloads(tok, source, budget);
 
-  auto cache = engine::KvCache::Create(CacheOptionsFor(m.config(), ctx));
+  auto cache = engine::KvCache::Create(CacheOptionsFor(m.config(), ctx, o.kv_type));
   if (!cache.ok()) Fail("bench", cache.status());
   model::DecoderOptions dopt;
   dopt.max_batch = 512;

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/kv_cache.h"
+
 namespace uf::cli {
 
 struct SpecBenchOptions {
@@ -16,6 +18,7 @@ struct SpecBenchOptions {
   int threads = 0;
   int reps = 3;
   bool json = false;
+  engine::KvType kv_type = engine::KvType::kF16;
 };
 
 // Prints the table (or JSON); returns the exit code. Fails the command on errors.

@@ -51,8 +51,10 @@ int ResolveThreads(int requested) {
   return requested > 0 ? requested : ThreadPool::DefaultThreads();
 }
 
-engine::KvCacheOptions CacheOptionsFor(const model::ModelConfig& c, int64_t seq_len, int max_seqs) {
+engine::KvCacheOptions CacheOptionsFor(const model::ModelConfig& c, int64_t seq_len,
+                                       engine::KvType type, int max_seqs) {
   engine::KvCacheOptions co;
+  co.type = type;
   co.n_layer = c.n_layer;
   co.n_head_kv = c.n_head_kv;
   co.head_dim = c.head_dim;
@@ -60,6 +62,19 @@ engine::KvCacheOptions CacheOptionsFor(const model::ModelConfig& c, int64_t seq_
   co.max_seq_len = seq_len;
   co.n_blocks = engine::KvCacheOptions::BlocksFor(seq_len * max_seqs, max_seqs, co.block_size);
   return co;
+}
+
+void AddKvTypeOption(CLI::App* cmd, std::string* out) {
+  *out = "f16";
+  cmd->add_option("--kv-type", *out,
+                  "K/V cache element type: f16 (half the bytes per attended position) or f32")
+      ->capture_default_str();
+}
+
+engine::KvType KvTypeOrDie(std::string_view command, const std::string& name) {
+  auto t = engine::ParseKvType(name);
+  if (!t.ok()) Fail(command, t.status());
+  return *t;
 }
 
 }  // namespace uf::cli

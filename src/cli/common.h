@@ -34,9 +34,14 @@ struct LoadedModel {
 };
 StatusOr<LoadedModel> LoadModel(const std::string& path);
 
-// A KV cache for max_seqs sequences of up to seq_len positions each of model config c.
+// A KV cache of `type` for max_seqs sequences of up to seq_len positions each of model config c.
 engine::KvCacheOptions CacheOptionsFor(const model::ModelConfig& c, int64_t seq_len,
-                                       int max_seqs = 1);
+                                       engine::KvType type, int max_seqs = 1);
+
+// Registers --kv-type (f16 or f32, default f16) storing the choice in *out.
+void AddKvTypeOption(CLI::App* cmd, std::string* out);
+// The parsed --kv-type; fails the command on a bad value.
+engine::KvType KvTypeOrDie(std::string_view command, const std::string& name);
 
 // Threads for -t: 0 or negative means ThreadPool::DefaultThreads().
 int ResolveThreads(int requested);

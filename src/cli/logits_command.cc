@@ -20,6 +20,7 @@ struct LogitsOptions {
   int top_k = 8;
   int threads = 0;
   bool special = false;
+  std::string kv_type;
 };
 
 // Prompts file: one prompt per line; "\n" stands for a newline and "\\" for a backslash. Empty
@@ -83,7 +84,8 @@ void Logits(const LogitsOptions& o) {
     tokens.push_back(loaded->tokenizer->Encode(p, /*add_bos=*/true, o.special));
     max_len = std::max<int64_t>(max_len, tokens.back().size());
   }
-  const engine::KvCacheOptions co = CacheOptionsFor(m.config(), max_len);
+  const engine::KvCacheOptions co =
+      CacheOptionsFor(m.config(), max_len, KvTypeOrDie("logits", o.kv_type));
   auto cache = engine::KvCache::Create(co);
   if (!cache.ok()) Fail("logits", cache.status());
   ThreadPool pool(ResolveThreads(o.threads));
@@ -137,6 +139,7 @@ void AddLogitsCommand(CLI::App& app) {
       ->required();
   cmd->add_option("--top-k", o->top_k, "Logits per position")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Threads (0: all cores)")->capture_default_str();
+  AddKvTypeOption(cmd, &o->kv_type);
   cmd->add_flag("--special", o->special, "Parse special-token text in prompts");
   cmd->callback([o] { Logits(*o); });
 }

@@ -29,6 +29,7 @@ struct RunOptions {
   std::string spec = "off";  // off | ngram | draft:PATH
   int spec_k = 8;
   float spec_p_min = 0.6f;
+  std::string kv_type;
   sampling::SamplingParams sampling;
 };
 
@@ -79,7 +80,7 @@ void Run(const RunOptions& o) {
          InvalidArgumentError("--spec must be off, ngram or draft:PATH, not '" + o.spec + "'"));
   }
 
-  const engine::KvCacheOptions co = CacheOptionsFor(m.config(), ctx);
+  const engine::KvCacheOptions co = CacheOptionsFor(m.config(), ctx, KvTypeOrDie("run", o.kv_type));
   auto cache = engine::KvCache::Create(co);
   if (!cache.ok()) Fail("run", cache.status());
   ThreadPool pool(threads);
@@ -176,6 +177,7 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("-t,--threads", o->threads, "Threads (0: all cores)")->capture_default_str();
   cmd->add_option("--ctx", o->ctx, "Context size in tokens (0: min(model's, 4096))")
       ->capture_default_str();
+  AddKvTypeOption(cmd, &o->kv_type);
   cmd->add_option("-b,--batch", o->batch, "Prompt tokens per forward pass")->capture_default_str();
   cmd->add_option("--spec", o->spec,
                   "Speculative decoding: off, ngram (prompt lookup) or draft:PATH (a smaller "

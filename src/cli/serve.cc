@@ -92,6 +92,7 @@ int RunServe(const ServeArgs& args) {
   so.kv_tokens = args.kv_tokens;
   so.block_size = args.block_size;
   so.prefix_cache = !args.no_prefix_cache;
+  so.kv_type = KvTypeOrDie("serve", args.kv_type);
   so.ultrafast_speculation = !args.no_ultrafast_spec;
   so.spec_k = args.spec_k;
   so.n_threads = ResolveThreads(args.threads);
@@ -120,7 +121,10 @@ int RunServe(const ServeArgs& args) {
   if (meter) http.SetMeter(meter.get());
   if (Status s = http.Bind(); !s.ok()) return Report("serve", s);
   UF_LOG(INFO) << "serving " << ho.model_id << " on http://" << ho.host << ":" << http.port()
-               << " (ctx " << so.ctx << ", " << so.max_seqs << " sequences"
+               << " (ctx " << so.ctx << ", " << so.max_seqs << " sequences, "
+               << engine::KvTypeName(so.kv_type) << " KV cache of "
+               << (*service)->Stats().kv_blocks_total * (*service)->Stats().kv_block_bytes / (1 << 20)
+               << " MiB"
                << (keys->enabled() ? ", API keys required" : "") << (meter ? ", usage metered" : "")
                << ")";
   // Tests and scripts that pass --port 0 read the chosen port from this line.
@@ -161,6 +165,7 @@ void AddServeCommands(CLI::App& app) {
   serve->add_option("--kv-tokens", args->kv_tokens, "KV pool in tokens (default ctx*max-seqs)");
   serve->add_option("--block-size", args->block_size, "tokens per KV block")->capture_default_str();
   serve->add_flag("--no-prefix-cache", args->no_prefix_cache, "do not reuse prompt prefixes");
+  AddKvTypeOption(serve, &args->kv_type);
   serve->add_option("--max-tokens-limit", args->max_tokens_limit,
                     "largest max_tokens accepted (default ctx)");
   serve->add_option("--max-body-bytes", args->max_body_bytes, "request body limit")

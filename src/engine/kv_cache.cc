@@ -6,6 +6,14 @@
 
 namespace uf::engine {
 
+const char* KvTypeName(KvType type) { return type == KvType::kF16 ? "f16" : "f32"; }
+
+StatusOr<KvType> ParseKvType(std::string_view name) {
+  if (name == "f16") return KvType::kF16;
+  if (name == "f32") return KvType::kF32;
+  return InvalidArgumentError("kv type must be f16 or f32, not '" + std::string(name) + "'");
+}
+
 int64_t KvCacheOptions::BlocksFor(int64_t ctx_tokens, int max_seqs, int64_t block_size) {
   return (ctx_tokens + block_size - 1) / block_size + (max_seqs - 1);
 }
@@ -20,12 +28,14 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o) {
   }
   std::unique_ptr<KvCache> c(new KvCache(o));
   if (c->options_.max_seq_len == 0) c->options_.max_seq_len = o.n_blocks * o.block_size;
-  c->block_floats_ = static_cast<size_t>(o.n_head_kv * o.block_size * o.head_dim);
-  c->pool_floats_ = c->block_floats_ * static_cast<size_t>(o.n_layer * o.n_blocks);
-  const double gib = 2.0 * c->pool_floats_ * sizeof(float) / (1024.0 * 1024.0 * 1024.0);
+  const size_t block_elems = static_cast<size_t>(o.n_head_kv * o.block_size * o.head_dim);
+  c->block_bytes_ = block_elems * KvTypeBytes(o.type);
+  c->pool_elems_ = block_elems * static_cast<size_t>(o.n_layer * o.n_blocks);
+  const size_t pool_bytes = c->pool_elems_ * KvTypeBytes(o.type);
+  const double gib = 2.0 * pool_bytes / (1024.0 * 1024.0 * 1024.0);
   try {
-    c->k_ = std::make_unique_for_overwrite<float[]>(c->pool_floats_);
-    c->v_ = std::make_unique_for_overwrite<float[]>(c->pool_floats_);
+    c->k_ = std::make_unique_for_overwrite<uint8_t[]>(pool_bytes);
+    c->v_ = std::make_unique_for_overwrite<uint8_t[]>(pool_bytes);
     c->free_.reserve(o.n_blocks);
     for (int64_t b = o.n_blocks - 1; b >= 0; --b) c->free_.push_back(static_cast<int32_t>(b));
     c->seqs_.resize(o.max_seqs);

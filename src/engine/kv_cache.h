@@ -1,7 +1,9 @@
 // Paged KV cache: K and V of every layer live in fixed-size blocks drawn from one pool; each
 // sequence owns a block table mapping its positions to blocks. Blocks are taken on append and
 // returned when a sequence is truncated or removed, so many sequences of different lengths share
-// memory without fragmentation. K/V are F32 (attention inputs stay exact, as in the reference).
+// memory without fragmentation. K/V are stored as F16 (the default of `run`, `serve`, `bench` and
+// `logits`, as in the reference engine: half the bytes each decode step reads per attended
+// position) or F32 (exact attention inputs).
 //
 // Not thread-safe: the owner (generation loop / scheduler) serialises calls; the forward pass
 // only reads/writes block contents of sequences it was handed.
@@ -10,6 +12,7 @@
 #include <cstdint>
 #include <list>
 #include <memory>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -17,14 +20,23 @@
 
 namespace uf::engine {
 
+enum class KvType { kF32, kF16 };
+// "f32" / "f16".
+const char* KvTypeName(KvType type);
+// Parses "f32" / "f16"; InvalidArgument naming the accepted values otherwise.
+StatusOr<KvType> ParseKvType(std::string_view name);
+// Bytes per stored K or V value.
+inline size_t KvTypeBytes(KvType type) { return type == KvType::kF16 ? 2 : 4; }
+
 struct KvCacheOptions {
   int64_t n_layer = 0;
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
-  int64_t block_size = 16;  // tokens per block
-  int64_t n_blocks = 0;     // pool size
-  int max_seqs = 1;         // sequence ids are [0, max_seqs)
-  int64_t max_seq_len = 0;  // positions per sequence; 0 = n_blocks * block_size
+  int64_t block_size = 16;     // tokens per block
+  int64_t n_blocks = 0;        // pool size
+  int max_seqs = 1;            // sequence ids are [0, max_seqs)
+  int64_t max_seq_len = 0;     // positions per sequence; 0 = n_blocks * block_size
+  KvType type = KvType::kF32;  // element type of K and V
 
   // Blocks needed so that max_seqs sequences can hold ctx_tokens tokens in total (each sequence
   // may leave its last block partly empty).
@@ -64,17 +76,24 @@ class KvCache {
   // Block ids of seq in position order; block i holds positions [i * block_size, ...).
   const int32_t* BlockTable(int seq) const { return seqs_[seq].blocks.data(); }
 
-  // [n_head_kv][block_size][head_dim] keys / values of one block of one layer.
-  float* KeyBlock(int64_t layer, int32_t block) { return Block(k_.get(), layer, block); }
-  float* ValueBlock(int64_t layer, int32_t block) { return Block(v_.get(), layer, block); }
-  const float* KeyBlock(int64_t layer, int32_t block) const {
-    return Block(k_.get(), layer, block);
-  }
-  const float* ValueBlock(int64_t layer, int32_t block) const {
+  KvType type() const { return options_.type; }
+  // [n_head_kv][block_size][head_dim] keys / values of one block of one layer, of type().
+  void* KeyData(int64_t layer, int32_t block) { return Block(k_.get(), layer, block); }
+  void* ValueData(int64_t layer, int32_t block) { return Block(v_.get(), layer, block); }
+  const void* KeyData(int64_t layer, int32_t block) const { return Block(k_.get(), layer, block); }
+  const void* ValueData(int64_t layer, int32_t block) const {
     return Block(v_.get(), layer, block);
   }
+  // The same for an F32 cache (checked).
+  float* KeyBlock(int64_t layer, int32_t block) { return F32(KeyData(layer, block)); }
+  float* ValueBlock(int64_t layer, int32_t block) { return F32(ValueData(layer, block)); }
 
-  size_t bytes() const { return 2 * pool_floats_ * sizeof(float); }
+  // Bytes of K and V storage, and per cached position (all layers).
+  size_t bytes() const { return 2 * pool_elems_ * KvTypeBytes(options_.type); }
+  size_t bytes_per_token() const {
+    return 2 * static_cast<size_t>(options_.n_layer * options_.n_head_kv * options_.head_dim) *
+           KvTypeBytes(options_.type);
+  }
 
   // Prefix reuse. A full block can be published under a hash chained over every token up to its
   // end; a later sequence whose tokens start the same way maps the published blocks into its
@@ -102,8 +121,12 @@ class KvCache {
   };
 
   explicit KvCache(const KvCacheOptions& options) : options_(options) {}
-  float* Block(float* base, int64_t layer, int32_t block) const {
-    return base + (layer * options_.n_blocks + block) * block_floats_;
+  uint8_t* Block(uint8_t* base, int64_t layer, int32_t block) const {
+    return base + (layer * options_.n_blocks + block) * block_bytes_;
+  }
+  float* F32(void* p) const {
+    UF_CHECK(options_.type == KvType::kF32) << "kv cache: F32 access to an F16 cache";
+    return static_cast<float*>(p);
   }
   int32_t TakeBlock();
   void ReleaseBlock(int32_t block);
@@ -111,12 +134,12 @@ class KvCache {
   uint64_t ChainHash(uint64_t parent, const int32_t* tokens) const;
 
   KvCacheOptions options_;
-  size_t block_floats_ = 0;     // n_head_kv * block_size * head_dim
-  size_t pool_floats_ = 0;      // n_layer * n_blocks * block_floats_
-  std::unique_ptr<float[]> k_;  // [n_layer][n_blocks][n_head_kv][block_size][head_dim]
-  std::unique_ptr<float[]> v_;  // same layout as k_
-  std::vector<int32_t> free_;   // free block ids (stack)
-  std::vector<Sequence> seqs_;  // [max_seqs]
+  size_t block_bytes_ = 0;        // n_head_kv * block_size * head_dim * element bytes
+  size_t pool_elems_ = 0;         // n_layer * n_blocks * n_head_kv * block_size * head_dim
+  std::unique_ptr<uint8_t[]> k_;  // [n_layer][n_blocks][n_head_kv][block_size][head_dim]
+  std::unique_ptr<uint8_t[]> v_;  // same layout as k_
+  std::vector<int32_t> free_;     // free block ids (stack)
+  std::vector<Sequence> seqs_;    // [max_seqs]
 
   // Prefix reuse.
   std::vector<int32_t> refs_;          // [n_blocks] sequences holding each block

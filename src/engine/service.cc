@@ -105,6 +105,7 @@ StatusOr<std::unique_ptr<Service>> Service::Create(const model::Model& model,
   ko.n_blocks = KvCacheOptions::BlocksFor(o.kv_tokens, o.max_seqs, o.block_size);
   ko.max_seqs = o.max_seqs;
   ko.max_seq_len = o.ctx;
+  ko.type = o.kv_type;
   UF_ASSIGN_OR_RETURN(s->cache_, KvCache::Create(ko));
   s->pool_ = std::make_unique<ThreadPool>(o.n_threads);
   model::DecoderOptions dopt;
@@ -225,6 +226,7 @@ EngineStats Service::Stats() const {
   s.queue_depth = queued_.load();
   s.running = running_count_.load();
   s.kv_blocks_total = cache_->n_blocks();
+  s.kv_block_bytes = static_cast<int64_t>(cache_->bytes_per_token()) * cache_->block_size();
   s.kv_blocks_used = kv_used_.load();
   s.kv_blocks_cached = kv_cached_.load();
   s.kv_blocks_free = kv_free_.load();

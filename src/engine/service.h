@@ -45,14 +45,15 @@ namespace uf::engine {
 inline constexpr int32_t kParallelSampleMinVocab = 16384;
 
 struct ServiceOptions {
-  int max_seqs = 8;             // sequences decoded together
-  int64_t ctx = 4096;           // tokens per sequence (prompt + output)
-  int64_t kv_tokens = 0;        // KV pool size in tokens; 0 = ctx * max_seqs
-  int64_t block_size = 16;      // tokens per KV block
-  int64_t prefill_chunk = 256;  // prompt tokens per step, all sequences together
-  int max_queue = 64;           // waiting requests beyond which Submit fails
-  bool prefix_cache = true;     // reuse KV blocks of identical prompt prefixes
-  int n_threads = 0;            // 0 = ThreadPool::DefaultThreads()
+  int max_seqs = 8;               // sequences decoded together
+  int64_t ctx = 4096;             // tokens per sequence (prompt + output)
+  int64_t kv_tokens = 0;          // KV pool size in tokens; 0 = ctx * max_seqs
+  int64_t block_size = 16;        // tokens per KV block
+  int64_t prefill_chunk = 256;    // prompt tokens per step, all sequences together
+  int max_queue = 64;             // waiting requests beyond which Submit fails
+  bool prefix_cache = true;       // reuse KV blocks of identical prompt prefixes
+  KvType kv_type = KvType::kF16;  // K/V element type (the pool's bytes follow it)
+  int n_threads = 0;              // 0 = ThreadPool::DefaultThreads()
   // Tests: runs on the engine thread before every step (e.g. to slow the engine down).
   std::function<void()> step_hook;
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/matmul.h"
+#include "kernels/quant.h"
 
 namespace uf::kernels {
 
@@ -55,6 +56,33 @@ void DotRows(const float* q, const float* k, int64_t m, int64_t d, float* scores
 void AxpyRows(const float* w, const float* v, int64_t m, int64_t d, float* out) {
   if (ActiveIsa() != Isa::kScalar) return internal::AxpyRowsAvx2(w, v, m, d, out);
   for (int64_t s = 0; s < m; ++s) Axpy(w[s], v + s * d, out, d);
+}
+
+void DotRowsF16(const float* q, const uint16_t* k, int64_t m, int64_t d, float* scores) {
+  if (ActiveIsa() != Isa::kScalar) return internal::DotRowsF16Avx2(q, k, m, d, scores);
+  for (int64_t s = 0; s < m; ++s) {
+    // The same 8-way split as Dot, on widened values.
+    float acc[8] = {};
+    const uint16_t* kr = k + s * d;
+    int64_t i = 0;
+    for (; i + 8 <= d; i += 8) {
+      for (int j = 0; j < 8; ++j) acc[j] += q[i + j] * Fp16ToFp32(kr[i + j]);
+    }
+    for (; i < d; ++i) acc[0] += q[i] * Fp16ToFp32(kr[i]);
+    scores[s] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  }
+}
+
+void AxpyRowsF16(const float* w, const uint16_t* v, int64_t m, int64_t d, float* out) {
+  if (ActiveIsa() != Isa::kScalar) return internal::AxpyRowsF16Avx2(w, v, m, d, out);
+  for (int64_t s = 0; s < m; ++s) {
+    for (int64_t i = 0; i < d; ++i) out[i] += w[s] * Fp16ToFp32(v[s * d + i]);
+  }
+}
+
+void F32ToF16(const float* x, uint16_t* y, int64_t n) {
+  if (ActiveIsa() != Isa::kScalar) return internal::F32ToF16Avx2(x, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] = Fp32ToFp16(x[i]);
 }
 
 void SoftmaxInPlace(float* x, int64_t n, float scale) {

@@ -28,11 +28,20 @@ void Axpy(float a, const float* x, float* y, int64_t n);
 // scores[s] = dot(q, k + s * d);   out += sum_s w[s] * (v + s * d).
 void DotRows(const float* q, const float* k, int64_t m, int64_t d, float* scores);
 void AxpyRows(const float* w, const float* v, int64_t m, int64_t d, float* out);
+// The same over rows of IEEE half floats (an F16 KV cache: half the bytes per attended position;
+// each value widened to f32 exactly, so only the cache's rounding differs from F32 K/V).
+void DotRowsF16(const float* q, const uint16_t* k, int64_t m, int64_t d, float* scores);
+void AxpyRowsF16(const float* w, const uint16_t* v, int64_t m, int64_t d, float* out);
+// y[i] = half(x[i]), rounded to nearest even (what F16C's vcvtps2ph gives).
+void F32ToF16(const float* x, uint16_t* y, int64_t n);
 
 namespace internal {
-// AVX2+FMA versions (ops_avx2.cc); only called after the CPU check.
+// AVX2+FMA(+F16C) versions (ops_avx2.cc); only called after the CPU check.
 void DotRowsAvx2(const float* q, const float* k, int64_t m, int64_t d, float* scores);
 void AxpyRowsAvx2(const float* w, const float* v, int64_t m, int64_t d, float* out);
+void DotRowsF16Avx2(const float* q, const uint16_t* k, int64_t m, int64_t d, float* scores);
+void AxpyRowsF16Avx2(const float* w, const uint16_t* v, int64_t m, int64_t d, float* out);
+void F32ToF16Avx2(const float* x, uint16_t* y, int64_t n);
 void SoftmaxInPlaceAvx2(float* x, int64_t n, float scale);
 void SwiGluAvx2(const float* gate, const float* up, float* out, int64_t n);
 float MaxValueAvx2(const float* x, int64_t n);

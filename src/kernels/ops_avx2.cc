@@ -62,16 +62,25 @@ void SwiGluAvx2(const float* gate, const float* up, float* out, int64_t n) {
 
 namespace {
 
+// 8 values of a cached row as f32: F32 rows as they are, F16 rows widened exactly (F16C).
+inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 Load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline float Widen(float x) { return x; }
+inline float Widen(uint16_t x) { return _cvtsh_ss(x); }
+
 // Scores of 8 rows at once (d a multiple of 8): one accumulator per row, then a transposing
 // reduction (3 levels of vhaddps and a lane fold) gives all 8 sums in one register. Reducing
 // each row on its own took ~6 operations per score, as many as the 8 FMAs of a 64-wide head.
-inline void Dot8Rows(const float* q, const float* k, int64_t d, float* scores) {
+template <typename T>
+inline void Dot8Rows(const float* q, const T* k, int64_t d, float* scores) {
   __m256 a[8];
   for (int r = 0; r < 8; ++r) a[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < d; i += 8) {
     const __m256 qv = _mm256_loadu_ps(q + i);
 #pragma GCC unroll 8
-    for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + r * d + i), a[r]);
+    for (int r = 0; r < 8; ++r) a[r] = _mm256_fmadd_ps(qv, Load8(k + r * d + i), a[r]);
   }
   const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
   const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
@@ -85,8 +94,8 @@ inline void Dot8Rows(const float* q, const float* k, int64_t d, float* scores) {
 // out[0, 8N) += sum_s w[s] * v[s * d + ...]: N independent accumulators, one per 8 columns.
 // One accumulator per 8 columns walked over all rows before the next made every FMA wait for
 // the previous one (4 cycles each, against 2 per cycle when independent).
-template <int N>
-inline void AxpyColumns(const float* w, const float* v, int64_t m, int64_t d, float* out) {
+template <int N, typename T>
+inline void AxpyColumns(const float* w, const T* v, int64_t m, int64_t d, float* out) {
   __m256 acc[N];
 #pragma GCC unroll 8
   for (int j = 0; j < N; ++j) acc[j] = _mm256_loadu_ps(out + 8 * j);
@@ -94,37 +103,37 @@ inline void AxpyColumns(const float* w, const float* v, int64_t m, int64_t d, fl
     const __m256 ws = _mm256_set1_ps(w[s]);
 #pragma GCC unroll 8
     for (int j = 0; j < N; ++j) {
-      acc[j] = _mm256_fmadd_ps(ws, _mm256_loadu_ps(v + s * d + 8 * j), acc[j]);
+      acc[j] = _mm256_fmadd_ps(ws, Load8(v + s * d + 8 * j), acc[j]);
     }
   }
 #pragma GCC unroll 8
   for (int j = 0; j < N; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
 }
 
-}  // namespace
-
-void DotRowsAvx2(const float* q, const float* k, int64_t m, int64_t d, float* scores) {
+template <typename T>
+void DotRowsT(const float* q, const T* k, int64_t m, int64_t d, float* scores) {
   int64_t s = 0;
   if (d % 8 == 0) {
     for (; s + 8 <= m; s += 8) Dot8Rows(q, k + s * d, d, scores + s);
   }
   const int64_t d8 = d & ~int64_t{7};
   for (; s < m; ++s) {
-    const float* kr = k + s * d;
+    const T* kr = k + s * d;
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= d8; i += 16) {
-      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kr + i), a0);
-      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(kr + i + 8), a1);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), Load8(kr + i), a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), Load8(kr + i + 8), a1);
     }
-    if (i < d8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(kr + i), a0);
+    if (i < d8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), Load8(kr + i), a0);
     float sum = HorizontalSum(_mm256_add_ps(a0, a1));
-    for (i = d8; i < d; ++i) sum += q[i] * kr[i];
+    for (i = d8; i < d; ++i) sum += q[i] * Widen(kr[i]);
     scores[s] = sum;
   }
 }
 
-void AxpyRowsAvx2(const float* w, const float* v, int64_t m, int64_t d, float* out) {
+template <typename T>
+void AxpyRowsT(const float* w, const T* v, int64_t m, int64_t d, float* out) {
   const int64_t d8 = d & ~int64_t{7};
   int64_t i = 0;
   for (; i + 64 <= d8; i += 64) AxpyColumns<8>(w, v + i, m, d, out + i);
@@ -140,9 +149,33 @@ void AxpyRowsAvx2(const float* w, const float* v, int64_t m, int64_t d, float* o
   if (i + 8 <= d8) AxpyColumns<1>(w, v + i, m, d, out + i);
   for (i = d8; i < d; ++i) {
     float acc = out[i];
-    for (int64_t s = 0; s < m; ++s) acc += w[s] * v[s * d + i];
+    for (int64_t s = 0; s < m; ++s) acc += w[s] * Widen(v[s * d + i]);
     out[i] = acc;
   }
+}
+
+}  // namespace
+
+void DotRowsAvx2(const float* q, const float* k, int64_t m, int64_t d, float* scores) {
+  DotRowsT(q, k, m, d, scores);
+}
+void AxpyRowsAvx2(const float* w, const float* v, int64_t m, int64_t d, float* out) {
+  AxpyRowsT(w, v, m, d, out);
+}
+void DotRowsF16Avx2(const float* q, const uint16_t* k, int64_t m, int64_t d, float* scores) {
+  DotRowsT(q, k, m, d, scores);
+}
+void AxpyRowsF16Avx2(const float* w, const uint16_t* v, int64_t m, int64_t d, float* out) {
+  AxpyRowsT(w, v, m, d, out);
+}
+
+void F32ToF16Avx2(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
 }  // namespace uf::kernels::internal

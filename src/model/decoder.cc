@@ -92,6 +92,7 @@ void Decoder::Allocate() {
   const auto& ff = model_.weights().rope_freq_factors;
   rope_.freq_factors = ff.empty() ? nullptr : ff.data();
   attn_scale_ = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  f16_kv_ = cache_->type() == engine::KvType::kF16;
 
   const auto& layers = model_.weights().layers;
   qkv_groups_.resize(c.n_layer);
@@ -296,11 +297,20 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
       const int32_t pos = batch.positions[t];
       const int32_t block = cache_->BlockTable(batch.seq_ids[t])[pos / bs];
       const int64_t slot = pos % bs;
-      float* kb = cache_->KeyBlock(il, block);
-      float* vb = cache_->ValueBlock(il, block);
-      for (int64_t h = 0; h < c.n_head_kv; ++h) {
-        std::memcpy(kb + (h * bs + slot) * hd, k + h * hd, hd * sizeof(float));
-        std::memcpy(vb + (h * bs + slot) * hd, v + h * hd, hd * sizeof(float));
+      if (f16_kv_) {
+        auto* kb = static_cast<uint16_t*>(cache_->KeyData(il, block));
+        auto* vb = static_cast<uint16_t*>(cache_->ValueData(il, block));
+        for (int64_t h = 0; h < c.n_head_kv; ++h) {
+          kernels::F32ToF16(k + h * hd, kb + (h * bs + slot) * hd, hd);
+          kernels::F32ToF16(v + h * hd, vb + (h * bs + slot) * hd, hd);
+        }
+      } else {
+        float* kb = cache_->KeyBlock(il, block);
+        float* vb = cache_->ValueBlock(il, block);
+        for (int64_t h = 0; h < c.n_head_kv; ++h) {
+          std::memcpy(kb + (h * bs + slot) * hd, k + h * hd, hd * sizeof(float));
+          std::memcpy(vb + (h * bs + slot) * hd, v + h * hd, hd * sizeof(float));
+        }
       }
     }
   });
@@ -385,13 +395,19 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item_begin, int6
       n_kv_max = std::max<int64_t>(n_kv_max, batch.positions[t0 + i] + 1);
     // scores row of token i, query head g: scores + (i * group + g) * max_len.
     for (int64_t j0 = 0; j0 < n_kv_max; j0 += bs) {
-      const float* kb = cache_->KeyBlock(il, table[j0 / bs]) + kvh * bs * hd;
+      const void* kb = cache_->KeyData(il, table[j0 / bs]);  // [n_head_kv][bs][hd]
       for (int64_t i = 0; i < nt; ++i) {
         const int64_t m = std::min(bs, batch.positions[t0 + i] + 1 - j0);
         if (m <= 0) continue;
         const float* q = q_.data() + (t0 + i) * qd + kvh * group * hd;  // [group][hd]
         for (int64_t g = 0; g < group; ++g) {
-          kernels::DotRows(q + g * hd, kb, m, hd, scores + (i * group + g) * max_len + j0);
+          float* out = scores + (i * group + g) * max_len + j0;
+          if (f16_kv_) {
+            kernels::DotRowsF16(q + g * hd, static_cast<const uint16_t*>(kb) + kvh * bs * hd, m, hd,
+                                out);
+          } else {
+            kernels::DotRows(q + g * hd, static_cast<const float*>(kb) + kvh * bs * hd, m, hd, out);
+          }
         }
       }
     }
@@ -404,13 +420,20 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item_begin, int6
       std::fill(out, out + group * hd, 0.0f);
     }
     for (int64_t j0 = 0; j0 < n_kv_max; j0 += bs) {
-      const float* vb = cache_->ValueBlock(il, table[j0 / bs]) + kvh * bs * hd;
+      const void* vb = cache_->ValueData(il, table[j0 / bs]);  // [n_head_kv][bs][hd]
       for (int64_t i = 0; i < nt; ++i) {
         const int64_t m = std::min(bs, batch.positions[t0 + i] + 1 - j0);
         if (m <= 0) continue;
         float* out = attn_.data() + (t0 + i) * qd + kvh * group * hd;
         for (int64_t g = 0; g < group; ++g) {
-          kernels::AxpyRows(scores + (i * group + g) * max_len + j0, vb, m, hd, out + g * hd);
+          const float* w = scores + (i * group + g) * max_len + j0;
+          if (f16_kv_) {
+            kernels::AxpyRowsF16(w, static_cast<const uint16_t*>(vb) + kvh * bs * hd, m, hd,
+                                 out + g * hd);
+          } else {
+            kernels::AxpyRows(w, static_cast<const float*>(vb) + kvh * bs * hd, m, hd,
+                              out + g * hd);
+          }
         }
       }
     }
