@@ -374,6 +374,39 @@ TEST(Ops, F16AttentionRowsAgreeAcrossIsas) {
     }
 }
 
+// RMS norm: the AVX2 version sums the squares in double in another order than the scalar one,
+// so results agree to float rounding (1 ulp of the scale, 2^-23 relative, plus the products').
+TEST(Ops, RmsNormAgreesAcrossIsas) {
+  for (int64_t n : {1, 7, 8, 15, 16, 17, 64, 100, 256, 2048}) {
+    std::vector<float> x(n), w(n);
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = static_cast<float>(3.0 * std::sin(0.37 * i + 1.0));
+      w[i] = static_cast<float>(1.0 + 0.5 * std::cos(0.11 * i));
+    }
+    double ss = 0;
+    for (float v : x) ss += double(v) * v;
+    const double scale = 1.0 / std::sqrt(ss / n + 1e-5);
+    const kernels::Isa best = kernels::ActiveIsa();
+    for (kernels::Isa isa : {kernels::Isa::kScalar, best}) {
+      kernels::SetIsaForTesting(isa);
+      for (const float* wp :
+           {static_cast<const float*>(w.data()), static_cast<const float*>(nullptr)}) {
+        std::vector<float> y(n);
+        kernels::RmsNorm(x.data(), wp, y.data(), n, 1e-5f);
+        for (int64_t i = 0; i < n; ++i) {
+          const double want = x[i] * scale * (wp ? w[i] : 1.0);
+          EXPECT_NEAR(y[i], want, 4e-7 * std::max(1.0, std::fabs(want))) << n << " " << i;
+        }
+        // In place.
+        std::vector<float> z = x;
+        kernels::RmsNorm(z.data(), wp, z.data(), n, 1e-5f);
+        EXPECT_EQ(z, y);
+      }
+    }
+    kernels::SetIsaForTesting(best);
+  }
+}
+
 TEST(Ops, SoftmaxAgreesAcrossIsas) {
   // Lengths around the 8-float step, scores spanning e^-60 to the max and one far below the
   // clamp (-500). Against the double-precision softmax, both versions err by the float

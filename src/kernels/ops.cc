@@ -9,6 +9,7 @@
 namespace uf::kernels {
 
 void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps) {
+  if (ActiveIsa() != Isa::kScalar) return internal::RmsNormAvx2(x, w, y, n, eps);
   double sum = 0.0;
   for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
   const float mean = static_cast<float>(sum / static_cast<double>(n));

@@ -8,7 +8,9 @@
 
 namespace uf::kernels {
 
-// y = x / sqrt(mean(x^2) + eps) * w; w may be nullptr (no scale). y may alias x.
+// y = x / sqrt(mean(x^2) + eps) * w; w may be nullptr (no scale). y may alias x. The sum of
+// squares is accumulated in double (as the reference does); with AVX2 in 16 lanes: a serial
+// double chain cost the demo model's decode 9% of its time.
 void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps);
 
 // y += x
@@ -42,6 +44,7 @@ void AxpyRowsAvx2(const float* w, const float* v, int64_t m, int64_t d, float* o
 void DotRowsF16Avx2(const float* q, const uint16_t* k, int64_t m, int64_t d, float* scores);
 void AxpyRowsF16Avx2(const float* w, const uint16_t* v, int64_t m, int64_t d, float* out);
 void F32ToF16Avx2(const float* x, uint16_t* y, int64_t n);
+void RmsNormAvx2(const float* x, const float* w, float* y, int64_t n, float eps);
 void SoftmaxInPlaceAvx2(float* x, int64_t n, float scale);
 void SwiGluAvx2(const float* gate, const float* up, float* out, int64_t n);
 float MaxValueAvx2(const float* x, int64_t n);

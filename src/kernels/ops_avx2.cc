@@ -169,6 +169,39 @@ void AxpyRowsF16Avx2(const float* w, const uint16_t* v, int64_t m, int64_t d, fl
   AxpyRowsT(w, v, m, d, out);
 }
 
+void RmsNormAvx2(const float* x, const float* w, float* y, int64_t n, float eps) {
+  __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+    const __m256d x1 = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+    const __m256d x2 = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 8));
+    const __m256d x3 = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 12));
+    a0 = _mm256_fmadd_pd(x0, x0, a0);
+    a1 = _mm256_fmadd_pd(x1, x1, a1);
+    a2 = _mm256_fmadd_pd(x2, x2, a2);
+    a3 = _mm256_fmadd_pd(x3, x3, a3);
+  }
+  const __m256d a = _mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3));
+  const __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+  double sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+  for (; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / std::sqrt(mean + eps);
+  const __m256 vs = _mm256_set1_ps(scale);
+  i = 0;
+  if (w != nullptr) {
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(
+          y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _mm256_loadu_ps(w + i)));
+    }
+    for (; i < n; ++i) y[i] = x[i] * scale * w[i];
+  } else {
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+    for (; i < n; ++i) y[i] = x[i] * scale;
+  }
+}
+
 void F32ToF16Avx2(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
