@@ -5,6 +5,7 @@
 // are refused.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -94,6 +95,12 @@ const SpeculationRequest kOff{SpecMode::kOff, 8};
 std::vector<Output> RunAll(ServiceOptions o, std::optional<SpeculationRequest> spec,
                            float temperature = 0.0f, bool together = true,
                            EngineStats* stats = nullptr) {
+  // Together: the engine waits until every request is queued, so they really share steps (and
+  // KV) on however loaded a machine.
+  std::atomic<bool> submitted{!together};
+  o.step_hook = [&submitted] {
+    while (!submitted.load()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  };
   auto s = MakeService(o);
   std::vector<Output> out;
   std::vector<std::shared_ptr<RequestChannel>> chans;
@@ -111,6 +118,7 @@ std::vector<Output> RunAll(ServiceOptions o, std::optional<SpeculationRequest> s
       }
     }
   }
+  submitted = true;
   for (auto& ch : chans) out.push_back(Collect(*ch));
   const EngineStats st = SettledStats(*s);
   EXPECT_EQ(st.kv_blocks_used, 0) << "finished sequences (and their drafts) must free blocks";
