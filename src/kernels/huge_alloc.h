@@ -16,5 +16,7 @@ using HugeBuffer = std::unique_ptr<uint8_t[], HugeFree>;
 
 // Aborts when out of memory (callers are sized by model files that already fit in memory).
 HugeBuffer AllocateHuge(size_t bytes);
+// The same, but null when the memory cannot be had (callers sized by user settings: KV pools).
+HugeBuffer TryAllocateHuge(size_t bytes);
 
 }  // namespace uf::kernels

@@ -15,6 +15,17 @@ namespace {
 constexpr int64_t kParallelThreshold = 1 << 15;
 // Tokens of one sequence per attention item (see Decoder::Attention).
 constexpr int64_t kAttentionTokens = 4;
+// Attention prefetches a KV head's slice of the block this many blocks ahead into L2. A slice is
+// 1-4 KB in its own page, so the hardware prefetchers, which stop at page boundaries, fetched
+// none of them ahead: decode at 4k positions read K/V at 8 GB/s per core (huge pages) against
+// 12-16 GB/s with this (measured on a 4k x 8-head F16 layout, one core).
+constexpr int64_t kPrefetchBlocks = 4;
+
+// Prefetches `bytes` from p into L2 (not L1: the L1 fill buffers are what limited the reads).
+inline void PrefetchL2(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 1);
+}
 
 std::vector<std::vector<const kernels::Matrix*>> GroupByActivation(
     const std::vector<const kernels::Matrix*>& ws) {
@@ -381,6 +392,8 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item_begin, int6
   const int64_t bs = cache_->block_size();
   const int64_t max_len = cache_->max_seq_len();
   float* scores = scores_.data() + static_cast<size_t>(thread) * kAttentionTokens * group * max_len;
+  const size_t elem = engine::KvTypeBytes(cache_->type());
+  const size_t slice_bytes = static_cast<size_t>(bs * hd) * elem;  // one KV head of one block
   // An item is the `group` query heads that share a KV head, for up to kAttentionTokens
   // consecutive tokens of one sequence: each K/V block is read from L2 (or beyond) once for all
   // of them and from L1 for the rest. One item per (token, query head) read each block per
@@ -396,6 +409,12 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item_begin, int6
     // scores row of token i, query head g: scores + (i * group + g) * max_len.
     for (int64_t j0 = 0; j0 < n_kv_max; j0 += bs) {
       const void* kb = cache_->KeyData(il, table[j0 / bs]);  // [n_head_kv][bs][hd]
+      if (j0 + kPrefetchBlocks * bs < n_kv_max) {
+        PrefetchL2(
+            static_cast<const uint8_t*>(cache_->KeyData(il, table[j0 / bs + kPrefetchBlocks])) +
+                kvh * slice_bytes,
+            slice_bytes);
+      }
       for (int64_t i = 0; i < nt; ++i) {
         const int64_t m = std::min(bs, batch.positions[t0 + i] + 1 - j0);
         if (m <= 0) continue;
@@ -421,6 +440,12 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item_begin, int6
     }
     for (int64_t j0 = 0; j0 < n_kv_max; j0 += bs) {
       const void* vb = cache_->ValueData(il, table[j0 / bs]);  // [n_head_kv][bs][hd]
+      if (j0 + kPrefetchBlocks * bs < n_kv_max) {
+        PrefetchL2(
+            static_cast<const uint8_t*>(cache_->ValueData(il, table[j0 / bs + kPrefetchBlocks])) +
+                kvh * slice_bytes,
+            slice_bytes);
+      }
       for (int64_t i = 0; i < nt; ++i) {
         const int64_t m = std::min(bs, batch.positions[t0 + i] + 1 - j0);
         if (m <= 0) continue;
