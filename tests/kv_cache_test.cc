@@ -162,6 +162,17 @@ TEST(KvCache, F16StoresHalfTheBytes) {
   EXPECT_EQ(ParseKvType("f16").value(), KvType::kF16);
   EXPECT_EQ(ParseKvType("f32").value(), KvType::kF32);
   EXPECT_FALSE(ParseKvType("q4").ok());
+  EXPECT_EQ(ParseKvType("q8_0").value(), KvType::kQ8_0);
+  // Q8_0: 34 bytes per 32 values, and only whole blocks per head row.
+  o.type = KvType::kQ8_0;
+  auto bad = KvCache::Create(o);  // head_dim 8
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("multiple of 32"), std::string::npos);
+  o.head_dim = 64;
+  auto q8 = KvCache::Create(o);
+  ASSERT_TRUE(q8.ok());
+  EXPECT_EQ((*q8)->bytes_per_token(), 2u * 2 * 2 * 68);
+  EXPECT_EQ((*q8)->bytes(), 2u * 2 * 6 * 2 * 4 * 68);
   EXPECT_STREQ(KvTypeName(KvType::kF16), "f16");
 }
 

@@ -374,6 +374,41 @@ TEST(Ops, F16AttentionRowsAgreeAcrossIsas) {
     }
 }
 
+// Q8_0 K/V rows: against a double reference on the dequantized values, both tiers agree to float
+// summation (1e-3 at these sizes).
+TEST(Ops, Q8_0AttentionRowsAgreeAcrossIsas) {
+  for (int64_t d : {32, 64, 128})
+    for (int64_t m : {1, 7, 16, 19}) {
+      std::vector<float> q(d), kf(m * d), w(m), deq(m * d);
+      for (int64_t i = 0; i < d; ++i) q[i] = std::sin(0.3 * i);
+      for (int64_t i = 0; i < m * d; ++i) kf[i] = std::cos(0.7 * i) * (1 + i % 5);
+      for (int64_t s = 0; s < m; ++s) w[s] = 0.1f * (s + 1);
+      std::vector<uint8_t> k(m * d / 32 * 34);
+      for (int64_t s = 0; s < m; ++s) {
+        kernels::QuantizeRow(GgmlType::kQ8_0, kf.data() + s * d, k.data() + s * d / 32 * 34, d);
+        kernels::DequantizeRow(GgmlType::kQ8_0, k.data() + s * d / 32 * 34, deq.data() + s * d, d);
+      }
+      std::vector<double> want_scores(m), want_out(d, 0.5);
+      for (int64_t s = 0; s < m; ++s) {
+        for (int64_t i = 0; i < d; ++i) {
+          want_scores[s] += double(q[i]) * deq[s * d + i];
+          want_out[i] += double(w[s]) * deq[s * d + i];
+        }
+      }
+      const kernels::Isa best = kernels::ActiveIsa();
+      for (kernels::Isa isa : {kernels::Isa::kScalar, best}) {
+        kernels::SetIsaForTesting(isa);
+        std::vector<float> scores(m), out(d, 0.5f);
+        kernels::DotRowsQ8_0(q.data(), k.data(), m, d, scores.data());
+        kernels::AxpyRowsQ8_0(w.data(), k.data(), m, d, out.data());
+        for (int64_t s = 0; s < m; ++s)
+          EXPECT_NEAR(scores[s], want_scores[s], 1e-3) << d << " " << m;
+        for (int64_t i = 0; i < d; ++i) EXPECT_NEAR(out[i], want_out[i], 1e-3) << d << " " << m;
+      }
+      kernels::SetIsaForTesting(best);
+    }
+}
+
 // RMS norm: the AVX2 version sums the squares in double in another order than the scalar one,
 // so results agree to float rounding (1 ulp of the scale, 2^-23 relative, plus the products').
 TEST(Ops, RmsNormAgreesAcrossIsas) {

@@ -67,7 +67,8 @@ engine::KvCacheOptions CacheOptionsFor(const model::ModelConfig& c, int64_t seq_
 void AddKvTypeOption(CLI::App* cmd, std::string* out) {
   *out = "f16";
   cmd->add_option("--kv-type", *out,
-                  "K/V cache element type: f16 (half the bytes per attended position) or f32")
+                  "K/V cache element type: f16 (half the bytes per attended position), q8_0 "
+                  "(0.53x f16; head dim a multiple of 32) or f32")
       ->capture_default_str();
 }
 

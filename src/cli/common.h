@@ -38,7 +38,7 @@ StatusOr<LoadedModel> LoadModel(const std::string& path);
 engine::KvCacheOptions CacheOptionsFor(const model::ModelConfig& c, int64_t seq_len,
                                        engine::KvType type, int max_seqs = 1);
 
-// Registers --kv-type (f16 or f32, default f16) storing the choice in *out.
+// Registers --kv-type (f16, q8_0 or f32; default f16) storing the choice in *out.
 void AddKvTypeOption(CLI::App* cmd, std::string* out);
 // The parsed --kv-type; fails the command on a bad value.
 engine::KvType KvTypeOrDie(std::string_view command, const std::string& name);

@@ -6,12 +6,15 @@
 
 namespace uf::engine {
 
-const char* KvTypeName(KvType type) { return type == KvType::kF16 ? "f16" : "f32"; }
+const char* KvTypeName(KvType type) {
+  return type == KvType::kF16 ? "f16" : type == KvType::kQ8_0 ? "q8_0" : "f32";
+}
 
 StatusOr<KvType> ParseKvType(std::string_view name) {
   if (name == "f16") return KvType::kF16;
   if (name == "f32") return KvType::kF32;
-  return InvalidArgumentError("kv type must be f16 or f32, not '" + std::string(name) + "'");
+  if (name == "q8_0") return KvType::kQ8_0;
+  return InvalidArgumentError("kv type must be f16, q8_0 or f32, not '" + std::string(name) + "'");
 }
 
 int64_t KvCacheOptions::BlocksFor(int64_t ctx_tokens, int max_seqs, int64_t block_size) {
@@ -28,10 +31,15 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o) {
   }
   std::unique_ptr<KvCache> c(new KvCache(o));
   if (c->options_.max_seq_len == 0) c->options_.max_seq_len = o.n_blocks * o.block_size;
-  const size_t block_elems = static_cast<size_t>(o.n_head_kv * o.block_size * o.head_dim);
-  c->block_bytes_ = block_elems * KvTypeBytes(o.type);
-  c->pool_elems_ = block_elems * static_cast<size_t>(o.n_layer * o.n_blocks);
-  const size_t pool_bytes = c->pool_elems_ * KvTypeBytes(o.type);
+  if (o.type == KvType::kQ8_0 && o.head_dim % 32 != 0) {
+    return InvalidArgumentError(
+        "kv cache: q8_0 K/V needs a head dimension that is a multiple of 32, not " +
+        std::to_string(o.head_dim));
+  }
+  c->block_bytes_ =
+      static_cast<size_t>(o.n_head_kv * o.block_size) * KvRowBytes(o.type, o.head_dim);
+  c->pool_bytes_ = c->block_bytes_ * static_cast<size_t>(o.n_layer * o.n_blocks);
+  const size_t pool_bytes = c->pool_bytes_;
   const double gib = 2.0 * pool_bytes / (1024.0 * 1024.0 * 1024.0);
   try {
     c->k_ = kernels::TryAllocateHuge(pool_bytes);

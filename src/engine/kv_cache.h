@@ -21,13 +21,18 @@
 
 namespace uf::engine {
 
-enum class KvType { kF32, kF16 };
-// "f32" / "f16".
+// Q8_0 stores each head's row of K or V as GGML q8_0 blocks (32 values: an f16 scale and 32
+// int8), 1.06 bytes per value; it needs head_dim to be a multiple of 32.
+enum class KvType { kF32, kF16, kQ8_0 };
+// "f32" / "f16" / "q8_0".
 const char* KvTypeName(KvType type);
-// Parses "f32" / "f16"; InvalidArgument naming the accepted values otherwise.
+// Parses "f32" / "f16" / "q8_0"; InvalidArgument naming the accepted values otherwise.
 StatusOr<KvType> ParseKvType(std::string_view name);
-// Bytes per stored K or V value.
-inline size_t KvTypeBytes(KvType type) { return type == KvType::kF16 ? 2 : 4; }
+// Bytes of one head's row of head_dim values.
+inline size_t KvRowBytes(KvType type, int64_t head_dim) {
+  const size_t d = static_cast<size_t>(head_dim);
+  return type == KvType::kQ8_0 ? d / 32 * 34 : type == KvType::kF16 ? 2 * d : 4 * d;
+}
 
 struct KvCacheOptions {
   int64_t n_layer = 0;
@@ -90,10 +95,10 @@ class KvCache {
   float* ValueBlock(int64_t layer, int32_t block) { return F32(ValueData(layer, block)); }
 
   // Bytes of K and V storage, and per cached position (all layers).
-  size_t bytes() const { return 2 * pool_elems_ * KvTypeBytes(options_.type); }
+  size_t bytes() const { return 2 * pool_bytes_; }
   size_t bytes_per_token() const {
-    return 2 * static_cast<size_t>(options_.n_layer * options_.n_head_kv * options_.head_dim) *
-           KvTypeBytes(options_.type);
+    return 2 * static_cast<size_t>(options_.n_layer * options_.n_head_kv) *
+           KvRowBytes(options_.type, options_.head_dim);
   }
 
   // Prefix reuse. A full block can be published under a hash chained over every token up to its
@@ -126,7 +131,7 @@ class KvCache {
     return base + (layer * options_.n_blocks + block) * block_bytes_;
   }
   float* F32(void* p) const {
-    UF_CHECK(options_.type == KvType::kF32) << "kv cache: F32 access to an F16 cache";
+    UF_CHECK(options_.type == KvType::kF32) << "kv cache: F32 access to a non-F32 cache";
     return static_cast<float*>(p);
   }
   int32_t TakeBlock();
@@ -135,8 +140,8 @@ class KvCache {
   uint64_t ChainHash(uint64_t parent, const int32_t* tokens) const;
 
   KvCacheOptions options_;
-  size_t block_bytes_ = 0;  // n_head_kv * block_size * head_dim * element bytes
-  size_t pool_elems_ = 0;   // n_layer * n_blocks * n_head_kv * block_size * head_dim
+  size_t block_bytes_ = 0;  // n_head_kv * block_size * KvRowBytes(type, head_dim)
+  size_t pool_bytes_ = 0;   // n_layer * n_blocks * block_bytes_
   // [n_layer][n_blocks][n_head_kv][block_size][head_dim], in 2 MiB pages: attention reads a
   // head's 1-4 KB slice of each block, each in its own 4 KB page, and with small pages every
   // slice also missed the TLB (a 4k-position decode read K/V at 6 GB/s per core against 8 with

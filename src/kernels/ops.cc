@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/blocks.h"
 #include "kernels/matmul.h"
 #include "kernels/quant.h"
 
@@ -78,6 +79,35 @@ void AxpyRowsF16(const float* w, const uint16_t* v, int64_t m, int64_t d, float*
   if (ActiveIsa() != Isa::kScalar) return internal::AxpyRowsF16Avx2(w, v, m, d, out);
   for (int64_t s = 0; s < m; ++s) {
     for (int64_t i = 0; i < d; ++i) out[i] += w[s] * Fp16ToFp32(v[s * d + i]);
+  }
+}
+
+void DotRowsQ8_0(const float* q, const void* k, int64_t m, int64_t d, float* scores) {
+  if (ActiveIsa() != Isa::kScalar) return internal::DotRowsQ8_0Avx2(q, k, m, d, scores);
+  const auto* rows = static_cast<const BlockQ8_0*>(k);
+  const int64_t nb = d / kQK8_0;
+  for (int64_t s = 0; s < m; ++s) {
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ8_0& blk = rows[s * nb + b];
+      float t = 0.0f;
+      for (int i = 0; i < kQK8_0; ++i) t += q[b * kQK8_0 + i] * blk.qs[i];
+      sum += Fp16ToFp32(blk.d) * t;
+    }
+    scores[s] = sum;
+  }
+}
+
+void AxpyRowsQ8_0(const float* w, const void* v, int64_t m, int64_t d, float* out) {
+  if (ActiveIsa() != Isa::kScalar) return internal::AxpyRowsQ8_0Avx2(w, v, m, d, out);
+  const auto* rows = static_cast<const BlockQ8_0*>(v);
+  const int64_t nb = d / kQK8_0;
+  for (int64_t s = 0; s < m; ++s) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ8_0& blk = rows[s * nb + b];
+      const float ws = w[s] * Fp16ToFp32(blk.d);
+      for (int i = 0; i < kQK8_0; ++i) out[b * kQK8_0 + i] += ws * blk.qs[i];
+    }
   }
 }
 

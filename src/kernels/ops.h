@@ -34,6 +34,10 @@ void AxpyRows(const float* w, const float* v, int64_t m, int64_t d, float* out);
 // each value widened to f32 exactly, so only the cache's rounding differs from F32 K/V).
 void DotRowsF16(const float* q, const uint16_t* k, int64_t m, int64_t d, float* scores);
 void AxpyRowsF16(const float* w, const uint16_t* v, int64_t m, int64_t d, float* out);
+// The same over rows of GGML q8_0 blocks (a Q8_0 KV cache; d a multiple of 32, rows d / 32 * 34
+// bytes apart): value = f16 scale x int8.
+void DotRowsQ8_0(const float* q, const void* k, int64_t m, int64_t d, float* scores);
+void AxpyRowsQ8_0(const float* w, const void* v, int64_t m, int64_t d, float* out);
 // y[i] = half(x[i]), rounded to nearest even (what F16C's vcvtps2ph gives).
 void F32ToF16(const float* x, uint16_t* y, int64_t n);
 
@@ -45,6 +49,8 @@ void DotRowsF16Avx2(const float* q, const uint16_t* k, int64_t m, int64_t d, flo
 void AxpyRowsF16Avx2(const float* w, const uint16_t* v, int64_t m, int64_t d, float* out);
 void F32ToF16Avx2(const float* x, uint16_t* y, int64_t n);
 void RmsNormAvx2(const float* x, const float* w, float* y, int64_t n, float eps);
+void DotRowsQ8_0Avx2(const float* q, const void* k, int64_t m, int64_t d, float* scores);
+void AxpyRowsQ8_0Avx2(const float* w, const void* v, int64_t m, int64_t d, float* out);
 void SoftmaxInPlaceAvx2(float* x, int64_t n, float scale);
 void SwiGluAvx2(const float* gate, const float* up, float* out, int64_t n);
 float MaxValueAvx2(const float* x, int64_t n);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/avx2.h"
+#include "kernels/blocks.h"
 #include "kernels/ops.h"
 
 namespace uf::kernels::internal {
@@ -199,6 +200,53 @@ void RmsNormAvx2(const float* x, const float* w, float* y, int64_t n, float eps)
   } else {
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
     for (; i < n; ++i) y[i] = x[i] * scale;
+  }
+}
+
+// 8 int8 of a q8_0 block as floats.
+inline __m256 Int8x8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+void DotRowsQ8_0Avx2(const float* q, const void* k, int64_t m, int64_t d, float* scores) {
+  const auto* rows = static_cast<const BlockQ8_0*>(k);
+  const int64_t nb = d / kQK8_0;
+  for (int64_t s = 0; s < m; ++s) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const BlockQ8_0& blk = rows[s * nb + b];
+      const float* qb = q + b * kQK8_0;
+      __m256 t0 = _mm256_mul_ps(_mm256_loadu_ps(qb), Int8x8(blk.qs));
+      __m256 t1 = _mm256_mul_ps(_mm256_loadu_ps(qb + 8), Int8x8(blk.qs + 8));
+      t0 = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 16), Int8x8(blk.qs + 16), t0);
+      t1 = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 24), Int8x8(blk.qs + 24), t1);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(blk.d)), _mm256_add_ps(t0, t1), acc);
+    }
+    scores[s] = HorizontalSum(acc);
+  }
+}
+
+void AxpyRowsQ8_0Avx2(const float* w, const void* v, int64_t m, int64_t d, float* out) {
+  const auto* rows = static_cast<const BlockQ8_0*>(v);
+  const int64_t nb = d / kQK8_0;
+  // One 32-column block at a time, its 4 accumulators kept over all rows.
+  for (int64_t b = 0; b < nb; ++b) {
+    float* ob = out + b * kQK8_0;
+    __m256 a0 = _mm256_loadu_ps(ob), a1 = _mm256_loadu_ps(ob + 8);
+    __m256 a2 = _mm256_loadu_ps(ob + 16), a3 = _mm256_loadu_ps(ob + 24);
+    for (int64_t s = 0; s < m; ++s) {
+      const BlockQ8_0& blk = rows[s * nb + b];
+      const __m256 ws = _mm256_set1_ps(w[s] * _cvtsh_ss(blk.d));
+      a0 = _mm256_fmadd_ps(ws, Int8x8(blk.qs), a0);
+      a1 = _mm256_fmadd_ps(ws, Int8x8(blk.qs + 8), a1);
+      a2 = _mm256_fmadd_ps(ws, Int8x8(blk.qs + 16), a2);
+      a3 = _mm256_fmadd_ps(ws, Int8x8(blk.qs + 24), a3);
+    }
+    _mm256_storeu_ps(ob, a0);
+    _mm256_storeu_ps(ob + 8, a1);
+    _mm256_storeu_ps(ob + 16, a2);
+    _mm256_storeu_ps(ob + 24, a3);
   }
 }
 

@@ -103,7 +103,7 @@ void Decoder::Allocate() {
   const auto& ff = model_.weights().rope_freq_factors;
   rope_.freq_factors = ff.empty() ? nullptr : ff.data();
   attn_scale_ = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  f16_kv_ = cache_->type() == engine::KvType::kF16;
+  kv_type_ = cache_->type();
 
   const auto& layers = model_.weights().layers;
   qkv_groups_.resize(c.n_layer);
@@ -308,12 +308,20 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
       const int32_t pos = batch.positions[t];
       const int32_t block = cache_->BlockTable(batch.seq_ids[t])[pos / bs];
       const int64_t slot = pos % bs;
-      if (f16_kv_) {
+      if (kv_type_ == engine::KvType::kF16) {
         auto* kb = static_cast<uint16_t*>(cache_->KeyData(il, block));
         auto* vb = static_cast<uint16_t*>(cache_->ValueData(il, block));
         for (int64_t h = 0; h < c.n_head_kv; ++h) {
           kernels::F32ToF16(k + h * hd, kb + (h * bs + slot) * hd, hd);
           kernels::F32ToF16(v + h * hd, vb + (h * bs + slot) * hd, hd);
+        }
+      } else if (kv_type_ == engine::KvType::kQ8_0) {
+        const size_t row = engine::KvRowBytes(kv_type_, hd);
+        auto* kb = static_cast<uint8_t*>(cache_->KeyData(il, block));
+        auto* vb = static_cast<uint8_t*>(cache_->ValueData(il, block));
+        for (int64_t h = 0; h < c.n_head_kv; ++h) {
+          kernels::QuantizeRow(GgmlType::kQ8_0, k + h * hd, kb + (h * bs + slot) * row, hd);
+          kernels::QuantizeRow(GgmlType::kQ8_0, v + h * hd, vb + (h * bs + slot) * row, hd);
         }
       } else {
         float* kb = cache_->KeyBlock(il, block);
@@ -392,8 +400,27 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item_begin, int6
   const int64_t bs = cache_->block_size();
   const int64_t max_len = cache_->max_seq_len();
   float* scores = scores_.data() + static_cast<size_t>(thread) * kAttentionTokens * group * max_len;
-  const size_t elem = engine::KvTypeBytes(cache_->type());
-  const size_t slice_bytes = static_cast<size_t>(bs * hd) * elem;  // one KV head of one block
+  const size_t row_bytes = engine::KvRowBytes(kv_type_, hd);
+  const size_t slice_bytes = static_cast<size_t>(bs) * row_bytes;  // one KV head of one block
+  // scores[0, m) = q . K rows, or out += w . V rows, over one head's slice in the cache's type.
+  auto dot = [&](const float* q, const void* slice, int64_t m, float* out) {
+    if (kv_type_ == engine::KvType::kF16) {
+      kernels::DotRowsF16(q, static_cast<const uint16_t*>(slice), m, hd, out);
+    } else if (kv_type_ == engine::KvType::kQ8_0) {
+      kernels::DotRowsQ8_0(q, slice, m, hd, out);
+    } else {
+      kernels::DotRows(q, static_cast<const float*>(slice), m, hd, out);
+    }
+  };
+  auto axpy = [&](const float* w, const void* slice, int64_t m, float* out) {
+    if (kv_type_ == engine::KvType::kF16) {
+      kernels::AxpyRowsF16(w, static_cast<const uint16_t*>(slice), m, hd, out);
+    } else if (kv_type_ == engine::KvType::kQ8_0) {
+      kernels::AxpyRowsQ8_0(w, slice, m, hd, out);
+    } else {
+      kernels::AxpyRows(w, static_cast<const float*>(slice), m, hd, out);
+    }
+  };
   // An item is the `group` query heads that share a KV head, for up to kAttentionTokens
   // consecutive tokens of one sequence: each K/V block is read from L2 (or beyond) once for all
   // of them and from L1 for the rest. One item per (token, query head) read each block per
@@ -419,14 +446,9 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item_begin, int6
         const int64_t m = std::min(bs, batch.positions[t0 + i] + 1 - j0);
         if (m <= 0) continue;
         const float* q = q_.data() + (t0 + i) * qd + kvh * group * hd;  // [group][hd]
+        const void* slice = static_cast<const uint8_t*>(kb) + kvh * slice_bytes;
         for (int64_t g = 0; g < group; ++g) {
-          float* out = scores + (i * group + g) * max_len + j0;
-          if (f16_kv_) {
-            kernels::DotRowsF16(q + g * hd, static_cast<const uint16_t*>(kb) + kvh * bs * hd, m, hd,
-                                out);
-          } else {
-            kernels::DotRows(q + g * hd, static_cast<const float*>(kb) + kvh * bs * hd, m, hd, out);
-          }
+          dot(q + g * hd, slice, m, scores + (i * group + g) * max_len + j0);
         }
       }
     }
@@ -450,15 +472,9 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item_begin, int6
         const int64_t m = std::min(bs, batch.positions[t0 + i] + 1 - j0);
         if (m <= 0) continue;
         float* out = attn_.data() + (t0 + i) * qd + kvh * group * hd;
+        const void* slice = static_cast<const uint8_t*>(vb) + kvh * slice_bytes;
         for (int64_t g = 0; g < group; ++g) {
-          const float* w = scores + (i * group + g) * max_len + j0;
-          if (f16_kv_) {
-            kernels::AxpyRowsF16(w, static_cast<const uint16_t*>(vb) + kvh * bs * hd, m, hd,
-                                 out + g * hd);
-          } else {
-            kernels::AxpyRows(w, static_cast<const float*>(vb) + kvh * bs * hd, m, hd,
-                              out + g * hd);
-          }
+          axpy(scores + (i * group + g) * max_len + j0, slice, m, out + g * hd);
         }
       }
     }

@@ -74,7 +74,7 @@ class Decoder {
   ThreadPool* pool_;
   kernels::RopeParams rope_;
   float attn_scale_ = 1.0f;
-  bool f16_kv_ = false;  // the cache stores K/V as F16
+  engine::KvType kv_type_ = engine::KvType::kF32;  // how the cache stores K/V
 
   std::vector<std::vector<MatGroup>> qkv_groups_;  // [n_layer]
   std::vector<std::vector<MatGroup>> ffn_groups_;  // [n_layer] gate/up
