@@ -115,13 +115,6 @@ double ProcessCpuSeconds() {
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Multiply-add ops (2 per weight) of a prefill of n_prompt tokens, and the seconds they take at
 // the peak of the instruction each matrix's kernels are built on. Every layer matrix runs for
 // every prompt token, the output matrix for the last one only (the prefill asks for one row of

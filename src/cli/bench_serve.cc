@@ -53,13 +53,6 @@ struct Sample {
   double decode_tok_s() const { return end > first && n > 1 ? (n - 1) / (end - first) : 0.0; }
 };
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
 class Bench {
  public:
   Bench(const ServeBenchOptions& o, const LoadedModel& loaded)

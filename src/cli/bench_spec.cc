@@ -100,13 +100,6 @@ std::vector<Workload> MakeWorkloads(const Tokenizer& tok, const std::string& sou
   return w;
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
 struct ModeResult {
   std::vector<double> tok_s;
   engine::SpecStats spec;  // summed over repetitions

@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -62,6 +63,13 @@ engine::KvCacheOptions CacheOptionsFor(const model::ModelConfig& c, int64_t seq_
   co.max_seq_len = seq_len;
   co.n_blocks = engine::KvCacheOptions::BlocksFor(seq_len * max_seqs, max_seqs, co.block_size);
   return co;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
 void AddKvTypeOption(CLI::App* cmd, std::string* out) {

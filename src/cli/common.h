@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "engine/kv_cache.h"
@@ -42,6 +43,9 @@ engine::KvCacheOptions CacheOptionsFor(const model::ModelConfig& c, int64_t seq_
 void AddKvTypeOption(CLI::App* cmd, std::string* out);
 // The parsed --kv-type; fails the command on a bad value.
 engine::KvType KvTypeOrDie(std::string_view command, const std::string& name);
+
+// Median of v (0 when empty): benchmarks quote medians of repetitions on a noisy machine.
+double Median(std::vector<double> v);
 
 // Threads for -t: 0 or negative means ThreadPool::DefaultThreads().
 int ResolveThreads(int requested);

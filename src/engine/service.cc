@@ -48,6 +48,7 @@ struct Service::Sequence {
   std::optional<SpecController> controller;
   std::vector<int32_t> proposal;  // this step's proposal (PrepareDrafts)
   int64_t drafts = 0;             // drafts wanted, then (BuildBatch) granted this step
+  bool decoding = false;          // this step feeds it one token (plus drafts), not a prompt
   SpecStats spec_stats;
 
   int64_t to_feed() const { return static_cast<int64_t>(tokens.size()) - n_computed; }
@@ -465,7 +466,10 @@ scheduler::BatchComposition Service::BuildBatch(const scheduler::StepPlan& plan)
     batch_feeds_.emplace_back(&seq, n);
     return true;
   };
-  for (auto& seq : running_) seq->drafts = 0;
+  for (auto& seq : running_) {
+    seq->drafts = 0;
+    seq->decoding = false;
+  }
   for (size_t i = 0; i < plan.decode.size(); ++i) {
     Sequence& seq = *find(plan.decode[i]);
     const int64_t n = std::min<int64_t>(1, seq.to_feed());
@@ -483,6 +487,7 @@ scheduler::BatchComposition Service::BuildBatch(const scheduler::StepPlan& plan)
     }
     if (d > 0) composition.AddPrefill(seq.n_computed + 1, d);
     seq.drafts = d;
+    seq.decoding = n == 1;
     rows += d;
   }
   for (const scheduler::PrefillChunk& chunk : plan.prefill) {
@@ -567,7 +572,9 @@ void Service::SampleOutputs(double step_seconds) {
       ++spec_verify_steps_;
       ++spec_hist_[out.accepted];
     }
-    if (seq.controller) {
+    // Only decode steps teach the controller what a step of 1 + drafts positions costs (a step
+    // that finished a prompt chunk would pass for a very slow plain decode).
+    if (seq.controller && seq.decoding) {
       seq.controller->ObserveStep(static_cast<int>(drafts), out.accepted, step_seconds);
       // A proposal left unverified still says whether drafting would have paid.
       if (drafts == 0 && !seq.proposal.empty()) {
@@ -618,6 +625,10 @@ void Service::Emit(Sequence& seq, int32_t token, TokenLogprob* logprob) {
     return;
   }
   ev.finish = finish;
+  SendFinal(seq, std::move(ev));
+}
+
+void Service::SendFinal(Sequence& seq, GenerationEvent ev) {
   ev.prompt_tokens = seq.n_prompt;
   ev.cached_tokens = seq.cached_tokens;
   ev.completion_tokens = seq.n_generated;
@@ -637,14 +648,7 @@ void Service::Finish(Sequence& seq, FinishReason reason, Status error) {
   ev.finish = reason;
   ev.error = std::move(error);
   ev.time = NowSeconds();
-  ev.prompt_tokens = seq.n_prompt;
-  ev.cached_tokens = seq.cached_tokens;
-  ev.completion_tokens = seq.n_generated;
-  ev.speculation = seq.spec.mode;
-  ev.drafted_tokens = seq.spec_stats.drafted;
-  ev.accepted_tokens = seq.spec_stats.accepted;
-  Release(seq);  // before the final event; see above
-  seq.channel->Push(std::move(ev));
+  SendFinal(seq, std::move(ev));
 }
 
 void Service::Release(Sequence& seq) {

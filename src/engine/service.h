@@ -131,6 +131,8 @@ class Service {
   // Appends the token to the sequence and sends its text (or the final event) to the client.
   void Emit(Sequence& seq, int32_t token, TokenLogprob* logprob);
   void Finish(Sequence& seq, FinishReason reason, Status error = OkStatus());
+  // Fills the final event's counts, releases the sequence, then sends the event.
+  void SendFinal(Sequence& seq, GenerationEvent ev);
   void Release(Sequence& seq);
   void PublishStats();
 

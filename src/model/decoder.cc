@@ -308,28 +308,13 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
       const int32_t pos = batch.positions[t];
       const int32_t block = cache_->BlockTable(batch.seq_ids[t])[pos / bs];
       const int64_t slot = pos % bs;
-      if (kv_type_ == engine::KvType::kF16) {
-        auto* kb = static_cast<uint16_t*>(cache_->KeyData(il, block));
-        auto* vb = static_cast<uint16_t*>(cache_->ValueData(il, block));
-        for (int64_t h = 0; h < c.n_head_kv; ++h) {
-          kernels::F32ToF16(k + h * hd, kb + (h * bs + slot) * hd, hd);
-          kernels::F32ToF16(v + h * hd, vb + (h * bs + slot) * hd, hd);
-        }
-      } else if (kv_type_ == engine::KvType::kQ8_0) {
-        const size_t row = engine::KvRowBytes(kv_type_, hd);
-        auto* kb = static_cast<uint8_t*>(cache_->KeyData(il, block));
-        auto* vb = static_cast<uint8_t*>(cache_->ValueData(il, block));
-        for (int64_t h = 0; h < c.n_head_kv; ++h) {
-          kernels::QuantizeRow(GgmlType::kQ8_0, k + h * hd, kb + (h * bs + slot) * row, hd);
-          kernels::QuantizeRow(GgmlType::kQ8_0, v + h * hd, vb + (h * bs + slot) * row, hd);
-        }
-      } else {
-        float* kb = cache_->KeyBlock(il, block);
-        float* vb = cache_->ValueBlock(il, block);
-        for (int64_t h = 0; h < c.n_head_kv; ++h) {
-          std::memcpy(kb + (h * bs + slot) * hd, k + h * hd, hd * sizeof(float));
-          std::memcpy(vb + (h * bs + slot) * hd, v + h * hd, hd * sizeof(float));
-        }
+      // Row (head h, slot) of a block: [n_head_kv][bs] rows of KvRowBytes each.
+      const size_t row = engine::KvRowBytes(kv_type_, hd);
+      auto* kb = static_cast<uint8_t*>(cache_->KeyData(il, block));
+      auto* vb = static_cast<uint8_t*>(cache_->ValueData(il, block));
+      for (int64_t h = 0; h < c.n_head_kv; ++h) {
+        StoreKvRow(k + h * hd, kb + (h * bs + slot) * row);
+        StoreKvRow(v + h * hd, vb + (h * bs + slot) * row);
       }
     }
   });
@@ -390,6 +375,21 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
     }
   });
   kernels::MatMul(l.down, gate_.data(), n, y_.data(), pool_);
+}
+
+void Decoder::StoreKvRow(const float* x, uint8_t* dst) const {
+  const int64_t hd = config_.head_dim;
+  switch (kv_type_) {
+    case engine::KvType::kF16:
+      kernels::F32ToF16(x, reinterpret_cast<uint16_t*>(dst), hd);
+      break;
+    case engine::KvType::kQ8_0:
+      kernels::QuantizeRow(GgmlType::kQ8_0, x, dst, hd);
+      break;
+    case engine::KvType::kF32:
+      std::memcpy(dst, x, hd * sizeof(float));
+      break;
+  }
 }
 
 void Decoder::Attention(int64_t il, const Batch& batch, int64_t item_begin, int64_t item_end,

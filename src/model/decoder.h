@@ -63,6 +63,8 @@ class Decoder {
   void RunGroups(const std::vector<MatGroup>& groups, const float* x, int64_t n);
   void Layer(int64_t il, const Batch& batch);
   void Attention(int64_t il, const Batch& batch, int64_t item_begin, int64_t item_end, int thread);
+  // Writes one head's K or V row of head_dim floats into the cache in its type.
+  void StoreKvRow(const float* x, uint8_t* dst) const;
   // Runs fn(begin, end) over [0, n) rows, on the pool when n * row_cost is large enough.
   template <typename F>
   void ForRows(int64_t n, int64_t row_cost, const F& fn);
