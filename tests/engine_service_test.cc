@@ -13,54 +13,18 @@
 #include "engine/seq_sampler.h"
 #include "engine/service.h"
 #include "engine/stop_matcher.h"
+#include "service_test_util.h"
 #include "test_models.h"
 
 namespace uf::engine {
 namespace {
 
 using testing_models::Loaded;
+using testing_service::Collect;
+using testing_service::Output;
+using testing_service::SettledStats;
 
 Loaded& Tiny() { return testing_models::TinyQwen2(); }
-
-struct Output {
-  std::string text;
-  std::vector<int32_t> tokens;
-  FinishReason finish = FinishReason::kNone;
-  int64_t completion_tokens = 0;
-  int64_t cached_tokens = 0;
-};
-
-// Stats are published after the step that sent the final events: poll until they settle.
-EngineStats SettledStats(const Service& s) {
-  EngineStats st = s.Stats();
-  for (int i = 0; i < 2000 && (st.running > 0 || st.kv_blocks_used > 0); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    st = s.Stats();
-  }
-  return st;
-}
-
-Output Collect(RequestChannel& ch) {
-  Output out;
-  std::vector<GenerationEvent> events;
-  for (;;) {
-    if (!ch.Pop(&events, 60.0)) {
-      ADD_FAILURE() << "no event within 60 s";
-      return out;
-    }
-    for (GenerationEvent& e : events) {
-      out.text += e.text;
-      for (const TokenLogprob& lp : e.logprobs) out.tokens.push_back(lp.token);
-      if (e.finish != FinishReason::kNone) {
-        EXPECT_TRUE(e.error.ok()) << e.error.ToString();
-        out.finish = e.finish;
-        out.completion_tokens = e.completion_tokens;
-        out.cached_tokens = e.cached_tokens;
-        return out;
-      }
-    }
-  }
-}
 
 GenerationRequest Greedy(const std::string& prompt, int64_t max_tokens) {
   GenerationRequest r;

@@ -10,51 +10,18 @@
 #include <thread>
 
 #include "engine/service.h"
+#include "service_test_util.h"
 #include "test_models.h"
 
 namespace uf::engine {
 namespace {
 
 using testing_models::Loaded;
+using testing_service::Collect;
+using testing_service::Output;
+using testing_service::SettledStats;
 
 Loaded& Demo() { return testing_models::DemoModel(); }
-
-struct Output {
-  std::string text;
-  std::vector<int32_t> tokens;
-  FinishReason finish = FinishReason::kNone;
-  GenerationEvent final_event;
-};
-
-Output Collect(RequestChannel& ch) {
-  Output out;
-  std::vector<GenerationEvent> events;
-  for (;;) {
-    if (!ch.Pop(&events, 60.0)) {
-      ADD_FAILURE() << "no event within 60 s";
-      return out;
-    }
-    for (GenerationEvent& e : events) {
-      out.text += e.text;
-      for (const TokenLogprob& lp : e.logprobs) out.tokens.push_back(lp.token);
-      if (e.finish != FinishReason::kNone) {
-        EXPECT_TRUE(e.error.ok()) << e.error.ToString();
-        out.finish = e.finish;
-        out.final_event = e;
-        return out;
-      }
-    }
-  }
-}
-
-EngineStats SettledStats(const Service& s) {
-  EngineStats st = s.Stats();
-  for (int i = 0; i < 2000 && (st.running > 0 || st.kv_blocks_used > 0); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    st = s.Stats();
-  }
-  return st;
-}
 
 std::unique_ptr<Service> MakeService(ServiceOptions o) {
   o.n_threads = 2;

@@ -23,6 +23,7 @@
 #include "engine/kv_cache.h"
 #include "model/decoder.h"
 #include "model/model.h"
+#include "test_models.h"
 #include "tokenizer/tokenizer.h"
 
 namespace uf::engine {
@@ -176,21 +177,42 @@ TEST(DraftModel, VocabularyMismatchIsRefusedNamingBothSizes) {
 // ---------------------------------------------------------------------------------------------
 // Lossless generation
 
-struct Loaded {
-  std::unique_ptr<model::Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
+using testing_models::Loaded;
+
+// A fresh copy per test (the draft-model cases load two at once); aborts on failure.
+Loaded Load(const std::string& path) {
+  std::unique_ptr<Loaded> l(testing_models::LoadOrDie(path.c_str()));
+  return std::move(*l);
+}
+
+// One sequence of up to max_seq_len positions, with logits rows for verify steps of up to
+// kMaxSpecK + 1 positions.
+struct Engine {
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<KvCache> cache;
+  std::unique_ptr<model::Decoder> decoder;
 };
 
-Loaded Load(const std::string& path) {
-  Loaded l;
-  auto m = model::Model::Load(path);
-  EXPECT_TRUE(m.ok()) << path << ": " << m.status().ToString();
-  if (!m.ok()) return l;
-  l.model = std::move(*m);
-  auto t = Tokenizer::FromGguf(l.model->file());
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  if (t.ok()) l.tokenizer = std::move(*t);
-  return l;
+Engine MakeEngine(const model::Model& m, int64_t max_seq_len, int threads) {
+  const model::ModelConfig& c = m.config();
+  KvCacheOptions co;
+  co.n_layer = c.n_layer;
+  co.n_head_kv = c.n_head_kv;
+  co.head_dim = c.head_dim;
+  co.max_seq_len = max_seq_len;
+  co.n_blocks = KvCacheOptions::BlocksFor(co.max_seq_len, 1, co.block_size);
+  Engine e;
+  e.pool = std::make_unique<ThreadPool>(threads);
+  auto cache = KvCache::Create(co);
+  UF_CHECK(cache.ok()) << cache.status().ToString();
+  e.cache = std::move(*cache);
+  model::DecoderOptions dopt;
+  dopt.max_batch = 64;
+  dopt.max_outputs = kMaxSpecK + 1;
+  auto dec = model::Decoder::Create(m, e.cache.get(), dopt, e.pool.get());
+  UF_CHECK(dec.ok()) << dec.status().ToString();
+  e.decoder = std::move(*dec);
+  return e;
 }
 
 struct Output {
@@ -203,24 +225,10 @@ struct Output {
 // With draft_model, g.drafter is replaced by a DraftModelDrafter of that model.
 Output Generated(const Loaded& l, const std::vector<int32_t>& prompt, GenerateOptions g,
                  const model::Model* draft_model = nullptr, int threads = 2) {
-  const model::ModelConfig& c = l.model->config();
-  KvCacheOptions co;
-  co.n_layer = c.n_layer;
-  co.n_head_kv = c.n_head_kv;
-  co.head_dim = c.head_dim;
-  co.max_seq_len = 512;
-  co.n_blocks = KvCacheOptions::BlocksFor(co.max_seq_len, 1, co.block_size);
-  auto cache = KvCache::Create(co);
-  EXPECT_TRUE(cache.ok());
-  ThreadPool pool(threads);
-  model::DecoderOptions dopt;
-  dopt.max_batch = 64;
-  dopt.max_outputs = kMaxSpecK + 1;
-  auto dec = model::Decoder::Create(*l.model, cache->get(), dopt, &pool);
-  EXPECT_TRUE(dec.ok());
+  Engine e = MakeEngine(*l.model, 512, threads);
   std::unique_ptr<DraftModelDrafter> draft;
   if (draft_model != nullptr) {
-    auto d = DraftModelDrafter::Create(*draft_model, c.n_vocab, co.max_seq_len, &pool,
+    auto d = DraftModelDrafter::Create(*draft_model, l.model->config().n_vocab, 512, e.pool.get(),
                                        /*p_min=*/0.0f);
     EXPECT_TRUE(d.ok()) << d.status().ToString();
     draft = std::move(*d);
@@ -228,7 +236,7 @@ Output Generated(const Loaded& l, const std::vector<int32_t>& prompt, GenerateOp
   }
   Output out;
   const Status s = Generate(
-      **dec, *l.tokenizer, prompt, g,
+      *e.decoder, *l.tokenizer, prompt, g,
       [&](std::string_view t) {
         out.text += t;
         return true;
@@ -313,26 +321,13 @@ TEST_P(GreedyIdentity, VerifyRowsAreBitIdenticalToDecodeSteps) {
   const std::vector<int32_t> prompt = l.tokenizer->Encode("Once upon a time there", true, false);
   std::vector<int32_t> tail;
   for (int i = 0; i < kMaxSpecK + 1; ++i) tail.push_back((i * 7919 + 13) % c.n_vocab);
-  KvCacheOptions co;
-  co.n_layer = c.n_layer;
-  co.n_head_kv = c.n_head_kv;
-  co.head_dim = c.head_dim;
-  co.max_seq_len = 128;
-  co.n_blocks = KvCacheOptions::BlocksFor(co.max_seq_len, 1, co.block_size);
-  auto cache = KvCache::Create(co);
-  ASSERT_TRUE(cache.ok());
-  ThreadPool pool(2);
-  model::DecoderOptions dopt;
-  dopt.max_batch = 64;
-  dopt.max_outputs = kMaxSpecK + 1;
-  auto dec = model::Decoder::Create(*l.model, cache->get(), dopt, &pool);
-  ASSERT_TRUE(dec.ok());
+  Engine e = MakeEngine(*l.model, 128, 2);
   model::Batch b;
   auto prefill = [&] {
-    (*cache)->Remove(0);
+    e.cache->Remove(0);
     b.Clear();
     for (size_t i = 0; i < prompt.size(); ++i) b.Add(prompt[i], static_cast<int32_t>(i), 0, false);
-    ASSERT_TRUE((*dec)->Forward(b).ok());
+    ASSERT_TRUE(e.decoder->Forward(b).ok());
   };
   // One token per step.
   prefill();
@@ -341,16 +336,16 @@ TEST_P(GreedyIdentity, VerifyRowsAreBitIdenticalToDecodeSteps) {
   for (size_t i = 0; i < tail.size(); ++i) {
     b.Clear();
     b.Add(tail[i], p0 + static_cast<int32_t>(i), 0, true);
-    ASSERT_TRUE((*dec)->Forward(b).ok());
-    single.emplace_back((*dec)->logits(0), (*dec)->logits(0) + c.n_vocab);
+    ASSERT_TRUE(e.decoder->Forward(b).ok());
+    single.emplace_back(e.decoder->logits(0), e.decoder->logits(0) + c.n_vocab);
   }
   for (int n : {2, 3, 5, 8, 9, 12, 17}) {
     prefill();
     b.Clear();
     for (int i = 0; i < n; ++i) b.Add(tail[i], p0 + i, 0, true);
-    ASSERT_TRUE((*dec)->Forward(b).ok());
+    ASSERT_TRUE(e.decoder->Forward(b).ok());
     for (int i = 0; i < n; ++i) {
-      const float* row = (*dec)->logits(i);
+      const float* row = e.decoder->logits(i);
       int differ = 0;
       for (int64_t v = 0; v < c.n_vocab; ++v) differ += row[v] != single[i][v];
       EXPECT_EQ(differ, 0) << GetParam() << ": batch of " << n << ", row " << i;

@@ -1,0 +1,60 @@
+// Reading a serving engine's output in tests: a request's events collected into one Output, and
+// the engine's stats once the last step's bookkeeping has settled.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/service.h"
+
+namespace uf::engine::testing_service {
+
+struct Output {
+  std::string text;
+  std::vector<int32_t> tokens;  // from the logprobs (ask top_logprobs >= 0 to get them)
+  FinishReason finish = FinishReason::kNone;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;
+  GenerationEvent final_event;
+};
+
+// Stats are published after the step that sent the final events: poll until they settle.
+inline EngineStats SettledStats(const Service& s) {
+  EngineStats st = s.Stats();
+  for (int i = 0; i < 2000 && (st.running > 0 || st.kv_blocks_used > 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    st = s.Stats();
+  }
+  return st;
+}
+
+// Pops events until the final one (which must carry no error), failing after 60 s of silence.
+inline Output Collect(RequestChannel& ch) {
+  Output out;
+  std::vector<GenerationEvent> events;
+  for (;;) {
+    if (!ch.Pop(&events, 60.0)) {
+      ADD_FAILURE() << "no event within 60 s";
+      return out;
+    }
+    for (GenerationEvent& e : events) {
+      out.text += e.text;
+      for (const TokenLogprob& lp : e.logprobs) out.tokens.push_back(lp.token);
+      if (e.finish != FinishReason::kNone) {
+        EXPECT_TRUE(e.error.ok()) << e.error.ToString();
+        out.finish = e.finish;
+        out.completion_tokens = e.completion_tokens;
+        out.cached_tokens = e.cached_tokens;
+        out.final_event = e;
+        return out;
+      }
+    }
+  }
+}
+
+}  // namespace uf::engine::testing_service
