@@ -83,7 +83,13 @@ class KvCache {
   const int32_t* BlockTable(int seq) const { return seqs_[seq].blocks.data(); }
 
   KvType type() const { return options_.type; }
-  // [n_head_kv][block_size][head_dim] keys / values of one block of one layer, of type().
+  // Keys / values of one block of one layer, of type(). Values are [n_head_kv][block_size]
+  // [head_dim]; keys the same, or [n_head_kv][head_dim][block_size] when keys_transposed(): the
+  // attention kernel then widens one vector of 8-16 positions per dim and multiplies it into
+  // every query row, where row-major keys need a horizontal sum per (query, position).
+  bool keys_transposed() const {
+    return options_.type != KvType::kQ8_0 && options_.block_size % 16 == 0;
+  }
   void* KeyData(int64_t layer, int32_t block) { return Block(k_.get(), layer, block); }
   void* ValueData(int64_t layer, int32_t block) { return Block(v_.get(), layer, block); }
   const void* KeyData(int64_t layer, int32_t block) const { return Block(k_.get(), layer, block); }

@@ -17,41 +17,17 @@ void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps);
 void AddInPlace(float* y, const float* x, int64_t n);
 
 // out = silu(gate) * up, silu(g) = g / (1 + exp(-g)). out may alias gate or up. With the best
-// ISA; the AVX2 version takes e^x from the polynomial of SoftmaxInPlace (a 1B-shape decode step
+// ISA; the AVX2 version takes e^x from the polynomial of kernels/avx2.h (a 1B-shape decode step
 // computes 131k of them, ~2% of the step with the libm call).
 void SwiGlu(const float* gate, const float* up, float* out, int64_t n);
 
-float Dot(const float* a, const float* b, int64_t n);
-
-// y += a * x
-void Axpy(float a, const float* x, float* y, int64_t n);
-
-// Attention inner loops over m cached rows of width d (rows d floats apart), with the best ISA:
-// scores[s] = dot(q, k + s * d);   out += sum_s w[s] * (v + s * d).
-void DotRows(const float* q, const float* k, int64_t m, int64_t d, float* scores);
-void AxpyRows(const float* w, const float* v, int64_t m, int64_t d, float* out);
-// The same over rows of IEEE half floats (an F16 KV cache: half the bytes per attended position;
-// each value widened to f32 exactly, so only the cache's rounding differs from F32 K/V).
-void DotRowsF16(const float* q, const uint16_t* k, int64_t m, int64_t d, float* scores);
-void AxpyRowsF16(const float* w, const uint16_t* v, int64_t m, int64_t d, float* out);
-// The same over rows of GGML q8_0 blocks (a Q8_0 KV cache; d a multiple of 32, rows d / 32 * 34
-// bytes apart): value = f16 scale x int8.
-void DotRowsQ8_0(const float* q, const void* k, int64_t m, int64_t d, float* scores);
-void AxpyRowsQ8_0(const float* w, const void* v, int64_t m, int64_t d, float* out);
 // y[i] = half(x[i]), rounded to nearest even (what F16C's vcvtps2ph gives).
 void F32ToF16(const float* x, uint16_t* y, int64_t n);
 
 namespace internal {
 // AVX2+FMA(+F16C) versions (ops_avx2.cc); only called after the CPU check.
-void DotRowsAvx2(const float* q, const float* k, int64_t m, int64_t d, float* scores);
-void AxpyRowsAvx2(const float* w, const float* v, int64_t m, int64_t d, float* out);
-void DotRowsF16Avx2(const float* q, const uint16_t* k, int64_t m, int64_t d, float* scores);
-void AxpyRowsF16Avx2(const float* w, const uint16_t* v, int64_t m, int64_t d, float* out);
 void F32ToF16Avx2(const float* x, uint16_t* y, int64_t n);
 void RmsNormAvx2(const float* x, const float* w, float* y, int64_t n, float eps);
-void DotRowsQ8_0Avx2(const float* q, const void* k, int64_t m, int64_t d, float* scores);
-void AxpyRowsQ8_0Avx2(const float* w, const void* v, int64_t m, int64_t d, float* out);
-void SoftmaxInPlaceAvx2(float* x, int64_t n, float scale);
 void SwiGluAvx2(const float* gate, const float* up, float* out, int64_t n);
 float MaxValueAvx2(const float* x, int64_t n);
 double ExpSumAvx2(const float* x, int64_t n, float shift, float scale, float* out,
@@ -66,11 +42,6 @@ double ExpSumAvx512(const float* x, int64_t n, float shift, float scale, float* 
 int64_t FirstAboveAvx512(const float* x, int64_t n, float t);
 int64_t IndicesInRangeAvx512(const float* x, int64_t n, float lo, float hi, int32_t* ids);
 }  // namespace internal
-
-// x = softmax(x * scale) in place (max-subtracted), with the best ISA. The AVX2 version computes
-// e^x with a polynomial (within ~1e-7 relative of std::exp, as the reference engine's vector
-// exp): the scalar libm call per score took ~10% of a cache-resident model's prefill.
-void SoftmaxInPlace(float* x, int64_t n, float scale);
 
 // Reductions over a row of logits for the sampler (src/sampling), with the best ISA. NaN never
 // counts: it is neither a maximum, nor mass, nor gathered. A 152k vocabulary is 600 KB; each of

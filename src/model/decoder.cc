@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "kernels/quant.h"
@@ -15,17 +16,6 @@ namespace {
 constexpr int64_t kParallelThreshold = 1 << 15;
 // Tokens of one sequence per attention item (see Decoder::Attention).
 constexpr int64_t kAttentionTokens = 4;
-// Attention prefetches a KV head's slice of the block this many blocks ahead into L2. A slice is
-// 1-4 KB in its own page, so the hardware prefetchers, which stop at page boundaries, fetched
-// none of them ahead: decode at 4k positions read K/V at 8 GB/s per core (huge pages) against
-// 12-16 GB/s with this (measured on a 4k x 8-head F16 layout, one core).
-constexpr int64_t kPrefetchBlocks = 4;
-
-// Prefetches `bytes` from p into L2 (not L1: the L1 fill buffers are what limited the reads).
-inline void PrefetchL2(const void* p, size_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 1);
-}
 
 std::vector<std::vector<const kernels::Matrix*>> GroupByActivation(
     const std::vector<const kernels::Matrix*>& ws) {
@@ -88,9 +78,22 @@ void Decoder::Allocate() {
   gate_.resize(b * c.n_ff);
   up_.resize(b * c.n_ff);
   rope_cs_.resize(b * c.rope_dim);
-  scores_.resize(static_cast<size_t>(pool_->size()) * kAttentionTokens * (c.n_head / c.n_head_kv) *
-                 cache_->max_seq_len());
+  const int64_t threads = pool_->size(), bs = cache_->block_size();
+  const int64_t rows = kAttentionTokens * (c.n_head / c.n_head_kv);  // query rows per item
+  const int64_t state = rows * (c.head_dim + 2);
+  const int64_t max_blocks = (cache_->max_seq_len() + bs - 1) / bs;
+  attn_chunk_ = bs * std::max<int64_t>(1, kernels::kAttentionChunk / bs);
+  attn_thread_floats_ = kernels::AttentionScratchFloats(rows, c.head_dim, bs, attn_chunk_) +
+                        rows * c.head_dim + 2 * state;
+  attn_scratch_.resize(threads * attn_thread_floats_);
+  attn_blocks_.resize(threads * 2 * max_blocks);
+  attn_visible_.resize(threads * rows);
+  // Split mode runs only while items < 2 x threads (Forward), each of at most this many chunks.
+  max_split_units_ = 2 * threads * ((cache_->max_seq_len() + attn_chunk_ - 1) / attn_chunk_);
+  split_units_.reserve(max_split_units_);
+  split_partials_.resize(max_split_units_ * state);
   attn_groups_.reserve(b + 1);
+  attn_group_keys_.reserve(b);
   xo_.resize(options_.max_outputs * c.n_embd);
   logits_.resize(options_.max_outputs * c.n_vocab);
   seq_next_.assign(cache_->max_seqs(), -1);
@@ -104,6 +107,10 @@ void Decoder::Allocate() {
   rope_.freq_factors = ff.empty() ? nullptr : ff.data();
   attn_scale_ = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   kv_type_ = cache_->type();
+  keys_transposed_ = cache_->keys_transposed();
+  kernel_kv_type_ = kv_type_ == engine::KvType::kF16    ? GgmlType::kF16
+                    : kv_type_ == engine::KvType::kQ8_0 ? GgmlType::kQ8_0
+                                                        : GgmlType::kF32;
 
   const auto& layers = model_.weights().layers;
   qkv_groups_.resize(c.n_layer);
@@ -232,19 +239,34 @@ Status Decoder::Forward(const Batch& batch) {
       kernels::RopeAngles(rope_, batch.positions[t], rope_cs_.data() + t * c.rope_dim);
     }
   });
-  // Attention items: up to kAttentionTokens consecutive tokens of one sequence (a prefill's),
-  // so that each K/V block is read from L2/L3 once for all of them; and the attention cost of
-  // a layer, which decides whether it is worth the pool.
+  // Attention items: up to kAttentionTokens consecutive tokens of one sequence (a prefill's)
+  // times one KV head, so that each K/V block is read once for all their query rows; and the
+  // attention cost of a layer, which decides whether it is worth the pool.
   attn_groups_.clear();
+  attn_group_keys_.clear();
   attn_cost_ = 0;
   for (int64_t t = 0; t < n; ++t) {
     const int64_t start = attn_groups_.empty() ? -1 : attn_groups_.back();
     if (start < 0 || t - start >= kAttentionTokens || batch.seq_ids[t] != batch.seq_ids[start]) {
       attn_groups_.push_back(t);
+      attn_group_keys_.push_back(0);
     }
+    attn_group_keys_.back() = std::max<int64_t>(attn_group_keys_.back(), batch.positions[t] + 1);
     attn_cost_ += (batch.positions[t] + 1) * c.head_dim * 4 * c.n_head;
   }
   attn_groups_.push_back(n);
+  // Flash-decoding: with fewer items than twice the threads (a decode step of few sequences),
+  // the threads take (item, chunk) units instead of items, and the partials are merged after.
+  // The arithmetic is the same either way (kernels/attention.h), so this changes no result.
+  split_units_.clear();
+  const int64_t items = (static_cast<int64_t>(attn_groups_.size()) - 1) * c.n_head_kv;
+  if (pool_->size() > 1 && items < 2 * pool_->size() && attn_cost_ >= kParallelThreshold) {
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t keys = attn_group_keys_[item / c.n_head_kv];
+      for (int64_t ch = 0; ch * attn_chunk_ < keys; ++ch) split_units_.emplace_back(item, ch);
+    }
+    if (static_cast<int64_t>(split_units_.size()) <= items) split_units_.clear();
+  }
   for (int64_t il = 0; il < c.n_layer; ++il) Layer(il, batch);
 
   // The last layer left the rows that want logits compacted at the front (batch order): its
@@ -313,7 +335,11 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
       auto* kb = static_cast<uint8_t*>(cache_->KeyData(il, block));
       auto* vb = static_cast<uint8_t*>(cache_->ValueData(il, block));
       for (int64_t h = 0; h < c.n_head_kv; ++h) {
-        StoreKvRow(k + h * hd, kb + (h * bs + slot) * row);
+        if (keys_transposed_) {
+          StoreKeyColumn(k + h * hd, kb + h * bs * row, slot);
+        } else {
+          StoreKvRow(k + h * hd, kb + (h * bs + slot) * row);
+        }
         StoreKvRow(v + h * hd, vb + (h * bs + slot) * row);
       }
     }
@@ -324,17 +350,29 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
   // i + nt, ...): in a causal prefill a split into contiguous ranges gave the thread with the
   // later tokens 3x the work of the other.
   const int64_t items = (static_cast<int64_t>(attn_groups_.size()) - 1) * c.n_head_kv;
-  if (pool_->size() == 1 || items < 2 || attn_cost_ < kParallelThreshold) {
-    Attention(il, batch, 0, items, 0);
+  struct Args {
+    Decoder* self;
+    int64_t il, items;
+    const Batch* batch;
+  } args{this, il, items, &batch};
+  if (!split_units_.empty()) {
+    pool_->Run([a = &args](int i, int nt) {
+      Decoder* d = a->self;
+      const int64_t units = static_cast<int64_t>(d->split_units_.size());
+      const int64_t state =
+          kAttentionTokens * (d->config_.n_head / d->config_.n_head_kv) * (d->config_.head_dim + 2);
+      for (int64_t u = i; u < units; u += nt) {
+        const auto [item, ch] = d->split_units_[u];
+        d->Attention(a->il, *a->batch, item, ch, ch + 1, i, d->split_partials_.data() + u * state);
+      }
+    });
+    FinishSplit();
+  } else if (pool_->size() == 1 || items < 2 || attn_cost_ < kParallelThreshold) {
+    for (int64_t item = 0; item < items; ++item) Attention(il, batch, item, 0, -1, 0, nullptr);
   } else {
-    struct Args {
-      Decoder* self;
-      int64_t il, items;
-      const Batch* batch;
-    } args{this, il, items, &batch};
     pool_->Run([a = &args](int i, int nt) {
       for (int64_t item = i; item < a->items; item += nt) {
-        a->self->Attention(a->il, *a->batch, item, item + 1, i);
+        a->self->Attention(a->il, *a->batch, item, 0, -1, i, nullptr);
       }
     });
   }
@@ -392,91 +430,114 @@ void Decoder::StoreKvRow(const float* x, uint8_t* dst) const {
   }
 }
 
-void Decoder::Attention(int64_t il, const Batch& batch, int64_t item_begin, int64_t item_end,
-                        int thread) {
+kernels::AttentionState Decoder::StateAt(float* base) const {
+  const int64_t rows = kAttentionTokens * (config_.n_head / config_.n_head_kv);
+  return {base, base + rows, base + 2 * rows};
+}
+
+// An item is the `group` query heads that share a KV head, for up to kAttentionTokens
+// consecutive tokens of one sequence: the kernel reads each K/V block once for all of them (one
+// item per (token, query head) read every block once per query, and a cache-resident model's
+// 512-token prefill spent longer streaming K/V than in its matmuls).
+void Decoder::StoreKeyColumn(const float* x, uint8_t* slice, int64_t slot) const {
+  const int64_t hd = config_.head_dim, bs = cache_->block_size();
+  if (kv_type_ == engine::KvType::kF16) {
+    uint16_t half[4096];  // head_dim <= 4096 (config check)
+    kernels::F32ToF16(x, half, hd);
+    auto* dst = reinterpret_cast<uint16_t*>(slice) + slot;
+    for (int64_t i = 0; i < hd; ++i) dst[i * bs] = half[i];
+  } else {
+    auto* dst = reinterpret_cast<float*>(slice) + slot;
+    for (int64_t i = 0; i < hd; ++i) dst[i * bs] = x[i];
+  }
+}
+
+void Decoder::Attention(int64_t il, const Batch& batch, int64_t item, int64_t c_begin,
+                        int64_t c_end, int thread, float* partial) {
   const ModelConfig& c = config_;
   const int64_t hd = c.head_dim, qd = c.q_dim();
   const int64_t group = c.n_head / c.n_head_kv;
   const int64_t bs = cache_->block_size();
-  const int64_t max_len = cache_->max_seq_len();
-  float* scores = scores_.data() + static_cast<size_t>(thread) * kAttentionTokens * group * max_len;
-  const size_t row_bytes = engine::KvRowBytes(kv_type_, hd);
-  const size_t slice_bytes = static_cast<size_t>(bs) * row_bytes;  // one KV head of one block
-  // scores[0, m) = q . K rows, or out += w . V rows, over one head's slice in the cache's type.
-  auto dot = [&](const float* q, const void* slice, int64_t m, float* out) {
-    if (kv_type_ == engine::KvType::kF16) {
-      kernels::DotRowsF16(q, static_cast<const uint16_t*>(slice), m, hd, out);
-    } else if (kv_type_ == engine::KvType::kQ8_0) {
-      kernels::DotRowsQ8_0(q, slice, m, hd, out);
-    } else {
-      kernels::DotRows(q, static_cast<const float*>(slice), m, hd, out);
-    }
-  };
-  auto axpy = [&](const float* w, const void* slice, int64_t m, float* out) {
-    if (kv_type_ == engine::KvType::kF16) {
-      kernels::AxpyRowsF16(w, static_cast<const uint16_t*>(slice), m, hd, out);
-    } else if (kv_type_ == engine::KvType::kQ8_0) {
-      kernels::AxpyRowsQ8_0(w, slice, m, hd, out);
-    } else {
-      kernels::AxpyRows(w, static_cast<const float*>(slice), m, hd, out);
-    }
-  };
-  // An item is the `group` query heads that share a KV head, for up to kAttentionTokens
-  // consecutive tokens of one sequence: each K/V block is read from L2 (or beyond) once for all
-  // of them and from L1 for the rest. One item per (token, query head) read each block per
-  // query, and a cache-resident model's 512-token prefill spent longer streaming K/V (f32)
-  // than in its matmuls.
-  for (int64_t item = item_begin; item < item_end; ++item) {
+  const int64_t gi = item / c.n_head_kv, kvh = item % c.n_head_kv;
+  const int64_t t0 = attn_groups_[gi], nt = attn_groups_[gi + 1] - t0, nq = nt * group;
+  const int64_t keys = attn_group_keys_[gi];
+  const int64_t n_chunks = (keys + attn_chunk_ - 1) / attn_chunk_;
+  if (c_end < 0) c_end = n_chunks;
+  const int64_t rows = kAttentionTokens * group;
+  const int64_t max_blocks = (cache_->max_seq_len() + bs - 1) / bs;
+
+  float* scratch = attn_scratch_.data() + thread * attn_thread_floats_;
+  float* q = scratch + kernels::AttentionScratchFloats(rows, hd, bs, attn_chunk_);  // [nq][hd]
+  const kernels::AttentionState run = StateAt(q + rows * hd);
+  const kernels::AttentionState part = StateAt(q + rows * hd + rows * (hd + 2));
+  const void** kp = attn_blocks_.data() + thread * 2 * max_blocks;
+  const void** vp = kp + max_blocks;
+  int32_t* visible = attn_visible_.data() + thread * rows;
+
+  // The item's block slices from the first one this unit reads to the end (the kernel
+  // prefetches past its chunk), and its query rows, contiguous.
+  const int32_t* table = cache_->BlockTable(batch.seq_ids[t0]);
+  const size_t slice = static_cast<size_t>(bs) * engine::KvRowBytes(kv_type_, hd);
+  const int64_t first = c_begin * attn_chunk_ / bs, total = (keys + bs - 1) / bs;
+  for (int64_t b = first; b < total; ++b) {
+    kp[b] = static_cast<const uint8_t*>(cache_->KeyData(il, table[b])) + kvh * slice;
+    vp[b] = static_cast<const uint8_t*>(cache_->ValueData(il, table[b])) + kvh * slice;
+  }
+  for (int64_t i = 0; i < nt; ++i) {
+    std::memcpy(q + i * group * hd, q_.data() + (t0 + i) * qd + kvh * group * hd,
+                group * hd * sizeof(float));
+  }
+  kernels::AttentionKv kv;
+  kv.type = kernel_kv_type_;
+  kv.head_dim = hd;
+  kv.block_size = bs;
+  kv.k_transposed = keys_transposed_;
+  for (int64_t ch = c_begin; ch < c_end; ++ch) {
+    const int64_t key0 = ch * attn_chunk_;
+    kv.n_keys = std::min(attn_chunk_, keys - key0);
+    kv.k = kp + key0 / bs;
+    kv.v = vp + key0 / bs;
+    kv.n_blocks = (kv.n_keys + bs - 1) / bs;
+    kv.prefetch_blocks = total - (key0 / bs + kv.n_blocks);
+    for (int64_t r = 0; r < nq; ++r) visible[r] = batch.positions[t0 + r / group] + 1 - key0;
+    // A chunk into an empty state is the merge of that chunk into it, exactly.
+    const kernels::AttentionState out =
+        partial != nullptr ? StateAt(partial) : (ch == c_begin ? run : part);
+    kernels::AttendChunk(kv, q, nq, visible, attn_scale_, out, scratch);
+    if (partial == nullptr && ch != c_begin) kernels::MergeAttention(nq, hd, part, run);
+  }
+  if (partial != nullptr) return;
+  for (int64_t i = 0; i < nt; ++i) {
+    const kernels::AttentionState rows_i{run.max + i * group, run.sum + i * group,
+                                         run.acc + i * group * hd};
+    kernels::FinishAttention(group, hd, rows_i, attn_.data() + (t0 + i) * qd + kvh * group * hd);
+  }
+}
+
+void Decoder::FinishSplit() {
+  const ModelConfig& c = config_;
+  const int64_t hd = c.head_dim, qd = c.q_dim(), group = c.n_head / c.n_head_kv;
+  const int64_t state = kAttentionTokens * group * (hd + 2);
+  const int64_t rows = kAttentionTokens * group;
+  // Thread 0's running state (the pool is idle now).
+  const kernels::AttentionState run = StateAt(
+      attn_scratch_.data() +
+      kernels::AttentionScratchFloats(rows, hd, cache_->block_size(), attn_chunk_) + rows * hd);
+  size_t u = 0;
+  while (u < split_units_.size()) {
+    const int64_t item = split_units_[u].first;
     const int64_t gi = item / c.n_head_kv, kvh = item % c.n_head_kv;
-    const int64_t t0 = attn_groups_[gi], nt = attn_groups_[gi + 1] - t0;
-    const int32_t* table = cache_->BlockTable(batch.seq_ids[t0]);
-    int64_t n_kv_max = 0;
-    for (int64_t i = 0; i < nt; ++i)
-      n_kv_max = std::max<int64_t>(n_kv_max, batch.positions[t0 + i] + 1);
-    // scores row of token i, query head g: scores + (i * group + g) * max_len.
-    for (int64_t j0 = 0; j0 < n_kv_max; j0 += bs) {
-      const void* kb = cache_->KeyData(il, table[j0 / bs]);  // [n_head_kv][bs][hd]
-      if (j0 + kPrefetchBlocks * bs < n_kv_max) {
-        PrefetchL2(
-            static_cast<const uint8_t*>(cache_->KeyData(il, table[j0 / bs + kPrefetchBlocks])) +
-                kvh * slice_bytes,
-            slice_bytes);
-      }
-      for (int64_t i = 0; i < nt; ++i) {
-        const int64_t m = std::min(bs, batch.positions[t0 + i] + 1 - j0);
-        if (m <= 0) continue;
-        const float* q = q_.data() + (t0 + i) * qd + kvh * group * hd;  // [group][hd]
-        const void* slice = static_cast<const uint8_t*>(kb) + kvh * slice_bytes;
-        for (int64_t g = 0; g < group; ++g) {
-          dot(q + g * hd, slice, m, scores + (i * group + g) * max_len + j0);
-        }
-      }
+    const int64_t t0 = attn_groups_[gi], nt = attn_groups_[gi + 1] - t0, nq = nt * group;
+    std::fill(run.max, run.max + nq, -std::numeric_limits<float>::infinity());
+    std::fill(run.sum, run.sum + nq, 0.0f);
+    std::fill(run.acc, run.acc + nq * hd, 0.0f);
+    for (; u < split_units_.size() && split_units_[u].first == item; ++u) {
+      kernels::MergeAttention(nq, hd, StateAt(split_partials_.data() + u * state), run);
     }
     for (int64_t i = 0; i < nt; ++i) {
-      const int64_t n_kv = batch.positions[t0 + i] + 1;
-      for (int64_t g = 0; g < group; ++g) {
-        kernels::SoftmaxInPlace(scores + (i * group + g) * max_len, n_kv, attn_scale_);
-      }
-      float* out = attn_.data() + (t0 + i) * qd + kvh * group * hd;  // [group][hd]
-      std::fill(out, out + group * hd, 0.0f);
-    }
-    for (int64_t j0 = 0; j0 < n_kv_max; j0 += bs) {
-      const void* vb = cache_->ValueData(il, table[j0 / bs]);  // [n_head_kv][bs][hd]
-      if (j0 + kPrefetchBlocks * bs < n_kv_max) {
-        PrefetchL2(
-            static_cast<const uint8_t*>(cache_->ValueData(il, table[j0 / bs + kPrefetchBlocks])) +
-                kvh * slice_bytes,
-            slice_bytes);
-      }
-      for (int64_t i = 0; i < nt; ++i) {
-        const int64_t m = std::min(bs, batch.positions[t0 + i] + 1 - j0);
-        if (m <= 0) continue;
-        float* out = attn_.data() + (t0 + i) * qd + kvh * group * hd;
-        const void* slice = static_cast<const uint8_t*>(vb) + kvh * slice_bytes;
-        for (int64_t g = 0; g < group; ++g) {
-          axpy(scores + (i * group + g) * max_len + j0, slice, m, out + g * hd);
-        }
-      }
+      const kernels::AttentionState rows_i{run.max + i * group, run.sum + i * group,
+                                           run.acc + i * group * hd};
+      kernels::FinishAttention(group, hd, rows_i, attn_.data() + (t0 + i) * qd + kvh * group * hd);
     }
   }
 }

@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "engine/kv_cache.h"
+#include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "model/batch.h"
@@ -62,9 +63,17 @@ class Decoder {
   Status Prepare(const Batch& batch);
   void RunGroups(const std::vector<MatGroup>& groups, const float* x, int64_t n);
   void Layer(int64_t il, const Batch& batch);
-  void Attention(int64_t il, const Batch& batch, int64_t item_begin, int64_t item_end, int thread);
+  // One unit of a layer's attention: item `item` (see Forward), chunks [c_begin, c_end) merged
+  // and written to attn_, or with `partial` set, the one chunk c_begin's partial state there.
+  void Attention(int64_t il, const Batch& batch, int64_t item, int64_t c_begin, int64_t c_end,
+                 int thread, float* partial);
+  // Merges the split partials of the layer (chunk order) and writes attn_.
+  void FinishSplit();
+  kernels::AttentionState StateAt(float* base) const;
   // Writes one head's K or V row of head_dim floats into the cache in its type.
   void StoreKvRow(const float* x, uint8_t* dst) const;
+  // Writes one head's key as column `slot` of a transposed F32/F16 slice ([head_dim][block]).
+  void StoreKeyColumn(const float* x, uint8_t* slice, int64_t slot) const;
   // Runs fn(begin, end) over [0, n) rows, on the pool when n * row_cost is large enough.
   template <typename F>
   void ForRows(int64_t n, int64_t row_cost, const F& fn);
@@ -77,6 +86,8 @@ class Decoder {
   kernels::RopeParams rope_;
   float attn_scale_ = 1.0f;
   engine::KvType kv_type_ = engine::KvType::kF32;  // how the cache stores K/V
+  GgmlType kernel_kv_type_ = GgmlType::kF32;       // the same, as the attention kernel names it
+  bool keys_transposed_ = false;                   // KvCache::keys_transposed()
 
   std::vector<std::vector<MatGroup>> qkv_groups_;  // [n_layer]
   std::vector<std::vector<MatGroup>> ffn_groups_;  // [n_layer] gate/up
@@ -92,14 +103,27 @@ class Decoder {
   std::vector<float> gate_;     // [max_batch][n_ff]
   std::vector<float> up_;       // [max_batch][n_ff]
   std::vector<float> rope_cs_;  // [max_batch][rope_dim] cos/sin pairs per token
-  // [n_threads][kAttentionTokens][n_head / n_head_kv][max_seq_len] attention weights
-  std::vector<float> scores_;
-  std::vector<int64_t> attn_groups_;   // [groups + 1] first token of each attention token group
-  int64_t attn_cost_ = 0;              // a layer's attention multiply-adds (x4) for this batch
-  std::vector<float> xo_;              // [max_outputs][n_embd] normed rows that want logits
-  std::vector<float> logits_;          // [max_outputs][n_vocab]
-  std::vector<int32_t> seq_next_;      // [max_seqs] next position per sequence, -1 if unseen
-  std::vector<int32_t> touched_seqs_;  // sequences of the current batch
+  // Attention (see Decoder::Attention). Per thread: AttendChunk's scratch, the item's queries
+  // [kAttentionTokens * group][head_dim], visible keys per row, two states (running and chunk
+  // partial: [rows] max, [rows] sum, [rows][head_dim] acc) and the item's block pointers (K and
+  // V, [max_seq_len / block_size] each).
+  std::vector<float> attn_scratch_;       // [n_threads][attn_thread_floats_]
+  std::vector<const void*> attn_blocks_;  // [n_threads][2][max blocks per sequence]
+  std::vector<int32_t> attn_visible_;     // [n_threads][kAttentionTokens * group]
+  size_t attn_thread_floats_ = 0;
+  int64_t attn_chunk_ = 0;  // keys per chunk (kernels::kAttentionChunk rounded)
+  // Split mode (flash-decoding): work units (item, chunk) and their partial states,
+  // [max_split_units_][rows x (head_dim + 2)].
+  std::vector<std::pair<int32_t, int32_t>> split_units_;
+  std::vector<float> split_partials_;
+  int64_t max_split_units_ = 0;
+  std::vector<int64_t> attn_groups_;      // [groups + 1] first token of each attention token group
+  std::vector<int64_t> attn_group_keys_;  // [groups] keys the group's last token attends to
+  int64_t attn_cost_ = 0;                 // a layer's attention multiply-adds (x4) for this batch
+  std::vector<float> xo_;                 // [max_outputs][n_embd] normed rows that want logits
+  std::vector<float> logits_;             // [max_outputs][n_vocab]
+  std::vector<int32_t> seq_next_;         // [max_seqs] next position per sequence, -1 if unseen
+  std::vector<int32_t> touched_seqs_;     // sequences of the current batch
   int64_t n_outputs_ = 0;
 };
 
