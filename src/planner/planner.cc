@@ -17,7 +17,12 @@ struct StepParts {
 StepParts StepTime(const ModelCost& m, const HardwareProfile& hw, int64_t tokens,
                    int64_t context_tokens, int64_t devices) {
   const bool tensor = hw.parallelism == Parallelism::kTensor;
-  const double spread = tensor ? static_cast<double>(devices) : 1.0;
+  // Devices streaming one token's weights at once: all of them under tensor parallelism; under a
+  // pipeline one stage at a time, a stage being one layer split over devices / layers chips when
+  // there are more chips than layers (Groq spreads a 70B layer over ~8).
+  const double spread =
+      tensor ? static_cast<double>(devices)
+             : std::max(1.0, static_cast<double>(devices) / static_cast<double>(m.n_layer));
   const double bytes =
       m.StepWeightBytes(tokens) + static_cast<double>(context_tokens) * m.kv_bytes_per_position;
   const double flops =
