@@ -187,6 +187,24 @@ TEST(PlannerStepTest, UltrafastMultiplier) {
   EXPECT_FALSE(Plan(m, {hw}, o).ok());
 }
 
+// The local profile on the Q4_0 preset (4.5 bits everywhere), batch 1 at context 1: a step reads
+// 16 x (60,817,408 x 0.5625 + 16,384 norm bytes) + 8,192 + 262,668,288 x 0.5625 (the tied
+// output) = 695,377,920 bytes, one 1,152-byte embedding row and 32,768 bytes of K/V: at 25 GB/s
+// x 0.82, m = 695,411,840 / 20.5e9 s. It multiplies 2 x 1,235,746,816 + 4 x 16 x 2048 =
+// 2,471,624,704 int8 ops at 400 GOP/s x 0.25: c = 0.024716 s. Then (m^6 + c^6)^(1/6) plus 16
+// layers x 20 us.
+TEST(PlannerStepTest, LocalProfileOnQ4_0) {
+  auto local = LocalProfile(25, 100, 400, 8e9);
+  ASSERT_TRUE(local.ok());
+  const PlanRow r = EstimateStep(Cost("llama-3.2-1b", "q4_0"), *local, 1, 1, 0.1);
+  const double m = 695411840.0 / 20.5e9, c = 2471624704.0 / 100e9;
+  EXPECT_NEAR(r.memory_seconds, m, 1e-12);
+  EXPECT_NEAR(r.compute_seconds, c, 1e-12);
+  EXPECT_NEAR(r.step_seconds, std::pow(std::pow(m, 6) + std::pow(c, 6), 1.0 / 6) + 16 * 20e-6,
+              1e-12);
+  EXPECT_EQ(r.bound, "memory");
+}
+
 double Within(double model, double anchor) { return std::abs(model / anchor - 1.0); }
 
 // The published anchors of docs/planner.md, each within 30%.
@@ -366,7 +384,8 @@ TEST_F(PlanCliTest, BadInputIsOneLineAndExitCode2) {
         "-m " + not_gguf.string() + " --hw h100", std::string("-m llama-3.2-1b --batch 1,0"),
         std::string("-m llama-3.2-1b --price-per-hour=-3"),
         std::string("-m llama-3.2-1b --price-per-hour -3"), std::string("-m llama-3.2-1b --ctx 0"),
-        std::string("-m llama-3.2-1b --type q3")}) {
+        std::string("-m llama-3.2-1b --type q3"),
+        std::string("-m llama-3.2-1b --hw local --local-from /nonexistent/bench.json")}) {
     SCOPED_TRACE(args);
     const Result r = Run(args);
     EXPECT_EQ(r.code, 2);

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -49,7 +50,8 @@ struct PlanCommandOptions {
   int64_t sim_tokens = 1200;
   double sim_noise = 0.0;
   bool sim_engine_prior = false;
-  std::string curve;  // bench --json output: the measured local curve for the simulator
+  std::string curve;       // bench --json output: the measured local curve for the simulator
+  std::string local_from;  // bench --json output: the local profile's figures
 };
 
 [[noreturn]] void BadInput(const Status& s) {
@@ -105,6 +107,31 @@ StatusOr<planner::HardwareProfile> ProbeLocal(int threads) {
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
   return planner::LocalProfile(bw, std::max(peak.bf16_gflops, peak.f32_gflops), peak.int8_gops,
                                memory);
+}
+
+// The `local` profile from `bench --json` output: its same-run bandwidth (the median beside the
+// decode reps) and, when it measured them (-p > 0), its arithmetic peaks; otherwise the peaks are
+// probed now. On a shared host whose bandwidth moves by 30% within minutes, this compares plan
+// and bench on the same moment's hardware.
+StatusOr<planner::HardwareProfile> LocalFromBench(const std::string& path, int threads) {
+  std::ifstream in(path);
+  if (!in) return NotFoundError("--local-from: cannot read '" + path + "'");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.value("bandwidth_gb_s", 0.0)) {
+    return InvalidArgumentError("--local-from: '" + path +
+                                "' is not `ultrafast bench --json` output");
+  }
+  double bf16 = std::max(j.value("peak_bf16_gflops", 0.0), j.value("peak_f32_gflops", 0.0));
+  double int8 = j.value("peak_int8_gops", 0.0);
+  if (!(bf16 > 0) || !(int8 > 0)) {
+    ThreadPool pool(ResolveThreads(threads));
+    const kernels::ComputePeak peak = kernels::MeasureComputePeak(&pool, kernels::ActiveIsa(), 5);
+    bf16 = std::max(peak.bf16_gflops, peak.f32_gflops);
+    int8 = peak.int8_gops;
+  }
+  const double memory =
+      static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  return planner::LocalProfile(j.value("bandwidth_gb_s", 0.0), bf16, int8, memory);
 }
 
 // `bench --json` output -> the measured step curve, with attention's K/V reads at the bandwidth
@@ -218,8 +245,9 @@ void PlanCommand(const PlanCommandOptions& o) {
   std::vector<planner::HardwareProfile> hws;
   for (const std::string& name : names) {
     if (name == "local") {
-      auto local = ProbeLocal(o.threads);
-      if (!local.ok()) Fail("plan", local.status());
+      auto local =
+          o.local_from.empty() ? ProbeLocal(o.threads) : LocalFromBench(o.local_from, o.threads);
+      if (!local.ok()) BadInput(local.status());
       hws.push_back(*local);
     } else {
       hws.push_back(OrBadInput(planner::FindHardware(name)));
@@ -273,6 +301,9 @@ void AddPlanCommand(CLI::App& app) {
   cmd->add_option("--svg", o->svg, "Write the latency/throughput chart to this SVG file");
   cmd->add_option("-t,--threads", o->threads, "Threads for the local probe (0: all CPUs)")
       ->capture_default_str();
+  cmd->add_option("--local-from", o->local_from,
+                  "Take `local`'s bandwidth (and peaks, if measured) from `ultrafast bench --json` "
+                  "output instead of probing: plan and bench on the same moment's hardware");
   cmd->add_flag("--simulate-tiers", o->simulate,
                 "Replay the tier scheduler on each profile's step-time curve (docs/planner.md)");
   cmd->add_option("--sim-slack", o->sim_slack, "Simulator: ultrafast slacks")

@@ -169,12 +169,13 @@ StatusOr<HardwareProfile> LocalProfile(double bandwidth_gb_s, double bf16_gflops
   p.quantized_ops_s = int8_gops * 1e9;
   p.parallelism = Parallelism::kTensor;
   p.devices_per_domain = 1;
-  // Calibrated against `ultrafast bench` (docs/planner.md, calibration): decode streams 0.8-0.9
-  // of the probe's read bandwidth (docs/performance.md); batched quantized matmuls reach about a
-  // third of the bare int8 dot rate (they add unpacking, widening and scaling); each layer costs
-  // the thread pool a few synchronisations.
-  p.bandwidth_efficiency = 0.85;
-  p.compute_efficiency = 0.35;
+  // Calibrated against `ultrafast bench` (docs/planner.md, calibration): decode streams 0.78-0.90
+  // of the probe's read bandwidth (docs/performance.md, 0.82 on average); batched Q4_0 decode at
+  // 8 sequences reaches 0.24 of the bare int8 dot rate on a quiet host (72 tok/s against 657-820
+  // GOP/s of vpmaddubsw: the kernels add a vpmaddwd on the same pipes, unpacking and scales);
+  // each layer costs the thread pool a few synchronisations.
+  p.bandwidth_efficiency = 0.82;
+  p.compute_efficiency = 0.25;
   p.layer_latency_s = 20e-6;
   p.link_latency_s = 0;
   p.overlap_exponent = 6.0;

@@ -6,11 +6,11 @@
 //   step    t = (m^p + c^p)^(1/p) + layers x layer latency + link latencies
 // with bandwidth and rate the profile's peaks times its efficiencies, summed over the devices
 // for tensor parallelism (every device streams its share at once) and not for pipeline
-// parallelism (a token visits the devices in turn; a layer split over several chips counts them). Devices: the fewest that hold the weights
-// plus every sequence's K/V (a power of two under tensor parallelism). Per-user speed is 1 / t
-// and aggregate speed batch / t; a pipeline keeps up to one micro-batch per device in flight, so
-// its step is that of batch / devices sequences. Price per million output tokens: devices x
-// price per device-hour over the aggregate tokens per hour.
+// parallelism (a token visits the devices in turn; a layer split over several chips counts them).
+// Devices: the fewest that hold the weights plus every sequence's K/V (a power of two under tensor
+// parallelism). Per-user speed is 1 / t and aggregate speed batch / t; a pipeline keeps up to one
+// micro-batch per device in flight, so its step is that of batch / devices sequences. Price per
+// million output tokens: devices x price per device-hour over the aggregate tokens per hour.
 //
 // The ultrafast price multiplier: an ultrafast stream occupies the devices of batch 1; to earn
 // what the standard tier earns per device-hour at its best batch (most tokens per device-second)
