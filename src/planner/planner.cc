@@ -176,8 +176,10 @@ StatusOr<PlanReport> Plan(const ModelCost& m, const std::vector<HardwareProfile>
       mix = next;
     }
     h.slack_defaults = k;
+    // At least the standard price: below 1 the defaults alone would pay for the devices (latency
+    // bound hardware, where dozens ride along), and nobody sells the faster tier for less.
     h.ultrafast_multiplier_with_slack = std::max(
-        0.0, best * static_cast<double>(mix.devices) * mix.step_seconds - static_cast<double>(k));
+        1.0, best * static_cast<double>(mix.devices) * mix.step_seconds - static_cast<double>(k));
     report.hardware.push_back(std::move(h));
   }
   return report;

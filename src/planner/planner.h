@@ -15,7 +15,8 @@
 // The ultrafast price multiplier: an ultrafast stream occupies the devices of batch 1; to earn
 // what the standard tier earns per device-hour at its best batch (most tokens per device-second)
 // it needs best_per_device / ultrafast_per_device times the standard price. With slack s, the
-// defaults that fit beside it within (1 + s) x its solo step pay part of the bill.
+// defaults that fit beside it within (1 + s) x its solo step pay part of the bill (the multiplier
+// is then at least 1: below that the defaults alone pay).
 #pragma once
 
 #include <cstdint>

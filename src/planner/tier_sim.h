@@ -48,7 +48,8 @@ struct TierSimOptions {
   bool prior_from_curve = true;
   uint32_t seed = 1;
 
-  // InvalidArgument on a negative slack or noise, fewer than 1 default... (see .cc).
+  // InvalidArgument on a slack outside [0, 10], defaults outside [0, 200], a prompt below 1, a
+  // stream that does not outlast measure_after_tokens by 2, or noise outside [0, 0.5).
   Status Validate() const;
 };
 
