@@ -242,6 +242,8 @@ TEST(PlannerHardwareTest, NamesAndLocalProfile) {
   auto list = ParseHardwareList("local,h100,H100,groq");
   ASSERT_TRUE(list.ok());
   EXPECT_EQ(*list, (std::vector<std::string>{"local", "h100", "groq"}));
+  EXPECT_EQ(ParseHardwareList("h200,all")->size(), HardwareProfiles().size());
+  EXPECT_EQ(ParseHardwareList("h200,all")->front(), "h200");
   EXPECT_FALSE(ParseHardwareList("h100,,h200").ok());
   EXPECT_FALSE(ParseHardwareList("h100,abacus").ok());
   auto local = LocalProfile(25, 100, 400, 8e9);

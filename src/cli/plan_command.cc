@@ -33,7 +33,7 @@ constexpr int kBadInput = 2;
 
 struct PlanCommandOptions {
   std::string model;
-  std::string hw = "h100,h200,b200,gb300,wse3,groq";
+  std::string hw = "all";
   std::string type = "bf16";  // weight type of a preset
   std::string kv_type = "f16";
   std::string ctx = "1024";
@@ -282,7 +282,7 @@ void AddPlanCommand(CLI::App& app) {
       ->required();
   cmd->add_option("--hw", o->hw,
                   "Hardware profiles, comma-separated: local (probed now), h100, h200, b200, "
-                  "gb300, wse3, groq")
+                  "gb300, wse3, groq, all (every one but local)")
       ->capture_default_str();
   cmd->add_option("--type", o->type,
                   "Weight type of a preset: f32, f16, bf16, fp8, q8_0, q6_k, q4_k_m, q4_0, fp4")

@@ -197,11 +197,17 @@ StatusOr<std::vector<std::string>> ParseHardwareList(std::string_view list) {
     if (item.empty())
       return InvalidArgumentError("--hw: empty name in '" + std::string(list) + "'");
     std::string name = Lower(item);
-    if (name != "local") {
+    std::vector<std::string> names = {name};
+    if (name == "all") {  // every compiled-in profile (not local: that one needs the probe)
+      names.clear();
+      for (const HardwareProfile& p : HardwareProfiles()) names.push_back(p.name);
+    } else if (name != "local") {
       UF_ASSIGN_OR_RETURN(HardwareProfile p, FindHardware(item));
-      name = p.name;
+      names = {p.name};
     }
-    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+    for (const std::string& n : names) {
+      if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+    }
     start = comma + 1;
   }
   if (out.empty()) return InvalidArgumentError("--hw: no hardware named");

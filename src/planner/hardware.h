@@ -61,7 +61,8 @@ StatusOr<HardwareProfile> LocalProfile(double bandwidth_gb_s, double bf16_gflops
                                        double memory_bytes);
 
 // Comma-separated names -> profile names, validated, in order (duplicates dropped). "local"
-// passes through for the caller to measure. InvalidArgument on an empty list.
+// passes through for the caller to measure; "all" is every compiled-in profile. InvalidArgument
+// on an empty list or name, NotFound on an unknown name.
 StatusOr<std::vector<std::string>> ParseHardwareList(std::string_view list);
 
 }  // namespace uf::planner
