@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -101,6 +102,58 @@ TEST(PlannerModelTest, GgufCostFromTensorTable) {
   EXPECT_EQ(c->weight_type, "f32");
   EXPECT_FALSE(c->quantized);
   EXPECT_FALSE(CostFromGguf("../shared/golden/tiny-llama-f32.jsonl", "f16").ok());
+}
+
+// A mixture-of-experts file of an architecture the engine does not run (the planner reads only
+// metadata and the tensor table): 2 layers of width 64, 4 heads of 16 (2 for K/V), 4 experts of
+// FFN width 32 with 2 used, untied output over 100 tokens, all f32. Per layer attention
+// 2 x 64 x 64 + 2 x 64 x 32 = 12,288 params and a 64-wide norm; experts 3 x 64 x 32 x 4 = 24,576.
+// Always read: 2 x 12,352 + the 6,400 output params = 31,104 (124,416 bytes); one expert in one
+// layer is 6,144 params (24,576 bytes); active 31,104 + 2 x 24,576 x 2/4 = 55,680; held
+// (31,104 + 49,152 + 6,400 embedding) x 4 = 346,624 bytes. One token reads the always bytes, a
+// 256-byte embedding row and 2 layers x 2 experts. K/V per position in f16: 2 x 2 x 32 x 2 = 256.
+TEST(PlannerModelTest, MoEGgufFromTensorTable) {
+  gguf::GgufWriter w;
+  w.Set("general.architecture", gguf::Value::String("qwen3moe"));
+  w.Set("qwen3moe.block_count", gguf::Value::U32(2));
+  w.Set("qwen3moe.embedding_length", gguf::Value::U32(64));
+  w.Set("qwen3moe.attention.head_count", gguf::Value::U32(4));
+  w.Set("qwen3moe.attention.head_count_kv", gguf::Value::U32(2));
+  w.Set("qwen3moe.expert_count", gguf::Value::U32(4));
+  w.Set("qwen3moe.expert_used_count", gguf::Value::U32(2));
+  auto zeros = [](uint8_t* dst, size_t n) { std::memset(dst, 0, n); };
+  auto add = [&](const std::string& name, std::vector<int64_t> ne) {
+    ASSERT_TRUE(w.AddTensor(name, GgmlType::kF32, std::move(ne), zeros).ok()) << name;
+  };
+  add("token_embd.weight", {64, 100});
+  add("output.weight", {64, 100});
+  for (int l = 0; l < 2; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    add(b + "attn_norm.weight", {64});
+    add(b + "attn_q.weight", {64, 64});
+    add(b + "attn_k.weight", {64, 32});
+    add(b + "attn_v.weight", {64, 32});
+    add(b + "attn_output.weight", {64, 64});
+    add(b + "ffn_gate_exps.weight", {64, 32, 4});
+    add(b + "ffn_up_exps.weight", {64, 32, 4});
+    add(b + "ffn_down_exps.weight", {32, 64, 4});
+  }
+  const std::string path =
+      (fs::temp_directory_path() / ("uf_planner_moe_" + std::to_string(::getpid()) + ".gguf"))
+          .string();
+  ASSERT_TRUE(w.WriteToFile(path).ok());
+  auto c = CostFromGguf(path, "f16");
+  fs::remove(path);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->n_expert, 4);
+  EXPECT_EQ(c->n_expert_used, 2);
+  EXPECT_DOUBLE_EQ(c->always_bytes, 124416.0);
+  EXPECT_DOUBLE_EQ(c->expert_bytes, 24576.0);
+  EXPECT_DOUBLE_EQ(c->active_params, 55680.0);
+  EXPECT_DOUBLE_EQ(c->held_bytes, 346624.0);
+  EXPECT_DOUBLE_EQ(c->StepWeightBytes(1), 124416.0 + 256 + 2 * 2 * 24576.0);
+  EXPECT_DOUBLE_EQ(c->kv_bytes_per_position, 256.0);
+  EXPECT_EQ(c->weight_type, "f32");
 }
 
 // A toy profile where every term is visible: with overlap exponent 1 the step is m + c + latency.
@@ -412,6 +465,30 @@ TEST_F(PlanCliTest, JsonAndSvg) {
   s << in.rdbuf();
   EXPECT_EQ(s.str().rfind("<svg", 0), 0u);
   EXPECT_NE(s.str().find("wse3"), std::string::npos);
+}
+
+// The simulator through the CLI: JSON per curve and slack, the same bytes on a second run, and
+// the measured curve of docs/data (tests run from the repository root).
+TEST_F(PlanCliTest, SimulateTiersJsonIsDeterministic) {
+  const std::string args =
+      "-m llama-3.2-1b --hw h200 --batch 1 --simulate-tiers --sim-slack 0.05,0.25 --json "
+      "--curve docs/data/tiers-run-e-curve.json";
+  const Result a = Run(args), b = Run(args);
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  const nlohmann::json j = nlohmann::json::parse(a.out);
+  const nlohmann::json& runs = j["tier_simulation"];
+  ASSERT_EQ(runs.size(), 4u);  // {h200, measured} x {5%, 25%}
+  EXPECT_EQ(runs[0]["curve"], "h200");
+  EXPECT_EQ(runs[3]["curve"], "measured");
+  for (const nlohmann::json& r : runs) {
+    EXPECT_EQ(r["admitted"], 1);
+    EXPECT_EQ(r["fallbacks"], 1);
+    EXPECT_EQ(r["rejected_429"], 1);
+    EXPECT_LE(r["itl_p50_over_solo"].get<double>(), 1 + r["slack"].get<double>());
+  }
+  const Result bad = Run("-m llama-3.2-1b --hw h200 --simulate-tiers --curve /nonexistent.json");
+  EXPECT_EQ(bad.code, 2);
 }
 
 }  // namespace
