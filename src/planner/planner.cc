@@ -185,15 +185,31 @@ StatusOr<PlanReport> Plan(const ModelCost& m, const std::vector<HardwareProfile>
   return report;
 }
 
+namespace {
+
+// "1.24B" or "135.0M", "2.5 GB" or "8.6 MB": tiny test models and 405B ones in one format.
+std::string Count(double x, const char* big, const char* small) {
+  char buf[32];
+  if (x >= 1e9) {
+    std::snprintf(buf, sizeof buf, "%.2f%s", x / 1e9, big);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f%s", x / 1e6, small);
+  }
+  return buf;
+}
+
+}  // namespace
+
 std::string PlanText(const PlanReport& r) {
   std::string out;
   char line[512];
   const ModelCost& m = r.model;
   std::snprintf(line, sizeof line,
-                "model    %s (%s weights): %.2fB params held (%.1f GB), %.2fB active per token, "
-                "%.1f MB read per token at batch 1, K/V %.1f KB per position\n",
-                m.name.c_str(), m.weight_type.c_str(), m.total_params / 1e9, m.held_bytes / 1e9,
-                m.active_params / 1e9, m.StepWeightBytes(1) / 1e6, m.kv_bytes_per_position / 1e3);
+                "model    %s (%s weights): %s params held (%s), %s active per token, %.1f MB read "
+                "per token at batch 1, K/V %.1f KB per position\n",
+                m.name.c_str(), m.weight_type.c_str(), Count(m.total_params, "B", "M").c_str(),
+                Count(m.held_bytes, " GB", " MB").c_str(), Count(m.active_params, "B", "M").c_str(),
+                m.StepWeightBytes(1) / 1e6, m.kv_bytes_per_position / 1e3);
   out += line;
   std::snprintf(line, sizeof line, "context  %lld positions per sequence\n",
                 static_cast<long long>(r.options.context));
