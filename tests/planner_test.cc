@@ -434,13 +434,22 @@ class PlanCliTest : public ::testing::Test {
 TEST_F(PlanCliTest, BadInputIsOneLineAndExitCode2) {
   const fs::path not_gguf = dir_ / "notes.gguf";
   std::ofstream(not_gguf) << "not a model\n";
+  const fs::path array = dir_ / "array.json", text = dir_ / "text.json";
+  std::ofstream(array) << "[1, 2]\n";
+  std::ofstream(text) << "{\"bandwidth_gb_s\": \"fast\", \"batch_tok_s\": {\"1\": \"x\"}}\n";
   for (const std::string& args :
        {std::string("-m llama-3.2-1b --hw tpu9"), std::string("-m llama-9b --hw h100"),
         "-m " + not_gguf.string() + " --hw h100", std::string("-m llama-3.2-1b --batch 1,0"),
         std::string("-m llama-3.2-1b --price-per-hour=-3"),
         std::string("-m llama-3.2-1b --price-per-hour -3"), std::string("-m llama-3.2-1b --ctx 0"),
         std::string("-m llama-3.2-1b --type q3"),
-        std::string("-m llama-3.2-1b --hw local --local-from /nonexistent/bench.json")}) {
+        std::string("-m llama-3.2-1b --hw local --local-from /nonexistent/bench.json"),
+        "-m llama-3.2-1b --hw local --local-from " + array.string(),
+        "-m llama-3.2-1b --hw local --local-from " + text.string(),
+        "-m llama-3.2-1b --hw h200 --simulate-tiers --curve " + array.string(),
+        "-m llama-3.2-1b --hw h200 --simulate-tiers --curve " + text.string(),
+        std::string("-m llama-3.2-1b --hw h200 --simulate-tiers --sim-tokens 1"),
+        std::string("-m llama-3.2-1b --hw h200 --simulate-tiers --sim-slack 0.05,-1")}) {
     SCOPED_TRACE(args);
     const Result r = Run(args);
     EXPECT_EQ(r.code, 2);

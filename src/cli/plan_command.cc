@@ -109,6 +109,14 @@ StatusOr<planner::HardwareProfile> ProbeLocal(int threads) {
                                memory);
 }
 
+// A number field of a JSON object; 0 when the value is not an object, lacks it or holds another
+// kind (nlohmann's value() would throw on those).
+double Number(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) return 0.0;
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
 // The `local` profile from `bench --json` output: its same-run bandwidth (the median beside the
 // decode reps) and, when it measured them (-p > 0), its arithmetic peaks; otherwise the peaks are
 // probed now. On a shared host whose bandwidth moves by 30% within minutes, this compares plan
@@ -116,13 +124,13 @@ StatusOr<planner::HardwareProfile> ProbeLocal(int threads) {
 StatusOr<planner::HardwareProfile> LocalFromBench(const std::string& path, int threads) {
   std::ifstream in(path);
   if (!in) return NotFoundError("--local-from: cannot read '" + path + "'");
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.value("bandwidth_gb_s", 0.0)) {
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!(Number(j, "bandwidth_gb_s") > 0)) {
     return InvalidArgumentError("--local-from: '" + path +
                                 "' is not `ultrafast bench --json` output");
   }
-  double bf16 = std::max(j.value("peak_bf16_gflops", 0.0), j.value("peak_f32_gflops", 0.0));
-  double int8 = j.value("peak_int8_gops", 0.0);
+  double bf16 = std::max(Number(j, "peak_bf16_gflops"), Number(j, "peak_f32_gflops"));
+  double int8 = Number(j, "peak_int8_gops");
   if (!(bf16 > 0) || !(int8 > 0)) {
     ThreadPool pool(ResolveThreads(threads));
     const kernels::ComputePeak peak = kernels::MeasureComputePeak(&pool, kernels::ActiveIsa(), 5);
@@ -131,7 +139,7 @@ StatusOr<planner::HardwareProfile> LocalFromBench(const std::string& path, int t
   }
   const double memory =
       static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-  return planner::LocalProfile(j.value("bandwidth_gb_s", 0.0), bf16, int8, memory);
+  return planner::LocalProfile(Number(j, "bandwidth_gb_s"), bf16, int8, memory);
 }
 
 // `bench --json` output -> the measured step curve, with attention's K/V reads at the bandwidth
@@ -150,20 +158,50 @@ StatusOr<planner::StepCurve> CurveFromBench(const std::string& path,
     if (!v.is_number()) return InvalidArgumentError("--curve: batch_tok_s holds a non-number");
     points.emplace_back(std::atoll(k.c_str()), v.get<double>());
   }
-  const double bw = j.value("bandwidth_gb_s", 0.0) * 1e9;
+  const double bw = Number(j, "bandwidth_gb_s") * 1e9;
   return planner::MeasuredCurve(points, bw > 0 ? model.kv_bytes_per_position / bw : 0.0);
 }
 
-void RunSimulations(const PlanCommandOptions& o, const planner::ModelCost& model,
-                    const std::vector<planner::HardwareProfile>& hws, nlohmann::json* out_json) {
-  const std::vector<double> slacks = OrBadInput(ParseNumberList("--sim-slack", o.sim_slack));
+struct Simulations {
+  std::vector<double> slacks;
   std::vector<std::pair<std::string, planner::StepCurve>> curves;
+};
+
+planner::TierSimOptions SimOptions(const PlanCommandOptions& o, double slack) {
+  planner::TierSimOptions so;
+  so.slack = slack;
+  so.defaults = o.sim_defaults;
+  so.prompt_tokens = o.sim_prompt;
+  so.ultrafast_tokens = o.sim_tokens;
+  so.noise = o.sim_noise;
+  so.prior_from_curve = !o.sim_engine_prior;
+  return so;
+}
+
+// The curves and options, checked before anything is printed: bad input must not leave a
+// half-written report behind.
+Simulations PrepareSimulations(const PlanCommandOptions& o, const planner::ModelCost& model,
+                               const std::vector<planner::HardwareProfile>& hws) {
+  Simulations sims;
+  sims.slacks = OrBadInput(ParseNumberList("--sim-slack", o.sim_slack));
+  for (double slack : sims.slacks) {
+    if (Status s = SimOptions(o, slack).Validate(); !s.ok()) BadInput(s);
+  }
   for (const planner::HardwareProfile& hw : hws) {
-    curves.emplace_back(hw.name, [model, hw](int64_t tokens, int64_t context) {
+    sims.curves.emplace_back(hw.name, [model, hw](int64_t tokens, int64_t context) {
       return planner::CurveStepSeconds(model, hw, tokens, context);
     });
   }
-  if (!o.curve.empty()) curves.emplace_back("measured", OrBadInput(CurveFromBench(o.curve, model)));
+  if (!o.curve.empty()) {
+    sims.curves.emplace_back("measured", OrBadInput(CurveFromBench(o.curve, model)));
+  }
+  return sims;
+}
+
+void RunSimulations(const PlanCommandOptions& o, const Simulations& sims,
+                    nlohmann::json* out_json) {
+  const std::vector<double>& slacks = sims.slacks;
+  const auto& curves = sims.curves;
   nlohmann::json runs = nlohmann::json::array();
   if (!o.json) {
     std::printf(
@@ -178,13 +216,7 @@ void RunSimulations(const PlanCommandOptions& o, const planner::ModelCost& model
   }
   for (const auto& [name, curve] : curves) {
     for (double slack : slacks) {
-      planner::TierSimOptions so;
-      so.slack = slack;
-      so.defaults = o.sim_defaults;
-      so.prompt_tokens = o.sim_prompt;
-      so.ultrafast_tokens = o.sim_tokens;
-      so.noise = o.sim_noise;
-      so.prior_from_curve = !o.sim_engine_prior;
+      const planner::TierSimOptions so = SimOptions(o, slack);
       const planner::TierSimReport r = OrBadInput(planner::SimulateTiers(curve, so));
       if (o.json) {
         runs.push_back({{"curve", name},
@@ -245,15 +277,20 @@ void PlanCommand(const PlanCommandOptions& o) {
   std::vector<planner::HardwareProfile> hws;
   for (const std::string& name : names) {
     if (name == "local") {
-      auto local =
-          o.local_from.empty() ? ProbeLocal(o.threads) : LocalFromBench(o.local_from, o.threads);
-      if (!local.ok()) BadInput(local.status());
+      if (!o.local_from.empty()) {
+        hws.push_back(OrBadInput(LocalFromBench(o.local_from, o.threads)));
+        continue;
+      }
+      auto local = ProbeLocal(o.threads);  // a failed probe is not bad input: exit code 1
+      if (!local.ok()) Fail("plan", local.status());
       hws.push_back(*local);
     } else {
       hws.push_back(OrBadInput(planner::FindHardware(name)));
     }
   }
   const planner::PlanReport report = OrBadInput(planner::Plan(model, hws, po));
+  Simulations sims;
+  if (o.simulate) sims = PrepareSimulations(o, model, hws);
   if (!o.svg.empty()) {
     std::ofstream out(o.svg, std::ios::binary);
     out << planner::PlanSvg(report);
@@ -261,12 +298,12 @@ void PlanCommand(const PlanCommandOptions& o) {
   }
   if (o.json) {
     nlohmann::json j = nlohmann::json::parse(planner::PlanJson(report));
-    if (o.simulate) RunSimulations(o, model, hws, &j);
+    if (o.simulate) RunSimulations(o, sims, &j);
     std::printf("%s\n", j.dump().c_str());
     return;
   }
   std::printf("%s", planner::PlanText(report).c_str());
-  if (o.simulate) RunSimulations(o, model, hws, nullptr);
+  if (o.simulate) RunSimulations(o, sims, nullptr);
 }
 
 }  // namespace
