@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/common.h"
+#include "cli/plan_command.h"
 #include "cli/serve.h"
 
 int main(int argc, char** argv) {
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
   uf::cli::AddSynthCommand(app);
   uf::cli::AddBenchCommand(app);
   uf::cli::AddServeCommands(app);  // serve, keys
+  uf::cli::AddPlanCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }
