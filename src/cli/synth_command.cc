@@ -18,7 +18,39 @@ struct SynthOptions {
   int threads = 0;
   bool dry_run = false;
   bool list = false;
+  // Shape overrides on top of the preset (0 = the preset's), e.g. a 2-layer model with a real
+  // vocabulary and a long context for RoPE-scaling checks.
+  int64_t layers = 0, embd = 0, heads = 0, kv_heads = 0, ff = 0, ctx = 0;
+  std::string rope_scaling;  // none|linear|yarn|llama3:FACTOR
+  double rope_factor = 0.0;
+  int64_t rope_orig_ctx = 0;
 };
+
+// Applies the overrides; the preset's own checks (PlanSynth) validate the result.
+void Override(const SynthOptions& o, model::SynthPreset* p) {
+  if (o.embd > 0 || o.heads > 0) {
+    p->n_embd = o.embd > 0 ? o.embd : p->n_embd;
+    p->n_head = o.heads > 0 ? o.heads : p->n_head;
+    p->head_dim = p->n_embd / p->n_head;
+  }
+  if (o.layers > 0) p->n_layer = o.layers;
+  if (o.kv_heads > 0) p->n_head_kv = o.kv_heads;
+  if (o.ff > 0) p->n_ff = o.ff;
+  if (o.ctx > 0) p->n_ctx_train = o.ctx;
+  if (o.rope_scaling.empty()) return;
+  p->llama3_rope.factor = 0.0;
+  p->rope_scaling.clear();
+  if (o.rope_scaling == "none") return;
+  const double factor = o.rope_factor > 0.0 ? o.rope_factor : 8.0;
+  const int64_t orig = o.rope_orig_ctx > 0 ? o.rope_orig_ctx : 8192;
+  if (o.rope_scaling == "llama3") {
+    p->llama3_rope = {factor, 1.0, 4.0, orig};
+  } else {
+    p->rope_scaling = o.rope_scaling;  // linear or yarn; anything else fails the preset check
+    p->rope_scaling_factor = factor;
+    p->rope_scaling_orig_ctx = orig;
+  }
+}
 
 void ListPresets() {
   for (const model::SynthPreset& p : model::SynthPresets()) {
@@ -62,6 +94,7 @@ void Synth(const SynthOptions& o) {
     Fail("synth", InvalidArgumentError("unknown type '" + o.type +
                                        "' (known: f16, bf16, q8_0, q4_0, q4_k_m, q6_k)"));
   }
+  Override(o, &*preset);
   auto plan = model::PlanSynth(*preset, *type);
   if (!plan.ok()) Fail("synth", plan.status());
   if (o.dry_run) {
@@ -105,6 +138,18 @@ void AddSynthCommand(CLI::App& app) {
   cmd->add_option("-t,--threads", o->threads, "Threads (0 = physical cores)");
   cmd->add_flag("--dry-run", o->dry_run, "Print the tensor plan and sizes; write nothing");
   cmd->add_flag("--list", o->list, "List the presets");
+  cmd->add_option("--layers", o->layers, "Override: block count");
+  cmd->add_option("--embd", o->embd, "Override: embedding width (head dim = embd / heads)");
+  cmd->add_option("--heads", o->heads, "Override: attention heads");
+  cmd->add_option("--kv-heads", o->kv_heads, "Override: K/V heads");
+  cmd->add_option("--ff", o->ff, "Override: feed-forward width");
+  cmd->add_option("--ctx", o->ctx, "Override: training context length");
+  cmd->add_option("--rope-scaling", o->rope_scaling,
+                  "Override RoPE scaling: none, linear, yarn (rope.scaling.* keys) or llama3 "
+                  "(rope_freqs.weight)");
+  cmd->add_option("--rope-factor", o->rope_factor, "Scaling factor (default 8)");
+  cmd->add_option("--rope-orig-ctx", o->rope_orig_ctx,
+                  "Original (pre-scaling) context length (default 8192)");
   cmd->callback([o] { Synth(*o); });
 }
 

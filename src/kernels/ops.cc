@@ -121,11 +121,16 @@ void RopeAngles(const RopeParams& p, int32_t pos, float* cs) {
   const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.rope_dim));
   float theta = static_cast<float>(pos);
   for (int64_t i = 0; i < p.rope_dim / 2; ++i) {
-    float t = theta;
-    if (p.freq_factors != nullptr) t /= p.freq_factors[i];
-    t *= p.freq_scale;
-    cs[2 * i] = std::cos(t);
-    cs[2 * i + 1] = std::sin(t);
+    const float extrap = p.freq_factors != nullptr ? theta / p.freq_factors[i] : theta;
+    float t = extrap * p.freq_scale;
+    if (p.ext_factor != 0.0f) {
+      const float y =
+          (static_cast<float>(i) - p.yarn_low) / std::max(0.001f, p.yarn_high - p.yarn_low);
+      const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
+      t = t * (1.0f - mix) + extrap * mix;
+    }
+    cs[2 * i] = std::cos(t) * p.mscale;
+    cs[2 * i + 1] = std::sin(t) * p.mscale;
     theta *= theta_scale;
   }
 }

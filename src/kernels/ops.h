@@ -82,6 +82,11 @@ struct RopeParams {
   float freq_scale = 1.0f;              // linear position scaling
   const float* freq_factors = nullptr;  // [rope_dim / 2] divisors of each frequency, or nullptr
   bool neox = false;                    // pair (i, i + rope_dim/2) instead of (2i, 2i+1)
+  // YaRN: frequency i's angle is interpolated (x freq_scale) below the ramp, original above it,
+  // blended by ext_factor x ramp in between; cos and sin are multiplied by mscale.
+  float ext_factor = 0.0f;
+  float yarn_low = 0.0f, yarn_high = 0.0f;  // ramp ends, in frequency indices
+  float mscale = 1.0f;
 };
 
 // cs[2*i] = cos(theta_i), cs[2*i+1] = sin(theta_i) for i in [0, rope_dim/2) at position pos.

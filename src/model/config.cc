@@ -1,10 +1,53 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
 namespace uf::model {
 namespace {
+
+// YaRN as the reference engine applies it (its llama-context.cpp and ggml's rope): ext_factor 1
+// unless the file says otherwise; a magnitude of 1 + 0.1 ln(factor) on cos/sin (with
+// yarn_log_multiplier, the ratio of two such terms), times rope.scaling.attn_factor; the ramp's
+// ends from where a frequency turns beta_fast (32) and beta_slow (1) times over the original
+// context.
+Status ReadYarn(const gguf::GgufFile& f, const std::string& p, ModelConfig* c) {
+  if (c->rope_n_ctx_orig <= 0 || c->rope_n_ctx_orig > (int64_t{1} << 24)) {
+    return InvalidArgumentError(
+        "model metadata: rope.scaling.original_context_length must be in "
+        "[1, 2^24]");
+  }
+  const float ext = static_cast<float>(f.GetFloatOr(p + "rope.scaling.yarn_ext_factor", -1.0));
+  const float beta_fast = static_cast<float>(f.GetFloatOr(p + "rope.scaling.yarn_beta_fast", 32.0));
+  const float beta_slow = static_cast<float>(f.GetFloatOr(p + "rope.scaling.yarn_beta_slow", 1.0));
+  const float log_mul =
+      static_cast<float>(f.GetFloatOr(p + "rope.scaling.yarn_log_multiplier", 0.0));
+  if (!std::isfinite(ext) || !(beta_fast > 0.0f) || !(beta_slow > 0.0f) ||
+      !std::isfinite(beta_fast) || !std::isfinite(beta_slow) || !std::isfinite(log_mul)) {
+    return InvalidArgumentError(
+        "model metadata: bad yarn_ext_factor, yarn_beta_fast, "
+        "yarn_beta_slow or yarn_log_multiplier");
+  }
+  c->rope_ext_factor = ext < 0.0f ? 1.0f : ext;
+  if (c->rope_ext_factor != 0.0f) {
+    const float factor = 1.0f / c->rope_freq_scale;
+    auto mscale = [&](float m) { return factor <= 1.0f ? 1.0f : 0.1f * m * logf(factor) + 1.0f; };
+    float attn = log_mul != 0.0f ? mscale(1.0f) / mscale(log_mul) : mscale(1.0f);
+    attn *= 1.0f / (1.0f + 0.1f * logf(factor));
+    // The rope itself multiplies by 1 + 0.1 ln(1 / freq_scale) again.
+    c->rope_mscale *= attn * (1.0f + 0.1f * logf(1.0f / c->rope_freq_scale));
+  }
+  const float n_dims = static_cast<float>(c->rope_dim);
+  auto corr_dim = [&](float n_rot) {
+    return n_dims *
+           logf(static_cast<float>(c->rope_n_ctx_orig) / (n_rot * 2.0f * 3.14159265358979323846f)) /
+           (2.0f * logf(c->rope_freq_base));
+  };
+  c->rope_yarn_low = std::max(0.0f, std::floor(corr_dim(beta_fast)));
+  c->rope_yarn_high = std::min(n_dims - 1.0f, std::ceil(corr_dim(beta_slow)));
+  return OkStatus();
+}
 
 // Largest size any dimension may take; catches garbage metadata before it becomes an allocation.
 constexpr int64_t kMaxDim = int64_t{1} << 24;
@@ -125,23 +168,35 @@ StatusOr<ModelConfig> ModelConfig::FromGguf(const gguf::GgufFile& f) {
     return InvalidArgumentError("model metadata: rope.freq_base must be > 1");
   }
 
-  // RoPE scaling. Linear scaling divides positions by the factor; llama3's per-frequency factors
-  // come as a tensor (rope_freqs.weight) and need no key. Anything else changes the math in ways
-  // we do not implement, so refuse rather than produce subtly wrong logits.
+  // RoPE scaling. Linear scaling divides positions by the factor; YaRN blends interpolated and
+  // original angles per frequency (and scales cos/sin); llama3's per-frequency factors come as a
+  // tensor (rope_freqs.weight) and need no key. Anything else changes the math in ways we do not
+  // implement, so refuse rather than produce subtly wrong logits.
   std::string scaling = f.GetStringOr(p + "rope.scaling.type", "");
   double factor = f.GetFloatOr(p + "rope.scaling.factor", 0.0);
   if (scaling.empty() && f.Find(p + "rope.scale_linear") != nullptr) {
     scaling = "linear";
     factor = f.GetFloatOr(p + "rope.scale_linear", 1.0);
   }
-  if (scaling == "linear") {
+  const double attn_factor = f.GetFloatOr(p + "rope.scaling.attn_factor", 1.0);
+  if (!(attn_factor > 0.0) || !std::isfinite(attn_factor)) {
+    return InvalidArgumentError("model metadata: rope.scaling.attn_factor must be > 0");
+  }
+  c.rope_n_ctx_orig = f.GetIntOr(p + "rope.scaling.original_context_length", c.n_ctx_train);
+  if (scaling == "linear" || scaling == "yarn") {
+    if (factor == 0.0) factor = 1.0;
     if (!(factor > 0.0) || !std::isfinite(factor)) {
       return InvalidArgumentError("model metadata: rope scaling factor must be > 0");
     }
     c.rope_freq_scale = static_cast<float>(1.0 / factor);
   } else if (!scaling.empty() && scaling != "none") {
     return UnimplementedError("model metadata: rope scaling type '" + scaling +
-                              "' is not supported (supported: none, linear, llama3 rope_freqs)");
+                              "' is not supported (supported: none, linear, yarn, llama3 "
+                              "rope_freqs)");
+  }
+  c.rope_mscale = static_cast<float>(attn_factor);
+  if (scaling == "yarn") {
+    UF_RETURN_IF_ERROR(ReadYarn(f, p, &c));
   }
   if (const gguf::TensorInfo* freqs = f.FindTensor("rope_freqs.weight"); freqs != nullptr) {
     if (freqs->n_elements() != c.rope_dim / 2) {
@@ -175,8 +230,13 @@ std::string ModelConfig::DebugString() const {
      << " n_ff=" << n_ff << " n_vocab=" << n_vocab << " n_ctx_train=" << n_ctx_train
      << " rope=" << (rope_type == RopeType::kNeox ? "neox" : "normal") << " rope_dim=" << rope_dim
      << " rope_base=" << rope_freq_base << " rope_scale=" << rope_freq_scale
-     << (has_rope_freq_factors ? " rope_freqs" : "") << " rms_eps=" << rms_eps
-     << (tied_output ? " tied_output" : "");
+     << (has_rope_freq_factors ? " rope_freqs" : "");
+  if (rope_ext_factor != 0.0f) {
+    os << " yarn(orig_ctx=" << rope_n_ctx_orig << " ramp=" << rope_yarn_low << ".."
+       << rope_yarn_high << ")";
+  }
+  if (rope_mscale != 1.0f) os << " rope_mscale=" << rope_mscale;
+  os << " rms_eps=" << rms_eps << (tied_output ? " tied_output" : "");
   return os.str();
 }
 

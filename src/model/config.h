@@ -35,6 +35,13 @@ struct ModelConfig {
   int64_t rope_dim = 0;          // leading dims of each head that are rotated (<= head_dim)
   float rope_freq_scale = 1.0f;  // linear scaling: positions are multiplied by this (1/factor)
   bool has_rope_freq_factors = false;  // rope_freqs.weight present (llama3-style scaling)
+  // YaRN (rope.scaling.type = yarn): each frequency's angle blends the interpolated and the
+  // original one by a ramp over [yarn_low, yarn_high] (rotation dims counted from the original
+  // context), and cos/sin are scaled by rope_mscale (1 + 0.1 ln factor, as the reference).
+  float rope_ext_factor = 0.0f;  // 0 = no YaRN blend
+  float rope_yarn_low = 0.0f, rope_yarn_high = 0.0f;
+  float rope_mscale = 1.0f;     // cos/sin magnitude (rope.scaling.attn_factor et al.)
+  int64_t rope_n_ctx_orig = 0;  // rope.scaling.original_context_length (else n_ctx_train)
 
   float rms_eps = 1e-5f;
   bool tied_output = false;  // no output.weight: logits use token_embd.weight

@@ -105,6 +105,10 @@ void Decoder::Allocate() {
   rope_.neox = c.rope_type == RopeType::kNeox;
   const auto& ff = model_.weights().rope_freq_factors;
   rope_.freq_factors = ff.empty() ? nullptr : ff.data();
+  rope_.ext_factor = c.rope_ext_factor;
+  rope_.yarn_low = c.rope_yarn_low;
+  rope_.yarn_high = c.rope_yarn_high;
+  rope_.mscale = c.rope_mscale;
   attn_scale_ = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   kv_type_ = cache_->type();
   keys_transposed_ = cache_->keys_transposed();

@@ -167,6 +167,13 @@ Status CheckPreset(const SynthPreset& p) {
        p.llama3_rope.original_context <= 0)) {
     return bad("bad llama3 rope scaling");
   }
+  if (!p.rope_scaling.empty() && ((p.rope_scaling != "linear" && p.rope_scaling != "yarn") ||
+                                  !(p.rope_scaling_factor >= 1.0) || p.rope_scaling_orig_ctx <= 0 ||
+                                  p.llama3_rope.factor != 0.0)) {
+    return bad(
+        "rope scaling must be linear or yarn, with a factor >= 1 and an original context "
+        "(and no llama3 rope_freqs)");
+  }
   return OkStatus();
 }
 
@@ -490,6 +497,12 @@ Status SetMetadata(const SynthPlan& plan, gguf::GgufWriter* w) {
   }
   w->Set(a + ".rope.dimension_count", Value::U32(static_cast<uint32_t>(p.head_dim)));
   w->Set(a + ".rope.freq_base", Value::F32(p.rope_freq_base));
+  if (!p.rope_scaling.empty()) {
+    w->Set(a + ".rope.scaling.type", Value::String(p.rope_scaling));
+    w->Set(a + ".rope.scaling.factor", Value::F32(static_cast<float>(p.rope_scaling_factor)));
+    w->Set(a + ".rope.scaling.original_context_length",
+           Value::U32(static_cast<uint32_t>(p.rope_scaling_orig_ctx)));
+  }
   w->Set(a + ".attention.layer_norm_rms_epsilon", Value::F32(p.rms_eps));
 
   w->Set("tokenizer.ggml.model", Value::String("gpt2"));

@@ -62,6 +62,10 @@ struct SynthPreset {
   bool qkv_bias = false;         // qwen2
   bool qk_norm = false;          // qwen3
   Llama3RopeScaling llama3_rope;
+  // rope.scaling.type/factor/original_context_length keys ("linear" or "yarn"; empty = none).
+  std::string rope_scaling;
+  double rope_scaling_factor = 1.0;
+  int64_t rope_scaling_orig_ctx = 0;
 
   // Byte-level BPE tokenizer ("gpt2" model). Ids not taken by special tokens hold, in order, the
   // 256 byte tokens then synthetic merged tokens; ids from n_real_tokens to n_vocab are
