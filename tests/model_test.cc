@@ -198,12 +198,31 @@ TEST(ModelConfig, RopeScaling) {
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EXPECT_FLOAT_EQ((*m)->config().rope_freq_scale, 0.25f);
 
+  // YaRN: the ramp ends from the reference's formula, n_dims ln(ctx / (2 pi beta)) / (2 ln base)
+  // floored / ceiled (rope_dim 4, base 10000, ctx 2048: beta 32 -> 0.50 -> 0; beta 1 ->
+  // 1.26 -> 2), and a magnitude of 1 + 0.1 ln 4 = 1.1386.
   s.extra_metadata = [](gguf::GgufWriter& w) {
     w.Set("llama.rope.scaling.type", Value::String("yarn"));
+    w.Set("llama.rope.scaling.factor", Value::F32(4.0f));
+    w.Set("llama.rope.scaling.original_context_length", Value::U32(2048));
+  };
+  SynthFile fy(s);
+  auto my = fy.Load();
+  ASSERT_TRUE(my.ok()) << my.status().ToString();
+  const model::ModelConfig& cy = (*my)->config();
+  EXPECT_FLOAT_EQ(cy.rope_freq_scale, 0.25f);
+  EXPECT_EQ(cy.rope_ext_factor, 1.0f);
+  EXPECT_EQ(cy.rope_n_ctx_orig, 2048);
+  EXPECT_EQ(cy.rope_yarn_low, 0.0f);
+  EXPECT_EQ(cy.rope_yarn_high, 2.0f);
+  EXPECT_NEAR(cy.rope_mscale, 1.0 + 0.1 * std::log(4.0), 1e-5);
+
+  s.extra_metadata = [](gguf::GgufWriter& w) {
+    w.Set("llama.rope.scaling.type", Value::String("longrope"));
   };
   const Status st = LoadStatus(s);
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(st.message().find("yarn"), std::string::npos);
+  EXPECT_NE(st.message().find("longrope"), std::string::npos);
 
   s = SynthSpec();
   s.rope_freqs = 2;  // rope_dim / 2
