@@ -387,6 +387,7 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
   g.top_logprobs = api.logprobs ? api.top_logprobs : -1;
   g.service_tier = api.service_tier;
   g.speculation = api.speculation;
+  g.grammar = api.grammar;
   if (api.has_prediction) {
     g.prediction = service_->tokenizer().Encode(api.prediction, false, false);
     if (static_cast<int64_t>(g.prediction.size()) > ctx) {

@@ -4,6 +4,8 @@
 #include <limits>
 #include <set>
 
+#include "grammar/json_schema.h"
+
 namespace uf::server {
 namespace {
 
@@ -277,6 +279,86 @@ std::optional<ApiError> ParseMessages(const json& v, json* out) {
   return std::nullopt;
 }
 
+// response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
+// "json_schema": {"name", "schema", "strict", "description"}}. The schema is compiled here so that
+// a schema the grammar compiler cannot enforce is a 400 naming the keyword, before any work.
+std::optional<ApiError> ParseResponseFormat(const json& v, std::string_view body, ApiRequest* r) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_object()) return WrongType("response_format", v, "an object");
+  const auto t = v.find("type");
+  if (t == v.end() || !t->is_string()) {
+    return InvalidRequest("Missing required parameter: 'response_format.type'.",
+                          "response_format.type", "missing_required_parameter");
+  }
+  const std::string type = t->get<std::string>();
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it.key() != "type" && !(type == "json_schema" && it.key() == "json_schema")) {
+      return InvalidRequest("Unrecognized argument in response_format: " + it.key(),
+                            "response_format." + it.key(), "unknown_parameter");
+    }
+  }
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") {
+    r->grammar = grammar::JsonObjectGrammar();
+    return std::nullopt;
+  }
+  if (type != "json_schema") {
+    return InvalidRequest("Invalid value for 'response_format.type': " + Quote(type) +
+                              ". Supported values are: 'text', 'json_object' and 'json_schema'.",
+                          "response_format.type", "invalid_value");
+  }
+  const auto js = v.find("json_schema");
+  if (js == v.end() || js->is_null()) {
+    return InvalidRequest("Missing required parameter: 'response_format.json_schema'.",
+                          "response_format.json_schema", "missing_required_parameter");
+  }
+  if (!js->is_object()) return WrongType("response_format.json_schema", *js, "an object");
+  const json* schema = nullptr;
+  bool have_name = false;
+  for (auto it = js->begin(); it != js->end(); ++it) {
+    const std::string param = "response_format.json_schema." + it.key();
+    if (it.key() == "name") {
+      std::string name;
+      if (auto e = GetString(param, it.value(), &name)) return e;
+      have_name = !name.empty();
+    } else if (it.key() == "description") {
+      std::string ignored;
+      if (auto e = GetString(param, it.value(), &ignored)) return e;
+    } else if (it.key() == "strict") {
+      // Always strict: the output follows the schema whenever the server accepts it.
+      bool ignored = false;
+      if (auto e = GetBool(param, it.value(), &ignored)) return e;
+    } else if (it.key() == "schema") {
+      schema = &it.value();
+    } else {
+      return InvalidRequest("Unrecognized argument in response_format.json_schema: " + it.key(),
+                            param, "unknown_parameter");
+    }
+  }
+  if (!have_name) {
+    return InvalidRequest("Missing required parameter: 'response_format.json_schema.name'.",
+                          "response_format.json_schema.name", "missing_required_parameter");
+  }
+  // Parsed again, keeping the order of properties (json sorts object keys); the body already
+  // parsed once, so this cannot fail.
+  nlohmann::ordered_json ordered = {{"type", "object"}};
+  if (schema != nullptr) {
+    ordered = nlohmann::ordered_json::parse(body.begin(),
+                                            body.end())["response_format"]["json_schema"]["schema"];
+  }
+  std::string path;
+  auto g = grammar::JsonSchemaGrammar(ordered, &path);
+  if (!g.ok()) {
+    const std::string param =
+        "response_format.json_schema.schema" + (path.empty() ? "" : "." + path);
+    return InvalidRequest(
+        "Invalid schema for response_format " + Quote(param) + ": " + g.status().message(), param,
+        "invalid_value");
+  }
+  r->grammar = *g;
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseTokenArray(const json& v, int64_t n_vocab, std::vector<int32_t>* out) {
   for (const json& t : v) {
     if (!t.is_number_integer()) return WrongType("prompt", t, "a token id (integer)");
@@ -333,8 +415,8 @@ std::optional<ApiError> IgnoredParam(const std::string& key, const json& v) {
   return InvalidRequest("Unrecognized request argument supplied: " + key, key, "unknown_parameter");
 }
 
-std::optional<ApiError> ParseChatParam(const std::string& key, const json& v, ApiRequest* r,
-                                       std::optional<int64_t>* max_completion_tokens,
+std::optional<ApiError> ParseChatParam(const std::string& key, const json& v, std::string_view body,
+                                       ApiRequest* r, std::optional<int64_t>* max_completion_tokens,
                                        bool* have_messages, bool* logprobs_seen,
                                        bool* top_logprobs_seen) {
   if (key == "messages") {
@@ -370,19 +452,7 @@ std::optional<ApiError> ParseChatParam(const std::string& key, const json& v, Ap
     r->chat_template_kwargs = v;
     return std::nullopt;
   }
-  if (key == "response_format") {
-    if (v.is_null()) return std::nullopt;
-    if (!v.is_object()) return WrongType(key, v, "an object");
-    const auto t = v.find("type");
-    if (t == v.end() || !t->is_string()) {
-      return InvalidRequest("Missing required parameter: 'response_format.type'.",
-                            "response_format.type", "missing_required_parameter");
-    }
-    if (t->get<std::string>() != "text") {
-      return Unsupported("response_format", "only {\"type\": \"text\"}.");
-    }
-    return std::nullopt;
-  }
+  if (key == "response_format") return ParseResponseFormat(v, body, r);
   if (key == "tools" || key == "functions") {
     if (v.is_null() || (v.is_array() && v.empty())) return std::nullopt;
     return Unsupported(key, "no tool calling.");
@@ -655,7 +725,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
       e = GetInt(key, v, 1, 128, &n);
       if (!e && n && *n != 1) e = Unsupported(key, "one choice per request (n = 1).");
     } else if (endpoint == Endpoint::kChat) {
-      e = ParseChatParam(key, v, &r, &max_completion_tokens, &have_messages, &logprobs_seen,
+      e = ParseChatParam(key, v, body, &r, &max_completion_tokens, &have_messages, &logprobs_seen,
                          &top_logprobs_seen);
     } else {
       e = ParseCompletionParam(key, v, options, &r, &have_prompt);

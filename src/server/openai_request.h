@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "grammar/grammar.h"
 #include "scheduler/tiers.h"
 
 namespace uf::server {
@@ -70,6 +72,9 @@ struct ApiRequest {
   // (drafts come from it). has_prediction when given, even empty.
   std::string prediction;
   bool has_prediction = false;
+  // response_format json_object / json_schema: the grammar the output must follow (compiled
+  // here, on the HTTP thread); null for text.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 // Returns the request or the reason it is invalid (always status 400).

@@ -1,0 +1,43 @@
+// JSON output constraints compiled to grammars: any JSON object (OpenAI's
+// response_format {"type": "json_object"}) or a value valid against a JSON schema
+// ({"type": "json_schema"}).
+//
+// Supported schema keywords: type (one or a list), properties, required, additionalProperties
+// (false, true, or a schema for objects without properties), items, minItems/maxItems,
+// minLength/maxLength, enum, const, anyOf / oneOf (as alternatives), allOf with one schema, $ref
+// to local definitions ("#", "#/$defs/...", "#/definitions/..."), and nullable. Annotations
+// (title, description, default, examples, format, $schema, $id, ...) and unknown keywords are
+// ignored. Keywords that would need a check this compiler cannot express (pattern, minimum,
+// multipleOf, uniqueItems, ...) are errors, so that a schema is never accepted and then silently
+// not enforced.
+//
+// Output shape: properties appear in the schema's order, required ones always, optional ones
+// when the model chooses; only declared properties are generated (with or without
+// additionalProperties: false, the output validates). Whitespace between tokens is limited to
+// kMaxWhitespace bytes per gap, numbers to 16 integer and 16 fraction digits and a 2-digit
+// exponent, and \u escapes exclude surrogates, so every complete output parses as strict JSON.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "base/status.h"
+#include "grammar/grammar.h"
+
+namespace uf::grammar {
+
+inline constexpr int kMaxWhitespace = 16;
+
+// Any JSON object (optional whitespace around it).
+std::shared_ptr<const Grammar> JsonObjectGrammar();
+
+// A JSON value valid against schema. Takes ordered_json: properties are generated in the order the
+// schema lists them (as OpenAI does), which a std::map-backed json would lose. On an unsupported or
+// malformed schema: InvalidArgument whose message starts with the JSON pointer-like path of the
+// offending keyword, which is also stored in *error_path (e.g. "properties.age.minimum"; "" for the
+// root).
+StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::ordered_json& schema,
+                                                           std::string* error_path = nullptr);
+
+}  // namespace uf::grammar
