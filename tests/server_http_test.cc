@@ -315,3 +315,114 @@ TEST(HttpServerTest, FullQueueGets429WithRetryAfter) {
 
 }  // namespace
 }  // namespace uf::server
+
+namespace uf::server {
+namespace {
+
+// Per-choice texts of a stream, reassembled by index; *usage = the usage chunk's.
+std::vector<std::string> StreamTexts(const std::string& body, int n, json* usage,
+                                     int* done_events) {
+  std::vector<std::string> texts(n);
+  *done_events = 0;
+  for (size_t pos = 0; (pos = body.find("data: [DONE]", pos)) != std::string::npos; ++pos) {
+    ++*done_events;
+  }
+  bool done = false;
+  for (const json& c : SseChunks(body, &done)) {
+    if (c.contains("usage") && c["usage"].is_object()) *usage = c["usage"];
+    for (const json& choice : c["choices"]) {
+      const int i = choice["index"];
+      EXPECT_TRUE(i >= 0 && i < n) << c.dump();
+      if (choice["delta"].contains("content")) texts[i] += choice["delta"]["content"];
+    }
+  }
+  return texts;
+}
+
+TEST(HttpServerTest, NChoicesAreSeededSequencesWithMergedUsage) {
+  Harness h;
+  const std::string req = R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],)"
+                          R"("temperature":1,"seed":5,"max_tokens":8,"ignore_eos":true,"n":3)";
+  auto one = h.Post("/v1/chat/completions",
+                    R"({"model":"tiny","messages":[{"role":"user","content":"Hi"}],)"
+                    R"("max_tokens":8,"ignore_eos":true})");
+  ASSERT_TRUE(one);
+  const int64_t prompt_tokens = json::parse(one->body)["usage"]["prompt_tokens"];
+  auto a = h.Post("/v1/chat/completions", req + "}");
+  ASSERT_TRUE(a);
+  ASSERT_EQ(a->status, 200) << a->body;
+  const json body = json::parse(a->body);
+  ASSERT_EQ(body["choices"].size(), 3u);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(body["choices"][i]["index"], i);
+    EXPECT_EQ(body["choices"][i]["finish_reason"], "length");
+    texts.push_back(body["choices"][i]["message"]["content"]);
+  }
+  EXPECT_FALSE(texts[0] == texts[1] && texts[1] == texts[2]) << "choices should differ";
+  EXPECT_EQ(body["usage"]["completion_tokens"], 24);
+  EXPECT_EQ(body["usage"]["prompt_tokens"], prompt_tokens);  // the prompt counts once
+  // The same seed gives the same choices, streamed or not.
+  auto b = h.Post("/v1/chat/completions",
+                  req + R"(,"stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_TRUE(b);
+  json usage;
+  int dones = 0;
+  EXPECT_EQ(StreamTexts(b->body, 3, &usage, &dones), texts);
+  EXPECT_EQ(dones, 1);
+  EXPECT_EQ(usage["completion_tokens"], 24);
+  EXPECT_EQ(h.Settled().kv_blocks_used, 0);
+}
+
+TEST(HttpServerTest, JsonSchemaResponseFormatParsesAndValidates) {
+  Harness h;
+  const json schema = json::parse(R"({"type":"object",
+      "properties":{"city":{"type":"string","maxLength":12},"n":{"type":"integer"},
+                    "kind":{"enum":["a","b"]}},
+      "required":["city","n","kind"],"additionalProperties":false})");
+  for (bool stream : {false, true}) {
+    json req = {{"model", "tiny"},
+                {"messages", {{{"role", "user"}, {"content", "Give me JSON"}}}},
+                {"max_tokens", 64},
+                {"seed", 3},
+                {"stream", stream},
+                {"logprobs", true},
+                {"top_logprobs", 2},
+                {"response_format",
+                 {{"type", "json_schema"},
+                  {"json_schema", {{"name", "place"}, {"strict", true}, {"schema", schema}}}}}};
+    auto r = h.Post("/v1/chat/completions", req.dump());
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    std::string content;
+    if (stream) {
+      json usage;
+      int dones = 0;
+      content = StreamTexts(r->body, 1, &usage, &dones)[0];
+    } else {
+      const json body = json::parse(r->body);
+      content = body["choices"][0]["message"]["content"];
+      EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+      EXPECT_FALSE(body["choices"][0]["logprobs"]["content"].empty());
+    }
+    json v;
+    ASSERT_NO_THROW(v = json::parse(content)) << content;
+    ASSERT_TRUE(v.is_object()) << content;
+    EXPECT_EQ(v.size(), 3u) << content;
+    EXPECT_TRUE(v["city"].is_string() && v["city"].get<std::string>().size() <= 12 * 4);
+    EXPECT_TRUE(v["n"].is_number_integer()) << content;
+    EXPECT_TRUE(v["kind"] == "a" || v["kind"] == "b") << content;
+  }
+  auto bad = h.Post("/v1/chat/completions",
+                    R"({"model":"tiny","messages":[{"role":"user","content":"x"}],)"
+                    R"("response_format":{"type":"json_schema","json_schema":{"name":"x",)"
+                    R"("schema":{"type":"object","properties":{"a":{"type":"string",)"
+                    R"("pattern":"^x"}}}}}})");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(json::parse(bad->body)["error"]["param"],
+            "response_format.json_schema.schema.properties.a.pattern");
+}
+
+}  // namespace
+}  // namespace uf::server

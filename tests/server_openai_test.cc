@@ -135,7 +135,7 @@ TEST(OpenAiRequestTest, RejectsInvalidValues) {
       {Endpoint::kChat,
        R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1.5})",
        "max_tokens"},
-      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})", "n"},
+      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":17})", "n"},
       {Endpoint::kChat,
        R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})",
        "stop"},

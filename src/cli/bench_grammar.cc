@@ -28,6 +28,7 @@ struct Sample {
   double first = 0, end = 0;
   int64_t n = 0;
   std::string text;
+  std::vector<int32_t> tokens;  // when logprobs were asked
   double decode_tok_s() const { return end > first && n > 1 ? (n - 1) / (end - first) : 0.0; }
 };
 
@@ -46,7 +47,8 @@ StatusOr<std::shared_ptr<const grammar::Grammar>> LoadGrammar(const std::string&
 }
 
 StatusOr<Sample> RunOne(engine::Service& service, const std::vector<int32_t>& prompt, int64_t n_gen,
-                        uint64_t seed, std::shared_ptr<const grammar::Grammar> g) {
+                        uint64_t seed, std::shared_ptr<const grammar::Grammar> g,
+                        bool want_tokens = false) {
   engine::GenerationRequest r;
   r.prompt = prompt;
   r.max_tokens = n_gen;
@@ -54,6 +56,7 @@ StatusOr<Sample> RunOne(engine::Service& service, const std::vector<int32_t>& pr
   r.sampling.temperature = 1.0f;
   r.sampling.seed = seed;
   r.grammar = std::move(g);
+  r.top_logprobs = want_tokens ? 0 : -1;
   const double t0 = NowSeconds();
   UF_ASSIGN_OR_RETURN(std::shared_ptr<engine::RequestChannel> channel,
                       service.Submit(std::move(r)));
@@ -65,6 +68,7 @@ StatusOr<Sample> RunOne(engine::Service& service, const std::vector<int32_t>& pr
       if (ev.n_tokens > 0 && s.n == 0) s.first = ev.time - t0;
       s.n += ev.n_tokens;
       s.text += ev.text;
+      for (const engine::TokenLogprob& lp : ev.logprobs) s.tokens.push_back(lp.token);
       if (ev.finish == engine::FinishReason::kError) return ev.error;
       if (ev.finish != engine::FinishReason::kNone) {
         s.end = ev.time - t0;
@@ -72,6 +76,26 @@ StatusOr<Sample> RunOne(engine::Service& service, const std::vector<int32_t>& pr
       }
     }
   }
+}
+
+// The mask's own cost per token, replayed outside the engine (no noise from the forward pass):
+// for each token of a constrained output, the mask lookup (or trie walk), applying it to a logits
+// row, and advancing the automaton. Returns seconds per token.
+double ReplaySeconds(grammar::TokenConstraint& c, const std::vector<int32_t>& tokens,
+                     int64_t n_gen) {
+  const int32_t n_vocab = c.trie().n_vocab();
+  std::vector<float> logits(n_vocab, 0.5f), out(n_vocab);
+  std::vector<uint64_t> mask;
+  grammar::StateId state = c.start();
+  const double t0 = NowSeconds();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    c.Mask(state, n_gen - static_cast<int64_t>(i), &mask);
+    grammar::TokenConstraint::Apply(mask.data(), logits.data(), n_vocab, out.data());
+    const grammar::StateId next = c.Advance(state, tokens[i]);
+    if (next == grammar::kDead) break;
+    state = next;
+  }
+  return tokens.empty() ? 0.0 : (NowSeconds() - t0) / static_cast<double>(tokens.size());
 }
 
 }  // namespace
@@ -95,14 +119,18 @@ int GrammarBench(const GrammarBenchOptions& o) {
   if (!service.ok()) Fail("bench --grammar", service.status());
 
   std::vector<double> plain, cold, warm;
+  std::vector<int32_t> replay_tokens;
   int64_t constrained_tokens = 0, valid = 0;
   for (int rep = -1; rep < o.reps; ++rep) {  // rep -1 warms the engine; its grammar run is cold
     auto p = RunOne(**service, prompt, o.n_gen, 100 + rep, nullptr);
     if (!p.ok()) Fail("bench --grammar", p.status());
-    auto c = RunOne(**service, prompt, o.n_gen, 100 + rep, *g);
+    // The warm-up run also records its tokens for the replay (logprobs are not free: only the
+    // untimed run asks for them).
+    auto c = RunOne(**service, prompt, o.n_gen, 100 + rep, *g, /*want_tokens=*/rep < 0);
     if (!c.ok()) Fail("bench --grammar", c.status());
     if (rep < 0) {
       cold.push_back(c->decode_tok_s());
+      replay_tokens = c->tokens;
       continue;
     }
     plain.push_back(p->decode_tok_s());
@@ -111,6 +139,12 @@ int GrammarBench(const GrammarBenchOptions& o) {
     valid += json::accept(c->text) ? 1 : 0;
   }
   const double plain_tok_s = Median(plain), warm_tok_s = Median(warm);
+  auto trie = grammar::TokenTrie::Build(*loaded->tokenizer,
+                                        static_cast<int32_t>(loaded->model->config().n_vocab));
+  grammar::TokenConstraint replay(*g, trie);
+  const double cold_us = ReplaySeconds(replay, replay_tokens, o.n_gen) * 1e6;
+  const double warm_us = ReplaySeconds(replay, replay_tokens, o.n_gen) * 1e6;
+  const double step_us = plain_tok_s > 0 ? 1e6 / plain_tok_s : 0.0;
   json out = {{"model", o.model},
               {"grammar", o.grammar_file},
               {"threads", so.n_threads},
@@ -122,7 +156,11 @@ int GrammarBench(const GrammarBenchOptions& o) {
               {"grammar_cold_tok_s", cold.empty() ? 0.0 : cold[0]},
               {"ratio", plain_tok_s > 0 ? warm_tok_s / plain_tok_s : 0.0},
               {"grammar_mean_tokens", o.reps > 0 ? double(constrained_tokens) / o.reps : 0.0},
-              {"grammar_outputs_parsing", valid}};
+              {"grammar_outputs_parsing", valid},
+              {"mask_us_per_token_warm", warm_us},
+              {"mask_us_per_token_cold", cold_us},
+              {"mask_fraction_of_step_warm", step_us > 0 ? warm_us / step_us : 0.0},
+              {"mask_fraction_of_step_cold", step_us > 0 ? cold_us / step_us : 0.0}};
   if (o.json) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
@@ -137,6 +175,11 @@ int GrammarBench(const GrammarBenchOptions& o) {
   std::printf("  with mask (cold)     %8.2f tok/s (first request: every mask computed)\n",
               out["grammar_cold_tok_s"].get<double>());
   std::printf("  outputs that parse   %lld / %d\n", static_cast<long long>(valid), o.reps);
+  std::printf(
+      "  mask cost replayed   %.1f us/token warm (%.2f%% of a %.0f us step), %.1f us/token cold "
+      "(%.2f%%), %zu tokens\n",
+      warm_us, 100.0 * out["mask_fraction_of_step_warm"].get<double>(), step_us, cold_us,
+      100.0 * out["mask_fraction_of_step_cold"].get<double>(), replay_tokens.size());
   return 0;
 }
 

@@ -14,6 +14,8 @@ using json = nlohmann::json;
 constexpr int kMaxStops = 4;             // OpenAI's limit
 constexpr int kMaxChatTopLogprobs = 20;  // OpenAI's limit for chat
 constexpr int kMaxCompletionLogprobs = 5;
+// Choices per request: each is a sequence of its own in the engine's batch.
+constexpr int kMaxChoices = 16;
 
 std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
 
@@ -722,8 +724,8 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
       e = ParsePrediction(v, &r);
     } else if (key == "n") {
       std::optional<int64_t> n;
-      e = GetInt(key, v, 1, 128, &n);
-      if (!e && n && *n != 1) e = Unsupported(key, "one choice per request (n = 1).");
+      e = GetInt(key, v, 1, kMaxChoices, &n);
+      if (n) r.n = static_cast<int>(*n);
     } else if (endpoint == Endpoint::kChat) {
       e = ParseChatParam(key, v, body, &r, &max_completion_tokens, &have_messages, &logprobs_seen,
                          &top_logprobs_seen);

@@ -54,6 +54,7 @@ struct ApiRequest {
   bool prompt_is_tokens = false;
   bool echo = false;
 
+  int n = 1;  // choices, each its own sequence (seed + i)
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   std::optional<int64_t> max_tokens;  // max_completion_tokens, else max_tokens
