@@ -182,23 +182,18 @@ class JsonSyntax {
   int32_t ws_ = -1, char_ = -1, string_ = -1, integer_ = -1, number_ = -1, value_ = -1;
 };
 
+// Compiles one schema (its own root for "#" references) into rules of a shared grammar.
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const json& root) : root_(root), syntax_(&g_) {}
+  SchemaCompiler(const json& root, Grammar* g, JsonSyntax* syntax)
+      : root_(root), g_(*g), syntax_(*syntax) {}
 
-  StatusOr<std::shared_ptr<const Grammar>> Run(std::string* error_path) {
+  // The value rule of the root schema; on errors *error_path names the keyword.
+  StatusOr<Element> Run(std::string* error_path) {
     StatusOr<Element> v = Compile(root_, "");
-    if (!v.ok()) {
-      if (error_path != nullptr) *error_path = error_path_;
-      return v.status();
-    }
-    const int32_t top = g_.Rule("root", {{syntax_.Ws(), *v}});
-    UF_RETURN_IF_ERROR(g_.Finalize(top));
-    return std::make_shared<const Grammar>(std::move(g_));
+    if (!v.ok() && error_path != nullptr) *error_path = error_path_;
+    return v;
   }
-
-  Grammar& grammar() { return g_; }
-  JsonSyntax& syntax() { return syntax_; }
 
  private:
   Status Error(const std::string& path, const std::string& message) {
@@ -407,8 +402,8 @@ class SchemaCompiler {
   }
 
   const json& root_;
-  Grammar g_;
-  JsonSyntax syntax_;
+  Grammar& g_;
+  JsonSyntax& syntax_;
   std::map<std::string, int32_t> refs_;
   std::string error_path_;
 };
@@ -429,8 +424,48 @@ std::shared_ptr<const Grammar> JsonObjectGrammar() {
 
 StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const json& schema,
                                                            std::string* error_path) {
-  SchemaCompiler compiler(schema);
-  return compiler.Run(error_path);
+  Grammar g;
+  JsonSyntax syntax(&g);
+  SchemaCompiler compiler(schema, &g, &syntax);
+  UF_ASSIGN_OR_RETURN(Element value, compiler.Run(error_path));
+  const int32_t top = g.Rule("root", {{syntax.Ws(), value}});
+  UF_RETURN_IF_ERROR(g.Finalize(top));
+  return std::make_shared<const Grammar>(std::move(g));
+}
+
+StatusOr<std::shared_ptr<const Grammar>> ToolCallsGrammar(const std::vector<ToolSchema>& tools,
+                                                          const ToolCallSyntax& syntax,
+                                                          bool parallel, size_t* bad_tool,
+                                                          std::string* error_path) {
+  if (tools.empty()) return InvalidArgumentError("no tools to call");
+  Grammar g;
+  JsonSyntax js(&g);
+  std::vector<Seq> calls;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    SchemaCompiler compiler(tools[i].parameters, &g, &js);
+    StatusOr<Element> args = compiler.Run(error_path);
+    if (!args.ok()) {
+      if (bad_tool != nullptr) *bad_tool = i;
+      return args.status();
+    }
+    // prefix "name" , "<args_key>": <arguments> suffix
+    Seq call =
+        g.Literal(syntax.prefix + json(tools[i].name).dump() + ", \"" + syntax.args_key + "\": ");
+    call.push_back(*args);
+    Seq suffix = g.Literal(syntax.suffix);
+    call.insert(call.end(), suffix.begin(), suffix.end());
+    calls.push_back(std::move(call));
+  }
+  const Element one = Grammar::Ref(g.Rule("call", std::move(calls)));
+  Seq root = {js.Ws(), one};
+  if (parallel) {
+    Seq more = g.Literal(syntax.separator);
+    more.push_back(one);
+    root.push_back(g.Star(std::move(more)));
+  }
+  const int32_t top = g.Rule("root", {std::move(root)});
+  UF_RETURN_IF_ERROR(g.Finalize(top));
+  return std::make_shared<const Grammar>(std::move(g));
 }
 
 }  // namespace uf::grammar

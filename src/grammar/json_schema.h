@@ -21,6 +21,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "grammar/grammar.h"
@@ -39,5 +40,26 @@ std::shared_ptr<const Grammar> JsonObjectGrammar();
 // root).
 StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::ordered_json& schema,
                                                            std::string* error_path = nullptr);
+
+// Tool calls forced by tool_choice "required" or a named function: one call (or several, joined
+// by syntax.separator, when parallel) of one of tools, each spelled
+//   syntax.prefix "<name>", "<args_key>": <arguments valid against its parameters> syntax.suffix
+// e.g. Hermes/Qwen: prefix `<tool_call>\n{"name": `, args_key "arguments", suffix
+// `}\n</tool_call>`.
+struct ToolSchema {
+  std::string name;
+  nlohmann::ordered_json parameters;  // a JSON schema ({"type": "object"} when absent)
+};
+struct ToolCallSyntax {
+  std::string prefix;
+  std::string args_key;
+  std::string suffix;
+  std::string separator;
+};
+// On a bad schema: *bad_tool = its index, *error_path as for JsonSchemaGrammar.
+StatusOr<std::shared_ptr<const Grammar>> ToolCallsGrammar(const std::vector<ToolSchema>& tools,
+                                                          const ToolCallSyntax& syntax,
+                                                          bool parallel, size_t* bad_tool,
+                                                          std::string* error_path);
 
 }  // namespace uf::grammar

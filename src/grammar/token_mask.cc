@@ -28,7 +28,12 @@ std::shared_ptr<const TokenTrie> TokenTrie::Build(const Tokenizer& tokenizer, in
       t->eog_.push_back(id);
       continue;
     }
-    if (tokenizer.IsSpecial(id)) continue;
+    // Control and unknown tokens are markup, not text. User-defined tokens (Qwen's <tool_call>)
+    // render as their text, so they may spell it.
+    const TokenType type = tokenizer.token_type(id);
+    if (type == TokenType::kControl || type == TokenType::kUnknown || type == TokenType::kUnused) {
+      continue;
+    }
     t->pieces_[id] = tokenizer.TokenToPiece(id);
   }
   for (int32_t id = 0; id < n_tok; ++id) {

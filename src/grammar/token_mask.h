@@ -30,8 +30,9 @@ class Tokenizer;
 
 namespace uf::grammar {
 
-// The tokens a grammar can produce, by their bytes: every non-special token with a non-empty
-// piece (TokenToPiece), plus the end-of-generation tokens, allowed only where the grammar accepts.
+// The tokens a grammar can produce, by their bytes: every token with a non-empty piece
+// (TokenToPiece) but control, unknown and unused ones, plus the end-of-generation tokens, allowed
+// only where the grammar accepts.
 class TokenTrie {
  public:
   // n_vocab: the model's logits row (may exceed the tokenizer's vocabulary; the rest is masked).

@@ -30,4 +30,9 @@ StatusOr<ChatRenderer> MakeChatRenderer(const gguf::GgufFile& file, const Tokeni
   });
 }
 
+ToolCallFormat ToolCallFormatOf(const gguf::GgufFile& file) {
+  const std::string source = file.GetStringOr("tokenizer.chat_template", "");
+  return DetectToolCallFormat(source.empty() ? DefaultChatTemplateSource() : source);
+}
+
 }  // namespace uf::server

@@ -336,7 +336,14 @@ std::optional<ApiError> HttpServer::BuildPrompt(const ApiRequest& api, std::vect
     return tok.Encode(text, add_bos, /*parse_special=*/true);
   };
   if (api.endpoint == Endpoint::kChat) {
-    StatusOr<std::string> text = render_chat_(api.messages, api.chat_template_kwargs);
+    nlohmann::json kwargs = api.chat_template_kwargs;
+    // The template describes the tools to the model (not when tool_choice is "none": then the
+    // model must not call any).
+    if (!api.tools.is_null() && api.tool_choice != ToolChoice::kNone) {
+      if (kwargs.is_null()) kwargs = json::object();
+      kwargs["tools"] = json::parse(api.tools.dump());
+    }
+    StatusOr<std::string> text = render_chat_(api.messages, kwargs);
     if (!text.ok()) {
       return InvalidRequest(
           "Cannot apply the model's chat template to these messages: " + text.status().message(),
@@ -417,6 +424,22 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
   g.service_tier = api.service_tier;
   g.speculation = api.speculation;
   g.grammar = api.grammar;
+  if (api.tool_choice == ToolChoice::kRequired || api.tool_choice == ToolChoice::kNamed) {
+    // The reply must be a call: its syntax and each function's parameters are the grammar.
+    std::string param = "tools";
+    auto tg =
+        ToolCallGrammar(api.tools, options_.tool_format,
+                        api.tool_choice == ToolChoice::kRequired && api.parallel_tool_calls,
+                        api.tool_choice == ToolChoice::kNamed ? api.tool_choice_name : "", &param);
+    if (!tg.ok()) {
+      return SendError(res,
+                       InvalidRequest("Cannot constrain the tool call to '" + param +
+                                          "': " + tg.status().message(),
+                                      param, "invalid_value"),
+                       name);
+    }
+    g.grammar = *tg;
+  }
   if (api.has_prediction) {
     g.prediction = service_->tokenizer().Encode(api.prediction, false, false);
     if (static_cast<int64_t>(g.prediction.size()) > ctx) {
@@ -506,6 +529,11 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
   ro.include_usage = api.include_usage;
   ro.echo = std::move(echo);
   ro.n = api.n;
+  if (!api.tools.is_null() && api.tool_choice != ToolChoice::kNone) {
+    ro.parse_tools = true;
+    ro.tool_format = options_.tool_format;
+    for (const auto& t : api.tools) ro.tool_names.insert(t["function"]["name"].get<std::string>());
+  }
   ex->builder = std::make_unique<ResponseBuilder>(std::move(ro), service_->tokenizer());
 
   // Metrics of one event of choice i; returns true on the final one of the last choice.

@@ -20,6 +20,7 @@
 #include "server/metering.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "server/tool_calls.h"
 
 namespace httplib {
 class Server;
@@ -49,6 +50,8 @@ struct ServerOptions {
   // SetMinWakeInterval): faster tokens share an SSE chunk.
   double stream_wake_interval_s = 0.001;
   int io_timeout_s = 10;  // read/write timeout of a stalled client
+  // How the model writes tool calls (chat_prompt.h: ToolCallFormatOf, from its template).
+  ToolCallFormat tool_format = ToolCallFormat::kHermes;
 };
 
 class HttpServer {

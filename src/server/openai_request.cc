@@ -5,6 +5,7 @@
 #include <set>
 
 #include "grammar/json_schema.h"
+#include "server/openai_request_tools.h"
 
 namespace uf::server {
 namespace {
@@ -236,17 +237,20 @@ std::optional<ApiError> ParseMessages(const json& v, json* out) {
                             param + ".role", "missing_required_parameter");
     }
     std::string role = role_it->get<std::string>();
-    if (role == "tool" || role == "function") {
-      return Unsupported(param + ".role", "tool and function messages (no tool calling).");
+    if (role == "function") {
+      return Unsupported(param + ".role", "legacy function messages (use 'tool').");
     }
-    if (role != "system" && role != "developer" && role != "user" && role != "assistant") {
+    if (role != "system" && role != "developer" && role != "user" && role != "assistant" &&
+        role != "tool") {
       return InvalidRequest("Invalid value: " + Quote(role) +
-                                ". Supported values are: 'system', 'developer', 'user' and "
-                                "'assistant'.",
+                                ". Supported values are: 'system', 'developer', 'user', "
+                                "'assistant' and 'tool'.",
                             param + ".role", "invalid_value");
     }
     std::string content;
     bool have_content = false;
+    json tool_calls;
+    std::string tool_call_id;
     for (auto it = m.begin(); it != m.end(); ++it) {
       const std::string& key = it.key();
       if (key == "role") continue;
@@ -261,10 +265,15 @@ std::optional<ApiError> ParseMessages(const json& v, json* out) {
       } else if (role == "assistant" && key == "refusal") {
         std::string ignored;
         if (auto e = GetString(param + ".refusal", it.value(), &ignored)) return e;
-      } else if (role == "assistant" &&
-                 (key == "tool_calls" || key == "function_call" || key == "audio")) {
+      } else if (role == "assistant" && key == "tool_calls") {
+        if (auto e = ParseAssistantToolCalls(it.value(), param + ".tool_calls", &tool_calls)) {
+          return e;
+        }
+      } else if (role == "tool" && key == "tool_call_id") {
+        if (auto e = GetString(param + ".tool_call_id", it.value(), &tool_call_id)) return e;
+      } else if (role == "assistant" && (key == "function_call" || key == "audio")) {
         if (!it.value().is_null() && !(it.value().is_array() && it.value().empty())) {
-          return Unsupported(param + "." + key, "no tool calling or audio.");
+          return Unsupported(param + "." + key, "no legacy function calls or audio.");
         }
       } else {
         return InvalidRequest("Unrecognized argument in " + param + ": " + key, param + "." + key,
@@ -275,8 +284,15 @@ std::optional<ApiError> ParseMessages(const json& v, json* out) {
       return InvalidRequest("Missing required parameter: " + Quote(param + ".content") + ".",
                             param + ".content", "missing_required_parameter");
     }
+    if (role == "tool" && tool_call_id.empty()) {
+      return InvalidRequest("Missing required parameter: " + Quote(param + ".tool_call_id") + ".",
+                            param + ".tool_call_id", "missing_required_parameter");
+    }
     if (role == "developer") role = "system";
-    out->push_back({{"role", role}, {"content", content}});
+    json msg = {{"role", role}, {"content", content}};
+    if (!tool_calls.is_null()) msg["tool_calls"] = std::move(tool_calls);
+    if (!tool_call_id.empty()) msg["tool_call_id"] = tool_call_id;
+    out->push_back(std::move(msg));
   }
   return std::nullopt;
 }
@@ -406,7 +422,7 @@ std::optional<ApiError> IgnoredParam(const std::string& key, const json& v) {
     std::string ignored;
     return GetString(key, v, &ignored);
   }
-  if (key == "store" || key == "parallel_tool_calls") {
+  if (key == "store") {
     bool ignored = false;
     return GetBool(key, v, &ignored);
   }
@@ -455,13 +471,15 @@ std::optional<ApiError> ParseChatParam(const std::string& key, const json& v, st
     return std::nullopt;
   }
   if (key == "response_format") return ParseResponseFormat(v, body, r);
-  if (key == "tools" || key == "functions") {
-    if (v.is_null() || (v.is_array() && v.empty())) return std::nullopt;
-    return Unsupported(key, "no tool calling.");
-  }
-  if (key == "tool_choice" || key == "function_call") {
-    if (v.is_null() || (v.is_string() && (v == "none" || v == "auto"))) return std::nullopt;
-    return Unsupported(key, "no tool calling.");
+  if (key == "tools") return ParseTools(v, body, r);
+  if (key == "tool_choice") return ParseToolChoice(v, r);
+  if (key == "parallel_tool_calls") return GetBool(key, v, &r->parallel_tool_calls);
+  if (key == "functions" || key == "function_call") {
+    if (v.is_null() || (v.is_array() && v.empty()) ||
+        (v.is_string() && (v == "none" || v == "auto"))) {
+      return std::nullopt;
+    }
+    return Unsupported(key, "legacy function calling (use 'tools').");
   }
   if (key == "modalities") {
     if (v.is_null() || v == json::array({"text"})) return std::nullopt;
@@ -755,6 +773,9 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
   if (endpoint == Endpoint::kChat && top_logprobs_seen && !r.logprobs) {
     return InvalidRequest("Invalid value for 'top_logprobs': 'logprobs' must be set to true.",
                           "top_logprobs", "invalid_value");
+  }
+  if (endpoint == Endpoint::kChat) {
+    if (auto e = CheckToolChoice(r)) return e;
   }
   if (r.echo && r.logprobs) {
     return Unsupported("echo", "echo together with logprobs (no prompt logprobs).");

@@ -165,14 +165,21 @@ std::string ResponseBuilder::Stream(int index, const engine::GenerationEvent& ev
     e.message = event.error.ok() ? "generation was cancelled" : event.error.message();
     return out + StreamError(e);
   }
-  if (!event.text.empty() || (options_.logprobs && !event.logprobs.empty())) {
-    out += SseData(Chunk(ChoiceDelta(index, event.text, event.logprobs, nullptr)));
+  std::string_view text = event.text;
+  if (options_.parse_tools) {
+    c.held += event.text;
+    text = {};
+  }
+  if (!text.empty() || (options_.logprobs && !event.logprobs.empty())) {
+    out += SseData(Chunk(ChoiceDelta(index, text, event.logprobs, nullptr)));
   }
   if (event.finish != engine::FinishReason::kNone && !c.finished) {
     c.finished = true;
     c.final_event = event;
     ++finished_;
-    out += SseData(Chunk(ChoiceDelta(index, "", {}, engine::FinishReasonName(event.finish))));
+    const char* finish = engine::FinishReasonName(event.finish);
+    if (options_.parse_tools) finish = StreamReply(index, finish, &out);
+    out += SseData(Chunk(ChoiceDelta(index, "", {}, finish)));
     if (done()) {
       if (options_.include_usage) {
         json u = Chunk(nullptr);
@@ -183,6 +190,45 @@ std::string ResponseBuilder::Stream(int index, const engine::GenerationEvent& ev
     }
   }
   return out;
+}
+
+json ResponseBuilder::ToolCallsJson(const std::vector<ToolCall>& calls) {
+  json out = json::array();
+  for (const ToolCall& call : calls) {
+    out.push_back({{"id", call.id},
+                   {"type", "function"},
+                   {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+  }
+  return out;
+}
+
+const char* ResponseBuilder::StreamReply(int index, const char* finish, std::string* out) {
+  Choice& c = choices_[index];
+  ParsedReply reply = ParseToolCalls(c.held, options_.tool_format, options_.tool_names);
+  if (reply.calls.empty()) {
+    if (!c.held.empty()) out->append(SseData(Chunk(ChoiceDelta(index, c.held, {}, nullptr))));
+    return finish;
+  }
+  if (!reply.content.empty()) {
+    out->append(SseData(Chunk(ChoiceDelta(index, reply.content, {}, nullptr))));
+  }
+  // As OpenAI streams a call: its id, type and name first, then the arguments (clients
+  // concatenate the argument pieces of each index).
+  for (size_t k = 0; k < reply.calls.size(); ++k) {
+    const ToolCall& call = reply.calls[k];
+    json head = ChoiceDelta(index, "", {}, nullptr);
+    head["delta"]["tool_calls"] =
+        json::array({{{"index", k},
+                      {"id", call.id},
+                      {"type", "function"},
+                      {"function", {{"name", call.name}, {"arguments", ""}}}}});
+    out->append(SseData(Chunk(std::move(head))));
+    json args = ChoiceDelta(index, "", {}, nullptr);
+    args["delta"]["tool_calls"] =
+        json::array({{{"index", k}, {"function", {{"arguments", call.arguments}}}}});
+    out->append(SseData(Chunk(std::move(args))));
+  }
+  return "tool_calls";
 }
 
 std::string ResponseBuilder::StreamError(const ApiError& error) {
@@ -228,11 +274,19 @@ std::string ResponseBuilder::Body() const {
     }
     const char* finish = engine::FinishReasonName(c.final_event.finish);
     if (options_.endpoint == Endpoint::kChat) {
-      choices.push_back(
-          {{"index", i},
-           {"message", {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}}},
-           {"logprobs", lp},
-           {"finish_reason", finish}});
+      json message = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+      if (options_.parse_tools) {
+        ParsedReply reply = ParseToolCalls(c.text, options_.tool_format, options_.tool_names);
+        if (!reply.calls.empty()) {
+          message["content"] = reply.content.empty() ? json(nullptr) : json(reply.content);
+          message["tool_calls"] = ToolCallsJson(reply.calls);
+          finish = "tool_calls";
+        }
+      }
+      choices.push_back({{"index", i},
+                         {"message", std::move(message)},
+                         {"logprobs", lp},
+                         {"finish_reason", finish}});
     } else {
       choices.push_back(
           {{"index", i}, {"text", c.text}, {"logprobs", lp}, {"finish_reason", finish}});

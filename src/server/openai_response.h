@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "engine/request.h"
 #include "scheduler/tiers.h"
 #include "server/openai_request.h"
+#include "server/tool_calls.h"
 
 namespace uf {
 class Tokenizer;
@@ -42,6 +44,12 @@ struct ResponseOptions {
   bool include_usage = false;  // streaming: a final usage chunk
   std::string echo;            // completions: text to put before the generated text
   int n = 1;                   // choices (sequences), each with its own events
+  // Chat with tools (tool_choice not "none"): replies are parsed for calls of these functions.
+  // A streamed choice's text is then held until it ends (a call is only known once complete)
+  // and sent as one content delta, or as tool_calls deltas with finish_reason "tool_calls".
+  bool parse_tools = false;
+  ToolCallFormat tool_format = ToolCallFormat::kHermes;
+  std::set<std::string> tool_names;
 };
 
 // The usage of n choices sharing one prompt: the prompt (and its cached part) counted once, the
@@ -81,6 +89,7 @@ class ResponseBuilder {
     int64_t text_offset = 0;  // completions logprobs: byte offset of the next token's text
     // Non-streamed accumulation.
     std::string text;
+    std::string held;  // parse_tools, streaming: the reply so far
     nlohmann::json chat_logprobs = nlohmann::json::array();  // content entries
     nlohmann::json cmpl_logprobs;                            // {tokens, token_logprobs, ...}
     engine::GenerationEvent final_event;
@@ -91,6 +100,10 @@ class ResponseBuilder {
                              const std::vector<engine::TokenLogprob>& lps,
                              const char* finish_reason);
   nlohmann::json LogprobsJson(Choice& c, const std::vector<engine::TokenLogprob>& lps);
+  // parse_tools: the held text of a finished choice as its content delta or tool_calls deltas;
+  // returns the finish reason to report.
+  const char* StreamReply(int index, const char* finish, std::string* out);
+  static nlohmann::json ToolCallsJson(const std::vector<ToolCall>& calls);
 
   ResponseOptions options_;
   const Tokenizer& tokenizer_;
