@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "server/http_server.h"
@@ -422,6 +423,83 @@ TEST(HttpServerTest, JsonSchemaResponseFormatParsesAndValidates) {
   EXPECT_EQ(bad->status, 400);
   EXPECT_EQ(json::parse(bad->body)["error"]["param"],
             "response_format.json_schema.schema.properties.a.pattern");
+}
+
+}  // namespace
+}  // namespace uf::server
+
+namespace uf::server {
+namespace {
+
+const char* kWeatherTool = R"([{"type":"function","function":{"name":"get_weather",
+  "parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":10},
+  "unit":{"enum":["c","f"]}},"required":["city","unit"],"additionalProperties":false}}}])";
+
+void ExpectWeatherArgs(const json& call) {
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_TRUE(call["id"].get<std::string>().starts_with("call_"));
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  json args;
+  ASSERT_NO_THROW(args = json::parse(call["function"]["arguments"].get<std::string>()))
+      << call.dump();
+  EXPECT_EQ(args.size(), 2u) << args.dump();
+  EXPECT_TRUE(args["city"].is_string()) << args.dump();
+  EXPECT_TRUE(args["unit"] == "c" || args["unit"] == "f") << args.dump();
+}
+
+// A random-weight model never writes a call by itself: "required" and a named function must
+// make it, streamed or not, and a tool result in the history must be accepted.
+TEST(HttpServerTest, ToolChoiceRequiredMakesValidCalls) {
+  Harness h;
+  for (const char* choice :
+       {R"("required")", R"({"type":"function","function":{"name":"get_weather"}})"}) {
+    const std::string req = R"({"model":"tiny","messages":[{"role":"user","content":"Weather?"}],)"
+                            R"("max_tokens":80,"seed":9,"tools":)" +
+                            std::string(kWeatherTool) + R"(,"tool_choice":)" + choice;
+    auto r = h.Post("/v1/chat/completions", req + "}");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json body = json::parse(r->body);
+    EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls") << r->body;
+    const json& calls = body["choices"][0]["message"]["tool_calls"];
+    ASSERT_GE(calls.size(), 1u) << r->body;
+    for (const json& c : calls) ExpectWeatherArgs(c);
+
+    auto s = h.Post("/v1/chat/completions", req + R"(,"stream":true})");
+    ASSERT_TRUE(s);
+    bool done = false;
+    std::map<int, json> streamed;  // index -> reassembled call
+    std::string finish;
+    for (const json& c : SseChunks(s->body, &done)) {
+      for (const json& ch : c["choices"]) {
+        if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+        if (!ch["delta"].contains("tool_calls")) continue;
+        for (const json& d : ch["delta"]["tool_calls"]) {
+          json& call = streamed[d["index"].get<int>()];
+          if (d.contains("id")) call["id"] = d["id"];
+          if (d.contains("type")) call["type"] = d["type"];
+          if (d["function"].contains("name")) call["function"]["name"] = d["function"]["name"];
+          call["function"]["arguments"] = call["function"].value("arguments", "") +
+                                          d["function"]["arguments"].get<std::string>();
+        }
+      }
+    }
+    EXPECT_TRUE(done);
+    EXPECT_EQ(finish, "tool_calls");
+    ASSERT_FALSE(streamed.empty()) << s->body;
+    for (const auto& [i, call] : streamed) ExpectWeatherArgs(call);
+
+    // The round trip: the call and its result go back in the history.
+    json follow = json::parse(req + "}");
+    follow["tool_choice"] = "auto";
+    follow["messages"].push_back(body["choices"][0]["message"]);
+    follow["messages"].push_back(
+        {{"role", "tool"}, {"tool_call_id", calls[0]["id"]}, {"content", "{\"temp\": 21}"}});
+    auto f = h.Post("/v1/chat/completions", follow.dump());
+    ASSERT_TRUE(f);
+    EXPECT_EQ(f->status, 200) << f->body;
+  }
+  EXPECT_EQ(h.Settled().kv_blocks_used, 0);
 }
 
 }  // namespace
