@@ -36,7 +36,7 @@ const ojson kPerson = ojson::parse(R"({
 
 std::shared_ptr<const Grammar> Compile(const ojson& schema) {
   auto g = JsonSchemaGrammar(schema);
-  EXPECT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE(g.ok()) << schema.dump() << ": " << g.status().ToString();
   return g.ok() ? *g : nullptr;
 }
 
@@ -112,14 +112,35 @@ TEST(JsonSchemaGrammarTest, AnyOfRefsAndJsonMode) {
   EXPECT_FALSE(Accepts(constant, R"({"k":[1,"y"]})"));
 }
 
+TEST(JsonSchemaGrammarTest, IntegerBounds) {
+  // zod's .int(): +-(2^53 - 1), which the 15-digit limit already keeps.
+  auto safe = Compile(
+      ojson::parse(R"({"type":"integer","minimum":-9007199254740991,"maximum":9007199254740991})"));
+  EXPECT_TRUE(Accepts(safe, "-999999999999999"));
+  EXPECT_FALSE(Accepts(safe, "9999999999999999"));
+  auto natural = Compile(ojson::parse(R"({"type":"integer","minimum":0})"));
+  EXPECT_TRUE(Accepts(natural, "0"));
+  EXPECT_FALSE(Accepts(natural, "-1"));
+  auto positive = Compile(ojson::parse(R"({"type":"integer","exclusiveMinimum":0})"));
+  EXPECT_FALSE(Accepts(positive, "0"));
+  EXPECT_TRUE(Accepts(positive, "7"));
+  auto range = Compile(ojson::parse(R"({"type":"integer","minimum":-3,"exclusiveMaximum":12})"));
+  EXPECT_TRUE(Accepts(range, "-3"));
+  EXPECT_TRUE(Accepts(range, "11"));
+  EXPECT_FALSE(Accepts(range, "12"));
+  EXPECT_FALSE(Accepts(range, "-4"));
+}
+
 TEST(JsonSchemaGrammarTest, ErrorsNameTheKeyword) {
   struct Case {
     const char* schema;
     const char* path;
   };
   const Case cases[] = {
-      {R"({"type":"object","properties":{"age":{"type":"integer","minimum":0}}})",
+      {R"({"type":"object","properties":{"age":{"type":"number","minimum":0}}})",
        "properties.age.minimum"},
+      {R"({"type":"integer","minimum":-5,"maximum":5000})", "maximum"},
+      {R"({"type":"integer","minimum":5,"maximum":4})", "maximum"},
       {R"({"type":"strnig"})", "type"},
       {R"({"type":"object","properties":{"a":{"type":"string"}},"required":["b"]})", "required"},
       {R"({"$ref":"#/$defs/missing"})", "$ref"},

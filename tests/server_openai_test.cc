@@ -172,7 +172,7 @@ TEST(OpenAiRequestTest, RejectsInvalidValues) {
        R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":{}}}})",
        "response_format.json_schema.name"},
       {Endpoint::kChat,
-       R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object","properties":{"age":{"type":"integer","minimum":0}}}}}})",
+       R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object","properties":{"age":{"type":"number","minimum":0}}}}}})",
        "response_format.json_schema.schema.properties.age.minimum"},
       {Endpoint::kChat,
        R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"object","properties":{"a":{"type":"string"}},"required":["b"]}}}})",

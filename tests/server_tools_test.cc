@@ -115,7 +115,7 @@ TEST(ToolCallsTest, GrammarForcesValidCalls) {
   EXPECT_TRUE(GrammarAccepts(*named, "{\"name\": \"now\", \"parameters\": {}}"));
   EXPECT_FALSE(GrammarAccepts(*named, weather));
   ojson bad = kTools;
-  bad[1]["function"]["parameters"]["properties"]["n"] = {{"type", "integer"}, {"minimum", 1}};
+  bad[1]["function"]["parameters"]["properties"]["n"] = {{"type", "number"}, {"minimum", 1}};
   EXPECT_FALSE(ToolCallGrammar(bad, ToolCallFormat::kHermes, false, "", &param).ok());
   EXPECT_EQ(param, "tools[1].function.parameters.properties.n.minimum");
 }

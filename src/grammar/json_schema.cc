@@ -1,5 +1,6 @@
 #include "grammar/json_schema.h"
 
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -12,13 +13,15 @@ using json = nlohmann::ordered_json;
 
 // Beyond these a bounded repetition would need too many rules; such schemas are refused.
 constexpr int64_t kMaxBoundedCount = 1024;
+// Integers have at most 15 digits: every one is then exact in a double (JavaScript's safe
+// integers go to 2^53 - 1 = 9007199254740991), so bounds at or beyond +-kMaxInteger (zod's .int()
+// writes +-(2^53 - 1)) hold without a check.
+constexpr int64_t kMaxInteger = 999999999999999;
+// Integer ranges up to this many values are spelled out as alternatives.
+constexpr int64_t kMaxEnumeratedRange = 1000;
 
 const std::set<std::string>& UnsupportedKeywords() {
   static const std::set<std::string> k = {"pattern",
-                                          "minimum",
-                                          "maximum",
-                                          "exclusiveMinimum",
-                                          "exclusiveMaximum",
                                           "multipleOf",
                                           "patternProperties",
                                           "prefixItems",
@@ -101,13 +104,16 @@ class JsonSyntax {
   }
 
   Element Integer() {
-    if (integer_ < 0) {
-      const Element digit = g_.Bytes(ByteRange('0', '9'));
-      const Element nat = Grammar::Ref(g_.Rule(
-          "nat", {g_.Literal("0"), {g_.Bytes(ByteRange('1', '9')), g_.Repeat({digit}, 0, 15)}}));
-      integer_ = g_.Rule("integer", {{g_.Optional(g_.Literal("-")), nat}});
-    }
+    if (integer_ < 0) integer_ = g_.Rule("integer", {{g_.Optional(g_.Literal("-")), Natural()}});
     return Grammar::Ref(integer_);
+  }
+
+  // 0 or a positive integer of at most 15 digits, or (positive_only) 1 and up.
+  Element Natural(bool positive_only = false) {
+    const Element digit = g_.Bytes(ByteRange('0', '9'));
+    Seq positive = {g_.Bytes(ByteRange('1', '9')), g_.Repeat({digit}, 0, 14)};
+    if (positive_only) return Grammar::Ref(g_.Rule("positive", {std::move(positive)}));
+    return Grammar::Ref(g_.Rule("natural", {g_.Literal("0"), std::move(positive)}));
   }
 
   Element Number() {
@@ -304,6 +310,38 @@ class SchemaCompiler {
     return Grammar::Ref(g_.Rule("object", {std::move(body)}));
   }
 
+  // An integer within the schema's bounds: the whole range, the non-negative or positive
+  // integers, or a small range spelled out.
+  StatusOr<Element> IntegerRange(const json& s, const std::string& path) {
+    double lo = -static_cast<double>(kMaxInteger), hi = static_cast<double>(kMaxInteger);
+    std::string lo_key, hi_key;
+    for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+      const auto it = s.find(k);
+      if (it == s.end() || it->is_null()) continue;
+      if (!it->is_number()) return Error(Join(path, k), "must be a number");
+      const double v = it->get<double>();
+      const std::string key = k;
+      if (key == "minimum" && std::ceil(v) > lo) lo = std::ceil(v), lo_key = key;
+      if (key == "exclusiveMinimum" && std::floor(v) + 1 > lo) lo = std::floor(v) + 1, lo_key = key;
+      if (key == "maximum" && std::floor(v) < hi) hi = std::floor(v), hi_key = key;
+      if (key == "exclusiveMaximum" && std::ceil(v) - 1 < hi) hi = std::ceil(v) - 1, hi_key = key;
+    }
+    if (hi < lo) return Error(Join(path, hi_key.empty() ? lo_key : hi_key), "leaves no integer");
+    const double max = static_cast<double>(kMaxInteger);
+    if (hi >= max && lo <= -max) return syntax_.Integer();
+    if (hi >= max && (lo == 0 || lo == 1)) return syntax_.Natural(/*positive_only=*/lo == 1);
+    if (hi - lo < kMaxEnumeratedRange) {
+      std::vector<Seq> alts;
+      for (int64_t v = static_cast<int64_t>(lo); v <= static_cast<int64_t>(hi); ++v) {
+        alts.push_back(g_.Literal(std::to_string(v)));
+      }
+      return Grammar::Ref(g_.Rule("range", std::move(alts)));
+    }
+    return Error(Join(path, hi < max ? hi_key : lo_key),
+                 "integer bounds are supported as >= 0, > 0, or a range of at most " +
+                     std::to_string(kMaxEnumeratedRange) + " values");
+  }
+
   StatusOr<Element> Typed(const json& s, const std::string& type, const std::string& path) {
     if (type == "object") return Object(s, path);
     if (type == "array") {
@@ -323,8 +361,13 @@ class SchemaCompiler {
       if (hi >= 0 && hi < lo) return Error(Join(path, "maxLength"), "is below minLength");
       return syntax_.String(lo, hi);
     }
-    if (type == "number") return syntax_.Number();
-    if (type == "integer") return syntax_.Integer();
+    if (type == "number") {
+      for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+        if (s.contains(k)) return Error(Join(path, k), "bounds on numbers are not supported");
+      }
+      return syntax_.Number();
+    }
+    if (type == "integer") return IntegerRange(s, path);
     if (type == "boolean")
       return Grammar::Ref(g_.Rule("boolean", {g_.Literal("true"), g_.Literal("false")}));
     if (type == "null") return syntax_.Literal("null");
@@ -389,7 +432,12 @@ class SchemaCompiler {
       } else if (s.contains("items")) {
         types.push_back("array");
       }
-      if (types.empty()) alts.push_back({syntax_.Value()});
+      if (types.empty()) {
+        for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+          if (s.contains(k)) return Error(Join(path, k), "bounds need a 'type'");
+        }
+        alts.push_back({syntax_.Value()});
+      }
       for (const std::string& t : types) {
         UF_ASSIGN_OR_RETURN(Element e, Typed(s, t, path));
         alts.push_back({e});

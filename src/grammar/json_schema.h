@@ -5,16 +5,18 @@
 // Supported schema keywords: type (one or a list), properties, required, additionalProperties
 // (false, true, or a schema for objects without properties), items, minItems/maxItems,
 // minLength/maxLength, enum, const, anyOf / oneOf (as alternatives), allOf with one schema, $ref
-// to local definitions ("#", "#/$defs/...", "#/definitions/..."), and nullable. Annotations
+// to local definitions ("#", "#/$defs/...", "#/definitions/..."), nullable, and integer bounds
+// (minimum / maximum / exclusive*) that mean >= 0, > 0, at most 1000 values, or no more than the
+// 15-digit limit below (zod's .int() bounds). Annotations
 // (title, description, default, examples, format, $schema, $id, ...) and unknown keywords are
 // ignored. Keywords that would need a check this compiler cannot express (pattern, minimum,
-// multipleOf, uniqueItems, ...) are errors, so that a schema is never accepted and then silently
-// not enforced.
+// multipleOf, uniqueItems, bounds on non-integers, ...) are errors, so that a schema is never
+// accepted and then silently not enforced.
 //
 // Output shape: properties appear in the schema's order, required ones always, optional ones
 // when the model chooses; only declared properties are generated (with or without
 // additionalProperties: false, the output validates). Whitespace between tokens is limited to
-// kMaxWhitespace bytes per gap, numbers to 16 integer and 16 fraction digits and a 2-digit
+// kMaxWhitespace bytes per gap, numbers to 15 integer and 16 fraction digits and a 2-digit
 // exponent, and \u escapes exclude surrogates, so every complete output parses as strict JSON.
 #pragma once
 
