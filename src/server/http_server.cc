@@ -58,7 +58,13 @@ ApiError ContextOverflow(int64_t ctx, int64_t prompt, int64_t max_tokens, bool c
 // Per-request bookkeeping shared by the handler and the stream's content provider.
 struct Exchange {
   // One channel per choice (n > 1 submits n sequences).
-  std::vector<std::shared_ptr<engine::RequestChannel>> channels;
+  std::vector<std::shared_ptr<engine::RequestChannel>> channels;  // null: not submitted yet
+  // n > 1 with the prefix cache: choices 1.. wait here until choice 0's prompt is in the cache
+  // (its first event), so that they map its KV blocks instead of computing the prompt again.
+  std::vector<engine::GenerationRequest> deferred;
+  engine::Service* service = nullptr;
+  bool stream = false;
+  double stream_wake_interval_s = 0.0;
   std::vector<engine::GenerationEvent> finals;  // [choice] its final event, once it came
   std::vector<bool> choice_done;
   int remaining = 0;  // choices without a final event
@@ -83,6 +89,31 @@ struct Exchange {
 // Moves queued events of every unfinished choice to *out as (choice, event), waiting up to
 // timeout_s for one. With several choices each is polled in turn with a short wait, so the first
 // choice's silence does not hold back the others' events.
+// Submits the deferred choices (after choice 0's first event). A choice the engine refuses (queue
+// full, shutting down) gets a final error event of its own.
+void SubmitDeferred(Exchange& x, std::vector<std::pair<int, engine::GenerationEvent>>* out) {
+  for (size_t k = 0; k < x.deferred.size(); ++k) {
+    const int i = static_cast<int>(k) + 1;
+    auto ch = x.service->Submit(std::move(x.deferred[k]));
+    if (!ch.ok()) {
+      engine::GenerationEvent ev;
+      ev.finish = engine::FinishReason::kError;
+      ev.error = ch.status();
+      ev.time = NowSeconds();
+      out->emplace_back(i, std::move(ev));
+      x.channels[i] = std::make_shared<engine::RequestChannel>();  // never pushed to
+      continue;
+    }
+    if (x.stream) {
+      (*ch)->SetMinWakeInterval(x.stream_wake_interval_s);
+    } else {
+      (*ch)->WakeOnFinalOnly();
+    }
+    x.channels[i] = *ch;
+  }
+  x.deferred.clear();
+}
+
 bool PopEvents(Exchange& x, double timeout_s,
                std::vector<std::pair<int, engine::GenerationEvent>>* out) {
   out->clear();
@@ -92,17 +123,20 @@ bool PopEvents(Exchange& x, double timeout_s,
   const double deadline = NowSeconds() + timeout_s;
   do {
     for (size_t i = 0; i < n; ++i) {
-      if (x.choice_done[i]) continue;
+      if (x.choice_done[i] || x.channels[i] == nullptr) continue;
       const bool waited = out->empty() && i == 0;
       if (!x.channels[i]->Pop(&events, waited ? each : 0.0)) continue;
       for (engine::GenerationEvent& ev : events) out->emplace_back(static_cast<int>(i), ev);
+      if (i == 0 && !x.deferred.empty()) SubmitDeferred(x, out);
     }
   } while (out->empty() && NowSeconds() < deadline);
   return !out->empty();
 }
 
 void CancelAll(const Exchange& x) {
-  for (const auto& ch : x.channels) ch->Cancel();
+  for (const auto& ch : x.channels) {
+    if (ch != nullptr) ch->Cancel();
+  }
 }
 
 // Records a successfully finished request's usage before the response that reports it is sent
@@ -460,11 +494,19 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
   }
   int64_t tier_retry_after_s = 0;
   std::vector<std::shared_ptr<engine::RequestChannel>> channels;
+  std::vector<engine::GenerationRequest> deferred;
+  // With the prefix cache, choices 1.. start once choice 0 has computed the prompt.
+  const bool defer = api.n > 1 && service_->options().prefix_cache;
   Status submitted = OkStatus();
   for (int i = 0; i < api.n && submitted.ok(); ++i) {
     engine::GenerationRequest gi = g;
     // Choices differ (and stay reproducible with a seed): each draws from its own stream.
     gi.sampling.seed = g.sampling.seed + static_cast<uint64_t>(i);
+    if (defer && i > 0) {
+      deferred.push_back(std::move(gi));
+      channels.push_back(nullptr);
+      continue;
+    }
     StatusOr<std::shared_ptr<engine::RequestChannel>> channel =
         service_->Submit(std::move(gi), &tier_retry_after_s);
     if (channel.ok()) {
@@ -474,7 +516,9 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
     }
   }
   if (!submitted.ok()) {
-    for (const auto& ch : channels) ch->Cancel();
+    for (const auto& ch : channels) {
+      if (ch != nullptr) ch->Cancel();
+    }
     const Status& s = submitted;
     ApiError e;
     switch (s.code()) {
@@ -507,6 +551,10 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
 
   auto ex = std::make_shared<Exchange>();
   ex->channels = std::move(channels);
+  ex->deferred = std::move(deferred);
+  ex->service = service_;
+  ex->stream = api.stream;
+  ex->stream_wake_interval_s = options_.stream_wake_interval_s;
   ex->remaining = api.n;
   ex->finals.resize(api.n);
   ex->choice_done.assign(api.n, false);
@@ -566,7 +614,9 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
 
   if (!api.stream) {
     // The poll below still checks the peer every poll_s.
-    for (const auto& ch : ex->channels) ch->WakeOnFinalOnly();
+    for (const auto& ch : ex->channels) {
+      if (ch != nullptr) ch->WakeOnFinalOnly();
+    }
     std::vector<std::pair<int, engine::GenerationEvent>> events;
     // The peer is checked every poll interval whether or not events came: a model that emits a
     // token more often than that would otherwise never notice a client that left.
@@ -604,7 +654,9 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
     return;
   }
 
-  for (const auto& ch : ex->channels) ch->SetMinWakeInterval(options_.stream_wake_interval_s);
+  for (const auto& ch : ex->channels) {
+    if (ch != nullptr) ch->SetMinWakeInterval(options_.stream_wake_interval_s);
+  }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
