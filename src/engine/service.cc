@@ -713,10 +713,16 @@ std::shared_ptr<grammar::TokenConstraint> Service::ConstraintFor(
     token_trie_ =
         grammar::TokenTrie::Build(tokenizer_, static_cast<int32_t>(model_.config().n_vocab));
   }
-  auto it = constraints_.find(g->fingerprint());
-  if (it != constraints_.end()) return it->second;
-  // Bounds what many distinct schemas keep alive; running requests hold their own reference.
+  // Bound what many distinct schemas, or one grammar reaching ever new states (JSON mode nested
+  // ever deeper), keep alive; running requests hold their own reference.
   constexpr size_t kMaxGrammars = 64;
+  constexpr int64_t kMaxStates = 1 << 20;
+  auto it = constraints_.find(g->fingerprint());
+  if (it != constraints_.end() && it->second->automaton().num_states() > kMaxStates) {
+    constraints_.erase(it);
+    it = constraints_.end();
+  }
+  if (it != constraints_.end()) return it->second;
   if (constraints_.size() >= kMaxGrammars) constraints_.clear();
   auto c = std::make_shared<grammar::TokenConstraint>(g, token_trie_);
   constraints_.emplace(g->fingerprint(), c);
