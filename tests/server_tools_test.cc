@@ -228,5 +228,50 @@ TEST(ToolCallsTest, ResponsesCarryToolCalls) {
   EXPECT_EQ(json::parse(args), json::parse(R"({"city": "Paris", "unit": "c"})"));
 }
 
+// Text streams as it comes until a call may begin; the call itself is sent once complete.
+TEST(ToolCallsTest, StreamsTextBeforeACall) {
+  bool call = false;
+  EXPECT_EQ(StreamableContent("Hello <tool", ToolCallFormat::kHermes, true, &call), 6u);
+  EXPECT_FALSE(call);
+  EXPECT_EQ(StreamableContent("Hi <tool_call>{", ToolCallFormat::kHermes, true, &call), 3u);
+  EXPECT_TRUE(call);
+  EXPECT_EQ(StreamableContent(" {\"name\"", ToolCallFormat::kLlama3Json, true, &call), 0u);
+  EXPECT_TRUE(call);
+  EXPECT_EQ(StreamableContent(" Sunny.", ToolCallFormat::kLlama3Json, true, &call), 7u);
+  EXPECT_FALSE(call);
+
+  auto tok = ByteTokenizer();
+  ResponseOptions o;
+  o.endpoint = Endpoint::kChat;
+  o.parse_tools = true;
+  o.tool_names = {"now"};
+  ResponseBuilder b(o, *tok);
+  auto event = [](std::string text, bool last) {
+    engine::GenerationEvent e;
+    e.text = std::move(text);
+    e.n_tokens = 1;
+    if (last) e.finish = engine::FinishReason::kStop;
+    return e;
+  };
+  auto contents = [](const std::string& sse) {
+    std::vector<std::string> out;
+    for (size_t pos = 0; (pos = sse.find("data: {", pos)) != std::string::npos; ++pos) {
+      const json c = json::parse(sse.substr(pos + 6, sse.find("\n\n", pos) - pos - 6));
+      if (!c["choices"].empty() && c["choices"][0]["delta"].contains("content")) {
+        out.push_back(c["choices"][0]["delta"]["content"]);
+      }
+    }
+    return out;
+  };
+  // The first chunk carries the role (content ""), then the text before the tag.
+  EXPECT_EQ(contents(b.Stream(event("Let me check. <to", false))),
+            (std::vector<std::string>{"", "Let me check. "}));
+  EXPECT_TRUE(contents(b.Stream(event("ol_call>\n{\"name\": \"now\", ", false))).empty());
+  const std::string end = b.Stream(event("\"arguments\": {}}\n</tool_call>", true));
+  EXPECT_TRUE(contents(end).empty());
+  EXPECT_NE(end.find("\"tool_calls\""), std::string::npos);
+  EXPECT_NE(end.find("\"finish_reason\":\"tool_calls\""), std::string::npos);
+}
+
 }  // namespace
 }  // namespace uf::server

@@ -166,9 +166,16 @@ std::string ResponseBuilder::Stream(int index, const engine::GenerationEvent& ev
     return out + StreamError(e);
   }
   std::string_view text = event.text;
+  std::string streamable;
   if (options_.parse_tools) {
     c.held += event.text;
-    text = {};
+    if (!c.in_call) {
+      const std::string_view pending = std::string_view(c.held).substr(c.sent);
+      const size_t n = StreamableContent(pending, options_.tool_format, c.sent == 0, &c.in_call);
+      streamable = std::string(pending.substr(0, n));
+      c.sent += n;
+    }
+    text = streamable;
   }
   if (!text.empty() || (options_.logprobs && !event.logprobs.empty())) {
     out += SseData(Chunk(ChoiceDelta(index, text, event.logprobs, nullptr)));
@@ -204,9 +211,10 @@ json ResponseBuilder::ToolCallsJson(const std::vector<ToolCall>& calls) {
 
 const char* ResponseBuilder::StreamReply(int index, const char* finish, std::string* out) {
   Choice& c = choices_[index];
-  ParsedReply reply = ParseToolCalls(c.held, options_.tool_format, options_.tool_names);
+  const std::string tail = c.held.substr(c.sent);
+  ParsedReply reply = ParseToolCalls(tail, options_.tool_format, options_.tool_names);
   if (reply.calls.empty()) {
-    if (!c.held.empty()) out->append(SseData(Chunk(ChoiceDelta(index, c.held, {}, nullptr))));
+    if (!tail.empty()) out->append(SseData(Chunk(ChoiceDelta(index, tail, {}, nullptr))));
     return finish;
   }
   if (!reply.content.empty()) {

@@ -45,8 +45,9 @@ struct ResponseOptions {
   std::string echo;            // completions: text to put before the generated text
   int n = 1;                   // choices (sequences), each with its own events
   // Chat with tools (tool_choice not "none"): replies are parsed for calls of these functions.
-  // A streamed choice's text is then held until it ends (a call is only known once complete)
-  // and sent as one content delta, or as tool_calls deltas with finish_reason "tool_calls".
+  // A streamed choice's text goes out as content until a call may begin (tool_calls.h:
+  // StreamableContent); from there it is held until the choice ends and sent as tool_calls
+  // deltas with finish_reason "tool_calls" (or as content, if it held no call after all).
   bool parse_tools = false;
   ToolCallFormat tool_format = ToolCallFormat::kHermes;
   std::set<std::string> tool_names;
@@ -89,7 +90,9 @@ class ResponseBuilder {
     int64_t text_offset = 0;  // completions logprobs: byte offset of the next token's text
     // Non-streamed accumulation.
     std::string text;
-    std::string held;  // parse_tools, streaming: the reply so far
+    std::string held;      // parse_tools, streaming: the reply so far ...
+    size_t sent = 0;       // ... of which this much went out as content
+    bool in_call = false;  // a call may have begun at `sent`: hold the rest
     nlohmann::json chat_logprobs = nlohmann::json::array();  // content entries
     nlohmann::json cmpl_logprobs;                            // {tokens, token_logprobs, ...}
     engine::GenerationEvent final_event;
@@ -100,8 +103,8 @@ class ResponseBuilder {
                              const std::vector<engine::TokenLogprob>& lps,
                              const char* finish_reason);
   nlohmann::json LogprobsJson(Choice& c, const std::vector<engine::TokenLogprob>& lps);
-  // parse_tools: the held text of a finished choice as its content delta or tool_calls deltas;
-  // returns the finish reason to report.
+  // parse_tools: the held tail of a finished choice as content or tool_calls deltas; returns
+  // the finish reason to report.
   const char* StreamReply(int index, const char* finish, std::string* out);
   static nlohmann::json ToolCallsJson(const std::vector<ToolCall>& calls);
 

@@ -1,5 +1,6 @@
 #include "server/tool_calls.h"
 
+#include <algorithm>
 #include <random>
 
 #include "grammar/json_schema.h"
@@ -115,6 +116,31 @@ ParsedReply ParseToolCalls(std::string_view text, ToolCallFormat format,
   if (pos < text.size()) content.append(text.substr(pos));
   out.content = std::string(out.calls.empty() ? text : Trim(content));
   return out;
+}
+
+size_t StreamableContent(std::string_view pending, ToolCallFormat format, bool at_start,
+                         bool* call_starts) {
+  *call_starts = false;
+  if (format == ToolCallFormat::kLlama3Json) {
+    if (!at_start) return pending.size();
+    const std::string_view body = Trim(pending);
+    if (body.empty()) return 0;  // only white space so far: the reply's kind is not known yet
+    if (body.front() == '{' || body.front() == '<') {
+      *call_starts = true;
+      return 0;
+    }
+    return pending.size();
+  }
+  constexpr std::string_view kOpen = "<tool_call>";
+  const size_t open = pending.find(kOpen);
+  if (open != std::string_view::npos) {
+    *call_starts = true;
+    return open;
+  }
+  for (size_t k = std::min(pending.size(), kOpen.size() - 1); k > 0; --k) {
+    if (pending.ends_with(kOpen.substr(0, k))) return pending.size() - k;
+  }
+  return pending.size();
 }
 
 StatusOr<std::shared_ptr<const grammar::Grammar>> ToolCallGrammar(

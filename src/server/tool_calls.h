@@ -43,6 +43,14 @@ struct ParsedReply {
 ParsedReply ParseToolCalls(std::string_view text, ToolCallFormat format,
                            const std::set<std::string>& names);
 
+// Streaming a reply that may hold calls: how many bytes of `pending` (the text not sent yet;
+// at_start: nothing was sent before it) can go out as content now. *call_starts is set when a
+// call (possibly) begins right after them: the rest of the reply is then held and parsed when it
+// ends. Hermes: text up to a "<tool_call>" tag, holding back a partial tag at the end; Llama 3:
+// a reply starting with '{' or '<' (<|python_tag|>) is held whole, any other streams freely.
+size_t StreamableContent(std::string_view pending, ToolCallFormat format, bool at_start,
+                         bool* call_starts);
+
 // The grammar of one call (several when parallel) of the functions in tools (the request's
 // `tools` array, ordered as sent); only those whose name is in `only` when it is not empty. On a
 // parameters schema the grammar compiler refuses: InvalidArgument and *param naming it
