@@ -370,12 +370,12 @@ std::optional<ApiError> HttpServer::BuildPrompt(const ApiRequest& api, std::vect
     return tok.Encode(text, add_bos, /*parse_special=*/true);
   };
   if (api.endpoint == Endpoint::kChat) {
-    nlohmann::json kwargs = api.chat_template_kwargs;
+    nlohmann::ordered_json kwargs = api.chat_template_kwargs;
     // The template describes the tools to the model (not when tool_choice is "none": then the
     // model must not call any).
     if (!api.tools.is_null() && api.tool_choice != ToolChoice::kNone) {
-      if (kwargs.is_null()) kwargs = json::object();
-      kwargs["tools"] = json::parse(api.tools.dump());
+      if (kwargs.is_null()) kwargs = nlohmann::ordered_json::object();
+      kwargs["tools"] = api.tools;
     }
     StatusOr<std::string> text = render_chat_(api.messages, kwargs);
     if (!text.ok()) {

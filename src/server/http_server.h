@@ -32,9 +32,11 @@ namespace uf::server {
 
 // Renders validated chat messages ([{"role", "content"}]) into prompt text (with the generation
 // prompt for the assistant's turn). Errors become 400 responses.
-// Renders a chat prompt from the request's messages and chat_template_kwargs (an object, or null).
-using ChatRenderer = std::function<StatusOr<std::string>(const nlohmann::json& messages,
-                                                         const nlohmann::json& template_kwargs)>;
+// Renders a chat prompt from the request's messages and chat_template_kwargs (an object, or null;
+// with the request's tools under "tools"). The kwargs keep their key order: templates print tool
+// schemas with tojson, and the model should see them as the client wrote them.
+using ChatRenderer = std::function<StatusOr<std::string>(
+    const nlohmann::json& messages, const nlohmann::ordered_json& template_kwargs)>;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
