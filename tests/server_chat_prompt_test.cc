@@ -119,5 +119,25 @@ TEST(ChatPromptTest, TemplateKwargsReachTheTemplate) {
   EXPECT_EQ(*plain, base + "<think>\n\n</think>\n\n");
 }
 
+// Tools reach the template as the client wrote them: Qwen2.5 prints each with tojson, and the
+// model should see "type" before "function", as every client sends it.
+TEST(ChatPromptTest, ToolsKeepTheirKeyOrder) {
+  auto tok = TokenizerOf("../shared/models/tiny-qwen2-256-q8_0.gguf");
+  std::string note;
+  auto render = MakeChatRenderer(
+      *FileWithTemplate(ReadFile("../shared/templates/Qwen-Qwen2.5-7B-Instruct.jinja")), *tok,
+      &note);
+  ASSERT_TRUE(render.ok()) << render.status().ToString();
+  const nlohmann::ordered_json kwargs = nlohmann::ordered_json::parse(R"({"tools": [
+      {"type": "function", "function": {"name": "w", "parameters": {"type": "object",
+       "properties": {"city": {"type": "string"}}}}}]})");
+  auto text = (*render)(json::parse(R"([{"role": "user", "content": "Hi"}])"), kwargs);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_NE(text->find("{\"type\": \"function\", \"function\": {\"name\": \"w\", "
+                       "\"parameters\": {\"type\": \"object\""),
+            std::string::npos)
+      << *text;
+}
+
 }  // namespace
 }  // namespace uf::server

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "server/http_server.h"
@@ -311,6 +312,204 @@ TEST(HttpServerTest, FullQueueGets429WithRetryAfter) {
   EXPECT_EQ(r->get_header_value("Retry-After"), "1");
   EXPECT_EQ(json::parse(r->body)["error"]["code"], "queue_full");
   busy.join();
+}
+
+}  // namespace
+}  // namespace uf::server
+
+namespace uf::server {
+namespace {
+
+// Per-choice texts of a stream, reassembled by index; *usage = the usage chunk's.
+std::vector<std::string> StreamTexts(const std::string& body, int n, json* usage,
+                                     int* done_events) {
+  std::vector<std::string> texts(n);
+  *done_events = 0;
+  for (size_t pos = 0; (pos = body.find("data: [DONE]", pos)) != std::string::npos; ++pos) {
+    ++*done_events;
+  }
+  bool done = false;
+  for (const json& c : SseChunks(body, &done)) {
+    if (c.contains("usage") && c["usage"].is_object()) *usage = c["usage"];
+    for (const json& choice : c["choices"]) {
+      const int i = choice["index"];
+      EXPECT_TRUE(i >= 0 && i < n) << c.dump();
+      if (choice["delta"].contains("content")) texts[i] += choice["delta"]["content"];
+    }
+  }
+  return texts;
+}
+
+TEST(HttpServerTest, NChoicesAreSeededSequencesWithMergedUsage) {
+  Harness h;
+  // A prompt of several KV blocks no earlier request computed.
+  std::string words;
+  for (int i = 0; i < 40; ++i) words += " word" + std::to_string(i);
+  const std::string messages = R"("messages":[{"role":"user","content":")" + words + R"("}])";
+  const std::string req = R"({"model":"tiny",)" + messages +
+                          R"(,"temperature":1,"seed":5,"max_tokens":8,"ignore_eos":true,"n":3)";
+  const int64_t hits_before = h.service().Stats().prefix_hit_tokens;
+  auto a = h.Post("/v1/chat/completions", req + "}");
+  ASSERT_TRUE(a);
+  ASSERT_EQ(a->status, 200) << a->body;
+  const json body = json::parse(a->body);
+  ASSERT_EQ(body["choices"].size(), 3u);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(body["choices"][i]["index"], i);
+    EXPECT_EQ(body["choices"][i]["finish_reason"], "length");
+    texts.push_back(body["choices"][i]["message"]["content"]);
+  }
+  EXPECT_FALSE(texts[0] == texts[1] && texts[1] == texts[2]) << "choices should differ";
+  EXPECT_EQ(body["usage"]["completion_tokens"], 24);
+  // Choices 1 and 2 mapped the prompt's full blocks computed by choice 0.
+  const int64_t prompt_tokens = body["usage"]["prompt_tokens"];
+  const int64_t block = h.service().options().block_size;
+  ASSERT_GE(prompt_tokens, 3 * block);
+  EXPECT_GE(h.service().Stats().prefix_hit_tokens - hits_before,
+            2 * ((prompt_tokens - 1) / block) * block);
+  // The prompt counts once.
+  auto one =
+      h.Post("/v1/chat/completions", R"({"model":"tiny",)" + messages + R"(,"max_tokens":2})");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(json::parse(one->body)["usage"]["prompt_tokens"], prompt_tokens);
+  // The same seed gives the same choices, streamed or not.
+  auto b = h.Post("/v1/chat/completions",
+                  req + R"(,"stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_TRUE(b);
+  json usage;
+  int dones = 0;
+  EXPECT_EQ(StreamTexts(b->body, 3, &usage, &dones), texts);
+  EXPECT_EQ(dones, 1);
+  EXPECT_EQ(usage["completion_tokens"], 24);
+  EXPECT_EQ(h.Settled().kv_blocks_used, 0);
+}
+
+TEST(HttpServerTest, JsonSchemaResponseFormatParsesAndValidates) {
+  Harness h;
+  const json schema = json::parse(R"({"type":"object",
+      "properties":{"city":{"type":"string","maxLength":12},"n":{"type":"integer"},
+                    "kind":{"enum":["a","b"]}},
+      "required":["city","n","kind"],"additionalProperties":false})");
+  for (bool stream : {false, true}) {
+    json req = {{"model", "tiny"},
+                {"messages", {{{"role", "user"}, {"content", "Give me JSON"}}}},
+                {"max_tokens", 64},
+                {"seed", 3},
+                {"stream", stream},
+                {"logprobs", true},
+                {"top_logprobs", 2},
+                {"response_format",
+                 {{"type", "json_schema"},
+                  {"json_schema", {{"name", "place"}, {"strict", true}, {"schema", schema}}}}}};
+    auto r = h.Post("/v1/chat/completions", req.dump());
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    std::string content;
+    if (stream) {
+      json usage;
+      int dones = 0;
+      content = StreamTexts(r->body, 1, &usage, &dones)[0];
+    } else {
+      const json body = json::parse(r->body);
+      content = body["choices"][0]["message"]["content"];
+      EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+      EXPECT_FALSE(body["choices"][0]["logprobs"]["content"].empty());
+    }
+    json v;
+    ASSERT_NO_THROW(v = json::parse(content)) << content;
+    ASSERT_TRUE(v.is_object()) << content;
+    EXPECT_EQ(v.size(), 3u) << content;
+    EXPECT_TRUE(v["city"].is_string() && v["city"].get<std::string>().size() <= 12 * 4);
+    EXPECT_TRUE(v["n"].is_number_integer()) << content;
+    EXPECT_TRUE(v["kind"] == "a" || v["kind"] == "b") << content;
+  }
+  auto bad = h.Post("/v1/chat/completions",
+                    R"({"model":"tiny","messages":[{"role":"user","content":"x"}],)"
+                    R"("response_format":{"type":"json_schema","json_schema":{"name":"x",)"
+                    R"("schema":{"type":"object","properties":{"a":{"type":"string",)"
+                    R"("pattern":"^x"}}}}}})");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(json::parse(bad->body)["error"]["param"],
+            "response_format.json_schema.schema.properties.a.pattern");
+}
+
+}  // namespace
+}  // namespace uf::server
+
+namespace uf::server {
+namespace {
+
+const char* kWeatherTool = R"([{"type":"function","function":{"name":"get_weather",
+  "parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":10},
+  "unit":{"enum":["c","f"]}},"required":["city","unit"],"additionalProperties":false}}}])";
+
+void ExpectWeatherArgs(const json& call) {
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_TRUE(call["id"].get<std::string>().starts_with("call_"));
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  json args;
+  ASSERT_NO_THROW(args = json::parse(call["function"]["arguments"].get<std::string>()))
+      << call.dump();
+  EXPECT_EQ(args.size(), 2u) << args.dump();
+  EXPECT_TRUE(args["city"].is_string()) << args.dump();
+  EXPECT_TRUE(args["unit"] == "c" || args["unit"] == "f") << args.dump();
+}
+
+// A random-weight model never writes a call by itself: "required" and a named function must
+// make it, streamed or not, and a tool result in the history must be accepted.
+TEST(HttpServerTest, ToolChoiceRequiredMakesValidCalls) {
+  Harness h;
+  for (const char* choice :
+       {R"("required")", R"({"type":"function","function":{"name":"get_weather"}})"}) {
+    const std::string req = R"({"model":"tiny","messages":[{"role":"user","content":"Weather?"}],)"
+                            R"("max_tokens":80,"seed":9,"tools":)" +
+                            std::string(kWeatherTool) + R"(,"tool_choice":)" + choice;
+    auto r = h.Post("/v1/chat/completions", req + "}");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json body = json::parse(r->body);
+    EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls") << r->body;
+    const json& calls = body["choices"][0]["message"]["tool_calls"];
+    ASSERT_GE(calls.size(), 1u) << r->body;
+    for (const json& c : calls) ExpectWeatherArgs(c);
+
+    auto s = h.Post("/v1/chat/completions", req + R"(,"stream":true})");
+    ASSERT_TRUE(s);
+    bool done = false;
+    std::map<int, json> streamed;  // index -> reassembled call
+    std::string finish;
+    for (const json& c : SseChunks(s->body, &done)) {
+      for (const json& ch : c["choices"]) {
+        if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+        if (!ch["delta"].contains("tool_calls")) continue;
+        for (const json& d : ch["delta"]["tool_calls"]) {
+          json& call = streamed[d["index"].get<int>()];
+          if (d.contains("id")) call["id"] = d["id"];
+          if (d.contains("type")) call["type"] = d["type"];
+          if (d["function"].contains("name")) call["function"]["name"] = d["function"]["name"];
+          call["function"]["arguments"] = call["function"].value("arguments", "") +
+                                          d["function"]["arguments"].get<std::string>();
+        }
+      }
+    }
+    EXPECT_TRUE(done);
+    EXPECT_EQ(finish, "tool_calls");
+    ASSERT_FALSE(streamed.empty()) << s->body;
+    for (const auto& [i, call] : streamed) ExpectWeatherArgs(call);
+
+    // The round trip: the call and its result go back in the history.
+    json follow = json::parse(req + "}");
+    follow["tool_choice"] = "auto";
+    follow["messages"].push_back(body["choices"][0]["message"]);
+    follow["messages"].push_back(
+        {{"role", "tool"}, {"tool_call_id", calls[0]["id"]}, {"content", "{\"temp\": 21}"}});
+    auto f = h.Post("/v1/chat/completions", follow.dump());
+    ASSERT_TRUE(f);
+    EXPECT_EQ(f->status, 200) << f->body;
+  }
+  EXPECT_EQ(h.Settled().kv_blocks_used, 0);
 }
 
 }  // namespace

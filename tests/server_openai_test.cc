@@ -62,6 +62,27 @@ TEST(OpenAiRequestTest, ParsesAChatRequest) {
   EXPECT_EQ(r.messages, want);
 }
 
+TEST(OpenAiRequestTest, ResponseFormatCompilesAGrammar) {
+  ApiRequest r;
+  const std::string chat = R"("model":"m","messages":[{"role":"user","content":"x"}])";
+  ASSERT_FALSE(Parse(Endpoint::kChat, "{" + chat + R"(,"response_format":{"type":"text"}})", &r));
+  EXPECT_EQ(r.grammar, nullptr);
+  ASSERT_FALSE(
+      Parse(Endpoint::kChat, "{" + chat + R"(,"response_format":{"type":"json_object"}})", &r));
+  ASSERT_NE(r.grammar, nullptr);
+  ASSERT_FALSE(Parse(Endpoint::kChat, "{" + chat + R"(,"response_format":{"type":"json_schema",
+      "json_schema":{"name":"p","strict":true,"schema":{"type":"object",
+      "properties":{"a":{"type":"string"}},"required":["a"],"additionalProperties":false}}}})",
+                     &r));
+  ASSERT_NE(r.grammar, nullptr);
+  const std::string schema_fingerprint = r.grammar->fingerprint();
+  ASSERT_FALSE(Parse(Endpoint::kChat, "{" + chat + R"(,"response_format":{"type":"json_schema",
+      "json_schema":{"name":"p","schema":{"type":"object",
+      "properties":{"a":{"type":"integer"}},"required":["a"]}}}})",
+                     &r));
+  EXPECT_NE(r.grammar->fingerprint(), schema_fingerprint);
+}
+
 TEST(OpenAiRequestTest, ParsesCompletionPrompts) {
   ApiRequest r;
   ASSERT_FALSE(Parse(Endpoint::kCompletion, R"({"model":"m","prompt":"Hello","stop":"x",
@@ -114,7 +135,7 @@ TEST(OpenAiRequestTest, RejectsInvalidValues) {
       {Endpoint::kChat,
        R"({"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1.5})",
        "max_tokens"},
-      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":2})", "n"},
+      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"n":17})", "n"},
       {Endpoint::kChat,
        R"({"model":"m","messages":[{"role":"user","content":"x"}],"stop":["a","b","c","d","e"]})",
        "stop"},
@@ -129,10 +150,33 @@ TEST(OpenAiRequestTest, RejectsInvalidValues) {
        "logit_bias"},
       {Endpoint::kChat,
        R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]})",
-       "tools"},
+       "tools[0].function"},
       {Endpoint::kChat,
-       R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})",
-       "response_format"},
+       R"({"model":"m","messages":[{"role":"user","content":"x"}],"tool_choice":"required"})",
+       "tool_choice"},
+      {Endpoint::kChat,
+       R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"a b"}}]})",
+       "tools[0].function.name"},
+      {Endpoint::kChat,
+       R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}})",
+       "tool_choice.function.name"},
+      {Endpoint::kChat, R"({"model":"m","messages":[{"role":"tool","content":"x"}]})",
+       "messages[0].tool_call_id"},
+      {Endpoint::kChat,
+       R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json"}})",
+       "response_format.type"},
+      {Endpoint::kChat,
+       R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}})",
+       "response_format.json_schema"},
+      {Endpoint::kChat,
+       R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"schema":{}}}})",
+       "response_format.json_schema.name"},
+      {Endpoint::kChat,
+       R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object","properties":{"age":{"type":"number","minimum":0}}}}}})",
+       "response_format.json_schema.schema.properties.age.minimum"},
+      {Endpoint::kChat,
+       R"({"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"object","properties":{"a":{"type":"string"}},"required":["b"]}}}})",
+       "response_format.json_schema.schema.required"},
       {Endpoint::kCompletion, R"({"model":"m"})", "prompt"},
       {Endpoint::kCompletion, R"({"model":"m","prompt":[1,1000]})", "prompt"},
       {Endpoint::kCompletion, R"({"model":"m","prompt":["a","b"]})", "prompt"},

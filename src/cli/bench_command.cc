@@ -22,6 +22,7 @@
 
 #include "base/clock.h"
 #include "base/thread_pool.h"
+#include "cli/bench_grammar.h"
 #include "cli/bench_serve.h"
 #include "cli/bench_spec.h"
 #include "cli/common.h"
@@ -57,6 +58,7 @@ struct BenchOptions {
   std::string batch;   // "1,2,4,8"
   bool serve = false;  // bench_serve.cc instead
   bool spec = false;   // bench_spec.cc instead
+  std::string grammar;  // bench_grammar.cc instead
   int spec_k = 8;
   std::string spec_draft;
   std::string spec_text;
@@ -510,7 +512,21 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("--spec-draft", o->spec_draft, "--spec: also measure this draft model");
   cmd->add_option("--spec-text", o->spec_text,
                   "--spec: passages for the prompts (default ../shared/data/tinyshakespeare.txt)");
+  cmd->add_option("--grammar", o->grammar,
+                  "Decode with and without the token mask of this JSON schema file "
+                  "({\"type\": \"json_object\"} for JSON mode), temperature 1 (-n default 128)");
   cmd->callback([o, cmd] {
+    if (!o->grammar.empty()) {
+      GrammarBenchOptions go;
+      go.model = o->model;
+      go.grammar_file = o->grammar;
+      go.n_gen = o->n_gen;
+      go.threads = o->threads;
+      go.reps = o->reps;
+      go.json = o->json;
+      go.kv_type = KvTypeOrDie("bench", o->kv_type);
+      std::exit(GrammarBench(go));
+    }
     if (o->spec) {
       SpecBenchOptions so;
       so.model = o->model;

@@ -112,6 +112,7 @@ int RunServe(const ServeArgs& args) {
   if (ho.model_id.empty()) ho.model_id = std::filesystem::path(args.model).stem().string();
   ho.max_tokens_limit = args.max_tokens_limit;
   ho.max_body_bytes = args.max_body_bytes;
+  ho.tool_format = server::ToolCallFormatOf(model.file());
   std::string template_note;
   auto render = server::MakeChatRenderer(model.file(), tokenizer, &template_note);
   if (!render.ok()) return Report("serve", render.status());

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "grammar/grammar.h"
 #include "scheduler/tiers.h"
 
 namespace uf::engine {
@@ -59,6 +61,11 @@ struct GenerationRequest {
   // Tokens the output is expected to resemble (OpenAI `prediction`): n-gram drafts come from
   // them first. Speculation defaults to n-gram when they are given.
   std::vector<int32_t> prediction;
+  // Constrained decoding (src/grammar): only tokens the grammar allows are sampled, and the
+  // request stops once the grammar is complete. Built by the caller (the HTTP thread compiles
+  // the JSON schema); the engine caches its automaton and masks by the grammar's fingerprint.
+  // Such requests do not speculate.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };

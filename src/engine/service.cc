@@ -51,6 +51,13 @@ struct Service::Sequence {
   bool decoding = false;          // this step feeds it one token (plus drafts), not a prompt
   SpecStats spec_stats;
 
+  // Constrained decoding (request.grammar): the automaton state after the generated tokens,
+  // this step's mask and the masked logits row it samples from.
+  std::shared_ptr<grammar::TokenConstraint> constraint;
+  grammar::StateId grammar_state = grammar::kDead;
+  std::vector<uint64_t> mask;
+  std::vector<float> masked_logits;
+
   int64_t to_feed() const { return static_cast<int64_t>(tokens.size()) - n_computed; }
 };
 
@@ -186,7 +193,10 @@ StatusOr<std::shared_ptr<RequestChannel>> Service::Submit(GenerationRequest requ
     seq->tier = tier.tier;
     // Speculation: as asked, else n-gram for ultrafast (when enabled) or when a prediction is
     // given, else off.
-    if (seq->request.speculation) {
+    if (seq->request.grammar) {
+      // Drafts would be verified against unmasked rows; constrained requests decode plainly.
+      seq->spec = {SpecMode::kOff, options_.spec_k};
+    } else if (seq->request.speculation) {
       seq->spec = *seq->request.speculation;
     } else if ((tier.tier == scheduler::ServiceTier::kUltrafast &&
                 options_.ultrafast_speculation) ||
@@ -398,10 +408,16 @@ void Service::Apply(const scheduler::StepPlan& plan) {
       if (!seq.request.prediction.empty()) seq.drafter->SetReference(seq.request.prediction);
       seq.controller.emplace(seq.spec.k, /*adaptive=*/true, /*costly_drafter=*/false);
     }
+    if (seq.request.grammar && !seq.constraint) {
+      seq.constraint = ConstraintFor(seq.request.grammar);
+      seq.grammar_state = seq.constraint->start();
+    }
     if (!seq.sampler) {
       static const std::vector<int32_t> kNone;
       seq.sampler.emplace(seq.request.sampling, static_cast<int32_t>(model_.config().n_vocab),
-                          seq.request.max_tokens, seq.request.ignore_eos ? eog_ids_ : kNone);
+                          seq.request.max_tokens,
+                          // A grammar decides where generation may end (ignore_eos is moot).
+                          seq.request.ignore_eos && !seq.request.grammar ? eog_ids_ : kNone);
     }
     prefix_hit_tokens_ += hit;
     if (!seq.admitted) {
@@ -526,6 +542,12 @@ void Service::SampleOutputs(double step_seconds) {
   // One row: its exp-sum is split over the pool (idle between forwards). Several: rows go to
   // different threads instead (the pool is not reentrant).
   ThreadPool* row_pool = n == 1 ? pool_.get() : nullptr;
+  // Masks are found here, on this thread: the constraints' caches are not thread-safe.
+  for (size_t i = 0; i < n; ++i) {
+    Sequence& seq = *batch_outputs_[i];
+    if (!seq.constraint) continue;
+    seq.constraint->Mask(seq.grammar_state, seq.request.max_tokens - seq.n_generated, &seq.mask);
+  }
   auto pick = [&](size_t i) {
     Sequence& seq = *batch_outputs_[i];
     Sampled& out = sampled_[i];
@@ -538,7 +560,13 @@ void Service::SampleOutputs(double step_seconds) {
     const int64_t drafts = seq.drafts;
     for (int64_t j = 0; j <= drafts; ++j) {
       const float* logits = decoder_->logits(batch_first_row_[i] + j);
-      const int32_t token = seq.sampler->Sample(logits, row_pool);
+      const float* row = logits;
+      if (seq.constraint) {
+        seq.masked_logits.resize(n_vocab);
+        grammar::TokenConstraint::Apply(seq.mask.data(), logits, n_vocab, seq.masked_logits.data());
+        row = seq.masked_logits.data();
+      }
+      const int32_t token = seq.sampler->Sample(row, row_pool);
       seq.sampler->Accept(token);
       out.tokens.push_back(token);
       if (seq.request.top_logprobs >= 0) {
@@ -599,17 +627,32 @@ void Service::Emit(Sequence& seq, int32_t token, TokenLogprob* logprob) {
   if (logprob != nullptr) ev.logprobs.push_back(std::move(*logprob));
   seq.tokens.push_back(token);
   ++seq.n_generated;
+  if (seq.constraint) {
+    const grammar::StateId next = seq.constraint->Advance(seq.grammar_state, token);
+    if (next == grammar::kDead) {
+      // Not expected: the mask offers only tokens the grammar accepts.
+      UF_LOG(ERROR) << "serve: grammar rejected sampled token " << token;
+      Finish(seq, FinishReason::kError, InternalError("constrained decoding failed"));
+      return;
+    }
+    seq.grammar_state = next;
+  }
   ++tier_tokens_[static_cast<int>(seq.tier)];
   ev.service_tier = seq.tier;
   ev.n_tokens = 1;
   ev.time = NowSeconds();
 
   FinishReason finish = FinishReason::kNone;
-  if (!r.ignore_eos && tokenizer_.IsEndOfGeneration(token)) {
+  if ((!r.ignore_eos || seq.constraint) && tokenizer_.IsEndOfGeneration(token)) {
     finish = FinishReason::kStop;
   } else {
     ev.text = seq.stop.Push(seq.detok.Push(token));
     if (seq.stop.stopped()) finish = FinishReason::kStop;
+  }
+  // A complete grammar allows only the end of generation: stop now instead of sampling it.
+  if (finish == FinishReason::kNone && seq.constraint &&
+      seq.constraint->Complete(seq.grammar_state)) {
+    finish = FinishReason::kStop;
   }
   if (finish == FinishReason::kNone && (seq.n_generated >= r.max_tokens ||
                                         static_cast<int64_t>(seq.tokens.size()) >= options_.ctx)) {
@@ -662,6 +705,28 @@ void Service::Release(Sequence& seq) {
   }
   admission_->Release(seq.id);
   seq.done = true;
+}
+
+std::shared_ptr<grammar::TokenConstraint> Service::ConstraintFor(
+    const std::shared_ptr<const grammar::Grammar>& g) {
+  if (!token_trie_) {
+    token_trie_ =
+        grammar::TokenTrie::Build(tokenizer_, static_cast<int32_t>(model_.config().n_vocab));
+  }
+  // Bound what many distinct schemas, or one grammar reaching ever new states (JSON mode nested
+  // ever deeper), keep alive; running requests hold their own reference.
+  constexpr size_t kMaxGrammars = 64;
+  constexpr int64_t kMaxStates = 1 << 20;
+  auto it = constraints_.find(g->fingerprint());
+  if (it != constraints_.end() && it->second->automaton().num_states() > kMaxStates) {
+    constraints_.erase(it);
+    it = constraints_.end();
+  }
+  if (it != constraints_.end()) return it->second;
+  if (constraints_.size() >= kMaxGrammars) constraints_.clear();
+  auto c = std::make_shared<grammar::TokenConstraint>(g, token_trie_);
+  constraints_.emplace(g->fingerprint(), c);
+  return c;
 }
 
 void Service::PublishStats() {

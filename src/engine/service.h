@@ -24,12 +24,14 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/request.h"
+#include "grammar/token_mask.h"
 #include "model/batch.h"
 #include "model/decoder.h"
 #include "model/model.h"
@@ -135,6 +137,10 @@ class Service {
   void SendFinal(Sequence& seq, GenerationEvent ev);
   void Release(Sequence& seq);
   void PublishStats();
+  // The constraint of a grammar, shared by every request with the same one (its automaton and
+  // masks are reused); built on first use, with the vocabulary trie.
+  std::shared_ptr<grammar::TokenConstraint> ConstraintFor(
+      const std::shared_ptr<const grammar::Grammar>& g);
 
   const model::Model& model_;
   const Tokenizer& tokenizer_;
@@ -165,6 +171,8 @@ class Service {
   std::vector<std::pair<Sequence*, int64_t>> batch_feeds_;  // tokens fed per sequence this step
   std::vector<int32_t> eog_ids_;  // end-of-generation tokens (banned when ignoring EOS)
   std::vector<Sampled> sampled_;  // [batch_outputs_] this step's tokens
+  std::shared_ptr<const grammar::TokenTrie> token_trie_;  // built by the first grammar request
+  std::unordered_map<std::string, std::shared_ptr<grammar::TokenConstraint>> constraints_;
 
   // Stats, written by the engine thread.
   std::atomic<int64_t> running_count_{0};

@@ -25,9 +25,16 @@ StatusOr<ChatRenderer> MakeChatRenderer(const gguf::GgufFile& file, const Tokeni
   };
   const std::string bos = text(tokenizer.bos_id()), eos = text(tokenizer.eos_id());
   return ChatRenderer([tmpl, bos, eos](const nlohmann::json& messages,
-                                        const nlohmann::json& template_kwargs) {
-    return tmpl->Render(messages, /*add_generation_prompt=*/true, bos, eos, template_kwargs);
+                                       const nlohmann::ordered_json& template_kwargs) {
+    // Both ordered: the template API takes one kind of JSON for both.
+    return tmpl->Render(nlohmann::ordered_json(messages), /*add_generation_prompt=*/true, bos, eos,
+                        template_kwargs);
   });
+}
+
+ToolCallFormat ToolCallFormatOf(const gguf::GgufFile& file) {
+  const std::string source = file.GetStringOr("tokenizer.chat_template", "");
+  return DetectToolCallFormat(source.empty() ? DefaultChatTemplateSource() : source);
 }
 
 }  // namespace uf::server

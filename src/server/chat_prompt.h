@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "server/http_server.h"
+#include "server/tool_calls.h"
 
 namespace uf {
 class Tokenizer;
@@ -22,5 +23,8 @@ namespace uf::server {
 // silently degrade every answer).
 StatusOr<ChatRenderer> MakeChatRenderer(const gguf::GgufFile& file, const Tokenizer& tokenizer,
                                         std::string* description);
+
+// How the model's template (or the default) has it write tool calls.
+ToolCallFormat ToolCallFormatOf(const gguf::GgufFile& file);
 
 }  // namespace uf::server

@@ -57,14 +57,24 @@ ApiError ContextOverflow(int64_t ctx, int64_t prompt, int64_t max_tokens, bool c
 
 // Per-request bookkeeping shared by the handler and the stream's content provider.
 struct Exchange {
-  std::shared_ptr<engine::RequestChannel> channel;
+  // One channel per choice (n > 1 submits n sequences).
+  std::vector<std::shared_ptr<engine::RequestChannel>> channels;  // null: not submitted yet
+  // n > 1 with the prefix cache: choices 1.. wait here until choice 0's prompt is in the cache
+  // (its first event), so that they map its KV blocks instead of computing the prompt again.
+  std::vector<engine::GenerationRequest> deferred;
+  engine::Service* service = nullptr;
+  bool stream = false;
+  double stream_wake_interval_s = 0.0;
+  std::vector<engine::GenerationEvent> finals;  // [choice] its final event, once it came
+  std::vector<bool> choice_done;
+  int remaining = 0;  // choices without a final event
   std::unique_ptr<ResponseBuilder> builder;
   const char* endpoint = "";
   double arrival = 0.0;
   double last_token = 0.0;
   double last_write = 0.0;
   int64_t tokens = 0;
-  bool finished = false;
+  bool finished = false;  // every choice finished
   int status = 200;
   int socket = -1;
   // Metering (when meter is set): who pays, and what a stream cut short had used.
@@ -75,6 +85,59 @@ struct Exchange {
   int64_t prompt_tokens = 0;
   scheduler::ServiceTier tier = scheduler::ServiceTier::kDefault;  // latest event's
 };
+
+// Moves queued events of every unfinished choice to *out as (choice, event), waiting up to
+// timeout_s for one. With several choices each is polled in turn with a short wait, so the first
+// choice's silence does not hold back the others' events.
+// Submits the deferred choices (after choice 0's first event). A choice the engine refuses (queue
+// full, shutting down) gets a final error event of its own.
+void SubmitDeferred(Exchange& x, std::vector<std::pair<int, engine::GenerationEvent>>* out) {
+  for (size_t k = 0; k < x.deferred.size(); ++k) {
+    const int i = static_cast<int>(k) + 1;
+    auto ch = x.service->Submit(std::move(x.deferred[k]));
+    if (!ch.ok()) {
+      engine::GenerationEvent ev;
+      ev.finish = engine::FinishReason::kError;
+      ev.error = ch.status();
+      ev.time = NowSeconds();
+      out->emplace_back(i, std::move(ev));
+      x.channels[i] = std::make_shared<engine::RequestChannel>();  // never pushed to
+      continue;
+    }
+    if (x.stream) {
+      (*ch)->SetMinWakeInterval(x.stream_wake_interval_s);
+    } else {
+      (*ch)->WakeOnFinalOnly();
+    }
+    x.channels[i] = *ch;
+  }
+  x.deferred.clear();
+}
+
+bool PopEvents(Exchange& x, double timeout_s,
+               std::vector<std::pair<int, engine::GenerationEvent>>* out) {
+  out->clear();
+  std::vector<engine::GenerationEvent> events;
+  const size_t n = x.channels.size();
+  const double each = n == 1 ? timeout_s : std::min(timeout_s, 0.005);
+  const double deadline = NowSeconds() + timeout_s;
+  do {
+    for (size_t i = 0; i < n; ++i) {
+      if (x.choice_done[i] || x.channels[i] == nullptr) continue;
+      const bool waited = out->empty() && i == 0;
+      if (!x.channels[i]->Pop(&events, waited ? each : 0.0)) continue;
+      for (engine::GenerationEvent& ev : events) out->emplace_back(static_cast<int>(i), ev);
+      if (i == 0 && !x.deferred.empty()) SubmitDeferred(x, out);
+    }
+  } while (out->empty() && NowSeconds() < deadline);
+  return !out->empty();
+}
+
+void CancelAll(const Exchange& x) {
+  for (const auto& ch : x.channels) {
+    if (ch != nullptr) ch->Cancel();
+  }
+}
 
 // Records a successfully finished request's usage before the response that reports it is sent
 // (the ledger row is committed when this returns). On failure the client must not be told usage
@@ -307,7 +370,14 @@ std::optional<ApiError> HttpServer::BuildPrompt(const ApiRequest& api, std::vect
     return tok.Encode(text, add_bos, /*parse_special=*/true);
   };
   if (api.endpoint == Endpoint::kChat) {
-    StatusOr<std::string> text = render_chat_(api.messages, api.chat_template_kwargs);
+    nlohmann::ordered_json kwargs = api.chat_template_kwargs;
+    // The template describes the tools to the model (not when tool_choice is "none": then the
+    // model must not call any).
+    if (!api.tools.is_null() && api.tool_choice != ToolChoice::kNone) {
+      if (kwargs.is_null()) kwargs = nlohmann::ordered_json::object();
+      kwargs["tools"] = api.tools;
+    }
+    StatusOr<std::string> text = render_chat_(api.messages, kwargs);
     if (!text.ok()) {
       return InvalidRequest(
           "Cannot apply the model's chat template to these messages: " + text.status().message(),
@@ -387,6 +457,23 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
   g.top_logprobs = api.logprobs ? api.top_logprobs : -1;
   g.service_tier = api.service_tier;
   g.speculation = api.speculation;
+  g.grammar = api.grammar;
+  if (api.tool_choice == ToolChoice::kRequired || api.tool_choice == ToolChoice::kNamed) {
+    // The reply must be a call: its syntax and each function's parameters are the grammar.
+    std::string param = "tools";
+    auto tg =
+        ToolCallGrammar(api.tools, options_.tool_format,
+                        api.tool_choice == ToolChoice::kRequired && api.parallel_tool_calls,
+                        api.tool_choice == ToolChoice::kNamed ? api.tool_choice_name : "", &param);
+    if (!tg.ok()) {
+      return SendError(res,
+                       InvalidRequest("Cannot constrain the tool call to '" + param +
+                                          "': " + tg.status().message(),
+                                      param, "invalid_value"),
+                       name);
+    }
+    g.grammar = *tg;
+  }
   if (api.has_prediction) {
     g.prediction = service_->tokenizer().Encode(api.prediction, false, false);
     if (static_cast<int64_t>(g.prediction.size()) > ctx) {
@@ -406,10 +493,33 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
     }
   }
   int64_t tier_retry_after_s = 0;
-  StatusOr<std::shared_ptr<engine::RequestChannel>> channel =
-      service_->Submit(std::move(g), &tier_retry_after_s);
-  if (!channel.ok()) {
-    const Status& s = channel.status();
+  std::vector<std::shared_ptr<engine::RequestChannel>> channels;
+  std::vector<engine::GenerationRequest> deferred;
+  // With the prefix cache, choices 1.. start once choice 0 has computed the prompt.
+  const bool defer = api.n > 1 && service_->options().prefix_cache;
+  Status submitted = OkStatus();
+  for (int i = 0; i < api.n && submitted.ok(); ++i) {
+    engine::GenerationRequest gi = g;
+    // Choices differ (and stay reproducible with a seed): each draws from its own stream.
+    gi.sampling.seed = g.sampling.seed + static_cast<uint64_t>(i);
+    if (defer && i > 0) {
+      deferred.push_back(std::move(gi));
+      channels.push_back(nullptr);
+      continue;
+    }
+    StatusOr<std::shared_ptr<engine::RequestChannel>> channel =
+        service_->Submit(std::move(gi), &tier_retry_after_s);
+    if (channel.ok()) {
+      channels.push_back(*channel);
+    } else {
+      submitted = channel.status();
+    }
+  }
+  if (!submitted.ok()) {
+    for (const auto& ch : channels) {
+      if (ch != nullptr) ch->Cancel();
+    }
+    const Status& s = submitted;
     ApiError e;
     switch (s.code()) {
       case StatusCode::kResourceExhausted:
@@ -440,7 +550,14 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
   }
 
   auto ex = std::make_shared<Exchange>();
-  ex->channel = *channel;
+  ex->channels = std::move(channels);
+  ex->deferred = std::move(deferred);
+  ex->service = service_;
+  ex->stream = api.stream;
+  ex->stream_wake_interval_s = options_.stream_wake_interval_s;
+  ex->remaining = api.n;
+  ex->finals.resize(api.n);
+  ex->choice_done.assign(api.n, false);
   ex->endpoint = name;
   ex->arrival = arrival;
   ex->last_write = arrival;
@@ -459,10 +576,16 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
   ro.logprobs = api.logprobs;
   ro.include_usage = api.include_usage;
   ro.echo = std::move(echo);
+  ro.n = api.n;
+  if (!api.tools.is_null() && api.tool_choice != ToolChoice::kNone) {
+    ro.parse_tools = true;
+    ro.tool_format = options_.tool_format;
+    for (const auto& t : api.tools) ro.tool_names.insert(t["function"]["name"].get<std::string>());
+  }
   ex->builder = std::make_unique<ResponseBuilder>(std::move(ro), service_->tokenizer());
 
-  // Metrics of one event; returns true on the final one.
-  auto account = [this](Exchange& x, const engine::GenerationEvent& ev) {
+  // Metrics of one event of choice i; returns true on the final one of the last choice.
+  auto account = [this](Exchange& x, int i, const engine::GenerationEvent& ev) {
     x.tier = ev.service_tier;
     if (ev.n_tokens > 0) {
       if (x.tokens == 0) {
@@ -473,63 +596,74 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
       x.tokens += ev.n_tokens;
       x.last_token = ev.time;
     }
-    if (ev.finish == engine::FinishReason::kNone) return false;
-    x.finished = true;
+    if (ev.finish == engine::FinishReason::kNone || x.choice_done[i]) return false;
+    x.choice_done[i] = true;
+    x.finals[i] = ev;
     metrics_->AddPromptTokens(ev.prompt_tokens);
     metrics_->AddGeneratedTokens(ev.completion_tokens);
-    metrics_->ObserveRequestDuration(NowSeconds() - x.arrival);
     if (ev.finish == engine::FinishReason::kError) {
       x.status = ev.error.code() == StatusCode::kUnavailable ? 503 : 500;
     }
+    if (--x.remaining > 0) return false;
+    metrics_->ObserveRequestDuration(NowSeconds() - x.arrival);
+    x.finished = true;
     return true;
   };
+  // The merged final event once the last choice's final event ev is in (n = 1: ev itself).
+  auto merged_final = [](const Exchange& x) { return MergeFinals(x.finals); };
 
   if (!api.stream) {
-    ex->channel->WakeOnFinalOnly();  // the poll below still checks the peer every poll_s
-    std::vector<engine::GenerationEvent> events;
-    engine::GenerationEvent last;
+    // The poll below still checks the peer every poll_s.
+    for (const auto& ch : ex->channels) {
+      if (ch != nullptr) ch->WakeOnFinalOnly();
+    }
+    std::vector<std::pair<int, engine::GenerationEvent>> events;
     // The peer is checked every poll interval whether or not events came: a model that emits a
     // token more often than that would otherwise never notice a client that left.
     double next_check = NowSeconds() + options_.poll_s;
     while (!ex->finished) {
       // Events first: with WakeOnFinalOnly they mostly arrive in batches at the poll timeout,
       // and a client that left must still be billed for every token already generated.
-      if (ex->channel->Pop(&events, options_.poll_s)) {
-        for (const engine::GenerationEvent& ev : events) {
-          ex->builder->Add(ev);
-          if (account(*ex, ev)) last = ev;
+      if (PopEvents(*ex, options_.poll_s, &events)) {
+        for (const auto& [i, ev] : events) {
+          ex->builder->Add(i, ev);
+          account(*ex, i, ev);
         }
       }
       if (ex->finished || NowSeconds() < next_check) continue;
       next_check = NowSeconds() + options_.poll_s;
       if (PeerClosed(ex->socket)) {
-        ex->channel->Cancel();
+        CancelAll(*ex);
         BillPartial(*ex);                   // the tokens were computed, as for a stream cut short
         metrics_->CountRequest(name, 499);  // nginx's "client closed request"
         return;
       }
     }
-    if (last.finish == engine::FinishReason::kError ||
-        last.finish == engine::FinishReason::kCancelled) {
-      ApiError e = ServerError(ex->status == 200 ? 500 : ex->status,
-                               last.error.ok() ? "generation was cancelled" : last.error.message());
-      if (e.status == 503) e.retry_after_s = options_.retry_after_s;
-      return SendError(res, e, name);
+    for (const engine::GenerationEvent& f : ex->finals) {
+      if (f.finish == engine::FinishReason::kError ||
+          f.finish == engine::FinishReason::kCancelled) {
+        ApiError e = ServerError(ex->status == 200 ? 500 : ex->status,
+                                 f.error.ok() ? "generation was cancelled" : f.error.message());
+        if (e.status == 503) e.retry_after_s = options_.retry_after_s;
+        return SendError(res, e, name);
+      }
     }
-    if (auto e = Bill(*ex, last)) return SendError(res, *e, name);
+    if (auto e = Bill(*ex, merged_final(*ex))) return SendError(res, *e, name);
     res.set_content(ex->builder->Body(), "application/json");
     metrics_->CountRequest(name, 200);
     return;
   }
 
-  ex->channel->SetMinWakeInterval(options_.stream_wake_interval_s);
+  for (const auto& ch : ex->channels) {
+    if (ch != nullptr) ch->SetMinWakeInterval(options_.stream_wake_interval_s);
+  }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, ex, account](size_t, httplib::DataSink& sink) {
-        std::vector<engine::GenerationEvent> events;
-        if (!ex->channel->Pop(&events, options_.poll_s)) {
+      [this, ex, account, merged_final](size_t, httplib::DataSink& sink) {
+        std::vector<std::pair<int, engine::GenerationEvent>> events;
+        if (!PopEvents(*ex, options_.poll_s, &events)) {
           if (PeerClosed(ex->socket)) return false;
           if (NowSeconds() - ex->last_write >= options_.keepalive_s) {
             static constexpr std::string_view kPing = ": keep-alive\n\n";
@@ -539,15 +673,24 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
           return true;
         }
         std::string out;
-        for (const engine::GenerationEvent& ev : events) {
-          if (auto e = Bill(*ex, ev)) {
-            out += ex->builder->StreamError(*e);
-            account(*ex, ev);
-            ex->status = e->status;
+        for (const auto& [i, ev] : events) {
+          if (account(*ex, i, ev)) {
+            // The last choice's final event: bill the merged usage before reporting it.
+            if (auto e = Bill(*ex, merged_final(*ex))) {
+              out += ex->builder->StreamError(*e);
+              ex->status = e->status;
+              break;
+            }
+          }
+          out += ex->builder->Stream(i, ev);
+          if (ex->finished) break;
+          if (ev.finish == engine::FinishReason::kError ||
+              ev.finish == engine::FinishReason::kCancelled) {
+            // The stream ended with an error chunk: the other choices are not wanted.
+            CancelAll(*ex);
+            ex->finished = true;
             break;
           }
-          out += ex->builder->Stream(ev);
-          if (account(*ex, ev)) break;
         }
         // An empty write would end httplib's chunk loop early: skip it.
         if (!out.empty()) {
@@ -559,7 +702,7 @@ void HttpServer::HandleGenerate(Endpoint endpoint, const httplib::Request& req,
       },
       [this, ex](bool success) {
         if (!ex->finished) {
-          ex->channel->Cancel();
+          CancelAll(*ex);
           BillPartial(*ex);
         }
         metrics_->CountRequest(ex->endpoint, ex->finished ? (success ? ex->status : 499) : 499);

@@ -20,6 +20,7 @@
 #include "server/metering.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "server/tool_calls.h"
 
 namespace httplib {
 class Server;
@@ -31,9 +32,11 @@ namespace uf::server {
 
 // Renders validated chat messages ([{"role", "content"}]) into prompt text (with the generation
 // prompt for the assistant's turn). Errors become 400 responses.
-// Renders a chat prompt from the request's messages and chat_template_kwargs (an object, or null).
-using ChatRenderer = std::function<StatusOr<std::string>(const nlohmann::json& messages,
-                                                         const nlohmann::json& template_kwargs)>;
+// Renders a chat prompt from the request's messages and chat_template_kwargs (an object, or null;
+// with the request's tools under "tools"). The kwargs keep their key order: templates print tool
+// schemas with tojson, and the model should see them as the client wrote them.
+using ChatRenderer = std::function<StatusOr<std::string>(
+    const nlohmann::json& messages, const nlohmann::ordered_json& template_kwargs)>;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -49,6 +52,8 @@ struct ServerOptions {
   // SetMinWakeInterval): faster tokens share an SSE chunk.
   double stream_wake_interval_s = 0.001;
   int io_timeout_s = 10;  // read/write timeout of a stalled client
+  // How the model writes tool calls (chat_prompt.h: ToolCallFormatOf, from its template).
+  ToolCallFormat tool_format = ToolCallFormat::kHermes;
 };
 
 class HttpServer {

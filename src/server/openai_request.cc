@@ -4,6 +4,9 @@
 #include <limits>
 #include <set>
 
+#include "grammar/json_schema.h"
+#include "server/openai_request_tools.h"
+
 namespace uf::server {
 namespace {
 
@@ -12,6 +15,8 @@ using json = nlohmann::json;
 constexpr int kMaxStops = 4;             // OpenAI's limit
 constexpr int kMaxChatTopLogprobs = 20;  // OpenAI's limit for chat
 constexpr int kMaxCompletionLogprobs = 5;
+// Choices per request: each is a sequence of its own in the engine's batch.
+constexpr int kMaxChoices = 16;
 
 std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
 
@@ -232,17 +237,20 @@ std::optional<ApiError> ParseMessages(const json& v, json* out) {
                             param + ".role", "missing_required_parameter");
     }
     std::string role = role_it->get<std::string>();
-    if (role == "tool" || role == "function") {
-      return Unsupported(param + ".role", "tool and function messages (no tool calling).");
+    if (role == "function") {
+      return Unsupported(param + ".role", "legacy function messages (use 'tool').");
     }
-    if (role != "system" && role != "developer" && role != "user" && role != "assistant") {
+    if (role != "system" && role != "developer" && role != "user" && role != "assistant" &&
+        role != "tool") {
       return InvalidRequest("Invalid value: " + Quote(role) +
-                                ". Supported values are: 'system', 'developer', 'user' and "
-                                "'assistant'.",
+                                ". Supported values are: 'system', 'developer', 'user', "
+                                "'assistant' and 'tool'.",
                             param + ".role", "invalid_value");
     }
     std::string content;
     bool have_content = false;
+    json tool_calls;
+    std::string tool_call_id;
     for (auto it = m.begin(); it != m.end(); ++it) {
       const std::string& key = it.key();
       if (key == "role") continue;
@@ -257,10 +265,15 @@ std::optional<ApiError> ParseMessages(const json& v, json* out) {
       } else if (role == "assistant" && key == "refusal") {
         std::string ignored;
         if (auto e = GetString(param + ".refusal", it.value(), &ignored)) return e;
-      } else if (role == "assistant" &&
-                 (key == "tool_calls" || key == "function_call" || key == "audio")) {
+      } else if (role == "assistant" && key == "tool_calls") {
+        if (auto e = ParseAssistantToolCalls(it.value(), param + ".tool_calls", &tool_calls)) {
+          return e;
+        }
+      } else if (role == "tool" && key == "tool_call_id") {
+        if (auto e = GetString(param + ".tool_call_id", it.value(), &tool_call_id)) return e;
+      } else if (role == "assistant" && (key == "function_call" || key == "audio")) {
         if (!it.value().is_null() && !(it.value().is_array() && it.value().empty())) {
-          return Unsupported(param + "." + key, "no tool calling or audio.");
+          return Unsupported(param + "." + key, "no legacy function calls or audio.");
         }
       } else {
         return InvalidRequest("Unrecognized argument in " + param + ": " + key, param + "." + key,
@@ -271,9 +284,96 @@ std::optional<ApiError> ParseMessages(const json& v, json* out) {
       return InvalidRequest("Missing required parameter: " + Quote(param + ".content") + ".",
                             param + ".content", "missing_required_parameter");
     }
+    if (role == "tool" && tool_call_id.empty()) {
+      return InvalidRequest("Missing required parameter: " + Quote(param + ".tool_call_id") + ".",
+                            param + ".tool_call_id", "missing_required_parameter");
+    }
     if (role == "developer") role = "system";
-    out->push_back({{"role", role}, {"content", content}});
+    json msg = {{"role", role}, {"content", content}};
+    if (!tool_calls.is_null()) msg["tool_calls"] = std::move(tool_calls);
+    if (!tool_call_id.empty()) msg["tool_call_id"] = tool_call_id;
+    out->push_back(std::move(msg));
   }
+  return std::nullopt;
+}
+
+// response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
+// "json_schema": {"name", "schema", "strict", "description"}}. The schema is compiled here so that
+// a schema the grammar compiler cannot enforce is a 400 naming the keyword, before any work.
+std::optional<ApiError> ParseResponseFormat(const json& v, std::string_view body, ApiRequest* r) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_object()) return WrongType("response_format", v, "an object");
+  const auto t = v.find("type");
+  if (t == v.end() || !t->is_string()) {
+    return InvalidRequest("Missing required parameter: 'response_format.type'.",
+                          "response_format.type", "missing_required_parameter");
+  }
+  const std::string type = t->get<std::string>();
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it.key() != "type" && !(type == "json_schema" && it.key() == "json_schema")) {
+      return InvalidRequest("Unrecognized argument in response_format: " + it.key(),
+                            "response_format." + it.key(), "unknown_parameter");
+    }
+  }
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") {
+    r->grammar = grammar::JsonObjectGrammar();
+    return std::nullopt;
+  }
+  if (type != "json_schema") {
+    return InvalidRequest("Invalid value for 'response_format.type': " + Quote(type) +
+                              ". Supported values are: 'text', 'json_object' and 'json_schema'.",
+                          "response_format.type", "invalid_value");
+  }
+  const auto js = v.find("json_schema");
+  if (js == v.end() || js->is_null()) {
+    return InvalidRequest("Missing required parameter: 'response_format.json_schema'.",
+                          "response_format.json_schema", "missing_required_parameter");
+  }
+  if (!js->is_object()) return WrongType("response_format.json_schema", *js, "an object");
+  const json* schema = nullptr;
+  bool have_name = false;
+  for (auto it = js->begin(); it != js->end(); ++it) {
+    const std::string param = "response_format.json_schema." + it.key();
+    if (it.key() == "name") {
+      std::string name;
+      if (auto e = GetString(param, it.value(), &name)) return e;
+      have_name = !name.empty();
+    } else if (it.key() == "description") {
+      std::string ignored;
+      if (auto e = GetString(param, it.value(), &ignored)) return e;
+    } else if (it.key() == "strict") {
+      // Always strict: the output follows the schema whenever the server accepts it.
+      bool ignored = false;
+      if (auto e = GetBool(param, it.value(), &ignored)) return e;
+    } else if (it.key() == "schema") {
+      schema = &it.value();
+    } else {
+      return InvalidRequest("Unrecognized argument in response_format.json_schema: " + it.key(),
+                            param, "unknown_parameter");
+    }
+  }
+  if (!have_name) {
+    return InvalidRequest("Missing required parameter: 'response_format.json_schema.name'.",
+                          "response_format.json_schema.name", "missing_required_parameter");
+  }
+  // Parsed again, keeping the order of properties (json sorts object keys); the body already
+  // parsed once, so this cannot fail.
+  nlohmann::ordered_json ordered = {{"type", "object"}};
+  if (schema != nullptr) {
+    ordered = nlohmann::ordered_json::parse(body.begin(),
+                                            body.end())["response_format"]["json_schema"]["schema"];
+  }
+  std::string path;
+  auto g = grammar::JsonSchemaGrammar(ordered, &path);
+  if (!g.ok()) {
+    const std::string param =
+        "response_format.json_schema.schema" + (path.empty() ? "" : "." + path);
+    return InvalidRequest(
+        "Invalid schema for response_format " + Quote(param) + ": " + g.status().message(), param,
+        "invalid_value");
+  }
+  r->grammar = *g;
   return std::nullopt;
 }
 
@@ -322,7 +422,7 @@ std::optional<ApiError> IgnoredParam(const std::string& key, const json& v) {
     std::string ignored;
     return GetString(key, v, &ignored);
   }
-  if (key == "store" || key == "parallel_tool_calls") {
+  if (key == "store") {
     bool ignored = false;
     return GetBool(key, v, &ignored);
   }
@@ -333,8 +433,8 @@ std::optional<ApiError> IgnoredParam(const std::string& key, const json& v) {
   return InvalidRequest("Unrecognized request argument supplied: " + key, key, "unknown_parameter");
 }
 
-std::optional<ApiError> ParseChatParam(const std::string& key, const json& v, ApiRequest* r,
-                                       std::optional<int64_t>* max_completion_tokens,
+std::optional<ApiError> ParseChatParam(const std::string& key, const json& v, std::string_view body,
+                                       ApiRequest* r, std::optional<int64_t>* max_completion_tokens,
                                        bool* have_messages, bool* logprobs_seen,
                                        bool* top_logprobs_seen) {
   if (key == "messages") {
@@ -370,26 +470,16 @@ std::optional<ApiError> ParseChatParam(const std::string& key, const json& v, Ap
     r->chat_template_kwargs = v;
     return std::nullopt;
   }
-  if (key == "response_format") {
-    if (v.is_null()) return std::nullopt;
-    if (!v.is_object()) return WrongType(key, v, "an object");
-    const auto t = v.find("type");
-    if (t == v.end() || !t->is_string()) {
-      return InvalidRequest("Missing required parameter: 'response_format.type'.",
-                            "response_format.type", "missing_required_parameter");
+  if (key == "response_format") return ParseResponseFormat(v, body, r);
+  if (key == "tools") return ParseTools(v, body, r);
+  if (key == "tool_choice") return ParseToolChoice(v, r);
+  if (key == "parallel_tool_calls") return GetBool(key, v, &r->parallel_tool_calls);
+  if (key == "functions" || key == "function_call") {
+    if (v.is_null() || (v.is_array() && v.empty()) ||
+        (v.is_string() && (v == "none" || v == "auto"))) {
+      return std::nullopt;
     }
-    if (t->get<std::string>() != "text") {
-      return Unsupported("response_format", "only {\"type\": \"text\"}.");
-    }
-    return std::nullopt;
-  }
-  if (key == "tools" || key == "functions") {
-    if (v.is_null() || (v.is_array() && v.empty())) return std::nullopt;
-    return Unsupported(key, "no tool calling.");
-  }
-  if (key == "tool_choice" || key == "function_call") {
-    if (v.is_null() || (v.is_string() && (v == "none" || v == "auto"))) return std::nullopt;
-    return Unsupported(key, "no tool calling.");
+    return Unsupported(key, "legacy function calling (use 'tools').");
   }
   if (key == "modalities") {
     if (v.is_null() || v == json::array({"text"})) return std::nullopt;
@@ -652,10 +742,10 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
       e = ParsePrediction(v, &r);
     } else if (key == "n") {
       std::optional<int64_t> n;
-      e = GetInt(key, v, 1, 128, &n);
-      if (!e && n && *n != 1) e = Unsupported(key, "one choice per request (n = 1).");
+      e = GetInt(key, v, 1, kMaxChoices, &n);
+      if (n) r.n = static_cast<int>(*n);
     } else if (endpoint == Endpoint::kChat) {
-      e = ParseChatParam(key, v, &r, &max_completion_tokens, &have_messages, &logprobs_seen,
+      e = ParseChatParam(key, v, body, &r, &max_completion_tokens, &have_messages, &logprobs_seen,
                          &top_logprobs_seen);
     } else {
       e = ParseCompletionParam(key, v, options, &r, &have_prompt);
@@ -683,6 +773,9 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
   if (endpoint == Endpoint::kChat && top_logprobs_seen && !r.logprobs) {
     return InvalidRequest("Invalid value for 'top_logprobs': 'logprobs' must be set to true.",
                           "top_logprobs", "invalid_value");
+  }
+  if (endpoint == Endpoint::kChat) {
+    if (auto e = CheckToolChoice(r)) return e;
   }
   if (r.echo && r.logprobs) {
     return Unsupported("echo", "echo together with logprobs (no prompt logprobs).");

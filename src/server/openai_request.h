@@ -1,10 +1,11 @@
 // OpenAI request bodies for POST /v1/chat/completions and /v1/completions: parsed and validated
 // into ApiRequest, or rejected with an ApiError in OpenAI's error shape. Like the OpenAI API,
-// unknown top-level arguments are rejected; known ones this server cannot honour (tools, audio,
-// n > 1, ...) are rejected with a message saying so rather than silently ignored.
+// unknown top-level arguments are rejected; known ones this server cannot honour (audio, images,
+// legacy functions, ...) are rejected with a message saying so rather than silently ignored.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "grammar/grammar.h"
 #include "scheduler/tiers.h"
 
 namespace uf::server {
@@ -37,11 +39,14 @@ struct ParseOptions {
   size_t max_json_depth = 64;  // deeper bodies are rejected before parsing
 };
 
+enum class ToolChoice { kAuto, kNone, kRequired, kNamed };
+
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kChat;
   std::string model;
   // Chat: [{"role", "content"}] with content flattened to a string and "developer" mapped to
-  // "system", ready for a chat template.
+  // "system", ready for a chat template; tool messages keep tool_call_id, assistant messages
+  // their tool_calls (arguments parsed to objects).
   nlohmann::json messages;
   // Extension (as vLLM and SGLang accept it): extra variables for the chat template, e.g.
   // {"enable_thinking": false} for Qwen3. An object; null when absent.
@@ -52,6 +57,7 @@ struct ApiRequest {
   bool prompt_is_tokens = false;
   bool echo = false;
 
+  int n = 1;  // choices, each its own sequence (seed + i)
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   std::optional<int64_t> max_tokens;  // max_completion_tokens, else max_tokens
@@ -70,6 +76,15 @@ struct ApiRequest {
   // (drafts come from it). has_prediction when given, even empty.
   std::string prediction;
   bool has_prediction = false;
+  // response_format json_object / json_schema: the grammar the output must follow (compiled
+  // here, on the HTTP thread); null for text.
+  std::shared_ptr<const grammar::Grammar> grammar;
+  // Chat tools: the request's `tools` array as sent (key order kept; null when absent), the
+  // tool_choice, and whether several calls may come in one reply.
+  nlohmann::ordered_json tools;
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_name;  // kNamed
+  bool parallel_tool_calls = true;
 };
 
 // Returns the request or the reason it is invalid (always status 400).

@@ -1,5 +1,7 @@
 #include "server/openai_response.h"
 
+#include <algorithm>
+
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -42,23 +44,49 @@ json UsageJson(const engine::GenerationEvent& e) {
   return u;
 }
 
-ResponseBuilder::ResponseBuilder(ResponseOptions options, const Tokenizer& tokenizer)
-    : options_(std::move(options)), tokenizer_(tokenizer) {
-  text_offset_ = static_cast<int64_t>(options_.echo.size());
-  text_ = options_.echo;
-  cmpl_logprobs_ = {{"tokens", json::array()},
-                    {"token_logprobs", json::array()},
-                    {"top_logprobs", json::array()},
-                    {"text_offset", json::array()}};
+engine::GenerationEvent MergeFinals(const std::vector<engine::GenerationEvent>& finals) {
+  engine::GenerationEvent m;
+  if (finals.empty()) return m;
+  m = finals[0];
+  for (size_t i = 1; i < finals.size(); ++i) {
+    const engine::GenerationEvent& e = finals[i];
+    m.completion_tokens += e.completion_tokens;
+    m.drafted_tokens += e.drafted_tokens;
+    m.accepted_tokens += e.accepted_tokens;
+    if (e.speculation != engine::SpecMode::kOff) m.speculation = e.speculation;
+    // A failed choice fails the request.
+    const bool ok =
+        m.finish == engine::FinishReason::kStop || m.finish == engine::FinishReason::kLength;
+    if (ok && e.finish != engine::FinishReason::kStop &&
+        e.finish != engine::FinishReason::kLength) {
+      m.finish = e.finish;
+      m.error = e.error;
+    }
+  }
+  return m;
 }
 
-json ResponseBuilder::LogprobsJson(const std::vector<engine::TokenLogprob>& lps) {
+ResponseBuilder::ResponseBuilder(ResponseOptions options, const Tokenizer& tokenizer)
+    : options_(std::move(options)), tokenizer_(tokenizer) {
+  options_.n = std::max(options_.n, 1);
+  choices_.resize(options_.n);
+  for (Choice& c : choices_) {
+    c.text_offset = static_cast<int64_t>(options_.echo.size());
+    c.text = options_.echo;
+    c.cmpl_logprobs = {{"tokens", json::array()},
+                       {"token_logprobs", json::array()},
+                       {"top_logprobs", json::array()},
+                       {"text_offset", json::array()}};
+  }
+}
+
+json ResponseBuilder::LogprobsJson(Choice& c, const std::vector<engine::TokenLogprob>& lps) {
   if (options_.endpoint == Endpoint::kChat) {
     json content = json::array();
     auto entry = [&](int32_t id, float lp) {
       const std::string piece = tokenizer_.TokenToPiece(id);
       json bytes = json::array();
-      for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+      for (unsigned char ch : piece) bytes.push_back(static_cast<int>(ch));
       return json{{"token", piece}, {"logprob", lp}, {"bytes", bytes}};
     };
     for (const engine::TokenLogprob& t : lps) {
@@ -81,8 +109,8 @@ json ResponseBuilder::LogprobsJson(const std::vector<engine::TokenLogprob>& lps)
     json top = json::object();
     for (const auto& [id, lp] : t.top) top[ValidUtf8(tokenizer_.TokenToPiece(id))] = lp;
     out["top_logprobs"].push_back(std::move(top));
-    out["text_offset"].push_back(text_offset_);
-    text_offset_ += static_cast<int64_t>(piece.size());
+    out["text_offset"].push_back(c.text_offset);
+    c.text_offset += static_cast<int64_t>(piece.size());
   }
   return out;
 }
@@ -101,31 +129,32 @@ json ResponseBuilder::Chunk(json choice) const {
   return c;
 }
 
-json ResponseBuilder::ChoiceDelta(std::string_view text,
+json ResponseBuilder::ChoiceDelta(int index, std::string_view text,
                                   const std::vector<engine::TokenLogprob>& lps,
                                   const char* finish_reason) {
-  json lp = options_.logprobs && !lps.empty() ? LogprobsJson(lps) : json(nullptr);
+  json lp = options_.logprobs && !lps.empty() ? LogprobsJson(choices_[index], lps) : json(nullptr);
   json finish = finish_reason ? json(finish_reason) : json(nullptr);
   if (options_.endpoint == Endpoint::kChat) {
     json delta = json::object();
     if (!text.empty()) delta["content"] = text;
-    return {{"index", 0}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}};
+    return {{"index", index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}};
   }
-  return {{"index", 0}, {"text", text}, {"logprobs", lp}, {"finish_reason", finish}};
+  return {{"index", index}, {"text", text}, {"logprobs", lp}, {"finish_reason", finish}};
 }
 
-std::string ResponseBuilder::Stream(const engine::GenerationEvent& event) {
+std::string ResponseBuilder::Stream(int index, const engine::GenerationEvent& event) {
   tier_ = event.service_tier;
+  Choice& c = choices_[index];
   std::string out;
-  if (!started_) {
-    started_ = true;
+  if (!c.started) {
+    c.started = true;
     if (options_.endpoint == Endpoint::kChat) {
-      out += SseData(Chunk({{"index", 0},
+      out += SseData(Chunk({{"index", index},
                             {"delta", {{"role", "assistant"}, {"content", ""}}},
                             {"logprobs", nullptr},
                             {"finish_reason", nullptr}}));
     } else if (!options_.echo.empty()) {
-      out += SseData(Chunk(ChoiceDelta(options_.echo, {}, nullptr)));
+      out += SseData(Chunk(ChoiceDelta(index, options_.echo, {}, nullptr)));
     }
   }
   if (event.finish == engine::FinishReason::kError ||
@@ -136,59 +165,140 @@ std::string ResponseBuilder::Stream(const engine::GenerationEvent& event) {
     e.message = event.error.ok() ? "generation was cancelled" : event.error.message();
     return out + StreamError(e);
   }
-  if (!event.text.empty() || (options_.logprobs && !event.logprobs.empty())) {
-    out += SseData(Chunk(ChoiceDelta(event.text, event.logprobs, nullptr)));
-  }
-  if (event.finish != engine::FinishReason::kNone) {
-    out += SseData(Chunk(ChoiceDelta("", {}, engine::FinishReasonName(event.finish))));
-    if (options_.include_usage) {
-      json c = Chunk(nullptr);
-      c["usage"] = UsageJson(event);
-      out += SseData(c);
+  std::string_view text = event.text;
+  std::string streamable;
+  if (options_.parse_tools) {
+    c.held += event.text;
+    if (!c.in_call) {
+      const std::string_view pending = std::string_view(c.held).substr(c.sent);
+      const size_t n = StreamableContent(pending, options_.tool_format, c.sent == 0, &c.in_call);
+      streamable = std::string(pending.substr(0, n));
+      c.sent += n;
     }
-    out += kSseDone;
+    text = streamable;
+  }
+  if (!text.empty() || (options_.logprobs && !event.logprobs.empty())) {
+    out += SseData(Chunk(ChoiceDelta(index, text, event.logprobs, nullptr)));
+  }
+  if (event.finish != engine::FinishReason::kNone && !c.finished) {
+    c.finished = true;
+    c.final_event = event;
+    ++finished_;
+    const char* finish = engine::FinishReasonName(event.finish);
+    if (options_.parse_tools) finish = StreamReply(index, finish, &out);
+    out += SseData(Chunk(ChoiceDelta(index, "", {}, finish)));
+    if (done()) {
+      if (options_.include_usage) {
+        json u = Chunk(nullptr);
+        u["usage"] = UsageJson(Final());
+        out += SseData(u);
+      }
+      out += kSseDone;
+    }
   }
   return out;
+}
+
+json ResponseBuilder::ToolCallsJson(const std::vector<ToolCall>& calls) {
+  json out = json::array();
+  for (const ToolCall& call : calls) {
+    out.push_back({{"id", call.id},
+                   {"type", "function"},
+                   {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+  }
+  return out;
+}
+
+const char* ResponseBuilder::StreamReply(int index, const char* finish, std::string* out) {
+  Choice& c = choices_[index];
+  const std::string tail = c.held.substr(c.sent);
+  ParsedReply reply = ParseToolCalls(tail, options_.tool_format, options_.tool_names);
+  if (reply.calls.empty()) {
+    if (!tail.empty()) out->append(SseData(Chunk(ChoiceDelta(index, tail, {}, nullptr))));
+    return finish;
+  }
+  if (!reply.content.empty()) {
+    out->append(SseData(Chunk(ChoiceDelta(index, reply.content, {}, nullptr))));
+  }
+  // As OpenAI streams a call: its id, type and name first, then the arguments (clients
+  // concatenate the argument pieces of each index).
+  for (size_t k = 0; k < reply.calls.size(); ++k) {
+    const ToolCall& call = reply.calls[k];
+    json head = ChoiceDelta(index, "", {}, nullptr);
+    head["delta"]["tool_calls"] =
+        json::array({{{"index", k},
+                      {"id", call.id},
+                      {"type", "function"},
+                      {"function", {{"name", call.name}, {"arguments", ""}}}}});
+    out->append(SseData(Chunk(std::move(head))));
+    json args = ChoiceDelta(index, "", {}, nullptr);
+    args["delta"]["tool_calls"] =
+        json::array({{{"index", k}, {"function", {{"arguments", call.arguments}}}}});
+    out->append(SseData(Chunk(std::move(args))));
+  }
+  return "tool_calls";
 }
 
 std::string ResponseBuilder::StreamError(const ApiError& error) {
   return "data: " + ErrorBody(error) + "\n\n" + std::string(kSseDone);
 }
 
-void ResponseBuilder::Add(const engine::GenerationEvent& event) {
+void ResponseBuilder::Add(int index, const engine::GenerationEvent& event) {
   tier_ = event.service_tier;
-  text_ += event.text;
+  Choice& c = choices_[index];
+  c.text += event.text;
   if (options_.logprobs && !event.logprobs.empty()) {
-    json lp = LogprobsJson(event.logprobs);
+    json lp = LogprobsJson(c, event.logprobs);
     if (options_.endpoint == Endpoint::kChat) {
-      for (json& e : lp["content"]) chat_logprobs_.push_back(std::move(e));
+      for (json& e : lp["content"]) c.chat_logprobs.push_back(std::move(e));
     } else {
       for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
-        for (json& e : lp[key]) cmpl_logprobs_[key].push_back(std::move(e));
+        for (json& e : lp[key]) c.cmpl_logprobs[key].push_back(std::move(e));
       }
     }
   }
-  if (event.finish != engine::FinishReason::kNone) final_ = event;
+  if (event.finish != engine::FinishReason::kNone && !c.finished) {
+    c.finished = true;
+    c.final_event = event;
+    ++finished_;
+  }
+}
+
+engine::GenerationEvent ResponseBuilder::Final() const {
+  std::vector<engine::GenerationEvent> finals;
+  for (const Choice& c : choices_) finals.push_back(c.final_event);
+  return MergeFinals(finals);
 }
 
 std::string ResponseBuilder::Body() const {
-  json lp = nullptr;
-  if (options_.logprobs) {
-    lp = options_.endpoint == Endpoint::kChat
-             ? json{{"content", chat_logprobs_}, {"refusal", nullptr}}
-             : cmpl_logprobs_;
-  }
-  json choice;
-  if (options_.endpoint == Endpoint::kChat) {
-    choice = {{"index", 0},
-              {"message", {{"role", "assistant"}, {"content", text_}, {"refusal", nullptr}}},
-              {"logprobs", lp},
-              {"finish_reason", engine::FinishReasonName(final_.finish)}};
-  } else {
-    choice = {{"index", 0},
-              {"text", text_},
-              {"logprobs", lp},
-              {"finish_reason", engine::FinishReasonName(final_.finish)}};
+  json choices = json::array();
+  for (int i = 0; i < options_.n; ++i) {
+    const Choice& c = choices_[i];
+    json lp = nullptr;
+    if (options_.logprobs) {
+      lp = options_.endpoint == Endpoint::kChat
+               ? json{{"content", c.chat_logprobs}, {"refusal", nullptr}}
+               : c.cmpl_logprobs;
+    }
+    const char* finish = engine::FinishReasonName(c.final_event.finish);
+    if (options_.endpoint == Endpoint::kChat) {
+      json message = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+      if (options_.parse_tools) {
+        ParsedReply reply = ParseToolCalls(c.text, options_.tool_format, options_.tool_names);
+        if (!reply.calls.empty()) {
+          message["content"] = reply.content.empty() ? json(nullptr) : json(reply.content);
+          message["tool_calls"] = ToolCallsJson(reply.calls);
+          finish = "tool_calls";
+        }
+      }
+      choices.push_back({{"index", i},
+                         {"message", std::move(message)},
+                         {"logprobs", lp},
+                         {"finish_reason", finish}});
+    } else {
+      choices.push_back(
+          {{"index", i}, {"text", c.text}, {"logprobs", lp}, {"finish_reason", finish}});
+    }
   }
   json body = {
       {"id", options_.id},
@@ -197,8 +307,8 @@ std::string ResponseBuilder::Body() const {
       {"model", options_.model},
       {"system_fingerprint", "fp_ultrafast"},
       {"service_tier", scheduler::ServiceTierName(tier_)},
-      {"choices", json::array({choice})},
-      {"usage", UsageJson(final_)}};
+      {"choices", std::move(choices)},
+      {"usage", UsageJson(Final())}};
   return Dump(body);
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "engine/request.h"
 #include "scheduler/tiers.h"
 #include "server/openai_request.h"
+#include "server/tool_calls.h"
 
 namespace uf {
 class Tokenizer;
@@ -41,42 +43,77 @@ struct ResponseOptions {
   bool logprobs = false;
   bool include_usage = false;  // streaming: a final usage chunk
   std::string echo;            // completions: text to put before the generated text
+  int n = 1;                   // choices (sequences), each with its own events
+  // Chat with tools (tool_choice not "none"): replies are parsed for calls of these functions.
+  // A streamed choice's text goes out as content until a call may begin (tool_calls.h:
+  // StreamableContent); from there it is held until the choice ends and sent as tool_calls
+  // deltas with finish_reason "tool_calls" (or as content, if it held no call after all).
+  bool parse_tools = false;
+  ToolCallFormat tool_format = ToolCallFormat::kHermes;
+  std::set<std::string> tool_names;
 };
 
+// The usage of n choices sharing one prompt: the prompt (and its cached part) counted once, the
+// completions and speculation counts summed, as OpenAI bills n > 1.
+engine::GenerationEvent MergeFinals(const std::vector<engine::GenerationEvent>& finals);
+
 // Turns one request's events into its response. Streaming and non-streaming use the same builder:
-// call Stream() for each event as it arrives, or Add() for each and Body() at the end.
+// call Stream() for each event as it arrives, or Add() for each and Body() at the end. With n > 1
+// the events of choice i are given with its index; the response ends once every choice has had
+// its final event.
 class ResponseBuilder {
  public:
   ResponseBuilder(ResponseOptions options, const Tokenizer& tokenizer);
 
-  // SSE bytes for one event ("" when there is nothing to send). The first call also sends the
-  // role chunk (chat) or the echoed prompt; the final event adds the finish chunk, the usage chunk
-  // (when asked) and [DONE]. An error event becomes {"error": ...} followed by [DONE].
-  std::string Stream(const engine::GenerationEvent& event);
+  // SSE bytes for one event ("" when there is nothing to send). A choice's first event also sends
+  // its role chunk (chat) or the echoed prompt; its final event adds its finish chunk, and the
+  // last choice's final event the usage chunk (when asked) and [DONE]. An error event becomes
+  // {"error": ...} followed by [DONE].
+  std::string Stream(int index, const engine::GenerationEvent& event);
+  std::string Stream(const engine::GenerationEvent& event) { return Stream(0, event); }
   // SSE bytes for an error that ends the stream.
   std::string StreamError(const ApiError& error);
 
-  void Add(const engine::GenerationEvent& event);
-  // The non-streamed response body, once the final event was added.
+  void Add(int index, const engine::GenerationEvent& event);
+  void Add(const engine::GenerationEvent& event) { Add(0, event); }
+  // Every choice has had its final event.
+  bool done() const { return finished_ == options_.n; }
+  // The merged usage of the choices (after done()).
+  engine::GenerationEvent Final() const;
+  // The non-streamed response body, once done().
   std::string Body() const;
 
  private:
+  struct Choice {
+    bool started = false;
+    bool finished = false;
+    int64_t text_offset = 0;  // completions logprobs: byte offset of the next token's text
+    // Non-streamed accumulation.
+    std::string text;
+    std::string held;      // parse_tools, streaming: the reply so far ...
+    size_t sent = 0;       // ... of which this much went out as content
+    bool in_call = false;  // a call may have begun at `sent`: hold the rest
+    nlohmann::json chat_logprobs = nlohmann::json::array();  // content entries
+    nlohmann::json cmpl_logprobs;                            // {tokens, token_logprobs, ...}
+    engine::GenerationEvent final_event;
+  };
+
   nlohmann::json Chunk(nlohmann::json choice) const;
-  nlohmann::json ChoiceDelta(std::string_view text, const std::vector<engine::TokenLogprob>& lps,
+  nlohmann::json ChoiceDelta(int index, std::string_view text,
+                             const std::vector<engine::TokenLogprob>& lps,
                              const char* finish_reason);
-  nlohmann::json LogprobsJson(const std::vector<engine::TokenLogprob>& lps);
+  nlohmann::json LogprobsJson(Choice& c, const std::vector<engine::TokenLogprob>& lps);
+  // parse_tools: the held tail of a finished choice as content or tool_calls deltas; returns
+  // the finish reason to report.
+  const char* StreamReply(int index, const char* finish, std::string* out);
+  static nlohmann::json ToolCallsJson(const std::vector<ToolCall>& calls);
 
   ResponseOptions options_;
   const Tokenizer& tokenizer_;
-  bool started_ = false;
   // The serving tier, from the latest event (every event of a request carries the same one).
   scheduler::ServiceTier tier_ = scheduler::ServiceTier::kDefault;
-  int64_t text_offset_ = 0;  // completions logprobs: byte offset of the next token's text
-  // Non-streamed accumulation.
-  std::string text_;
-  nlohmann::json chat_logprobs_ = nlohmann::json::array();  // content entries
-  nlohmann::json cmpl_logprobs_;                            // {tokens, token_logprobs, ...}
-  engine::GenerationEvent final_;
+  std::vector<Choice> choices_;
+  int finished_ = 0;
 };
 
 }  // namespace uf::server

@@ -13,6 +13,8 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
+import { zodFunction, zodResponseFormat } from 'openai/helpers/zod';
+import { z } from 'zod';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '..', '..');
@@ -227,6 +229,120 @@ describe('ultrafast serve with the openai client', () => {
     await assert.rejects(client.chat.completions.create({ ...body, speculation: 'warp' }),
       (e) => e instanceof OpenAI.BadRequestError && e.param === 'speculation');
     await waitIdle(server.base);
+  });
+
+  test('structured outputs: chat.completions.parse with a zod schema, json_object, bad schemas', async () => {
+    // Random weights write gibberish: only the grammar mask can make these parse and validate.
+    const Person = z.object({
+      name: z.string().max(20),
+      age: z.number().int(),
+      tags: z.array(z.enum(['a', 'b'])).max(3),
+      nick: z.string().nullable(),
+    });
+    for (const seed of [1, 2, 3]) {
+      const r = await client.chat.completions.parse({
+        model: MODEL_ID, messages: [{ role: 'user', content: `Person #${seed}` }], max_tokens: 120, seed,
+        response_format: zodResponseFormat(Person, 'person'),
+      });
+      assert.equal(r.choices[0].finish_reason, 'stop');
+      const parsed = r.choices[0].message.parsed;  // parse() validated it with zod
+      assert.equal(typeof parsed.name, 'string');
+      assert.ok(Number.isInteger(parsed.age));
+      assert.deepEqual(Person.parse(JSON.parse(r.choices[0].message.content)), parsed);
+    }
+    const j = await client.chat.completions.create({
+      model: MODEL_ID, messages: [{ role: 'user', content: 'JSON please' }], max_tokens: 60, seed: 5,
+      response_format: { type: 'json_object' },
+    });
+    const obj = JSON.parse(j.choices[0].message.content);
+    assert.ok(obj !== null && typeof obj === 'object' && !Array.isArray(obj));
+    await assert.rejects(client.chat.completions.create({
+      model: MODEL_ID, messages: [{ role: 'user', content: 'x' }],
+      response_format: { type: 'json_schema', json_schema: { name: 'x', schema: {
+        type: 'object', properties: { s: { type: 'string', pattern: '^a' } } } } },
+    }), (e) => e instanceof OpenAI.BadRequestError &&
+      e.param === 'response_format.json_schema.schema.properties.s.pattern');
+  });
+
+  const weather = zodFunction({
+    name: 'get_weather', parameters: z.object({ city: z.string().max(12), unit: z.enum(['c', 'f']) }),
+  });
+
+  test('tools: a required call, its result, then an answer', async () => {
+    const messages = [{ role: 'user', content: 'Weather in Paris?' }];
+    const first = await client.chat.completions.parse({
+      model: MODEL_ID, messages, tools: [weather], tool_choice: 'required', max_tokens: 80, seed: 4,
+    });
+    assert.equal(first.choices[0].finish_reason, 'tool_calls');
+    const calls = first.choices[0].message.tool_calls;
+    assert.ok(calls.length >= 1);
+    assert.equal(calls[0].type, 'function');
+    assert.equal(calls[0].function.name, 'get_weather');
+    assert.ok(['c', 'f'].includes(calls[0].function.parsed_arguments.unit));
+    messages.push({
+      role: 'assistant', content: null,
+      tool_calls: calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.function.name, arguments: c.function.arguments } })),
+    });
+    for (const c of calls) messages.push({ role: 'tool', tool_call_id: c.id, content: JSON.stringify({ temp: 21 }) });
+    const answer = await client.chat.completions.create({
+      model: MODEL_ID, messages, tools: [weather], tool_choice: 'none', max_tokens: 8, ...greedy,
+    });
+    assert.equal(answer.choices[0].finish_reason, 'length');
+    assert.equal(typeof answer.choices[0].message.content, 'string');
+    // A named function.
+    const named = await client.chat.completions.create({
+      model: MODEL_ID, messages: [{ role: 'user', content: 'Oslo' }], tools: [weather], max_tokens: 80, seed: 8,
+      tool_choice: { type: 'function', function: { name: 'get_weather' } },
+    });
+    assert.equal(named.choices[0].message.tool_calls[0].function.name, 'get_weather');
+  });
+
+  test('tools: streamed tool-call deltas reassembled by the SDK', async () => {
+    const stream = client.chat.completions.stream({
+      model: MODEL_ID, messages: [{ role: 'user', content: 'Weather in Rome?' }], tools: [weather],
+      tool_choice: 'required', max_tokens: 80, seed: 6,
+    });
+    const done = await stream.finalChatCompletion();
+    assert.equal(done.choices[0].finish_reason, 'tool_calls');
+    const call = done.choices[0].message.tool_calls[0];
+    assert.ok(call.id.startsWith('call_'));
+    assert.equal(call.function.name, 'get_weather');
+    const args = JSON.parse(call.function.arguments);
+    assert.deepEqual(Object.keys(args).sort(), ['city', 'unit']);
+  });
+
+  test('n: 3 choices', async () => {
+    const body = { model: MODEL_ID, messages: [{ role: 'user', content: 'Three ways' }], n: 3, seed: 7,
+      temperature: 1, max_tokens: 6, ignore_eos: true };
+    const r = await client.chat.completions.create(body);
+    assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+    assert.equal(r.usage.completion_tokens, 18);
+    const texts = r.choices.map((c) => c.message.content);
+    assert.ok(new Set(texts).size > 1, 'choices differ');
+    const streamed = ['', '', ''];
+    for await (const chunk of await client.chat.completions.create({ ...body, stream: true })) {
+      for (const c of chunk.choices) streamed[c.index] += c.delta.content ?? '';
+    }
+    assert.deepEqual(streamed, texts);  // same seed, same choices
+  });
+
+  test('logprobs: true, top_logprobs: 5, streamed and not', async () => {
+    const body = { model: MODEL_ID, messages: [{ role: 'user', content: 'Probabilities' }], max_tokens: 6,
+      logprobs: true, top_logprobs: 5, ...greedy };
+    const r = await client.chat.completions.create(body);
+    const content = r.choices[0].logprobs.content;
+    assert.equal(content.length, 6);
+    for (const t of content) {
+      assert.ok(t.logprob <= 0);
+      assert.equal(t.top_logprobs.length, 5);
+      for (let i = 1; i < 5; i++) assert.ok(t.top_logprobs[i - 1].logprob >= t.top_logprobs[i].logprob);
+      assert.equal(t.top_logprobs[0].token, t.token);  // greedy: the chosen token is the most likely
+    }
+    const streamed = [];
+    for await (const chunk of await client.chat.completions.create({ ...body, stream: true })) {
+      for (const c of chunk.choices) streamed.push(...(c.logprobs?.content ?? []));
+    }
+    assert.deepEqual(streamed.map((t) => t.token), content.map((t) => t.token));
   });
 
   test('bad requests get OpenAI errors', async () => {

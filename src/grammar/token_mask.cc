@@ -1,0 +1,201 @@
+#include "grammar/token_mask.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "tokenizer/tokenizer.h"
+
+namespace uf::grammar {
+namespace {
+
+// Bounds the memory of one grammar's masks (16 KB each for a 128k vocabulary): past it the cache
+// starts over.
+constexpr size_t kMaxCachedMasks = 4096;
+// Need arrays are 16x larger than masks and only wanted near the end of a response.
+constexpr int64_t kMaxNeedArrays = 128;
+
+}  // namespace
+
+std::shared_ptr<const TokenTrie> TokenTrie::Build(const Tokenizer& tokenizer, int32_t n_vocab) {
+  auto t = std::make_shared<TokenTrie>();
+  t->n_vocab_ = n_vocab;
+  t->pieces_.assign(n_vocab, "");
+  std::vector<std::pair<std::string_view, int32_t>> sorted;
+  const int32_t n_tok = std::min(n_vocab, tokenizer.vocab_size());
+  for (int32_t id = 0; id < n_tok; ++id) {
+    if (tokenizer.IsEndOfGeneration(id)) {
+      t->eog_.push_back(id);
+      continue;
+    }
+    // Control and unknown tokens are markup, not text. User-defined tokens (Qwen's <tool_call>)
+    // render as their text, so they may spell it.
+    const TokenType type = tokenizer.token_type(id);
+    if (type == TokenType::kControl || type == TokenType::kUnknown || type == TokenType::kUnused) {
+      continue;
+    }
+    t->pieces_[id] = tokenizer.TokenToPiece(id);
+  }
+  for (int32_t id = 0; id < n_tok; ++id) {
+    if (!t->pieces_[id].empty()) sorted.emplace_back(t->pieces_[id], id);
+  }
+  std::sort(sorted.begin(), sorted.end());
+  // Sorted pieces give the trie in preorder: each piece shares a prefix with the previous one
+  // and opens new nodes below it.
+  t->byte_.push_back(0);
+  t->depth_.push_back(0);
+  t->skip_.push_back(0);
+  t->first_token_.push_back(0);
+  t->num_tokens_.push_back(0);
+  std::vector<int32_t> path = {0};  // node at each depth of the previous piece
+  std::string_view prev;
+  auto close = [&](int32_t node) { t->skip_[node] = static_cast<int32_t>(t->byte_.size()); };
+  for (const auto& [piece, id] : sorted) {
+    size_t common = 0;
+    while (common < prev.size() && common < piece.size() && prev[common] == piece[common]) {
+      ++common;
+    }
+    while (path.size() > common + 1) {
+      close(path.back());
+      path.pop_back();
+    }
+    for (size_t d = common; d < piece.size(); ++d) {
+      const int32_t node = static_cast<int32_t>(t->byte_.size());
+      t->byte_.push_back(static_cast<uint8_t>(piece[d]));
+      t->depth_.push_back(static_cast<int32_t>(d + 1));
+      t->skip_.push_back(0);
+      t->first_token_.push_back(static_cast<int32_t>(t->tokens_.size()));
+      t->num_tokens_.push_back(0);
+      path.push_back(node);
+    }
+    const int32_t node = path.back();
+    if (t->num_tokens_[node] == 0) t->first_token_[node] = static_cast<int32_t>(t->tokens_.size());
+    t->tokens_.push_back(id);
+    ++t->num_tokens_[node];
+    t->max_depth_ = std::max(t->max_depth_, static_cast<int32_t>(piece.size()));
+    prev = piece;
+  }
+  while (!path.empty()) {
+    close(path.back());
+    path.pop_back();
+  }
+  return t;
+}
+
+bool TokenTrie::end_of_generation(int32_t token) const {
+  return std::find(eog_.begin(), eog_.end(), token) != eog_.end();
+}
+
+TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar,
+                                 std::shared_ptr<const TokenTrie> trie)
+    : trie_(std::move(trie)), automaton_(std::move(grammar)) {
+  path_.resize(trie_->max_depth_ + 1);
+}
+
+void TokenConstraint::Walk(StateId state, std::vector<uint64_t>* bits, int64_t* max_need,
+                           std::vector<uint16_t>* need_out) {
+  const TokenTrie& t = *trie_;
+  bits->assign(t.words(), 0);
+  if (need_out != nullptr) need_out->assign(t.n_vocab_, UINT16_MAX);
+  *max_need = 0;
+  ++stats_.walks;
+  path_[0] = state;
+  const int32_t n = static_cast<int32_t>(t.byte_.size());
+  int64_t visited = 0;
+  for (int32_t i = 1; i < n;) {
+    ++visited;
+    const StateId s = automaton_.Next(path_[t.depth_[i] - 1], t.byte_[i]);
+    if (s == kDead) {
+      i = t.skip_[i];
+      continue;
+    }
+    path_[t.depth_[i]] = s;
+    if (t.num_tokens_[i] > 0) {
+      const int64_t need = automaton_.MinBytesToAccept(s) + 1;  // + the end of generation
+      *max_need = std::max(*max_need, need);
+      for (int32_t k = 0; k < t.num_tokens_[i]; ++k) {
+        const int32_t id = t.tokens_[t.first_token_[i] + k];
+        (*bits)[id >> 6] |= uint64_t{1} << (id & 63);
+        if (need_out != nullptr)
+          (*need_out)[id] = static_cast<uint16_t>(std::min<int64_t>(need, UINT16_MAX));
+      }
+    }
+    ++i;
+  }
+  stats_.walk_nodes += visited;
+  if (automaton_.Accepting(state)) {
+    for (int32_t id : t.eog_) {
+      (*bits)[id >> 6] |= uint64_t{1} << (id & 63);
+      if (need_out != nullptr) (*need_out)[id] = 0;
+    }
+  }
+}
+
+void TokenConstraint::Mask(StateId state, int64_t remaining, std::vector<uint64_t>* mask) {
+  auto it = cache_.find(state);
+  if (it == cache_.end()) {
+    if (cache_.size() >= kMaxCachedMasks) {
+      cache_.clear();
+      need_arrays_ = 0;
+    }
+    Entry e;
+    Walk(state, &e.bits, &e.max_need, nullptr);
+    it = cache_.emplace(state, std::move(e)).first;
+  } else {
+    ++stats_.cache_hits;
+  }
+  Entry& e = it->second;
+  // After this token, remaining - 1 tokens are left for what it still needs.
+  if (remaining < 0 || e.max_need <= remaining - 1) {
+    *mask = e.bits;
+    return;
+  }
+  if (e.need.empty()) {
+    if (need_arrays_ >= kMaxNeedArrays) {
+      for (auto& [id, other] : cache_) std::vector<uint16_t>().swap(other.need);
+      need_arrays_ = 0;
+    }
+    std::vector<uint64_t> bits;
+    int64_t max_need = 0;
+    Walk(state, &bits, &max_need, &e.need);
+    ++need_arrays_;
+  }
+  const int64_t limit = remaining - 1;
+  mask->assign(e.bits.size(), 0);
+  bool any = false;
+  const int32_t n = trie_->n_vocab();
+  for (int32_t id = 0; id < n; ++id) {
+    if (e.need[id] <= limit) {
+      (*mask)[id >> 6] |= uint64_t{1} << (id & 63);
+      any = true;
+    }
+  }
+  if (!any) *mask = e.bits;
+}
+
+StateId TokenConstraint::Advance(StateId state, int32_t token) {
+  if (token < 0 || token >= trie_->n_vocab()) return kDead;
+  if (trie_->end_of_generation(token)) return automaton_.Accepting(state) ? state : kDead;
+  const std::string& piece = trie_->piece(token);
+  if (piece.empty()) return kDead;
+  return automaton_.Walk(state, piece);
+}
+
+void TokenConstraint::Apply(const uint64_t* mask, const float* logits, int32_t n, float* out) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int32_t w = 0; w * 64 < n; ++w) {
+    const int32_t base = w * 64, len = std::min(64, n - base);
+    const uint64_t bits = mask[w];
+    if (bits == ~uint64_t{0} && len == 64) {
+      std::memcpy(out + base, logits + base, 64 * sizeof(float));
+    } else if (bits == 0) {
+      std::fill(out + base, out + base + len, kNegInf);
+    } else {
+      for (int32_t j = 0; j < len; ++j) {
+        out[base + j] = (bits >> j) & 1 ? logits[base + j] : kNegInf;
+      }
+    }
+  }
+}
+
+}  // namespace uf::grammar
