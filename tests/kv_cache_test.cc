@@ -90,21 +90,28 @@ TEST(KvCache, SequencesGetDistinctBlocksAndDataStaysPut) {
     for (int b = 0; b < 3; ++b) ids.insert(c->BlockTable(s)[b]);
   }
   EXPECT_EQ(ids.size(), 6u);
-  // Write a distinct value into every slot of every block of both layers, then read back.
-  const int64_t per_block = 2 * 4 * 4;  // n_head_kv * block_size * head_dim
+  // Write a distinct value into every slot of every slice of both layers, then read back.
+  const int64_t per_slice = 4 * 4;  // block_size * head_dim
+  auto value = [](int64_t layer, int32_t b, int64_t h, int64_t i) {
+    return static_cast<float>(layer * 10000 + b * 1000 + h * 100 + i);
+  };
   for (int64_t layer = 0; layer < 2; ++layer) {
     for (int32_t b : ids) {
-      for (int64_t i = 0; i < per_block; ++i) {
-        c->KeyBlock(layer, b)[i] = static_cast<float>(layer * 1000 + b * 100 + i);
-        c->ValueBlock(layer, b)[i] = -static_cast<float>(layer * 1000 + b * 100 + i);
+      for (int64_t h = 0; h < 2; ++h) {
+        for (int64_t i = 0; i < per_slice; ++i) {
+          c->KeySliceF32(layer, b, h)[i] = value(layer, b, h, i);
+          c->ValueSliceF32(layer, b, h)[i] = -value(layer, b, h, i);
+        }
       }
     }
   }
   for (int64_t layer = 0; layer < 2; ++layer) {
     for (int32_t b : ids) {
-      for (int64_t i = 0; i < per_block; ++i) {
-        ASSERT_EQ(c->KeyBlock(layer, b)[i], static_cast<float>(layer * 1000 + b * 100 + i));
-        ASSERT_EQ(c->ValueBlock(layer, b)[i], -static_cast<float>(layer * 1000 + b * 100 + i));
+      for (int64_t h = 0; h < 2; ++h) {
+        for (int64_t i = 0; i < per_slice; ++i) {
+          ASSERT_EQ(c->KeySliceF32(layer, b, h)[i], value(layer, b, h, i));
+          ASSERT_EQ(c->ValueSliceF32(layer, b, h)[i], -value(layer, b, h, i));
+        }
       }
     }
   }
@@ -152,13 +159,17 @@ TEST(KvCache, F16StoresHalfTheBytes) {
   EXPECT_EQ((*f32)->bytes(), 2u * 2 * 6 * 2 * 4 * 8 * 4);
   EXPECT_EQ((*f16)->bytes() * 2, (*f32)->bytes());
   EXPECT_EQ((*f16)->bytes_per_token(), 2u * 2 * 2 * 8 * 2);
-  // Blocks of an F16 cache are 2-byte elements, laid out as the F32 ones.
-  const auto* b0 = static_cast<const uint8_t*>((*f16)->KeyData(0, 0));
-  const auto* b1 = static_cast<const uint8_t*>((*f16)->KeyData(0, 1));
-  const auto* l1 = static_cast<const uint8_t*>((*f16)->KeyData(1, 0));
-  EXPECT_EQ(b1 - b0, 2 * 4 * 8 * 2);
-  EXPECT_EQ(l1 - b0, 6 * (2 * 4 * 8 * 2));
-  EXPECT_DEATH((*f16)->KeyBlock(0, 0), "F32 access");
+  // Slices of an F16 cache are 2-byte elements, laid out as the F32 ones: head-major, so one
+  // head's consecutive blocks are adjacent.
+  const auto* b0 = static_cast<const uint8_t*>((*f16)->KeySlice(0, 0, 0));
+  const auto* b1 = static_cast<const uint8_t*>((*f16)->KeySlice(0, 1, 0));
+  const auto* h1 = static_cast<const uint8_t*>((*f16)->KeySlice(0, 0, 1));
+  const auto* l1 = static_cast<const uint8_t*>((*f16)->KeySlice(1, 0, 0));
+  EXPECT_EQ((*f16)->slice_bytes(), 4u * 8 * 2);
+  EXPECT_EQ(b1 - b0, 4 * 8 * 2);
+  EXPECT_EQ(h1 - b0, 6 * (4 * 8 * 2));
+  EXPECT_EQ(l1 - b0, 2 * 6 * (4 * 8 * 2));
+  EXPECT_DEATH((*f16)->KeySliceF32(0, 0, 0), "F32 access");
   EXPECT_EQ(ParseKvType("f16").value(), KvType::kF16);
   EXPECT_EQ(ParseKvType("f32").value(), KvType::kF32);
   EXPECT_FALSE(ParseKvType("q4").ok());

@@ -36,9 +36,8 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o) {
         "kv cache: q8_0 K/V needs a head dimension that is a multiple of 32, not " +
         std::to_string(o.head_dim));
   }
-  c->block_bytes_ =
-      static_cast<size_t>(o.n_head_kv * o.block_size) * KvRowBytes(o.type, o.head_dim);
-  c->pool_bytes_ = c->block_bytes_ * static_cast<size_t>(o.n_layer * o.n_blocks);
+  c->slice_bytes_ = static_cast<size_t>(o.block_size) * KvRowBytes(o.type, o.head_dim);
+  c->pool_bytes_ = c->slice_bytes_ * static_cast<size_t>(o.n_layer * o.n_head_kv * o.n_blocks);
   const size_t pool_bytes = c->pool_bytes_;
   const double gib = 2.0 * pool_bytes / (1024.0 * 1024.0 * 1024.0);
   try {

@@ -334,17 +334,17 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
       const int32_t pos = batch.positions[t];
       const int32_t block = cache_->BlockTable(batch.seq_ids[t])[pos / bs];
       const int64_t slot = pos % bs;
-      // Row (head h, slot) of a block: [n_head_kv][bs] rows of KvRowBytes each.
+      // Row `slot` of head h's slice: bs rows of KvRowBytes each (keys maybe transposed).
       const size_t row = engine::KvRowBytes(kv_type_, hd);
-      auto* kb = static_cast<uint8_t*>(cache_->KeyData(il, block));
-      auto* vb = static_cast<uint8_t*>(cache_->ValueData(il, block));
       for (int64_t h = 0; h < c.n_head_kv; ++h) {
+        auto* ks = static_cast<uint8_t*>(cache_->KeySlice(il, block, h));
         if (keys_transposed_) {
-          StoreKeyColumn(k + h * hd, kb + h * bs * row, slot);
+          StoreKeyColumn(k + h * hd, ks, slot);
         } else {
-          StoreKvRow(k + h * hd, kb + (h * bs + slot) * row);
+          StoreKvRow(k + h * hd, ks + slot * row);
         }
-        StoreKvRow(v + h * hd, vb + (h * bs + slot) * row);
+        StoreKvRow(v + h * hd,
+                   static_cast<uint8_t*>(cache_->ValueSlice(il, block, h)) + slot * row);
       }
     }
   });
@@ -481,11 +481,10 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item, int64_t c_
   // The item's block slices from the first one this unit reads to the end (the kernel
   // prefetches past its chunk), and its query rows, contiguous.
   const int32_t* table = cache_->BlockTable(batch.seq_ids[t0]);
-  const size_t slice = static_cast<size_t>(bs) * engine::KvRowBytes(kv_type_, hd);
   const int64_t first = c_begin * attn_chunk_ / bs, total = (keys + bs - 1) / bs;
   for (int64_t b = first; b < total; ++b) {
-    kp[b] = static_cast<const uint8_t*>(cache_->KeyData(il, table[b])) + kvh * slice;
-    vp[b] = static_cast<const uint8_t*>(cache_->ValueData(il, table[b])) + kvh * slice;
+    kp[b] = cache_->KeySlice(il, table[b], kvh);
+    vp[b] = cache_->ValueSlice(il, table[b], kvh);
   }
   for (int64_t i = 0; i < nt; ++i) {
     std::memcpy(q + i * group * hd, q_.data() + (t0 + i) * qd + kvh * group * hd,
