@@ -212,15 +212,19 @@ describe('ultrafast serve with the openai client', () => {
     }
     assert.equal(text, plain.choices[0].message.content);
     assert.equal(usage.speculation.mode, 'ngram');
-    // OpenAI Predicted Outputs: the expected text as the prediction; most drafts are accepted and
-    // reported the way OpenAI reports them.
+    // OpenAI Predicted Outputs: the expected text as the prediction; drafts are accepted and
+    // reported the way OpenAI reports them. How many steps speculate is the adaptive controller's
+    // call from measured step times (a loaded machine drafts less: 22-26 of 48 accepted were seen),
+    // so the count is checked loosely and the bookkeeping exactly.
     const predicted = await client.chat.completions.create({
       ...body, prediction: { type: 'content', content: plain.choices[0].message.content },
     });
     assert.equal(predicted.choices[0].message.content, plain.choices[0].message.content);
     const details = predicted.usage.completion_tokens_details;
-    assert.ok(details.accepted_prediction_tokens >= 24, JSON.stringify(predicted.usage));
     assert.equal(typeof details.rejected_prediction_tokens, 'number');
+    assert.ok(details.accepted_prediction_tokens >= 8, JSON.stringify(predicted.usage));
+    assert.equal(details.accepted_prediction_tokens + details.rejected_prediction_tokens,
+      predicted.usage.speculation.drafted_tokens, JSON.stringify(predicted.usage));
     const m = await metrics(server.base);
     assert.ok(m.value('ultrafast_spec_accepted_tokens_total') >= details.accepted_prediction_tokens);
     assert.match(m.text, /ultrafast_spec_accepted_length_bucket\{le="\+Inf"\} \d+/);
