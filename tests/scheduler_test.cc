@@ -402,19 +402,9 @@ class SimEngine {
   }
 
   void Feed(SimSeq& q, int64_t n) {
-    const int64_t need = (q.st.context + n + kBlock - 1) / kBlock - q.st.kv_blocks;
-    if (need > 0) {
-      free_blocks_ -= need;
-      q.st.kv_blocks += need;
-    }
-    q.st.context += n;
-    if (q.st.to_prefill > 0) {
-      q.st.to_prefill -= n;
-      if (q.st.to_prefill == 0) ++q.generated;  // the last prompt token's logits give a token
-    } else {
-      ++q.generated;
-    }
-    q.st.last_served = clock_.Now();
+    const FedTokens f = uf::scheduler::Feed(&q.st, n, kBlock, clock_.Now());
+    free_blocks_ -= f.new_blocks;
+    q.generated += f.token;
     q.served.push_back(clock_.Now());
   }
 

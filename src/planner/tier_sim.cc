@@ -116,19 +116,9 @@ class VirtualEngine {
   static constexpr int64_t kBlocks = int64_t{1} << 30;  // K/V never runs short here
 
   void Feed(Seq& q, int64_t n) {
-    const int64_t need = (q.st.context + n + kBlock - 1) / kBlock - q.st.kv_blocks;
-    if (need > 0) {
-      used_blocks_ += need;
-      q.st.kv_blocks += need;
-    }
-    q.st.context += n;
-    if (q.st.to_prefill > 0) {
-      q.st.to_prefill -= n;
-      if (q.st.to_prefill == 0) ++q.generated;  // the last prompt token's logits give a token
-    } else {
-      ++q.generated;
-    }
-    q.st.last_served = clock_.Now();
+    const scheduler::FedTokens f = scheduler::Feed(&q.st, n, kBlock, clock_.Now());
+    used_blocks_ += f.new_blocks;
+    q.generated += f.token;
   }
 
   const StepCurve& curve_;

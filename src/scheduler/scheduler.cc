@@ -359,4 +359,20 @@ StepPlan Scheduler::Plan(const StepInput& input) {
   return plan;
 }
 
+FedTokens Feed(SequenceState* st, int64_t n, int64_t block_size, double now) {
+  FedTokens f;
+  f.new_blocks =
+      std::max<int64_t>(0, (st->context + n + block_size - 1) / block_size - st->kv_blocks);
+  st->kv_blocks += f.new_blocks;
+  st->context += n;
+  if (st->to_prefill > 0) {
+    st->to_prefill -= n;
+    f.token = st->to_prefill == 0;  // the last prompt token's logits give a token
+  } else {
+    f.token = true;
+  }
+  st->last_served = now;
+  return f;
+}
+
 }  // namespace uf::scheduler

@@ -110,6 +110,15 @@ struct SequenceState {
   int64_t draft_tokens = 0;
 };
 
+// What a step that fed a sequence n tokens at time `now` does to its state, as an engine keeps
+// it: K/V blocks for the new context, the prompt left, the served time. Simulated engines (the
+// tier simulator, the scheduler tests) share it so that they account as the plan assumes.
+struct FedTokens {
+  int64_t new_blocks = 0;  // K/V blocks the sequence took
+  bool token = false;      // the step produced a token for it (decode, or a prompt's last chunk)
+};
+FedTokens Feed(SequenceState* st, int64_t n, int64_t block_size, double now);
+
 struct StepInput {
   std::vector<SequenceState> running;  // holding a slot
   std::vector<SequenceState> waiting;  // not holding a slot: new, or evicted earlier
