@@ -303,9 +303,8 @@ void Decoder::RunLayers(const Batch& batch) {
   // FFN residual add, then the final norm.
   const float* out_norm = model_.weights().output_norm.data();
   for (int64_t j = 0; j < n_outputs_; ++j) {
-    float* xj = x_.data() + j * e;
-    kernels::AddInPlace(xj, y_.data() + j * e, e);
-    kernels::RmsNorm(xj, out_norm, xo_.data() + j * e, e, c.rms_eps);
+    kernels::AddRmsNorm(x_.data() + j * e, y_.data() + j * e, out_norm, xo_.data() + j * e, e,
+                        c.rms_eps);
   }
   if (n_outputs_ > 0)
     kernels::MatMul(model_.weights().output, xo_.data(), n_outputs_, logits_.data(), pool_);
@@ -322,15 +321,18 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
   ForRows(n, 3 * e, [&](int64_t b, int64_t end) {
     for (int64_t t = b; t < end; ++t) {
       float* xt = x_.data() + t * e;
-      if (il > 0) kernels::AddInPlace(xt, y_.data() + t * e, e);
-      kernels::RmsNorm(xt, l.attn_norm.data(), xn_.data() + t * e, e, eps);
+      if (il > 0) {
+        kernels::AddRmsNorm(xt, y_.data() + t * e, l.attn_norm.data(), xn_.data() + t * e, e, eps);
+      } else {
+        kernels::RmsNorm(xt, l.attn_norm.data(), xn_.data() + t * e, e, eps);
+      }
     }
   });
   RunGroups(qkv_groups_[il], xn_.data(), n);
 
   // Biases, per-head q/k norms, RoPE, then K/V into the cache.
   ForRows(n, 4 * (qd + kvd), [&](int64_t b, int64_t end) {
-    for (int64_t t = b; t < end; ++t) QkvToCache(il, batch, t);
+    for (int64_t t = b; t < end; ++t) QkvToCache(il, batch, t, 0, c.n_head_kv);
   });
 
   // Attention (AttentionShare), on the pool when it pays.
@@ -356,9 +358,8 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
 
   ForRows(n, 3 * e, [&](int64_t b, int64_t end) {
     for (int64_t t = b; t < end; ++t) {
-      float* xt = x_.data() + t * e;
-      kernels::AddInPlace(xt, y_.data() + t * e, e);
-      kernels::RmsNorm(xt, l.ffn_norm.data(), xn_.data() + t * e, e, eps);
+      kernels::AddRmsNorm(x_.data() + t * e, y_.data() + t * e, l.ffn_norm.data(),
+                          xn_.data() + t * e, e, eps);
     }
   });
   RunGroups(ffn_groups_[il], xn_.data(), n);
@@ -373,43 +374,48 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
   kernels::MatMul(l.down, gate_.data(), n, y_.data(), pool_);
 }
 
-void Decoder::QkvToCache(int64_t il, const Batch& batch, int64_t t) {
+void Decoder::QkvToCache(int64_t il, const Batch& batch, int64_t t, int64_t h0, int64_t h1) {
   const ModelConfig& c = config_;
   const LayerWeights& l = model_.weights().layers[il];
-  const int64_t hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
-  float* q = q_.data() + t * qd;
-  float* k = k_.data() + t * kvd;
-  float* v = v_.data() + t * kvd;
+  const int64_t hd = c.head_dim, group = c.n_head / c.n_head_kv;
+  // Query heads [h0 * group, h1 * group) and KV heads [h0, h1) of token t: every step below is
+  // per head (the bias per element), so any split of the heads gives the same bits.
+  float* q = q_.data() + t * c.q_dim() + h0 * group * hd;  // [(h1 - h0) * group][hd]
+  float* k = k_.data() + t * c.kv_dim() + h0 * hd;         // [h1 - h0][hd]
+  float* v = v_.data() + t * c.kv_dim() + h0 * hd;         // [h1 - h0][hd]
+  const int64_t nq = (h1 - h0) * group, nkv = h1 - h0;
   if (!l.bq.empty()) {
-    kernels::AddInPlace(q, l.bq.data(), qd);
-    kernels::AddInPlace(k, l.bk.data(), kvd);
-    kernels::AddInPlace(v, l.bv.data(), kvd);
+    kernels::AddInPlace(q, l.bq.data() + h0 * group * hd, nq * hd);
+    kernels::AddInPlace(k, l.bk.data() + h0 * hd, nkv * hd);
+    kernels::AddInPlace(v, l.bv.data() + h0 * hd, nkv * hd);
   }
   if (!l.q_norm.empty()) {
-    for (int64_t h = 0; h < c.n_head; ++h) {
+    for (int64_t h = 0; h < nq; ++h) {
       kernels::RmsNorm(q + h * hd, l.q_norm.data(), q + h * hd, hd, c.rms_eps);
     }
-    for (int64_t h = 0; h < c.n_head_kv; ++h) {
+    for (int64_t h = 0; h < nkv; ++h) {
       kernels::RmsNorm(k + h * hd, l.k_norm.data(), k + h * hd, hd, c.rms_eps);
     }
   }
   const float* cs = rope_cs_.data() + t * c.rope_dim;
-  kernels::ApplyRope(rope_, cs, q, c.n_head, hd);
-  kernels::ApplyRope(rope_, cs, k, c.n_head_kv, hd);
+  kernels::ApplyRope(rope_, cs, q, nq, hd);
+  kernels::ApplyRope(rope_, cs, k, nkv, hd);
   const int64_t bs = cache_->block_size();
   const int32_t pos = batch.positions[t];
   const int32_t block = cache_->BlockTable(batch.seq_ids[t])[pos / bs];
   const int64_t slot = pos % bs;
   // Row `slot` of head h's slice: bs rows of KvRowBytes each (keys maybe transposed).
   const size_t row = engine::KvRowBytes(kv_type_, hd);
-  for (int64_t h = 0; h < c.n_head_kv; ++h) {
+  for (int64_t h = h0; h < h1; ++h) {
+    const float* kh = k + (h - h0) * hd;
     auto* ks = static_cast<uint8_t*>(cache_->KeySlice(il, block, h));
     if (keys_transposed_) {
-      StoreKeyColumn(k + h * hd, ks, slot);
+      StoreKeyColumn(kh, ks, slot);
     } else {
-      StoreKvRow(k + h * hd, ks + slot * row);
+      StoreKvRow(kh, ks + slot * row);
     }
-    StoreKvRow(v + h * hd, static_cast<uint8_t*>(cache_->ValueSlice(il, block, h)) + slot * row);
+    StoreKvRow(v + (h - h0) * hd,
+               static_cast<uint8_t*>(cache_->ValueSlice(il, block, h)) + slot * row);
   }
 }
 

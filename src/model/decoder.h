@@ -90,8 +90,9 @@ class Decoder {
   void SingleDispatchThread(const Batch& batch, int thread, int n_threads);
   // (Re)builds the matmul tasks of the single-dispatch path for the active ISA.
   void InitTasks();
-  // Token t's biases, q/k norms and RoPE, then its K and V into the cache.
-  void QkvToCache(int64_t il, const Batch& batch, int64_t t);
+  // Token t's biases, q/k norms and RoPE, then its K and V into the cache, for KV heads
+  // [h0, h1) and their query heads.
+  void QkvToCache(int64_t il, const Batch& batch, int64_t t, int64_t h0, int64_t h1);
   // Thread `thread`'s share of a layer's attention units (split partials or whole items).
   void AttentionShare(int64_t il, const Batch& batch, int thread, int n_threads);
   // Moves the rows that want logits to the front (batch order); returns their count.

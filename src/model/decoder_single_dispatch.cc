@@ -6,7 +6,7 @@
 //
 //   rows: residual add, RMS norm, activation conversion   | Sync
 //   QKV product (work-stealing chunks)                     | Sync
-//   tokens: biases, q/k norms, RoPE, K/V into the cache    | Sync
+//   (token, heads): biases, q/k norms, RoPE, K/V to cache  | Sync
 //   attention units (flash-decoding partials or items)     | Sync (last: merge partials, compact)
 //   rows: convert the attention output                     | Sync
 //   output projection                                      | Sync
@@ -19,6 +19,7 @@
 // the same from step to step. Every kernel computes each row the same way whichever thread runs
 // it and however the products are chunked, so the logits are bit-identical to RunLayers' (the
 // speculative verifier relies on a verify row equalling a decode step).
+#include <algorithm>
 #include <cstring>
 
 #include "model/decoder.h"
@@ -92,6 +93,8 @@ void Decoder::SingleDispatchThread(const Batch& batch, int ti, int nt) {
   const int64_t n = batch.size(), e = c.n_embd, ff = c.n_ff;
   const float eps = c.rms_eps;
   kernels::ChunkRange* ranges = ranges_.get();
+  // Per token, its heads are cut into this many parts for the RoPE / K/V store step.
+  const int64_t qkv_splits = std::min<int64_t>(c.n_head_kv, (nt + n - 1) / n);
   // The activations a product reads: converted into act_, or the f32 rows themselves.
   auto act_of = [&](const kernels::MatMulTask& task, const float* x) {
     return task.converts() ? act_ : reinterpret_cast<const uint8_t*>(x);
@@ -110,14 +113,22 @@ void Decoder::SingleDispatchThread(const Batch& batch, int ti, int nt) {
     // The same rows as the embedding (or the previous layer's down product, behind a Sync).
     for (int64_t t = ti; t < n; t += nt) {
       float* xt = x_.data() + t * e;
-      if (il > 0) kernels::AddInPlace(xt, y_.data() + t * e, e);
-      kernels::RmsNorm(xt, l.attn_norm.data(), xn_.data() + t * e, e, eps);
+      if (il > 0) {
+        kernels::AddRmsNorm(xt, y_.data() + t * e, l.attn_norm.data(), xn_.data() + t * e, e, eps);
+      } else {
+        kernels::RmsNorm(xt, l.attn_norm.data(), xn_.data() + t * e, e, eps);
+      }
       convert(lt.qkv, xn_.data(), t);
     }
     pool_->Sync([&] { lt.qkv.Reset(ranges, nt); });
     lt.qkv.Run(act_of(lt.qkv, xn_.data()), n, ranges, ti, nt);
     pool_->Sync();
-    for (int64_t t = ti; t < n; t += nt) QkvToCache(il, batch, t);
+    // Units of (token, KV head group): a decode step's RoPE and K/V stores are split too.
+    for (int64_t u = ti; u < n * qkv_splits; u += nt) {
+      const int64_t t = u / qkv_splits, part = u % qkv_splits;
+      QkvToCache(il, batch, t, c.n_head_kv * part / qkv_splits,
+                 c.n_head_kv * (part + 1) / qkv_splits);
+    }
     pool_->Sync();
     AttentionShare(il, batch, ti, nt);
     pool_->Sync([&] {
@@ -131,9 +142,8 @@ void Decoder::SingleDispatchThread(const Batch& batch, int ti, int nt) {
     lt.wo.Run(act_of(lt.wo, attn_.data()), rows, ranges, ti, nt);
     pool_->Sync();
     for (int64_t t = ti; t < rows; t += nt) {
-      float* xt = x_.data() + t * e;
-      kernels::AddInPlace(xt, y_.data() + t * e, e);
-      kernels::RmsNorm(xt, l.ffn_norm.data(), xn_.data() + t * e, e, eps);
+      kernels::AddRmsNorm(x_.data() + t * e, y_.data() + t * e, l.ffn_norm.data(),
+                          xn_.data() + t * e, e, eps);
       convert(lt.gate_up, xn_.data(), t);
     }
     pool_->Sync([&] { lt.gate_up.Reset(ranges, nt); });
@@ -159,9 +169,7 @@ void Decoder::SingleDispatchThread(const Batch& batch, int ti, int nt) {
   if (n_outputs_ == 0) return;
   const float* out_norm = model_.weights().output_norm.data();
   for (int64_t j = ti; j < n_outputs_; j += nt) {
-    float* xj = x_.data() + j * e;
-    kernels::AddInPlace(xj, y_.data() + j * e, e);
-    kernels::RmsNorm(xj, out_norm, xo_.data() + j * e, e, eps);
+    kernels::AddRmsNorm(x_.data() + j * e, y_.data() + j * e, out_norm, xo_.data() + j * e, e, eps);
     convert(out_task_, xo_.data(), j);
   }
   pool_->Sync([&] { out_task_.Reset(ranges, nt); });
