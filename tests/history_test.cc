@@ -52,7 +52,8 @@ class TempDir {
   TempDir() {
     path_ = fs::temp_directory_path() /
             ("uf_history_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+             ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+             std::to_string(count_++));
     fs::remove_all(path_);
   }
   ~TempDir() { fs::remove_all(path_); }
@@ -60,6 +61,7 @@ class TempDir {
   const fs::path& path() const { return path_; }
 
  private:
+  static inline int count_ = 0;
   fs::path path_;
 };
 
@@ -312,7 +314,9 @@ TEST(HistoryRecorderTest, CountsInputTracksAfkAndRollsOverSegments) {
       // AFK starts at the last input, not when it was noticed.
       EXPECT_NEAR(e.ts, s + 10.0, 1.01);
     }
-    if (e.kind == EventKind::kInput) EXPECT_LE(e.duration, 1.5);
+    if (e.kind == EventKind::kInput) {
+      EXPECT_LE(e.duration, 1.5);
+    }
   }
   EXPECT_EQ(keys, 10);
   EXPECT_EQ(clicks, 1);
@@ -388,7 +392,7 @@ TEST(HistorySummaryTest, TimePerApplicationCitationsAndRollup) {
   EXPECT_EQ(Mode(md), 0600u);
   const std::string text = Slurp(md);
   EXPECT_EQ(text.rfind("---\nsegment: 20261201T090000Z\n", 0), 0u) << text;
-  EXPECT_NE(text.find("applications: [\"xterm\", \"firefox\"]"), std::string::npos) << text;
+  EXPECT_NE(text.find("applications: [\"firefox\", \"xterm\"]"), std::string::npos) << text;
   // xterm 10..70 = 60 s; firefox 70..190 less 60 s away = 60 s.
   EXPECT_NE(text.find("| xterm | 1m 0s |"), std::string::npos) << text;
   EXPECT_NE(text.find("| firefox | 1m 0s |"), std::string::npos) << text;

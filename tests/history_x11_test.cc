@@ -174,7 +174,7 @@ class HistoryX11Test : public ::testing::Test {
   xcb_atom_t Atom(const char* name) {
     auto* r = xcb_intern_atom_reply(
         conn_, xcb_intern_atom(conn_, 0, static_cast<uint16_t>(strlen(name)), name), nullptr);
-    const xcb_atom_t a = r ? r->atom : XCB_ATOM_NONE;
+    const xcb_atom_t a = r ? r->atom : static_cast<xcb_atom_t>(XCB_ATOM_NONE);
     free(r);
     return a;
   }

@@ -57,6 +57,13 @@ Status Recorder::Tick(Collector* c, double now) {
     Event again = window_;
     again.ts = SegmentStart(now);
     UF_RETURN_IF_ERROR(writer_->Write(again, window_verdict_));
+    if (afk_) {
+      Event away;
+      away.kind = EventKind::kAfk;
+      away.ts = again.ts;
+      away.afk = true;
+      UF_RETURN_IF_ERROR(writer_->Write(away, Verdict::kKeep));
+    }
   }
   UF_RETURN_IF_ERROR(Flush(now));
   if (c != nullptr) {

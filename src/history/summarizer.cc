@@ -48,7 +48,10 @@ std::string Plain(const std::string& s) {
 
 std::vector<std::pair<std::string, double>> ByTime(const std::map<std::string, double>& m) {
   std::vector<std::pair<std::string, double>> v(m.begin(), m.end());
-  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  // Longest first; equal times by name, so the same history always reads the same.
+  std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
   return v;
 }
 
