@@ -90,7 +90,7 @@ std::string MakeHistory(int segments) {
 
 TEST(HistoryServerTest, AskIsBehindTheKeyOnTheUltrafastTierWithCitations) {
   const std::string dir = MakeHistory(3);
-  Harness h(dir);
+  Harness h(dir, /*ctx=*/1024);
   auto r = h.Ask(R"({"question": "where was I?", "max_tokens": 4})", /*with_key=*/false);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);

@@ -76,6 +76,8 @@ void HttpServer::HandleHistoryAsk(const httplib::Request& req, httplib::Response
     inner.body = chat.dump(-1, ' ', false, json::error_handler_t::replace);
     httplib::Response answer;
     HandleGenerate(Endpoint::kChat, inner, answer);
+    // httplib leaves the status at -1 (sent as 200) when a handler only sets the content.
+    if (answer.status == -1) answer.status = 200;
     const json out = json::parse(answer.body, nullptr, /*allow_exceptions=*/false);
     const bool too_long = answer.status == 400 && out.is_object() && out.contains("error") &&
                           out["error"].value("code", json()) == "context_length_exceeded";
