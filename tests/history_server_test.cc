@@ -71,8 +71,8 @@ class Harness {
 
 std::string MakeHistory(int segments) {
   const fs::path dir =
-      fs::temp_directory_path() / ("uf_history_server_" + std::to_string(::getpid()) + "_" +
-                                   std::to_string(segments));
+      fs::temp_directory_path() /
+      ("uf_history_server_" + std::to_string(::getpid()) + "_" + std::to_string(segments));
   fs::remove_all(dir);
   auto w = std::move(history::SegmentWriter::Open(dir.string())).value();
   for (int i = 0; i < segments; ++i) {
@@ -109,9 +109,9 @@ TEST(HistoryServerTest, AskIsBehindTheKeyOnTheUltrafastTierWithCitations) {
   EXPECT_EQ(j["citations"][1]["path"], "summaries/20261201T092000Z.md");
   EXPECT_EQ(j["citations"][1]["start"], "2026-12-01T09:20:05Z");
 
-  for (const char* bad : {R"({"max_tokens": 4})", R"({"question": ""})", R"({"question": 3})",
-                          R"({"question": "q", "summaries": 0})", R"({"question": "q", "x": 1})",
-                          R"(not json)"}) {
+  for (const char* bad :
+       {R"({"max_tokens": 4})", R"({"question": ""})", R"({"question": 3})",
+        R"({"question": "q", "summaries": 0})", R"({"question": "q", "x": 1})", R"(not json)"}) {
     r = h.Ask(bad);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 400) << bad << " " << r->body;

@@ -206,7 +206,11 @@ TEST(HistoryStoreTest, SegmentsModesCountsAndRoundTrip) {
   {
     auto w = SegmentWriter::Open(dir.str());
     ASSERT_TRUE(w.ok());
-    ASSERT_TRUE((*w)->Write(Window(kT0 + 5, "xterm", "t\xff" "itle"), Verdict::kKeep).ok());
+    ASSERT_TRUE((*w)->Write(Window(kT0 + 5, "xterm",
+                                   "t\xff"
+                                   "itle"),
+                            Verdict::kKeep)
+                    .ok());
     ASSERT_TRUE((*w)->Write(Input(kT0 + 6, 3, 1), Verdict::kKeep).ok());
     ASSERT_TRUE((*w)->Write(Focus(kT0 + 7, "x", "password text", ""), Verdict::kSuppressed).ok());
     ASSERT_TRUE((*w)->Write(Window(kT0 + 700, "firefox", "b"), Verdict::kKeep).ok());
@@ -254,9 +258,11 @@ TEST(HistoryStoreTest, RawSegmentsAreDeletedAfterTheRetention) {
   }
   const double end_of_first = kT0 + kSegmentSeconds;
   // 47 hours later nothing has expired; one second past 48 hours after its end, the first has.
-  EXPECT_EQ(PurgeExpired(dir.str(), end_of_first + 47 * 3600.0, kDefaultRetentionSeconds).value(), 0);
+  EXPECT_EQ(PurgeExpired(dir.str(), end_of_first + 47 * 3600.0, kDefaultRetentionSeconds).value(),
+            0);
   EXPECT_EQ(ListSegments(dir.str())->size(), 2u);
-  EXPECT_EQ(PurgeExpired(dir.str(), end_of_first + 48 * 3600.0 + 1, kDefaultRetentionSeconds).value(), 1);
+  EXPECT_EQ(
+      PurgeExpired(dir.str(), end_of_first + 48 * 3600.0 + 1, kDefaultRetentionSeconds).value(), 1);
   auto left = ListSegments(dir.str());
   ASSERT_EQ(left->size(), 1u);
   EXPECT_EQ(left->front().start, kT0 + 3600);
@@ -367,9 +373,9 @@ TEST(HistorySummaryTest, TimePerApplicationCitationsAndRollup) {
     Event started;
     started.ts = kT0;
     started.state = "started";
-    ASSERT_TRUE((*w)->Write(started, Verdict::kKeep).ok());                     // L1
-    ASSERT_TRUE((*w)->Write(Window(kT0 + 10, "xterm", "make"), Verdict::kKeep).ok());  // L2
-    ASSERT_TRUE((*w)->Write(Input(kT0 + 20, 40, 2), Verdict::kKeep).ok());     // L3
+    ASSERT_TRUE((*w)->Write(started, Verdict::kKeep).ok());                              // L1
+    ASSERT_TRUE((*w)->Write(Window(kT0 + 10, "xterm", "make"), Verdict::kKeep).ok());    // L2
+    ASSERT_TRUE((*w)->Write(Input(kT0 + 20, 40, 2), Verdict::kKeep).ok());               // L3
     ASSERT_TRUE((*w)->Write(Window(kT0 + 70, "firefox", "Docs"), Verdict::kKeep).ok());  // L4
     Event afk;
     afk.kind = EventKind::kAfk;
@@ -424,8 +430,12 @@ void RecordWorkflowDays(const std::string& dir, int days) {
     const double t = kT0 + d * 86400.0 + 3600.0 * (d % 2);
     int i = 0;
     auto at = [&] { return t + 20.0 * i++; };
-    ASSERT_TRUE(w->Write(Window(at(), "thunderbird", "Inbox - day " + std::to_string(d)), Verdict::kKeep).ok());
-    ASSERT_TRUE(w->Write(Window(at(), "firefox", "Jira: ticket " + std::to_string(100 + d)), Verdict::kKeep).ok());
+    ASSERT_TRUE(
+        w->Write(Window(at(), "thunderbird", "Inbox - day " + std::to_string(d)), Verdict::kKeep)
+            .ok());
+    ASSERT_TRUE(
+        w->Write(Window(at(), "firefox", "Jira: ticket " + std::to_string(100 + d)), Verdict::kKeep)
+            .ok());
     ASSERT_TRUE(w->Write(Input(at(), 0, 3), Verdict::kKeep).ok());
     ASSERT_TRUE(w->Write(Window(at(), "libreoffice", "report.ods", "calc"), Verdict::kKeep).ok());
     ASSERT_TRUE(w->Write(Input(at(), 80, 0), Verdict::kKeep).ok());
@@ -459,14 +469,11 @@ TEST(HistorySkillsTest, AWorkflowOnThreeDaysIsOffered) {
   ASSERT_EQ(offers.size(), 1u);
   const SkillOffer& o = offers[0];
   EXPECT_EQ(o.days, (std::vector<std::string>{"2026-12-01", "2026-12-02", "2026-12-03"}));
-  const std::vector<Action> want = {{"thunderbird", "normal", "switch"},
-                                    {"firefox", "normal", "switch"},
-                                    {"firefox", "normal", "click"},
-                                    {"libreoffice", "calc", "switch"},
-                                    {"libreoffice", "calc", "type"},
-                                    {"thunderbird", "normal", "switch"},
-                                    {"thunderbird", "normal", "click"},
-                                    {"thunderbird", "normal", "type"}};
+  const std::vector<Action> want = {
+      {"thunderbird", "normal", "switch"}, {"firefox", "normal", "switch"},
+      {"firefox", "normal", "click"},      {"libreoffice", "calc", "switch"},
+      {"libreoffice", "calc", "type"},     {"thunderbird", "normal", "switch"},
+      {"thunderbird", "normal", "click"},  {"thunderbird", "normal", "type"}};
   EXPECT_EQ(o.steps, want);
   EXPECT_EQ(o.name, "thunderbird-firefox-libreoffice-8-steps");
   const std::string md = SkillMarkdown(o);
@@ -486,7 +493,9 @@ TEST(HistoryAskTest, NewestSummariesOldestFirstWithCitations) {
   {
     auto w = std::move(SegmentWriter::Open(dir.str())).value();
     for (int i = 0; i < 4; ++i) {
-      ASSERT_TRUE(w->Write(Window(kT0 + 600.0 * i + 5, "app" + std::to_string(i), "t"), Verdict::kKeep).ok());
+      ASSERT_TRUE(
+          w->Write(Window(kT0 + 600.0 * i + 5, "app" + std::to_string(i), "t"), Verdict::kKeep)
+              .ok());
     }
   }
   EXPECT_EQ(RecentSummaries(dir.str(), 3).status().code(), StatusCode::kNotFound);
@@ -509,9 +518,9 @@ TEST(HistoryAskTest, NewestSummariesOldestFirstWithCitations) {
   const nlohmann::json c = Citations(*docs);
   EXPECT_EQ(c[0]["id"], "S1");
   EXPECT_EQ(c[0]["path"], "summaries/20261201T091000Z.md");
-  EXPECT_NE(AnswerWithSources("You were in app3 [S3].", *docs)
-                .find("[S3] summaries/20261201T093000Z.md"),
-            std::string::npos);
+  EXPECT_NE(
+      AnswerWithSources("You were in app3 [S3].", *docs).find("[S3] summaries/20261201T093000Z.md"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -203,8 +203,8 @@ class HistoryX11Test : public ::testing::Test {
     const std::string cls = instance + '\0' + klass + '\0';
     xcb_change_property(conn_, XCB_PROP_MODE_REPLACE, w, XCB_ATOM_WM_CLASS, XCB_ATOM_STRING, 8,
                         cls.size(), cls.data());
-    xcb_change_property(conn_, XCB_PROP_MODE_REPLACE, w, Atom("_NET_WM_NAME"),
-                        Atom("UTF8_STRING"), 8, title.size(), title.data());
+    xcb_change_property(conn_, XCB_PROP_MODE_REPLACE, w, Atom("_NET_WM_NAME"), Atom("UTF8_STRING"),
+                        8, title.size(), title.data());
     xcb_change_property(conn_, XCB_PROP_MODE_REPLACE, w, XCB_ATOM_WM_NAME, XCB_ATOM_STRING, 8,
                         title.size(), title.data());
     xcb_map_window(conn_, w);
@@ -213,7 +213,8 @@ class HistoryX11Test : public ::testing::Test {
   }
 
   int Xdotool(const std::string& args) {
-    return std::system(("DISPLAY=" + display_ + " xdotool " + args + " >>" + log_ + " 2>&1").c_str());
+    return std::system(
+        ("DISPLAY=" + display_ + " xdotool " + args + " >>" + log_ + " 2>&1").c_str());
   }
   void Activate(xcb_window_t w) {
     ASSERT_EQ(Xdotool("windowactivate --sync " + std::to_string(w)), 0) << Slurp(log_);
@@ -310,8 +311,9 @@ TEST_F(HistoryX11Test, RecordsWindowsInputAndIdleAndSurvivesTheServerGoingAway) 
   bool afk = false;
   for (const nlohmann::json& e : events) {
     if (e["kind"] == "window") {
-      windows.push_back(e.value("blocked", false) ? "(blocked)"
-                                                  : e.value("app", "") + ":" + e.value("title", ""));
+      windows.push_back(e.value("blocked", false)
+                            ? "(blocked)"
+                            : e.value("app", "") + ":" + e.value("title", ""));
     }
     if (e["kind"] == "input") {
       keys += e["keys"].get<int64_t>();
@@ -392,12 +394,14 @@ TEST(HistoryCliTest, AskAnswersFromSummariesWithCitationsAndAtspiIsRefused) {
   }
   auto run = [&](const std::string& args, int* code) {
     const fs::path out = dir / "out.txt";
-    const int status = std::system((binary.string() + " " + args + " >" + out.string() + " 2>&1").c_str());
+    const int status =
+        std::system((binary.string() + " " + args + " >" + out.string() + " 2>&1").c_str());
     *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     return Slurp(out);
   };
   int code = 0;
-  std::string out = run("history ask 'where was I?' -m " + model.string() + " --dir " + dir.string(), &code);
+  std::string out =
+      run("history ask 'where was I?' -m " + model.string() + " --dir " + dir.string(), &code);
   EXPECT_NE(code, 0);
   EXPECT_NE(out.find("history summarize"), std::string::npos) << out;  // says what to do
 

@@ -331,8 +331,7 @@ void PrintStatus(const HistoryOptions& o) {
   std::printf("raw segments: %zu (%lld events, %lld bytes)", segments->size(),
               static_cast<long long>(events), static_cast<long long>(bytes));
   if (!segments->empty()) {
-    std::printf(", %s to %s",
-                history::IsoTime(segments->front().start).c_str(),
+    std::printf(", %s to %s", history::IsoTime(segments->front().start).c_str(),
                 history::IsoTime(segments->back().start + history::kSegmentSeconds).c_str());
   }
   std::printf("\ncaptured %lld, blocked %lld, suppressed %lld\n",
@@ -355,8 +354,7 @@ void Purge(const HistoryOptions& o) {
                 dir.c_str());
     return;
   }
-  auto removed =
-      history::PurgeExpired(dir, server::WallClock().Now(), o.retention_hours * 3600.0);
+  auto removed = history::PurgeExpired(dir, server::WallClock().Now(), o.retention_hours * 3600.0);
   if (!removed.ok()) Fail("history purge", removed.status());
   std::printf("deleted %d raw segments older than %.0f hours\n", *removed, o.retention_hours);
 }
@@ -366,14 +364,16 @@ void Purge(const HistoryOptions& o) {
 void AddHistoryCommand(CLI::App& app) {
   auto o = std::make_shared<HistoryOptions>();
   CLI::App* history = app.add_subcommand(
-      "history", "Computer History: record window and input activity locally, summarise it, ask "
-                 "where you were");
+      "history",
+      "Computer History: record window and input activity locally, summarise it, ask "
+      "where you were");
   history->require_subcommand(1);
   auto add_dir = [&](CLI::App* cmd) {
     cmd->add_option("--dir", o->dir, "history folder (default $XDG_DATA_HOME/ultrafast/history)");
   };
 
-  CLI::App* record = history->add_subcommand("record", "Record the active window and input counts (X11)");
+  CLI::App* record =
+      history->add_subcommand("record", "Record the active window and input counts (X11)");
   add_dir(record);
   record->add_option("--display", o->display, "X display (default $DISPLAY)");
   record->add_option("--block-app", o->block_apps,
@@ -390,7 +390,8 @@ void AddHistoryCommand(CLI::App& app) {
   record->add_flag("--atspi", o->atspi, "focused-control roles through AT-SPI2 (not built yet)");
   record->callback([o] { Record(*o); });
 
-  CLI::App* summarize = history->add_subcommand("summarize", "Write Markdown summaries and rollups");
+  CLI::App* summarize =
+      history->add_subcommand("summarize", "Write Markdown summaries and rollups");
   add_dir(summarize);
   summarize->add_option("-m,--model", o->model, "GGUF model for a prose summary (optional)");
   summarize->add_option("-n,--max-tokens", o->max_tokens, "tokens of prose per segment")
@@ -398,7 +399,8 @@ void AddHistoryCommand(CLI::App& app) {
   summarize->add_option("-t,--threads", o->threads, "threads (0: all cores)");
   summarize->callback([o] { Summarize(*o); });
 
-  CLI::App* ask = history->add_subcommand("ask", "Answer a question (\"where was I?\") from the summaries");
+  CLI::App* ask =
+      history->add_subcommand("ask", "Answer a question (\"where was I?\") from the summaries");
   add_dir(ask);
   ask->add_option("question", o->question, "the question")->required();
   ask->add_option("-m,--model", o->model, "GGUF model")->required();
@@ -409,7 +411,8 @@ void AddHistoryCommand(CLI::App& app) {
   ask->add_option("-t,--threads", o->threads, "threads (0: all cores)");
   ask->callback([o] { Ask(*o); });
 
-  CLI::App* skills = history->add_subcommand("skills", "Offer workflows seen on several days as SKILL.md drafts");
+  CLI::App* skills =
+      history->add_subcommand("skills", "Offer workflows seen on several days as SKILL.md drafts");
   add_dir(skills);
   skills->add_option("--min-days", o->min_days, "days a workflow must be seen on")
       ->check(CLI::Range(1, 365))
@@ -417,11 +420,13 @@ void AddHistoryCommand(CLI::App& app) {
   skills->add_option("--confirm", o->confirm, "turn the named draft into a skill");
   skills->callback([o] { Skills(*o); });
 
-  CLI::App* status = history->add_subcommand("status", "What is recorded, and whether a recorder runs");
+  CLI::App* status =
+      history->add_subcommand("status", "What is recorded, and whether a recorder runs");
   add_dir(status);
   status->callback([o] { PrintStatus(*o); });
 
-  CLI::App* purge = history->add_subcommand("purge", "Delete expired raw events, or everything (--all)");
+  CLI::App* purge =
+      history->add_subcommand("purge", "Delete expired raw events, or everything (--all)");
   add_dir(purge);
   purge->add_flag("--all", o->all, "delete every segment, summary, rollup and skill");
   purge->add_option("--retention-hours", o->retention_hours, "raw events older than this go")

@@ -95,7 +95,8 @@ nlohmann::json AskMessages(const std::string& question, const std::vector<Summar
       "use as [S1], [S2]. If they do not say, answer that the history does not show it.";
   return nlohmann::json::array(
       {{{"role", "system"}, {"content", system}},
-       {{"role", "user"}, {"content", "Activity summaries:\n\n" + context + "Question: " + question}}});
+       {{"role", "user"},
+        {"content", "Activity summaries:\n\n" + context + "Question: " + question}}});
 }
 
 nlohmann::json Citations(const std::vector<SummaryDoc>& docs) {

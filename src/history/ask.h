@@ -11,10 +11,10 @@
 namespace uf::history {
 
 struct SummaryDoc {
-  std::string id;    // "S1", "S2", ... in the order given to the model (oldest first)
-  std::string path;  // relative to the history folder: summaries/<segment>.md
+  std::string id;          // "S1", "S2", ... in the order given to the model (oldest first)
+  std::string path;        // relative to the history folder: summaries/<segment>.md
   std::string start, end;  // from the front matter
-  std::string text;  // what the model reads: the summary without links and sources
+  std::string text;        // what the model reads: the summary without links and sources
 };
 
 // The newest n summaries under dir, oldest first. NotFound (saying to run `history summarize`)

@@ -9,11 +9,16 @@ constexpr EventKind kKinds[] = {EventKind::kWindow, EventKind::kInput, EventKind
 
 std::string_view EventKindName(EventKind kind) {
   switch (kind) {
-    case EventKind::kWindow: return "window";
-    case EventKind::kInput: return "input";
-    case EventKind::kAfk: return "afk";
-    case EventKind::kFocus: return "focus";
-    case EventKind::kStatus: return "status";
+    case EventKind::kWindow:
+      return "window";
+    case EventKind::kInput:
+      return "input";
+    case EventKind::kAfk:
+      return "afk";
+    case EventKind::kFocus:
+      return "focus";
+    case EventKind::kStatus:
+      return "status";
   }
   return "status";
 }

@@ -20,9 +20,9 @@ StatusOr<std::shared_ptr<pcre2_code>> Compile(const std::string& regex, const ch
   int error = 0;
   PCRE2_SIZE offset = 0;
   // Caseless: a block list that misses "Bank" because it says "bank" would leak.
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.data()), regex.size(),
-                                   PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | PCRE2_CASELESS, &error,
-                                   &offset, nullptr);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.data()), regex.size(),
+                    PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | PCRE2_CASELESS, &error, &offset, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));

@@ -61,7 +61,7 @@ class Recorder {
   const Clock* clock_;
 
   bool have_window_ = false;
-  Event window_;                 // the active window as written (blank if blocked)
+  Event window_;  // the active window as written (blank if blocked)
   Verdict window_verdict_ = Verdict::kKeep;
   int64_t keys_ = 0, clicks_ = 0;
   double counts_since_ = 0.0;

@@ -27,8 +27,7 @@ std::string Slug(const std::vector<Action>& steps) {
       s += std::isalnum(u) ? static_cast<char>(std::tolower(u)) : '-';
     }
   }
-  return (s.empty() ? std::string("workflow") : s) + "-" + std::to_string(steps.size()) +
-         "-steps";
+  return (s.empty() ? std::string("workflow") : s) + "-" + std::to_string(steps.size()) + "-steps";
 }
 
 std::string Describe(const Action& a) {
@@ -85,8 +84,8 @@ std::vector<TimedAction> ActionsFromEvents(const std::vector<EventLine>& events)
 nlohmann::json ActionsToJson(const std::vector<TimedAction>& actions) {
   nlohmann::json j = nlohmann::json::array();
   for (const TimedAction& t : actions) {
-    j.push_back({{"ts", t.ts}, {"app", t.action.app}, {"role", t.action.role},
-                 {"verb", t.action.verb}});
+    j.push_back(
+        {{"ts", t.ts}, {"app", t.action.app}, {"role", t.action.role}, {"verb", t.action.verb}});
   }
   return j;
 }
@@ -180,11 +179,11 @@ std::string SkillMarkdown(const SkillOffer& offer) {
   for (const std::string& d : offer.days) first_days += (first_days.empty() ? "" : ", ") + d;
   md << "---\n";
   md << "name: " << offer.name << "\n";
-  md << "description: " << nlohmann::json(Describe(offer.steps.front()) + ", then " +
-                                          std::to_string(offer.steps.size() - 1) +
-                                          " more steps; a workflow seen on " +
-                                          std::to_string(offer.days.size()) + " days")
-                                .dump()
+  md << "description: "
+     << nlohmann::json(Describe(offer.steps.front()) + ", then " +
+                       std::to_string(offer.steps.size() - 1) + " more steps; a workflow seen on " +
+                       std::to_string(offer.days.size()) + " days")
+            .dump()
      << "\n";
   md << "status: draft\n";
   md << "---\n\n";

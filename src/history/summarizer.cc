@@ -22,9 +22,12 @@ std::string Clock(double t) { return IsoTime(t).substr(11, 8); }
 std::string Duration(double seconds) {
   const int64_t s = std::llround(std::max(0.0, seconds));
   std::ostringstream out;
-  if (s >= 3600) out << s / 3600 << "h " << (s % 3600) / 60 << "m";
-  else if (s >= 60) out << s / 60 << "m " << s % 60 << "s";
-  else out << s << "s";
+  if (s >= 3600)
+    out << s / 3600 << "h " << (s % 3600) / 60 << "m";
+  else if (s >= 60)
+    out << s / 60 << "m " << s % 60 << "s";
+  else
+    out << s << "s";
   return out.str();
 }
 
@@ -37,11 +40,13 @@ std::string Quoted(const std::string& s) {
 std::string Plain(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '\n' || c == '\r') out += ' ';
+    if (c == '\n' || c == '\r')
+      out += ' ';
     else if (c == '*' || c == '_' || c == '`' || c == '[' || c == ']' || c == '<' || c == '>' ||
              c == '|' || c == '\\')
       out += std::string("\\") + c;
-    else out += c;
+    else
+      out += c;
   }
   return out;
 }
@@ -188,14 +193,16 @@ std::string SegmentMarkdown(const SegmentSummary& s, const std::string& prose) {
     md << "](" << raw << "#L" << st.first_line << ")\n";
   }
   if (shown == 0) md << "- nothing recorded\n";
-  if (s.afk_seconds >= 1.0) md << "- away from the keyboard for " << Duration(s.afk_seconds) << "\n";
+  if (s.afk_seconds >= 1.0)
+    md << "- away from the keyboard for " << Duration(s.afk_seconds) << "\n";
   md << "\n## Time per application\n\n| application | active time |\n|---|---|\n";
   for (const auto& [app, seconds] : ByTime(s.app_seconds)) {
     md << "| " << Plain(app) << " | " << Duration(seconds) << " |\n";
   }
-  md << "\n## Sources\n\n- raw events: [" << "segments/" << s.name << "/events.jsonl](" << raw
-     << ") (" << s.counts.captured << " captured, " << s.counts.blocked << " blocked, "
-     << s.counts.suppressed << " suppressed; deleted after the retention period)\n";
+  md << "\n## Sources\n\n- raw events: ["
+     << "segments/" << s.name << "/events.jsonl](" << raw << ") (" << s.counts.captured
+     << " captured, " << s.counts.blocked << " blocked, " << s.counts.suppressed
+     << " suppressed; deleted after the retention period)\n";
   return md.str();
 }
 

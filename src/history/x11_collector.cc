@@ -149,7 +149,8 @@ class X11Collector final : public Collector {
   std::string StringProperty(xcb_window_t w, xcb_atom_t atom) {
     if (atom == XCB_ATOM_NONE) return {};
     xcb_get_property_reply_t* r = xcb_get_property_reply(
-        conn_, xcb_get_property(conn_, 0, w, atom, XCB_GET_PROPERTY_TYPE_ANY, 0, kMaxTitleBytes / 4),
+        conn_,
+        xcb_get_property(conn_, 0, w, atom, XCB_GET_PROPERTY_TYPE_ANY, 0, kMaxTitleBytes / 4),
         nullptr);
     std::string s;
     if (r != nullptr && r->format == 8) {
@@ -185,8 +186,8 @@ class X11Collector final : public Collector {
     e.role = StringProperty(w, role_atom_);
     if (e.role.empty()) {
       xcb_ewmh_get_atoms_reply_t types;
-      if (xcb_ewmh_get_wm_window_type_reply(&ewmh_, xcb_ewmh_get_wm_window_type(&ewmh_, w),
-                                            &types, nullptr)) {
+      if (xcb_ewmh_get_wm_window_type_reply(&ewmh_, xcb_ewmh_get_wm_window_type(&ewmh_, w), &types,
+                                            nullptr)) {
         if (types.atoms_len > 0) {
           e.role = types.atoms[0] == ewmh_._NET_WM_WINDOW_TYPE_DIALOG ? "dialog" : "normal";
         }

@@ -50,10 +50,10 @@ void HttpServer::HandleHistoryAsk(const httplib::Request& req, httplib::Response
   int summaries = kDefaultSummaries;
   if (auto it = body.find("summaries"); it != body.end()) {
     if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 100) {
-      return SendError(res,
-                       InvalidRequest("summaries must be an integer in [1, 100].", "summaries",
-                                      "invalid_value"),
-                       name);
+      return SendError(
+          res,
+          InvalidRequest("summaries must be an integer in [1, 100].", "summaries", "invalid_value"),
+          name);
     }
     summaries = it->get<int>();
   }
