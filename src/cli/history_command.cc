@@ -15,6 +15,7 @@
 #include "cli/common.h"
 #include "engine/generate.h"
 #include "history/ask.h"
+#include "history/atspi_focus.h"
 #include "history/privacy.h"
 #include "history/recorder.h"
 #include "history/segment_store.h"
@@ -73,12 +74,24 @@ struct HistoryOptions {
 
 std::string Dir(const HistoryOptions& o) { return o.dir.empty() ? DefaultDir() : o.dir; }
 
-void Record(const HistoryOptions& o) {
-  if (o.atspi) {
-    Fail("history record",
-         UnimplementedError("--atspi (focused-control roles through AT-SPI2) is not built in this "
-                            "version; window, input-count and idle recording work without it"));
+// The X11 collector plus the focused controls AT-SPI reports (--atspi).
+class WithFocus final : public history::Collector {
+ public:
+  WithFocus(std::unique_ptr<history::Collector> x11, history::FocusWatcher* focus)
+      : x11_(std::move(x11)), focus_(focus) {}
+  Status Poll(double timeout_s, std::vector<history::Event>* out) override {
+    const Status s = x11_->Poll(timeout_s, out);
+    focus_->Drain(out);
+    return s;
   }
+  StatusOr<double> IdleSeconds() override { return x11_->IdleSeconds(); }
+
+ private:
+  std::unique_ptr<history::Collector> x11_;
+  history::FocusWatcher* focus_;
+};
+
+void Record(const HistoryOptions& o) {
   if (!history::X11CollectorBuilt()) {
     Fail("history record", history::ConnectX11(o.display, nullptr).status());
   }
@@ -96,14 +109,26 @@ void Record(const HistoryOptions& o) {
   if (!writer.ok()) Fail("history record", writer.status());
 
   server::WallClock clock;
+  std::unique_ptr<history::FocusWatcher> focus;
+  if (o.atspi) {
+    auto started = history::FocusWatcher::Start(&clock);
+    if (!started.ok()) Fail("history record --atspi", started.status());
+    focus = std::move(*started);
+  }
   history::RecorderOptions ro;
   ro.afk_after_s = o.afk_seconds;
   ro.retention_s = o.retention_hours * 3600.0;
   ro.run_for_s = o.run_for;
   const std::string display = o.display;
   history::Recorder recorder(
-      ro, [&] { return history::ConnectX11(display, &clock); }, filter->get(), writer->get(),
-      &clock);
+      ro,
+      [&]() -> StatusOr<std::unique_ptr<history::Collector>> {
+        UF_ASSIGN_OR_RETURN(auto x11, history::ConnectX11(display, &clock));
+        if (focus == nullptr) return x11;
+        return std::unique_ptr<history::Collector>(
+            std::make_unique<WithFocus>(std::move(x11), focus.get()));
+      },
+      filter->get(), writer->get(), &clock);
 
   struct sigaction sa = {};
   sa.sa_handler = OnSignal;
@@ -387,7 +412,9 @@ void AddHistoryCommand(CLI::App& app) {
   record->add_option("--retention-hours", o->retention_hours, "raw events are deleted after this")
       ->capture_default_str();
   record->add_option("--for", o->run_for, "stop after this many seconds (0: until Ctrl-C)");
-  record->add_flag("--atspi", o->atspi, "focused-control roles through AT-SPI2 (not built yet)");
+  record->add_flag("--atspi", o->atspi,
+                   "also record focused-control roles through AT-SPI2 (password fields never; "
+                   "text masked)");
   record->callback([o] { Record(*o); });
 
   CLI::App* summarize =

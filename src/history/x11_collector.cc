@@ -141,7 +141,7 @@ class X11Collector final : public Collector {
   xcb_atom_t InternAtom(const char* name) {
     xcb_intern_atom_reply_t* r = xcb_intern_atom_reply(
         conn_, xcb_intern_atom(conn_, 0, static_cast<uint16_t>(std::strlen(name)), name), nullptr);
-    const xcb_atom_t atom = r != nullptr ? r->atom : XCB_ATOM_NONE;
+    const xcb_atom_t atom = r != nullptr ? r->atom : static_cast<xcb_atom_t>(XCB_ATOM_NONE);
     std::free(r);
     return atom;
   }
