@@ -130,16 +130,19 @@ class HistoryX11Test : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     log_ = (dir_ / "x.log").string();
-    for (int n = 90 + ::getpid() % 50; n < 250; ++n) {
-      if (!fs::exists("/tmp/.X11-unix/X" + std::to_string(n)) &&
-          !fs::exists("/tmp/.X" + std::to_string(n) + "-lock")) {
-        display_ = ":" + std::to_string(n);
-        break;
+    // ctest runs tests in parallel: a display another test took in the meantime makes Xvfb
+    // exit at once, and the next free one is tried.
+    bool started = false;
+    for (int n = 90 + ::getpid() % 100, tries = 0; n < 400 && tries < 8 && !started; ++n) {
+      if (fs::exists("/tmp/.X11-unix/X" + std::to_string(n)) ||
+          fs::exists("/tmp/.X" + std::to_string(n) + "-lock")) {
+        continue;
       }
+      display_ = ":" + std::to_string(n);
+      ++tries;
+      started = StartX();
     }
-    if (!StartX()) {
-      GTEST_SKIP() << "Xvfb " << display_ << " did not start: " << Slurp(log_);
-    }
+    if (!started) GTEST_SKIP() << "Xvfb did not start: " << Slurp(log_);
     wm_ = Spawn({"openbox"}, display_, log_);
     ASSERT_TRUE(WaitForWindowManager()) << "openbox did not start: " << Slurp(log_);
   }
@@ -157,6 +160,11 @@ class HistoryX11Test : public ::testing::Test {
     xvfb_ = Spawn({"Xvfb", display_, "-screen", "0", "800x600x24", "-nolisten", "tcp"}, "", log_);
     for (int i = 0; i < 100; ++i) {
       std::this_thread::sleep_for(milliseconds(50));
+      int status = 0;
+      if (::waitpid(xvfb_, &status, WNOHANG) == xvfb_) {  // it exited: the display is taken
+        xvfb_ = -1;
+        return false;
+      }
       xcb_connection_t* c = xcb_connect(display_.c_str(), nullptr);
       const bool ok = !xcb_connection_has_error(c);
       if (ok) {
@@ -170,6 +178,7 @@ class HistoryX11Test : public ::testing::Test {
       }
       xcb_disconnect(c);
     }
+    Stop(&xvfb_);
     return false;
   }
 
