@@ -149,6 +149,9 @@ class HistoryX11Test : public ::testing::Test {
 
   void TearDown() override {
     Stop(&recorder_);
+    Stop(&app_);
+    Stop(&dbus_);
+    ::unsetenv("DBUS_SESSION_BUS_ADDRESS");
     if (conn_ != nullptr) xcb_disconnect(conn_);
     Stop(&wm_);
     Stop(&xvfb_);
@@ -251,7 +254,7 @@ class HistoryX11Test : public ::testing::Test {
 
   fs::path binary_, dir_;
   std::string display_, log_;
-  pid_t xvfb_ = -1, wm_ = -1, recorder_ = -1;
+  pid_t xvfb_ = -1, wm_ = -1, recorder_ = -1, app_ = -1, dbus_ = -1;
   xcb_connection_t* conn_ = nullptr;
   xcb_screen_t* screen_ = nullptr;
 };
@@ -419,14 +422,14 @@ TEST_F(HistoryX11Test, AtspiRecordsFocusedRolesNeverPasswordFieldsAndMasksText) 
       << "at-spi2-core is missing: run tools/dev.sh test";
   // A D-Bus session of its own; the accessibility bus is started from it on demand.
   const std::string bus = "unix:path=" + (dir_ / "bus").string();
-  pid_t dbus = Spawn({"dbus-daemon", "--session", "--nofork", "--address=" + bus}, "", log_);
+  dbus_ = Spawn({"dbus-daemon", "--session", "--nofork", "--address=" + bus}, "", log_);
   for (int i = 0; i < 500 && !fs::exists(dir_ / "bus"); ++i) {
     std::this_thread::sleep_for(milliseconds(10));
   }
   ASSERT_TRUE(fs::exists(dir_ / "bus")) << Slurp(log_);
   ::setenv("DBUS_SESSION_BUS_ADDRESS", bus.c_str(), 1);
   std::ofstream(dir_ / "login_form.py") << kLoginForm;
-  pid_t app = Spawn({"/usr/bin/python3", (dir_ / "login_form.py").string()}, display_, log_);
+  app_ = Spawn({"/usr/bin/python3", (dir_ / "login_form.py").string()}, display_, log_);
   const fs::path found = dir_ / "found";
   std::string window;
   for (int i = 0; i < 100 && window.empty(); ++i) {
@@ -456,9 +459,8 @@ TEST_F(HistoryX11Test, AtspiRecordsFocusedRolesNeverPasswordFieldsAndMasksText) 
   std::this_thread::sleep_for(milliseconds(1500));
   ::kill(recorder_, SIGTERM);
   const int code = WaitFor(&recorder_, 10);
-  Stop(&app);
-  Stop(&dbus);
-  ::unsetenv("DBUS_SESSION_BUS_ADDRESS");
+  Stop(&app_);
+  Stop(&dbus_);
   ASSERT_EQ(code, 0) << Slurp(dir_ / "record.log");
 
   int text_focus = 0, masked = 0;
