@@ -403,6 +403,7 @@ TEST(HistorySummaryTest, TimePerApplicationCitationsAndRollup) {
   EXPECT_NE(text.find("| xterm | 1m 0s |"), std::string::npos) << text;
   EXPECT_NE(text.find("| firefox | 1m 0s |"), std::string::npos) << text;
   EXPECT_NE(text.find("afk_seconds: 60"), std::string::npos) << text;
+  EXPECT_NE(text.find("end: 2026-12-01T09:03:10Z"), std::string::npos) << text;  // stopped there
   EXPECT_NE(text.find("40 keys, 2 clicks) [L2–L3](../segments/20261201T090000Z/events.jsonl#L2)"),
             std::string::npos)
       << text;

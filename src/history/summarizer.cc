@@ -19,6 +19,11 @@ namespace {
 
 std::string Clock(double t) { return IsoTime(t).substr(11, 8); }
 
+// "1 click", "2 clicks".
+std::string Count(int64_t n, const char* noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 std::string Duration(double seconds) {
   const int64_t s = std::llround(std::max(0.0, seconds));
   std::ostringstream out;
@@ -154,7 +159,11 @@ SegmentSummary SummarizeSegment(const std::string& name, double start,
   close(segment_end);
   if (afk) s.afk_seconds += segment_end - afk_since;
   s.start = events.empty() ? start : first_ts;
-  s.end = segment_end;
+  // A segment the recorder stopped in ends there, not at its 10-minute boundary.
+  const bool stopped =
+      !events.empty() && events.back().event.kind == EventKind::kStatus &&
+      (events.back().event.state == "stopped" || events.back().event.state == "display_lost");
+  s.end = stopped ? std::clamp(events.back().event.ts, start, segment_end) : segment_end;
   for (const Stretch& st : s.stretches) s.app_seconds[st.app] += st.active_seconds;
   return s;
 }
@@ -186,8 +195,8 @@ std::string SegmentMarkdown(const SegmentSummary& s, const std::string& prose) {
     md << "- " << Clock(st.start) << "–" << Clock(st.end) << " **" << Plain(st.app) << "**";
     if (!st.title.empty()) md << " — " << Plain(st.title);
     md << " (" << Duration(st.active_seconds) << " active";
-    if (st.keys > 0) md << ", " << st.keys << " keys";
-    if (st.clicks > 0) md << ", " << st.clicks << " clicks";
+    if (st.keys > 0) md << ", " << Count(st.keys, "key");
+    if (st.clicks > 0) md << ", " << Count(st.clicks, "click");
     md << ") [L" << st.first_line;
     if (st.last_line != st.first_line) md << "–L" << st.last_line;
     md << "](" << raw << "#L" << st.first_line << ")\n";
@@ -252,7 +261,7 @@ std::string RollupMarkdown(double block_start, const std::vector<SegmentSummary>
     const auto top = ByTime(s.app_seconds);
     md << "- [" << Clock(s.start) << "–" << Clock(s.end) << "](../summaries/" << s.name << ".md)";
     if (!top.empty()) md << ": mostly " << Plain(top.front().first);
-    md << " (" << s.keys << " keys, " << s.clicks << " clicks)\n";
+    md << " (" << Count(s.keys, "key") << ", " << Count(s.clicks, "click") << ")\n";
   }
   return md.str();
 }
