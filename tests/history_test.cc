@@ -239,6 +239,14 @@ TEST(HistoryStoreTest, SegmentsModesCountsAndRoundTrip) {
   EXPECT_EQ(events[1].keys, 3);
   EXPECT_EQ(events[1].clicks, 1);
 
+  // A folder the person chose keeps its mode; the history's own folders inside it are 0700.
+  TempDir chosen;
+  fs::create_directories(chosen.path());
+  fs::permissions(chosen.path(), fs::perms(0755));
+  ASSERT_TRUE(SegmentWriter::Open(chosen.str()).ok());
+  EXPECT_EQ(Mode(chosen.path()), 0755u);
+  EXPECT_EQ(Mode(chosen.path() / "segments"), 0700u);
+
   // A torn last line (a crash mid-write) is skipped and counted, the rest still reads.
   std::ofstream(first / "events.jsonl", std::ios::app) << "{\"ts\": 1, \"kin";
   int64_t bad = 0;

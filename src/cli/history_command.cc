@@ -240,6 +240,11 @@ void Summarize(const HistoryOptions& o) {
 
 void Ask(const HistoryOptions& o) {
   if (o.model.empty()) Fail("history ask", InvalidArgumentError("-m MODEL is required"));
+  try {
+    (void)nlohmann::json(o.question).dump();
+  } catch (const nlohmann::json::exception&) {
+    Fail("history ask", InvalidArgumentError("the question is not valid UTF-8"));
+  }
   auto docs = history::RecentSummaries(Dir(o), o.summaries);
   if (!docs.ok()) Fail("history ask", docs.status());
   ChatModel model(o);

@@ -72,11 +72,14 @@ StatusOr<double> ParseSegmentName(std::string_view name) {
   return static_cast<double>(timegm(&tm));
 }
 
-Status EnsurePrivateDir(const std::string& path) {
+Status EnsurePrivateDir(const std::string& path, bool fix_existing) {
   std::error_code ec;
-  fs::create_directories(path, ec);
+  const bool created = fs::create_directories(path, ec);
   if (ec) return UnavailableError("cannot create " + path + ": " + ec.message());
-  if (::chmod(path.c_str(), 0700) != 0) return Errno("cannot chmod", path);
+  if (!fs::is_directory(path, ec)) return FailedPreconditionError(path + " is not a folder");
+  if ((created || fix_existing) && ::chmod(path.c_str(), 0700) != 0) {
+    return Errno("cannot chmod", path);
+  }
   return OkStatus();
 }
 
@@ -92,7 +95,7 @@ Status WritePrivateFile(const std::string& path, const std::string& content) {
 }
 
 StatusOr<std::unique_ptr<SegmentWriter>> SegmentWriter::Open(const std::string& dir) {
-  UF_RETURN_IF_ERROR(EnsurePrivateDir(dir));
+  UF_RETURN_IF_ERROR(EnsurePrivateDir(dir, /*fix_existing=*/false));
   UF_RETURN_IF_ERROR(EnsurePrivateDir(dir + "/segments"));
   return std::unique_ptr<SegmentWriter>(new SegmentWriter(dir));
 }

@@ -26,8 +26,10 @@ double SegmentStart(double t);
 // "2026-12-04T10:20:00Z".
 std::string IsoTime(double t);
 
-// Creates path (and parents) and sets it to 0700.
-Status EnsurePrivateDir(const std::string& path);
+// Creates path (and parents) and sets it to 0700. With fix_existing false a folder that was
+// already there keeps its mode: the history folder may be one the person chose (their home),
+// whose mode is theirs to set; the folders inside it are the history's own.
+Status EnsurePrivateDir(const std::string& path, bool fix_existing = true);
 // Writes content to path through a 0600 temporary file renamed over it.
 Status WritePrivateFile(const std::string& path, const std::string& content);
 
