@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "alloc_counter.h"
 #include "base/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "kernels/matmul.h"
@@ -143,6 +144,50 @@ TEST(SingleDispatchLong, SplitAttentionStepsMatch) {
   for (int threads : {2, 3}) {
     EXPECT_EQ(Logits(**m, true, threads, steps, 700), Logits(**m, false, threads, steps, 700))
         << threads << " threads";
+  }
+}
+
+// A decode step allocates nothing, in either forward: every buffer is sized at Create (the
+// matmul's activation scratch on its first use), and the pool's job captures fit in
+// std::function's inline storage.
+TEST(DecodeLoop, DecodeStepsDoNotAllocate) {
+  if (!kCountsAllocations) GTEST_SKIP() << "allocations are not counted under AddressSanitizer";
+  auto m = model::Model::Load("../shared/models/tiny-qwen2-256-q8_0.gguf");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const model::ModelConfig& c = (*m)->config();
+  for (bool single : {true, false}) {
+    engine::KvCacheOptions co;
+    co.n_layer = c.n_layer;
+    co.n_head_kv = c.n_head_kv;
+    co.head_dim = c.head_dim;
+    co.max_seq_len = 1024;
+    co.n_blocks = engine::KvCacheOptions::BlocksFor(co.max_seq_len, 1, co.block_size);
+    auto cache = engine::KvCache::Create(co);
+    ASSERT_TRUE(cache.ok());
+    ThreadPool pool(2);
+    model::DecoderOptions dopt;
+    dopt.max_batch = 64;
+    dopt.single_dispatch = single;
+    auto dec = model::Decoder::Create(**m, cache->get(), dopt, &pool);
+    ASSERT_TRUE(dec.ok());
+    model::Batch b;
+    b.tokens.reserve(64);
+    b.positions.reserve(64);
+    b.seq_ids.reserve(64);
+    b.want_logits.reserve(64);
+    int32_t pos = 0;
+    auto step = [&](int n) {
+      b.Clear();
+      for (int i = 0; i < n; ++i, ++pos) b.Add((pos * 31 + 7) % c.n_vocab, pos, 0, i == n - 1);
+      ASSERT_TRUE((*dec)->Forward(b).ok());
+    };
+    step(40);
+    step(1);  // warm-up: the first use of each path's scratch
+    const int64_t before = testing_alloc::allocations.load();
+    // Past 512 positions too, where the step splits its attention (flash-decoding).
+    for (int i = 0; i < 600; ++i) step(1);
+    EXPECT_EQ(testing_alloc::allocations.load() - before, 0)
+        << (single ? "single dispatch" : "dispatch per step");
   }
 }
 

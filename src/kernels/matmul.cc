@@ -112,7 +112,14 @@ void RunMatMul(const Matrix* const* ws, float* const* ys, int n_mats, const floa
     ranges = heap.get();
   }
   task.Reset(ranges, nt);
-  pool->Run([&](int ti, int n) { task.Run(act, n_tokens, ranges, ti, n); });
+  struct Args {
+    const MatMulTask* task;
+    const uint8_t* act;
+    int64_t n_tokens;
+    ChunkRange* ranges;
+  } args{&task, act, n_tokens, ranges};
+  // Captures one pointer, so std::function stores it without allocating.
+  pool->Run([a = &args](int ti, int n) { a->task->Run(a->act, a->n_tokens, a->ranges, ti, n); });
 }
 
 }  // namespace
