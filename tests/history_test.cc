@@ -14,6 +14,7 @@
 #include "history/privacy.h"
 #include "history/recorder.h"
 #include "history/segment_store.h"
+#include "history_test_util.h"
 #include "history/skills.h"
 #include "history/summarizer.h"
 
@@ -25,21 +26,8 @@ namespace fs = std::filesystem;
 // 2026-12-01T09:00:00Z: a segment and a rollup boundary.
 constexpr double kT0 = 1796115600.0;
 
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Every file under dir, concatenated: for "this never appears anywhere" checks.
-std::string AllText(const fs::path& dir) {
-  std::string all;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    if (e.is_regular_file()) all += Slurp(e.path());
-  }
-  return all;
-}
+using history_testing::AllText;
+using history_testing::Slurp;
 
 mode_t Mode(const fs::path& p) {
   struct stat st;

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "history/segment_store.h"
+#include "history_test_util.h"
 
 #ifdef UF_HAVE_XCB
 #include <xcb/xcb.h>
@@ -30,20 +31,8 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string AllText(const fs::path& dir) {
-  std::string all;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    if (e.is_regular_file()) all += Slurp(e.path());
-  }
-  return all;
-}
+using history_testing::AllText;
+using history_testing::Slurp;
 
 bool OnPath(const std::string& tool) {
   return std::system(("command -v " + tool + " >/dev/null 2>&1").c_str()) == 0;
