@@ -10,9 +10,12 @@ PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev
           nlohmann-json3-dev libcpp-httplib-dev libsqlite3-dev libcli11-dev libpcre2-dev
           libssl-dev)
 
+# Only `test` needs these: the playground's browser tests (tests/web) drive Debian's chromium.
+TEST_PACKAGES=(chromium)
+
 install_missing() {
   local missing=()
-  for p in "${PACKAGES[@]}"; do
+  for p in "$@"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
   done
   if [ ${#missing[@]} -gt 0 ]; then
@@ -25,7 +28,7 @@ install_missing() {
 }
 
 build() {
-  install_missing
+  install_missing "${PACKAGES[@]}"
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build -j"$(nproc)"
 }
@@ -63,12 +66,17 @@ case "${1:-}" in
     ./build/ultrafast run -n 200
     ;;
   test)
+    install_missing "${TEST_PACKAGES[@]}"
     build
-    # The e2e tests (tests/e2e) use the openai npm package pinned in package-lock.json.
-    if command -v npm >/dev/null 2>&1 && [ -f tests/e2e/package-lock.json ]; then
-      echo "== npm ci (tests/e2e)"
-      npm ci --prefix tests/e2e --no-audit --no-fund >/dev/null ||
-        echo "== npm ci failed: the e2e tests will be skipped"
+    # The e2e tests (tests/e2e) use the openai npm package, the playground tests (tests/web)
+    # puppeteer-core, each pinned in its package-lock.json (no browser download: Debian's).
+    if command -v npm >/dev/null 2>&1; then
+      for dir in tests/e2e tests/web; do
+        [ -f "$dir/package-lock.json" ] || continue
+        echo "== npm ci ($dir)"
+        PUPPETEER_SKIP_DOWNLOAD=1 npm ci --prefix "$dir" --no-audit --no-fund >/dev/null ||
+          echo "== npm ci failed: the tests in $dir will be skipped"
+      done
     fi
     ctest --test-dir build -j"$(nproc)" --output-on-failure
     run_fuzzers

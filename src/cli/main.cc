@@ -1,4 +1,4 @@
-// `ultrafast <command>`: run, logits, tokenize, info, synth, bench, serve, keys.
+// `ultrafast <command>`: run, logits, tokenize, info, synth, bench, serve, keys, plan, pull.
 #include <CLI/CLI.hpp>
 
 #include "cli/common.h"
@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   uf::cli::AddBenchCommand(app);
   uf::cli::AddServeCommands(app);  // serve, keys
   uf::cli::AddPlanCommand(app);
+  uf::cli::AddPullCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }
