@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -75,6 +76,8 @@ class ModelServer {
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
+    // stop() before the accept loop has started would be lost, and the join would hang.
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   ~ModelServer() {
     server_.stop();
@@ -222,9 +225,16 @@ TEST_F(PullTest, ACutConnectionIsResumedWithARangeRequest) {
   server_->etag_ = sha_;
   server_->cut_at_ = body_.size() / 3;
   server_->cuts_left_ = 1;
-  auto r = Get("/cut/model.gguf", Quick(/*retries=*/2));
+  DownloadOptions o = Quick(/*retries=*/2);
+  std::vector<int> retries;
+  o.on_retry = [&retries](const Status& why, int retry) {
+    EXPECT_EQ(why.code(), StatusCode::kUnavailable);
+    retries.push_back(retry);
+  };
+  auto r = Get("/cut/model.gguf", o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->attempts, 2);
+  EXPECT_EQ(retries, std::vector<int>{1});
   EXPECT_TRUE(r->sha256_checked);
   EXPECT_EQ(ReadFile(r->path), body_);
   const std::vector<std::string> want = {"", "bytes=" + std::to_string(body_.size() / 3) + "-"};

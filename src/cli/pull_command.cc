@@ -78,8 +78,10 @@ int RunPull(const PullArgs& args) {
   options.expected_sha256 = args.sha256;
   const bool tty = ::isatty(STDERR_FILENO) != 0;
   double last_line = -1e9;
-  options.on_progress = [tty, &last_line](const pull::DownloadProgress& p) {
+  bool mid_line = false;  // a redrawn bar is on the terminal's current line
+  options.on_progress = [tty, &last_line, &mid_line](const pull::DownloadProgress& p) {
     if (tty) {
+      mid_line = !p.done;
       std::fprintf(stderr, "\r%s\033[K%s", ProgressLine(p, true).c_str(), p.done ? "\n" : "");
     } else if (p.done || p.elapsed_s - last_line >= 5.0) {
       // Logs and pipes get a plain line every 5 s instead of a redrawn bar.
@@ -87,9 +89,17 @@ int RunPull(const PullArgs& args) {
       std::fprintf(stderr, "%s\n", ProgressLine(p, false).c_str());
     }
   };
+  options.on_retry = [&args, &mid_line](const Status& why, int retry) {
+    std::fprintf(stderr, "%s%s; resuming (retry %d of %d)\n", mid_line ? "\n" : "",
+                 why.message().c_str(), retry, args.retries);
+    mid_line = false;
+  };
   std::fprintf(stderr, "pulling %s\n", src->url.c_str());
   auto r = pull::Download(*src, dir, options);
-  if (!r.ok()) Fail("pull", r.status());
+  if (!r.ok()) {
+    if (mid_line) std::fputc('\n', stderr);
+    Fail("pull", r.status());
+  }
   if (r->already_present) {
     std::fprintf(stderr, "already downloaded\n");
   } else {

@@ -165,7 +165,6 @@ Status RunTransfer(Transfer& t, int64_t* resumed_from) {
     if (not_gguf) {
       return InvalidArgumentError(url + " is not a GGUF file (it does not start with \"GGUF\")");
     }
-    if (status >= 200 && status < 300) report(true);
     if (!res) {
       return UnavailableError("network failure fetching " + url + ": " +
                               httplib::to_string(res.error()) + " (after " +
@@ -180,6 +179,7 @@ Status RunTransfer(Transfer& t, int64_t* resumed_from) {
         return UnavailableError("connection to " + url + " ended after " + std::to_string(bytes) +
                                 " of " + std::to_string(t.total) + " bytes");
       }
+      report(true);
       return OkStatus();
     }
     if (status == 416 && have > 0) {
@@ -251,6 +251,7 @@ StatusOr<DownloadResult> Download(const ModelSource& src, const std::string& dir
     ++result.attempts;
     if (attempt == 0) result.resumed_from = resumed;
     if (s.code() != StatusCode::kUnavailable) break;
+    if (attempt < options.retries && options.on_retry) options.on_retry(s, attempt + 1);
   }
   auto discard = [&t](Status why) {
     std::error_code ignored;

@@ -31,8 +31,11 @@ struct DownloadOptions {
   // A 64-hex sha256 the file must have; empty: the server's X-Linked-Etag / ETag when it is one
   // (Hugging Face gives the LFS object's sha256 there), else no check.
   std::string expected_sha256;
-  // Called at most every 100 ms while bytes arrive, and once with done = true.
+  // Called at most every 100 ms while bytes arrive, and once with done = true when a transfer
+  // completed.
   std::function<void(const DownloadProgress&)> on_progress;
+  // Called before retry number `retry` (from 1) with the network failure that caused it.
+  std::function<void(const Status& why, int retry)> on_retry;
 };
 
 struct DownloadResult {
