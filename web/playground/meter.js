@@ -23,8 +23,10 @@ export class LiveStats {
     this.window.push([now, n]);
     // Rate over the last 500 ms: smooth enough to read, short enough to show a stall.
     while (this.window.length > 2 && now - this.window[0][0] > 500) this.window.shift();
+    // The first chunks can arrive in one burst (tokens sampled while the reply's headers were on
+    // their way): a rate over a few microseconds would be noise, so the chart starts at 50 ms.
     const span = (now - this.window[0][0]) / 1000;
-    if (span > 0) {
+    if (now - this.first >= 50 && span > 0) {
       const n2 = this.window.slice(1).reduce((s, [, k]) => s + k, 0);
       this.samples.push([(now - this.first) / 1000, n2 / span]);
     }
