@@ -21,7 +21,7 @@ const KEY = 'playground-test-key';
 
 async function startServer() {
   const args = ['serve', '-m', MODEL, '--model-id', 'tiny', '--host', '127.0.0.1', '--port', '0',
-    '--ctx', '1024', '-t', '2', '--api-key', KEY];
+    '--ctx', '1024', '-t', '2', '--api-key', KEY, '--ultrafast-capacity', '1'];
   const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   proc.stderr.on('data', (d) => { stderr += d; });
@@ -217,7 +217,30 @@ describe('the playground in headless chromium', () => {
     if (process.env.UF_SCREENSHOTS) {
       await page.screenshot({ path: path.join(root, 'docs', 'playground-race.png') });
     }
-    // The 401 above is a console error of the browser's own (a failed fetch); nothing else.
-    assert.deepEqual(pageErrors.filter((e) => !/status of 401/.test(e)), []);
+  });
+
+  test('a 429 is shown as a readable message in its pane', async () => {
+    // The server has one ultrafast stream (--ultrafast-capacity 1): the second of two ultrafast
+    // requests sent at once is refused with 429 tier_capacity_exceeded while the first holds it.
+    await page.select('#race-a .race-tier', 'ultrafast');
+    await page.select('#race-b .race-tier', 'ultrafast');
+    await page.$eval('#max-tokens', (el) => { el.value = '400'; el.dispatchEvent(new Event('input')); });
+    const sent = await send(page, 'Both ultrafast');
+    await waitDone(page, '#race-a');
+    await waitDone(page, '#race-b');
+    sent.done();
+    const errors = [];
+    const replies = [];
+    for (const pane of ['#race-a', '#race-b']) {
+      const err = await page.$(`${pane} .error`);
+      if (err) errors.push(await err.evaluate((e) => e.textContent));
+      else replies.push(await page.$eval(`${pane} .reply`, (e) => e.textContent));
+    }
+    assert.equal(errors.length, 1, `errors: ${errors}`);
+    assert.match(errors[0], /^429 [^(]*\(tier_capacity_exceeded\): .*ultrafast stream.* Retry in \d+ s, or pick another tier\.$/);
+    assert.equal(replies.length, 1);
+    assert.ok(replies[0].length > 0);
+    // The 401 and 429 are console errors of the browser's own (failed fetches); nothing else.
+    assert.deepEqual(pageErrors.filter((e) => !/status of (401|429)/.test(e)), []);
   });
 });
