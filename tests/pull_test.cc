@@ -274,7 +274,8 @@ TEST_F(PullTest, ARefusedConnectionIsANetworkError) {
 }
 
 TEST(ModelSourceTest, MapsHuggingFaceNamesAndUrls) {
-  auto hf = ParseModelSource("hf://bartowski/Llama-3.2-1B-Instruct-GGUF/Llama-3.2-1B-Instruct-Q4_0.gguf");
+  auto hf =
+      ParseModelSource("hf://bartowski/Llama-3.2-1B-Instruct-GGUF/Llama-3.2-1B-Instruct-Q4_0.gguf");
   ASSERT_TRUE(hf.ok());
   EXPECT_EQ(hf->url,
             "https://huggingface.co/bartowski/Llama-3.2-1B-Instruct-GGUF/resolve/main/"

@@ -119,7 +119,8 @@ int RunPull(const PullArgs& args) {
 void AddPullCommand(CLI::App& app) {
   auto args = std::make_shared<PullArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "pull", "download a GGUF model into the cache ($XDG_CACHE_HOME/ultrafast); run -m NAME finds it");
+      "pull",
+      "download a GGUF model into the cache ($XDG_CACHE_HOME/ultrafast); run -m NAME finds it");
   cmd->add_option("source", args->source, "http(s)://.../FILE.gguf or hf://OWNER/REPO/FILE.gguf")
       ->required();
   cmd->add_option("-o,--output-dir", args->dir, "folder to download into (default: the cache)");

@@ -65,6 +65,19 @@ int64_t FileSize(const fs::path& p) {
   return ec ? -1 : static_cast<int64_t>(n);
 }
 
+// " (the error body)" for a short text or JSON error body; nothing for an HTML page, which says
+// no more than the status does.
+std::string Excerpt(std::string body) {
+  const size_t start = body.find_first_not_of(" \t\r\n");
+  if (start == std::string::npos || body[start] == '<') return "";
+  body = body.substr(start, 200);
+  for (char& c : body) {
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  }
+  while (!body.empty() && body.back() == ' ') body.pop_back();
+  return " (" + body + ")";
+}
+
 struct FileCloser {
   void operator()(std::FILE* f) const {
     if (f != nullptr) std::fclose(f);
@@ -167,8 +180,8 @@ Status RunTransfer(Transfer& t, int64_t* resumed_from) {
     }
     if (!res) {
       return UnavailableError("network failure fetching " + url + ": " +
-                              httplib::to_string(res.error()) + " (after " +
-                              std::to_string(bytes) + " bytes)");
+                              httplib::to_string(res.error()) + " (after " + std::to_string(bytes) +
+                              " bytes)");
     }
     if (status >= 300 && status < 400 && !location.empty()) {
       url = Resolve(u, location);
@@ -190,8 +203,7 @@ Status RunTransfer(Transfer& t, int64_t* resumed_from) {
       return UnavailableError("the server refused to resume from byte " + std::to_string(have) +
                               "; starting over");
     }
-    const std::string what = url + ": HTTP " + std::to_string(status) +
-                             (error_body.empty() ? "" : " (" + error_body.substr(0, 200) + ")");
+    const std::string what = url + ": HTTP " + std::to_string(status) + Excerpt(error_body);
     if (status == 404) return NotFoundError("not found: " + what);
     return FailedPreconditionError("cannot download " + what);
   }
@@ -275,8 +287,7 @@ StatusOr<DownloadResult> Download(const ModelSource& src, const std::string& dir
   if (!expected.empty()) {
     if (result.sha256 != expected) {
       return discard(DataLossError("sha256 of " + src.url + " is " + result.sha256 +
-                                   ", the source says " + expected +
-                                   "; the download was deleted"));
+                                   ", the source says " + expected + "; the download was deleted"));
     }
     result.sha256_checked = true;
   }
@@ -286,7 +297,8 @@ StatusOr<DownloadResult> Download(const ModelSource& src, const std::string& dir
                                         gguf.status().message() + "); the download was deleted"));
   }
   fs::rename(t.partial, final_path, ec);
-  if (ec) return InternalError("cannot move the download into " + result.path + ": " + ec.message());
+  if (ec)
+    return InternalError("cannot move the download into " + result.path + ": " + ec.message());
   result.bytes = FileSize(final_path);
   return result;
 }

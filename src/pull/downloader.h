@@ -39,9 +39,9 @@ struct DownloadOptions {
 };
 
 struct DownloadResult {
-  std::string path;          // the final file
+  std::string path;  // the final file
   int64_t bytes = 0;
-  std::string sha256;        // of the final file (hex)
+  std::string sha256;  // of the final file (hex)
   bool sha256_checked = false;
   bool already_present = false;  // NAME was there: nothing downloaded
   int64_t resumed_from = 0;      // bytes of an earlier partial file reused by the first try

@@ -41,8 +41,7 @@ StatusOr<ModelSource> ParseModelSource(std::string_view spec) {
     const size_t b = a == std::string_view::npos ? a : rest.find('/', a + 1);
     if (a == 0 || b == std::string_view::npos || b == a + 1 || b + 1 >= rest.size() ||
         rest.find("//") != std::string_view::npos) {
-      return InvalidArgumentError("'" + std::string(spec) +
-                                  "' is not hf://OWNER/REPO/FILE.gguf");
+      return InvalidArgumentError("'" + std::string(spec) + "' is not hf://OWNER/REPO/FILE.gguf");
     }
     out.url = "https://huggingface.co/" + std::string(rest.substr(0, b)) + "/resolve/main/" +
               std::string(rest.substr(b + 1));
