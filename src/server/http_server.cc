@@ -206,7 +206,9 @@ json PricesJson(const MeteringConfig& config) {
   for (int t = 0; t < scheduler::kNumServiceTiers; ++t) {
     const TierPrice& p = config.prices[t];
     out[std::string(scheduler::ServiceTierName(static_cast<scheduler::ServiceTier>(t)))] = {
-        {"input", p.input / 1e6}, {"cached_input", p.cached_input / 1e6}, {"output", p.output / 1e6}};
+        {"input", p.input / 1e6},
+        {"cached_input", p.cached_input / 1e6},
+        {"output", p.output / 1e6}};
   }
   return out;
 }
