@@ -90,8 +90,8 @@ int RunPull(const PullArgs& args) {
     }
   };
   options.on_retry = [&args, &mid_line](const Status& why, int retry) {
-    std::fprintf(stderr, "%s%s; resuming (retry %d of %d)\n", mid_line ? "\n" : "",
-                 why.message().c_str(), retry, args.retries);
+    std::fprintf(stderr, "%s%s; retrying (%d of %d)\n", mid_line ? "\n" : "", why.message().c_str(),
+                 retry, args.retries);
     mid_line = false;
   };
   std::fprintf(stderr, "pulling %s\n", src->url.c_str());

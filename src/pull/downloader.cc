@@ -78,6 +78,24 @@ std::string Excerpt(std::string body) {
   return " (" + body + ")";
 }
 
+// httplib's error names ("Connection", "Read") are terse for a person reading a failed pull.
+std::string Describe(httplib::Error e) {
+  switch (e) {
+    case httplib::Error::Connection:
+      return "cannot connect";
+    case httplib::Error::ConnectionTimeout:
+      return "connecting timed out";
+    case httplib::Error::Read:
+      return "the connection broke while reading";
+    case httplib::Error::SSLConnection:
+      return "TLS handshake failed";
+    case httplib::Error::SSLServerVerification:
+      return "the server's TLS certificate is not trusted";
+    default:
+      return httplib::to_string(e);
+  }
+}
+
 struct FileCloser {
   void operator()(std::FILE* f) const {
     if (f != nullptr) std::fclose(f);
@@ -178,10 +196,13 @@ Status RunTransfer(Transfer& t, int64_t* resumed_from) {
     if (not_gguf) {
       return InvalidArgumentError(url + " is not a GGUF file (it does not start with \"GGUF\")");
     }
+    if (!res && res.error() == httplib::Error::SSLServerVerification) {
+      // Not a passing failure: retrying would meet the same certificate.
+      return FailedPreconditionError("cannot fetch " + url + ": " + Describe(res.error()));
+    }
     if (!res) {
-      return UnavailableError("network failure fetching " + url + ": " +
-                              httplib::to_string(res.error()) + " (after " + std::to_string(bytes) +
-                              " bytes)");
+      return UnavailableError("network failure fetching " + url + ": " + Describe(res.error()) +
+                              " (after " + std::to_string(bytes) + " bytes)");
     }
     if (status >= 300 && status < 400 && !location.empty()) {
       url = Resolve(u, location);
