@@ -336,6 +336,11 @@ TEST_F(PullTest, CommandPullsIntoTheCacheAndRunFindsTheName) {
                     " 2> " + err.string())
                        .c_str());
   EXPECT_EQ(rc, 0) << ReadFile(err);
+  rc = std::system(
+      (env + bin.string() + " info -m model.gguf > " + out.string() + " 2> " + err.string())
+          .c_str());
+  EXPECT_EQ(rc, 0) << ReadFile(err);
+  EXPECT_NE(ReadFile(out).find("llama"), std::string::npos);
 
   // A 404 through the command: exit 1 and the reason, nothing in the cache.
   rc = std::system((env + bin.string() + " pull " + server_->Url("/nope.gguf") + " > " +
