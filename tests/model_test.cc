@@ -335,6 +335,30 @@ TEST(Ops, RmsNormAgreesAcrossIsas) {
   }
 }
 
+// The fused residual add + norm gives the same bits as the two steps, on every tier, and the
+// same sums as the add alone.
+TEST(Ops, AddRmsNormEqualsAddThenRmsNorm) {
+  const kernels::Isa best = kernels::ActiveIsa();
+  for (kernels::Isa isa : {kernels::Isa::kScalar, best}) {
+    kernels::SetIsaForTesting(isa);
+    for (int64_t n : {1, 7, 15, 16, 17, 33, 256, 2050}) {
+      std::vector<float> x(n), r(n), w(n);
+      for (int64_t i = 0; i < n; ++i) {
+        x[i] = static_cast<float>(3.0 * std::sin(0.37 * i + 1.0));
+        r[i] = static_cast<float>(0.7 * std::cos(0.53 * i) + 1e-3 * i);
+        w[i] = static_cast<float>(1.0 + 0.5 * std::cos(0.11 * i));
+      }
+      std::vector<float> x2 = x, want(n), got(n);
+      kernels::AddInPlace(x.data(), r.data(), n);
+      kernels::RmsNorm(x.data(), w.data(), want.data(), n, 1e-5f);
+      kernels::AddRmsNorm(x2.data(), r.data(), w.data(), got.data(), n, 1e-5f);
+      EXPECT_EQ(x2, x) << kernels::IsaName(isa) << " n=" << n;
+      EXPECT_EQ(got, want) << kernels::IsaName(isa) << " n=" << n;
+    }
+  }
+  kernels::SetIsaForTesting(best);
+}
+
 TEST(Ops, SwiGluAgreesAcrossIsas) {
   // Gates from -120 to 120 (both clamps of the SIMD exp), lengths around the 8-float step;
   // against double precision within 1e-6 relative plus the float rounding of the gate's

@@ -137,5 +137,53 @@ TEST(ThreadPoolTest, DestroyWhileIdleAndAfterUseDoesNotHang) {
   SUCCEED();
 }
 
+// Sync inside one Run: every thread's writes before a barrier are visible to every thread after
+// it (plain, non-atomic data), the completion runs exactly once per barrier while the others
+// wait, and the barrier is reusable thousands of times in a row, also when a thread arrives
+// long after the others have gone to sleep.
+TEST(ThreadPoolSyncTest, PhasesSeeEachOthersWritesAndCompletionsRunOnce) {
+  for (int n : {1, 2, 3, 4}) {
+    ThreadPool pool(n);
+    constexpr int kPhases = 2000;
+    std::vector<int> slots(n, 0);
+    std::vector<int> sums(kPhases, -1);
+    int completions = 0;  // written only by completions, read after the Run
+    std::atomic<bool> bad{false};
+    pool.Run([&](int i, int nt) {
+      for (int p = 0; p < kPhases; ++p) {
+        slots[i] = p * 10 + i;
+        pool.Sync([&] {
+          int s = 0;
+          for (int j = 0; j < nt; ++j) s += slots[j];
+          sums[p] = s;
+          ++completions;
+        });
+        // After the barrier every thread reads every slot of this phase.
+        for (int j = 0; j < nt; ++j) {
+          if (slots[j] != p * 10 + j) bad.store(true);
+        }
+        pool.Sync();  // nobody overwrites a slot before all have read it
+      }
+    });
+    EXPECT_FALSE(bad.load()) << n << " threads";
+    EXPECT_EQ(completions, kPhases) << n << " threads";
+    for (int p = 0; p < kPhases; ++p) {
+      ASSERT_EQ(sums[p], n * p * 10 + n * (n - 1) / 2) << n << " threads, phase " << p;
+    }
+  }
+}
+
+TEST(ThreadPoolSyncTest, ALateThreadWakesSleepingPeers) {
+  ThreadPool pool(3);
+  std::atomic<int> after{0};
+  pool.Run([&](int i, int) {
+    // Long enough for the others' bounded spin to end and put them to sleep on the futex.
+    if (i == 2) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    pool.Sync();
+    after.fetch_add(1);
+  });
+  EXPECT_EQ(after.load(), 3);
+}
+
 }  // namespace
 }  // namespace uf

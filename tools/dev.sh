@@ -8,14 +8,17 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev libcpp-httplib-dev libsqlite3-dev libcli11-dev libpcre2-dev
-          libssl-dev)
-
-# Only `test` needs these: the playground's browser tests (tests/web) drive Debian's chromium.
-TEST_PACKAGES=(chromium)
+          libssl-dev libxcb1-dev libxcb-ewmh-dev libxcb-icccm4-dev libxcb-xinput-dev
+          libxcb-screensaver0-dev libatspi2.0-dev)
+# Only `test` needs these: the Computer History tests run an X server, a window manager and
+# xdotool, and a GTK form (Python) on a D-Bus session with the accessibility bus for --atspi
+# (tests/history_x11_test.cc).
+# The playground's browser tests (tests/web) drive Debian's chromium headless.
+TEST_PACKAGES=(xvfb openbox xdotool dbus-daemon at-spi2-core python3-gi gir1.2-gtk-3.0 chromium)
 
 install_missing() {
   local missing=()
-  for p in "$@"; do
+  for p in "${PACKAGES[@]}" "$@"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
   done
   if [ ${#missing[@]} -gt 0 ]; then
@@ -28,7 +31,7 @@ install_missing() {
 }
 
 build() {
-  install_missing "${PACKAGES[@]}"
+  install_missing "$@"
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build build -j"$(nproc)"
 }
@@ -66,8 +69,7 @@ case "${1:-}" in
     ./build/ultrafast run -n 200
     ;;
   test)
-    install_missing "${TEST_PACKAGES[@]}"
-    build
+    build "${TEST_PACKAGES[@]}"
     # The e2e tests (tests/e2e) use the openai npm package, the playground tests (tests/web)
     # puppeteer-core, each pinned in its package-lock.json (no browser download: Debian's).
     if command -v npm >/dev/null 2>&1; then

@@ -108,6 +108,31 @@ void ThreadPool::ParallelFor(int64_t n, int64_t align,
   });
 }
 
+void ThreadPool::ReleaseBarrier() {
+  // Reset before the release: no thread can arrive at the next Sync before it sees the new
+  // generation. The acq_rel arrivals chain every thread's writes before its arrival into the
+  // last one's, and this release publishes them (and the completion's) to the waiters.
+  barrier_arrived_.store(0, std::memory_order_relaxed);
+  barrier_gen_.fetch_add(1, std::memory_order_seq_cst);
+  if (barrier_sleepers_.load(std::memory_order_seq_cst) > 0) barrier_gen_.notify_all();
+}
+
+void ThreadPool::WaitBarrier(uint32_t gen) {
+  // The same spin-then-sleep as a worker waiting for a job: the steps between barriers of a
+  // forward are microseconds apart, but a preempted peer must not cost a spinning core.
+  uint32_t g = barrier_gen_.load(std::memory_order_acquire);
+  for (int spin = 0; g == gen && spin < kWorkerSpin; ++spin) {
+    SpinStep(spin);
+    g = barrier_gen_.load(std::memory_order_acquire);
+  }
+  while (g == gen) {
+    barrier_sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    barrier_gen_.wait(gen, std::memory_order_seq_cst);
+    barrier_sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    g = barrier_gen_.load(std::memory_order_acquire);
+  }
+}
+
 void ThreadPool::WorkerLoop(int index) {
   uint32_t seen = 0;
   for (;;) {

@@ -29,6 +29,31 @@ class ThreadPool {
   // Not reentrant: fn must not call Run() on the same pool. One caller at a time.
   void Run(const std::function<void(int thread_index, int n_threads)>& fn);
 
+  // A barrier for the threads of the running job: returns on every thread once all size() of
+  // them have called it. With a completion, the last thread to arrive runs completion() before
+  // any is released (serial work between two parallel steps, without ending the job). Lets a
+  // caller chain the steps of a whole forward pass in one Run: a barrier costs about what a
+  // dispatch's wake-up does, and the workers never return to the pool's idle loop between them.
+  // Only from inside fn of Run, by every thread the same number of times.
+  void Sync() {
+    Sync([] {});
+  }
+  template <typename F>
+  void Sync(const F& completion) {
+    if (n_threads_ == 1) {
+      completion();
+      return;
+    }
+    const uint32_t gen = barrier_gen_.load(std::memory_order_acquire);
+    if (barrier_arrived_.fetch_add(1, std::memory_order_acq_rel) ==
+        static_cast<uint32_t>(n_threads_ - 1)) {
+      completion();
+      ReleaseBarrier();
+    } else {
+      WaitBarrier(gen);
+    }
+  }
+
   // Splits [0, n) into contiguous chunks, one per thread, aligned to `align` items (a static
   // split: every thread streams its own share of memory; no work stealing).
   void ParallelFor(int64_t n, int64_t align,
@@ -39,6 +64,8 @@ class ThreadPool {
 
  private:
   void WorkerLoop(int index);
+  void ReleaseBarrier();
+  void WaitBarrier(uint32_t gen);
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -48,6 +75,9 @@ class ThreadPool {
   alignas(64) std::atomic<int> sleepers_{0};      // workers blocked (or about to) on epoch_
   alignas(64) std::atomic<uint32_t> pending_{0};  // workers still running the current job
   std::atomic<bool> caller_sleeping_{false};
+  alignas(64) std::atomic<uint32_t> barrier_arrived_{0};  // threads at the current Sync
+  alignas(64) std::atomic<uint32_t> barrier_gen_{0};      // bumped when a Sync releases
+  std::atomic<int> barrier_sleepers_{0};                  // threads blocked on barrier_gen_
   std::atomic<bool> stop_{false};
 };
 

@@ -20,6 +20,7 @@ void AddTokenizeCommand(CLI::App& app);
 void AddInfoCommand(CLI::App& app);
 void AddSynthCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
+void AddHistoryCommand(CLI::App& app);
 void AddPullCommand(CLI::App& app);
 
 // Prints "ultrafast <command>: <status>" to stderr and ends the command with exit code 1.

@@ -113,6 +113,7 @@ int RunServe(const ServeArgs& args) {
   ho.max_tokens_limit = args.max_tokens_limit;
   ho.max_body_bytes = args.max_body_bytes;
   ho.tool_format = server::ToolCallFormatOf(model.file());
+  ho.history_dir = args.history_dir;
   std::string template_note;
   auto render = server::MakeChatRenderer(model.file(), tokenizer, &template_note);
   if (!render.ok()) return Report("serve", render.status());
@@ -200,6 +201,9 @@ void AddServeCommands(CLI::App& app) {
   serve->add_option("--default-tier", args->default_tier,
                     "tier for service_tier \"auto\" or absent: ultrafast, default or flex")
       ->capture_default_str();
+  serve->add_option("--history-dir", args->history_dir,
+                    "Computer History folder that POST /v1/history/ask answers from "
+                    "(ultrafast tier; behind the API key)");
   serve->callback([args] {
     if (const int code = RunServe(*args); code != 0) throw CLI::RuntimeError(code);
   });

@@ -40,6 +40,7 @@ struct ServeArgs {
   double flex_max_wait = 10.0;      // seconds a flex request may wait before it is served
   int ultrafast_capacity = 1;       // concurrent ultrafast streams; 0 disables the tier
   std::string default_tier = "default";  // what `auto` and absent service_tier mean
+  std::string history_dir;  // Computer History folder for POST /v1/history/ask; "" = off
 };
 
 // Runs the server until SIGINT/SIGTERM; returns the process exit code.

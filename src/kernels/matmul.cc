@@ -56,36 +56,6 @@ constexpr int64_t kParallelConvertTokens = 8;
 // finishing early has some left to take. A 1B model's 2048x2048 Q4_0 matrix is 36 chunks.
 constexpr uint64_t kChunkBytes = 64 * 1024;
 
-// Chunks [front, back) of one thread's run not yet claimed, in one word so the owner (from the
-// front) and thieves (from the back) claim with one compare-and-swap each.
-struct alignas(64) ChunkRange {
-  std::atomic<uint64_t> front_back{0};
-
-  void Reset(int64_t front, int64_t back) {
-    front_back.store(static_cast<uint64_t>(front) | static_cast<uint64_t>(back) << 32,
-                     std::memory_order_relaxed);
-  }
-  // The next chunk from the front, or -1 when none is left.
-  int64_t TakeFront() {
-    uint64_t v = front_back.load(std::memory_order_relaxed);
-    while ((v & 0xFFFFFFFFu) < (v >> 32)) {
-      if (front_back.compare_exchange_weak(v, v + 1, std::memory_order_relaxed)) {
-        return static_cast<int64_t>(v & 0xFFFFFFFFu);
-      }
-    }
-    return -1;
-  }
-  // The last chunk, or -1 when none is left.
-  int64_t TakeBack() {
-    uint64_t v = front_back.load(std::memory_order_relaxed);
-    while ((v & 0xFFFFFFFFu) < (v >> 32)) {
-      if (front_back.compare_exchange_weak(v, v - (uint64_t{1} << 32), std::memory_order_relaxed)) {
-        return static_cast<int64_t>(v >> 32) - 1;
-      }
-    }
-    return -1;
-  }
-};
 // Ranges kept on the stack up to this many threads.
 constexpr int kLocalRanges = 16;
 
@@ -116,79 +86,22 @@ int64_t RowAt(const Matrix& m, uint64_t off) {
 void RunMatMul(const Matrix* const* ws, float* const* ys, int n_mats, const float* x,
                int64_t n_tokens, ThreadPool* pool) {
   if (n_tokens <= 0 || n_mats == 0) return;
-  const Isa isa = ActiveIsa();
-  const Matrix& w0 = *ws[0];
-  const GgmlType act_type = ActivationType(w0.type());
-  const int64_t cols = w0.cols();
-  const KernelSet& ks0 = GetKernels(w0.type(), isa);
-  const size_t act_row_bytes = ks0.ActRowBytes(cols);
-
+  MatMulTask task;
+  task.Init(ws, ys, n_mats);
   // Convert activations once for every matrix.
-  const uint8_t* act;
-  if (act_type == GgmlType::kF32) {
-    act = reinterpret_cast<const uint8_t*>(x);
-  } else {
-    uint8_t* buf = Scratch(act_row_bytes * n_tokens);
-    auto convert = [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) ks0.convert(x + t * cols, buf + t * act_row_bytes, cols);
-    };
+  const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
+  if (task.converts()) {
+    uint8_t* buf = Scratch(task.act_row_bytes() * n_tokens);
     if (pool != nullptr && pool->size() > 1 && n_tokens >= kParallelConvertTokens) {
-      pool->ParallelFor(n_tokens, 1, convert);
+      pool->ParallelFor(n_tokens, 1, [&](int64_t t0, int64_t t1) { task.Convert(x, t0, t1, buf); });
     } else {
-      convert(0, n_tokens);
+      task.Convert(x, 0, n_tokens, buf);
     }
     act = buf;
   }
-
-  uint64_t total_bytes = 0;
-  GemmFn fns[16];
-  const uint8_t* wptr[16];
-  UF_CHECK(n_mats <= 16) << "MatMulMulti supports at most 16 matrices";
-  for (int i = 0; i < n_mats; ++i) {
-    const KernelSet& ks = GetKernels(ws[i]->type(), isa);
-    UF_CHECK(ws[i]->cols() == cols && ks.convert == ks0.convert)
-        << "MatMulMulti: matrices must share cols and activation type";
-    // Tiles exist when the matrix was created under a tier that reads them; a tier selected
-    // later for testing that lacks tile kernels, or reads another form of them, reads the GGUF
-    // rows instead.
-    const bool tiles = ws[i]->tiles() != nullptr && ks.gemm_tiles != nullptr &&
-                       ws[i]->tile_variant() == TileVariant(ws[i]->type(), isa);
-    fns[i] = tiles ? ks.gemm_tiles : ks.gemm;
-    wptr[i] = tiles ? ws[i]->tiles() : ws[i]->data();
-    total_bytes += ws[i]->bytes();
-  }
-
-  // The concatenated weight bytes are cut into chunks, and each thread starts on a contiguous
-  // run of them (its own stream, as a static split would give it). A thread that finishes its
-  // run takes chunks from the back of the others' runs: a static split left one core idle for
-  // 8-10% of the matmul time of a 1B decode (one core slowed by the shared host, a worker woken
-  // late), waiting at the end of every matmul.
-  uint64_t chunk_bytes = kChunkBytes;
-  for (int i = 0; i < n_mats; ++i) {
-    chunk_bytes = std::max<uint64_t>(chunk_bytes, kRowAlign * ws[i]->row_bytes());
-  }
-  const int64_t n_chunks = static_cast<int64_t>((total_bytes + chunk_bytes - 1) / chunk_bytes);
-  auto run_chunk = [&](int64_t c) {
-    const uint64_t b0 = chunk_bytes * c, b1 = std::min(total_bytes, b0 + chunk_bytes);
-    uint64_t base = 0;
-    for (int i = 0; i < n_mats && base < b1; ++i) {
-      const Matrix& m = *ws[i];
-      const uint64_t end = base + m.bytes();
-      if (b0 < end) {
-        const int64_t r0 = RowAt(m, b0 > base ? b0 - base : 0);
-        const int64_t r1 = RowAt(m, b1 - base);
-        if (r0 < r1) {
-          const GemmTask task{wptr[i],       m.row_bytes(), cols,  act,
-                              act_row_bytes, n_tokens,      ys[i], m.rows()};
-          fns[i](task, r0, r1);
-        }
-      }
-      base = end;
-    }
-  };
   const int nt = pool != nullptr ? pool->size() : 1;
-  if (nt == 1 || n_chunks == 1) {
-    for (int64_t c = 0; c < n_chunks; ++c) run_chunk(c);
+  if (nt == 1) {
+    task.RunAll(act, n_tokens);
     return;
   }
   ChunkRange local[kLocalRanges];
@@ -198,17 +111,129 @@ void RunMatMul(const Matrix* const* ws, float* const* ys, int n_mats, const floa
     heap = std::make_unique<ChunkRange[]>(nt);
     ranges = heap.get();
   }
-  for (int i = 0; i < nt; ++i) ranges[i].Reset(n_chunks * i / nt, n_chunks * (i + 1) / nt);
-  pool->Run([&](int ti, int n) {
-    for (int64_t c; (c = ranges[ti].TakeFront()) >= 0;) run_chunk(c);
-    for (int j = 1; j < n; ++j) {
-      ChunkRange& other = ranges[(ti + j) % n];
-      for (int64_t c; (c = other.TakeBack()) >= 0;) run_chunk(c);
-    }
-  });
+  task.Reset(ranges, nt);
+  pool->Run([&](int ti, int n) { task.Run(act, n_tokens, ranges, ti, n); });
 }
 
 }  // namespace
+
+int64_t ChunkRange::TakeFront() {
+  uint64_t v = front_back.load(std::memory_order_relaxed);
+  while ((v & 0xFFFFFFFFu) < (v >> 32)) {
+    if (front_back.compare_exchange_weak(v, v + 1, std::memory_order_relaxed)) {
+      return static_cast<int64_t>(v & 0xFFFFFFFFu);
+    }
+  }
+  return -1;
+}
+
+int64_t ChunkRange::TakeBack() {
+  uint64_t v = front_back.load(std::memory_order_relaxed);
+  while ((v & 0xFFFFFFFFu) < (v >> 32)) {
+    if (front_back.compare_exchange_weak(v, v - (uint64_t{1} << 32), std::memory_order_relaxed)) {
+      return static_cast<int64_t>(v >> 32) - 1;
+    }
+  }
+  return -1;
+}
+
+void MatMulTask::Init(const Matrix* const* ws, float* const* ys, int n_mats, bool paired) {
+  UF_CHECK(n_mats >= 1 && n_mats <= kMaxMats) << "MatMulTask: 1 to 16 matrices";
+  isa_ = ActiveIsa();
+  n_mats_ = n_mats;
+  paired_ = paired;
+  const Matrix& w0 = *ws[0];
+  const KernelSet& ks0 = GetKernels(w0.type(), isa_);
+  act_f32_ = ActivationType(w0.type()) == GgmlType::kF32;
+  cols_ = w0.cols();
+  act_row_bytes_ = ks0.ActRowBytes(cols_);
+  convert_ = ks0.convert;
+  total_bytes_ = 0;
+  uint64_t max_row_bytes = 0;
+  for (int i = 0; i < n_mats; ++i) {
+    const Matrix& m = *ws[i];
+    const KernelSet& ks = GetKernels(m.type(), isa_);
+    UF_CHECK(m.cols() == cols_ && ks.convert == ks0.convert)
+        << "MatMulMulti: matrices must share cols and activation type";
+    UF_CHECK(!paired || (m.type() == w0.type() && m.rows() == w0.rows()))
+        << "MatMulTask: paired matrices must share type and rows";
+    // Tiles exist when the matrix was created under a tier that reads them; a tier selected
+    // later for testing that lacks tile kernels, or reads another form of them, reads the GGUF
+    // rows instead.
+    const bool tiles = m.tiles() != nullptr && ks.gemm_tiles != nullptr &&
+                       m.tile_variant() == TileVariant(m.type(), isa_);
+    ws_[i] = &m;
+    ys_[i] = ys[i];
+    fns_[i] = tiles ? ks.gemm_tiles : ks.gemm;
+    wptr_[i] = tiles ? m.tiles() : m.data();
+    total_bytes_ += m.bytes();
+    max_row_bytes = std::max<uint64_t>(max_row_bytes, m.row_bytes());
+  }
+  if (paired) {
+    const uint64_t group_bytes = w0.row_bytes() * static_cast<uint64_t>(n_mats);
+    chunk_rows_ = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / group_bytes));
+    chunk_rows_ = (chunk_rows_ + kRowAlign - 1) / kRowAlign * kRowAlign;
+    n_chunks_ = (w0.rows() + chunk_rows_ - 1) / chunk_rows_;
+  } else {
+    chunk_bytes_ = std::max<uint64_t>(kChunkBytes, kRowAlign * max_row_bytes);
+    n_chunks_ = static_cast<int64_t>((total_bytes_ + chunk_bytes_ - 1) / chunk_bytes_);
+  }
+}
+
+void MatMulTask::Convert(const float* x, int64_t t0, int64_t t1, uint8_t* act) const {
+  for (int64_t t = t0; t < t1; ++t) convert_(x + t * cols_, act + t * act_row_bytes_, cols_);
+}
+
+void MatMulTask::RunChunk(int64_t c, const uint8_t* act, int64_t n_tokens, RowsDone done,
+                          void* ctx) const {
+  const size_t act_row = act_row_bytes_;
+  if (paired_) {
+    const int64_t rows = ws_[0]->rows();
+    const int64_t r0 = c * chunk_rows_, r1 = std::min(rows, r0 + chunk_rows_);
+    for (int i = 0; i < n_mats_; ++i) {
+      const GemmTask task{wptr_[i], ws_[i]->row_bytes(), cols_, act, act_row, n_tokens, ys_[i],
+                          rows};
+      fns_[i](task, r0, r1);
+    }
+    if (done != nullptr) done(ctx, r0, r1);
+    return;
+  }
+  const uint64_t b0 = chunk_bytes_ * c, b1 = std::min(total_bytes_, b0 + chunk_bytes_);
+  uint64_t base = 0;
+  for (int i = 0; i < n_mats_ && base < b1; ++i) {
+    const Matrix& m = *ws_[i];
+    const uint64_t end = base + m.bytes();
+    if (b0 < end) {
+      const int64_t r0 = RowAt(m, b0 > base ? b0 - base : 0);
+      const int64_t r1 = RowAt(m, b1 - base);
+      if (r0 < r1) {
+        const GemmTask task{wptr_[i], m.row_bytes(), cols_,  act,
+                            act_row,  n_tokens,      ys_[i], m.rows()};
+        fns_[i](task, r0, r1);
+      }
+    }
+    base = end;
+  }
+}
+
+void MatMulTask::Reset(ChunkRange* ranges, int n_threads) const {
+  for (int i = 0; i < n_threads; ++i) {
+    ranges[i].Reset(n_chunks_ * i / n_threads, n_chunks_ * (i + 1) / n_threads);
+  }
+}
+
+void MatMulTask::Run(const uint8_t* act, int64_t n_tokens, ChunkRange* ranges, int thread,
+                     int n_threads, RowsDone done, void* ctx) const {
+  for (int64_t c; (c = ranges[thread].TakeFront()) >= 0;) RunChunk(c, act, n_tokens, done, ctx);
+  for (int j = 1; j < n_threads; ++j) {
+    ChunkRange& other = ranges[(thread + j) % n_threads];
+    for (int64_t c; (c = other.TakeBack()) >= 0;) RunChunk(c, act, n_tokens, done, ctx);
+  }
+}
+
+void MatMulTask::RunAll(const uint8_t* act, int64_t n_tokens) const {
+  for (int64_t c = 0; c < n_chunks_; ++c) RunChunk(c, act, n_tokens, nullptr, nullptr);
+}
 
 StatusOr<Matrix> Matrix::Create(GgmlType type, const void* data, int64_t rows, int64_t cols) {
   if (GetKernels(type, Isa::kScalar).gemm == nullptr) {

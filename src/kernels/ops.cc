@@ -26,6 +26,12 @@ void AddInPlace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+void AddRmsNorm(float* x, const float* add, const float* w, float* y, int64_t n, float eps) {
+  if (ActiveIsa() != Isa::kScalar) return internal::AddRmsNormAvx2(x, add, w, y, n, eps);
+  AddInPlace(x, add, n);
+  RmsNorm(x, w, y, n, eps);
+}
+
 void SwiGlu(const float* gate, const float* up, float* out, int64_t n) {
   if (ActiveIsa() != Isa::kScalar) return internal::SwiGluAvx2(gate, up, out, n);
   for (int64_t i = 0; i < n; ++i) {

@@ -16,6 +16,10 @@ void RmsNorm(const float* x, const float* w, float* y, int64_t n, float eps);
 // y += x
 void AddInPlace(float* y, const float* x, int64_t n);
 
+// x += add, then y = RmsNorm(x, w): the residual add and the norm after it in one pass over x,
+// the same bits as AddInPlace then RmsNorm. y must not alias x or add.
+void AddRmsNorm(float* x, const float* add, const float* w, float* y, int64_t n, float eps);
+
 // out = silu(gate) * up, silu(g) = g / (1 + exp(-g)). out may alias gate or up. With the best
 // ISA; the AVX2 version takes e^x from the polynomial of kernels/avx2.h (a 1B-shape decode step
 // computes 131k of them, ~2% of the step with the libm call).
@@ -28,6 +32,7 @@ namespace internal {
 // AVX2+FMA(+F16C) versions (ops_avx2.cc); only called after the CPU check.
 void F32ToF16Avx2(const float* x, uint16_t* y, int64_t n);
 void RmsNormAvx2(const float* x, const float* w, float* y, int64_t n, float eps);
+void AddRmsNormAvx2(float* x, const float* add, const float* w, float* y, int64_t n, float eps);
 void SwiGluAvx2(const float* gate, const float* up, float* out, int64_t n);
 float MaxValueAvx2(const float* x, int64_t n);
 double ExpSumAvx2(const float* x, int64_t n, float shift, float scale, float* out,

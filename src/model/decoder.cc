@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -117,6 +118,8 @@ void Decoder::Allocate() {
                                                         : GgmlType::kF32;
 
   const auto& layers = model_.weights().layers;
+  qkv_groups_.clear();
+  ffn_groups_.clear();
   qkv_groups_.resize(c.n_layer);
   ffn_groups_.resize(c.n_layer);
   for (int64_t il = 0; il < c.n_layer; ++il) {
@@ -138,6 +141,16 @@ void Decoder::Allocate() {
         groups->push_back(std::move(mg));
       }
     }
+  }
+  const char* env = std::getenv("UF_SINGLE_DISPATCH");
+  single_dispatch_ = options_.single_dispatch && !(env != nullptr && std::string(env) == "0");
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    single_dispatch_ =
+        single_dispatch_ && qkv_groups_[il].size() == 1 && ffn_groups_[il].size() == 1;
+  }
+  if (single_dispatch_) {
+    ranges_ = std::make_unique<kernels::ChunkRange[]>(threads);
+    InitTasks();
   }
 }
 
@@ -235,14 +248,6 @@ Status Decoder::Forward(const Batch& batch) {
   UF_RETURN_IF_ERROR(Prepare(batch));
   const ModelConfig& c = config_;
   const int64_t n = batch.size();
-  const int64_t e = c.n_embd;
-
-  ForRows(n, e + c.rope_dim * 8, [&](int64_t b, int64_t end) {
-    for (int64_t t = b; t < end; ++t) {
-      model_.EmbedToken(batch.tokens[t], x_.data() + t * e);
-      kernels::RopeAngles(rope_, batch.positions[t], rope_cs_.data() + t * c.rope_dim);
-    }
-  });
   // Attention items: up to kAttentionTokens consecutive tokens of one sequence (a prefill's)
   // times one KV head, so that each K/V block is read once for all their query rows; and the
   // attention cost of a layer, which decides whether it is worth the pool.
@@ -271,19 +276,11 @@ Status Decoder::Forward(const Batch& batch) {
     }
     if (static_cast<int64_t>(split_units_.size()) <= items) split_units_.clear();
   }
-  for (int64_t il = 0; il < c.n_layer; ++il) Layer(il, batch);
-
-  // The last layer left the rows that want logits compacted at the front (batch order): its
-  // FFN residual add, then the final norm.
-  const float* out_norm = model_.weights().output_norm.data();
-  for (int64_t j = 0; j < n_outputs_; ++j) {
-    float* xj = x_.data() + j * e;
-    kernels::AddInPlace(xj, y_.data() + j * e, e);
-    kernels::RmsNorm(xj, out_norm, xo_.data() + j * e, e, c.rms_eps);
+  if (single_dispatch_ && pool_->size() > 1 && n <= kSingleDispatchTokens) {
+    RunSingleDispatch(batch);
+  } else {
+    RunLayers(batch);
   }
-  if (n_outputs_ > 0)
-    kernels::MatMul(model_.weights().output, xo_.data(), n_outputs_, logits_.data(), pool_);
-
   for (int32_t s : touched_seqs_) {
     cache_->Truncate(s, seq_next_[s]);
     cache_->SetLength(s, seq_next_[s]);
@@ -291,120 +288,78 @@ Status Decoder::Forward(const Batch& batch) {
   return OkStatus();
 }
 
+void Decoder::RunLayers(const Batch& batch) {
+  const ModelConfig& c = config_;
+  const int64_t n = batch.size(), e = c.n_embd;
+  ForRows(n, e + c.rope_dim * 8, [&](int64_t b, int64_t end) {
+    for (int64_t t = b; t < end; ++t) {
+      model_.EmbedToken(batch.tokens[t], x_.data() + t * e);
+      kernels::RopeAngles(rope_, batch.positions[t], rope_cs_.data() + t * c.rope_dim);
+    }
+  });
+  for (int64_t il = 0; il < c.n_layer; ++il) Layer(il, batch);
+
+  // The last layer left the rows that want logits compacted at the front (batch order): its
+  // FFN residual add, then the final norm.
+  const float* out_norm = model_.weights().output_norm.data();
+  for (int64_t j = 0; j < n_outputs_; ++j) {
+    kernels::AddRmsNorm(x_.data() + j * e, y_.data() + j * e, out_norm, xo_.data() + j * e, e,
+                        c.rms_eps);
+  }
+  if (n_outputs_ > 0)
+    kernels::MatMul(model_.weights().output, xo_.data(), n_outputs_, logits_.data(), pool_);
+}
+
 void Decoder::Layer(int64_t il, const Batch& batch) {
   const ModelConfig& c = config_;
   const LayerWeights& l = model_.weights().layers[il];
   int64_t n = batch.size();  // rows still computed; shrinks in the last layer
-  const int64_t e = c.n_embd, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t e = c.n_embd, qd = c.q_dim(), kvd = c.kv_dim();
   const float eps = c.rms_eps;
 
   // Residual add of the previous layer's FFN output (none before layer 0), then attention norm.
   ForRows(n, 3 * e, [&](int64_t b, int64_t end) {
     for (int64_t t = b; t < end; ++t) {
       float* xt = x_.data() + t * e;
-      if (il > 0) kernels::AddInPlace(xt, y_.data() + t * e, e);
-      kernels::RmsNorm(xt, l.attn_norm.data(), xn_.data() + t * e, e, eps);
+      if (il > 0) {
+        kernels::AddRmsNorm(xt, y_.data() + t * e, l.attn_norm.data(), xn_.data() + t * e, e, eps);
+      } else {
+        kernels::RmsNorm(xt, l.attn_norm.data(), xn_.data() + t * e, e, eps);
+      }
     }
   });
   RunGroups(qkv_groups_[il], xn_.data(), n);
 
   // Biases, per-head q/k norms, RoPE, then K/V into the cache.
-  const int64_t bs = cache_->block_size();
   ForRows(n, 4 * (qd + kvd), [&](int64_t b, int64_t end) {
-    for (int64_t t = b; t < end; ++t) {
-      float* q = q_.data() + t * qd;
-      float* k = k_.data() + t * kvd;
-      float* v = v_.data() + t * kvd;
-      if (!l.bq.empty()) {
-        kernels::AddInPlace(q, l.bq.data(), qd);
-        kernels::AddInPlace(k, l.bk.data(), kvd);
-        kernels::AddInPlace(v, l.bv.data(), kvd);
-      }
-      if (!l.q_norm.empty()) {
-        for (int64_t h = 0; h < c.n_head; ++h) {
-          kernels::RmsNorm(q + h * hd, l.q_norm.data(), q + h * hd, hd, eps);
-        }
-        for (int64_t h = 0; h < c.n_head_kv; ++h) {
-          kernels::RmsNorm(k + h * hd, l.k_norm.data(), k + h * hd, hd, eps);
-        }
-      }
-      const float* cs = rope_cs_.data() + t * c.rope_dim;
-      kernels::ApplyRope(rope_, cs, q, c.n_head, hd);
-      kernels::ApplyRope(rope_, cs, k, c.n_head_kv, hd);
-      const int32_t pos = batch.positions[t];
-      const int32_t block = cache_->BlockTable(batch.seq_ids[t])[pos / bs];
-      const int64_t slot = pos % bs;
-      // Row `slot` of head h's slice: bs rows of KvRowBytes each (keys maybe transposed).
-      const size_t row = engine::KvRowBytes(kv_type_, hd);
-      for (int64_t h = 0; h < c.n_head_kv; ++h) {
-        auto* ks = static_cast<uint8_t*>(cache_->KeySlice(il, block, h));
-        if (keys_transposed_) {
-          StoreKeyColumn(k + h * hd, ks, slot);
-        } else {
-          StoreKvRow(k + h * hd, ks + slot * row);
-        }
-        StoreKvRow(v + h * hd,
-                   static_cast<uint8_t*>(cache_->ValueSlice(il, block, h)) + slot * row);
-      }
-    }
+    for (int64_t t = b; t < end; ++t) QkvToCache(il, batch, t, 0, c.n_head_kv);
   });
 
-  // Attention over (tokens, KV head) items (attn_groups_, set once per batch in Forward). Cost
-  // per item grows with the position, so the threads take items in turn (thread i: items i,
-  // i + nt, ...): in a causal prefill a split into contiguous ranges gave the thread with the
-  // later tokens 3x the work of the other.
+  // Attention (AttentionShare), on the pool when it pays.
   const int64_t items = (static_cast<int64_t>(attn_groups_.size()) - 1) * c.n_head_kv;
-  struct Args {
-    Decoder* self;
-    int64_t il, items;
-    const Batch* batch;
-  } args{this, il, items, &batch};
-  if (!split_units_.empty()) {
-    pool_->Run([a = &args](int i, int nt) {
-      Decoder* d = a->self;
-      const int64_t units = static_cast<int64_t>(d->split_units_.size());
-      const int64_t state =
-          kAttentionTokens * (d->config_.n_head / d->config_.n_head_kv) * (d->config_.head_dim + 2);
-      for (int64_t u = i; u < units; u += nt) {
-        const auto [item, ch] = d->split_units_[u];
-        d->Attention(a->il, *a->batch, item, ch, ch + 1, i, d->split_partials_.data() + u * state);
-      }
-    });
-    FinishSplit();
-  } else if (pool_->size() == 1 || items < 2 || attn_cost_ < kParallelThreshold) {
-    for (int64_t item = 0; item < items; ++item) Attention(il, batch, item, 0, -1, 0, nullptr);
+  if (split_units_.empty() &&
+      (pool_->size() == 1 || items < 2 || attn_cost_ < kParallelThreshold)) {
+    AttentionShare(il, batch, 0, 1);
   } else {
-    pool_->Run([a = &args](int i, int nt) {
-      for (int64_t item = i; item < a->items; item += nt) {
-        a->self->Attention(a->il, *a->batch, item, 0, -1, i, nullptr);
-      }
-    });
+    struct Args {
+      Decoder* self;
+      int64_t il;
+      const Batch* batch;
+    } args{this, il, &batch};
+    pool_->Run([a = &args](int i, int nt) { a->self->AttentionShare(a->il, *a->batch, i, nt); });
+    if (!split_units_.empty()) FinishSplit();
   }
 
-  // After the last layer's attention only rows that want logits matter: compact them to the
-  // front and run the output projection and FFN on those alone (a prefill chunk that wants no
-  // logits skips them entirely).
-  int64_t rows = n;
   if (il == c.n_layer - 1 && n_outputs_ < n) {
-    rows = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      if (!batch.want_logits[t]) continue;
-      if (rows != t) {
-        std::memcpy(attn_.data() + rows * qd, attn_.data() + t * qd, qd * sizeof(float));
-        std::memcpy(x_.data() + rows * e, x_.data() + t * e, e * sizeof(float));
-      }
-      ++rows;
-    }
-    if (rows == 0) return;
+    n = CompactOutputs(batch, n);
+    if (n == 0) return;
   }
-  n = rows;
   kernels::MatMul(l.wo, attn_.data(), n, y_.data(), pool_);
 
   ForRows(n, 3 * e, [&](int64_t b, int64_t end) {
     for (int64_t t = b; t < end; ++t) {
-      float* xt = x_.data() + t * e;
-      kernels::AddInPlace(xt, y_.data() + t * e, e);
-      kernels::RmsNorm(xt, l.ffn_norm.data(), xn_.data() + t * e, e, eps);
+      kernels::AddRmsNorm(x_.data() + t * e, y_.data() + t * e, l.ffn_norm.data(),
+                          xn_.data() + t * e, e, eps);
     }
   });
   RunGroups(ffn_groups_[il], xn_.data(), n);
@@ -417,6 +372,90 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
     }
   });
   kernels::MatMul(l.down, gate_.data(), n, y_.data(), pool_);
+}
+
+void Decoder::QkvToCache(int64_t il, const Batch& batch, int64_t t, int64_t h0, int64_t h1) {
+  const ModelConfig& c = config_;
+  const LayerWeights& l = model_.weights().layers[il];
+  const int64_t hd = c.head_dim, group = c.n_head / c.n_head_kv;
+  // Query heads [h0 * group, h1 * group) and KV heads [h0, h1) of token t: every step below is
+  // per head (the bias per element), so any split of the heads gives the same bits.
+  float* q = q_.data() + t * c.q_dim() + h0 * group * hd;  // [(h1 - h0) * group][hd]
+  float* k = k_.data() + t * c.kv_dim() + h0 * hd;         // [h1 - h0][hd]
+  float* v = v_.data() + t * c.kv_dim() + h0 * hd;         // [h1 - h0][hd]
+  const int64_t nq = (h1 - h0) * group, nkv = h1 - h0;
+  if (!l.bq.empty()) {
+    kernels::AddInPlace(q, l.bq.data() + h0 * group * hd, nq * hd);
+    kernels::AddInPlace(k, l.bk.data() + h0 * hd, nkv * hd);
+    kernels::AddInPlace(v, l.bv.data() + h0 * hd, nkv * hd);
+  }
+  if (!l.q_norm.empty()) {
+    for (int64_t h = 0; h < nq; ++h) {
+      kernels::RmsNorm(q + h * hd, l.q_norm.data(), q + h * hd, hd, c.rms_eps);
+    }
+    for (int64_t h = 0; h < nkv; ++h) {
+      kernels::RmsNorm(k + h * hd, l.k_norm.data(), k + h * hd, hd, c.rms_eps);
+    }
+  }
+  const float* cs = rope_cs_.data() + t * c.rope_dim;
+  kernels::ApplyRope(rope_, cs, q, nq, hd);
+  kernels::ApplyRope(rope_, cs, k, nkv, hd);
+  const int64_t bs = cache_->block_size();
+  const int32_t pos = batch.positions[t];
+  const int32_t block = cache_->BlockTable(batch.seq_ids[t])[pos / bs];
+  const int64_t slot = pos % bs;
+  // Row `slot` of head h's slice: bs rows of KvRowBytes each (keys maybe transposed).
+  const size_t row = engine::KvRowBytes(kv_type_, hd);
+  for (int64_t h = h0; h < h1; ++h) {
+    const float* kh = k + (h - h0) * hd;
+    auto* ks = static_cast<uint8_t*>(cache_->KeySlice(il, block, h));
+    if (keys_transposed_) {
+      StoreKeyColumn(kh, ks, slot);
+    } else {
+      StoreKvRow(kh, ks + slot * row);
+    }
+    StoreKvRow(v + (h - h0) * hd,
+               static_cast<uint8_t*>(cache_->ValueSlice(il, block, h)) + slot * row);
+  }
+}
+
+// Attention over (tokens, KV head) items (attn_groups_, set once per batch in Forward). Cost per
+// item grows with the position, so the threads take items in turn (thread i: items i, i + nt,
+// ...): in a causal prefill a split into contiguous ranges gave the thread with the later
+// tokens 3x the work of the other. In split mode the units are (item, chunk) pairs whose
+// partials FinishSplit merges.
+void Decoder::AttentionShare(int64_t il, const Batch& batch, int thread, int n_threads) {
+  if (!split_units_.empty()) {
+    const int64_t units = static_cast<int64_t>(split_units_.size());
+    const int64_t state =
+        kAttentionTokens * (config_.n_head / config_.n_head_kv) * (config_.head_dim + 2);
+    for (int64_t u = thread; u < units; u += n_threads) {
+      const auto [item, ch] = split_units_[u];
+      Attention(il, batch, item, ch, ch + 1, thread, split_partials_.data() + u * state);
+    }
+    return;
+  }
+  const int64_t items = (static_cast<int64_t>(attn_groups_.size()) - 1) * config_.n_head_kv;
+  for (int64_t item = thread; item < items; item += n_threads) {
+    Attention(il, batch, item, 0, -1, thread, nullptr);
+  }
+}
+
+// After the last layer's attention only rows that want logits matter: they move to the front
+// and the output projection and FFN run on those alone (a prefill chunk that wants no logits
+// skips them entirely).
+int64_t Decoder::CompactOutputs(const Batch& batch, int64_t n) {
+  const int64_t qd = config_.q_dim(), e = config_.n_embd;
+  int64_t rows = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    if (!batch.want_logits[t]) continue;
+    if (rows != t) {
+      std::memcpy(attn_.data() + rows * qd, attn_.data() + t * qd, qd * sizeof(float));
+      std::memcpy(x_.data() + rows * e, x_.data() + t * e, e * sizeof(float));
+    }
+    ++rows;
+  }
+  return rows;
 }
 
 void Decoder::StoreKvRow(const float* x, uint8_t* dst) const {

@@ -2,8 +2,11 @@
 // scratch buffers for batches of up to max_batch tokens, so a decode step allocates nothing; it
 // reads and writes K/V through the paged cache it was created with.
 //
-// Per layer a forward costs 5 thread-pool dispatches at most (QKV, attention, output projection,
-// gate/up, down); elementwise work between them runs on the calling thread unless the batch is
+// A batch of up to kSingleDispatchTokens tokens (decode steps, speculative verifies) runs in one
+// thread-pool dispatch for the whole forward: the threads go through the layers' steps together
+// with a barrier between steps, share the elementwise work by rows, and compute SwiGLU inside
+// the gate/up product. Larger batches (prefill) cost up to 6 dispatches per layer (QKV,
+// attention, output projection, gate/up, SwiGLU, down), elementwise work on the pool when it is
 // large enough to pay for a dispatch.
 #pragma once
 
@@ -25,10 +28,16 @@ namespace uf::model {
 struct DecoderOptions {
   int64_t max_batch = 512;  // tokens per Forward call
   int64_t max_outputs = 0;  // tokens per call that may want logits; 0 = max_batch
+  // Batches of up to kSingleDispatchTokens run the whole forward in one pool dispatch (see
+  // Decoder::RunSingleDispatch). The results are bit-identical either way; off for A/B runs
+  // (also with the environment variable UF_SINGLE_DISPATCH=0).
+  bool single_dispatch = true;
 };
 
 class Decoder {
  public:
+  static constexpr int64_t kSingleDispatchTokens = 16;
+
   // The cache must match the model's shape (layers, kv heads, head dim). model, cache and pool
   // must outlive the decoder.
   static StatusOr<std::unique_ptr<Decoder>> Create(const Model& model, engine::KvCache* cache,
@@ -62,6 +71,8 @@ class Decoder {
   void Allocate();
   Status Prepare(const Batch& batch);
   void RunGroups(const std::vector<MatGroup>& groups, const float* x, int64_t n);
+  // The forward with a pool dispatch per step (any batch size), layer by layer.
+  void RunLayers(const Batch& batch);
   void Layer(int64_t il, const Batch& batch);
   // One unit of a layer's attention: item `item` (see Forward), chunks [c_begin, c_end) merged
   // and written to attn_, or with `partial` set, the one chunk c_begin's partial state there.
@@ -74,6 +85,18 @@ class Decoder {
   void StoreKvRow(const float* x, uint8_t* dst) const;
   // Writes one head's key as column `slot` of a transposed F32/F16 slice ([head_dim][block]).
   void StoreKeyColumn(const float* x, uint8_t* slice, int64_t slot) const;
+  // The single-dispatch forward (batch of at most kSingleDispatchTokens) and one thread's part.
+  void RunSingleDispatch(const Batch& batch);
+  void SingleDispatchThread(const Batch& batch, int thread, int n_threads);
+  // (Re)builds the matmul tasks of the single-dispatch path for the active ISA.
+  void InitTasks();
+  // Token t's biases, q/k norms and RoPE, then its K and V into the cache, for KV heads
+  // [h0, h1) and their query heads.
+  void QkvToCache(int64_t il, const Batch& batch, int64_t t, int64_t h0, int64_t h1);
+  // Thread `thread`'s share of a layer's attention units (split partials or whole items).
+  void AttentionShare(int64_t il, const Batch& batch, int thread, int n_threads);
+  // Moves the rows that want logits to the front (batch order); returns their count.
+  int64_t CompactOutputs(const Batch& batch, int64_t n);
   // Runs fn(begin, end) over [0, n) rows, on the pool when n * row_cost is large enough.
   template <typename F>
   void ForRows(int64_t n, int64_t row_cost, const F& fn);
@@ -91,6 +114,21 @@ class Decoder {
 
   std::vector<std::vector<MatGroup>> qkv_groups_;  // [n_layer]
   std::vector<std::vector<MatGroup>> ffn_groups_;  // [n_layer] gate/up
+
+  // Single-dispatch path: each layer's products as tasks the threads share between barriers.
+  struct LayerTasks {
+    kernels::MatMulTask qkv, wo, gate_up, down;
+    bool fused_swiglu = false;  // gate_up is paired: SwiGLU runs on each finished chunk
+  };
+  bool single_dispatch_ = false;  // options and the model allow it (one QKV and gate/up group)
+  kernels::Isa tasks_isa_ = kernels::Isa::kScalar;  // the ISA the tasks were built for
+  bool tasks_built_ = false;
+  std::vector<LayerTasks> tasks_;                  // [n_layer]
+  kernels::MatMulTask out_task_;                   // the logits
+  std::unique_ptr<kernels::ChunkRange[]> ranges_;  // [n_threads], reset before each product
+  std::vector<uint8_t> act_buf_;  // kSingleDispatchTokens rows of converted activations (+ 64)
+  uint8_t* act_ = nullptr;        // act_buf_ aligned to 64 bytes
+  int64_t rows_left_ = 0;         // rows the last layer still computes (set between barriers)
 
   // Scratch, sized once for max_batch tokens.
   std::vector<float> x_;        // [max_batch][n_embd] residual stream

@@ -300,6 +300,9 @@ void HttpServer::Route() {
   s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     HandleGenerate(Endpoint::kCompletion, req, res);
   });
+  s.Post("/v1/history/ask", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleHistoryAsk(req, res);
+  });
   auto model_json = [this] {
     return json{{"id", options_.model_id},
                 {"object", "model"},

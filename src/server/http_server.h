@@ -4,9 +4,9 @@
 // (streamed or not) has its request cancelled, which frees its KV blocks at the next step.
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/{id}], GET /health,
-// GET /metrics, GET /v1/usage (with a Meter), and the playground page: GET / and GET /assets/NAME
-// (web_assets.h). /v1/* needs a Bearer key when the KeyStore has keys; /health, /metrics and the
-// page do not.
+// GET /metrics, GET /v1/usage (with a Meter), POST /v1/history/ask (with a history folder), and
+// the playground page: GET / and GET /assets/NAME (web_assets.h). /v1/* needs a Bearer key when
+// the KeyStore has keys; /health, /metrics and the page do not.
 #pragma once
 
 #include <atomic>
@@ -55,6 +55,9 @@ struct ServerOptions {
   int io_timeout_s = 10;  // read/write timeout of a stalled client
   // How the model writes tool calls (chat_prompt.h: ToolCallFormatOf, from its template).
   ToolCallFormat tool_format = ToolCallFormat::kHermes;
+  // Computer History folder (`history record --dir`) that POST /v1/history/ask answers from;
+  // empty: that route is 404.
+  std::string history_dir;
 };
 
 class HttpServer {
@@ -85,6 +88,9 @@ class HttpServer {
   bool Authorized(const httplib::Request& req, httplib::Response& res, const char* endpoint,
                   KeyIdentity* who = nullptr);
   void HandleUsage(const httplib::Request& req, httplib::Response& res);
+  // POST /v1/history/ask (history_ask.cc): a chat completion on the ultrafast tier over the
+  // newest summaries, answered with the summaries it cites.
+  void HandleHistoryAsk(const httplib::Request& req, httplib::Response& res);
   void HandleGenerate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
   void SendError(httplib::Response& res, const ApiError& error, const char* endpoint);
   // Prompt tokens for a parsed request, or the 400 explaining why not.
