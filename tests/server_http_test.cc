@@ -108,6 +108,46 @@ std::vector<json> SseChunks(const std::string& body, bool* done) {
   return out;
 }
 
+// The playground: GET / and /assets/NAME from the files built into the binary, without a key
+// even when /v1/* needs one; /health carries what its status panel and cost figures read.
+TEST(HttpServerTest, PlaygroundPageAndHealthFigures) {
+  Harness h({}, KeyStore::WithKey("sekret"));
+  auto index = h.Get("/");
+  ASSERT_TRUE(index);
+  EXPECT_EQ(index->status, 200);
+  EXPECT_EQ(index->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_NE(index->body.find("<title>ultrafast playground</title>"), std::string::npos);
+  EXPECT_NE(index->body.find("/assets/app.js"), std::string::npos);
+  for (const auto& [name, type] : std::map<std::string, std::string>{
+           {"app.js", "text/javascript; charset=utf-8"},
+           {"api.js", "text/javascript; charset=utf-8"},
+           {"meter.js", "text/javascript; charset=utf-8"},
+           {"style.css", "text/css; charset=utf-8"},
+           {"favicon.svg", "image/svg+xml"}}) {
+    auto r = h.Get("/assets/" + name);
+    ASSERT_TRUE(r) << name;
+    EXPECT_EQ(r->status, 200) << name;
+    EXPECT_EQ(r->get_header_value("Content-Type"), type) << name;
+    EXPECT_GT(r->body.size(), 100u) << name;
+  }
+  EXPECT_EQ(h.Get("/assets/nope.js")->status, 404);
+  EXPECT_EQ(h.Get("/assets/../CMakeLists.txt")->status, 404);
+  EXPECT_EQ(h.Get("/v1/models")->status, 401);  // the API itself still needs the key
+
+  auto health = h.Get("/health");
+  ASSERT_TRUE(health);
+  const json body = json::parse(health->body);
+  EXPECT_EQ(body["threads"], 2);
+  EXPECT_EQ(body["ctx"], 256);
+  EXPECT_EQ(body["metered"], false);
+  // The built-in prices (metering.h): $0.40 per million output tokens at default, 6x ultrafast,
+  // 0.5x flex.
+  EXPECT_DOUBLE_EQ(body["prices"]["default"]["output"].get<double>(), 0.4);
+  EXPECT_DOUBLE_EQ(body["prices"]["ultrafast"]["output"].get<double>(), 2.4);
+  EXPECT_DOUBLE_EQ(body["prices"]["flex"]["output"].get<double>(), 0.2);
+  EXPECT_DOUBLE_EQ(body["prices"]["default"]["input"].get<double>(), 0.1);
+}
+
 TEST(HttpServerTest, HealthModelsMetrics) {
   Harness h;
   auto health = h.Get("/health");

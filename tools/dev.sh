@@ -13,7 +13,8 @@ PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev
 # Only `test` needs these: the Computer History tests run an X server, a window manager and
 # xdotool, and a GTK form (Python) on a D-Bus session with the accessibility bus for --atspi
 # (tests/history_x11_test.cc).
-TEST_PACKAGES=(xvfb openbox xdotool dbus-daemon at-spi2-core python3-gi gir1.2-gtk-3.0)
+# The playground's browser tests (tests/web) drive Debian's chromium headless.
+TEST_PACKAGES=(xvfb openbox xdotool dbus-daemon at-spi2-core python3-gi gir1.2-gtk-3.0 chromium)
 
 install_missing() {
   local missing=()
@@ -69,11 +70,15 @@ case "${1:-}" in
     ;;
   test)
     build "${TEST_PACKAGES[@]}"
-    # The e2e tests (tests/e2e) use the openai npm package pinned in package-lock.json.
-    if command -v npm >/dev/null 2>&1 && [ -f tests/e2e/package-lock.json ]; then
-      echo "== npm ci (tests/e2e)"
-      npm ci --prefix tests/e2e --no-audit --no-fund >/dev/null ||
-        echo "== npm ci failed: the e2e tests will be skipped"
+    # The e2e tests (tests/e2e) use the openai npm package, the playground tests (tests/web)
+    # puppeteer-core, each pinned in its package-lock.json (no browser download: Debian's).
+    if command -v npm >/dev/null 2>&1; then
+      for dir in tests/e2e tests/web; do
+        [ -f "$dir/package-lock.json" ] || continue
+        echo "== npm ci ($dir)"
+        PUPPETEER_SKIP_DOWNLOAD=1 npm ci --prefix "$dir" --no-audit --no-fund >/dev/null ||
+          echo "== npm ci failed: the tests in $dir will be skipped"
+      done
     fi
     ctest --test-dir build -j"$(nproc)" --output-on-failure
     run_fuzzers

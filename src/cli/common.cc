@@ -7,6 +7,7 @@
 
 #include "base/clock.h"
 #include "base/thread_pool.h"
+#include "pull/model_cache.h"
 
 namespace uf::cli {
 
@@ -37,9 +38,10 @@ StatusOr<std::string> FindDemoModel() {
                        "); pass a model with -m or set UF_DEMO_MODEL");
 }
 
-StatusOr<LoadedModel> LoadModel(const std::string& path) {
+StatusOr<LoadedModel> LoadModel(const std::string& name) {
   LoadedModel out;
   const double t0 = NowSeconds();
+  const std::string path = pull::ResolveModelPath(name, pull::DefaultCacheDir());
   UF_ASSIGN_OR_RETURN(out.model, model::Model::Load(path));
   auto tok = Tokenizer::FromGguf(out.model->file());
   if (!tok.ok()) return tok.status().WithContext(path);

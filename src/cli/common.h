@@ -21,6 +21,7 @@ void AddInfoCommand(CLI::App& app);
 void AddSynthCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
 void AddHistoryCommand(CLI::App& app);
+void AddPullCommand(CLI::App& app);
 
 // Prints "ultrafast <command>: <status>" to stderr and ends the command with exit code 1.
 [[noreturn]] void Fail(std::string_view command, const Status& status);
@@ -34,6 +35,7 @@ struct LoadedModel {
   std::unique_ptr<Tokenizer> tokenizer;
   double load_seconds = 0.0;
 };
+// path may also name a model pulled into the cache (`ultrafast pull`): NAME or NAME.gguf there.
 StatusOr<LoadedModel> LoadModel(const std::string& path);
 
 // A KV cache of `type` for max_seqs sequences of up to seq_len positions each of model config c.

@@ -7,6 +7,7 @@
 #include "gguf/gguf_dump.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "pull/model_cache.h"
 
 namespace uf::cli {
 namespace {
@@ -17,7 +18,7 @@ struct InfoOptions {
 };
 
 void Info(const InfoOptions& o) {
-  auto file = gguf::GgufFile::Open(o.model);
+  auto file = gguf::GgufFile::Open(pull::ResolveModelPath(o.model, pull::DefaultCacheDir()));
   if (!file.ok()) Fail("info", file.status());
   std::fputs(gguf::DescribeGguf(**file, o.full).c_str(), stdout);
 

@@ -1,4 +1,5 @@
-// `ultrafast <command>`: run, logits, tokenize, info, synth, bench, serve, keys, plan, history.
+// `ultrafast <command>`: run, logits, tokenize, info, synth, bench, serve, keys, plan, history,
+// pull.
 #include <CLI/CLI.hpp>
 
 #include "cli/common.h"
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   uf::cli::AddServeCommands(app);  // serve, keys
   uf::cli::AddPlanCommand(app);
   uf::cli::AddHistoryCommand(app);
+  uf::cli::AddPullCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -129,6 +129,7 @@ int RunServe(const ServeArgs& args) {
                << " MiB"
                << (keys->enabled() ? ", API keys required" : "") << (meter ? ", usage metered" : "")
                << ")";
+  UF_LOG(INFO) << "playground: open http://" << ho.host << ":" << http.port() << "/ in a browser";
   // Tests and scripts that pass --port 0 read the chosen port from this line.
   std::printf("listening on http://%s:%d\n", ho.host.c_str(), http.port());
   std::fflush(stdout);

@@ -5,6 +5,7 @@
 
 #include "cli/common.h"
 #include "gguf/gguf.h"
+#include "pull/model_cache.h"
 
 namespace uf::cli {
 namespace {
@@ -17,7 +18,7 @@ struct TokenizeOptions {
 
 void Tokenize(const TokenizeOptions& o) {
   // Only the vocabulary is needed: vocab-only GGUF files work too.
-  auto file = gguf::GgufFile::Open(o.model);
+  auto file = gguf::GgufFile::Open(pull::ResolveModelPath(o.model, pull::DefaultCacheDir()));
   if (!file.ok()) Fail("tokenize", file.status());
   auto tok = Tokenizer::FromGguf(**file);
   if (!tok.ok()) Fail("tokenize", tok.status());

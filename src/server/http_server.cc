@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "server/connection.h"
 #include "server/openai_response.h"
+#include "server/web_assets.h"
 #include "tokenizer/tokenizer.h"
 
 namespace uf::server {
@@ -198,6 +199,20 @@ std::optional<ApiError> CheckQuota(const Meter& meter, const KeyIdentity& who, i
   return e;
 }
 
+// /health's "prices": USD per million tokens by tier, for clients that show what a response
+// cost (the playground); the same prices the meter bills with.
+json PricesJson(const MeteringConfig& config) {
+  json out = json::object();
+  for (int t = 0; t < scheduler::kNumServiceTiers; ++t) {
+    const TierPrice& p = config.prices[t];
+    out[std::string(scheduler::ServiceTierName(static_cast<scheduler::ServiceTier>(t)))] = {
+        {"input", p.input / 1e6},
+        {"cached_input", p.cached_input / 1e6},
+        {"output", p.output / 1e6}};
+  }
+  return out;
+}
+
 }  // namespace
 
 HttpServer::HttpServer(ServerOptions options, engine::Service* service, ChatRenderer render_chat,
@@ -319,13 +334,39 @@ void HttpServer::Route() {
     json body = {{"status", stopping_ ? "stopping" : "ok"},
                  {"model", options_.model_id},
                  {"running", st.running},
-                 {"queued", st.queue_depth}};
+                 {"queued", st.queue_depth},
+                 {"threads", service_->options().n_threads},
+                 {"ctx", service_->options().ctx},
+                 {"max_seqs", service_->options().max_seqs},
+                 {"metered", meter_ != nullptr},
+                 {"prices", PricesJson(meter_ != nullptr ? meter_->config()
+                                                         : MeteringConfig::Defaults())}};
     res.status = stopping_ ? 503 : 200;
     res.set_content(Dump(body), "application/json");
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_->Render(service_->Stats()), "text/plain; version=0.0.4");
   });
+  // The playground (web/playground, built into the binary). The page itself needs no key; the
+  // requests it makes to /v1/* carry the key the user types into it.
+  auto send_file = [](const EmbeddedFile& f, httplib::Response& res) {
+    res.set_content(f.body.data(), f.body.size(), std::string(ContentTypeFor(f.name)));
+    res.set_header("Cache-Control", "no-cache");
+  };
+  s.Get("/", [send_file](const httplib::Request&, httplib::Response& res) {
+    const EmbeddedFile* index = FindPlaygroundFile("index.html");
+    UF_CHECK(index != nullptr) << "web/playground/index.html was not embedded";
+    send_file(*index, res);
+  });
+  s.Get("/assets/([A-Za-z0-9_-]+\\.[a-z]+)",
+        [send_file](const httplib::Request& req, httplib::Response& res) {
+          const EmbeddedFile* f = FindPlaygroundFile(std::string(req.matches[1]));
+          if (f == nullptr) {
+            res.status = 404;  // the error handler writes the JSON body
+            return;
+          }
+          send_file(*f, res);
+        });
   // Anything else, and httplib's own errors (413 too large, 400 bad request line): JSON errors.
   s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;

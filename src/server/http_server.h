@@ -4,8 +4,9 @@
 // (streamed or not) has its request cancelled, which frees its KV blocks at the next step.
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/{id}], GET /health,
-// GET /metrics, GET /v1/usage (with a Meter), POST /v1/history/ask (with a history folder).
-// /v1/* needs a Bearer key when the KeyStore has keys; /health and /metrics do not.
+// GET /metrics, GET /v1/usage (with a Meter), POST /v1/history/ask (with a history folder), and
+// the playground page: GET / and GET /assets/NAME (web_assets.h). /v1/* needs a Bearer key when
+// the KeyStore has keys; /health, /metrics and the page do not.
 #pragma once
 
 #include <atomic>

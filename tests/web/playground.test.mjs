@@ -1,0 +1,246 @@
+// The playground page of `ultrafast serve` in a real browser: headless Debian chromium driven by
+// puppeteer-core, against a server started here on loopback with a tiny model from
+// ../shared/models (random weights: the text is gibberish, the streaming and figures are real).
+//
+// Run: UF_BIN=build/ultrafast node --test tests/web/   (tests/web/run.sh does this for ctest)
+// UF_SCREENSHOTS=1 also writes docs/playground.png and docs/playground-race.png.
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import puppeteer from 'puppeteer-core';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '..', '..');
+const BIN = process.env.UF_BIN || path.join(root, 'build', 'ultrafast');
+const MODEL = process.env.UF_MODEL || path.resolve(root, '..', 'shared', 'models', 'tiny-llama-256-q8_0.gguf');
+const CHROMIUM = process.env.UF_CHROMIUM || '/usr/bin/chromium';
+const KEY = 'playground-test-key';
+
+async function startServer() {
+  const args = ['serve', '-m', MODEL, '--model-id', 'tiny', '--host', '127.0.0.1', '--port', '0',
+    '--ctx', '1024', '-t', '2', '--api-key', KEY, '--ultrafast-capacity', '1'];
+  const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  proc.stderr.on('data', (d) => { stderr += d; });
+  const port = await new Promise((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`server did not start:\n${stderr}`)), 60000);
+    proc.stdout.on('data', (d) => {
+      out += d;
+      const m = out.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m) { clearTimeout(timer); resolve(Number(m[1])); }
+    });
+    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited (${code}):\n${stderr}`)); });
+  });
+  return {
+    base: `http://127.0.0.1:${port}`,
+    async stop() { proc.kill('SIGTERM'); await once(proc, 'exit'); },
+  };
+}
+
+// Text of the stats line's figure `name` (ttft, tps, tokens, tier, cost) in `sel`.
+const stat = (page, sel, name) =>
+  page.$eval(`${sel} .stat-${name} b`, (b) => b.textContent);
+
+// Waits until the response in `sel` is over (done, stopped or an error shown).
+async function waitDone(page, sel) {
+  await page.waitForFunction((s) => {
+    const el = document.querySelector(s);
+    return el && (el.querySelector('.error') || el.querySelector('.stats .stat-end'));
+  }, { timeout: 60000 }, sel);
+}
+
+// Sends the prompt, and resolves to the JSON body of the chat request(s) the page made.
+async function send(page, text) {
+  const bodies = [];
+  const onRequest = (r) => {
+    if (r.url().endsWith('/v1/chat/completions') && r.method() === 'POST') bodies.push(JSON.parse(r.postData()));
+  };
+  page.on('request', onRequest);
+  await page.$eval('#prompt', (el, t) => { el.value = t; }, text);
+  await page.click('#send');
+  return { bodies, done: () => page.off('request', onRequest) };
+}
+
+describe('the playground in headless chromium', () => {
+  let server, browser, page;
+  const pageErrors = [];  // uncaught exceptions and console errors of the page
+  before(async () => {
+    server = await startServer();
+    // run.sh has checked that chromium starts; a failure here is a failure.
+    browser = await puppeteer.launch({
+      executablePath: CHROMIUM, headless: true,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
+    });
+    page = await browser.newPage();
+    await page.setViewport({ width: 1200, height: 760 });
+    page.on('pageerror', (e) => pageErrors.push(e.message));
+    page.on('console', (m) => { if (m.type() === 'error') pageErrors.push(m.text()); });
+  });
+  after(async () => {
+    await browser?.close();
+    await server?.stop();
+  });
+
+  test('GET / serves the page and its assets with their content types, built in', async () => {
+    const index = await fetch(`${server.base}/`);
+    assert.equal(index.status, 200);
+    assert.match(index.headers.get('content-type'), /^text\/html/);
+    assert.match(await index.text(), /<title>ultrafast playground<\/title>/);
+    for (const [file, type] of [['app.js', /^text\/javascript/], ['style.css', /^text\/css/]]) {
+      const r = await fetch(`${server.base}/assets/${file}`);
+      assert.equal(r.status, 200, file);
+      assert.match(r.headers.get('content-type'), type);
+    }
+    const missing = await fetch(`${server.base}/assets/nope.js`);
+    assert.equal(missing.status, 404);
+    assert.equal((await missing.json()).error.message, 'Invalid URL (GET /assets/nope.js)');
+  });
+
+  test('the page loads and the status panel shows the server', async () => {
+    await page.goto(`${server.base}/`, { waitUntil: 'networkidle0' });
+    await page.waitForFunction(() => document.querySelector('#st-model').textContent === 'tiny');
+    assert.equal(await page.$eval('#st-threads', (e) => e.textContent), '2');
+    assert.equal(await page.$eval('#st-ctx', (e) => e.textContent), '1024');
+    assert.match(await page.$eval('#st-health', (e) => e.className), /\bok\b/);
+    assert.deepEqual(pageErrors, []);
+  });
+
+  test('a wrong key shows the 401 message, not a blank pane', async () => {
+    await page.$eval('#api-key', (el) => { el.value = ''; });
+    await page.type('#api-key', 'wrong-key');
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('uf.key')), 'wrong-key');
+    const sent = await send(page, 'hello');
+    await waitDone(page, '.msg.assistant:last-child');
+    sent.done();
+    const error = await page.$eval('.msg.assistant:last-child .error', (e) => e.textContent);
+    assert.match(error, /^401 /);
+    assert.match(error, /Incorrect API key provided/);
+    assert.match(error, /API key field/);
+  });
+
+  test('a prompt streams into the pane with live, positive tok/s', async () => {
+    await page.$eval('#api-key', (el) => { el.value = ''; });
+    await page.type('#api-key', KEY);
+    await page.select('#tier', 'default');
+    await page.$eval('#max-tokens', (el) => { el.value = '200'; el.dispatchEvent(new Event('input')); });
+    // Every tok/s value the stats line shows while the response streams.
+    await page.evaluate(() => {
+      window.seenTps = [];
+      new MutationObserver(() => {
+        const pane = document.querySelector('.msg.assistant:last-child');
+        const tps = pane?.querySelector('.stat-tps b')?.textContent;
+        const done = pane?.querySelector('.stats .stat-end') != null;
+        if (tps && !done) window.seenTps.push(tps);
+      }).observe(document.querySelector('#messages'), { subtree: true, childList: true, characterData: true });
+    });
+    const sent = await send(page, 'Tell me a story');
+    await waitDone(page, '.msg.assistant:last-child');
+    sent.done();
+    const pane = '.msg.assistant:last-child';
+    assert.equal(await page.$(`${pane} .error`), null);
+    const text = await page.$eval(`${pane} .reply`, (e) => e.textContent);
+    assert.ok(text.length > 0, 'the reply is empty');
+    const tps = Number(await stat(page, pane, 'tps'));
+    assert.ok(tps > 0, `tok/s ${tps}`);
+    const ttft = await stat(page, pane, 'ttft');
+    assert.match(ttft, /^\d+ ms$/);
+    const tokens = Number(await stat(page, pane, 'tokens'));
+    assert.ok(tokens > 1 && tokens <= 200, `tokens ${tokens}`);
+    assert.equal(await stat(page, pane, 'tier'), 'default');
+    assert.match(await stat(page, pane, 'cost'), /^\$\d+\.\d{7}$/);
+    const seen = (await page.evaluate(() => window.seenTps)).filter((v) => v !== '–').map(Number);
+    assert.ok(seen.some((v) => v > 0), `no positive tok/s while streaming (saw ${seen})`);
+    assert.equal(sent.bodies.length, 1);
+    assert.equal(sent.bodies[0].service_tier, 'default');
+    assert.equal(sent.bodies[0].stream, true);
+    assert.equal(sent.bodies[0].max_tokens, 200);
+    // The chart was drawn: some pixels of the line colour.
+    const drawn = await page.$eval(`${pane} canvas`, (c) => {
+      const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+      let n = 0;
+      for (let i = 0; i < d.length; i += 4) if (d[i] > 200 && d[i + 1] > 90 && d[i + 1] < 150) n++;
+      return n;
+    });
+    assert.ok(drawn > 20, `chart pixels ${drawn}`);
+  });
+
+  test('the tier switch changes service_tier in the request and the tier shown', async () => {
+    for (const tier of ['ultrafast', 'flex']) {
+      await page.select('#tier', tier);
+      const sent = await send(page, `Which tier is this? ${tier}`);
+      await waitDone(page, '.msg.assistant:last-child');
+      sent.done();
+      assert.equal(sent.bodies.length, 1);
+      assert.equal(sent.bodies[0].service_tier, tier);
+      assert.equal(await stat(page, '.msg.assistant:last-child', 'tier'), tier);
+    }
+    if (process.env.UF_SCREENSHOTS) {
+      await page.screenshot({ path: path.join(root, 'docs', 'playground.png') });
+    }
+  });
+
+  test('chat history survives a reload and goes with the next request', async () => {
+    // Three answered turns; the one refused with 401 is not kept.
+    await page.reload({ waitUntil: 'networkidle0' });
+    assert.equal(await page.evaluate(() => JSON.parse(localStorage.getItem('uf.history')).length), 6);
+    assert.equal(await page.$$eval('.msg', (m) => m.length), 6);
+    await page.select('#tier', 'default');
+    const sent = await send(page, 'And now?');
+    await waitDone(page, '.msg.assistant:last-child');
+    sent.done();
+    // system prompt (none), then 3 earlier turns of two messages each, then this one.
+    const roles = sent.bodies[0].messages.map((m) => m.role);
+    assert.equal(roles.length, 7);
+    assert.equal(roles.at(-1), 'user');
+  });
+
+  test('the race view fills both panes at two tiers at once', async () => {
+    await page.select('#mode', 'race');
+    assert.equal(await page.$eval('#race-view', (e) => e.hidden), false);
+    await page.select('#race-a .race-tier', 'ultrafast');
+    await page.select('#race-b .race-tier', 'default');
+    const sent = await send(page, 'Race!');
+    await waitDone(page, '#race-a');
+    await waitDone(page, '#race-b');
+    sent.done();
+    assert.deepEqual(sent.bodies.map((b) => b.service_tier).sort(), ['default', 'ultrafast']);
+    for (const [pane, tier] of [['#race-a', 'ultrafast'], ['#race-b', 'default']]) {
+      assert.equal(await page.$(`${pane} .error`), null, pane);
+      assert.ok((await page.$eval(`${pane} .reply`, (e) => e.textContent)).length > 0, pane);
+      assert.equal(await stat(page, pane, 'tier'), tier);
+      assert.ok(Number(await stat(page, pane, 'tps')) > 0, pane);
+    }
+    if (process.env.UF_SCREENSHOTS) {
+      await page.screenshot({ path: path.join(root, 'docs', 'playground-race.png') });
+    }
+  });
+
+  test('a 429 is shown as a readable message in its pane', async () => {
+    // The server has one ultrafast stream (--ultrafast-capacity 1): the second of two ultrafast
+    // requests sent at once is refused with 429 tier_capacity_exceeded while the first holds it.
+    await page.select('#race-a .race-tier', 'ultrafast');
+    await page.select('#race-b .race-tier', 'ultrafast');
+    await page.$eval('#max-tokens', (el) => { el.value = '400'; el.dispatchEvent(new Event('input')); });
+    const sent = await send(page, 'Both ultrafast');
+    await waitDone(page, '#race-a');
+    await waitDone(page, '#race-b');
+    sent.done();
+    const errors = [];
+    const replies = [];
+    for (const pane of ['#race-a', '#race-b']) {
+      const err = await page.$(`${pane} .error`);
+      if (err) errors.push(await err.evaluate((e) => e.textContent));
+      else replies.push(await page.$eval(`${pane} .reply`, (e) => e.textContent));
+    }
+    assert.equal(errors.length, 1, `errors: ${errors}`);
+    assert.match(errors[0], /^429 [^(]*\(tier_capacity_exceeded\): .*ultrafast stream.* Retry in \d+ s, or pick another tier\.$/);
+    assert.equal(replies.length, 1);
+    assert.ok(replies[0].length > 0);
+    // The 401 and 429 are console errors of the browser's own (failed fetches); nothing else.
+    assert.deepEqual(pageErrors.filter((e) => !/status of (401|429)/.test(e)), []);
+  });
+});
