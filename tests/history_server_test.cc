@@ -12,7 +12,7 @@
 #include "history/segment_store.h"
 #include "history/summarizer.h"
 #include "server/http_server.h"
-#include "test_models.h"
+#include "server_harness.h"
 
 namespace uf::server {
 namespace {
@@ -21,52 +21,29 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 constexpr double kT0 = 1796115600.0;  // 2026-12-01T09:00:00Z
 
+// The server with the history endpoint on `history_dir`, behind the key "sekret".
 class Harness {
  public:
-  Harness(const std::string& history_dir, int64_t ctx = 256) {
-    engine::ServiceOptions so;
-    so.n_threads = 2;
-    so.ctx = ctx;
-    auto& tiny = testing_models::TinyQwen2();
-    service_ = std::move(engine::Service::Create(*tiny.model, *tiny.tokenizer, so)).value();
-    keys_ = KeyStore::WithKey("sekret");
-    ServerOptions ho;
-    ho.port = 0;
-    ho.model_id = "tiny";
-    ho.poll_s = 0.02;
-    ho.history_dir = history_dir;
-    auto render = [](const json& messages, const json&) -> StatusOr<std::string> {
-      std::string out;
-      for (const auto& m : messages) {
-        out += m["role"].get<std::string>() + ": " + m["content"].get<std::string>() + "\n";
-      }
-      return out + "assistant:";
-    };
-    http_ = std::make_unique<HttpServer>(ho, service_.get(), render, keys_.get(), &metrics_);
-    UF_CHECK(http_->Bind().ok());
-    thread_ = std::thread([this] { http_->Serve(); });
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", http_->port());
-    client_->set_read_timeout(120, 0);
-  }
-  ~Harness() {
-    client_.reset();
-    service_->Shutdown();
-    http_->Stop();
-    thread_.join();
-  }
+  explicit Harness(const std::string& history_dir, int64_t ctx = 256)
+      : server_(Options(ctx), KeyStore::WithKey("sekret"), HistoryOptions(history_dir)) {}
   httplib::Result Ask(const std::string& body, bool with_key = true) {
     httplib::Headers h;
     if (with_key) h.emplace("Authorization", "Bearer sekret");
-    return client_->Post("/v1/history/ask", h, body, "application/json");
+    return server_.Post("/v1/history/ask", body, h);
   }
 
  private:
-  std::unique_ptr<engine::Service> service_;
-  std::unique_ptr<KeyStore> keys_;
-  Metrics metrics_;
-  std::unique_ptr<HttpServer> http_;
-  std::thread thread_;
-  std::unique_ptr<httplib::Client> client_;
+  static engine::ServiceOptions Options(int64_t ctx) {
+    engine::ServiceOptions so;
+    so.ctx = ctx;
+    return so;
+  }
+  static ServerOptions HistoryOptions(const std::string& dir) {
+    ServerOptions ho;
+    ho.history_dir = dir;
+    return ho;
+  }
+  ServerHarness server_;
 };
 
 std::string MakeHistory(int segments) {

@@ -12,74 +12,17 @@
 #include <thread>
 
 #include "server/http_server.h"
+#include "server_harness.h"
 #include "test_models.h"
 
 namespace uf::server {
 namespace {
 
-using testing_models::Loaded;
 
 using json = nlohmann::json;
 
-Loaded& Tiny() { return testing_models::TinyQwen2(); }
 
-class Harness {
- public:
-  explicit Harness(engine::ServiceOptions so = {}, std::unique_ptr<KeyStore> keys = nullptr,
-                   ServerOptions ho = {}) {
-    so.n_threads = 2;
-    if (so.ctx == 4096) so.ctx = 256;
-    service_ = std::move(engine::Service::Create(*Tiny().model, *Tiny().tokenizer, so)).value();
-    keys_ = keys ? std::move(keys) : std::make_unique<KeyStore>();
-    ho.port = 0;
-    ho.model_id = "tiny";
-    ho.poll_s = 0.02;
-    auto render = [](const json& messages, const json&) -> StatusOr<std::string> {
-      std::string out;
-      for (const auto& m : messages) {
-        out += m["role"].get<std::string>() + ": " + m["content"].get<std::string>() + "\n";
-      }
-      return out + "assistant:";
-    };
-    http_ = std::make_unique<HttpServer>(ho, service_.get(), render, keys_.get(), &metrics_);
-    UF_CHECK(http_->Bind().ok());
-    thread_ = std::thread([this] { http_->Serve(); });
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", http_->port());
-    client_->set_read_timeout(60, 0);
-  }
-  ~Harness() {
-    client_.reset();  // an idle keep-alive connection would hold Stop() for its timeout
-    service_->Shutdown();
-    http_->Stop();
-    thread_.join();
-  }
-
-  httplib::Result Post(const std::string& path, const std::string& body,
-                       const httplib::Headers& headers = {}) {
-    return client_->Post(path.c_str(), headers, body, "application/json");
-  }
-  httplib::Result Get(const std::string& path, const httplib::Headers& headers = {}) {
-    return client_->Get(path.c_str(), headers);
-  }
-  engine::EngineStats Settled() {
-    engine::EngineStats st = service_->Stats();
-    for (int i = 0; i < 5000 && (st.running > 0 || st.kv_blocks_used > 0); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      st = service_->Stats();
-    }
-    return st;
-  }
-  int port() const { return http_->port(); }
-  engine::Service& service() { return *service_; }
-
- private:
-  std::unique_ptr<engine::Service> service_;
-  std::unique_ptr<KeyStore> keys_;
-  Metrics metrics_;
-  std::unique_ptr<HttpServer> http_;
-  std::thread thread_;
-  std::unique_ptr<httplib::Client> client_;
-};
+using Harness = ServerHarness;
 
 std::string Chat(const std::string& extra = "") {
   return R"({"model":"tiny","messages":[{"role":"user","content":"Hello there"}],)"
