@@ -331,7 +331,6 @@ bool Service::Step() {
     UF_LOG(ERROR) << "serve: forward failed: " << status.ToString();
     for (auto& [seq, n] : batch_feeds_) Finish(*seq, FinishReason::kError, status);
   } else {
-    online_cost_->Observe(composition, seconds, plan.sample_weight);
     for (auto& [seq, n] : batch_feeds_) {
       seq->n_computed += n;
       if (options_.prefix_cache) {
@@ -339,6 +338,10 @@ bool Service::Step() {
       }
     }
     SampleOutputs(seconds);
+    // The cost model learns the whole step, sampling and emitting included: a stream's speed
+    // is what its steps take, and each sequence's sampling (a pass or two over the vocabulary,
+    // logprobs, the stream event) is a large share of a cache-resident model's step.
+    online_cost_->Observe(composition, NowSeconds() - start, plan.sample_weight);
   }
   running_.erase(std::remove_if(running_.begin(), running_.end(), gone), running_.end());
   const double flush_time = NowSeconds();

@@ -19,6 +19,8 @@ constexpr int64_t kSolveEvery = 8;  // steps between solves of the knees not in 
 // noisy window almost equally; flipping between them moves predictions for small batches by
 // several percent.
 constexpr double kKneeSwitchSigmas = 4.0;
+// Factor by which the prior may miss the first measured step before it is rescaled.
+constexpr double kPriorScaleOff = 3.0;
 
 // Decode sequences and prompt tokens charged past `knee` free tokens (decode first).
 std::pair<double, double> PastKnee(double knee, const BatchComposition& c) {
@@ -123,6 +125,27 @@ void OnlineStepCostModel::Solve(Fit& fit) const {
   for (int i = 1; i < n; ++i) fit.theta[i] = std::max(0.0, fit.theta[i]);
 }
 
+void OnlineStepCostModel::ScalePrior(const BatchComposition& c, double seconds) {
+  // The prior's figures are a 1B model's on two CPU cores. For a model a hundred times smaller
+  // (a 75 us step), ridge regression toward them pulled every direction the data had not
+  // explored toward costs a hundred times too large, and the fit came out with a base step
+  // twice the measured one and no cost for a second sequence: default traffic rode beside an
+  // ultrafast stream and slowed it by 40%. The prior keeps its shape and takes its scale from
+  // the first step measured, when it is off by more than kPriorScaleOff either way: a prior
+  // that is about right (the tier simulator's, fitted to its step curve) is better left alone
+  // than rescaled by one noisy sample.
+  const double predicted = StepSeconds(options_.prior, c);
+  if (!(predicted > 0.0)) return;
+  const double scale = seconds / predicted;
+  if (scale < kPriorScaleOff && scale > 1.0 / kPriorScaleOff) return;
+  options_.prior.base_seconds *= scale;
+  options_.prior.per_seq_seconds *= scale;
+  options_.prior.per_prefill_token_seconds *= scale;
+  options_.prior.per_context_token_seconds *= scale;
+  for (double& t : prior_theta_) t *= scale;
+  for (Fit& fit : fits_) fit.theta = prior_theta_;
+}
+
 StepCostCoefficients OnlineStepCostModel::coefficients() const {
   if (samples_ < options_.min_samples) return options_.prior;
   return Coefficients(Knee(best_), fits_[best_]);
@@ -143,6 +166,7 @@ void OnlineStepCostModel::Observe(const BatchComposition& c, double seconds, dou
   if (!std::isfinite(weight) || weight <= 0.0) return;
   UF_CHECK(c.decode_seqs >= 0 && c.prefill_tokens >= 0 && c.context_tokens >= 0)
       << "negative batch composition";
+  if (samples_ == 0) ScalePrior(c, seconds);
   const double f = options_.forgetting;
   tt_ = f * tt_ + weight * seconds * seconds;
   weight_ = f * weight_ + weight;

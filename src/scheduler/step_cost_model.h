@@ -105,6 +105,8 @@ class OnlineStepCostModel final : public StepCostModel {
     double rss = 0.0;                     // weighted residual sum of squares
   };
 
+  // Rescales the prior to the first measured step (see the .cc).
+  void ScalePrior(const BatchComposition& c, double seconds);
   double Knee(size_t index) const;
   std::array<double, kDim> Features(double knee, const BatchComposition& c) const;
   StepCostCoefficients Coefficients(double knee, const Fit& fit) const;
