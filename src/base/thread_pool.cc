@@ -38,6 +38,24 @@ inline void SpinStep(int spin) {
   }
 }
 
+// Waits until `value` differs from `old` and returns the new value: spins for kWorkerSpin steps,
+// then sleeps on the futex, counted in `sleepers` so that the waker makes the system call only
+// when someone sleeps (the seq_cst increment pairs with the waker's seq_cst bump and load).
+uint32_t WaitForChange(std::atomic<uint32_t>& value, uint32_t old, std::atomic<int>& sleepers) {
+  uint32_t v = value.load(std::memory_order_acquire);
+  for (int spin = 0; v == old && spin < kWorkerSpin; ++spin) {
+    SpinStep(spin);
+    v = value.load(std::memory_order_acquire);
+  }
+  while (v == old) {
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    value.wait(old, std::memory_order_seq_cst);  // returns at once if the value moved
+    sleepers.fetch_sub(1, std::memory_order_relaxed);
+    v = value.load(std::memory_order_acquire);
+  }
+  return v;
+}
+
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
@@ -120,34 +138,13 @@ void ThreadPool::ReleaseBarrier() {
 void ThreadPool::WaitBarrier(uint32_t gen) {
   // The same spin-then-sleep as a worker waiting for a job: the steps between barriers of a
   // forward are microseconds apart, but a preempted peer must not cost a spinning core.
-  uint32_t g = barrier_gen_.load(std::memory_order_acquire);
-  for (int spin = 0; g == gen && spin < kWorkerSpin; ++spin) {
-    SpinStep(spin);
-    g = barrier_gen_.load(std::memory_order_acquire);
-  }
-  while (g == gen) {
-    barrier_sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    barrier_gen_.wait(gen, std::memory_order_seq_cst);
-    barrier_sleepers_.fetch_sub(1, std::memory_order_relaxed);
-    g = barrier_gen_.load(std::memory_order_acquire);
-  }
+  WaitForChange(barrier_gen_, gen, barrier_sleepers_);
 }
 
 void ThreadPool::WorkerLoop(int index) {
   uint32_t seen = 0;
   for (;;) {
-    uint32_t e = epoch_.load(std::memory_order_acquire);
-    for (int spin = 0; e == seen && spin < kWorkerSpin; ++spin) {
-      SpinStep(spin);
-      e = epoch_.load(std::memory_order_acquire);
-    }
-    while (e == seen) {
-      sleepers_.fetch_add(1, std::memory_order_seq_cst);
-      epoch_.wait(seen, std::memory_order_seq_cst);  // returns at once if the epoch moved
-      sleepers_.fetch_sub(1, std::memory_order_relaxed);
-      e = epoch_.load(std::memory_order_acquire);
-    }
-    seen = e;
+    seen = WaitForChange(epoch_, seen, sleepers_);
     if (stop_.load(std::memory_order_relaxed)) return;
     (*job_)(index, n_threads_);
     // The last worker to finish wakes the caller if it stopped spinning.

@@ -4,10 +4,9 @@
 // output is deterministic, which is what the equality checks below rely on.
 //
 // Run: UF_BIN=build/ultrafast node --test tests/e2e/   (tests/e2e/run.sh does this for ctest)
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
-import { once } from 'node:events';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -15,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { zodFunction, zodResponseFormat } from 'openai/helpers/zod';
 import { z } from 'zod';
+import { startServe } from '../js/serve_process.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '..', '..');
@@ -24,31 +24,8 @@ const MODEL_ID = 'tiny';
 
 // Starts the server with --port 0 and resolves once it prints the port it listens on.
 async function startServer(extraArgs = [], ctx = 1024) {
-  const args = ['serve', '-m', MODEL, '--model-id', MODEL_ID, '--host', '127.0.0.1', '--port', '0',
-    '--ctx', String(ctx), '--max-seqs', '8', '-t', '2', ...extraArgs];
-  const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  let stderr = '';
-  proc.stderr.on('data', (d) => { stderr += d; });
-  const port = await new Promise((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => reject(new Error(`server did not start:\n${stderr}`)), 60000);
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) { clearTimeout(timer); resolve(Number(m[1])); }
-    });
-    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited (${code}):\n${stderr}`)); });
-  });
-  const base = `http://127.0.0.1:${port}`;
-  return {
-    proc, port, base,
-    stderr: () => stderr,
-    async stop() {
-      proc.kill('SIGTERM');
-      const [code] = await once(proc, 'exit');
-      return code;
-    },
-  };
+  return startServe(BIN, ['-m', MODEL, '--model-id', MODEL_ID, '--ctx', String(ctx),
+    '--max-seqs', '8', '-t', '2', ...extraArgs]);
 }
 
 async function metrics(base) {

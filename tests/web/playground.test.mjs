@@ -4,13 +4,12 @@
 //
 // Run: UF_BIN=build/ultrafast node --test tests/web/   (tests/web/run.sh does this for ctest)
 // UF_SCREENSHOTS=1 also writes docs/playground.png and docs/playground-race.png.
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import puppeteer from 'puppeteer-core';
+import { startServe } from '../js/serve_process.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '..', '..');
@@ -20,25 +19,8 @@ const CHROMIUM = process.env.UF_CHROMIUM || '/usr/bin/chromium';
 const KEY = 'playground-test-key';
 
 async function startServer() {
-  const args = ['serve', '-m', MODEL, '--model-id', 'tiny', '--host', '127.0.0.1', '--port', '0',
-    '--ctx', '1024', '-t', '2', '--api-key', KEY, '--ultrafast-capacity', '1'];
-  const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  let stderr = '';
-  proc.stderr.on('data', (d) => { stderr += d; });
-  const port = await new Promise((resolve, reject) => {
-    let out = '';
-    const timer = setTimeout(() => reject(new Error(`server did not start:\n${stderr}`)), 60000);
-    proc.stdout.on('data', (d) => {
-      out += d;
-      const m = out.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) { clearTimeout(timer); resolve(Number(m[1])); }
-    });
-    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited (${code}):\n${stderr}`)); });
-  });
-  return {
-    base: `http://127.0.0.1:${port}`,
-    async stop() { proc.kill('SIGTERM'); await once(proc, 'exit'); },
-  };
+  return startServe(BIN, ['-m', MODEL, '--model-id', 'tiny', '--ctx', '1024', '-t', '2',
+    '--api-key', KEY, '--ultrafast-capacity', '1']);
 }
 
 // Text of the stats line's figure `name` (ttft, tps, tokens, tier, cost) in `sel`.
