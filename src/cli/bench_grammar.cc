@@ -24,7 +24,7 @@ namespace {
 
 using json = nlohmann::json;
 
-struct Sample {
+struct GrammarRun {
   double first = 0, end = 0;
   int64_t n = 0;
   std::string text;
@@ -46,7 +46,7 @@ StatusOr<std::shared_ptr<const grammar::Grammar>> LoadGrammar(const std::string&
   return *g;
 }
 
-StatusOr<Sample> RunOne(engine::Service& service, const std::vector<int32_t>& prompt, int64_t n_gen,
+StatusOr<GrammarRun> RunOne(engine::Service& service, const std::vector<int32_t>& prompt, int64_t n_gen,
                         uint64_t seed, std::shared_ptr<const grammar::Grammar> g,
                         bool want_tokens = false) {
   engine::GenerationRequest r;
@@ -60,7 +60,7 @@ StatusOr<Sample> RunOne(engine::Service& service, const std::vector<int32_t>& pr
   const double t0 = NowSeconds();
   UF_ASSIGN_OR_RETURN(std::shared_ptr<engine::RequestChannel> channel,
                       service.Submit(std::move(r)));
-  Sample s;
+  GrammarRun s;
   std::vector<engine::GenerationEvent> events;
   for (;;) {
     if (!channel->Pop(&events, 120.0)) return UnavailableError("bench: no event in 120 s");
