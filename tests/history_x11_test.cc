@@ -244,10 +244,11 @@ class HistoryX11Test : public ::testing::Test {
   }
 
   // Waits until an event on disk satisfies pred (the recorder syncs its segment once a second),
-  // polling, and returns it; nullopt after timeout_s, which only ends a test that would otherwise hang. This
-  // replaces sleeps sized for a quiet machine: each step waits for what it needs to have happened.
+  // polling, and returns it; nullopt after timeout_s, which only ends a test that would otherwise
+  // hang. This replaces sleeps sized for a quiet machine: each step waits for what it needs to have
+  // happened.
   std::optional<nlohmann::json> WaitForEvent(const std::function<bool(const nlohmann::json&)>& pred,
-                                            double timeout_s = 30.0) {
+                                             double timeout_s = 30.0) {
     std::optional<nlohmann::json> found;
     WaitForEvents(
         [&](const std::vector<nlohmann::json>& events) {
@@ -284,10 +285,13 @@ class HistoryX11Test : public ::testing::Test {
     }
   }
   static std::function<bool(const nlohmann::json&)> Window(const std::string& app) {
-    return [app](const nlohmann::json& e) { return e["kind"] == "window" && e.value("app", "") == app; };
+    return [app](const nlohmann::json& e) {
+      return e["kind"] == "window" && e.value("app", "") == app;
+    };
   }
   static std::function<bool(const nlohmann::json&)> State(const std::string& state) {
-    return [state](const nlohmann::json& e) { return e["kind"] == "status" && e["state"] == state; };
+    return
+        [state](const nlohmann::json& e) { return e["kind"] == "status" && e["state"] == state; };
   }
 
   fs::path binary_, dir_;
@@ -348,16 +352,17 @@ TEST_F(HistoryX11Test, RecordsWindowsInputAndIdleAndSurvivesTheServerGoingAway) 
           std::chrono::duration<double>(beta_ts + 1.5)));
   std::this_thread::sleep_until(beta_end);
   Activate(secret);
-  ASSERT_TRUE(WaitForEvent([](const nlohmann::json& e) { return e.value("blocked", false); }).has_value());
+  ASSERT_TRUE(
+      WaitForEvent([](const nlohmann::json& e) { return e.value("blocked", false); }).has_value());
   Activate(alpha);
   ASSERT_TRUE(WaitForEvent([&](const nlohmann::json& e) {
-    return Window("Alpha")(e) && e["ts"].get<double>() > beta_ts;
-  }).has_value());
+                return Window("Alpha")(e) && e["ts"].get<double>() > beta_ts;
+              }).has_value());
   // Idle past --afk-seconds 2 after the last keys (focus changes are not input): the recorder
   // says so.
   ASSERT_TRUE(WaitForEvent([&](const nlohmann::json& e) {
-    return e["kind"] == "afk" && e["afk"] == true && e["ts"].get<double>() >= beta_ts;
-  }).has_value());
+                return e["kind"] == "afk" && e["afk"] == true && e["ts"].get<double>() >= beta_ts;
+              }).has_value());
 
   // The X server goes away and comes back: the recorder waits and reconnects.
   Stop(&wm_);

@@ -147,9 +147,9 @@ Status CheckDraftVocabulary(int64_t draft_vocab, int64_t target_vocab);
 // Fixed costs for a SpecController that should not measure (tests: which k it picks then follows
 // from acceptance alone, however loaded the machine is). Seconds; only their ratios matter.
 struct SpecCostModel {
-  double step_seconds = 1.0;    // verify step over one position (plain decode)
-  double per_position = 0.1;    // each further position of a verify step
-  double draft_seconds = 0.0;   // per drafted token
+  double step_seconds = 1.0;   // verify step over one position (plain decode)
+  double per_position = 0.1;   // each further position of a verify step
+  double draft_seconds = 0.0;  // per drafted token
 };
 
 class SpecController {
