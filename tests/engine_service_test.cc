@@ -24,6 +24,7 @@ using testing_models::Loaded;
 using testing_service::Collect;
 using testing_service::Output;
 using testing_service::SettledStats;
+using testing_service::StepGate;
 
 Loaded& Tiny() { return testing_models::TinyQwen2(); }
 
@@ -72,7 +73,11 @@ std::vector<Output> RunAlone(int64_t max_tokens) {
   return out;
 }
 
-std::vector<Output> RunTogether(const ServiceOptions& o, int64_t max_tokens) {
+std::vector<Output> RunTogether(ServiceOptions o, int64_t max_tokens) {
+  // The first step waits until every request is queued, so they really share steps however
+  // loaded the machine.
+  StepGate gate;
+  o.step_hook = gate.Hook();
   auto s = MakeService(o);
   std::vector<std::shared_ptr<RequestChannel>> chans;
   for (const std::string& p : Prompts()) {
@@ -80,6 +85,7 @@ std::vector<Output> RunTogether(const ServiceOptions& o, int64_t max_tokens) {
     EXPECT_TRUE(ch.ok()) << ch.status().ToString();
     chans.push_back(*ch);
   }
+  gate.Open();
   std::vector<Output> out;
   for (auto& ch : chans) out.push_back(Collect(*ch));
   const EngineStats st = SettledStats(*s);
@@ -135,9 +141,12 @@ TEST(ServiceTest, PreemptionRecomputesAndGivesSameOutputs) {
   o.ctx = 128;
   o.kv_tokens = 128;  // the pool holds one context: sequences must be preempted
   o.block_size = 8;
+  StepGate gate;  // every request queued before the first step: they must compete for the pool
+  o.step_hook = gate.Hook();
   auto s = MakeService(o);
   std::vector<std::shared_ptr<RequestChannel>> chans;
   for (const std::string& p : Prompts()) chans.push_back(*s->Submit(Greedy(p, 40)));
+  gate.Open();
   std::vector<Output> out;
   for (auto& ch : chans) out.push_back(Collect(*ch));
   ExpectSame(alone, out);
@@ -169,16 +178,21 @@ TEST(ServiceTest, FullQueueIsRefused) {
   o.max_seqs = 1;
   o.max_queue = 1;
   o.ctx = 256;
-  o.step_hook = [] { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };
+  // The first step admits "one"; the second waits until the queue has been checked, so "one"
+  // still holds the only slot then, however fast the model or loaded the machine.
+  StepGate gate(/*hold_at=*/2);
+  o.step_hook = gate.Hook();
   auto s = MakeService(o);
   auto a = s->Submit(Greedy("one", 200));
   ASSERT_TRUE(a.ok());
-  for (int i = 0; i < 1000 && s->Stats().running == 0; ++i) {
+  for (int i = 0; i < 30000 && s->Stats().running == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  ASSERT_EQ(s->Stats().running, 1);
   auto b = s->Submit(Greedy("two", 200));  // waits: one slot, one queue place
-  ASSERT_TRUE(b.ok());
   auto c = s->Submit(Greedy("three", 200));
+  gate.Open();
+  ASSERT_TRUE(b.ok());
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
   (*a)->Cancel();

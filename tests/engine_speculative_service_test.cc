@@ -25,6 +25,9 @@ Loaded& Demo() { return testing_models::DemoModel(); }
 
 std::unique_ptr<Service> MakeService(ServiceOptions o) {
   o.n_threads = 2;
+  // Fixed verify costs: how many drafts the controllers verify follows from acceptance alone,
+  // not from step times measured on a (possibly loaded) machine.
+  o.spec_cost = SpecCostModel{};
   auto s = Service::Create(*Demo().model, *Demo().tokenizer, o);
   UF_CHECK(s.ok()) << s.status().ToString();
   return std::move(s).value();

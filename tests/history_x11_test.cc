@@ -14,6 +14,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -242,6 +244,57 @@ class HistoryX11Test : public ::testing::Test {
     return out;
   }
 
+  // Waits until an event on disk satisfies pred (the recorder syncs its segment once a second),
+  // polling, and returns it; nullopt after timeout_s, which only ends a test that would otherwise
+  // hang. This replaces sleeps sized for a quiet machine: each step waits for what it needs to have
+  // happened.
+  std::optional<nlohmann::json> WaitForEvent(const std::function<bool(const nlohmann::json&)>& pred,
+                                             double timeout_s = 30.0) {
+    std::optional<nlohmann::json> found;
+    WaitForEvents(
+        [&](const std::vector<nlohmann::json>& events) {
+          for (const nlohmann::json& e : events) {
+            if (pred(e)) {
+              found = e;
+              return true;
+            }
+          }
+          return false;
+        },
+        timeout_s);
+    return found;
+  }
+  // The same for a condition on every event on disk so far.
+  bool WaitForEvents(const std::function<bool(const std::vector<nlohmann::json>&)>& pred,
+                     double timeout_s = 30.0) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    for (;;) {
+      std::vector<nlohmann::json> events;
+      std::error_code ec;
+      for (const auto& seg : fs::directory_iterator(dir_ / "history" / "segments", ec)) {
+        std::ifstream in(seg.path() / "events.jsonl");
+        for (std::string line; std::getline(in, line);) {
+          // A line being written may be cut short: skip what does not parse.
+          nlohmann::json e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+          if (!e.is_discarded()) events.push_back(std::move(e));
+        }
+      }
+      if (pred(events)) return true;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+  }
+  static std::function<bool(const nlohmann::json&)> Window(const std::string& app) {
+    return [app](const nlohmann::json& e) {
+      return e["kind"] == "window" && e.value("app", "") == app;
+    };
+  }
+  static std::function<bool(const nlohmann::json&)> State(const std::string& state) {
+    return
+        [state](const nlohmann::json& e) { return e["kind"] == "status" && e["state"] == state; };
+  }
+
   fs::path binary_, dir_;
   std::string display_, log_;
   pid_t xvfb_ = -1, wm_ = -1, recorder_ = -1, app_ = -1, dbus_ = -1;
@@ -260,11 +313,8 @@ TEST_F(HistoryX11Test, RecordsWindowsInputAndIdleAndSurvivesTheServerGoingAway) 
   recorder_ = Spawn({binary_.string(), "history", "record", "--dir", history.string(), "--display",
                      display_, "--afk-seconds", "2", "--block-title", "SECRET"},
                     "", (dir_ / "record.log").string());
-  // Started: it has written its first events.
-  for (int i = 0; i < 500 && !fs::exists(history / "recorder.pid"); ++i) {
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  std::this_thread::sleep_for(milliseconds(700));
+  // Started: connected to the display (its input selected) and the first window on disk.
+  ASSERT_TRUE(WaitForEvent(Window("Alpha")).has_value()) << Slurp(dir_ / "record.log");
 
   // Nothing leaves the machine: every socket the recorder holds is a Unix socket (the X
   // connection, one), none is TCP or UDP.
@@ -291,24 +341,43 @@ TEST_F(HistoryX11Test, RecordsWindowsInputAndIdleAndSurvivesTheServerGoingAway) 
   // Inside the active window: a click elsewhere would move the focus.
   ASSERT_EQ(Xdotool("mousemove --window " + std::to_string(alpha) + " 20 20 click 1"), 0);
   Activate(beta);
-  std::this_thread::sleep_for(milliseconds(300));
+  const std::optional<nlohmann::json> at_beta = WaitForEvent(Window("Beta"));
+  ASSERT_TRUE(at_beta.has_value());
+  const double beta_ts = (*at_beta)["ts"];
   ASSERT_EQ(Xdotool("type --delay 20 abc"), 0);
+  // The summary leaves out stretches under a second with no input counted in them: stay until
+  // Beta's has lasted 1.5 s by the recorder's clock (wall time; a lower bound, so a loaded
+  // machine only makes it longer).
+  const auto beta_end = std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::duration<double>(beta_ts + 1.5)));
+  std::this_thread::sleep_until(beta_end);
   Activate(secret);
-  std::this_thread::sleep_for(milliseconds(300));
+  ASSERT_TRUE(
+      WaitForEvent([](const nlohmann::json& e) { return e.value("blocked", false); }).has_value());
   Activate(alpha);
-  // Idle past --afk-seconds 2.
-  std::this_thread::sleep_for(milliseconds(3500));
+  ASSERT_TRUE(WaitForEvent([&](const nlohmann::json& e) {
+                return Window("Alpha")(e) && e["ts"].get<double>() > beta_ts;
+              }).has_value());
+  // Idle past --afk-seconds 2 after the last keys (focus changes are not input): the recorder
+  // says so.
+  ASSERT_TRUE(WaitForEvent([&](const nlohmann::json& e) {
+                return e["kind"] == "afk" && e["afk"] == true && e["ts"].get<double>() >= beta_ts;
+              }).has_value());
 
   // The X server goes away and comes back: the recorder waits and reconnects.
   Stop(&wm_);
   xcb_disconnect(conn_);
   conn_ = nullptr;
   Stop(&xvfb_);
-  std::this_thread::sleep_for(milliseconds(1500));
+  ASSERT_TRUE(WaitForEvent(State("display_lost")).has_value()) << Slurp(dir_ / "record.log");
+  // A moment for a recorder that would exit with the display to do so (a wait for something
+  // not to happen; a loaded machine only makes the check weaker, never wrong).
+  std::this_thread::sleep_for(milliseconds(500));
   int status = 0;
   ASSERT_EQ(::waitpid(recorder_, &status, WNOHANG), 0) << "the recorder exited with the display";
   ASSERT_TRUE(StartX());
-  std::this_thread::sleep_for(milliseconds(3500));
+  ASSERT_TRUE(WaitForEvent(State("display_back")).has_value()) << Slurp(dir_ / "record.log");
   ::kill(recorder_, SIGTERM);
   ASSERT_EQ(WaitFor(&recorder_, 10), 0) << Slurp(dir_ / "record.log");
 
@@ -435,9 +504,9 @@ TEST_F(HistoryX11Test, AtspiRecordsFocusedRolesNeverPasswordFieldsAndMasksText) 
   recorder_ = Spawn({binary_.string(), "history", "record", "--dir", history.string(), "--display",
                      display_, "--atspi"},
                     "", (dir_ / "record.log").string());
-  for (int i = 0; i < 500 && !fs::exists(history / "recorder.pid"); ++i) {
-    std::this_thread::sleep_for(milliseconds(10));
-  }
+  // Started: its focus listener is registered with the accessibility bus. The application
+  // learns of a new listener by a signal of its own: a moment for that to arrive.
+  ASSERT_TRUE(WaitForEvent(State("started")).has_value()) << Slurp(dir_ / "record.log");
   std::this_thread::sleep_for(milliseconds(1500));
   ASSERT_EQ(Xdotool("windowactivate --sync " + window), 0);
   std::this_thread::sleep_for(milliseconds(500));
@@ -446,9 +515,18 @@ TEST_F(HistoryX11Test, AtspiRecordsFocusedRolesNeverPasswordFieldsAndMasksText) 
   std::this_thread::sleep_for(milliseconds(500));
   ASSERT_EQ(Xdotool("type --delay 20 hunter2"), 0);
   ASSERT_EQ(Xdotool("key Tab"), 0);
-  std::this_thread::sleep_for(milliseconds(2500));
-  // A crash (SIGKILL: no chance to flush or say "stopped") loses at most the last second: the
-  // keys typed 2.5 s before (1.5 s of slack for a loaded machine) are all on disk.
+  // The recorder syncs once a second: wait until every key and the focus back in the name field
+  // are on disk, then crash it (SIGKILL: no chance to flush or say "stopped"); nothing already
+  // synced may be lost.
+  WaitForEvents([](const std::vector<nlohmann::json>& events) {
+    int64_t typed = 0;
+    bool back_in_name = false;
+    for (const nlohmann::json& e : events) {
+      if (e["kind"] == "input") typed += e["keys"].get<int64_t>();
+      back_in_name |= e["kind"] == "focus" && e.value("text", "") == "[masked]";
+    }
+    return typed >= 14 && back_in_name;
+  });
   ::kill(recorder_, SIGKILL);
   const int code = WaitFor(&recorder_, 10);
   Stop(&app_);

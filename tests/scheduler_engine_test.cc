@@ -9,10 +9,13 @@
 // tests check is then determined by the plan, not by how fast this loaded machine is.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
+#include "base/clock.h"
 #include "engine/service.h"
+#include "service_test_util.h"
 #include "test_models.h"
 
 namespace uf::engine {
@@ -110,6 +113,15 @@ bool WaitTokens(RequestChannel& ch, size_t n, Output* out) {
   return true;
 }
 
+// A stream that holds the ultrafast slot while a test acts: no speculation, so each of its
+// tokens is one paced step (SlowOptions) and it lasts seconds, not the fraction of one that
+// copied drafts would make it.
+GenerationRequest Holder(const std::string& prompt, std::optional<ServiceTier> tier) {
+  GenerationRequest r = Greedy(prompt, 5000, tier);
+  r.speculation = SpeculationRequest{SpecMode::kOff, 8};
+  return r;
+}
+
 Output Alone(const std::string& prompt, int64_t max_tokens) {
   ServiceOptions o;
   o.max_seqs = 1;
@@ -144,7 +156,7 @@ TEST(SchedulerEngineTest, AutoFallsBackAndExplicitUltrafastIsRefusedWhenFull) {
   o.auto_tier = ServiceTier::kUltrafast;
   o.admission.ultrafast_capacity = 1;
   auto s = MakeService(o);
-  auto a = *s->Submit(Greedy("Now is the winter", 2000, std::nullopt));  // takes the stream
+  auto a = *s->Submit(Holder("Now is the winter", std::nullopt));  // takes the stream
   Output a_out;
   ASSERT_TRUE(WaitTokens(*a, 1, &a_out));
   EXPECT_EQ(a_out.tier, ServiceTier::kUltrafast);
@@ -182,11 +194,21 @@ TEST(SchedulerEngineTest, PausedDefaultKeepsItsKvAndBothMatchSolo) {
   o.cost_model = &cost;
   o.scheduler.ultrafast_slack = 0.0;
   o.scheduler.probe_interval_steps = 0;
+  // The default stream is held before its 8th step (a token a step after its prompt) until the
+  // ultrafast request is queued: it is mid-stream then however loaded the machine.
+  testing_service::StepGate gate(/*hold_at=*/8);
+  o.step_hook = [slow = o.step_hook, hold = gate.Hook()] {
+    slow();
+    hold();
+  };
   auto s = MakeService(o);
   auto d = *s->Submit(Greedy(p_default, 120, ServiceTier::kDefault));
   Output d_out;
   ASSERT_TRUE(WaitTokens(*d, 5, &d_out));
-  const Output f_out = Collect(**s->Submit(Greedy(p_fast, 24, ServiceTier::kUltrafast)));
+  auto f = s->Submit(Greedy(p_fast, 24, ServiceTier::kUltrafast));
+  gate.Open();
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  const Output f_out = Collect(**f);
   const Output d_rest = Collect(*d);
   d_out.tokens.insert(d_out.tokens.end(), d_rest.tokens.begin(), d_rest.tokens.end());
   d_out.times.insert(d_out.times.end(), d_rest.times.begin(), d_rest.times.end());
@@ -205,37 +227,59 @@ TEST(SchedulerEngineTest, PausedDefaultKeepsItsKvAndBothMatchSolo) {
   EXPECT_EQ(st.preemptions, 0) << "pausing must keep the KV: no eviction, no recompute";
 }
 
+// Time for the scheduler as the test makes it: every engine step starts by advancing it one
+// step's worth, so waits count steps, not the seconds of a possibly loaded machine. The engine
+// thread advances it; Submit reads it on the test's thread.
+class StepClock final : public Clock {
+ public:
+  double Now() const override { return now_.load(); }
+  void Advance(double seconds) { now_.store(now_.load() + seconds); }
+
+ private:
+  std::atomic<double> now_{1000.0};
+};
+
 TEST(SchedulerEngineTest, FlexIsNotStarvedPastMaxWait) {
+  constexpr double kStep = 0.01;     // clock time per engine step
+  constexpr double kMaxWait = 0.05;  // five steps
   LinearCost cost;
-  ServiceOptions o = SlowOptions();
+  StepClock clock;
+  // Held before the 4th step until the flex request is queued, so the ultrafast stream (a
+  // thousand steps long) is mid-stream when it arrives, however loaded the machine.
+  testing_service::StepGate gate(/*hold_at=*/4);
+  ServiceOptions o;
+  o.max_seqs = 4;
+  o.ctx = 1024;
+  o.n_threads = 2;
   o.cost_model = &cost;
+  o.clock = &clock;
+  o.step_hook = [&clock, hold = gate.Hook()] {
+    hold();
+    clock.Advance(kStep);
+  };
   o.scheduler.ultrafast_slack = 0.0;
   o.scheduler.probe_interval_steps = 0;
-  constexpr double kMaxWait = 0.05;
   o.scheduler.flex_max_wait_seconds = kMaxWait;
   auto s = MakeService(o);
-  auto fast = *s->Submit(Greedy("HAMLET: To be", 5000, ServiceTier::kUltrafast));
+  auto fast = *s->Submit(Holder("HAMLET: To be", ServiceTier::kUltrafast));
   Output fast_out;
   ASSERT_TRUE(WaitTokens(*fast, 1, &fast_out));
-  const Output flex = Collect(**s->Submit(Greedy("Words", 6, ServiceTier::kFlex)));
+  auto flex_ch = s->Submit(Greedy("Words", 6, ServiceTier::kFlex));
+  gate.Open();
+  ASSERT_TRUE(flex_ch.ok()) << flex_ch.status().ToString();
+  const Output flex = Collect(**flex_ch);
   fast->Cancel();
   EXPECT_EQ(Collect(*fast).finish, FinishReason::kCancelled)
       << "the flex request must finish beside the ultrafast stream, not after it";
   EXPECT_EQ(flex.tier, ServiceTier::kFlex);
   ASSERT_EQ(flex.tokens.size(), 6u);
-  // Served only when overdue. The wait runs from the start of the step that produced the previous
-  // token, and a token's time is the end of its step, so gap i >= max_wait + d_i - d_(i-1) for
-  // step durations d: one step slowed by a loaded machine (30 ms seen with ctest -j2 beside a
-  // compile) shortens one gap by that much. Over the whole stream the durations telescope: the
-  // span is at least 5 max_wait - d_0, while a scheduler that served flex without waiting would
-  // take 5 steps of a few ms. Each gap stays positive and never much later than the wait:
-  // 0.5 s allows for a loaded machine, ten times the wait.
-  const double span = flex.times.back() - flex.times.front();
-  EXPECT_GT(span, 5 * kMaxWait - 0.1);
+  // Served only when overdue: nothing rides beside the ultrafast stream (linear cost, slack 0),
+  // so each flex token comes max_wait after the step of the one before (a step's tokens carry
+  // the clock time of its start), and never a step later than that.
   for (size_t i = 1; i < flex.times.size(); ++i) {
     const double gap = flex.times[i] - flex.times[i - 1];
-    EXPECT_GT(gap, 0.0) << "token " << i;
-    EXPECT_LT(gap, kMaxWait + 0.5) << "token " << i;
+    EXPECT_GE(gap, kMaxWait - 1e-9) << "token " << i;
+    EXPECT_LE(gap, kMaxWait + kStep + 1e-9) << "token " << i;
   }
   EXPECT_GE(s->Stats().tiers[static_cast<int>(ServiceTier::kFlex)].generated_tokens, 6);
 }

@@ -57,10 +57,11 @@ class ServerHarness {
   httplib::Result Get(const std::string& path, const httplib::Headers& headers = {}) {
     return client_->Get(path.c_str(), headers);
   }
-  // The engine's stats once every sequence has finished and given back its K/V.
+  // The engine's stats once every sequence has finished and given back its K/V (a condition
+  // waited for; the 30 s cap only ends a test that would otherwise hang).
   engine::EngineStats Settled() {
     engine::EngineStats st = service_->Stats();
-    for (int i = 0; i < 5000 && (st.running > 0 || st.kv_blocks_used > 0); ++i) {
+    for (int i = 0; i < 30000 && (st.running > 0 || st.kv_blocks_used > 0); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       st = service_->Stats();
     }

@@ -294,7 +294,7 @@ TEST(HttpServerTest, FullQueueGets429WithRetryAfter) {
                   R"("max_tokens":3000,"ignore_eos":true,"stream":true})",
                   40000);
   });
-  for (int i = 0; i < 5000 && h.service().Stats().running == 0; ++i) {
+  for (int i = 0; i < 60000 && h.service().Stats().running == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   auto r = h.Post("/v1/chat/completions", Chat());

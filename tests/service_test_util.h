@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,10 +27,47 @@ struct Output {
   GenerationEvent final_event;
 };
 
-// Stats are published after the step that sent the final events: poll until they settle.
+// Holds the engine before its hold_at-th step (1 = the first) until Open(), for tests that need
+// something to be true before the engine goes on: requests queued together, or a stream still
+// running when they act. Waiting for that condition, instead of racing a millisecond-scale model,
+// keeps them deterministic on a loaded machine. Give Hook() to ServiceOptions::step_hook; Open()
+// before the service is destroyed (a gate left closed lets go after 60 s, so a failed test ends).
+class StepGate {
+ public:
+  explicit StepGate(int64_t hold_at = 1) : state_(std::make_shared<State>()) {
+    state_->hold_at = hold_at;
+  }
+  std::function<void()> Hook() const {
+    return [state = state_] {
+      std::unique_lock<std::mutex> lock(state->mu);
+      if (++state->steps < state->hold_at) return;
+      state->cv.wait_for(lock, std::chrono::seconds(60), [&] { return state->open; });
+    };
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->open = true;
+    }
+    state_->cv.notify_all();
+  }
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    int64_t hold_at = 1;
+    int64_t steps = 0;
+    bool open = false;
+  };
+  std::shared_ptr<State> state_;
+};
+
+// Stats are published after the step that sent the final events: poll until they settle (the
+// 30 s cap only ends a test that would otherwise hang).
 inline EngineStats SettledStats(const Service& s) {
   EngineStats st = s.Stats();
-  for (int i = 0; i < 2000 && (st.running > 0 || st.kv_blocks_used > 0); ++i) {
+  for (int i = 0; i < 30000 && (st.running > 0 || st.kv_blocks_used > 0); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     st = s.Stats();
   }

@@ -161,6 +161,21 @@ TEST(SpecController, CostlyDrafterProbesWhileBackedOff) {
   EXPECT_EQ(probes, 4);  // one draft every 16 steps
 }
 
+TEST(SpecController, FixedCostModelIgnoresMeasuredTimes) {
+  // Verify steps measured as 20x a plain step (a loaded machine) would back a measuring
+  // controller off; one with fixed costs keeps choosing from acceptance alone.
+  SpecController measured(8, true, false), fixed(8, true, false, SpecCostModel{});
+  for (int i = 0; i < 64; ++i) {
+    for (SpecController* c : {&measured, &fixed}) {
+      c->ObserveStep(0, 0, 1e-3);
+      c->ObserveStep(8, 8, 20e-3);
+    }
+  }
+  EXPECT_EQ(measured.Choose(8), 0);
+  EXPECT_EQ(fixed.Choose(8), 8);
+  EXPECT_DOUBLE_EQ(fixed.StepSeconds(9), 1.8);
+}
+
 TEST(DraftModel, VocabularyMismatchIsRefusedNamingBothSizes) {
   const Status s = CheckDraftVocabulary(50257, 32000);
   ASSERT_FALSE(s.ok());

@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -102,6 +103,11 @@ int RunServe(const ServeArgs& args) {
   so.scheduler.ultrafast_slack = args.ultrafast_slack;
   so.scheduler.flex_max_wait_seconds = args.flex_max_wait;
   so.admission.ultrafast_capacity = args.ultrafast_capacity;
+  if (args.spec_fixed_cost) so.spec_cost = engine::SpecCostModel{};
+  if (args.pace_ms > 0) {
+    const auto pace = std::chrono::milliseconds(args.pace_ms);
+    so.step_hook = [pace] { std::this_thread::sleep_for(pace); };
+  }
   auto service = engine::Service::Create(model, tokenizer, so);
   if (!service.ok()) return Report("serve", service.status());
 
@@ -204,6 +210,13 @@ void AddServeCommands(CLI::App& app) {
   serve->add_option("--history-dir", args->history_dir,
                     "Computer History folder that POST /v1/history/ask answers from "
                     "(ultrafast tier; behind the API key)");
+  serve->add_option("--pace-ms", args->pace_ms,
+                    "testing: sleep this many ms before every engine step (slows every stream "
+                    "by a fixed amount, so a browser test sees it stream)")
+      ->check(CLI::Range(0, 10000));
+  serve->add_flag("--spec-fixed-cost", args->spec_fixed_cost,
+                  "testing: speculation assumes fixed verify costs instead of measured ones (how "
+                  "much it drafts then does not depend on the machine's load)");
   serve->callback([args] {
     if (const int code = RunServe(*args); code != 0) throw CLI::RuntimeError(code);
   });

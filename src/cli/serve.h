@@ -41,6 +41,12 @@ struct ServeArgs {
   int ultrafast_capacity = 1;       // concurrent ultrafast streams; 0 disables the tier
   std::string default_tier = "default";  // what `auto` and absent service_tier mean
   std::string history_dir;  // Computer History folder for POST /v1/history/ask; "" = off
+  // Tests: the engine sleeps this long before every step, so a stream lasts at least
+  // pace_ms per step however fast the model is (0 = off).
+  int pace_ms = 0;
+  // Tests: speculation controllers assume fixed verify costs instead of measuring them, so how
+  // many drafts they verify does not depend on the machine's load.
+  bool spec_fixed_cost = false;
 };
 
 // Runs the server until SIGINT/SIGTERM; returns the process exit code.

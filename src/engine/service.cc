@@ -102,8 +102,8 @@ StatusOr<std::unique_ptr<Service>> Service::Create(const model::Model& model,
   s->online_cost_ =
       o.learned_cost ? o.learned_cost : std::make_shared<scheduler::OnlineStepCostModel>();
   s->scheduler_ = std::make_unique<scheduler::Scheduler>(
-      o.scheduler, o.cost_model != nullptr ? o.cost_model : s->online_cost_.get(), &s->clock_);
-  s->admission_ = std::make_unique<scheduler::TierAdmission>(o.admission, &s->clock_);
+      o.scheduler, o.cost_model != nullptr ? o.cost_model : s->online_cost_.get(), s->clock_);
+  s->admission_ = std::make_unique<scheduler::TierAdmission>(o.admission, s->clock_);
   const model::ModelConfig& c = model.config();
   KvCacheOptions ko;
   ko.n_layer = c.n_layer;
@@ -172,7 +172,7 @@ StatusOr<std::shared_ptr<RequestChannel>> Service::Submit(GenerationRequest requ
   const int64_t max_tokens = request.max_tokens;
   auto seq = std::make_unique<Sequence>(std::move(request), tokenizer_);
   seq->id = next_id_++;
-  seq->arrival = seq->last_served = clock_.Now();
+  seq->arrival = seq->last_served = clock_->Now();
   std::shared_ptr<RequestChannel> channel = seq->channel;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -320,7 +320,7 @@ bool Service::Step() {
     PublishStats();
     return false;
   }
-  const double now = clock_.Now();
+  const double now = clock_->Now();
   for (auto& [seq, n] : batch_feeds_) seq->last_served = now;
   const double start = NowSeconds();
   const Status status = decoder_->Forward(batch_);
@@ -409,7 +409,8 @@ void Service::Apply(const scheduler::StepPlan& plan) {
     if (seq.spec.mode == SpecMode::kNgram && !seq.drafter) {
       seq.drafter = std::make_unique<NgramDrafter>();
       if (!seq.request.prediction.empty()) seq.drafter->SetReference(seq.request.prediction);
-      seq.controller.emplace(seq.spec.k, /*adaptive=*/true, /*costly_drafter=*/false);
+      seq.controller.emplace(seq.spec.k, /*adaptive=*/true, /*costly_drafter=*/false,
+                             options_.spec_cost);
     }
     if (seq.request.grammar && !seq.constraint) {
       seq.constraint = ConstraintFor(seq.request.grammar);
@@ -643,7 +644,7 @@ void Service::Emit(Sequence& seq, int32_t token, TokenLogprob* logprob) {
   ++tier_tokens_[static_cast<int>(seq.tier)];
   ev.service_tier = seq.tier;
   ev.n_tokens = 1;
-  ev.time = NowSeconds();
+  ev.time = clock_->Now();
 
   FinishReason finish = FinishReason::kNone;
   if ((!r.ignore_eos || seq.constraint) && tokenizer_.IsEndOfGeneration(token)) {
@@ -693,7 +694,7 @@ void Service::Finish(Sequence& seq, FinishReason reason, Status error) {
   ev.service_tier = seq.tier;
   ev.finish = reason;
   ev.error = std::move(error);
-  ev.time = NowSeconds();
+  ev.time = clock_->Now();
   SendFinal(seq, std::move(ev));
 }
 

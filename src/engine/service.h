@@ -27,10 +27,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/request.h"
+#include "engine/speculative.h"
 #include "grammar/token_mask.h"
 #include "model/batch.h"
 #include "model/decoder.h"
@@ -67,12 +69,19 @@ struct ServiceOptions {
   scheduler::AdmissionOptions admission;  // ultrafast capacity
   // Tests and benchmarks: fixed step costs instead of the online fit (must outlive the service).
   const scheduler::StepCostModel* cost_model = nullptr;
+  // Tests: the clock the tier scheduler and admission read and events are stamped with (a fake
+  // one advanced per step makes waits count steps, not a loaded machine's seconds; must outlive
+  // the service and be safe to read from any thread). nullptr = the system clock.
+  const Clock* clock = nullptr;
   // Speculative decoding (engine/speculative.h): requests that ask nothing speculate with n-gram
   // drafts on the ultrafast tier when this is set, and not elsewhere.
   bool ultrafast_speculation = true;
   int spec_k = 8;  // drafts per step of a speculating sequence when it does not say
   // Drafts verified per step, all sequences together (spare logits rows of the decoder).
   int64_t max_draft_tokens = 32;
+  // Tests: fixed verify costs for every sequence's speculation controller instead of measured
+  // step times, so how many drafts it verifies does not depend on the machine's load.
+  std::optional<SpecCostModel> spec_cost;
   // The online fit, to carry what an earlier service learned (benchmarks; one service at a time
   // may use it: the engine thread updates it unlocked). nullptr = a fresh one.
   std::shared_ptr<scheduler::OnlineStepCostModel> learned_cost;
@@ -148,7 +157,8 @@ class Service {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<KvCache> cache_;
   std::unique_ptr<model::Decoder> decoder_;
-  SystemClock clock_;
+  SystemClock system_clock_;
+  const Clock* clock_ = options_.clock != nullptr ? options_.clock : &system_clock_;
   std::shared_ptr<scheduler::OnlineStepCostModel> online_cost_;  // engine thread only
   std::unique_ptr<scheduler::Scheduler> scheduler_;
   std::unique_ptr<scheduler::TierAdmission> admission_;  // thread-safe

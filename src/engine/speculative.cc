@@ -260,8 +260,14 @@ constexpr double kDecay = 31.0 / 32.0;
 constexpr double kPriorSlope = 0.1;
 }  // namespace
 
-SpecController::SpecController(int max_k, bool adaptive, bool costly_drafter)
-    : max_k_(std::clamp(max_k, 1, kMaxSpecK)), adaptive_(adaptive), costly_(costly_drafter) {}
+SpecController::SpecController(int max_k, bool adaptive, bool costly_drafter,
+                               std::optional<SpecCostModel> fixed_cost)
+    : max_k_(std::clamp(max_k, 1, kMaxSpecK)),
+      adaptive_(adaptive),
+      costly_(costly_drafter),
+      fixed_(fixed_cost) {
+  if (fixed_) draft_seconds_ = fixed_->draft_seconds;
+}
 
 void SpecController::Trial(bool hit) {
   hits_ = hits_ * kDecay + (hit ? 1.0 : 0.0);
@@ -272,7 +278,7 @@ void SpecController::ObserveStep(int drafted, int accepted, double seconds) {
   for (int i = 0; i < accepted; ++i) Trial(true);
   if (accepted < drafted) Trial(false);
   const int n = 1 + std::clamp(drafted, 0, kMaxSpecK);
-  if (std::isfinite(seconds) && seconds > 0.0) {
+  if (!fixed_ && std::isfinite(seconds) && seconds > 0.0) {
     t_[n] = (t_[n] * w_[n] * kDecay + seconds) / (w_[n] * kDecay + 1.0);
     w_[n] = w_[n] * kDecay + 1.0;
   }
@@ -288,13 +294,14 @@ void SpecController::ObserveDraft(int wanted, int drafted, double seconds) {
   // otherwise the estimate never learns that drafting keeps coming back empty, and every step
   // would pay for a draft forward that proposes nothing.
   if (drafted < wanted) Trial(false);
-  if (!std::isfinite(seconds) || seconds < 0.0) return;
+  if (fixed_ || !std::isfinite(seconds) || seconds < 0.0) return;
   const double per = seconds / std::max(drafted, 1);
   draft_seconds_ = draft_seconds_ == 0.0 ? per : draft_seconds_ * kDecay + per * (1.0 - kDecay);
 }
 
 double SpecController::StepSeconds(int n) const {
   n = std::clamp(n, 1, kMaxSpecK + 1);
+  if (fixed_) return fixed_->step_seconds + fixed_->per_position * (n - 1);
   if (w_[n] > 0.5) return t_[n];
   // Unmeasured: interpolate between the nearest measured sizes, else extend the nearest one
   // with the prior slope (relative to one position).

@@ -24,6 +24,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -143,10 +144,20 @@ Status CheckDraftVocabulary(int64_t draft_vocab, int64_t target_vocab);
 // that were not verified are still compared with what was sampled (free for the n-gram drafter),
 // so the estimate recovers when drafts become good again. A costly drafter is asked for one
 // draft every kProbeEvery steps while backed off, to keep its estimate alive.
+// Fixed costs for a SpecController that should not measure (tests: which k it picks then follows
+// from acceptance alone, however loaded the machine is). Seconds; only their ratios matter.
+struct SpecCostModel {
+  double step_seconds = 1.0;   // verify step over one position (plain decode)
+  double per_position = 0.1;   // each further position of a verify step
+  double draft_seconds = 0.0;  // per drafted token
+};
+
 class SpecController {
  public:
   // max_k in [1, kMaxSpecK]. adaptive = false always verifies max_k (or what was proposed).
-  SpecController(int max_k, bool adaptive, bool costly_drafter);
+  // fixed_cost: use these costs and ignore measured times.
+  SpecController(int max_k, bool adaptive, bool costly_drafter,
+                 std::optional<SpecCostModel> fixed_cost = std::nullopt);
 
   // Drafts to ask the drafter for this step (0: do not draft).
   int DraftsWanted();
@@ -173,6 +184,7 @@ class SpecController {
   int max_k_;
   bool adaptive_;
   bool costly_;
+  std::optional<SpecCostModel> fixed_;
   double hits_ = 1.0, trials_ = 2.0;       // decayed Bernoulli counts (prior: a = 0.5, 2 trials)
   std::array<double, kMaxSpecK + 2> t_{};  // [n] decayed mean verify time of n positions
   std::array<double, kMaxSpecK + 2> w_{};  // [n] its decayed weight

@@ -18,9 +18,14 @@ const MODEL = process.env.UF_MODEL || path.resolve(root, '..', 'shared', 'models
 const CHROMIUM = process.env.UF_CHROMIUM || '/usr/bin/chromium';
 const KEY = 'playground-test-key';
 
+// --pace-ms: every engine step sleeps first, so a stream of n steps lasts at least n x 10 ms
+// however fast the tiny model is and however loaded the machine: long enough for the chart to
+// get points and for a request to find the ultrafast stream taken (nothing here measures speed).
+const PACE_MS = 10;
+
 async function startServer() {
-  return startServe(BIN, ['-m', MODEL, '--model-id', 'tiny', '--ctx', '1024', '-t', '2',
-    '--api-key', KEY, '--ultrafast-capacity', '1']);
+  return startServe(BIN, ['-m', MODEL, '--model-id', 'tiny', '--ctx', '4096', '-t', '2',
+    '--api-key', KEY, '--ultrafast-capacity', '1', '--pace-ms', String(PACE_MS)]);
 }
 
 // Text of the stats line's figure `name` (ttft, tps, tokens, tier, cost) in `sel`.
@@ -86,7 +91,7 @@ describe('the playground in headless chromium', () => {
     await page.goto(`${server.base}/`, { waitUntil: 'networkidle0' });
     await page.waitForFunction(() => document.querySelector('#st-model').textContent === 'tiny');
     assert.equal(await page.$eval('#st-threads', (e) => e.textContent), '2');
-    assert.equal(await page.$eval('#st-ctx', (e) => e.textContent), '1024');
+    assert.equal(await page.$eval('#st-ctx', (e) => e.textContent), '4096');
     assert.match(await page.$eval('#st-health', (e) => e.className), /\bok\b/);
     assert.deepEqual(pageErrors, []);
   });
@@ -109,6 +114,9 @@ describe('the playground in headless chromium', () => {
     await page.type('#api-key', KEY);
     await page.select('#tier', 'default');
     await page.$eval('#max-tokens', (el) => { el.value = '200'; el.dispatchEvent(new Event('input')); });
+    // Greedy from here on: every reply has the same length on every run (sampling could end one
+    // at an early end-of-text token, too short for the chart).
+    await page.$eval('#temperature', (el) => { el.value = '0'; el.dispatchEvent(new Event('input')); });
     // Every tok/s value the stats line shows while the response streams.
     await page.evaluate(() => {
       window.seenTps = [];
@@ -131,7 +139,7 @@ describe('the playground in headless chromium', () => {
     const ttft = await stat(page, pane, 'ttft');
     assert.match(ttft, /^\d+ ms$/);
     const tokens = Number(await stat(page, pane, 'tokens'));
-    assert.ok(tokens > 1 && tokens <= 200, `tokens ${tokens}`);
+    assert.ok(tokens >= 20 && tokens <= 200, `tokens ${tokens}`);
     assert.equal(await stat(page, pane, 'tier'), 'default');
     assert.match(await stat(page, pane, 'cost'), /^\$\d+\.\d{7}$/);
     const seen = (await page.evaluate(() => window.seenTps)).filter((v) => v !== '–').map(Number);
@@ -140,6 +148,7 @@ describe('the playground in headless chromium', () => {
     assert.equal(sent.bodies[0].service_tier, 'default');
     assert.equal(sent.bodies[0].stream, true);
     assert.equal(sent.bodies[0].max_tokens, 200);
+    assert.equal(sent.bodies[0].temperature, 0);
     // The chart was drawn: some pixels of the line colour.
     const drawn = await page.$eval(`${pane} canvas`, (c) => {
       const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
@@ -202,26 +211,47 @@ describe('the playground in headless chromium', () => {
   });
 
   test('a 429 is shown as a readable message in its pane', async () => {
-    // The server has one ultrafast stream (--ultrafast-capacity 1): the second of two ultrafast
-    // requests sent at once is refused with 429 tier_capacity_exceeded while the first holds it.
+    // The server has one ultrafast stream (--ultrafast-capacity 1). The test takes it with a
+    // stream of its own, then races ultrafast against default: the ultrafast request is refused
+    // with 429 tier_capacity_exceeded while the stream is held. The held stream cannot end on its
+    // own before then (4000 tokens without speculation: 4000 paced steps, at least 40 s); it is
+    // aborted as soon as the 429 is shown, so the default pane is served whatever the scheduler
+    // does with default work beside an ultrafast stream.
+    const holder = new AbortController();
+    const held = await fetch(`${server.base}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${KEY}` },
+      body: JSON.stringify({
+        model: 'tiny', messages: [{ role: 'user', content: 'Hold the ultrafast stream' }],
+        service_tier: 'ultrafast', max_tokens: 4000, ignore_eos: true, speculation: 'off',
+        stream: true,
+      }),
+      signal: holder.signal,
+    });
+    assert.equal(held.status, 200, 'the holding stream was admitted');  // it holds the slot now
+    let heldEnded = false;
+    const drained = (async () => {
+      try {
+        for (const reader = held.body.getReader(); !(await reader.read()).done;);
+      } catch { /* aborted */ }
+      heldEnded = true;
+    })();
     await page.select('#race-a .race-tier', 'ultrafast');
-    await page.select('#race-b .race-tier', 'ultrafast');
-    await page.$eval('#max-tokens', (el) => { el.value = '400'; el.dispatchEvent(new Event('input')); });
-    const sent = await send(page, 'Both ultrafast');
+    await page.select('#race-b .race-tier', 'default');
+    await page.$eval('#max-tokens', (el) => { el.value = '40'; el.dispatchEvent(new Event('input')); });
+    const sent = await send(page, 'Ultrafast while it is taken');
     await waitDone(page, '#race-a');
+    const heldThrough = !heldEnded;
+    holder.abort();
+    await drained;
     await waitDone(page, '#race-b');
     sent.done();
-    const errors = [];
-    const replies = [];
-    for (const pane of ['#race-a', '#race-b']) {
-      const err = await page.$(`${pane} .error`);
-      if (err) errors.push(await err.evaluate((e) => e.textContent));
-      else replies.push(await page.$eval(`${pane} .reply`, (e) => e.textContent));
-    }
-    assert.equal(errors.length, 1, `errors: ${errors}`);
-    assert.match(errors[0], /^429 [^(]*\(tier_capacity_exceeded\): .*ultrafast stream.* Retry in \d+ s, or pick another tier\.$/);
-    assert.equal(replies.length, 1);
-    assert.ok(replies[0].length > 0);
+    assert.ok(heldThrough, 'the holding stream ended before the ultrafast request was answered');
+    assert.deepEqual(sent.bodies.map((b) => b.service_tier).sort(), ['default', 'ultrafast']);
+    const error = await page.$eval('#race-a .error', (e) => e.textContent);
+    assert.match(error, /^429 [^(]*\(tier_capacity_exceeded\): .*ultrafast stream.* Retry in \d+ s, or pick another tier\.$/);
+    assert.equal(await page.$('#race-b .error'), null);
+    assert.ok((await page.$eval('#race-b .reply', (e) => e.textContent)).length > 0);
     // The 401 and 429 are console errors of the browser's own (failed fetches); nothing else.
     assert.deepEqual(pageErrors.filter((e) => !/status of (401|429)/.test(e)), []);
   });
