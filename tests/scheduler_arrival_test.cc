@@ -1,0 +1,106 @@
+// The ultrafast bound from its first token, when default streams are already running (issue 31)
+// or arrive beside it: the tier simulator (the real scheduler, its online cost model and
+// admission, on a virtual clock) on a fresh engine whose cost model starts from the built-in
+// prior, as `ultrafast serve` does. Step times come from curves measured on this project's
+// 2-core VM, so the test is deterministic and cannot race the machine.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "planner/tier_sim.h"
+
+namespace uf::planner {
+namespace {
+
+// Llama-3.2-1B-shape Q4_0 on 2 threads (docs/tiers.md, run D): batch 1/2/3/4/8/17 steps of
+// 0.046/0.051/0.072/0.072/0.108/0.233 s. One more sequence costs +11%, two +57%; compute-bound
+// past about 4 sequences. Attention: 0.4 us per attended position.
+StepCurve Llama1BQ4Curve() {
+  auto c = MeasuredCurve({{1, 1 / 0.046},
+                          {2, 2 / 0.051},
+                          {3, 3 / 0.072},
+                          {4, 4 / 0.072},
+                          {8, 8 / 0.108},
+                          {17, 17 / 0.233}},
+                         4e-7);
+  EXPECT_TRUE(c.ok());
+  return *c;
+}
+
+// A cache-resident model (tiny-llama-256-q8_0, ~90 us a token, docs/tiers.md "Known gap"): the
+// weights cost little, each sampled sequence a lot (a second decode sequence +40%), and a
+// 20-token prompt chunk about what a decode step does. The hinge model learns a knee of several
+// tokens from the chunks, which let decode sequences ride "free".
+constexpr double kTinySecondsPerOutput = 36e-6;
+StepCurve CacheResidentCurve() {
+  return [](int64_t tokens, int64_t context_tokens) {
+    return 50e-6 + 1e-6 * static_cast<double>(tokens) +
+           2e-9 * static_cast<double>(context_tokens);
+  };
+}
+
+struct Case {
+  const char* curve_name;
+  StepCurve curve;
+  double seconds_per_output;
+  int64_t warmup_steps;  // the defaults' head start
+};
+
+std::vector<Case> Cases() {
+  return {{"1b-q4_0", Llama1BQ4Curve(), 0.0, 30},
+          {"cache-resident", CacheResidentCurve(), kTinySecondsPerOutput, 300}};
+}
+
+TierSimOptions Arrival(const Case& c, int64_t running, int64_t arriving, bool race) {
+  TierSimOptions o;
+  o.slack = 0.05;
+  o.defaults = running;
+  o.arriving_defaults = arriving;
+  o.prompt_tokens = 24;
+  o.warmup_steps = race ? 0 : c.warmup_steps;
+  o.ultrafast_tokens = 64;
+  o.measure_after_tokens = 0;  // from the first token
+  o.prior_from_curve = false;  // a fresh `serve`: the built-in prior
+  o.seconds_per_output = c.seconds_per_output;
+  return o;
+}
+
+// Issue 31's targets, from the first ultrafast token of a fresh engine, with 3, 8 or 16 default
+// streams running before it arrives (and with 3 running and 8 more arriving beside it): ITL p50
+// within the 5% slack of its solo step and p90 within 1.25x; its first token no later than one
+// solo decode step after what its prompt takes alone. Measured before the fix (the scheduler
+// trusted the model's extrapolated solo step; with only 3-default batches seen, the prior's knee
+// of 3 made the solo step look as slow as 3 sequences and two defaults rode "free"): p50 1.57x
+// on the 1B curve with 3 defaults, 1.4x on the cache-resident one.
+TEST(UltrafastArrivalTest, BoundHoldsFromTheFirstTokenWithDefaultsRunning) {
+  for (const Case& c : Cases()) {
+    struct Mix {
+      int64_t running, arriving;
+      bool race;  // submitted at the same moment as the ultrafast stream (no head start)
+    };
+    for (const Mix& m : {Mix{3, 0, false}, Mix{8, 0, false}, Mix{16, 0, false}, Mix{3, 8, false},
+                         Mix{1, 0, true}}) {
+      const int64_t running = m.running, arriving = m.arriving;
+      SCOPED_TRACE(testing::Message() << c.curve_name << ", " << running << " defaults running, "
+                                      << arriving << " arriving" << (m.race ? ", race" : ""));
+      const TierSimOptions o = Arrival(c, running, arriving, m.race);
+      auto r = SimulateTiers(c.curve, o);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      std::printf(
+          "%s %lld+%lld defaults: ITL p50 %.3f p90 %.3f p99 %.3f over solo, TTFT %.3g s (solo "
+          "%.3g), default tok/s %.1f (ideal %.1f)\n",
+          c.curve_name, static_cast<long long>(running), static_cast<long long>(arriving),
+          r->itl_p50_over_solo, r->itl_p90_over_solo, r->itl_p99_over_solo, r->ttft_seconds,
+          r->solo_ttft_seconds, r->default_tok_s, r->ideal_default_tok_s);
+      EXPECT_EQ(r->measured_tokens, o.ultrafast_tokens - 1);
+      EXPECT_LE(r->itl_p50_over_solo, 1 + o.slack + 1e-9);
+      EXPECT_LE(r->itl_p90_over_solo, 1.25);
+      EXPECT_LE(r->ttft_seconds, r->solo_ttft_seconds + r->solo_step_seconds * (1 + 1e-9));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace uf::planner
