@@ -27,18 +27,18 @@
 // on cache-resident models the knee learned from prompt chunks did the same). So once the engine
 // feeds measured step times back (Observe), the bound also rests on measurements:
 //   - the solo step is measured: the first ultrafast decode step with no recent measurement
-//     (none yet, or older than 2 x probe_interval_steps bounded steps or kAnchorMaxAgeSeconds)
-//     is a solo probe, and so is every step where nothing fits beside it anyway; the bound uses
-//     the smaller of the model's solo prediction and the measured solo step (moved by the model's
-//     cost of the difference in work);
-//   - tokens beside ultrafast work are capped at the most measured within the bound (each such
-//     step, measured against the anchored solo step, raises or lowers the cap), starting at 0;
-//     every kRampEvery-th bounded step may try more (the cap +1, or doubled), unless that many
-//     failed within the last probe_interval_steps. The model still chooses what fits under the
-//     cap, so a ramp step goes only as far as the model believes the bound allows.
-// A step over the bound by more than the machine's noise (the model's RelativeNoise, 1% to 3%)
-// counts as failed. Ramp steps cost at most one step past the bound per probe interval per
-// size tried; on a GPU, where many defaults fit, the cap doubles every kRampEvery steps.
+//     (none yet, or older than 4 probe intervals of bounded steps or kAnchorMaxAgeSeconds) is a
+//     solo probe, and every step where nothing fits beside it is a sample too; the bound uses the
+//     smaller of the model's solo prediction and the measured solo step (a running mean, moved by
+//     the model's cost of the difference in context and drafts) plus the tolerance;
+//   - tokens beside ultrafast work are capped at the most measured within the bound: each step
+//     with e tokens beside it, against the anchored solo step (a running mean per e), verifies e
+//     or lowers the cap below it. The cap starts at 0; every kRampEvery-th bounded step may try
+//     more (the cap + 1, or doubled), except a size that failed: out for 16 bounded steps,
+//     doubling to 512 while it keeps failing. The model still chooses what fits under the cap,
+//     so a ramp step goes only as far as the model believes the bound allows.
+// Tolerance: twice the cost model's relative noise, 2% to 8%. The gross misjudgements lie far
+// past it; within it the cost model decides, as before the guard.
 //
 // Pure logic: no threads, no engine types; time comes from the injected Clock and costs from the
 // injected StepCostModel, so tests drive it with a FakeClock and a synthetic cost.
