@@ -70,10 +70,13 @@ TierSimOptions Arrival(const Case& c, int64_t running, int64_t arriving, bool ra
 // Issue 31's targets, from the first ultrafast token of a fresh engine, with 3, 8 or 16 default
 // streams running before it arrives (and with 3 running and 8 more arriving beside it): ITL p50
 // within the 5% slack of its solo step and p90 within 1.25x; its first token no later than one
-// solo decode step after what its prompt takes alone. Measured before the fix (the scheduler
+// solo decode step after what its prompt takes alone. Before the measured guard (the scheduler
 // trusted the model's extrapolated solo step; with only 3-default batches seen, the prior's knee
-// of 3 made the solo step look as slow as 3 sequences and two defaults rode "free"): p50 1.57x
-// on the 1B curve with 3 defaults, 1.4x on the cache-resident one.
+// of 3 made the solo step look as slow as 3 sequences and two defaults rode "free") every 1B case
+// failed: p50 1.57x with 3 defaults, 1.76x with 16, p90 1.57x in the race, TTFT 2.4 steps late
+// with 8. The cache-resident cases passed before too (this curve does not reproduce the knee the
+// real engine learns on such a model; the ridge split its cost near the truth): they hold the
+// guard to the same bound where a second sequence costs +40%.
 TEST(UltrafastArrivalTest, BoundHoldsFromTheFirstTokenWithDefaultsRunning) {
   for (const Case& c : Cases()) {
     struct Mix {
