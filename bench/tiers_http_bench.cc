@@ -193,6 +193,24 @@ Ultrafast RunUltrafast(const Config& c) {
 
 double Median(std::vector<double> v) { return Percentile(std::move(v), 0.5); }
 
+// Waits (up to 10 s) until the server runs and queues nothing: a cancelled stream is noticed by
+// the server only when it next writes to it, and a solo request must not share the engine.
+void WaitIdle(const Config& c) {
+  httplib::Client cli(c.host, c.port);
+  for (int i = 0; i < 1000; ++i) {
+    auto res = cli.Get("/metrics");
+    if (!res) return;
+    auto value = [&](const std::string& name) {
+      const size_t at = res->body.find("\n" + name + " ");
+      return at == std::string::npos ? -1.0 : std::atof(res->body.c_str() + at + name.size() + 2);
+    };
+    if (value("ultrafast_running_sequences") == 0 && value("ultrafast_queue_depth") == 0) {
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 std::string LoadAvg() {
   std::ifstream f("/proc/loadavg");
   std::string a, b, d;
@@ -234,6 +252,7 @@ int main(int argc, char** argv) {
     json races = json::array();
     Stream(c, "ultrafast", c.tokens, next_id++).Join();  // warm-up, not counted
     for (int r = 0; r < c.race; ++r) {
+      WaitIdle(c);
       Stream a(c, "ultrafast", c.tokens, next_id++);
       a.Join();
       Stream d(c, "default", c.tokens, next_id++);
@@ -290,6 +309,7 @@ int main(int argc, char** argv) {
         lead += TokensIn(x->times(), lead_start, mix.start);
         if (!x->error().empty()) std::fprintf(stderr, "default: %s\n", x->error().c_str());
       }
+      WaitIdle(c);
       const Ultrafast solo = RunUltrafast(c);
       if (!mix.error.empty() || !solo.error.empty() || solo.itl_p50 <= 0) {
         std::fprintf(stderr, "ultrafast request failed: %s %s\n", mix.error.c_str(),

@@ -662,7 +662,9 @@ TEST(SchedulerSimTest, NoisyMachineKeepsUltrafastLatency) {
       }
     }
   }
-  EXPECT_LT(2 * over_with, over_without);
+  // Since the measured guard (issue 31) the control over-admits far less too (140 steps past
+  // the bound, against 446 before it); the extra solo probes still cut that (to 104).
+  EXPECT_LT(over_with, over_without);
 }
 
 // Every 4th step with ultrafast work is a probe: first a solo step, then one default past the
@@ -762,10 +764,12 @@ TEST(SchedulerTest, MeasuredGuardAdmitsOnlyWhatWasMeasuredToFit) {
       sched.Observe(p, seconds);
     };
     run(plan);  // no solo measurement yet: nothing judged
-    plan = sched.Plan(in);
-    EXPECT_EQ(plan.probe, StepPlan::Probe::kSolo);
-    EXPECT_EQ(plan.decode, std::vector<int64_t>{100});
-    run(plan);
+    for (int i = 0; i < 3; ++i) {  // the anchor: the fastest of three solo steps
+      plan = sched.Plan(in);
+      EXPECT_EQ(plan.probe, StepPlan::Probe::kSolo);
+      EXPECT_EQ(plan.decode, std::vector<int64_t>{100});
+      run(plan);
+    }
     int over = 0, with_defaults = 0;
     for (int step = 0; step < 60; ++step) {
       plan = sched.Plan(in);
@@ -775,8 +779,9 @@ TEST(SchedulerTest, MeasuredGuardAdmitsOnlyWhatWasMeasuredToFit) {
       run(plan);
     }
     if (per_extra > 0) {
-      // One failed ramp to a single default, retried after 16 and then 32 steps.
-      EXPECT_EQ(over, 3);
+      // One failed ramp to a single default, retried after 16 and then 32 steps at the earliest.
+      EXPECT_GE(over, 1);
+      EXPECT_LE(over, 3);
       EXPECT_EQ(sched.verified_extra_tokens(), 0);
     } else {
       EXPECT_EQ(over, 0);

@@ -412,6 +412,8 @@ constexpr int64_t kGuardInterval = 64;
 // Bounded steps a size that failed stays out of the ramp, at first and at most.
 constexpr int64_t kFirstBackoff = 16;
 constexpr int64_t kMaxBackoff = 512;
+// Solo steps that start an anchor (the first ultrafast decode steps with no recent one).
+constexpr int64_t kAnchorFirstSamples = 3;
 // Weight of a new sample in the guard's running means (the solo step, the ratio per size): about
 // four steps' memory, which cuts a step's noise to 40% of itself.
 constexpr double kRatioSmoothing = 0.25;
@@ -421,17 +423,15 @@ StepPlan Scheduler::Plan(const StepInput& input) {
   const double now = clock_->Now();
   Guard guard;
   if (observed_) {
-    const int64_t every =
-        options_.probe_interval_steps > 0 ? options_.probe_interval_steps : kGuardInterval;
     if (bounded_steps_ > failed_until_) failed_extra_ = std::numeric_limits<int64_t>::max();
     guard.cap = guard.ramp_cap = verified_extra_;
     if (bounded_steps_ % kRampEvery == kRampEvery - 1) {
       const int64_t more = std::max(verified_extra_ + 1, 2 * verified_extra_);
       guard.ramp_cap = std::max(verified_extra_, std::min(more, failed_extra_ - 1));
     }
-    guard.force_solo = !anchor_.valid || bounded_steps_ - anchor_.step > 4 * every ||
-                       now - anchor_.time > kAnchorMaxAgeSeconds;
-    guard.anchored = anchor_.valid && !guard.force_solo;
+    const bool stale = !AnchorFresh(now);
+    guard.force_solo = stale || anchor_.samples < kAnchorFirstSamples;
+    guard.anchored = !stale;
     guard.anchor_solo = anchor_.solo;
     guard.anchor_seconds = anchor_.seconds;
     guard.tolerance = GuardTolerance(*cost_);
@@ -439,6 +439,13 @@ StepPlan Scheduler::Plan(const StepInput& input) {
   StepPlan plan = Planner(options_, *cost_, now, input, guard).Run(bounded_steps_);
   if (std::isfinite(plan.bound_seconds)) ++bounded_steps_;
   return plan;
+}
+
+bool Scheduler::AnchorFresh(double now) const {
+  const int64_t every =
+      options_.probe_interval_steps > 0 ? options_.probe_interval_steps : kGuardInterval;
+  return anchor_.valid && bounded_steps_ - anchor_.step <= 4 * every &&
+         now - anchor_.time <= kAnchorMaxAgeSeconds;
 }
 
 double Scheduler::AnchoredSolo(const BatchComposition& solo) const {
@@ -455,14 +462,20 @@ void Scheduler::Observe(const StepPlan& plan, double seconds) {
   }
   const double now = clock_->Now();
   if (plan.extra_tokens == 0) {
-    // A solo step: the anchor. Averaged with the last one while that is recent, so that one
-    // noisy step does not move the bound by its noise.
+    // A solo step: the anchor. The first kAnchorFirstSamples after it went stale are all solo
+    // and the anchor is their fastest: on a loaded machine a step is slowed by other processes,
+    // never sped up, and one slow first sample made a loose bound that let a default ride at
+    // 1.4x (through serve, 8 defaults). Then a running mean, so that one noisy step does not
+    // move the bound by its noise.
     double s = seconds;
-    const double previous = AnchoredSolo(plan.ultrafast_composition);
-    if (previous > 0.0 && now - anchor_.time <= kAnchorMaxAgeSeconds) {
-      s = previous + kRatioSmoothing * (s - previous);
+    int64_t samples = 1;
+    if (AnchorFresh(now)) {
+      const double previous = AnchoredSolo(plan.ultrafast_composition);
+      samples = anchor_.samples + 1;
+      s = anchor_.samples < kAnchorFirstSamples ? std::min(previous, seconds)
+                                                : previous + kRatioSmoothing * (seconds - previous);
     }
-    anchor_ = {true, plan.ultrafast_composition, s, bounded_steps_, now};
+    anchor_ = {true, plan.ultrafast_composition, s, bounded_steps_, now, samples};
     return;
   }
   const double solo = AnchoredSolo(plan.ultrafast_composition);
@@ -484,11 +497,13 @@ void Scheduler::Observe(const StepPlan& plan, double seconds) {
   }
   ++mean.samples;
   mean.step = bounded_steps_;
+  // Verified within the slack itself, failed only past the tolerance: in between a size keeps
+  // its standing, so noise neither takes away a size that fits nor lets one in that does not.
   const double tolerance = GuardTolerance(*cost_);
-  if (mean.ratio <= (1.0 + options_.ultrafast_slack) * (1.0 + tolerance)) {
+  if (mean.ratio <= 1.0 + options_.ultrafast_slack) {
     verified_extra_ = std::max(verified_extra_, plan.extra_tokens);
     if (plan.extra_tokens >= last_failed_extra_) last_failed_extra_ = -1;
-  } else {
+  } else if (mean.ratio > (1.0 + options_.ultrafast_slack) * (1.0 + tolerance)) {
     // Blocked for kFirstBackoff steps, doubling while the same size keeps failing: a size that
     // failed by noise comes back soon, one that does not fit costs a step ever more rarely.
     backoff_ = plan.extra_tokens == last_failed_extra_

@@ -26,14 +26,15 @@
 // sequences, so the bound let two defaults ride "free" and slowed the stream 1.3-1.9x (issue 31;
 // on cache-resident models the knee learned from prompt chunks did the same). So once the engine
 // feeds measured step times back (Observe), the bound also rests on measurements:
-//   - the solo step is measured: the first ultrafast decode step with no recent measurement
-//     (none yet, or older than 4 probe intervals of bounded steps or kAnchorMaxAgeSeconds) is a
-//     solo probe, and every step where nothing fits beside it is a sample too; the bound uses the
-//     smaller of the model's solo prediction and the measured solo step (a running mean, moved by
-//     the model's cost of the difference in context and drafts) plus the tolerance;
+//   - the solo step is measured: the first 3 ultrafast decode steps with no recent measurement
+//     (none yet, or older than 4 probe intervals of bounded steps or kAnchorMaxAgeSeconds) are
+//     solo probes, the fastest of them the anchor, and every later step where nothing fits beside
+//     it updates it (a running mean); the bound uses the smaller of the model's solo prediction
+//     and the measured solo step (moved by the model's cost of the difference in context and
+//     drafts) plus the tolerance;
 //   - tokens beside ultrafast work are capped at the most measured within the bound: each step
 //     with e tokens beside it, against the anchored solo step (a running mean per e), verifies e
-//     or lowers the cap below it. The cap starts at 0; every kRampEvery-th bounded step may try
+//     (within 1 + slack) or lowers the cap below it (past that plus the tolerance). The cap starts at 0; every kRampEvery-th bounded step may try
 //     more (the cap + 1, or doubled), except a size that failed: out for 16 bounded steps,
 //     doubling to 512 while it keeps failing. The model still chooses what fits under the cap,
 //     so a ramp step goes only as far as the model believes the bound allows.
@@ -198,6 +199,8 @@ class Scheduler {
   // The solo step estimated from the last measured one: its time plus what the model says the
   // difference in work costs (context growth, drafts). 0 when there is none.
   double AnchoredSolo(const BatchComposition& solo) const;
+  // A solo measurement recent enough (in bounded steps and seconds) to anchor the bound.
+  bool AnchorFresh(double now) const;
 
   SchedulerOptions options_;
   const StepCostModel* cost_;
@@ -211,6 +214,7 @@ class Scheduler {
     double seconds = 0.0;
     int64_t step = 0;   // bounded_steps_ when measured
     double time = 0.0;  // Clock time when measured
+    int64_t samples = 0;  // solo steps since it was last stale
   } anchor_;
   struct RatioMean {
     double ratio = 0.0;  // step over the anchored solo step, running mean
