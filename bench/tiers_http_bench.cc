@@ -64,15 +64,16 @@ double Percentile(std::vector<double> v, double p) {
 class Stream {
  public:
   Stream(const Config& c, const std::string& tier, int64_t max_tokens, int id) {
-    body_ = json{{"model", c.model},
-                 {"prompt", "Request " + std::to_string(id) +
-                                ": write a long story about a lighthouse keeper and the sea."},
-                 {"max_tokens", max_tokens},
-                 {"temperature", 0},
-                 {"ignore_eos", true},
-                 {"stream", true},
-                 {"service_tier", tier}}
-                .dump();
+    body_ = json{
+        {"model", c.model},
+        {"prompt", "Request " + std::to_string(id) +
+                       ": write a long story about a lighthouse keeper and the sea."},
+        {"max_tokens", max_tokens},
+        {"temperature", 0},
+        {"ignore_eos", true},
+        {"stream", true},
+        {"service_tier",
+         tier}}.dump();
     start_ = Now();
     thread_ = std::thread([this, c] { Run(c); });
   }
@@ -141,7 +142,8 @@ std::vector<double> Gaps(const std::vector<double>& t) {
 }
 
 void WaitCount(const Stream& s, size_t n) {
-  while (s.count() < n && s.error().empty()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  while (s.count() < n && s.error().empty())
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
 }
 
 int64_t TokensIn(const std::vector<double>& t, double a, double b) {
@@ -269,15 +271,17 @@ int main(int argc, char** argv) {
       alone.push_back(ta);
       raced.push_back(tu);
       first += tu < td;
-      races.push_back({{"ultrafast_alone_s", ta}, {"ultrafast_raced_s", tu}, {"default_raced_s", td}});
+      races.push_back(
+          {{"ultrafast_alone_s", ta}, {"ultrafast_raced_s", tu}, {"default_raced_s", td}});
       std::printf("race %d: ultrafast alone %.4f s, raced %.4f s (%.3fx), default %.4f s\n", r, ta,
                   tu, tu / ta, td);
     }
     out["races"] = races;
     out["ultrafast_first"] = first;
     out["raced_over_alone_median"] = Median(raced) / Median(alone);
-    std::printf("ultrafast first in %d of %d; median raced %.4f s over median alone %.4f s = %.3fx\n",
-                first, c.race, Median(raced), Median(alone), Median(raced) / Median(alone));
+    std::printf(
+        "ultrafast first in %d of %d; median raced %.4f s over median alone %.4f s = %.3fx\n",
+        first, c.race, Median(raced), Median(alone), Median(raced) / Median(alone));
     out["load_after"] = LoadAvg();
     std::printf("load average before %s, after %s\n", out["load_before"].get<std::string>().c_str(),
                 out["load_after"].get<std::string>().c_str());
@@ -296,7 +300,8 @@ int main(int argc, char** argv) {
     for (int r = 0; r < c.rounds; ++r) {
       // Mixed, then solo: the very first ultrafast request meets running defaults.
       std::vector<std::unique_ptr<Stream>> d;
-      for (int i = 0; i < n; ++i) d.push_back(std::make_unique<Stream>(c, "default", 4000, next_id++));
+      for (int i = 0; i < n; ++i)
+        d.push_back(std::make_unique<Stream>(c, "default", 4000, next_id++));
       for (auto& x : d) WaitCount(*x, 1);
       const double lead_start = Now();
       std::this_thread::sleep_for(std::chrono::duration<double>(c.lead));
@@ -337,10 +342,11 @@ int main(int argc, char** argv) {
                              {"ttft_over_solo_in_steps", x.ttft_steps},
                              {"default_tok_s_beside", x.default_tok_s},
                              {"default_tok_s_alone", x.lead_tok_s}});
-      std::printf("%2d defaults, round %d: ultrafast ITL p50 %.4f s (solo %.4f) = %.3fx, p90 %.3fx, "
-                  "TTFT %+.2f steps; defaults %.1f tok/s beside it, %.1f before\n",
-                  n, r, mix.itl_p50, solo.itl_p50, x.p50, x.p90, x.ttft_steps, x.default_tok_s,
-                  x.lead_tok_s);
+      std::printf(
+          "%2d defaults, round %d: ultrafast ITL p50 %.4f s (solo %.4f) = %.3fx, p90 %.3fx, "
+          "TTFT %+.2f steps; defaults %.1f tok/s beside it, %.1f before\n",
+          n, r, mix.itl_p50, solo.itl_p50, x.p50, x.p90, x.ttft_steps, x.default_tok_s,
+          x.lead_tok_s);
       std::fflush(stdout);
     }
     results.emplace_back(n, rs);
@@ -377,8 +383,9 @@ int main(int argc, char** argv) {
               ideal);
 
   json summary = json::array();
-  std::printf("\n| defaults | ITL p50 / solo | ITL p90 / solo | TTFT - solo (steps) | default tok/s "
-              "beside (ideal) | default tok/s alone (curve) |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "\n| defaults | ITL p50 / solo | ITL p90 / solo | TTFT - solo (steps) | default tok/s "
+      "beside (ideal) | default tok/s alone (curve) |\n|---|---|---|---|---|---|\n");
   for (size_t j = 0; j < results.size(); ++j) {
     const auto& [n, rs] = results[j];
     std::vector<double> p50, p90, ttft, dts, lts;

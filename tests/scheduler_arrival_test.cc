@@ -2,17 +2,30 @@
 // or arrive beside it: the tier simulator (the real scheduler, its online cost model and
 // admission, on a virtual clock) on a fresh engine whose cost model starts from the built-in
 // prior, as `ultrafast serve` does. Step times come from curves measured on this project's
-// 2-core VM, so the test is deterministic and cannot race the machine.
+// 2-core VM, so the test is deterministic and cannot race the machine. And the measured guard
+// (scheduler.h) alone, on the scheduler with a fake clock.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <utility>
 
+#include "base/clock.h"
 #include "planner/tier_sim.h"
+#include "scheduler/scheduler.h"
 
 namespace uf::planner {
 namespace {
+
+using scheduler::BatchComposition;
+using scheduler::Scheduler;
+using scheduler::SchedulerOptions;
+using scheduler::SequenceState;
+using scheduler::ServiceTier;
+using scheduler::StepCostModel;
+using scheduler::StepInput;
+using scheduler::StepPlan;
 
 // Llama-3.2-1B-shape Q4_0 on 2 threads (docs/tiers.md, run D): batch 1/2/3/4/8/17 steps of
 // 0.046/0.051/0.072/0.072/0.108/0.233 s. One more sequence costs +11%, two +57%; compute-bound
@@ -36,8 +49,7 @@ StepCurve Llama1BQ4Curve() {
 constexpr double kTinySecondsPerOutput = 36e-6;
 StepCurve CacheResidentCurve() {
   return [](int64_t tokens, int64_t context_tokens) {
-    return 50e-6 + 1e-6 * static_cast<double>(tokens) +
-           2e-9 * static_cast<double>(context_tokens);
+    return 50e-6 + 1e-6 * static_cast<double>(tokens) + 2e-9 * static_cast<double>(context_tokens);
   };
 }
 
@@ -101,6 +113,87 @@ TEST(UltrafastArrivalTest, BoundHoldsFromTheFirstTokenWithDefaultsRunning) {
       EXPECT_LE(r->itl_p50_over_solo, 1 + o.slack + 1e-9);
       EXPECT_LE(r->itl_p90_over_solo, 1.25);
       EXPECT_LE(r->ttft_seconds, r->solo_ttft_seconds + r->solo_step_seconds * (1 + 1e-9));
+    }
+  }
+}
+
+// The 2-core CPU of tests/scheduler_test.cc: 40 ms steps, flat to 3 tokens, then 12.8 ms per
+// token; 0.4 us per attended position.
+double CpuSeconds(const BatchComposition& c) {
+  return std::max(0.040, 0.0128 * static_cast<double>(c.tokens())) +
+         4e-7 * static_cast<double>(c.context_tokens);
+}
+
+class CpuCost final : public StepCostModel {
+ public:
+  double Predict(const BatchComposition& c) const override { return CpuSeconds(c); }
+};
+
+// One running ultrafast decode (id 100, context 300) and n running default decodes (ids 0..n-1,
+// context 200), with KV to spare.
+StepInput UltrafastBesideDefaults(int n) {
+  StepInput in;
+  auto seq = [](int64_t id, ServiceTier tier, int64_t context, double arrival) {
+    SequenceState s;
+    s.id = id;
+    s.tier = tier;
+    s.context = context;
+    s.kv_blocks = (context + 15) / 16;
+    s.arrival = s.last_served = arrival;
+    return s;
+  };
+  in.running.push_back(seq(100, ServiceTier::kUltrafast, 300, 50.0));
+  for (int i = 0; i < n; ++i) in.running.push_back(seq(i, ServiceTier::kDefault, 200, i));
+  in.free_kv_blocks = 1000;
+  return in;
+}
+
+// The measured guard alone, on the scheduler with a fake clock. CpuCost says two defaults ride free
+// beside the ultrafast decode (flat to 3 tokens). On a machine where each token beside it costs
+// +10% instead, once the engine feeds step times back: the first step is a solo probe, no default
+// rides until one was measured within the bound, a ramp step that fails is not retried for 16
+// steps, and the failed size stays out. Where tokens beside it are free, the cap ramps up to what
+// the model allows.
+TEST(MeasuredGuardTest, AdmitsOnlyWhatWasMeasuredToFit) {
+  for (double per_extra : {0.10, 0.0}) {
+    SCOPED_TRACE(testing::Message() << "per token beside: " << per_extra);
+    FakeClock clock;
+    CpuCost cost;
+    Scheduler sched(SchedulerOptions{}, &cost, &clock);
+    const StepInput in = UltrafastBesideDefaults(6);
+    // Without feedback the model alone decides: two defaults.
+    StepPlan plan = sched.Plan(in);
+    EXPECT_EQ(plan.decode, (std::vector<int64_t>{100, 0, 1}));
+    auto run = [&](const StepPlan& p) {
+      const double seconds = CpuSeconds(p.ultrafast_composition) *
+                             (1 + per_extra * static_cast<double>(p.extra_tokens));
+      clock.Advance(seconds);
+      sched.Observe(p, seconds);
+    };
+    run(plan);                     // no solo measurement yet: nothing judged
+    for (int i = 0; i < 3; ++i) {  // the anchor: the fastest of three solo steps
+      plan = sched.Plan(in);
+      EXPECT_EQ(plan.probe, StepPlan::Probe::kSolo);
+      EXPECT_EQ(plan.decode, std::vector<int64_t>{100});
+      run(plan);
+    }
+    int over = 0, with_defaults = 0;
+    for (int step = 0; step < 60; ++step) {
+      plan = sched.Plan(in);
+      if (plan.probe == StepPlan::Probe::kUp) continue;  // planned past the bound (none here)
+      over += per_extra * static_cast<double>(plan.extra_tokens) > 0.05;
+      with_defaults += plan.extra_tokens > 0;
+      run(plan);
+    }
+    if (per_extra > 0) {
+      // One failed ramp to a single default, retried after 16 and then 32 steps at the earliest.
+      EXPECT_GE(over, 1);
+      EXPECT_LE(over, 3);
+      EXPECT_EQ(sched.verified_extra_tokens(), 0);
+    } else {
+      EXPECT_EQ(over, 0);
+      EXPECT_GT(with_defaults, 50);
+      EXPECT_EQ(sched.verified_extra_tokens(), 2);  // all the model allows
     }
   }
 }

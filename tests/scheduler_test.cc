@@ -742,55 +742,6 @@ TEST(SchedulerTest, NoisyMachineGetsMoreSoloProbes) {
   }
 }
 
-// The measured guard (issue 31). CpuCost says two defaults ride free beside the ultrafast decode
-// (flat to 3 tokens). On a machine where each token beside it costs +10% instead, once the engine
-// feeds step times back: the first step is a solo probe, no default rides until one was measured
-// within the bound, a ramp step that fails is not retried for 16 steps, and the failed size stays
-// out. Where tokens beside it are free, the cap ramps up to what the model allows.
-TEST(SchedulerTest, MeasuredGuardAdmitsOnlyWhatWasMeasuredToFit) {
-  for (double per_extra : {0.10, 0.0}) {
-    SCOPED_TRACE(testing::Message() << "per token beside: " << per_extra);
-    FakeClock clock;
-    CpuCost cost;
-    Scheduler sched(SchedulerOptions{}, &cost, &clock);
-    const StepInput in = UltrafastBesideDefaults(6);
-    // Without feedback the model alone decides: two defaults.
-    StepPlan plan = sched.Plan(in);
-    EXPECT_EQ(plan.decode, (std::vector<int64_t>{100, 0, 1}));
-    auto run = [&](const StepPlan& p) {
-      const double seconds =
-          CpuSeconds(p.ultrafast_composition) * (1 + per_extra * static_cast<double>(p.extra_tokens));
-      clock.Advance(seconds);
-      sched.Observe(p, seconds);
-    };
-    run(plan);  // no solo measurement yet: nothing judged
-    for (int i = 0; i < 3; ++i) {  // the anchor: the fastest of three solo steps
-      plan = sched.Plan(in);
-      EXPECT_EQ(plan.probe, StepPlan::Probe::kSolo);
-      EXPECT_EQ(plan.decode, std::vector<int64_t>{100});
-      run(plan);
-    }
-    int over = 0, with_defaults = 0;
-    for (int step = 0; step < 60; ++step) {
-      plan = sched.Plan(in);
-      if (plan.probe == StepPlan::Probe::kUp) continue;  // planned past the bound (none here)
-      over += per_extra * static_cast<double>(plan.extra_tokens) > 0.05;
-      with_defaults += plan.extra_tokens > 0;
-      run(plan);
-    }
-    if (per_extra > 0) {
-      // One failed ramp to a single default, retried after 16 and then 32 steps at the earliest.
-      EXPECT_GE(over, 1);
-      EXPECT_LE(over, 3);
-      EXPECT_EQ(sched.verified_extra_tokens(), 0);
-    } else {
-      EXPECT_EQ(over, 0);
-      EXPECT_GT(with_defaults, 50);
-      EXPECT_EQ(sched.verified_extra_tokens(), 2);  // all the model allows
-    }
-  }
-}
-
 TEST(SchedulerTest, ValidatesOptions) {
   EXPECT_TRUE(SchedulerOptions{}.Validate().ok());
   using Set = void (*)(SchedulerOptions&);

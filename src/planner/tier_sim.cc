@@ -95,7 +95,8 @@ class VirtualEngine {
     for (const PrefillChunk& p : plan.prefill) c.AddPrefill(seqs_.at(p.id).st.context, p.n_tokens);
     double seconds = c.empty() ? 1e-6 : curve_(c.tokens(), c.context_tokens);
     int64_t outputs = static_cast<int64_t>(plan.decode.size());
-    for (const PrefillChunk& p : plan.prefill) outputs += p.n_tokens == seqs_.at(p.id).st.to_prefill;
+    for (const PrefillChunk& p : plan.prefill)
+      outputs += p.n_tokens == seqs_.at(p.id).st.to_prefill;
     seconds += seconds_per_output_ * static_cast<double>(outputs);
     if (noisy_ && !c.empty()) seconds *= std::max(0.1, 1.0 + noise_(rng_));
     clock_.Advance(seconds);
@@ -244,7 +245,8 @@ StatusOr<TierSimReport> SimulateTiers(const StepCurve& curve, const TierSimOptio
     return curve(n, context_tokens) + o.seconds_per_output * static_cast<double>(n);
   };
   for (int64_t done = 0; done < o.prompt_tokens;) {
-    const int64_t n = std::min<int64_t>(o.prompt_tokens - done, scheduler::SchedulerOptions{}.max_prefill_tokens);
+    const int64_t n =
+        std::min<int64_t>(o.prompt_tokens - done, scheduler::SchedulerOptions{}.max_prefill_tokens);
     r.solo_ttft_seconds += curve(n, n * done + n * (n + 1) / 2);
     done += n;
     if (done == o.prompt_tokens) r.solo_ttft_seconds += o.seconds_per_output;
@@ -299,8 +301,8 @@ StatusOr<TierSimReport> SimulateTiers(const StepCurve& curve, const TierSimOptio
     const bool uf_served =
         std::find(plan.decode.begin(), plan.decode.end(), kUltrafastId) != plan.decode.end();
     for (int64_t id : sim.TakeFinished()) admission.Release(id);
-    if (r.ttft_seconds == 0 && (!sim.seqs().contains(kUltrafastId) ||
-                                sim.seqs().at(kUltrafastId).generated > 0)) {
+    if (r.ttft_seconds == 0 &&
+        (!sim.seqs().contains(kUltrafastId) || sim.seqs().at(kUltrafastId).generated > 0)) {
       // The prompt's last chunk gave the first token; later gaps count from it.
       r.ttft_seconds = sim.clock().Now() - submitted;
       last_token_time = sim.clock().Now();

@@ -65,7 +65,7 @@ struct Guard {
   int64_t ramp_cap = std::numeric_limits<int64_t>::max();  // the same on a decode step
   bool force_solo = false;  // no recent solo measurement: the next decode step is a solo probe
   bool anchored = false;
-  double tolerance = 0.0;  // relative error of a measurement (GuardTolerance)
+  double tolerance = 0.0;        // relative error of a measurement (GuardTolerance)
   BatchComposition anchor_solo;  // the last measured solo step
   double anchor_seconds = 0.0;
 };
@@ -374,7 +374,7 @@ class Planner {
   const StepInput& in_;
   const Guard& guard_;
   int64_t cap_ = std::numeric_limits<int64_t>::max();  // tokens beside ultrafast work
-  std::vector<Item> items_;  // running and waiting, by arrival
+  std::vector<Item> items_;                            // running and waiting, by arrival
   int64_t free_slots_ = 0;
   int64_t free_blocks_ = 0;
   int64_t tokens_left_ = 0;
@@ -506,9 +506,8 @@ void Scheduler::Observe(const StepPlan& plan, double seconds) {
   } else if (mean.ratio > (1.0 + options_.ultrafast_slack) * (1.0 + tolerance)) {
     // Blocked for kFirstBackoff steps, doubling while the same size keeps failing: a size that
     // failed by noise comes back soon, one that does not fit costs a step ever more rarely.
-    backoff_ = plan.extra_tokens == last_failed_extra_
-                   ? std::min(2 * backoff_, kMaxBackoff)
-                   : kFirstBackoff;
+    backoff_ = plan.extra_tokens == last_failed_extra_ ? std::min(2 * backoff_, kMaxBackoff)
+                                                       : kFirstBackoff;
     last_failed_extra_ = plan.extra_tokens;
     failed_until_ = bounded_steps_ + backoff_;
     failed_extra_ = std::min(failed_extra_, plan.extra_tokens);

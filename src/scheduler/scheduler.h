@@ -34,10 +34,11 @@
 //     drafts) plus the tolerance;
 //   - tokens beside ultrafast work are capped at the most measured within the bound: each step
 //     with e tokens beside it, against the anchored solo step (a running mean per e), verifies e
-//     (within 1 + slack) or lowers the cap below it (past that plus the tolerance). The cap starts at 0; every kRampEvery-th bounded step may try
-//     more (the cap + 1, or doubled), except a size that failed: out for 16 bounded steps,
-//     doubling to 512 while it keeps failing. The model still chooses what fits under the cap,
-//     so a ramp step goes only as far as the model believes the bound allows.
+//     (within 1 + slack) or lowers the cap below it (past that plus the tolerance). The cap starts
+//     at 0; every kRampEvery-th bounded step may try more (the cap + 1, or doubled), except a size
+//     that failed: out for 16 bounded steps, doubling to 512 while it keeps failing. The model
+//     still chooses what fits under the cap, so a ramp step goes only as far as the model believes
+//     the bound allows.
 // Tolerance: twice the cost model's relative noise, 2% to 8%. The gross misjudgements lie far
 // past it; within it the cost model decides, as before the guard.
 //
@@ -212,8 +213,8 @@ class Scheduler {
     bool valid = false;
     BatchComposition solo;
     double seconds = 0.0;
-    int64_t step = 0;   // bounded_steps_ when measured
-    double time = 0.0;  // Clock time when measured
+    int64_t step = 0;     // bounded_steps_ when measured
+    double time = 0.0;    // Clock time when measured
     int64_t samples = 0;  // solo steps since it was last stale
   } anchor_;
   struct RatioMean {
