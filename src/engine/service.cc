@@ -341,7 +341,10 @@ bool Service::Step() {
     // The cost model learns the whole step, sampling and emitting included: a stream's speed
     // is what its steps take, and each sequence's sampling (a pass or two over the vocabulary,
     // logprobs, the stream event) is a large share of a cache-resident model's step.
-    online_cost_->Observe(composition, NowSeconds() - start, plan.sample_weight);
+    const double step_seconds = NowSeconds() - start;
+    online_cost_->Observe(composition, step_seconds, plan.sample_weight);
+    // The scheduler's measured guard: the solo step and what was measured to fit beside it.
+    scheduler_->Observe(plan, step_seconds);
   }
   running_.erase(std::remove_if(running_.begin(), running_.end(), gone), running_.end());
   const double flush_time = NowSeconds();

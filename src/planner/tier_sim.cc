@@ -43,8 +43,12 @@ class VirtualEngine {
     bool running = false;
   };
 
-  VirtualEngine(const StepCurve& curve, double noise, uint32_t seed)
-      : curve_(curve), rng_(seed), noise_(0.0, std::max(noise, 1e-12)), noisy_(noise > 0) {}
+  VirtualEngine(const StepCurve& curve, double noise, uint32_t seed, double seconds_per_output)
+      : curve_(curve),
+        rng_(seed),
+        noise_(0.0, std::max(noise, 1e-12)),
+        noisy_(noise > 0),
+        seconds_per_output_(seconds_per_output) {}
 
   FakeClock& clock() { return clock_; }
   const std::map<int64_t, Seq>& seqs() const { return seqs_; }
@@ -90,9 +94,14 @@ class VirtualEngine {
     for (int64_t id : plan.decode) c.AddDecode(seqs_.at(id).st.context);
     for (const PrefillChunk& p : plan.prefill) c.AddPrefill(seqs_.at(p.id).st.context, p.n_tokens);
     double seconds = c.empty() ? 1e-6 : curve_(c.tokens(), c.context_tokens);
+    int64_t outputs = static_cast<int64_t>(plan.decode.size());
+    for (const PrefillChunk& p : plan.prefill)
+      outputs += p.n_tokens == seqs_.at(p.id).st.to_prefill;
+    seconds += seconds_per_output_ * static_cast<double>(outputs);
     if (noisy_ && !c.empty()) seconds *= std::max(0.1, 1.0 + noise_(rng_));
     clock_.Advance(seconds);
     model.Observe(plan.composition, seconds, plan.sample_weight);
+    sched.Observe(plan, seconds);
     for (int64_t id : plan.decode) Feed(seqs_.at(id), 1);
     for (const PrefillChunk& p : plan.prefill) Feed(seqs_.at(p.id), p.n_tokens);
     for (auto it = seqs_.begin(); it != seqs_.end();) {
@@ -126,6 +135,7 @@ class VirtualEngine {
   std::mt19937 rng_;
   std::normal_distribution<double> noise_;
   bool noisy_;
+  double seconds_per_output_;
   std::map<int64_t, Seq> seqs_;
   std::vector<int64_t> finished_;
   int64_t used_slots_ = 0;
@@ -186,6 +196,11 @@ Status TierSimOptions::Validate() const {
   }
   if (!(noise >= 0 && noise < 0.5))
     return InvalidArgumentError("simulator: noise must be in [0, 0.5)");
+  if (!(seconds_per_output >= 0 && seconds_per_output < 10) || arriving_defaults < 0 ||
+      arriving_defaults > 200) {
+    return InvalidArgumentError(
+        "simulator: seconds per output must be in [0, 10), arriving defaults in [0, 200]");
+  }
   return OkStatus();
 }
 
@@ -204,7 +219,7 @@ scheduler::StepCostCoefficients PriorFromCurve(const StepCurve& curve, double ma
 
 StatusOr<TierSimReport> SimulateTiers(const StepCurve& curve, const TierSimOptions& o) {
   UF_RETURN_IF_ERROR(o.Validate());
-  VirtualEngine sim(curve, o.noise, o.seed);
+  VirtualEngine sim(curve, o.noise, o.seed, o.seconds_per_output);
   scheduler::OnlineStepCostOptions cost_options;
   if (o.prior_from_curve) cost_options.prior = PriorFromCurve(curve, cost_options.max_knee);
   scheduler::OnlineStepCostModel model(cost_options);
@@ -224,11 +239,23 @@ StatusOr<TierSimReport> SimulateTiers(const StepCurve& curve, const TierSimOptio
       admission.Admit(kUltrafastId, {ServiceTier::kUltrafast, false}, o.ultrafast_tokens);
   if (uf.admitted) ++r.admitted;
   sim.Submit(kUltrafastId, ServiceTier::kUltrafast, o.prompt_tokens, o.ultrafast_tokens);
+  const double submitted = sim.clock().Now();
+  // A step of n decodes at its true cost.
+  auto decode_step = [&](int64_t n, int64_t context_tokens) {
+    return curve(n, context_tokens) + o.seconds_per_output * static_cast<double>(n);
+  };
+  for (int64_t done = 0; done < o.prompt_tokens;) {
+    const int64_t n =
+        std::min<int64_t>(o.prompt_tokens - done, scheduler::SchedulerOptions{}.max_prefill_tokens);
+    r.solo_ttft_seconds += curve(n, n * done + n * (n + 1) / 2);
+    done += n;
+    if (done == o.prompt_tokens) r.solo_ttft_seconds += o.seconds_per_output;
+  }
 
   std::vector<double> ratios, fcfs, solo;
   double last_token_time = -1, default_tokens = 0, default_seconds = 0, ideal_tokens = 0,
          ideal_seconds = 0, any_order_tokens = 0, any_order_seconds = 0, uf_seconds = 0;
-  bool extra_sent = false;
+  bool extra_sent = false, arrived = false;
   int64_t uf_tokens = 0;
   while (sim.seqs().contains(kUltrafastId)) {
     const auto& seqs = sim.seqs();
@@ -246,6 +273,12 @@ StatusOr<TierSimReport> SimulateTiers(const StepCurve& curve, const TierSimOptio
     std::sort(by_age.begin(), by_age.end());
     std::vector<int64_t> default_ctx;
     for (const auto& a : by_age) default_ctx.push_back(a.second);
+    if (!arrived && uf_tokens >= 8) {
+      arrived = true;
+      for (int64_t i = 0; i < o.arriving_defaults; ++i) {
+        sim.Submit(o.defaults + i, ServiceTier::kDefault, o.prompt_tokens, kNeverEnds);
+      }
+    }
     // Halfway through, two more requests want the tier: `auto` with auto_tier = ultrafast, and
     // an explicit `ultrafast`. Capacity is 1 and the stream holds it.
     if (!extra_sent && uf_tokens >= o.ultrafast_tokens / 2) {
@@ -268,6 +301,12 @@ StatusOr<TierSimReport> SimulateTiers(const StepCurve& curve, const TierSimOptio
     const bool uf_served =
         std::find(plan.decode.begin(), plan.decode.end(), kUltrafastId) != plan.decode.end();
     for (int64_t id : sim.TakeFinished()) admission.Release(id);
+    if (r.ttft_seconds == 0 &&
+        (!sim.seqs().contains(kUltrafastId) || sim.seqs().at(kUltrafastId).generated > 0)) {
+      // The prompt's last chunk gave the first token; later gaps count from it.
+      r.ttft_seconds = sim.clock().Now() - submitted;
+      last_token_time = sim.clock().Now();
+    }
     if (!uf_served) continue;  // its prompt step, or a step while it waited for a slot
     ++uf_tokens;
     const double now = sim.clock().Now();
@@ -275,10 +314,10 @@ StatusOr<TierSimReport> SimulateTiers(const StepCurve& curve, const TierSimOptio
     last_token_time = now;
     if (uf_tokens <= o.measure_after_tokens || !uf_decoding) continue;
     // The true solo step at this context, and what the step would have cost first-come.
-    const double solo_step = curve(1, uf_ctx + 1);
+    const double solo_step = decode_step(1, uf_ctx + 1);
     ratios.push_back(gap / solo_step);
     solo.push_back(solo_step);
-    fcfs.push_back(curve(1 + static_cast<int64_t>(default_ctx.size()), all_ctx) / solo_step);
+    fcfs.push_back(decode_step(1 + static_cast<int64_t>(default_ctx.size()), all_ctx) / solo_step);
     if (gap > (1.0 + o.slack) * solo_step * (1 + 1e-9)) ++r.steps_over_bound;
     int64_t served_defaults = 0;
     for (int64_t id : plan.decode) served_defaults += id != kUltrafastId ? 1 : 0;
@@ -291,12 +330,12 @@ StatusOr<TierSimReport> SimulateTiers(const StepCurve& curve, const TierSimOptio
     auto fit = [&](const std::vector<int64_t>& ctx, double* tokens, double* secs) {
       int64_t m = 0, att = uf_ctx + 1;
       while (m < static_cast<int64_t>(ctx.size()) &&
-             curve(m + 2, att + ctx[m] + 1) <= (1.0 + o.slack) * solo_step) {
+             decode_step(m + 2, att + ctx[m] + 1) <= (1.0 + o.slack) * solo_step) {
         att += ctx[m] + 1;
         ++m;
       }
       *tokens += static_cast<double>(m);
-      *secs += curve(1 + m, att);
+      *secs += decode_step(1 + m, att);
     };
     fit(default_ctx, &ideal_tokens, &ideal_seconds);
     std::sort(default_ctx.begin(), default_ctx.end());
@@ -308,6 +347,7 @@ StatusOr<TierSimReport> SimulateTiers(const StepCurve& curve, const TierSimOptio
   if (ratios.empty()) return InternalError("simulator: the ultrafast stream produced no tokens");
   r.solo_step_seconds = Percentile(solo, 0.5);
   r.itl_p50_over_solo = Percentile(ratios, 0.5);
+  r.itl_p90_over_solo = Percentile(ratios, 0.90);
   r.itl_p99_over_solo = Percentile(ratios, 0.99);
   r.fcfs_p50_over_solo = Percentile(fcfs, 0.5);
   r.default_tok_s = default_seconds > 0 ? default_tokens / default_seconds : 0.0;

@@ -42,6 +42,13 @@ struct TierSimOptions {
   // knee from the probes (docs/tiers.md).
   int64_t measure_after_tokens = 400;
   double noise = 0.0;  // relative step-time noise (normal, seeded); 0: none
+  // Seconds each sequence that gets a token in a step adds to it (sampling, logprobs, the stream
+  // event): on a cache-resident model this, not the weights, is most of a decode step, while a
+  // prompt chunk samples once whatever its length.
+  double seconds_per_output = 0.0;
+  // Default streams submitted once the ultrafast stream has its 8th token (arriving beside it),
+  // on top of `defaults` (running before it).
+  int64_t arriving_defaults = 0;
   // The cost model's prior: the engine's built-in one (rough figures for a 1B model on two CPU
   // cores, what `ultrafast serve` starts from today), or one read off the curve (what an engine
   // on that hardware should start from; PriorFromCurve).
@@ -58,7 +65,10 @@ struct TierSimReport {
   int64_t measured_tokens = 0;   // ultrafast tokens in the measurement
   double solo_step_seconds = 0;  // its step alone at the median context measured
   // Each ultrafast inter-token gap over the solo step at the same context (true curve).
-  double itl_p50_over_solo = 0, itl_p99_over_solo = 0;
+  double itl_p50_over_solo = 0, itl_p90_over_solo = 0, itl_p99_over_solo = 0;
+  // Time from the stream's submission to its first token, and the same alone (its prompt's
+  // chunks at their true cost with nothing beside them).
+  double ttft_seconds = 0, solo_ttft_seconds = 0;
   // The same ratio if every stream were batched first-come (no tiers): the tier's purpose.
   double fcfs_p50_over_solo = 0;
   int64_t steps_over_bound = 0;  // ratio above 1 + slack (up probes, overdue flex, misjudged)

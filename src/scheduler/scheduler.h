@@ -21,6 +21,27 @@
 // stay out of the p99. Optionally, on a noisy machine (the model's relative residual above
 // noisy_step_noise), solo probes also come every noisy_solo_probe_interval_steps-th step.
 //
+// The measured guard. The cost model extrapolates: with only 3-default batches seen, nothing in
+// it pins the solo step, and the built-in prior's knee of 3 made a solo step look as slow as three
+// sequences, so the bound let two defaults ride "free" and slowed the stream 1.3-1.9x (issue 31;
+// on cache-resident models the knee learned from prompt chunks did the same). So once the engine
+// feeds measured step times back (Observe), the bound also rests on measurements:
+//   - the solo step is measured: the first 3 ultrafast decode steps with no recent measurement
+//     (none yet, or older than 4 probe intervals of bounded steps or kAnchorMaxAgeSeconds) are
+//     solo probes, the fastest of them the anchor, and every later step where nothing fits beside
+//     it updates it (a running mean); the bound uses the smaller of the model's solo prediction
+//     and the measured solo step (moved by the model's cost of the difference in context and
+//     drafts) plus the tolerance;
+//   - tokens beside ultrafast work are capped at the most measured within the bound: each step
+//     with e tokens beside it, against the anchored solo step (a running mean per e), verifies e
+//     (within 1 + slack) or lowers the cap below it (past that plus the tolerance). The cap starts
+//     at 0; every kRampEvery-th bounded step may try more (the cap + 1, or doubled), except a size
+//     that failed: out for 16 bounded steps, doubling to 512 while it keeps failing. The model
+//     still chooses what fits under the cap, so a ramp step goes only as far as the model believes
+//     the bound allows.
+// Tolerance: twice the cost model's relative noise, 2% to 8%. The gross misjudgements lie far
+// past it; within it the cost model decides, as before the guard.
+//
 // Pure logic: no threads, no engine types; time comes from the injected Clock and costs from the
 // injected StepCostModel, so tests drive it with a FakeClock and a synthetic cost.
 //
@@ -36,7 +57,7 @@
 //     still fail when evicted blocks were shared with another sequence: drop that item;
 //   - set last_served = Clock::Now() for every sequence in the batch;
 //   - time decoder_->Forward() and call OnlineStepCostModel::Observe(plan.composition, seconds,
-//     plan.sample_weight);
+//     plan.sample_weight) and Scheduler::Observe(plan, seconds);
 //   - TierAdmission::SetUltrafastTokenSeconds(plan.ultrafast_solo_seconds) when it is > 0, and
 //     TierAdmission::Release(id) whenever a request ends.
 // The batch must honour the engine's own limits: pass max_step_tokens = the decoder's max_batch
@@ -142,7 +163,13 @@ struct StepPlan {
   std::vector<PrefillChunk> prefill;
   BatchComposition composition;  // what decode + prefill compute; feed to Observe
   double predicted_seconds = 0.0;
-  double ultrafast_solo_seconds = 0.0;  // 0 when no ultrafast work this step
+  // The solo step the bound is taken from: the model's prediction of the ultrafast-only batch,
+  // or less where a measured solo step says so (see Scheduler::Observe). 0 when no ultrafast
+  // work this step.
+  double ultrafast_solo_seconds = 0.0;
+  BatchComposition ultrafast_composition;  // the ultrafast-only part of `composition`
+  bool ultrafast_prefilling = false;       // some ultrafast work is a prompt chunk
+  int64_t extra_tokens = 0;                // tokens beside the ultrafast work
   double bound_seconds = std::numeric_limits<double>::infinity();
   enum class Probe { kNone, kSolo, kUp } probe = Probe::kNone;
   // Weight of this step's measurement in the cost model (OnlineStepCostModel::Observe).
@@ -160,13 +187,47 @@ class Scheduler {
   // probes, so the engine calls it once per step it runs.
   StepPlan Plan(const StepInput& input);
 
+  // The measured time of the step `plan` planned (the engine calls it after every step it runs,
+  // beside OnlineStepCostModel::Observe). Until the first call the bound rests on the cost model
+  // alone; from then on it also rests on what was measured (see "The measured guard" above).
+  void Observe(const StepPlan& plan, double seconds);
+
   const SchedulerOptions& options() const { return options_; }
+  // Tokens beside ultrafast work measured within the bound (the guard's cap between ramp steps).
+  int64_t verified_extra_tokens() const { return verified_extra_; }
 
  private:
+  // The solo step estimated from the last measured one: its time plus what the model says the
+  // difference in work costs (context growth, drafts). 0 when there is none.
+  double AnchoredSolo(const BatchComposition& solo) const;
+  // A solo measurement recent enough (in bounded steps and seconds) to anchor the bound.
+  bool AnchorFresh(double now) const;
+
   SchedulerOptions options_;
   const StepCostModel* cost_;
   const Clock* clock_;
   int64_t bounded_steps_ = 0;  // plans with ultrafast work so far
+  // The measured guard (see above).
+  bool observed_ = false;
+  struct Anchor {
+    bool valid = false;
+    BatchComposition solo;
+    double seconds = 0.0;
+    int64_t step = 0;     // bounded_steps_ when measured
+    double time = 0.0;    // Clock time when measured
+    int64_t samples = 0;  // solo steps since it was last stale
+  } anchor_;
+  struct RatioMean {
+    double ratio = 0.0;  // step over the anchored solo step, running mean
+    int64_t samples = 0;
+    int64_t step = 0;  // bounded_steps_ at the last sample
+  };
+  std::vector<RatioMean> ratios_;  // [tokens beside ultrafast work]
+  int64_t verified_extra_ = 0;
+  int64_t failed_extra_ = std::numeric_limits<int64_t>::max();
+  int64_t failed_until_ = 0;        // bounded_steps_ until which failed_extra_ holds
+  int64_t last_failed_extra_ = -1;  // the size that failed last, while it has not fitted since
+  int64_t backoff_ = 0;
 };
 
 }  // namespace uf::scheduler
