@@ -136,14 +136,7 @@ std::optional<ApiError> ParseAnthropicTools(const json& v, std::string_view body
   }
   const std::string tools_body = ojson{{"tools", tools}}.dump();
   if (auto e = ParseTools(json::parse(tools_body)["tools"], tools_body, r)) {
-    for (std::string* s : {&e->param, &e->message}) {
-      size_t at;
-      while ((at = s->find("].function.parameters")) != std::string::npos) {
-        s->replace(at, 21, "].input_schema");
-      }
-      while ((at = s->find("].function.")) != std::string::npos) s->replace(at, 11, "].");
-      while ((at = s->find("].function")) != std::string::npos) s->replace(at, 10, "]");
-    }
+    RenameToolParams(&*e, "input_schema");
     return e;
   }
   return std::nullopt;
@@ -301,6 +294,7 @@ void HttpServer::HandleMessages(const httplib::Request& req, httplib::Response& 
   binding.id_prefix = "msg_";
   binding.prompt_param = "messages";
   binding.max_tokens_param = "max_tokens";
+  binding.tool_parameters_param = "input_schema";
   binding.make_writer = [](ResponseOptions ro) {
     return std::unique_ptr<ResponseWriter>(std::make_unique<AnthropicWriter>(std::move(ro)));
   };

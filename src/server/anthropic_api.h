@@ -31,7 +31,9 @@ class AnthropicWriter : public ResponseWriter {
 
  private:
   static std::string Event(const std::string& type, nlohmann::json data);
-  void StreamText(std::string_view text, std::string* out);
+  // Text to the open text block (opening it first, unless the text so far is blank and flush is
+  // false).
+  void StreamText(std::string_view text, std::string* out, bool flush = false);
   void CloseBlock(std::string* out);
   std::string StopReason(const engine::GenerationEvent& final_event, bool calls) const;
   nlohmann::json Usage(const engine::GenerationEvent& final_event) const;
@@ -45,6 +47,7 @@ class AnthropicWriter : public ResponseWriter {
   std::string held_;        // parse_tools: the reply so far ...
   size_t sent_ = 0;         // ... of which this much went out as text
   bool in_call_ = false;
+  std::string blank_;  // blank text before the first block
   // Non-streamed.
   std::string text_;
   engine::GenerationEvent final_;

@@ -48,7 +48,13 @@ json AnthropicWriter::Usage(const engine::GenerationEvent& e) const {
           {"service_tier", "standard"}};
 }
 
-void AnthropicWriter::StreamText(std::string_view text, std::string* out) {
+void AnthropicWriter::StreamText(std::string_view text, std::string* out, bool flush) {
+  if (!text_open_ && blocks_ == 0) {
+    // White space alone opens no text block: it may be all that comes before a tool call.
+    blank_ += text;
+    if (!flush && blank_.find_first_not_of(" \t\r\n") == std::string::npos) return;
+    text = blank_;
+  }
   if (text.empty()) return;
   if (!text_open_) {
     text_open_ = true;
@@ -58,6 +64,7 @@ void AnthropicWriter::StreamText(std::string_view text, std::string* out) {
   }
   *out += Event("content_block_delta",
                 {{"index", blocks_ - 1}, {"delta", {{"type", "text_delta"}, {"text", text}}}});
+  blank_.clear();
 }
 
 void AnthropicWriter::CloseBlock(std::string* out) {
@@ -110,6 +117,7 @@ std::string AnthropicWriter::Stream(int, const engine::GenerationEvent& event) {
     calls = std::move(reply.calls);
     StreamText(calls.empty() ? tail : reply.content, &out);
   }
+  if (calls.empty()) StreamText("", &out, /*flush=*/true);  // a blank reply is still its text
   CloseBlock(&out);
   for (const ToolCall& call : calls) {
     const int index = blocks_++;

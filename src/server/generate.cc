@@ -12,6 +12,7 @@
 #include "server/connection.h"
 #include "server/http_server.h"
 #include "server/openai_response.h"
+#include "server/request_fields.h"
 #include "tokenizer/tokenizer.h"
 
 namespace uf::server {
@@ -365,7 +366,12 @@ void HttpServer::RunGeneration(ApiRequest api, const ApiBinding& binding, const 
                                httplib::Response& res) {
   const char* name = binding.endpoint;
   const ErrorStyle style = binding.errors;
-  auto fail = [&](const ApiError& e) { SendError(res, e, name, style); };
+  auto fail = [&](ApiError e) {
+    if (!binding.tool_parameters_param.empty()) {
+      RenameToolParams(&e, binding.tool_parameters_param);
+    }
+    SendError(res, e, name, style);
+  };
   if (auto e = CheckModel(api.model)) return fail(*e);
   std::vector<int32_t> prompt;
   std::string echo;

@@ -76,6 +76,9 @@ struct ApiBinding {
   std::string id_prefix = "chatcmpl-";  // response ids; also the ledger's request id
   std::string prompt_param = "messages";
   std::string max_tokens_param = "max_tokens";
+  // Flat tools (Responses, Messages): what a tool's parameters schema is called in error paths
+  // (RenameToolParams); "" for chat's tools[i].function.parameters.
+  std::string tool_parameters_param;
   // Called once the request is admitted, with the core's options (id, model, created, n, tools).
   std::function<std::unique_ptr<ResponseWriter>(ResponseOptions)> make_writer;
 };

@@ -190,6 +190,16 @@ std::optional<ApiError> ParseExtension(const std::string& key, const json& v, Ap
   return std::nullopt;
 }
 
+void RenameToolParams(ApiError* e, std::string_view parameters_as) {
+  const std::string params = "]." + std::string(parameters_as);
+  for (std::string* s : {&e->param, &e->message}) {
+    size_t at;
+    while ((at = s->find("].function.parameters")) != std::string::npos) s->replace(at, 21, params);
+    while ((at = s->find("].function.")) != std::string::npos) s->replace(at, 11, "].");
+    while ((at = s->find("].function")) != std::string::npos) s->replace(at, 10, "]");
+  }
+}
+
 std::optional<ApiError> SchemaGrammar(const nlohmann::ordered_json& schema,
                                       const std::string& param,
                                       std::shared_ptr<const grammar::Grammar>* out) {

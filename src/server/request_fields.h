@@ -49,6 +49,10 @@ std::optional<ApiError> ParseStop(const std::string& param, const nlohmann::json
 std::optional<ApiError> ParseExtension(const std::string& key, const nlohmann::json& v,
                                        ApiRequest* r, bool* known);
 
+// Renames the chat tools' paths in an error ("tools[0].function.parameters.x") to those of an API
+// whose tools are flat ("tools[0]." + parameters_as + ".x", "tools[0].name").
+void RenameToolParams(ApiError* e, std::string_view parameters_as);
+
 // The grammar of a JSON schema (key order as sent), or a 400 naming the keyword the compiler
 // cannot enforce (param + "." + its path).
 std::optional<ApiError> SchemaGrammar(const nlohmann::ordered_json& schema,

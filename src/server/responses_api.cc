@@ -84,11 +84,7 @@ std::optional<ApiError> ParseResponsesTools(const json& v, std::string_view body
   }
   const std::string tools_body = ojson{{"tools", tools}}.dump();
   if (auto e = ParseTools(json::parse(tools_body)["tools"], tools_body, r)) {
-    for (std::string* s : {&e->param, &e->message}) {
-      size_t at;
-      while ((at = s->find("].function.")) != std::string::npos) s->replace(at, 11, "].");
-      while ((at = s->find("].function")) != std::string::npos) s->replace(at, 10, "]");
-    }
+    RenameToolParams(&*e, "parameters");
     return e;
   }
   return std::nullopt;
@@ -401,6 +397,7 @@ void HttpServer::HandleResponses(const httplib::Request& req, httplib::Response&
   binding.id_prefix = "resp_";
   binding.prompt_param = "input";
   binding.max_tokens_param = "max_output_tokens";
+  binding.tool_parameters_param = "parameters";
   const Tokenizer& tok = service_->tokenizer();
   binding.make_writer = [&tok, echo = std::move(rr.echo),
                          target = std::move(target)](ResponseOptions ro) {

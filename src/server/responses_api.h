@@ -64,8 +64,9 @@ class ResponsesWriter : public ResponseWriter {
   nlohmann::json ResponseJson(const std::string& status, const nlohmann::json& output,
                               const engine::GenerationEvent* final_event) const;
   std::string Event(nlohmann::json event);  // numbered SSE "event: TYPE\ndata: {...}"
-  // Streaming: text to the open message item (opening it first).
-  void StreamText(std::string_view text, std::string* out);
+  // Streaming: text to the open message item (opening it first, unless the text so far is blank
+  // and flush is false).
+  void StreamText(std::string_view text, std::string* out, bool flush = false);
   void CloseMessage(std::string* out);
   // The finished response's object (stored first when asked): output items, usage and status.
   nlohmann::json Finish(const std::string& text, const nlohmann::json& output,
@@ -85,6 +86,7 @@ class ResponsesWriter : public ResponseWriter {
   size_t sent_ = 0;       // ... of which this much went out as text
   bool in_call_ = false;  // a call may have begun at sent_
   bool message_open_ = false;
+  std::string blank_;                                // blank text before the message opened
   std::string streamed_text_;                        // the open message's text so far
   nlohmann::json output_ = nlohmann::json::array();  // items done so far
   // Non-streamed.

@@ -75,7 +75,20 @@ std::string ResponsesWriter::Event(json event) {
   return "event: " + type + "\ndata: " + Dump(event) + "\n\n";
 }
 
-void ResponsesWriter::StreamText(std::string_view text, std::string* out) {
+static bool Blank(std::string_view s) {
+  return s.find_first_not_of(" \t\r\n") == std::string::npos;
+}
+
+void ResponsesWriter::StreamText(std::string_view text, std::string* out, bool flush) {
+  std::string held;
+  if (!message_open_) {
+    // White space alone opens no message: it may be all that comes before a tool call.
+    blank_ += text;
+    if (!flush && Blank(blank_)) return;
+    held = std::move(blank_);
+    blank_.clear();
+    text = held;
+  }
   if (!message_open_) {
     message_open_ = true;
     const int index = static_cast<int>(output_.size());
@@ -152,7 +165,8 @@ std::string ResponsesWriter::Stream(int, const engine::GenerationEvent& event) {
     const std::string& rest = calls.empty() ? tail : reply.content;
     if (!rest.empty()) StreamText(rest, &out);
   }
-  if (calls.empty() && !message_open_ && output_.empty()) StreamText("", &out);  // an empty reply
+  // A reply without calls is a message, even an empty or blank one.
+  if (calls.empty() && !message_open_) StreamText("", &out, /*flush=*/true);
   const bool incomplete = event.finish == engine::FinishReason::kLength && calls.empty();
   CloseMessage(&out);
   if (incomplete && !output_.empty()) output_.back()["status"] = "incomplete";
