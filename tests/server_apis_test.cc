@@ -118,6 +118,10 @@ TEST(ResponsesRequestTest, UnsupportedFieldsAreNamed) {
                 .param,
             "text.format.schema.properties.s.pattern");
   EXPECT_EQ(ResponsesError(R"({"model": "m"})").param, "input");
+  // Fields of unexpected JSON types are 400s too, never a server error.
+  EXPECT_EQ(ResponsesError(R"({"model": "m", "input": [{"type": 5}]})").status, 400);
+  EXPECT_EQ(ResponsesError(R"({"model": "m", "input": [{"role": "user", "content": 5}]})").status,
+            400);
 }
 
 TEST(MessagesRequestTest, BlocksBecomeChatMessages) {
@@ -180,6 +184,11 @@ TEST(MessagesRequestTest, ErrorsNameTheField) {
       "name": "bash"}]})")
                 .param,
             "tools[0].type");
+  EXPECT_EQ(MessagesError(R"({"model": "m", "max_tokens": 4, "messages": [{"role": "user",
+      "content": [{"type": "tool_result", "tool_use_id": "t", "is_error": "yes"}]}]})")
+                .status,
+            400);
+  EXPECT_EQ(MessagesError("{" + msgs + R"(, "max_tokens": 4, "thinking": "on"})").status, 400);
   EXPECT_EQ(MessagesError("{" + msgs + R"(, "max_tokens": 4, "tool_choice": {"type": "tool",
       "name": "nope"}})")
                 .code,
@@ -663,9 +672,8 @@ TEST(ApisServerTest, CancelledStreamsCountInMetrics) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     n = generated();
   }
-  EXPECT_GE(n, 2.0);
-  EXPECT_LE(n, static_cast<double>(
-                   st.tiers[static_cast<int>(scheduler::ServiceTier::kDefault)].generated_tokens));
+  EXPECT_GE(n, 2.0);     // at least the deltas read
+  EXPECT_LT(n, 3900.0);  // and not the whole budget: it was cancelled
 }
 
 }  // namespace

@@ -177,8 +177,9 @@ std::optional<ApiError> ParseAnthropicToolChoice(const json& v, ApiRequest* r) {
 
 }  // namespace
 
-std::optional<ApiError> ParseMessagesRequest(std::string_view body, const ParseOptions& options,
-                                             bool count_tokens, ApiRequest* out) {
+static std::optional<ApiError> ParseMessagesRequestImpl(std::string_view body,
+                                                        const ParseOptions& options,
+                                                        bool count_tokens, ApiRequest* out) {
   *out = ApiRequest();
   ApiRequest& r = *out;
   r.endpoint = Endpoint::kChat;
@@ -275,6 +276,17 @@ std::optional<ApiError> ParseMessagesRequest(std::string_view body, const ParseO
   for (json& m : messages) r.messages.push_back(std::move(m));
   if (auto e = CheckToolChoice(r)) return e;
   return std::nullopt;
+}
+
+std::optional<ApiError> ParseMessagesRequest(std::string_view body, const ParseOptions& options,
+                                             bool count_tokens, ApiRequest* out) {
+  // A field of an unexpected JSON type that a lookup trips over is the client's error (400), not
+  // the server's.
+  try {
+    return ParseMessagesRequestImpl(body, options, count_tokens, out);
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidRequest(std::string("Invalid request body: ") + e.what());
+  }
 }
 
 void HttpServer::HandleMessages(const httplib::Request& req, httplib::Response& res) {

@@ -266,8 +266,9 @@ std::optional<ApiError> ResponsesInputMessages(const json& input, json* messages
   return std::nullopt;
 }
 
-std::optional<ApiError> ParseResponsesRequest(std::string_view body, const ParseOptions& options,
-                                              ResponsesRequest* out) {
+static std::optional<ApiError> ParseResponsesRequestImpl(std::string_view body,
+                                                         const ParseOptions& options,
+                                                         ResponsesRequest* out) {
   *out = ResponsesRequest();
   ApiRequest& r = out->api;
   r.endpoint = Endpoint::kChat;
@@ -351,6 +352,17 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body, const Parse
   if (!have_input && out->previous_response_id.empty()) return MissingParam("input");
   if (auto e = CheckToolChoice(r)) return e;
   return std::nullopt;
+}
+
+std::optional<ApiError> ParseResponsesRequest(std::string_view body, const ParseOptions& options,
+                                              ResponsesRequest* out) {
+  // A field of an unexpected JSON type that a lookup trips over is the client's error (400), not
+  // the server's.
+  try {
+    return ParseResponsesRequestImpl(body, options, out);
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidRequest(std::string("Invalid request body: ") + e.what());
+  }
 }
 
 void HttpServer::HandleResponses(const httplib::Request& req, httplib::Response& res) {
