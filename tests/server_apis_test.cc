@@ -249,6 +249,72 @@ std::vector<json> Events(const std::string& body) {
   return out;
 }
 
+TEST(ThinkSplitterTest, SplitsALeadingThinkBlockAsItStreams) {
+  ThinkSplitter t;
+  std::string reasoning, answer;
+  for (std::string_view piece : {"\n<th", "ink>Let me", " see.</th", "ink>\n\n", "Hi", " there"}) {
+    ThinkSplitter::Piece p = t.Push(piece);
+    reasoning += p.reasoning;
+    answer += p.answer;
+  }
+  ThinkSplitter::Piece p = t.Flush();
+  EXPECT_EQ(reasoning + p.reasoning, "Let me see.");
+  EXPECT_EQ(answer + p.answer, "Hi there");
+  EXPECT_TRUE(t.had_reasoning());
+  ThinkSplitter plain;  // no <think>: all answer, the text as it came
+  EXPECT_EQ(plain.Push(" <thi").answer, "");
+  EXPECT_EQ(plain.Push("s>").answer, " <this>");
+  EXPECT_FALSE(plain.had_reasoning());
+  ThinkSplitter cut;  // cut off while thinking: all reasoning
+  EXPECT_EQ(cut.Push("<think>abc</th").reasoning, "abc");
+  EXPECT_EQ(cut.Flush().reasoning, "</th");
+}
+
+// A reasoning model's reply: a reasoning item before the message, streamed and not alike.
+TEST(ResponsesWriterTest, ReasoningItemThenMessage) {
+  ResponseOptions ro;
+  ro.id = "resp_x";
+  ro.model = "m";
+  std::vector<engine::GenerationEvent> events;
+  for (const char* text : {"<think>", "Hm", "m.", "</think>", "\n\n", "Yes", "."}) {
+    engine::GenerationEvent ev;
+    ev.text = text;
+    ev.n_tokens = 1;
+    events.push_back(ev);
+  }
+  events.back().finish = engine::FinishReason::kStop;
+  events.back().prompt_tokens = 3;
+  events.back().completion_tokens = 7;
+  ResponsesWriter whole(ro, json::object(), {});
+  ResponsesWriter streamed(ro, json::object(), {});
+  std::string sse;
+  for (const auto& ev : events) {
+    whole.Add(0, ev);
+    sse += streamed.Stream(0, ev);
+  }
+  const json body = json::parse(whole.Body());
+  ASSERT_EQ(body["output"].size(), 2u) << body.dump();
+  EXPECT_EQ(body["output"][0]["type"], "reasoning");
+  EXPECT_EQ(body["output"][0]["content"][0]["text"], "Hmm.");
+  EXPECT_EQ(body["output"][1]["content"][0]["text"], "Yes.");
+  EXPECT_EQ(body["usage"]["output_tokens_details"]["reasoning_tokens"], 5);
+  std::string reasoning, text;
+  json final;
+  for (const json& e : Events(sse)) {
+    if (e["type"] == "response.reasoning_text.delta") reasoning += e["delta"];
+    if (e["type"] == "response.output_text.delta") text += e["delta"];
+    if (e["type"] == "response.completed") final = e["response"];
+  }
+  EXPECT_EQ(reasoning, "Hmm.");
+  EXPECT_EQ(text, "Yes.");
+  json a = final["output"], b = body["output"];
+  for (json* items : {&a, &b}) {
+    for (json& item : *items) item.erase("id");  // each writer has its own
+  }
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(final["usage"], body["usage"]);
+}
+
 json PostJson(ServerHarness& h, const std::string& path, const json& body, int want = 200) {
   auto res = h.Post(path, body.dump());
   EXPECT_TRUE(res);
@@ -490,6 +556,7 @@ TEST(ApisServerTest, MessagesShapesStopsToolsAndCounts) {
                {"ignore_eos", true}};
   const json whole = PostJson(h, "/v1/messages", body);
   EXPECT_EQ(whole["type"], "message");
+  EXPECT_EQ(whole["usage"]["service_tier"], "standard");
   EXPECT_TRUE(whole["id"].get<std::string>().starts_with("msg_"));
   EXPECT_EQ(whole["role"], "assistant");
   EXPECT_EQ(whole["stop_reason"], "max_tokens");
@@ -658,7 +725,8 @@ TEST(ApisServerTest, CancelledStreamsCountInMetrics) {
   std::string got;
   char buf[1024];
   // Until a few text deltas came.
-  while (got.find("output_text.delta", got.find("output_text.delta") + 1) == std::string::npos) {
+  const std::string delta = "event: response.output_text.delta";
+  while (got.find(delta, got.find(delta) + 1) == std::string::npos) {
     const ssize_t n = recv(fd, buf, sizeof(buf), 0);
     ASSERT_GT(n, 0);
     got.append(buf, static_cast<size_t>(n));

@@ -19,6 +19,18 @@ json ToolUseBlock(const ToolCall& call, bool with_input) {
   return {{"type", "tool_use"}, {"id", ToolUseId(call)}, {"name", call.name}, {"input", input}};
 }
 
+// Anthropic's names for the serving tier: priority (ultrafast), standard (default), batch (flex).
+const char* AnthropicTier(scheduler::ServiceTier tier) {
+  switch (tier) {
+    case scheduler::ServiceTier::kUltrafast:
+      return "priority";
+    case scheduler::ServiceTier::kFlex:
+      return "batch";
+    default:
+      return "standard";
+  }
+}
+
 bool Failed(const engine::GenerationEvent& e) {
   return e.finish == engine::FinishReason::kError || e.finish == engine::FinishReason::kCancelled;
 }
@@ -45,7 +57,7 @@ json AnthropicWriter::Usage(const engine::GenerationEvent& e) const {
           {"cache_creation_input_tokens", 0},
           {"cache_read_input_tokens", e.cached_tokens},
           {"output_tokens", e.completion_tokens},
-          {"service_tier", "standard"}};
+          {"service_tier", AnthropicTier(e.service_tier)}};
 }
 
 void AnthropicWriter::StreamText(std::string_view text, std::string* out, bool flush) {

@@ -410,11 +410,10 @@ void HttpServer::HandleResponses(const httplib::Request& req, httplib::Response&
   binding.prompt_param = "input";
   binding.max_tokens_param = "max_output_tokens";
   binding.tool_parameters_param = "parameters";
-  const Tokenizer& tok = service_->tokenizer();
-  binding.make_writer = [&tok, echo = std::move(rr.echo),
+  binding.make_writer = [echo = std::move(rr.echo),
                          target = std::move(target)](ResponseOptions ro) {
     return std::unique_ptr<ResponseWriter>(
-        std::make_unique<ResponsesWriter>(std::move(ro), tok, echo, target));
+        std::make_unique<ResponsesWriter>(std::move(ro), echo, target));
   };
   RunGeneration(std::move(rr.api), binding, who, arrival, req, res);
 }

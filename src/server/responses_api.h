@@ -15,10 +15,6 @@
 #include "server/openai_response.h"
 #include "server/responses_store.h"
 
-namespace uf {
-class Tokenizer;
-}
-
 namespace uf::server {
 
 struct ResponsesRequest {
@@ -41,6 +37,28 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body, const Parse
 std::optional<ApiError> ResponsesInputMessages(const nlohmann::json& input,
                                                nlohmann::json* messages);
 
+// A reasoning model's reply split as it streams: the text between a leading <think> and
+// </think> is its reasoning (a `reasoning` output item), the rest (white space after </think>
+// dropped) its answer. A reply that does not start with <think> is all answer.
+class ThinkSplitter {
+ public:
+  struct Piece {
+    std::string reasoning;
+    std::string answer;
+  };
+  Piece Push(std::string_view text);
+  Piece Flush();  // the reply ended: whatever was held back
+  bool thinking() const { return phase_ == Phase::kThinking; }
+  bool had_reasoning() const { return had_reasoning_; }
+
+ private:
+  enum class Phase { kStart, kThinking, kAnswer };
+  Phase phase_ = Phase::kStart;
+  std::string held_;  // text that may still turn out to be a tag
+  bool had_reasoning_ = false;
+  bool strip_ = false;  // just after </think>: drop the answer's leading white space
+};
+
 // Where a finished response goes (store: true): the conversation through it.
 struct ResponsesStoreTarget {
   ResponseStore* store = nullptr;  // nullptr: not stored
@@ -51,8 +69,7 @@ struct ResponsesStoreTarget {
 // The response object and its event stream. n is 1 (the Responses API has no choices).
 class ResponsesWriter : public ResponseWriter {
  public:
-  ResponsesWriter(ResponseOptions options, const Tokenizer& tokenizer, nlohmann::json echo,
-                  ResponsesStoreTarget target);
+  ResponsesWriter(ResponseOptions options, nlohmann::json echo, ResponsesStoreTarget target);
 
   std::string Stream(int index, const engine::GenerationEvent& event) override;
   std::string StreamError(const ApiError& error) override;
@@ -68,17 +85,27 @@ class ResponsesWriter : public ResponseWriter {
   // and flush is false).
   void StreamText(std::string_view text, std::string* out, bool flush = false);
   void CloseMessage(std::string* out);
+  // Streaming: reasoning text to the open reasoning item (opening it first), and closing it.
+  void StreamReasoning(std::string_view text, std::string* out);
+  void CloseReasoning(std::string* out);
+  // Reasoning and answer text of one event; counts the reasoning's tokens.
+  ThinkSplitter::Piece Split(const engine::GenerationEvent& event);
   // The finished response's object (stored first when asked): output items, usage and status.
   nlohmann::json Finish(const std::string& text, const nlohmann::json& output,
                         const std::vector<ToolCall>& calls,
                         const engine::GenerationEvent& final_event) const;
 
   ResponseOptions options_;
-  const Tokenizer& tokenizer_;
   nlohmann::json echo_;
   ResponsesStoreTarget target_;
   scheduler::ServiceTier tier_ = scheduler::ServiceTier::kDefault;
   std::string msg_id_;
+  std::string rs_id_;  // the reasoning item's
+  ThinkSplitter splitter_;
+  int64_t reasoning_tokens_ = 0;
+  bool answer_started_ = false;
+  bool reasoning_open_ = false;
+  std::string reasoning_text_;
   // Streaming state.
   int64_t sequence_ = 0;
   bool started_ = false;

@@ -1,6 +1,5 @@
 // ResponsesWriter (responses_api.h): the `response` object and its typed event stream.
 #include "server/responses_api.h"
-#include "tokenizer/tokenizer.h"
 
 namespace uf::server {
 
@@ -8,12 +7,25 @@ using json = nlohmann::json;
 
 namespace {
 
-json UsageOf(const engine::GenerationEvent& e) {
+constexpr std::string_view kThinkOpen = "<think>", kThinkClose = "</think>";
+constexpr const char* kBlank = " \t\r\n";
+
+json UsageOf(const engine::GenerationEvent& e, int64_t reasoning_tokens) {
   return {{"input_tokens", e.prompt_tokens},
           {"input_tokens_details", {{"cached_tokens", e.cached_tokens}}},
           {"output_tokens", e.completion_tokens},
-          {"output_tokens_details", {{"reasoning_tokens", 0}}},
+          {"output_tokens_details", {{"reasoning_tokens", reasoning_tokens}}},
           {"total_tokens", e.prompt_tokens + e.completion_tokens}};
+}
+
+json ReasoningItem(const std::string& id, const std::string& text, bool done) {
+  json content = json::array();
+  if (done) content.push_back({{"type", "reasoning_text"}, {"text", text}});
+  return {{"type", "reasoning"},
+          {"id", id},
+          {"summary", json::array()},
+          {"content", std::move(content)},
+          {"status", done ? "completed" : "in_progress"}};
 }
 
 json TextPart(const std::string& text) {
@@ -43,13 +55,130 @@ bool Failed(const engine::GenerationEvent& e) {
 
 }  // namespace
 
-ResponsesWriter::ResponsesWriter(ResponseOptions options, const Tokenizer& tokenizer, json echo,
-                                 ResponsesStoreTarget target)
+ResponsesWriter::ResponsesWriter(ResponseOptions options, json echo, ResponsesStoreTarget target)
     : options_(std::move(options)),
-      tokenizer_(tokenizer),
       echo_(std::move(echo)),
       target_(std::move(target)),
-      msg_id_(RandomId("msg_")) {}
+      msg_id_(RandomId("msg_")),
+      rs_id_(RandomId("rs_")) {}
+
+ThinkSplitter::Piece ThinkSplitter::Push(std::string_view text) {
+  Piece p;
+  held_ += text;
+  for (;;) {
+    if (phase_ == Phase::kStart) {
+      const size_t i = held_.find_first_not_of(kBlank);
+      if (i == std::string::npos) return p;  // blank so far: nothing is known yet
+      const std::string_view t = std::string_view(held_).substr(i);
+      if (t.size() < kThinkOpen.size() && kThinkOpen.starts_with(t)) return p;
+      if (!t.starts_with(kThinkOpen)) {
+        phase_ = Phase::kAnswer;
+        continue;
+      }
+      held_ = std::string(t.substr(kThinkOpen.size()));
+      phase_ = Phase::kThinking;
+      had_reasoning_ = true;
+    } else if (phase_ == Phase::kThinking) {
+      const size_t close = held_.find(kThinkClose);
+      if (close != std::string::npos) {
+        p.reasoning += held_.substr(0, close);
+        held_.erase(0, close + kThinkClose.size());
+        phase_ = Phase::kAnswer;
+        strip_ = true;
+        continue;
+      }
+      size_t keep = 0;  // a suffix that may begin </think>
+      for (size_t k = std::min(held_.size(), kThinkClose.size() - 1); k > 0; --k) {
+        if (held_.ends_with(kThinkClose.substr(0, k))) {
+          keep = k;
+          break;
+        }
+      }
+      p.reasoning += held_.substr(0, held_.size() - keep);
+      held_.erase(0, held_.size() - keep);
+      return p;
+    } else {
+      if (strip_) {
+        const size_t i = held_.find_first_not_of(kBlank);
+        if (i == std::string::npos) {
+          held_.clear();
+          return p;
+        }
+        held_.erase(0, i);
+        strip_ = false;
+      }
+      p.answer += held_;
+      held_.clear();
+      return p;
+    }
+  }
+}
+
+ThinkSplitter::Piece ThinkSplitter::Flush() {
+  Piece p;
+  if (phase_ == Phase::kThinking) {
+    p.reasoning = std::move(held_);
+  } else if (!strip_) {
+    p.answer = std::move(held_);
+  }
+  held_.clear();
+  return p;
+}
+
+ThinkSplitter::Piece ResponsesWriter::Split(const engine::GenerationEvent& event) {
+  ThinkSplitter::Piece p = splitter_.Push(event.text);
+  if (event.finish != engine::FinishReason::kNone) {
+    ThinkSplitter::Piece rest = splitter_.Flush();
+    p.reasoning += rest.reasoning;
+    p.answer += rest.answer;
+  }
+  // Tokens until the answer's first text are the reasoning's (the </think> tag included).
+  if (splitter_.had_reasoning() && !answer_started_ && p.answer.empty()) {
+    reasoning_tokens_ += event.n_tokens;
+  }
+  if (!p.answer.empty()) answer_started_ = true;
+  return p;
+}
+
+void ResponsesWriter::StreamReasoning(std::string_view text, std::string* out) {
+  if (!reasoning_open_) {
+    reasoning_open_ = true;
+    *out += Event({{"type", "response.output_item.added"},
+                   {"output_index", output_.size()},
+                   {"item", ReasoningItem(rs_id_, "", false)}});
+    *out += Event({{"type", "response.content_part.added"},
+                   {"item_id", rs_id_},
+                   {"output_index", output_.size()},
+                   {"content_index", 0},
+                   {"part", {{"type", "reasoning_text"}, {"text", ""}}}});
+  }
+  if (text.empty()) return;
+  reasoning_text_ += text;
+  *out += Event({{"type", "response.reasoning_text.delta"},
+                 {"item_id", rs_id_},
+                 {"output_index", output_.size()},
+                 {"content_index", 0},
+                 {"delta", text}});
+}
+
+void ResponsesWriter::CloseReasoning(std::string* out) {
+  if (!reasoning_open_) return;
+  reasoning_open_ = false;
+  const size_t index = output_.size();
+  *out += Event({{"type", "response.reasoning_text.done"},
+                 {"item_id", rs_id_},
+                 {"output_index", index},
+                 {"content_index", 0},
+                 {"text", reasoning_text_}});
+  *out += Event({{"type", "response.content_part.done"},
+                 {"item_id", rs_id_},
+                 {"output_index", index},
+                 {"content_index", 0},
+                 {"part", {{"type", "reasoning_text"}, {"text", reasoning_text_}}}});
+  json item = ReasoningItem(rs_id_, reasoning_text_, true);
+  *out += Event({{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}});
+  output_.push_back(std::move(item));
+}
 
 json ResponsesWriter::ResponseJson(const std::string& status, const json& output,
                                    const engine::GenerationEvent* final_event) const {
@@ -64,7 +193,7 @@ json ResponsesWriter::ResponseJson(const std::string& status, const json& output
   r["model"] = options_.model;
   r["output"] = output;
   r["service_tier"] = scheduler::ServiceTierName(tier_);
-  r["usage"] = final_event != nullptr ? UsageOf(*final_event) : json(nullptr);
+  r["usage"] = final_event != nullptr ? UsageOf(*final_event, reasoning_tokens_) : json(nullptr);
   if (status == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   return r;
 }
@@ -144,16 +273,22 @@ std::string ResponsesWriter::Stream(int, const engine::GenerationEvent& event) {
     return out + StreamError(ServerError(
                      500, event.error.ok() ? "generation was cancelled" : event.error.message()));
   }
+  const ThinkSplitter::Piece piece = Split(event);
+  if (!piece.reasoning.empty() || splitter_.thinking()) StreamReasoning(piece.reasoning, &out);
+  if (!splitter_.thinking() &&
+      (!piece.answer.empty() || event.finish != engine::FinishReason::kNone)) {
+    CloseReasoning(&out);
+  }
   if (options_.parse_tools) {
-    held_ += event.text;
+    held_ += piece.answer;
     if (!in_call_) {
       const std::string_view pending = std::string_view(held_).substr(sent_);
       const size_t n = StreamableContent(pending, options_.tool_format, sent_ == 0, &in_call_);
       if (n > 0) StreamText(pending.substr(0, n), &out);
       sent_ += n;
     }
-  } else if (!event.text.empty()) {
-    StreamText(event.text, &out);
+  } else if (!piece.answer.empty()) {
+    StreamText(piece.answer, &out);
   }
   if (event.finish == engine::FinishReason::kNone || done_) return out;
   done_ = true;
@@ -213,7 +348,9 @@ std::string ResponsesWriter::StreamError(const ApiError& error) {
 
 void ResponsesWriter::Add(int, const engine::GenerationEvent& event) {
   tier_ = event.service_tier;
-  text_ += event.text;
+  const ThinkSplitter::Piece piece = Split(event);
+  reasoning_text_ += piece.reasoning;
+  text_ += piece.answer;
   if (event.finish != engine::FinishReason::kNone) final_ = event;
 }
 
@@ -229,6 +366,7 @@ std::string ResponsesWriter::Body() const {
   }
   const bool incomplete = final_.finish == engine::FinishReason::kLength && calls.empty();
   json output = json::array();
+  if (splitter_.had_reasoning()) output.push_back(ReasoningItem(rs_id_, reasoning_text_, true));
   if (!content.empty() || calls.empty()) {
     output.push_back(MessageItem(msg_id_, incomplete ? "incomplete" : "completed",
                                  json::array({TextPart(content)})));
