@@ -153,7 +153,8 @@ int RunServe(const ServeArgs& args) {
 
 void AddServeCommands(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
-  CLI::App* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  CLI::App* serve = app.add_subcommand(
+      "serve", "HTTP server: OpenAI chat/completions and responses, Anthropic messages");
   serve->add_option("-m,--model", args->model, "GGUF model file")->required();
   serve->add_option("--model-id", args->model_id, "model name clients send (default: file stem)");
   serve->add_option("--host", args->host, "address to listen on")->capture_default_str();
