@@ -41,6 +41,8 @@ struct ServeArgs {
   int ultrafast_capacity = 1;       // concurrent ultrafast streams; 0 disables the tier
   std::string default_tier = "default";  // what `auto` and absent service_tier mean
   std::string history_dir;  // Computer History folder for POST /v1/history/ask; "" = off
+  size_t responses_store = 1000;  // stored Responses API responses at most (0 = none kept)
+  double responses_ttl_s = 3600;  // how long each is kept
 };
 
 // Runs the server until SIGINT/SIGTERM; returns the process exit code.
