@@ -18,6 +18,7 @@
 #include "kernels/ops.h"
 #include "kernels/quant.h"
 #include "model/decoder.h"
+#include "shared_data.h"
 #include "test_models.h"
 
 namespace uf {
@@ -271,6 +272,7 @@ TEST(F32ToF16, SameBitsOnEveryTier) {
 // thread never splits. The result must be the same bits either way, and the same as a row of a
 // multi-token batch (the lossless-speculation requirement), past several chunks.
 TEST(FlashDecoding, SplitStepsAreBitIdenticalToUnsplitOnes) {
+  UF_REQUIRE_SHARED();
   const testing_models::Loaded& l = testing_models::TinyQwen2();
   const model::ModelConfig& c = l.model->config();
   ASSERT_LT(c.n_head_kv, 8) << "the 4-thread run must split";

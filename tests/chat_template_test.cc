@@ -14,6 +14,8 @@
 #include <sstream>
 #include <string>
 
+#include "shared_data.h"
+
 namespace uf {
 namespace {
 
@@ -75,6 +77,7 @@ std::string Today(const char* format) {
 // Real templates
 
 TEST(ChatTemplateTest, Qwen25) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("Qwen-Qwen2.5-7B-Instruct.jinja");
   const std::string body =
       "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
@@ -94,6 +97,7 @@ TEST(ChatTemplateTest, Qwen25) {
 }
 
 TEST(ChatTemplateTest, Qwen25ToolCallsAndResults) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("Qwen-Qwen2.5-7B-Instruct.jinja");
   ojson messages = ojson::parse(R"([
     {"role": "user", "content": "Weather?"},
@@ -122,6 +126,7 @@ TEST(ChatTemplateTest, Qwen25ToolCallsAndResults) {
 }
 
 TEST(ChatTemplateTest, Qwen3) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("Qwen-Qwen3-0.6B.jinja");
   const std::string body =
       "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
@@ -138,6 +143,7 @@ TEST(ChatTemplateTest, Qwen3) {
 }
 
 TEST(ChatTemplateTest, Qwen3KeepsReasoningAfterLastQuery) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("Qwen-Qwen3-0.6B.jinja");
   json messages = json::parse(R"([
     {"role": "user", "content": "Hi"},
@@ -157,6 +163,7 @@ TEST(ChatTemplateTest, Qwen3KeepsReasoningAfterLastQuery) {
 }
 
 TEST(ChatTemplateTest, DeepSeekR1DistillLlama) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja");
   const std::string bos = "<｜begin▁of▁sentence｜>";
   const std::string body =
@@ -175,6 +182,7 @@ TEST(ChatTemplateTest, DeepSeekR1DistillLlama) {
 }
 
 TEST(ChatTemplateTest, Llama31) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("meta-llama-Llama-3.1-8B-Instruct.jinja");
   const std::string body =
       "<|begin_of_text|>"
@@ -190,6 +198,7 @@ TEST(ChatTemplateTest, Llama31) {
 }
 
 TEST(ChatTemplateTest, Llama31WithTools) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("meta-llama-Llama-3.1-8B-Instruct.jinja");
   ojson messages = ojson::parse(R"([
     {"role": "user", "content": "Weather in Paris?"},
@@ -238,6 +247,7 @@ TEST(ChatTemplateTest, Llama31WithTools) {
 }
 
 TEST(ChatTemplateTest, MistralSmall32) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("Mistral-Small-3.2-24B-Instruct-2506.jinja");
   const std::string expected =
       "<s>[SYSTEM_PROMPT]You are a helpful assistant.[/SYSTEM_PROMPT]"
@@ -261,6 +271,7 @@ TEST(ChatTemplateTest, MistralSmall32) {
 }
 
 TEST(ChatTemplateTest, MistralSmall32RejectsNonAlternatingRoles) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("Mistral-Small-3.2-24B-Instruct-2506.jinja");
   json messages = json::parse(R"([{"role": "user", "content": "a"},
                                   {"role": "user", "content": "b"}])");
@@ -272,6 +283,7 @@ TEST(ChatTemplateTest, MistralSmall32RejectsNonAlternatingRoles) {
 }
 
 TEST(ChatTemplateTest, SmolLM3) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("HuggingFaceTB-SmolLM3-3B.jinja");
   auto header = [](const std::string& mode) {
     return "<|im_start|>system\n## Metadata\n\nKnowledge Cutoff Date: June 2025\nReasoning "
@@ -297,6 +309,7 @@ TEST(ChatTemplateTest, SmolLM3) {
 }
 
 TEST(ChatTemplateTest, Hermes3ToolUse) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja");
   ojson messages = ojson::parse(R"([{"role": "user", "content": "Hi"}])");
   ojson extra = ojson::parse(R"({"tools": [{"type": "function", "function": {
@@ -331,6 +344,7 @@ TEST(ChatTemplateTest, Hermes3ToolUse) {
 // Llama 3.2 takes today's date from strftime_now (3.1 hard-codes 26 Jul 2024); date_string from
 // the caller overrides both. The system message is trimmed into the header after the date lines.
 TEST(ChatTemplateTest, Llama32) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("meta-llama-Llama-3.2-3B-Instruct.jinja");
   const std::string bos = "<|begin_of_text|>";
   auto header = [](const std::string& date, const std::string& system) {
@@ -354,6 +368,7 @@ TEST(ChatTemplateTest, Llama32) {
 }
 
 TEST(ChatTemplateTest, Llama32ToolsInSystemMessage) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("meta-llama-Llama-3.2-3B-Instruct.jinja");
   ojson extra = ojson::parse(R"({"date_string": "02 Dec 2026", "tools_in_user_message": false,
     "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]})");
@@ -382,6 +397,7 @@ TEST(ChatTemplateTest, Llama32ToolsInSystemMessage) {
 }
 
 TEST(ChatTemplateTest, Llama31WithoutSystemAndBuiltinTools) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("meta-llama-Llama-3.1-8B-Instruct.jinja");
   // 3.3 ships the same template.
   EXPECT_EQ(ReadTemplate("meta-llama-Llama-3.1-8B-Instruct.jinja"),
@@ -409,6 +425,7 @@ TEST(ChatTemplateTest, Llama31WithoutSystemAndBuiltinTools) {
 }
 
 TEST(ChatTemplateTest, Qwen3WithoutSystemReasoningAndTools) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("Qwen-Qwen3-0.6B.jinja");
   EXPECT_EQ(RenderOk(t, ConversationWithoutSystem(), true),
             "<|im_start|>user\nHello!<|im_end|>\n"
@@ -444,6 +461,7 @@ TEST(ChatTemplateTest, Qwen3WithoutSystemReasoningAndTools) {
 }
 
 TEST(ChatTemplateTest, Gemma2) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("google-gemma-2-2b-it.jinja");
   // Assistant is spelled "model"; content is trimmed; no generation prompt -> nothing after the
   // last <end_of_turn>\n.
@@ -460,6 +478,7 @@ TEST(ChatTemplateTest, Gemma2) {
 }
 
 TEST(ChatTemplateTest, Gemma4) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("google-gemma-4-31B-it.jinja");
   const std::string turns =
       "<|turn>user\nHello!<turn|>\n"
@@ -483,6 +502,7 @@ TEST(ChatTemplateTest, Gemma4) {
 }
 
 TEST(ChatTemplateTest, Phi35) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("microsoft-Phi-3.5-mini-instruct.jinja");
   const std::string body =
       "<|system|>\nYou are a helpful assistant.<|end|>\n<|user|>\nHello!<|end|>\n"
@@ -500,6 +520,7 @@ TEST(ChatTemplateTest, Phi35) {
 }
 
 TEST(ChatTemplateTest, MistralNemo) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("mistralai-Mistral-Nemo-Instruct-2407.jinja");
   // The system message is prepended to the LAST user message; no generation prompt exists.
   const std::string with_system =
@@ -540,6 +561,7 @@ TEST(ChatTemplateTest, MistralNemo) {
 }
 
 TEST(ChatTemplateTest, Ministral3Reasoning) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("mistralai-Ministral-3-14B-Reasoning-2512.jinja");
   const std::string turns = "[INST]Hello![/INST]Hi there.</s>[INST]What is 2+2?[/INST]";
   EXPECT_EQ(RenderOk(t, Conversation(), true, "<s>", "</s>"),
@@ -575,6 +597,7 @@ TEST(ChatTemplateTest, Ministral3Reasoning) {
 }
 
 TEST(ChatTemplateTest, Devstral) {
+  UF_REQUIRE_SHARED();
   ChatTemplate t = FromFile("unsloth-mistral-Devstral-Small-2507.jinja");
   const std::string turns = "[INST]Hello![/INST]Hi there.</s>[INST]What is 2+2?[/INST]";
   EXPECT_EQ(RenderOk(t, Conversation(), true, "<s>", "</s>"),
@@ -723,6 +746,7 @@ struct SmokeCase {
 };
 
 TEST(ChatTemplateTest, EveryTemplateRenders) {
+  UF_REQUIRE_SHARED();
   const json tools = json::parse(R"([{"type": "function", "function": {
     "name": "get_weather", "description": "Get the weather",
     "parameters": {"type": "object", "properties": {"city": {"type": "string",

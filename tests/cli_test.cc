@@ -7,10 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 
 #include "gguf/gguf.h"
+#include "shared_data.h"
 #include "tokenizer/tokenizer.h"
 
 namespace uf {
@@ -47,13 +49,13 @@ class CliTest : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
 
-  // Runs `ultrafast args` with stdin from `input`; UF_DEMO_MODEL is cleared so a developer's
+  // Runs `env ultrafast args` with stdin from `input`; UF_DEMO_MODEL is cleared so a developer's
   // setting cannot leak in.
-  Result Run(const std::string& args, const std::string& input = "") {
+  Result Run(const std::string& args, const std::string& input = "", const std::string& env = "") {
     const fs::path in = dir_ / "stdin", out = dir_ / "stdout", err = dir_ / "stderr";
     std::ofstream(in, std::ios::binary) << input;
-    const std::string cmd = "env -u UF_DEMO_MODEL " + binary_.string() + " " + args + " < " +
-                            in.string() + " > " + out.string() + " 2> " + err.string();
+    const std::string cmd = "env -u UF_DEMO_MODEL " + env + " " + binary_.string() + " " + args +
+                            " < " + in.string() + " > " + out.string() + " 2> " + err.string();
     const int status = std::system(cmd.c_str());
     Result r;
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -76,7 +78,43 @@ TEST_F(CliTest, HelpAndUnknownCommand) {
   EXPECT_NE(Run("").code, 0);
 }
 
+TEST_F(CliTest, VersionNamesTheCommitAndTheCpuTier) {
+  Result r = Run("--version");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(
+      r.out,
+      std::regex(R"(^ultrafast \d+\.\d+\.\d+ \(commit ([0-9a-f]{12}(-dirty)?|unknown)\)\n)")))
+      << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("CPU kernel tier: (scalar|avx2|avx512)")))
+      << r.out;
+  // The tier is the one the kernels will run: capped by UF_ISA as they are.
+  r = Run("--version", "", "UF_ISA=scalar");
+  EXPECT_NE(r.out.find("CPU kernel tier: scalar"), std::string::npos) << r.out;
+}
+
+// `cmake --install build --prefix P` gives a P/bin/ultrafast that runs the demo model from any
+// working directory (the model is installed where the binary looks for it), and the docs.
+TEST_F(CliTest, InstalledBinaryRunsTheDemoModel) {
+  const fs::path prefix = dir_ / "prefix";
+  const std::string install = "cmake --install " + binary_.parent_path().string() + " --prefix " +
+                              prefix.string() + " > " + (dir_ / "install").string() + " 2>&1";
+  const int status = std::system(install.c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << ReadFile(dir_ / "install");
+  const fs::path bin = prefix / "bin" / "ultrafast";
+  ASSERT_TRUE(fs::exists(bin));
+  EXPECT_TRUE(fs::exists(prefix / "share" / "doc" / "ultrafast" / "README.md"));
+  EXPECT_TRUE(fs::exists(prefix / "share" / "doc" / "ultrafast" / "serving.md"));
+  // From the temp folder: no ./models/demo.gguf to fall back on.
+  const std::string run = "cd " + dir_.string() + " && env -u UF_DEMO_MODEL " + bin.string() +
+                          " run -n 4 -t 1 --seed 1 > out 2> err";
+  const int rs = std::system(run.c_str());
+  ASSERT_TRUE(WIFEXITED(rs));
+  EXPECT_EQ(WEXITSTATUS(rs), 0) << ReadFile(dir_ / "err");
+  EXPECT_EQ(ReadFile(dir_ / "out").rfind("ROMEO:", 0), 0u) << ReadFile(dir_ / "out");
+}
+
 TEST_F(CliTest, TokenizeMatchesReferenceTokens) {
+  UF_REQUIRE_SHARED();
   // ../shared/golden/tiny-llama-f32.jsonl: "Once upon a time" -> [1, 9038, 2501, 263, 931].
   Result r = Run(std::string("tokenize -m ") + kF32Model + " --bos", "Once upon a time");
   ASSERT_EQ(r.code, 0) << r.err;
@@ -86,6 +124,7 @@ TEST_F(CliTest, TokenizeMatchesReferenceTokens) {
 }
 
 TEST_F(CliTest, LogitsReproduceGoldenFile) {
+  UF_REQUIRE_SHARED();
   // First and third golden prompts (the third has \n escapes to undo).
   std::ifstream golden("../shared/golden/tiny-llama-f32.jsonl");
   std::ifstream prompts_in("../shared/golden/prompts.txt");
@@ -122,6 +161,7 @@ TEST_F(CliTest, LogitsReproduceGoldenFile) {
 }
 
 TEST_F(CliTest, GreedyRunContinuesWithTheReferenceArgmax) {
+  UF_REQUIRE_SHARED();
   // The reference's best next token after "Once upon a time" (last position of the first golden
   // prompt) is 14452; greedy generation must print its text right after the prompt.
   auto file = gguf::GgufFile::Open(kF32Model);
@@ -145,6 +185,7 @@ TEST_F(CliTest, GreedyRunContinuesWithTheReferenceArgmax) {
 }
 
 TEST_F(CliTest, RunErrorsAreClear) {
+  UF_REQUIRE_SHARED();
   Result r = Run(std::string("run -m ") + kF32Model + " -p hi -n 100 --ctx 50");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("context"), std::string::npos) << r.err;
@@ -165,6 +206,7 @@ TEST_F(CliTest, RunErrorsAreClear) {
 }
 
 TEST_F(CliTest, DemoModelIsFoundThroughEnvironment) {
+  UF_REQUIRE_SHARED();
   const std::string cmd = "env UF_DEMO_MODEL=" + fs::absolute(kF32Model).string() + " " +
                           binary_.string() + " run -n 2 -t 1 --seed 1 > " +
                           (dir_ / "out").string() + " 2> " + (dir_ / "err").string();
@@ -175,6 +217,7 @@ TEST_F(CliTest, DemoModelIsFoundThroughEnvironment) {
 }
 
 TEST_F(CliTest, InfoReportsBytesPerToken) {
+  UF_REQUIRE_SHARED();
   Result r = Run(std::string("info -m ") + kF32Model);
   ASSERT_EQ(r.code, 0) << r.err;
   // tiny-llama-f32 (../shared/models/README.md): dim 64, 2 layers, 4 heads, 2 kv heads (head 16),
@@ -188,6 +231,7 @@ TEST_F(CliTest, InfoReportsBytesPerToken) {
 }
 
 TEST_F(CliTest, BenchPrintsJsonWithBandwidthFigures) {
+  UF_REQUIRE_SHARED();
   Result r =
       Run(std::string("bench -m ") + kF32Model + " -p 16 -n 8 -t 1 --reps 1 --depth 4 --json");
   ASSERT_EQ(r.code, 0) << r.err;

@@ -20,6 +20,7 @@
 #include "model/batch.h"
 #include "model/decoder.h"
 #include "model/model.h"
+#include "shared_data.h"
 
 namespace uf {
 namespace {
@@ -96,6 +97,7 @@ std::vector<Isa> Tiers() {
 class SingleDispatch : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(SingleDispatch, LogitsAreBitIdenticalToTheDispatchPerStepForward) {
+  UF_REQUIRE_SHARED();
   const std::string path = std::string("../shared/models/") + GetParam();
   auto m = model::Model::Load(path);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -134,6 +136,7 @@ INSTANTIATE_TEST_SUITE_P(SharedModels, SingleDispatch,
 // Past 512 cached positions a decode step's attention is split into (KV head, chunk) partials
 // that are merged in the completion of a barrier.
 TEST(SingleDispatchLong, SplitAttentionStepsMatch) {
+  UF_REQUIRE_SHARED();
   auto m = model::Model::Load("../shared/models/tiny-qwen2-256-q8_0.gguf");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   ASSERT_LT((*m)->config().n_head_kv, 6) << "3 threads must split the attention";
@@ -151,6 +154,7 @@ TEST(SingleDispatchLong, SplitAttentionStepsMatch) {
 // matmul's activation scratch on its first use), and the pool's job captures fit in
 // std::function's inline storage.
 TEST(DecodeLoop, DecodeStepsDoNotAllocate) {
+  UF_REQUIRE_SHARED();
   if (!kCountsAllocations) GTEST_SKIP() << "allocations are not counted under AddressSanitizer";
   auto m = model::Model::Load("../shared/models/tiny-qwen2-256-q8_0.gguf");
   ASSERT_TRUE(m.ok()) << m.status().ToString();

@@ -14,6 +14,7 @@
 #include "engine/service.h"
 #include "engine/stop_matcher.h"
 #include "service_test_util.h"
+#include "shared_data.h"
 #include "test_models.h"
 
 namespace uf::engine {
@@ -99,6 +100,7 @@ void ExpectSame(const std::vector<Output>& a, const std::vector<Output>& b) {
 // Greedy decoding is exact: batching must give bit-identical logits per sequence (the decoder
 // computes each sequence's rows independently), so token sequences must match exactly.
 TEST(ServiceTest, GreedyOutputsSameAloneAndBatched) {
+  UF_REQUIRE_SHARED();
   const std::vector<Output> alone = RunAlone(24);
   std::set<int32_t> distinct;
   for (const Output& o : alone) {
@@ -116,6 +118,7 @@ TEST(ServiceTest, GreedyOutputsSameAloneAndBatched) {
 }
 
 TEST(ServiceTest, ChunkedPrefillGivesSameOutputs) {
+  UF_REQUIRE_SHARED();
   const std::vector<Output> alone = RunAlone(16);
   ServiceOptions o;
   o.max_seqs = 4;  // more prompts than slots: some wait, then join mid-flight
@@ -125,6 +128,7 @@ TEST(ServiceTest, ChunkedPrefillGivesSameOutputs) {
 }
 
 TEST(ServiceTest, PreemptionRecomputesAndGivesSameOutputs) {
+  UF_REQUIRE_SHARED();
   const std::vector<Output> alone = RunAlone(40);
   ServiceOptions o;
   o.max_seqs = 6;
@@ -142,6 +146,7 @@ TEST(ServiceTest, PreemptionRecomputesAndGivesSameOutputs) {
 }
 
 TEST(ServiceTest, CancelFreesBlocks) {
+  UF_REQUIRE_SHARED();
   ServiceOptions o;
   o.max_seqs = 2;
   o.ctx = 2048;
@@ -159,6 +164,7 @@ TEST(ServiceTest, CancelFreesBlocks) {
 }
 
 TEST(ServiceTest, FullQueueIsRefused) {
+  UF_REQUIRE_SHARED();
   ServiceOptions o;
   o.max_seqs = 1;
   o.max_queue = 1;
@@ -180,6 +186,7 @@ TEST(ServiceTest, FullQueueIsRefused) {
 }
 
 TEST(ServiceTest, RejectsPromptsThatDoNotFit) {
+  UF_REQUIRE_SHARED();
   ServiceOptions o;
   o.max_seqs = 1;
   o.ctx = 16;
@@ -200,6 +207,7 @@ TEST(ServiceTest, RejectsPromptsThatDoNotFit) {
 }
 
 TEST(ServiceTest, ShutdownEndsOpenRequests) {
+  UF_REQUIRE_SHARED();
   ServiceOptions o;
   o.max_seqs = 1;
   o.ctx = 4096;
@@ -220,6 +228,7 @@ TEST(ServiceTest, ShutdownEndsOpenRequests) {
 }
 
 TEST(ServiceTest, SeededSamplingIsReproducible) {
+  UF_REQUIRE_SHARED();
   ServiceOptions o;
   o.max_seqs = 4;
   o.ctx = 256;
@@ -242,6 +251,7 @@ TEST(ServiceTest, SeededSamplingIsReproducible) {
 // Prompts sharing a long prefix: the second request maps the first one's full blocks and must
 // generate exactly what it generates without the cache.
 TEST(ServiceTest, PrefixCacheReusesBlocksWithSameOutputs) {
+  UF_REQUIRE_SHARED();
   std::string base;
   for (int i = 0; i < 40; ++i) base += "word" + std::to_string(i) + " ";
   const std::vector<std::string> prompts = {base + "alpha", base + "alpha", base + "beta gamma"};
@@ -443,6 +453,7 @@ TEST(RequestChannelTest, WakeUpsAreCoalesced) {
 // never anything the size of the vocabulary (50k here): measured as the difference between a long
 // and a short request with the same settings, so one-time buffers cancel out.
 TEST(ServiceWorkTest, PerTokenAllocationsDoNotScaleWithTheVocabulary) {
+  UF_REQUIRE_SHARED();
   if (!kCountsAllocations) GTEST_SKIP() << "allocations are not counted under AddressSanitizer";
   ServiceOptions o;
   o.max_seqs = 1;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "shared_data.h"
 
 namespace uf::gguf {
 namespace {
@@ -294,6 +295,7 @@ TEST(GgufHostileTest, TruncationAtEveryByte) {
 }
 
 TEST(GgufHostileTest, TruncatedRealModel) {
+  UF_REQUIRE_SHARED();
   const std::string path = "../shared/models/tiny-llama-256-q4_k_m.gguf";
   auto f = GgufFile::Open(path);
   ASSERT_TRUE(f.ok()) << f.status().ToString();

@@ -15,6 +15,7 @@
 
 #include "gguf/gguf_dump.h"
 #include "gguf/types.h"
+#include "shared_data.h"
 
 namespace uf::gguf {
 namespace {
@@ -177,6 +178,7 @@ void CheckTensorLayout(const GgufFile& f) {
 }
 
 TEST(GgufModelsTest, KnownFactsOfEveryModel) {
+  UF_REQUIRE_SHARED();
   for (const ModelFacts& m : Models()) {
     SCOPED_TRACE(m.file);
     const std::string path = std::string("../shared/models/") + m.file;
@@ -225,6 +227,7 @@ TEST(GgufModelsTest, KnownFactsOfEveryModel) {
 }
 
 TEST(GgufModelsTest, F32ModelDetails) {
+  UF_REQUIRE_SHARED();
   auto f = GgufFile::Open("../shared/models/tiny-llama-f32.gguf");
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   const TensorInfo* embd = (*f)->FindTensor("token_embd.weight");
@@ -255,6 +258,7 @@ TEST(GgufModelsTest, F32ModelDetails) {
 }
 
 TEST(GgufModelsTest, FromBufferMatchesOpen) {
+  UF_REQUIRE_SHARED();
   const std::string path = "../shared/models/tiny-llama-256-q4_k_m.gguf";
   auto mapped = GgufFile::Open(path);
   ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
@@ -289,6 +293,7 @@ TEST(GgufModelsTest, FromBufferMatchesOpen) {
 }
 
 TEST(GgufModelsTest, VocabFiles) {
+  UF_REQUIRE_SHARED();
   // Vocabulary sizes of the original models (Llama 2, Phi-3, GPT-2, StarCoder, Falcon,
   // DeepSeek Coder, DeepSeek LLM).
   const struct {
@@ -333,6 +338,7 @@ TEST(GgufModelsTest, VocabFiles) {
 }
 
 TEST(GgufModelsTest, OpenErrorsNameThePath) {
+  UF_REQUIRE_SHARED();
   auto missing = GgufFile::Open("../shared/models/does-not-exist.gguf");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
@@ -348,6 +354,7 @@ TEST(GgufModelsTest, OpenErrorsNameThePath) {
 }
 
 TEST(GgufDumpTest, DescribesModel) {
+  UF_REQUIRE_SHARED();
   auto f = GgufFile::Open("../shared/models/tiny-llama-256-q4_k_m.gguf");
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   const std::string brief = DescribeGguf(**f, /*full=*/false);
@@ -604,6 +611,7 @@ TEST(GgufWriterTest, WriteToFileIsAtomicAndMatchesBuffer) {
 }
 
 TEST(GgufWriterTest, RewritesRealModelExactly) {
+  UF_REQUIRE_SHARED();
   // Re-encoding a model produced by another engine's writer: everything but the placement of
   // general.alignment is defined by the format, so compare after re-reading.
   auto f = GgufFile::Open("../shared/models/tiny-llama-256-q4_0.gguf");

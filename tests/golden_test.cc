@@ -36,6 +36,7 @@
 #include "model/batch.h"
 #include "model/decoder.h"
 #include "model/model.h"
+#include "shared_data.h"
 
 namespace uf {
 namespace {
@@ -141,6 +142,7 @@ struct Stats {
 };
 
 TEST(GoldenModels, EveryModelHasGoldenData) {
+  UF_REQUIRE_SHARED();
   const auto models = ListModels();
   ASSERT_FALSE(models.empty()) << "no models in " << kModelsDir;
   for (const auto& m : models) {
@@ -165,6 +167,7 @@ TEST(GoldenModels, EveryModelHasGoldenData) {
 class GoldenTest : public ::testing::TestWithParam<std::tuple<std::string, engine::KvType>> {};
 
 TEST_P(GoldenTest, LogitsMatchReference) {
+  UF_REQUIRE_SHARED();
   const std::string name = std::get<0>(GetParam());
   const engine::KvType kv_type = std::get<1>(GetParam());
   auto loaded = model::Model::Load(std::string(kModelsDir) + "/" + name + ".gguf");

@@ -12,6 +12,7 @@
 #include "grammar/json_schema.h"
 #include "grammar/token_mask.h"
 #include "service_test_util.h"
+#include "shared_data.h"
 #include "test_models.h"
 
 namespace uf::grammar {
@@ -189,6 +190,7 @@ TEST(JsonSchemaGrammarTest, RandomWalksWithinBudgetEndValid) {
 }
 
 TEST(TokenMaskTest, MaskAllowsExactlyTheTokensTheGrammarAccepts) {
+  UF_REQUIRE_SHARED();
   const Tokenizer& tok = *testing_models::TinyQwen2().tokenizer;
   const int32_t n_vocab = static_cast<int32_t>(testing_models::TinyQwen2().model->config().n_vocab);
   auto trie = TokenTrie::Build(tok, n_vocab);
@@ -262,10 +264,12 @@ void ExpectConstrainedOutputsValid(const testing_models::Loaded& m) {
 }
 
 TEST(ConstrainedDecodingTest, ByteLevelBpeModelOutputsValidate) {
+  UF_REQUIRE_SHARED();
   ExpectConstrainedOutputsValid(testing_models::TinyQwen2());
 }
 
 TEST(ConstrainedDecodingTest, SentencePieceModelOutputsValidate) {
+  UF_REQUIRE_SHARED();
   static testing_models::Loaded* llama =
       testing_models::LoadOrDie("../shared/models/tiny-llama-256-q8_0.gguf");
   ExpectConstrainedOutputsValid(*llama);
@@ -273,6 +277,7 @@ TEST(ConstrainedDecodingTest, SentencePieceModelOutputsValidate) {
 
 // A budget too small for free text still ends in a closed document.
 TEST(ConstrainedDecodingTest, ClosesTheDocumentWithinMaxTokens) {
+  UF_REQUIRE_SHARED();
   const auto& m = testing_models::TinyQwen2();
   engine::ServiceOptions o;
   o.n_threads = 2;

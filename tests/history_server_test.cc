@@ -13,6 +13,7 @@
 #include "history/summarizer.h"
 #include "server/http_server.h"
 #include "server_harness.h"
+#include "shared_data.h"
 
 namespace uf::server {
 namespace {
@@ -66,6 +67,7 @@ std::string MakeHistory(int segments) {
 }
 
 TEST(HistoryServerTest, AskIsBehindTheKeyOnTheUltrafastTierWithCitations) {
+  UF_REQUIRE_SHARED();
   const std::string dir = MakeHistory(3);
   Harness h(dir, /*ctx=*/1024);
   auto r = h.Ask(R"({"question": "where was I?", "max_tokens": 4})", /*with_key=*/false);
@@ -98,6 +100,7 @@ TEST(HistoryServerTest, AskIsBehindTheKeyOnTheUltrafastTierWithCitations) {
 }
 
 TEST(HistoryServerTest, ShortContextDropsTheOldestSummariesAndNoFolderIs404) {
+  UF_REQUIRE_SHARED();
   const std::string dir = MakeHistory(6);
   {
     Harness h(dir, /*ctx=*/256);

@@ -20,6 +20,7 @@
 
 #include "history/segment_store.h"
 #include "history_test_util.h"
+#include "shared_data.h"
 
 #ifdef UF_HAVE_XCB
 #include <xcb/xcb.h>
@@ -492,6 +493,7 @@ TEST(HistoryX11Test, NeedsXcb) {
 #endif  // UF_HAVE_XCB
 
 TEST(HistoryCliTest, AskAnswersFromSummariesWithCitations) {
+  UF_REQUIRE_SHARED();
   const fs::path binary = fs::read_symlink("/proc/self/exe").parent_path() / "ultrafast";
   if (!fs::exists(binary)) GTEST_SKIP() << "ultrafast binary not built at " << binary;
   const fs::path model = "../shared/models/tiny-llama-256-q8_0.gguf";

@@ -19,6 +19,7 @@
 #include "kernels/quant.h"
 #include "model/batch.h"
 #include "model/decoder.h"
+#include "shared_data.h"
 
 namespace uf::model {
 namespace {
@@ -391,6 +392,7 @@ constexpr char kF32Model[] = "../shared/models/tiny-llama-f32.gguf";
 class ForwardTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    UF_REQUIRE_SHARED();
     auto m = Model::Load(kF32Model);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     model_ = std::move(m).value();

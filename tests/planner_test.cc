@@ -20,6 +20,7 @@
 #include "planner/hardware.h"
 #include "planner/model_shape.h"
 #include "planner/tier_sim.h"
+#include "shared_data.h"
 
 namespace uf::planner {
 namespace {
@@ -87,6 +88,7 @@ TEST(PlannerModelTest, LargeAndMoEPresets) {
 // The tensor table of a real file: held bytes are every tensor's bytes, and a step reads all but
 // the embedding table (which it reads whole too when the output is tied to it).
 TEST(PlannerModelTest, GgufCostFromTensorTable) {
+  UF_REQUIRE_SHARED();
   const std::string path = "../shared/models/tiny-llama-f32.gguf";
   auto file = gguf::GgufFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status().message();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/blocks.h"
+#include "shared_data.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -58,6 +59,7 @@ struct DequantCase {
 class DequantVectorsTest : public ::testing::TestWithParam<DequantCase> {};
 
 TEST_P(DequantVectorsTest, MatchesReferenceDecoder) {
+  UF_REQUIRE_SHARED();
   const DequantCase& c = GetParam();
   const std::string base = std::string("../shared/quant/") + c.name;
   const std::vector<uint8_t> raw = ReadFile(base + ".bin");

@@ -9,6 +9,7 @@
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "server/chat_prompt.h"
+#include "shared_data.h"
 #include "tokenizer/tokenizer.h"
 
 namespace uf::server {
@@ -46,6 +47,7 @@ const json kConversation = json::parse(R"([{"role": "system", "content": "Be bri
                                            {"role": "user", "content": "Hi"}])");
 
 TEST(ChatPromptTest, ModelsWithoutATemplateGetChatMl) {
+  UF_REQUIRE_SHARED();
   auto tok = TokenizerOf("../shared/models/tiny-qwen2-256-q8_0.gguf");
   std::string note;
   auto render = MakeChatRenderer(*FileWithTemplate(""), *tok, &note);
@@ -59,6 +61,7 @@ TEST(ChatPromptTest, ModelsWithoutATemplateGetChatMl) {
 }
 
 TEST(ChatPromptTest, UsesTheModelsTemplate) {
+  UF_REQUIRE_SHARED();
   // Qwen2.5's template adds its own system prompt when the conversation has none.
   auto tok = TokenizerOf("../shared/models/tiny-qwen2-256-q8_0.gguf");
   std::string note;
@@ -74,6 +77,7 @@ TEST(ChatPromptTest, UsesTheModelsTemplate) {
 }
 
 TEST(ChatPromptTest, PassesBosAndEosTexts) {
+  UF_REQUIRE_SHARED();
   auto tok = TokenizerOf("../shared/models/tiny-llama-256-q8_0.gguf");  // SPM: <s>, </s>
   std::string note;
   auto render = MakeChatRenderer(
@@ -88,6 +92,7 @@ TEST(ChatPromptTest, PassesBosAndEosTexts) {
 }
 
 TEST(ChatPromptTest, TemplateErrorsAreReported) {
+  UF_REQUIRE_SHARED();
   auto tok = TokenizerOf("../shared/models/tiny-qwen2-256-q8_0.gguf");
   std::string note;
   EXPECT_FALSE(MakeChatRenderer(*FileWithTemplate("{% for %}"), *tok, &note).ok());
@@ -104,6 +109,7 @@ TEST(ChatPromptTest, TemplateErrorsAreReported) {
 // chat_template_kwargs reach the template: Qwen3's template closes an empty think block when the
 // request says enable_thinking false, and leaves it to the model otherwise.
 TEST(ChatPromptTest, TemplateKwargsReachTheTemplate) {
+  UF_REQUIRE_SHARED();
   auto tok = TokenizerOf("../shared/models/tiny-qwen3-256-q8_0.gguf");
   std::string note;
   auto render = MakeChatRenderer(
@@ -122,6 +128,7 @@ TEST(ChatPromptTest, TemplateKwargsReachTheTemplate) {
 // Tools reach the template as the client wrote them: Qwen2.5 prints each with tojson, and the
 // model should see "type" before "function", as every client sends it.
 TEST(ChatPromptTest, ToolsKeepTheirKeyOrder) {
+  UF_REQUIRE_SHARED();
   auto tok = TokenizerOf("../shared/models/tiny-qwen2-256-q8_0.gguf");
   std::string note;
   auto render = MakeChatRenderer(

@@ -13,14 +13,13 @@
 
 #include "server/http_server.h"
 #include "server_harness.h"
+#include "shared_data.h"
 #include "test_models.h"
 
 namespace uf::server {
 namespace {
 
-
 using json = nlohmann::json;
-
 
 using Harness = ServerHarness;
 
@@ -54,6 +53,7 @@ std::vector<json> SseChunks(const std::string& body, bool* done) {
 // The playground: GET / and /assets/NAME from the files built into the binary, without a key
 // even when /v1/* needs one; /health carries what its status panel and cost figures read.
 TEST(HttpServerTest, PlaygroundPageAndHealthFigures) {
+  UF_REQUIRE_SHARED();
   Harness h({}, KeyStore::WithKey("sekret"));
   auto index = h.Get("/");
   ASSERT_TRUE(index);
@@ -61,12 +61,12 @@ TEST(HttpServerTest, PlaygroundPageAndHealthFigures) {
   EXPECT_EQ(index->get_header_value("Content-Type"), "text/html; charset=utf-8");
   EXPECT_NE(index->body.find("<title>ultrafast playground</title>"), std::string::npos);
   EXPECT_NE(index->body.find("/assets/app.js"), std::string::npos);
-  for (const auto& [name, type] : std::map<std::string, std::string>{
-           {"app.js", "text/javascript; charset=utf-8"},
-           {"api.js", "text/javascript; charset=utf-8"},
-           {"meter.js", "text/javascript; charset=utf-8"},
-           {"style.css", "text/css; charset=utf-8"},
-           {"favicon.svg", "image/svg+xml"}}) {
+  for (const auto& [name, type] :
+       std::map<std::string, std::string>{{"app.js", "text/javascript; charset=utf-8"},
+                                          {"api.js", "text/javascript; charset=utf-8"},
+                                          {"meter.js", "text/javascript; charset=utf-8"},
+                                          {"style.css", "text/css; charset=utf-8"},
+                                          {"favicon.svg", "image/svg+xml"}}) {
     auto r = h.Get("/assets/" + name);
     ASSERT_TRUE(r) << name;
     EXPECT_EQ(r->status, 200) << name;
@@ -92,6 +92,7 @@ TEST(HttpServerTest, PlaygroundPageAndHealthFigures) {
 }
 
 TEST(HttpServerTest, HealthModelsMetrics) {
+  UF_REQUIRE_SHARED();
   Harness h;
   auto health = h.Get("/health");
   ASSERT_TRUE(health);
@@ -113,6 +114,7 @@ TEST(HttpServerTest, HealthModelsMetrics) {
 }
 
 TEST(HttpServerTest, StreamMatchesNonStream) {
+  UF_REQUIRE_SHARED();
   Harness h;
   auto plain = h.Post("/v1/chat/completions", Chat());
   ASSERT_TRUE(plain);
@@ -149,6 +151,7 @@ TEST(HttpServerTest, StreamMatchesNonStream) {
 }
 
 TEST(HttpServerTest, CompletionsStopAndLogprobs) {
+  UF_REQUIRE_SHARED();
   Harness h;
   const std::string base = R"({"model":"tiny","prompt":"The meaning of life is",)"
                            R"("temperature":0,"max_tokens":16,"ignore_eos":true)";
@@ -170,6 +173,7 @@ TEST(HttpServerTest, CompletionsStopAndLogprobs) {
 }
 
 TEST(HttpServerTest, BadRequests) {
+  UF_REQUIRE_SHARED();
   ServerOptions ho;
   ho.max_body_bytes = 4096;
   ho.max_tokens_limit = 100;
@@ -216,6 +220,7 @@ TEST(HttpServerTest, BadRequests) {
 }
 
 TEST(HttpServerTest, ApiKeys) {
+  UF_REQUIRE_SHARED();
   Harness h({}, KeyStore::WithKey("sk-test"));
   auto none = h.Post("/v1/chat/completions", Chat());
   EXPECT_EQ(none->status, 401);
@@ -252,6 +257,7 @@ void PostAndHangUp(int port, const std::string& body, size_t read_bytes) {
 }
 
 TEST(HttpServerTest, DisconnectCancelsAndFreesKv) {
+  UF_REQUIRE_SHARED();
   engine::ServiceOptions so;
   so.ctx = 4000;
   so.step_hook = [] { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };
@@ -275,6 +281,7 @@ TEST(HttpServerTest, DisconnectCancelsAndFreesKv) {
 }
 
 TEST(HttpServerTest, FullQueueGets429WithRetryAfter) {
+  UF_REQUIRE_SHARED();
   engine::ServiceOptions so;
   so.max_seqs = 1;
   so.max_queue = 0;
@@ -324,6 +331,7 @@ std::vector<std::string> StreamTexts(const std::string& body, int n, json* usage
 }
 
 TEST(HttpServerTest, NChoicesAreSeededSequencesWithMergedUsage) {
+  UF_REQUIRE_SHARED();
   Harness h;
   // A prompt of several KV blocks no earlier request computed.
   std::string words;
@@ -369,6 +377,7 @@ TEST(HttpServerTest, NChoicesAreSeededSequencesWithMergedUsage) {
 }
 
 TEST(HttpServerTest, JsonSchemaResponseFormatParsesAndValidates) {
+  UF_REQUIRE_SHARED();
   Harness h;
   const json schema = json::parse(R"({"type":"object",
       "properties":{"city":{"type":"string","maxLength":12},"n":{"type":"integer"},
@@ -443,6 +452,7 @@ void ExpectWeatherArgs(const json& call) {
 // A random-weight model never writes a call by itself: "required" and a named function must
 // make it, streamed or not, and a tool result in the history must be accepted.
 TEST(HttpServerTest, ToolChoiceRequiredMakesValidCalls) {
+  UF_REQUIRE_SHARED();
   Harness h;
   for (const char* choice :
        {R"("required")", R"({"type":"function","function":{"name":"get_weather"}})"}) {

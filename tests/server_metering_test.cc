@@ -18,6 +18,7 @@
 
 #include "server/http_server.h"
 #include "server/metering.h"
+#include "shared_data.h"
 
 namespace uf::server {
 namespace {
@@ -716,6 +717,7 @@ std::string Completion(int max_tokens, const std::string& extra = "") {
 }
 
 TEST_F(MeteredServerTest, UsageReturnedEqualsLedgerAndQuotaRollsOver) {
+  UF_REQUIRE_SHARED();
   Start(R"({"window_seconds": 60, "plans": {"base": {"default": 40, "flex": null}}})");
   auto key = keys_->AddKey("alice");
   ASSERT_TRUE(key.ok());

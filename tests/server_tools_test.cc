@@ -10,6 +10,7 @@
 #include "grammar/automaton.h"
 #include "server/openai_response.h"
 #include "server/tool_calls.h"
+#include "shared_data.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -37,6 +38,7 @@ const ojson kTools = ojson::parse(R"([
                                                                    "properties": {}}}}])");
 
 TEST(ToolCallsTest, FormatFollowsTheTemplate) {
+  UF_REQUIRE_SHARED();
   for (const char* name :
        {"meta-llama-Llama-3.1-8B-Instruct.jinja", "meta-llama-Llama-3.2-3B-Instruct.jinja",
         "meta-llama-Llama-3.3-70B-Instruct.jinja"}) {

@@ -24,6 +24,7 @@
 #include "model/batch.h"
 #include "model/decoder.h"
 #include "model/model.h"
+#include "shared_data.h"
 #include "tokenizer/tokenizer.h"
 
 namespace uf::model {
@@ -282,6 +283,7 @@ TEST(SynthPlan, OtherTypesFollowTheReferenceQuantizer) {
 // The shared tiny models were quantized by the reference engine's own tool: a preset of the
 // same shape must get the same type for every tensor.
 TEST(SynthPlan, TypesMatchReferenceQuantizedFiles) {
+  UF_REQUIRE_SHARED();
   SynthPreset p = Tiny(Preset("smollm2-135m"), 256, 4, 2, 64);
   p.n_layer = 2;
   p.n_ff = 512;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "shared_data.h"
 #include "tokenizer/utf8.h"
 
 namespace uf {
@@ -129,6 +130,7 @@ std::string StreamDecode(const Tokenizer& tok, const std::vector<int32_t>& ids) 
 }
 
 TEST(TokenizerVocabs, AllSharedVocabsPresent) {
+  UF_REQUIRE_SHARED();
   // llama-spm, phi-3, gpt-2, starcoder, falcon, deepseek-coder, deepseek-llm.
   EXPECT_GE(VocabNames().size(), 7u);
 }
@@ -136,6 +138,7 @@ TEST(TokenizerVocabs, AllSharedVocabsPresent) {
 class VocabTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(VocabTest, MatchesReferenceIds) {
+  UF_REQUIRE_SHARED();
   const Tokenizer& tok = LoadVocab(GetParam());
   const std::vector<VocabCase> cases = ReadVocabCases(GetParam());
   ASSERT_GT(cases.size(), 10u);
@@ -150,6 +153,7 @@ TEST_P(VocabTest, MatchesReferenceIds) {
 }
 
 TEST_P(VocabTest, DecodeRoundTrips) {
+  UF_REQUIRE_SHARED();
   const Tokenizer& tok = LoadVocab(GetParam());
   for (const VocabCase& c : ReadVocabCases(GetParam())) {
     // Byte-level BPE is lossless. SPM loses nothing either: Decode drops exactly the "▁" that
@@ -166,6 +170,7 @@ TEST_P(VocabTest, DecodeRoundTrips) {
 }
 
 TEST_P(VocabTest, StreamingMatchesDecode) {
+  UF_REQUIRE_SHARED();
   const Tokenizer& tok = LoadVocab(GetParam());
   for (const VocabCase& c : ReadVocabCases(GetParam())) {
     for (bool add_bos : {false, true}) {
@@ -176,6 +181,7 @@ TEST_P(VocabTest, StreamingMatchesDecode) {
 }
 
 TEST_P(VocabTest, InvalidUtf8DoesNotCrash) {
+  UF_REQUIRE_SHARED();
   const Tokenizer& tok = LoadVocab(GetParam());
   const std::string inputs[] = {
       std::string("\xff\xfe abc \xe2\x82", 10),
@@ -210,6 +216,7 @@ TEST_P(VocabTest, InvalidUtf8DoesNotCrash) {
 }
 
 TEST_P(VocabTest, LongTextEncodesFast) {
+  UF_REQUIRE_SHARED();
   const Tokenizer& tok = LoadVocab(GetParam());
   std::string text;
   for (const VocabCase& c : ReadVocabCases(GetParam())) text += c.text + " ";
@@ -235,10 +242,14 @@ INSTANTIATE_TEST_SUITE_P(SharedVocabs, VocabTest, ::testing::ValuesIn(VocabNames
                            }
                            return name;
                          });
+// No vocabularies without ../shared; TokenizerVocabs.AllSharedVocabsPresent fails when it is
+// there but incomplete.
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(VocabTest);
 
 // golden/<model>.jsonl holds the reference engine's tokenization of each prompt for the model
 // in models/<model>.gguf (SPM Llama vocab and GPT-2 BPE vocab of the qwen models).
 TEST(TokenizerGolden, PromptTokensMatchReference) {
+  UF_REQUIRE_SHARED();
   int n_files = 0;
   int n_prompts = 0;
   std::error_code ec;
@@ -265,6 +276,7 @@ TEST(TokenizerGolden, PromptTokensMatchReference) {
 }
 
 TEST(TokenizerSpecial, MetadataOfSpmVocab) {
+  UF_REQUIRE_SHARED();
   const Tokenizer& tok = LoadVocab("llama-spm");
   EXPECT_EQ(tok.vocab_size(), 32000);
   EXPECT_EQ(tok.bos_id(), 1);
@@ -284,6 +296,7 @@ TEST(TokenizerSpecial, MetadataOfSpmVocab) {
 }
 
 TEST(TokenizerSpecial, MetadataOfBpeVocab) {
+  UF_REQUIRE_SHARED();
   const Tokenizer& tok = LoadVocab("gpt-2");
   EXPECT_EQ(tok.vocab_size(), 50257);
   EXPECT_EQ(tok.bos_id(), 50256);
@@ -297,6 +310,7 @@ TEST(TokenizerSpecial, MetadataOfBpeVocab) {
 }
 
 TEST(TokenizerSpecial, ParsesControlTokensOnlyWhenAsked) {
+  UF_REQUIRE_SHARED();
   const Tokenizer& tok = LoadVocab("gpt-2");
   const std::string text = "Hello<|endoftext|> world";
   std::vector<int32_t> want = tok.Encode("Hello", false, false);
@@ -315,6 +329,7 @@ TEST(TokenizerSpecial, ParsesControlTokensOnlyWhenAsked) {
 }
 
 TEST(TokenizerSpecial, SpmSpacePrefixAfterSpecialToken) {
+  UF_REQUIRE_SHARED();
   const Tokenizer& tok = LoadVocab("llama-spm");
   // Each text fragment gets the "▁" prefix, as llama.cpp does after a special token.
   std::vector<int32_t> want = {1};
@@ -326,6 +341,7 @@ TEST(TokenizerSpecial, SpmSpacePrefixAfterSpecialToken) {
 }
 
 TEST(TokenizerSpecial, Phi3SpecialTokensStripFollowingSpace) {
+  UF_REQUIRE_SHARED();
   // llama.cpp (and Phi-3's tokenizer.json, rstrip = true) drop the white space after Phi-3's
   // chat tokens, but not after <s>.
   const Tokenizer& tok = LoadVocab("phi-3");
@@ -340,6 +356,7 @@ TEST(TokenizerSpecial, Phi3SpecialTokensStripFollowingSpace) {
 }
 
 TEST(TokenizerSpecial, UserDefinedTokensAlwaysMatch) {
+  UF_REQUIRE_SHARED();
   // deepseek-coder's <|EOT|> is user-defined (type 4): Hugging Face and llama.cpp split it out
   // even without parse_special; its control tokens are not.
   const Tokenizer& tok = LoadVocab("deepseek-coder");
@@ -353,6 +370,7 @@ TEST(TokenizerSpecial, UserDefinedTokensAlwaysMatch) {
 }
 
 TEST(TokenizerStreaming, HoldsBackSplitCharacters) {
+  UF_REQUIRE_SHARED();
   const Tokenizer& spm = LoadVocab("llama-spm");
   // U+2019 RIGHT SINGLE QUOTATION MARK as three byte-fallback tokens.
   const int32_t b0 = *spm.TokenId("<0xE2>");

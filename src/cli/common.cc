@@ -27,9 +27,14 @@ StatusOr<std::string> FindDemoModel() {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    const fs::path p = exe.parent_path() / ".." / "models" / "demo.gguf";
-    if (fs::exists(p)) return p.lexically_normal().string();
-    tried += " " + p.lexically_normal().string();
+    // build/ultrafast beside the checkout's models/, or PREFIX/bin/ultrafast after
+    // `cmake --install`, which puts the model in PREFIX/share/ultrafast/models.
+    for (const fs::path& p :
+         {exe.parent_path() / ".." / "models" / "demo.gguf",
+          exe.parent_path() / ".." / "share" / "ultrafast" / "models" / "demo.gguf"}) {
+      if (fs::exists(p)) return p.lexically_normal().string();
+      tried += " " + p.lexically_normal().string();
+    }
   }
   const fs::path local = fs::path("models") / "demo.gguf";
   if (fs::exists(local)) return local.string();

@@ -27,6 +27,7 @@ void AddPullCommand(CLI::App& app);
 [[noreturn]] void Fail(std::string_view command, const Status& status);
 
 // The demo model: $UF_DEMO_MODEL, else <dir of the executable>/../models/demo.gguf, else
+// <dir of the executable>/../share/ultrafast/models/demo.gguf (installed), else
 // ./models/demo.gguf. NotFound naming every place tried.
 StatusOr<std::string> FindDemoModel();
 

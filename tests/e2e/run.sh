@@ -6,6 +6,11 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="$(realpath "${1:?usage: run.sh path/to/ultrafast}")"
+model="${UF_MODEL:-$here/../../../shared/models/tiny-qwen2-256-q8_0.gguf}"
+if [ ! -f "$model" ]; then
+  echo "$model is missing (../shared is not beside this checkout; UF_MODEL=PATH picks another): skipping the e2e tests"
+  exit 77
+fi
 if ! command -v node >/dev/null 2>&1; then
   echo "node not found: skipping the e2e tests"
   exit 77
@@ -20,4 +25,4 @@ if ! "$bin" serve --help >/dev/null 2>&1; then
   echo "$bin has no serve command: skipping the e2e tests"
   exit 77
 fi
-UF_BIN="$bin" exec node --test "$here/server.test.mjs" "$here/apis.test.mjs"
+UF_BIN="$bin" UF_MODEL="$model" exec node --test "$here/server.test.mjs" "$here/apis.test.mjs"

@@ -6,6 +6,11 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="$(realpath "${1:?usage: run.sh path/to/ultrafast}")"
+model="${UF_MODEL:-$here/../../../shared/models/tiny-llama-256-q8_0.gguf}"
+if [ ! -f "$model" ]; then
+  echo "$model is missing (../shared is not beside this checkout; UF_MODEL=PATH picks another): skipping the playground tests"
+  exit 77
+fi
 if ! command -v node >/dev/null 2>&1; then
   echo "node not found: skipping the playground tests"
   exit 77
@@ -27,4 +32,4 @@ if [ ! -d "$here/node_modules/puppeteer-core" ]; then
     exit 77
   fi
 fi
-UF_BIN="$bin" UF_CHROMIUM="$chromium" exec node --test --test-concurrency=1 "$here/playground.test.mjs"
+UF_BIN="$bin" UF_MODEL="$model" UF_CHROMIUM="$chromium" exec node --test --test-concurrency=1 "$here/playground.test.mjs"
