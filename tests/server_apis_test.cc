@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -19,15 +18,12 @@
 #include "server/responses_api.h"
 #include "server/responses_store.h"
 #include "server_harness.h"
+#include "shared_data.h"
 
 namespace uf::server {
 namespace {
 
 using json = nlohmann::json;
-
-constexpr const char* kTinyModel = "../shared/models/tiny-qwen2-256-q8_0.gguf";
-#define REQUIRE_TINY() \
-  if (!std::filesystem::exists(kTinyModel)) GTEST_SKIP() << kTinyModel << " missing (../shared)"
 
 ApiError ResponsesError(const std::string& body) {
   ResponsesRequest r;
@@ -394,7 +390,7 @@ Reply ViaMessages(ServerHarness& h, const json& sampling, bool stream) {
 // or not, greedy and at temperature 1 (random weights: the text is gibberish, which makes a
 // divergence in sampling show at once).
 TEST(ApisServerTest, SameTokensThroughEveryApi) {
-  REQUIRE_TINY();
+  UF_REQUIRE_SHARED();
   ServerHarness h;
   for (const json& sampling : {json{{"temperature", 0}, {"ignore_eos", true}},
                                json{{"temperature", 1}, {"seed", 11}, {"ignore_eos", true}},
@@ -422,7 +418,7 @@ TEST(ApisServerTest, SameTokensThroughEveryApi) {
 }
 
 TEST(ApisServerTest, ResponsesEventStreamAndObject) {
-  REQUIRE_TINY();
+  UF_REQUIRE_SHARED();
   ServerHarness h;
   const json body = {{"model", "tiny"},  {"input", "Hello"},   {"max_output_tokens", 6},
                      {"temperature", 0}, {"ignore_eos", true}, {"metadata", {{"k", "v"}}}};
@@ -469,7 +465,7 @@ TEST(ApisServerTest, ResponsesEventStreamAndObject) {
 }
 
 TEST(ApisServerTest, ResponsesToolCallsAndStoredConversations) {
-  REQUIRE_TINY();
+  UF_REQUIRE_SHARED();
   ServerHarness h;
   const json tools = json::parse(R"([{"type": "function", "name": "get_weather",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}},
@@ -547,7 +543,7 @@ TEST(ApisServerTest, ResponsesToolCallsAndStoredConversations) {
 }
 
 TEST(ApisServerTest, MessagesShapesStopsToolsAndCounts) {
-  REQUIRE_TINY();
+  UF_REQUIRE_SHARED();
   ServerHarness h;
   json body = {{"model", "tiny"},
                {"messages", {{{"role", "user"}, {"content", "Hello"}}}},
@@ -637,7 +633,7 @@ TEST(ApisServerTest, MessagesShapesStopsToolsAndCounts) {
 }
 
 TEST(ApisServerTest, KeysByBearerOrXApiKey) {
-  REQUIRE_TINY();
+  UF_REQUIRE_SHARED();
   ServerHarness h({}, KeyStore::WithKey("sk-test"));
   const std::string body =
       R"({"model":"tiny","max_tokens":2,"messages":[{"role":"user","content":"x"}]})";
@@ -654,7 +650,7 @@ TEST(ApisServerTest, KeysByBearerOrXApiKey) {
 }
 
 TEST(ApisServerTest, LegacyFunctionsAndIgnoredFields) {
-  REQUIRE_TINY();
+  UF_REQUIRE_SHARED();
   ServerHarness h;
   json body = json::parse(R"({"model": "tiny", "max_tokens": 80, "seed": 2,
     "messages": [{"role": "user", "content": "Weather?"}],
@@ -697,7 +693,7 @@ TEST(ApisServerTest, LegacyFunctionsAndIgnoredFields) {
 // A stream the client leaves: its tokens count in ultrafast_generation_tokens_total as a
 // finished request's do (they were computed).
 TEST(ApisServerTest, CancelledStreamsCountInMetrics) {
-  REQUIRE_TINY();
+  UF_REQUIRE_SHARED();
   engine::ServiceOptions so;
   so.ctx = 4000;
   so.step_hook = [] { std::this_thread::sleep_for(std::chrono::milliseconds(2)); };

@@ -804,7 +804,7 @@ namespace uf::server {
 namespace {
 
 TEST_F(MeteredServerTest, EveryApiIsMeteredTheSame) {
-  if (!std::filesystem::exists(kModel)) GTEST_SKIP() << kModel << " missing (../shared)";
+  UF_REQUIRE_SHARED();
   Start(R"({"window_seconds": 60, "plans": {"base": {"default": 60, "flex": null}}})");
   auto key = keys_->AddKey("bob");
   ASSERT_TRUE(key.ok());
