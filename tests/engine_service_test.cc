@@ -368,6 +368,16 @@ TEST(StopMatcherTest, StopsAndDropsTheStopString) {
   EXPECT_EQ(m.Flush(), "");
 }
 
+TEST(StopMatcherTest, NamesTheStopStringThatMatchedFirst) {
+  StopMatcher m({"cd", "b"});  // "b" comes first in the text, though listed second
+  EXPECT_EQ(m.Push("abcd"), "a");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.matched(), "b");
+  StopMatcher none({"zz"});
+  EXPECT_EQ(none.Push("abc"), "abc");
+  EXPECT_EQ(none.matched(), "");
+}
+
 TEST(StopMatcherTest, FlushReleasesHeldText) {
   StopMatcher m({"stop"});
   EXPECT_EQ(m.Push("a st"), "a ");

@@ -68,6 +68,7 @@ class ServerHarness {
     return st;
   }
   int port() const { return http_->port(); }
+  httplib::Client& client() { return *client_; }
   engine::Service& service() { return *service_; }
 
  private:

@@ -796,3 +796,69 @@ TEST_F(MeteredServerTest, UsageReturnedEqualsLedgerAndQuotaRollsOver) {
 
 }  // namespace
 }  // namespace uf::server
+
+// One request core: a Responses and a Messages request are admitted against the same quota and
+// recorded in the same ledger as a completion, with the usage each API reports, under the
+// response's own id; a spent quota is a 429 in each API's error shape.
+namespace uf::server {
+namespace {
+
+TEST_F(MeteredServerTest, EveryApiIsMeteredTheSame) {
+  UF_REQUIRE_SHARED();
+  Start(R"({"window_seconds": 60, "plans": {"base": {"default": 60, "flex": null}}})");
+  auto key = keys_->AddKey("bob");
+  ASSERT_TRUE(key.ok());
+  const httplib::Headers bearer = {{"Authorization", "Bearer " + *key}};
+  auto r = client_->Post("/v1/responses", bearer,
+                         R"({"model":"tiny","input":"Once upon","max_output_tokens":6,)"
+                         R"("temperature":0,"ignore_eos":true,"service_tier":"flex"})",
+                         "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json resp = json::parse(r->body);
+  EXPECT_EQ(resp["service_tier"], "flex");
+  r = client_->Post("/v1/messages", {{"x-api-key", *key}},
+                    R"({"model":"tiny","max_tokens":5,"temperature":0,"ignore_eos":true,)"
+                    R"("messages":[{"role":"user","content":"Once upon"}]})",
+                    "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json msg = json::parse(r->body);
+  auto rows = ledger_->Rows(keys_->ListKeys()->back().id);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 2u);
+  const UsageRecord& a = (*rows)[0];
+  EXPECT_EQ(a.request_id, resp["id"]);
+  EXPECT_EQ(a.tier, kFlex);
+  EXPECT_EQ(a.prompt_tokens, resp["usage"]["input_tokens"]);
+  EXPECT_EQ(a.cached_tokens, resp["usage"]["input_tokens_details"]["cached_tokens"]);
+  EXPECT_EQ(a.completion_tokens, 6);
+  const UsageRecord& b = (*rows)[1];
+  EXPECT_EQ(b.request_id, msg["id"]);
+  EXPECT_EQ(b.tier, kDefault);
+  EXPECT_EQ(b.prompt_tokens, msg["usage"]["input_tokens"].get<int64_t>() +
+                                 msg["usage"]["cache_read_input_tokens"].get<int64_t>());
+  EXPECT_EQ(b.cached_tokens, msg["usage"]["cache_read_input_tokens"]);
+  EXPECT_EQ(b.completion_tokens, 5);
+  // The default quota (60 tokens) is spent now or by the next request; then both APIs refuse.
+  for (int i = 0; i < 3; ++i) {
+    r = client_->Post("/v1/messages", {{"x-api-key", *key}},
+                      R"({"model":"tiny","max_tokens":30,"ignore_eos":true,)"
+                      R"("messages":[{"role":"user","content":"Once upon"}]})",
+                      "application/json");
+    ASSERT_TRUE(r);
+    if (r->status != 200) break;
+  }
+  EXPECT_EQ(r->status, 429);
+  const json err = json::parse(r->body);
+  EXPECT_EQ(err["type"], "error");
+  EXPECT_EQ(err["error"]["type"], "rate_limit_error");
+  EXPECT_FALSE(r->get_header_value("Retry-After").empty());
+  r = client_->Post("/v1/responses", bearer, R"({"model":"tiny","input":"x"})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "quota_exceeded");
+}
+
+}  // namespace
+}  // namespace uf::server

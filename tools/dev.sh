@@ -80,8 +80,9 @@ case "${1:-}" in
     ;;
   test)
     build all "${TEST_PACKAGES[@]}"
-    # The e2e tests (tests/e2e) use the openai npm package, the playground tests (tests/web)
-    # puppeteer-core, each pinned in its package-lock.json (no browser download: Debian's).
+    # The e2e tests (tests/e2e) use the openai and @anthropic-ai/sdk npm packages, the playground
+    # tests (tests/web) puppeteer-core, each pinned in its package-lock.json (no browser
+    # download: Debian's).
     if command -v npm >/dev/null 2>&1; then
       for dir in tests/e2e tests/web; do
         [ -f "$dir/package-lock.json" ] || continue

@@ -120,6 +120,8 @@ int RunServe(const ServeArgs& args) {
   ho.max_body_bytes = args.max_body_bytes;
   ho.tool_format = server::ToolCallFormatOf(model.file());
   ho.history_dir = args.history_dir;
+  ho.response_store.max_responses = args.responses_store;
+  ho.response_store.ttl_s = args.responses_ttl_s;
   std::string template_note;
   auto render = server::MakeChatRenderer(model.file(), tokenizer, &template_note);
   if (!render.ok()) return Report("serve", render.status());
@@ -159,7 +161,8 @@ int RunServe(const ServeArgs& args) {
 
 void AddServeCommands(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
-  CLI::App* serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  CLI::App* serve = app.add_subcommand(
+      "serve", "HTTP server: OpenAI chat/completions and responses, Anthropic messages");
   serve->add_option("-m,--model", args->model, "GGUF model file")->required();
   serve->add_option("--model-id", args->model_id, "model name clients send (default: file stem)");
   serve->add_option("--host", args->host, "address to listen on")->capture_default_str();
@@ -207,6 +210,14 @@ void AddServeCommands(CLI::App& app) {
   serve->add_option("--default-tier", args->default_tier,
                     "tier for service_tier \"auto\" or absent: ultrafast, default or flex")
       ->capture_default_str();
+  serve->add_option("--responses-store", args->responses_store,
+                    "Responses API: stored responses kept at most, for previous_response_id "
+                    "(in memory; 0 = none)")
+      ->capture_default_str();
+  serve->add_option("--responses-ttl", args->responses_ttl_s,
+                    "Responses API: seconds a stored response is kept")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   serve->add_option("--history-dir", args->history_dir,
                     "Computer History folder that POST /v1/history/ask answers from "
                     "(ultrafast tier; behind the API key)");

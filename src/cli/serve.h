@@ -47,6 +47,8 @@ struct ServeArgs {
   // Tests: speculation controllers assume fixed verify costs instead of measuring them, so how
   // many drafts they verify does not depend on the machine's load.
   bool spec_fixed_cost = false;
+  size_t responses_store = 1000;  // stored Responses API responses at most (0 = none kept)
+  double responses_ttl_s = 3600;  // how long each is kept
 };
 
 // Runs the server until SIGINT/SIGTERM; returns the process exit code.

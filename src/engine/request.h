@@ -87,7 +87,8 @@ struct GenerationEvent {
   // The tier serving the request (after any fallback); the same on every event of a request.
   scheduler::ServiceTier service_tier = scheduler::ServiceTier::kDefault;
   FinishReason finish = FinishReason::kNone;
-  Status error;  // with finish == kError
+  Status error;               // with finish == kError
+  std::string stop_sequence;  // final event: the stop string that ended it ("" for EOS, ...)
   // Set on the final event (finish != kNone).
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache

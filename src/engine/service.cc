@@ -675,6 +675,7 @@ void Service::Emit(Sequence& seq, int32_t token, TokenLogprob* logprob) {
     return;
   }
   ev.finish = finish;
+  if (seq.stop.stopped()) ev.stop_sequence = seq.stop.matched();
   SendFinal(seq, std::move(ev));
 }
 

@@ -17,7 +17,13 @@ std::string StopMatcher::Push(std::string_view text) {
   held_.clear();
   buf.append(text);
   size_t first = std::string::npos;
-  for (const std::string& s : stops_) first = std::min(first, buf.find(s));
+  for (const std::string& s : stops_) {
+    const size_t at = buf.find(s);
+    if (at < first) {
+      first = at;
+      matched_ = s;
+    }
+  }
   if (first != std::string::npos) {
     stopped_ = true;
     buf.resize(first);

@@ -20,11 +20,14 @@ class StopMatcher {
   // Releases the held-back suffix (generation ended for another reason).
   std::string Flush();
   bool stopped() const { return stopped_; }
+  // The stop string that matched (the earliest in the text), once stopped().
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;  // non-empty strings only
   std::string held_;                // a suffix that is a proper prefix of some stop string
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace uf::engine

@@ -3,10 +3,12 @@
 // events as JSON or Server-Sent Events; they never touch the model. A client that disconnects
 // (streamed or not) has its request cancelled, which frees its KV blocks at the next step.
 //
-// Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models[/{id}], GET /health,
-// GET /metrics, GET /v1/usage (with a Meter), POST /v1/history/ask (with a history folder), and
-// the playground page: GET / and GET /assets/NAME (web_assets.h). /v1/* needs a Bearer key when
-// the KeyStore has keys; /health, /metrics and the page do not.
+// Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses (+ GET/DELETE
+// /v1/responses/{id}), POST /v1/messages (+ /v1/messages/count_tokens), GET /v1/models[/{id}],
+// GET /health, GET /metrics, GET /v1/usage (with a Meter), POST /v1/history/ask (with a history
+// folder), and the playground page: GET / and GET /assets/NAME (web_assets.h). /v1/* needs a key
+// (Authorization: Bearer, or x-api-key) when the KeyStore has keys; /health, /metrics and the
+// page do not. Every generation route runs the same request core (RunGeneration).
 #pragma once
 
 #include <atomic>
@@ -17,10 +19,13 @@
 
 #include "base/status.h"
 #include "engine/service.h"
+#include "server/api_format.h"
 #include "server/auth.h"
 #include "server/metering.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "server/openai_response.h"
+#include "server/responses_store.h"
 #include "server/tool_calls.h"
 
 namespace httplib {
@@ -58,6 +63,24 @@ struct ServerOptions {
   // Computer History folder (`history record --dir`) that POST /v1/history/ask answers from;
   // empty: that route is 404.
   std::string history_dir;
+  // POST /v1/responses with store (the default): responses kept for previous_response_id and
+  // GET /v1/responses/{id} (responses_store.h).
+  ResponseStoreOptions response_store;
+};
+
+// How one API binds to the request core: its metrics label, its error shape, its ids, the names
+// of its fields in errors, and the writer of its responses.
+struct ApiBinding {
+  const char* endpoint = "";  // metrics label ("chat_completions", "responses", "messages")
+  ErrorStyle errors = ErrorStyle::kOpenAI;
+  std::string id_prefix = "chatcmpl-";  // response ids; also the ledger's request id
+  std::string prompt_param = "messages";
+  std::string max_tokens_param = "max_tokens";
+  // Flat tools (Responses, Messages): what a tool's parameters schema is called in error paths
+  // (RenameToolParams); "" for chat's tools[i].function.parameters.
+  std::string tool_parameters_param;
+  // Called once the request is admitted, with the core's options (id, model, created, n, tools).
+  std::function<std::unique_ptr<ResponseWriter>(ResponseOptions)> make_writer;
 };
 
 class HttpServer {
@@ -84,15 +107,32 @@ class HttpServer {
 
  private:
   void Route();
-  // who (optional) gets the calling key.
+  // who (optional) gets the calling key (Authorization: Bearer KEY, or x-api-key: KEY).
   bool Authorized(const httplib::Request& req, httplib::Response& res, const char* endpoint,
-                  KeyIdentity* who = nullptr);
+                  KeyIdentity* who = nullptr, ErrorStyle style = ErrorStyle::kOpenAI);
+  // Authorized, and the server is not stopping (else a 503).
+  bool Admit(const httplib::Request& req, httplib::Response& res, const char* endpoint,
+             ErrorStyle style, KeyIdentity* who);
+  // 404 model_not_found unless the server serves `model`.
+  std::optional<ApiError> CheckModel(const std::string& model) const;
   void HandleUsage(const httplib::Request& req, httplib::Response& res);
   // POST /v1/history/ask (history_ask.cc): a chat completion on the ultrafast tier over the
   // newest summaries, answered with the summaries it cites.
   void HandleHistoryAsk(const httplib::Request& req, httplib::Response& res);
+  // POST /v1/chat/completions and /v1/completions.
   void HandleGenerate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
-  void SendError(httplib::Response& res, const ApiError& error, const char* endpoint);
+  // POST /v1/responses, GET and DELETE /v1/responses/{id} (responses_api.cc).
+  void HandleResponses(const httplib::Request& req, httplib::Response& res);
+  void HandleStoredResponse(const httplib::Request& req, httplib::Response& res, bool remove);
+  // POST /v1/messages and /v1/messages/count_tokens (anthropic_api.cc).
+  void HandleMessages(const httplib::Request& req, httplib::Response& res);
+  void HandleCountTokens(const httplib::Request& req, httplib::Response& res);
+  // The request core (generate.cc): a parsed request of any API, from its prompt to its
+  // response. Sends the response (or the error) on res.
+  void RunGeneration(ApiRequest api, const ApiBinding& binding, const KeyIdentity& who,
+                     double arrival, const httplib::Request& req, httplib::Response& res);
+  void SendError(httplib::Response& res, const ApiError& error, const char* endpoint,
+                 ErrorStyle style = ErrorStyle::kOpenAI);
   // Prompt tokens for a parsed request, or the 400 explaining why not.
   std::optional<ApiError> BuildPrompt(const ApiRequest& api, std::vector<int32_t>* tokens,
                                       std::string* echo);
@@ -103,6 +143,7 @@ class HttpServer {
   const KeyStore* keys_;
   Metrics* metrics_;
   const Meter* meter_ = nullptr;  // nullptr: no metering
+  std::unique_ptr<ResponseStore> responses_;
   std::unique_ptr<httplib::Server> http_;
   int port_ = 0;
   std::atomic<bool> stopping_{false};

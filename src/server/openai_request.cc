@@ -6,135 +6,18 @@
 
 #include "grammar/json_schema.h"
 #include "server/openai_request_tools.h"
+#include "server/request_fields.h"
 
 namespace uf::server {
 namespace {
 
 using json = nlohmann::json;
 
-constexpr int kMaxStops = 4;             // OpenAI's limit
+constexpr size_t kMaxStops = 4;          // OpenAI's limit
 constexpr int kMaxChatTopLogprobs = 20;  // OpenAI's limit for chat
 constexpr int kMaxCompletionLogprobs = 5;
 // Choices per request: each is a sequence of its own in the engine's batch.
 constexpr int kMaxChoices = 16;
-
-std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
-
-std::string TypeName(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::boolean:
-      return "boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-      return "integer";
-    case json::value_t::number_float:
-      return "number";
-    case json::value_t::string:
-      return "string";
-    case json::value_t::array:
-      return "array";
-    case json::value_t::object:
-      return "object";
-    default:
-      return "value";
-  }
-}
-
-ApiError WrongType(const std::string& param, const json& v, std::string_view want) {
-  return InvalidRequest("Invalid type for " + Quote(param) + ": expected " + std::string(want) +
-                            ", but got " + TypeName(v) + ".",
-                        param, "invalid_type");
-}
-
-ApiError OutOfRange(const std::string& param, std::string_view range) {
-  return InvalidRequest(
-      "Invalid value for " + Quote(param) + ": must be " + std::string(range) + ".", param,
-      "invalid_value");
-}
-
-ApiError Unsupported(const std::string& param, std::string_view why) {
-  return InvalidRequest(Quote(param) + " is not supported by this server: " + std::string(why),
-                        param, "unsupported_parameter");
-}
-
-std::optional<ApiError> GetBool(const std::string& param, const json& v, bool* out) {
-  if (v.is_null()) return std::nullopt;
-  if (!v.is_boolean()) return WrongType(param, v, "a boolean");
-  *out = v.get<bool>();
-  return std::nullopt;
-}
-
-std::optional<ApiError> GetFloat(const std::string& param, const json& v, double lo, double hi,
-                                 float* out) {
-  if (v.is_null()) return std::nullopt;
-  if (!v.is_number()) return WrongType(param, v, "a number");
-  const double d = v.get<double>();
-  if (!(d >= lo && d <= hi)) {
-    return OutOfRange(param, "between " + json(lo).dump() + " and " + json(hi).dump());
-  }
-  *out = static_cast<float>(d);
-  return std::nullopt;
-}
-
-std::optional<ApiError> GetInt(const std::string& param, const json& v, int64_t lo, int64_t hi,
-                               std::optional<int64_t>* out) {
-  if (v.is_null()) return std::nullopt;
-  if (!v.is_number_integer()) return WrongType(param, v, "an integer");
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
-    return OutOfRange(param, "between " + std::to_string(lo) + " and " + std::to_string(hi));
-  }
-  const int64_t i = v.get<int64_t>();
-  if (i < lo || i > hi) {
-    return OutOfRange(param, "between " + std::to_string(lo) + " and " + std::to_string(hi));
-  }
-  *out = i;
-  return std::nullopt;
-}
-
-std::optional<ApiError> GetString(const std::string& param, const json& v, std::string* out) {
-  if (v.is_null()) return std::nullopt;
-  if (!v.is_string()) return WrongType(param, v, "a string");
-  *out = v.get<std::string>();
-  return std::nullopt;
-}
-
-// null and "auto" leave *out unset: the server's auto tier decides.
-std::optional<ApiError> ParseTier(const json& v, std::optional<scheduler::ServiceTier>* out) {
-  if (v.is_null()) return std::nullopt;
-  std::string name;
-  if (auto e = GetString("service_tier", v, &name)) return e;
-  if (name == "auto") return std::nullopt;
-  StatusOr<scheduler::ServiceTier> tier = scheduler::ParseServiceTierName(name);
-  if (!tier.ok()) return InvalidRequest(tier.status().message(), "service_tier", "invalid_value");
-  *out = *tier;
-  return std::nullopt;
-}
-
-std::optional<ApiError> ParseStop(const json& v, std::vector<std::string>* out) {
-  out->clear();
-  if (v.is_null()) return std::nullopt;
-  if (v.is_string()) {
-    out->push_back(v.get<std::string>());
-  } else if (v.is_array()) {
-    if (v.size() > kMaxStops) {
-      return InvalidRequest(
-          "Invalid 'stop': at most " + std::to_string(kMaxStops) + " stop sequences are allowed.",
-          "stop", "invalid_value");
-    }
-    for (const json& s : v) {
-      if (!s.is_string()) return WrongType("stop", s, "a string or an array of strings");
-      out->push_back(s.get<std::string>());
-    }
-  } else {
-    return WrongType("stop", v, "a string or an array of strings");
-  }
-  for (const std::string& s : *out) {
-    if (s.empty()) return InvalidRequest("Invalid 'stop': empty stop sequence.", "stop");
-  }
-  return std::nullopt;
-}
 
 std::optional<ApiError> ParseLogitBias(const json& v, int64_t n_vocab,
                                        std::vector<std::pair<int32_t, float>>* out) {
@@ -237,20 +120,18 @@ std::optional<ApiError> ParseMessages(const json& v, json* out) {
                             param + ".role", "missing_required_parameter");
     }
     std::string role = role_it->get<std::string>();
-    if (role == "function") {
-      return Unsupported(param + ".role", "legacy function messages (use 'tool').");
-    }
     if (role != "system" && role != "developer" && role != "user" && role != "assistant" &&
-        role != "tool") {
+        role != "tool" && role != "function") {
       return InvalidRequest("Invalid value: " + Quote(role) +
                                 ". Supported values are: 'system', 'developer', 'user', "
-                                "'assistant' and 'tool'.",
+                                "'assistant', 'tool' and 'function'.",
                             param + ".role", "invalid_value");
     }
     std::string content;
     bool have_content = false;
     json tool_calls;
     std::string tool_call_id;
+    std::string name;
     for (auto it = m.begin(); it != m.end(); ++it) {
       const std::string& key = it.key();
       if (key == "role") continue;
@@ -260,8 +141,7 @@ std::optional<ApiError> ParseMessages(const json& v, json* out) {
         }
         have_content = true;
       } else if (key == "name") {
-        std::string ignored;
-        if (auto e = GetString(param + ".name", it.value(), &ignored)) return e;
+        if (auto e = GetString(param + ".name", it.value(), &name)) return e;
       } else if (role == "assistant" && key == "refusal") {
         std::string ignored;
         if (auto e = GetString(param + ".refusal", it.value(), &ignored)) return e;
@@ -271,10 +151,21 @@ std::optional<ApiError> ParseMessages(const json& v, json* out) {
         }
       } else if (role == "tool" && key == "tool_call_id") {
         if (auto e = GetString(param + ".tool_call_id", it.value(), &tool_call_id)) return e;
-      } else if (role == "assistant" && (key == "function_call" || key == "audio")) {
-        if (!it.value().is_null() && !(it.value().is_array() && it.value().empty())) {
-          return Unsupported(param + "." + key, "no legacy function calls or audio.");
+      } else if (role == "assistant" && key == "function_call") {
+        // Legacy: one call, as a tool call whose id the following "function" message shares.
+        const json& fc = it.value();
+        if (fc.is_null()) continue;
+        if (!fc.is_object() || !fc.contains("name") || !fc["name"].is_string()) {
+          return MissingParam(param + ".function_call.name");
         }
+        json calls = json::array({{{"id", LegacyCallId(fc["name"].get<std::string>())},
+                                   {"type", "function"},
+                                   {"function", fc}}});
+        if (auto e = ParseAssistantToolCalls(calls, param + ".function_call", &tool_calls)) {
+          return e;
+        }
+      } else if (role == "assistant" && key == "audio") {
+        if (!it.value().is_null()) return Unsupported(param + "." + key, "no audio.");
       } else {
         return InvalidRequest("Unrecognized argument in " + param + ": " + key, param + "." + key,
                               "unknown_parameter");
@@ -287,6 +178,11 @@ std::optional<ApiError> ParseMessages(const json& v, json* out) {
     if (role == "tool" && tool_call_id.empty()) {
       return InvalidRequest("Missing required parameter: " + Quote(param + ".tool_call_id") + ".",
                             param + ".tool_call_id", "missing_required_parameter");
+    }
+    if (role == "function") {  // legacy: a function's result is a tool message
+      if (name.empty()) return MissingParam(param + ".name");
+      role = "tool";
+      tool_call_id = LegacyCallId(name);
     }
     if (role == "developer") role = "system";
     json msg = {{"role", role}, {"content", content}};
@@ -416,8 +312,12 @@ std::optional<ApiError> ParsePrompt(const json& v, int64_t n_vocab, ApiRequest* 
 
 // Known parameters this server accepts without acting on them (validated by type only).
 std::optional<ApiError> IgnoredParam(const std::string& key, const json& v) {
-  static const std::set<std::string> kStrings = {"user", "reasoning_effort", "verbosity",
-                                                 "prompt_cache_key", "safety_identifier"};
+  static const std::set<std::string> kStrings = {"user",
+                                                 "reasoning_effort",
+                                                 "verbosity",
+                                                 "prompt_cache_key",
+                                                 "safety_identifier",
+                                                 "prompt_cache_retention"};
   if (kStrings.count(key)) {
     std::string ignored;
     return GetString(key, v, &ignored);
@@ -457,30 +357,11 @@ std::optional<ApiError> ParseChatParam(const std::string& key, const json& v, st
     }
     return std::nullopt;
   }
-  if (key == "chat_template_kwargs") {
-    if (v.is_null()) return std::nullopt;
-    if (!v.is_object()) return WrongType(key, v, "an object");
-    for (auto it = v.begin(); it != v.end(); ++it) {
-      // The prompt's own variables are the server's to set.
-      if (it.key() == "messages" || it.key() == "add_generation_prompt") {
-        return InvalidRequest("'chat_template_kwargs." + it.key() + "' cannot be overridden.",
-                              key + "." + it.key(), "invalid_value");
-      }
-    }
-    r->chat_template_kwargs = v;
-    return std::nullopt;
-  }
   if (key == "response_format") return ParseResponseFormat(v, body, r);
   if (key == "tools") return ParseTools(v, body, r);
   if (key == "tool_choice") return ParseToolChoice(v, r);
   if (key == "parallel_tool_calls") return GetBool(key, v, &r->parallel_tool_calls);
-  if (key == "functions" || key == "function_call") {
-    if (v.is_null() || (v.is_array() && v.empty()) ||
-        (v.is_string() && (v == "none" || v == "auto"))) {
-      return std::nullopt;
-    }
-    return Unsupported(key, "legacy function calling (use 'tools').");
-  }
+  if (key == "functions" || key == "function_call") return std::nullopt;  // CheckLegacyFunctions
   if (key == "modalities") {
     if (v.is_null() || v == json::array({"text"})) return std::nullopt;
     return Unsupported(key, "text output only.");
@@ -708,42 +589,26 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
       e = GetFloat(key, v, 0, 2, &r.sampling.temperature);
     } else if (key == "top_p") {
       e = GetFloat(key, v, 0, 1, &r.sampling.top_p);
-    } else if (key == "top_k") {  // extension (vLLM, llama.cpp)
-      std::optional<int64_t> k;
-      e = GetInt(key, v, -1, std::numeric_limits<int32_t>::max(), &k);
-      if (k) r.sampling.top_k = static_cast<int32_t>(std::max<int64_t>(*k, 0));
-    } else if (key == "min_p") {  // extension
-      e = GetFloat(key, v, 0, 1, &r.sampling.min_p);
-    } else if (key == "repetition_penalty") {  // extension
-      e = GetFloat(key, v, 0.01, 10, &r.sampling.repeat_penalty);
-    } else if (key == "ignore_eos") {  // extension, for benchmarks
-      e = GetBool(key, v, &r.ignore_eos);
     } else if (key == "presence_penalty") {
       e = GetFloat(key, v, -2, 2, &r.sampling.presence_penalty);
     } else if (key == "frequency_penalty") {
       e = GetFloat(key, v, -2, 2, &r.sampling.frequency_penalty);
-    } else if (key == "seed") {
-      std::optional<int64_t> seed;
-      e = GetInt(key, v, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
-                 &seed);
-      if (seed) {
-        r.has_seed = true;
-        r.sampling.seed = static_cast<uint64_t>(*seed);
-      }
     } else if (key == "stop") {
-      e = ParseStop(v, &r.stop);
+      e = ParseStop(key, v, kMaxStops, &r.stop);
     } else if (key == "logit_bias") {
       e = ParseLogitBias(v, options.n_vocab, &r.sampling.logit_bias);
     } else if (key == "service_tier") {
       e = ParseTier(v, &r.service_tier);
-    } else if (key == "speculation") {  // extension
-      e = ParseSpeculation(v, &r);
     } else if (key == "prediction") {
       e = ParsePrediction(v, &r);
     } else if (key == "n") {
       std::optional<int64_t> n;
       e = GetInt(key, v, 1, kMaxChoices, &n);
       if (n) r.n = static_cast<int>(*n);
+    } else if (key == "chat_template_kwargs" && endpoint != Endpoint::kChat) {
+      e = UnknownParam(key);
+    } else if (bool known = false; (e = ParseExtension(key, v, &r, &known)) || known) {
+      // seed, top_k, min_p, repetition_penalty, ignore_eos, speculation, chat_template_kwargs
     } else if (endpoint == Endpoint::kChat) {
       e = ParseChatParam(key, v, body, &r, &max_completion_tokens, &have_messages, &logprobs_seen,
                          &top_logprobs_seen);
@@ -775,6 +640,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
                           "top_logprobs", "invalid_value");
   }
   if (endpoint == Endpoint::kChat) {
+    if (auto e = CheckLegacyFunctions(root, body, &r)) return e;
     if (auto e = CheckToolChoice(r)) return e;
   }
   if (r.echo && r.logprobs) {

@@ -1,7 +1,10 @@
 // OpenAI request bodies for POST /v1/chat/completions and /v1/completions: parsed and validated
 // into ApiRequest, or rejected with an ApiError in OpenAI's error shape. Like the OpenAI API,
 // unknown top-level arguments are rejected; known ones this server cannot honour (audio, images,
-// legacy functions, ...) are rejected with a message saying so rather than silently ignored.
+// ...) are rejected with a message saying so rather than silently ignored, and known ones that do
+// not change the output (user, store, metadata, prompt_cache_key, ...) are accepted and ignored.
+// ApiRequest is also what the Responses and Messages APIs translate into (the request core's
+// input).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +32,8 @@ struct ApiError {
 };
 
 ApiError InvalidRequest(std::string message, std::string param = "", std::string code = "");
+// 5xx (type server_error) or 429 (rate_limit_error).
+ApiError ServerError(int status, std::string message, std::string code = "");
 // The JSON body of an error response.
 std::string ErrorBody(const ApiError& error);
 
@@ -85,11 +90,17 @@ struct ApiRequest {
   ToolChoice tool_choice = ToolChoice::kAuto;
   std::string tool_choice_name;  // kNamed
   bool parallel_tool_calls = true;
+  // The request used legacy `functions` / `function_call` (mapped onto tools): the reply's call
+  // comes back as message.function_call with finish_reason "function_call".
+  bool legacy_functions = false;
 };
 
 // Returns the request or the reason it is invalid (always status 400).
 std::optional<ApiError> ParseRequest(Endpoint endpoint, std::string_view body,
                                      const ParseOptions& options, ApiRequest* out);
+
+// "speculation": "off" | "ngram" | {"mode": ..., "k": ...} (extension).
+std::optional<ApiError> ParseSpeculation(const nlohmann::json& v, ApiRequest* r);
 
 // Nesting depth of the JSON text's arrays/objects (strings skipped), or SIZE_MAX once it exceeds
 // limit. Bounds the parser's work on hostile input.

@@ -79,6 +79,66 @@ std::optional<ApiError> ParseTools(const json& v, std::string_view body, ApiRequ
   return std::nullopt;
 }
 
+std::string LegacyCallId(const std::string& name) { return "call_" + name; }
+
+std::optional<ApiError> CheckLegacyFunctions(const json& root, std::string_view body,
+                                             ApiRequest* r) {
+  const auto fns = root.find("functions");
+  const auto fc = root.find("function_call");
+  const bool have_fns = fns != root.end() && !fns->is_null();
+  const bool have_fc = fc != root.end() && !fc->is_null();
+  if (!have_fns && !have_fc) return std::nullopt;
+  if (have_fns) {
+    if (root.contains("tools") && !root["tools"].is_null()) {
+      return Invalid("functions", "use either 'tools' or the legacy 'functions', not both.");
+    }
+    if (!fns->is_array()) return Invalid("functions", "expected an array of functions.");
+    // As tools: [{"type": "function", "function": f}], validated by ParseTools, errors renamed.
+    const auto ordered = nlohmann::ordered_json::parse(body.begin(), body.end())["functions"];
+    nlohmann::ordered_json tools = nlohmann::ordered_json::array();
+    for (const auto& f : ordered) tools.push_back({{"type", "function"}, {"function", f}});
+    const std::string tools_body = nlohmann::ordered_json{{"tools", tools}}.dump();
+    if (auto e = ParseTools(json::parse(tools_body)["tools"], tools_body, r)) {
+      for (std::string* s : {&e->param, &e->message}) {
+        size_t at;
+        while ((at = s->find("tools[")) != std::string::npos) s->replace(at, 6, "functions[");
+        while ((at = s->find("].function.")) != std::string::npos) s->replace(at, 11, "].");
+        while ((at = s->find("].function")) != std::string::npos) s->replace(at, 10, "]");
+      }
+      return e;
+    }
+    r->legacy_functions = !r->tools.is_null();
+    r->parallel_tool_calls = false;
+  }
+  if (have_fc) {
+    if (root.contains("tool_choice") && !root["tool_choice"].is_null()) {
+      return Invalid("function_call",
+                     "use either 'tool_choice' or the legacy 'function_call', not both.");
+    }
+    if (fc->is_string() && (*fc == "none" || *fc == "auto")) {
+      r->tool_choice = *fc == "none" ? ToolChoice::kNone : ToolChoice::kAuto;
+    } else if (fc->is_object() && fc->contains("name") && (*fc)["name"].is_string()) {
+      for (auto it = fc->begin(); it != fc->end(); ++it) {
+        if (it.key() != "name") {
+          return InvalidRequest("Unrecognized argument in function_call: " + it.key(),
+                                "function_call." + it.key(), "unknown_parameter");
+        }
+      }
+      if (!have_fns) return Invalid("function_call", "names a function, but 'functions' is empty.");
+      r->tool_choice = ToolChoice::kNamed;
+      r->tool_choice_name = (*fc)["name"].get<std::string>();
+      for (const auto& t : r->tools) {
+        if (t["function"]["name"] == r->tool_choice_name) return std::nullopt;
+      }
+      return Invalid("function_call.name",
+                     "no function named '" + r->tool_choice_name + "' in 'functions'.");
+    } else {
+      return Invalid("function_call", "expected 'none', 'auto' or {\"name\": string}.");
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseToolChoice(const json& v, ApiRequest* r) {
   if (v.is_null()) return std::nullopt;
   if (v.is_string()) {

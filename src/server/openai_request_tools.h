@@ -16,6 +16,15 @@ namespace uf::server {
 std::optional<ApiError> ParseTools(const nlohmann::json& v, std::string_view body, ApiRequest* r);
 // "none" | "auto" | "required" | {"type": "function", "function": {"name"}}.
 std::optional<ApiError> ParseToolChoice(const nlohmann::json& v, ApiRequest* r);
+// Legacy function calling, mapped onto tools: `functions` ([{"name", "description",
+// "parameters"}]) become function tools and `function_call` ("none" | "auto" | {"name"}) the
+// tool_choice; one call per reply (no parallel calls); sets r->legacy_functions. root: the whole
+// request (body: its text, for the schemas' key order). A 400 when mixed with tools/tool_choice.
+std::optional<ApiError> CheckLegacyFunctions(const nlohmann::json& root, std::string_view body,
+                                             ApiRequest* r);
+// The tool_call_id a legacy call and its "function" result message share.
+std::string LegacyCallId(const std::string& name);
+
 // After every parameter: tool_choice must fit tools.
 std::optional<ApiError> CheckToolChoice(const ApiRequest& r);
 

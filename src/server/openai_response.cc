@@ -220,6 +220,16 @@ const char* ResponseBuilder::StreamReply(int index, const char* finish, std::str
   if (!reply.content.empty()) {
     out->append(SseData(Chunk(ChoiceDelta(index, reply.content, {}, nullptr))));
   }
+  if (options_.legacy_functions) {  // one call, as delta.function_call
+    const ToolCall& call = reply.calls[0];
+    json head = ChoiceDelta(index, "", {}, nullptr);
+    head["delta"]["function_call"] = {{"name", call.name}, {"arguments", ""}};
+    out->append(SseData(Chunk(std::move(head))));
+    json args = ChoiceDelta(index, "", {}, nullptr);
+    args["delta"]["function_call"] = {{"arguments", call.arguments}};
+    out->append(SseData(Chunk(std::move(args))));
+    return "function_call";
+  }
   // As OpenAI streams a call: its id, type and name first, then the arguments (clients
   // concatenate the argument pieces of each index).
   for (size_t k = 0; k < reply.calls.size(); ++k) {
@@ -287,8 +297,14 @@ std::string ResponseBuilder::Body() const {
         ParsedReply reply = ParseToolCalls(c.text, options_.tool_format, options_.tool_names);
         if (!reply.calls.empty()) {
           message["content"] = reply.content.empty() ? json(nullptr) : json(reply.content);
-          message["tool_calls"] = ToolCallsJson(reply.calls);
-          finish = "tool_calls";
+          if (options_.legacy_functions) {
+            message["function_call"] = {{"name", reply.calls[0].name},
+                                        {"arguments", reply.calls[0].arguments}};
+            finish = "function_call";
+          } else {
+            message["tool_calls"] = ToolCallsJson(reply.calls);
+            finish = "tool_calls";
+          }
         }
       }
       choices.push_back({{"index", i},

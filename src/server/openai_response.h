@@ -12,6 +12,7 @@
 
 #include "engine/request.h"
 #include "scheduler/tiers.h"
+#include "server/api_format.h"
 #include "server/openai_request.h"
 #include "server/tool_calls.h"
 
@@ -51,6 +52,10 @@ struct ResponseOptions {
   bool parse_tools = false;
   ToolCallFormat tool_format = ToolCallFormat::kHermes;
   std::set<std::string> tool_names;
+  // Legacy functions (ApiRequest::legacy_functions): a call comes back as message.function_call
+  // (streamed: delta.function_call) with finish_reason "function_call".
+  bool legacy_functions = false;
+  int64_t prompt_tokens = 0;  // the prompt's tokens (known before the first event)
 };
 
 // The usage of n choices sharing one prompt: the prompt (and its cached part) counted once, the
@@ -61,7 +66,7 @@ engine::GenerationEvent MergeFinals(const std::vector<engine::GenerationEvent>& 
 // call Stream() for each event as it arrives, or Add() for each and Body() at the end. With n > 1
 // the events of choice i are given with its index; the response ends once every choice has had
 // its final event.
-class ResponseBuilder {
+class ResponseBuilder : public ResponseWriter {
  public:
   ResponseBuilder(ResponseOptions options, const Tokenizer& tokenizer);
 
@@ -69,19 +74,19 @@ class ResponseBuilder {
   // its role chunk (chat) or the echoed prompt; its final event adds its finish chunk, and the
   // last choice's final event the usage chunk (when asked) and [DONE]. An error event becomes
   // {"error": ...} followed by [DONE].
-  std::string Stream(int index, const engine::GenerationEvent& event);
+  std::string Stream(int index, const engine::GenerationEvent& event) override;
   std::string Stream(const engine::GenerationEvent& event) { return Stream(0, event); }
   // SSE bytes for an error that ends the stream.
-  std::string StreamError(const ApiError& error);
+  std::string StreamError(const ApiError& error) override;
 
-  void Add(int index, const engine::GenerationEvent& event);
+  void Add(int index, const engine::GenerationEvent& event) override;
   void Add(const engine::GenerationEvent& event) { Add(0, event); }
   // Every choice has had its final event.
   bool done() const { return finished_ == options_.n; }
   // The merged usage of the choices (after done()).
   engine::GenerationEvent Final() const;
   // The non-streamed response body, once done().
-  std::string Body() const;
+  std::string Body() const override;
 
  private:
   struct Choice {

@@ -1,0 +1,125 @@
+// OpenAI's Responses API (POST /v1/responses): the request translated into the request core's
+// ApiRequest (a chat request), and the engine's events translated into a `response` object or
+// its typed event stream (response.created, response.output_item.added,
+// response.output_text.delta, response.function_call_arguments.delta, ..., response.completed).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "server/api_format.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+#include "server/responses_store.h"
+
+namespace uf::server {
+
+struct ResponsesRequest {
+  // What the core runs (endpoint kChat). Its messages are this request's input only: the handler
+  // puts `instructions` and the previous response's conversation in front.
+  ApiRequest api;
+  nlohmann::json instructions;  // string or null
+  std::string previous_response_id;
+  bool store = true;
+  // Echoed in the response object as the client sent them (or their defaults).
+  nlohmann::json echo = nlohmann::json::object();
+};
+
+// Returns the request or the 400 naming the field it cannot take.
+std::optional<ApiError> ParseResponsesRequest(std::string_view body, const ParseOptions& options,
+                                              ResponsesRequest* out);
+
+// The chat messages of a Responses `input` (a string, or message / function_call /
+// function_call_output items; reasoning items are dropped). Appended to *messages.
+std::optional<ApiError> ResponsesInputMessages(const nlohmann::json& input,
+                                               nlohmann::json* messages);
+
+// A reasoning model's reply split as it streams: the text between a leading <think> and
+// </think> is its reasoning (a `reasoning` output item), the rest (white space after </think>
+// dropped) its answer. A reply that does not start with <think> is all answer.
+class ThinkSplitter {
+ public:
+  struct Piece {
+    std::string reasoning;
+    std::string answer;
+  };
+  Piece Push(std::string_view text);
+  Piece Flush();  // the reply ended: whatever was held back
+  bool thinking() const { return phase_ == Phase::kThinking; }
+  bool had_reasoning() const { return had_reasoning_; }
+
+ private:
+  enum class Phase { kStart, kThinking, kAnswer };
+  Phase phase_ = Phase::kStart;
+  std::string held_;  // text that may still turn out to be a tag
+  bool had_reasoning_ = false;
+  bool strip_ = false;  // just after </think>: drop the answer's leading white space
+};
+
+// Where a finished response goes (store: true): the conversation through it.
+struct ResponsesStoreTarget {
+  ResponseStore* store = nullptr;  // nullptr: not stored
+  int64_t key_id = 0;
+  nlohmann::json conversation;  // previous + input messages (no instructions)
+};
+
+// The response object and its event stream. n is 1 (the Responses API has no choices).
+class ResponsesWriter : public ResponseWriter {
+ public:
+  ResponsesWriter(ResponseOptions options, nlohmann::json echo, ResponsesStoreTarget target);
+
+  std::string Stream(int index, const engine::GenerationEvent& event) override;
+  std::string StreamError(const ApiError& error) override;
+  void Add(int index, const engine::GenerationEvent& event) override;
+  std::string Body() const override;
+
+ private:
+  // The response object with status, output and usage (null before the end).
+  nlohmann::json ResponseJson(const std::string& status, const nlohmann::json& output,
+                              const engine::GenerationEvent* final_event) const;
+  std::string Event(nlohmann::json event);  // numbered SSE "event: TYPE\ndata: {...}"
+  // Streaming: text to the open message item (opening it first, unless the text so far is blank
+  // and flush is false).
+  void StreamText(std::string_view text, std::string* out, bool flush = false);
+  void CloseMessage(std::string* out);
+  // Streaming: reasoning text to the open reasoning item (opening it first), and closing it.
+  void StreamReasoning(std::string_view text, std::string* out);
+  void CloseReasoning(std::string* out);
+  // Reasoning and answer text of one event; counts the reasoning's tokens.
+  ThinkSplitter::Piece Split(const engine::GenerationEvent& event);
+  // The finished response's object (stored first when asked): output items, usage and status.
+  nlohmann::json Finish(const std::string& text, const nlohmann::json& output,
+                        const std::vector<ToolCall>& calls,
+                        const engine::GenerationEvent& final_event) const;
+
+  ResponseOptions options_;
+  nlohmann::json echo_;
+  ResponsesStoreTarget target_;
+  scheduler::ServiceTier tier_ = scheduler::ServiceTier::kDefault;
+  std::string msg_id_;
+  std::string rs_id_;  // the reasoning item's
+  ThinkSplitter splitter_;
+  int64_t reasoning_tokens_ = 0;
+  bool answer_started_ = false;
+  bool reasoning_open_ = false;
+  std::string reasoning_text_;
+  // Streaming state.
+  int64_t sequence_ = 0;
+  bool started_ = false;
+  std::string held_;      // parse_tools: the reply so far ...
+  size_t sent_ = 0;       // ... of which this much went out as text
+  bool in_call_ = false;  // a call may have begun at sent_
+  bool message_open_ = false;
+  std::string blank_;                                // blank text before the message opened
+  std::string streamed_text_;                        // the open message's text so far
+  nlohmann::json output_ = nlohmann::json::array();  // items done so far
+  // Non-streamed.
+  std::string text_;
+  engine::GenerationEvent final_;
+  bool done_ = false;
+};
+
+}  // namespace uf::server

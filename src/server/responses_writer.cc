@@ -1,0 +1,405 @@
+// ResponsesWriter (responses_api.h): the `response` object and its typed event stream.
+#include "server/responses_api.h"
+
+namespace uf::server {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kThinkOpen = "<think>", kThinkClose = "</think>";
+constexpr const char* kBlank = " \t\r\n";
+
+json UsageOf(const engine::GenerationEvent& e, int64_t reasoning_tokens) {
+  return {{"input_tokens", e.prompt_tokens},
+          {"input_tokens_details", {{"cached_tokens", e.cached_tokens}}},
+          {"output_tokens", e.completion_tokens},
+          {"output_tokens_details", {{"reasoning_tokens", reasoning_tokens}}},
+          {"total_tokens", e.prompt_tokens + e.completion_tokens}};
+}
+
+json ReasoningItem(const std::string& id, const std::string& text, bool done) {
+  json content = json::array();
+  if (done) content.push_back({{"type", "reasoning_text"}, {"text", text}});
+  return {{"type", "reasoning"},
+          {"id", id},
+          {"summary", json::array()},
+          {"content", std::move(content)},
+          {"status", done ? "completed" : "in_progress"}};
+}
+
+json TextPart(const std::string& text) {
+  return {{"type", "output_text"},
+          {"text", text},
+          {"annotations", json::array()},
+          {"logprobs", json::array()}};
+}
+
+json MessageItem(const std::string& id, const std::string& status, json content) {
+  return {{"type", "message"},
+          {"id", id},
+          {"status", status},
+          {"role", "assistant"},
+          {"content", std::move(content)}};
+}
+
+json CallItem(const ToolCall& call, const std::string& status, const std::string& arguments) {
+  return {{"type", "function_call"}, {"id", "fc_" + call.id.substr(5)},  // call_X -> fc_X
+          {"call_id", call.id},      {"name", call.name},
+          {"arguments", arguments},  {"status", status}};
+}
+
+bool Failed(const engine::GenerationEvent& e) {
+  return e.finish == engine::FinishReason::kError || e.finish == engine::FinishReason::kCancelled;
+}
+
+}  // namespace
+
+ResponsesWriter::ResponsesWriter(ResponseOptions options, json echo, ResponsesStoreTarget target)
+    : options_(std::move(options)),
+      echo_(std::move(echo)),
+      target_(std::move(target)),
+      msg_id_(RandomId("msg_")),
+      rs_id_(RandomId("rs_")) {}
+
+ThinkSplitter::Piece ThinkSplitter::Push(std::string_view text) {
+  Piece p;
+  held_ += text;
+  for (;;) {
+    if (phase_ == Phase::kStart) {
+      const size_t i = held_.find_first_not_of(kBlank);
+      if (i == std::string::npos) return p;  // blank so far: nothing is known yet
+      const std::string_view t = std::string_view(held_).substr(i);
+      if (t.size() < kThinkOpen.size() && kThinkOpen.starts_with(t)) return p;
+      if (!t.starts_with(kThinkOpen)) {
+        phase_ = Phase::kAnswer;
+        continue;
+      }
+      held_ = std::string(t.substr(kThinkOpen.size()));
+      phase_ = Phase::kThinking;
+      had_reasoning_ = true;
+    } else if (phase_ == Phase::kThinking) {
+      const size_t close = held_.find(kThinkClose);
+      if (close != std::string::npos) {
+        p.reasoning += held_.substr(0, close);
+        held_.erase(0, close + kThinkClose.size());
+        phase_ = Phase::kAnswer;
+        strip_ = true;
+        continue;
+      }
+      size_t keep = 0;  // a suffix that may begin </think>
+      for (size_t k = std::min(held_.size(), kThinkClose.size() - 1); k > 0; --k) {
+        if (held_.ends_with(kThinkClose.substr(0, k))) {
+          keep = k;
+          break;
+        }
+      }
+      p.reasoning += held_.substr(0, held_.size() - keep);
+      held_.erase(0, held_.size() - keep);
+      return p;
+    } else {
+      if (strip_) {
+        const size_t i = held_.find_first_not_of(kBlank);
+        if (i == std::string::npos) {
+          held_.clear();
+          return p;
+        }
+        held_.erase(0, i);
+        strip_ = false;
+      }
+      p.answer += held_;
+      held_.clear();
+      return p;
+    }
+  }
+}
+
+ThinkSplitter::Piece ThinkSplitter::Flush() {
+  Piece p;
+  if (phase_ == Phase::kThinking) {
+    p.reasoning = std::move(held_);
+  } else if (!strip_) {
+    p.answer = std::move(held_);
+  }
+  held_.clear();
+  return p;
+}
+
+ThinkSplitter::Piece ResponsesWriter::Split(const engine::GenerationEvent& event) {
+  ThinkSplitter::Piece p = splitter_.Push(event.text);
+  if (event.finish != engine::FinishReason::kNone) {
+    ThinkSplitter::Piece rest = splitter_.Flush();
+    p.reasoning += rest.reasoning;
+    p.answer += rest.answer;
+  }
+  // Tokens until the answer's first text are the reasoning's (the </think> tag included).
+  if (splitter_.had_reasoning() && !answer_started_ && p.answer.empty()) {
+    reasoning_tokens_ += event.n_tokens;
+  }
+  if (!p.answer.empty()) answer_started_ = true;
+  return p;
+}
+
+void ResponsesWriter::StreamReasoning(std::string_view text, std::string* out) {
+  if (!reasoning_open_) {
+    reasoning_open_ = true;
+    *out += Event({{"type", "response.output_item.added"},
+                   {"output_index", output_.size()},
+                   {"item", ReasoningItem(rs_id_, "", false)}});
+    *out += Event({{"type", "response.content_part.added"},
+                   {"item_id", rs_id_},
+                   {"output_index", output_.size()},
+                   {"content_index", 0},
+                   {"part", {{"type", "reasoning_text"}, {"text", ""}}}});
+  }
+  if (text.empty()) return;
+  reasoning_text_ += text;
+  *out += Event({{"type", "response.reasoning_text.delta"},
+                 {"item_id", rs_id_},
+                 {"output_index", output_.size()},
+                 {"content_index", 0},
+                 {"delta", text}});
+}
+
+void ResponsesWriter::CloseReasoning(std::string* out) {
+  if (!reasoning_open_) return;
+  reasoning_open_ = false;
+  const size_t index = output_.size();
+  *out += Event({{"type", "response.reasoning_text.done"},
+                 {"item_id", rs_id_},
+                 {"output_index", index},
+                 {"content_index", 0},
+                 {"text", reasoning_text_}});
+  *out += Event({{"type", "response.content_part.done"},
+                 {"item_id", rs_id_},
+                 {"output_index", index},
+                 {"content_index", 0},
+                 {"part", {{"type", "reasoning_text"}, {"text", reasoning_text_}}}});
+  json item = ReasoningItem(rs_id_, reasoning_text_, true);
+  *out += Event({{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}});
+  output_.push_back(std::move(item));
+}
+
+json ResponsesWriter::ResponseJson(const std::string& status, const json& output,
+                                   const engine::GenerationEvent* final_event) const {
+  json r = echo_;
+  r["id"] = options_.id;
+  r["object"] = "response";
+  r["created_at"] = options_.created;
+  r["status"] = status;
+  r["background"] = false;
+  r["error"] = nullptr;
+  r["incomplete_details"] = nullptr;
+  r["model"] = options_.model;
+  r["output"] = output;
+  r["service_tier"] = scheduler::ServiceTierName(tier_);
+  r["usage"] = final_event != nullptr ? UsageOf(*final_event, reasoning_tokens_) : json(nullptr);
+  if (status == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
+  return r;
+}
+
+std::string ResponsesWriter::Event(json event) {
+  event["sequence_number"] = sequence_++;
+  const std::string type = event["type"].get<std::string>();
+  return "event: " + type + "\ndata: " + Dump(event) + "\n\n";
+}
+
+static bool Blank(std::string_view s) {
+  return s.find_first_not_of(" \t\r\n") == std::string::npos;
+}
+
+void ResponsesWriter::StreamText(std::string_view text, std::string* out, bool flush) {
+  std::string held;
+  if (!message_open_) {
+    // White space alone opens no message: it may be all that comes before a tool call.
+    blank_ += text;
+    if (!flush && Blank(blank_)) return;
+    held = std::move(blank_);
+    blank_.clear();
+    text = held;
+  }
+  if (!message_open_) {
+    message_open_ = true;
+    const int index = static_cast<int>(output_.size());
+    *out += Event({{"type", "response.output_item.added"},
+                   {"output_index", index},
+                   {"item", MessageItem(msg_id_, "in_progress", json::array())}});
+    *out += Event({{"type", "response.content_part.added"},
+                   {"item_id", msg_id_},
+                   {"output_index", index},
+                   {"content_index", 0},
+                   {"part", TextPart("")}});
+  }
+  if (text.empty()) return;
+  streamed_text_ += text;
+  *out += Event({{"type", "response.output_text.delta"},
+                 {"item_id", msg_id_},
+                 {"output_index", output_.size()},
+                 {"content_index", 0},
+                 {"delta", text},
+                 {"logprobs", json::array()}});
+}
+
+void ResponsesWriter::CloseMessage(std::string* out) {
+  if (!message_open_) return;
+  message_open_ = false;
+  const size_t index = output_.size();
+  *out += Event({{"type", "response.output_text.done"},
+                 {"item_id", msg_id_},
+                 {"output_index", index},
+                 {"content_index", 0},
+                 {"text", streamed_text_},
+                 {"logprobs", json::array()}});
+  *out += Event({{"type", "response.content_part.done"},
+                 {"item_id", msg_id_},
+                 {"output_index", index},
+                 {"content_index", 0},
+                 {"part", TextPart(streamed_text_)}});
+  json item = MessageItem(msg_id_, "completed", json::array({TextPart(streamed_text_)}));
+  *out += Event({{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}});
+  output_.push_back(std::move(item));
+}
+
+std::string ResponsesWriter::Stream(int, const engine::GenerationEvent& event) {
+  tier_ = event.service_tier;
+  std::string out;
+  if (!started_) {
+    started_ = true;
+    const json r = ResponseJson("in_progress", json::array(), nullptr);
+    out += Event({{"type", "response.created"}, {"response", r}});
+    out += Event({{"type", "response.in_progress"}, {"response", r}});
+  }
+  if (Failed(event)) {
+    return out + StreamError(ServerError(
+                     500, event.error.ok() ? "generation was cancelled" : event.error.message()));
+  }
+  const ThinkSplitter::Piece piece = Split(event);
+  if (!piece.reasoning.empty() || splitter_.thinking()) StreamReasoning(piece.reasoning, &out);
+  if (!splitter_.thinking() &&
+      (!piece.answer.empty() || event.finish != engine::FinishReason::kNone)) {
+    CloseReasoning(&out);
+  }
+  if (options_.parse_tools) {
+    held_ += piece.answer;
+    if (!in_call_) {
+      const std::string_view pending = std::string_view(held_).substr(sent_);
+      const size_t n = StreamableContent(pending, options_.tool_format, sent_ == 0, &in_call_);
+      if (n > 0) StreamText(pending.substr(0, n), &out);
+      sent_ += n;
+    }
+  } else if (!piece.answer.empty()) {
+    StreamText(piece.answer, &out);
+  }
+  if (event.finish == engine::FinishReason::kNone || done_) return out;
+  done_ = true;
+  std::vector<ToolCall> calls;
+  if (options_.parse_tools) {
+    const std::string tail = held_.substr(sent_);
+    ParsedReply reply = ParseToolCalls(tail, options_.tool_format, options_.tool_names);
+    calls = std::move(reply.calls);
+    const std::string& rest = calls.empty() ? tail : reply.content;
+    if (!rest.empty()) StreamText(rest, &out);
+  }
+  // A reply without calls is a message, even an empty or blank one.
+  if (calls.empty() && !message_open_) StreamText("", &out, /*flush=*/true);
+  const bool incomplete = event.finish == engine::FinishReason::kLength && calls.empty();
+  CloseMessage(&out);
+  if (incomplete && !output_.empty()) output_.back()["status"] = "incomplete";
+  for (const ToolCall& call : calls) {
+    const size_t index = output_.size();
+    json item = CallItem(call, "in_progress", "");
+    const std::string item_id = item["id"];
+    out += Event({{"type", "response.output_item.added"}, {"output_index", index}, {"item", item}});
+    out += Event({{"type", "response.function_call_arguments.delta"},
+                  {"item_id", item_id},
+                  {"output_index", index},
+                  {"delta", call.arguments}});
+    out += Event({{"type", "response.function_call_arguments.done"},
+                  {"item_id", item_id},
+                  {"output_index", index},
+                  {"name", call.name},
+                  {"arguments", call.arguments}});
+    item = CallItem(call, "completed", call.arguments);
+    out += Event({{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}});
+    output_.push_back(std::move(item));
+  }
+  // The text outside calls, as the stored conversation holds it.
+  std::string text;
+  for (const json& item : output_) {
+    if (item["type"] == "message") text += item["content"][0]["text"].get<std::string>();
+  }
+  const json r = Finish(text, output_, calls, event);
+  out +=
+      Event({{"type", incomplete ? "response.incomplete" : "response.completed"}, {"response", r}});
+  return out;
+}
+
+std::string ResponsesWriter::StreamError(const ApiError& error) {
+  std::string out = Event({{"type", "error"},
+                           {"code", error.code.empty() ? json(nullptr) : json(error.code)},
+                           {"message", error.message},
+                           {"param", error.param.empty() ? json(nullptr) : json(error.param)}});
+  json r = ResponseJson("failed", output_, nullptr);
+  r["error"] = {{"code", error.code.empty() ? "server_error" : error.code},
+                {"message", error.message}};
+  out += Event({{"type", "response.failed"}, {"response", r}});
+  return out;
+}
+
+void ResponsesWriter::Add(int, const engine::GenerationEvent& event) {
+  tier_ = event.service_tier;
+  const ThinkSplitter::Piece piece = Split(event);
+  reasoning_text_ += piece.reasoning;
+  text_ += piece.answer;
+  if (event.finish != engine::FinishReason::kNone) final_ = event;
+}
+
+std::string ResponsesWriter::Body() const {
+  std::string content = text_;
+  std::vector<ToolCall> calls;
+  if (options_.parse_tools) {
+    ParsedReply reply = ParseToolCalls(text_, options_.tool_format, options_.tool_names);
+    if (!reply.calls.empty()) {
+      content = reply.content;
+      calls = std::move(reply.calls);
+    }
+  }
+  const bool incomplete = final_.finish == engine::FinishReason::kLength && calls.empty();
+  json output = json::array();
+  if (splitter_.had_reasoning()) output.push_back(ReasoningItem(rs_id_, reasoning_text_, true));
+  if (!content.empty() || calls.empty()) {
+    output.push_back(MessageItem(msg_id_, incomplete ? "incomplete" : "completed",
+                                 json::array({TextPart(content)})));
+  }
+  for (const ToolCall& call : calls) output.push_back(CallItem(call, "completed", call.arguments));
+  return Dump(Finish(content, output, calls, final_));
+}
+
+json ResponsesWriter::Finish(const std::string& text, const json& output,
+                             const std::vector<ToolCall>& calls,
+                             const engine::GenerationEvent& final_event) const {
+  const bool incomplete = final_event.finish == engine::FinishReason::kLength && calls.empty();
+  json r = ResponseJson(incomplete ? "incomplete" : "completed", output, &final_event);
+  if (target_.store != nullptr) {
+    json turn = {{"role", "assistant"}, {"content", text}};
+    if (!calls.empty()) {
+      json chat_calls = json::array();
+      for (const ToolCall& c : calls) {
+        json args = json::parse(c.arguments, nullptr, false);
+        chat_calls.push_back({{"id", c.id},
+                              {"type", "function"},
+                              {"function", {{"name", c.name}, {"arguments", args}}}});
+      }
+      turn["tool_calls"] = std::move(chat_calls);
+    }
+    StoredResponse stored;
+    stored.key_id = target_.key_id;
+    stored.messages = target_.conversation;
+    stored.messages.push_back(std::move(turn));
+    stored.response = r;
+    target_.store->Put(options_.id, std::move(stored));
+  }
+  return r;
+}
+
+}  // namespace uf::server
