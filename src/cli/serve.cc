@@ -169,6 +169,7 @@ void AddServeCommands(CLI::App& app) {
   serve->add_option("--block-size", args->block_size, "tokens per KV block")->capture_default_str();
   serve->add_flag("--no-prefix-cache", args->no_prefix_cache, "do not reuse prompt prefixes");
   AddKvTypeOption(serve, &args->kv_type);
+  AddDeviceOption(serve, &args->device);
   serve->add_option("--max-tokens-limit", args->max_tokens_limit,
                     "largest max_tokens accepted (default ctx)");
   serve->add_option("--max-body-bytes", args->max_body_bytes, "request body limit")
@@ -205,6 +206,7 @@ void AddServeCommands(CLI::App& app) {
                     "Computer History folder that POST /v1/history/ask answers from "
                     "(ultrafast tier; behind the API key)");
   serve->callback([args] {
+    RequireCpuDevice("serve", args->device);
     if (const int code = RunServe(*args); code != 0) throw CLI::RuntimeError(code);
   });
 
