@@ -216,6 +216,19 @@ Status Context::Init(int index) {
                             info_.api_version + "; 1.1 or newer is needed");
   }
   vk_.vkGetPhysicalDeviceMemoryProperties(physical_, &mem_props_);
+  // The GEMVs sum a row within a subgroup (subgroupAdd) and put 64 / subgroup size rows in a
+  // workgroup of 64.
+  VkPhysicalDeviceSubgroupProperties sub{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+  p2.pNext = &sub;
+  vk_.vkGetPhysicalDeviceProperties2(physical_, &p2);
+  if (!(sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) ||
+      !(sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) || sub.subgroupSize == 0 ||
+      sub.subgroupSize > 64 || 64 % sub.subgroupSize != 0) {
+    return UnavailableError("Vulkan device " + info_.name +
+                            " lacks subgroup arithmetic in compute shaders with a subgroup size "
+                            "dividing 64, which the GPU kernels need");
+  }
 
   uint32_t n_families = 0;
   vk_.vkGetPhysicalDeviceQueueFamilyProperties(physical_, &n_families, nullptr);

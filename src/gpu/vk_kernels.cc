@@ -93,6 +93,7 @@ StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
 
 StatusOr<Kernels> Kernels::Create(Context* ctx) {
   Kernels k;
+  k.rows_per_group_ = 64 / ctx->info().subgroup_size;
   UF_ASSIGN_OR_RETURN(k.gemv_f32_, ctx->GetPipeline("gemv_f32", 3));
   UF_ASSIGN_OR_RETURN(k.gemv_f16_, ctx->GetPipeline("gemv_f16", 3));
   UF_ASSIGN_OR_RETURN(k.gemv_q8_0_, ctx->GetPipeline("gemv_q8_0", 3));
@@ -111,7 +112,7 @@ StatusOr<Kernels> Kernels::Create(Context* ctx) {
 void Kernels::Gemv(Recorder* r, const GpuMatrix& w, const Buffer& x, uint32_t x_off,
                    const Buffer& y, uint32_t y_off) const {
   uint32_t gx, gy;
-  Grid(w.rows, &gx, &gy);
+  Grid((w.rows + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
   const auto rows = static_cast<uint32_t>(w.rows), cols = static_cast<uint32_t>(w.cols);
   if (w.type == GgmlType::kF32 || w.type == GgmlType::kF16) {
     struct {

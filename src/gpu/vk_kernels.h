@@ -61,6 +61,7 @@ class Kernels {
   void Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& step) const;
 
  private:
+  uint32_t rows_per_group_ = 1;  // GEMV rows per workgroup: 64 / subgroup size
   const Pipeline* gemv_f32_ = nullptr;
   const Pipeline* gemv_f16_ = nullptr;
   const Pipeline* gemv_q8_0_ = nullptr;
