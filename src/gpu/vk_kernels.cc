@@ -1,10 +1,12 @@
 #include "gpu/vk_kernels.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "base/check.h"
 #include "kernels/blocks.h"
+#include "kernels/ops.h"
 #include "kernels/quant.h"
 
 namespace uf::gpu {
@@ -30,6 +32,37 @@ float HalfToFloat(uint16_t h) {
   return f;
 }
 
+// Stopgap for the types without a GPU kernel yet (BF16, Q4_K, Q6_K): the weights dequantized
+// once and stored as F16 (exact for BF16 in F16's range; for the K-quants it adds F16 rounding,
+// far below their own step), multiplied with F16-rounded activations where the CPU uses BF16 or
+// Q8_K ones. It costs device memory (2 bytes a weight instead of 0.56-0.82 for the K-quants) and
+// bandwidth, which is what native kernels will win back.
+StatusOr<GpuMatrix> UploadAsF16(Context* ctx, const kernels::Matrix& w) {
+  GpuMatrix m;
+  m.type = GgmlType::kF16;
+  m.converted_from = w.type();
+  m.rows = w.rows();
+  m.cols = w.cols();
+  if (w.cols() % 2 != 0) return UnimplementedError("the Vulkan backend needs even F16 columns");
+  const uint64_t bytes = static_cast<uint64_t>(w.rows()) * w.cols() * 2;
+  UF_ASSIGN_OR_RETURN(m.buffer, ctx->CreateBuffer(bytes, Memory::kDevice));
+  // In pieces of whole rows, so the host never holds the whole converted matrix.
+  const int64_t rows_per_piece = std::max<int64_t>(1, (int64_t{4} << 20) / (w.cols() * 2));
+  std::vector<float> f(rows_per_piece * w.cols());
+  std::vector<uint16_t> h(rows_per_piece * w.cols());
+  for (int64_t r0 = 0; r0 < w.rows(); r0 += rows_per_piece) {
+    const int64_t n = std::min(rows_per_piece, w.rows() - r0);
+    for (int64_t r = 0; r < n; ++r) {
+      kernels::DequantizeRow(w.type(), w.data() + (r0 + r) * w.row_bytes(), f.data() + r * w.cols(),
+                             w.cols());
+    }
+    kernels::F32ToF16(f.data(), h.data(), n * w.cols());
+    UF_RETURN_IF_ERROR(ctx->Upload(m.buffer, static_cast<uint64_t>(r0) * w.cols() * 2, h.data(),
+                                   static_cast<uint64_t>(n) * w.cols() * 2));
+  }
+  return m;
+}
+
 }  // namespace
 
 bool GpuSupportsType(GgmlType type) {
@@ -39,12 +72,17 @@ bool GpuSupportsType(GgmlType type) {
 
 StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
   if (!GpuSupportsType(w.type())) {
-    return UnimplementedError("the Vulkan backend has no kernel for weights of type " +
-                              std::string(GgmlTypeName(w.type())) +
-                              " yet (it has F32, F16, Q8_0 and Q4_0)");
+    if (w.type() != GgmlType::kBF16 && w.type() != GgmlType::kQ4_K &&
+        w.type() != GgmlType::kQ6_K) {
+      return UnimplementedError("the Vulkan backend has no kernel for weights of type " +
+                                std::string(GgmlTypeName(w.type())) +
+                                " (it has F32, F16, Q8_0 and Q4_0; BF16, Q4_K and Q6_K run "
+                                "converted to F16)");
+    }
+    return UploadAsF16(ctx, w);
   }
   GpuMatrix m;
-  m.type = w.type();
+  m.type = m.converted_from = w.type();
   m.rows = w.rows();
   m.cols = w.cols();
   const uint8_t* src = w.data();

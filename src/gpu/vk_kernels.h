@@ -15,7 +15,8 @@ namespace uf::gpu {
 // quants of every block (word-aligned: 8 and 4 words per block) followed by the blocks' scales as
 // f32 at word d_off, so the shaders read whole words and never an f16 at an odd address.
 struct GpuMatrix {
-  GgmlType type = GgmlType::kF32;
+  GgmlType type = GgmlType::kF32;    // as stored on the device
+  GgmlType converted_from = type;    // the file's type (BF16, Q4_K, Q6_K are stored as F16)
   int64_t rows = 0, cols = 0;
   uint32_t d_off = 0;  // Q8_0 / Q4_0: word offset of the scales
   Buffer buffer;
@@ -23,7 +24,8 @@ struct GpuMatrix {
 
 // True for the weight types the GPU kernels have (F32, F16, Q8_0, Q4_0).
 bool GpuSupportsType(GgmlType type);
-// Uploads w (its GGUF rows). Unimplemented for other types.
+// Uploads w (its GGUF rows). BF16, Q4_K and Q6_K have no kernel yet: they are dequantized and
+// stored as F16 (see UploadAsF16 in vk_kernels.cc). Unimplemented for other types.
 StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w);
 
 // Bytes of scratch a Q8_0 activation vector of `cols` values takes (quantize_q8_0's output).
