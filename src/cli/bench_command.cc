@@ -22,6 +22,7 @@
 
 #include "base/clock.h"
 #include "base/thread_pool.h"
+#include "cli/bench_gpu.h"
 #include "cli/bench_grammar.h"
 #include "cli/bench_serve.h"
 #include "cli/bench_spec.h"
@@ -518,7 +519,21 @@ void AddBenchCommand(CLI::App& app) {
                   "Decode with and without the token mask of this JSON schema file "
                   "({\"type\": \"json_object\"} for JSON mode), temperature 1 (-n default 128)");
   cmd->callback([o, cmd] {
-    RequireCpuDevice("bench", o->device);
+    const gpu::DeviceSpec device = DeviceOrDie("bench", o->device);
+    if (device.vulkan) {
+      if (!o->grammar.empty() || o->spec || o->serve || !o->batch.empty()) {
+        RequireCpuDevice("bench --batch/--spec/--serve/--grammar", o->device);
+      }
+      GpuBenchOptions go;
+      go.model = o->model;
+      go.device = device;
+      go.n_prompt = o->n_prompt;
+      go.n_gen = o->n_gen;
+      go.depth = o->depth;
+      go.reps = o->reps;
+      go.json = o->json;
+      std::exit(GpuBench(go));
+    }
     if (!o->grammar.empty()) {
       GrammarBenchOptions go;
       go.model = o->model;

@@ -109,7 +109,7 @@ void RequireCpuDevice(std::string_view command, const std::string& name) {
   if (!devices.ok()) Fail(command, devices.status());
   Fail(command, UnimplementedError("`" + std::string(command) +
                                    " --device vulkan` is not implemented yet (the Vulkan backend "
-                                   "runs `run` and `logits`; see docs/gpu.md)"));
+                                   "runs `run`, `logits` and a plain `bench`; see docs/gpu.md)"));
 }
 
 }  // namespace uf::cli

@@ -42,6 +42,11 @@ struct DeviceInfo {
 // searched and what to install.
 StatusOr<std::vector<DeviceInfo>> ListDevices();
 
+// The read bandwidth of device `device` in bytes/s: passes of uvec4 loads over a buffer of
+// `bytes` (clipped to a quarter of the device memory), recorded in one command buffer and timed
+// around its submit (so a submit's fixed cost, ~40 us on an H200, is spread over the passes).
+StatusOr<double> MeasureReadBandwidth(const DeviceSpec& device, uint64_t bytes, int passes);
+
 // A forward pass of a whole model on one Vulkan device for one sequence, one token per step:
 // weights uploaded once at Create, the K/V cache (f16) in device memory, and every step one
 // pre-recorded command buffer replayed (the token and position are read from a small host-written
