@@ -278,9 +278,10 @@ TEST_F(GpuKernelsTest, DecodeAttentionMatchesReference) {
   }
 }
 
-// The embedding row of each table type is the CPU dequantization of that row.
+// The embedding row of each table type is the CPU dequantization of that row (Q6_K in the same
+// float operation order, so exactly).
 TEST_F(GpuKernelsTest, EmbedMatchesDequantize) {
-  const int64_t rows = 5, cols = 64;
+  const int64_t rows = 5, cols = 512;
   const std::vector<float> wf = Random(rows * cols, 10);
   for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
     SCOPED_TRACE(GgmlTypeName(type));
@@ -304,15 +305,17 @@ TEST_F(GpuKernelsTest, EmbedMatchesDequantize) {
   }
 }
 
-// BF16, Q4_K and Q6_K have no kernel yet: they are stored as F16 and multiplied with F16
-// activations, where the CPU uses BF16 / Q8_K activations; the products agree to the coarser of
-// the two activation roundings (Q8_K: 1/127 of a block's largest value).
+// BF16 and Q4_K have no kernel yet: they are stored as F16 and multiplied with F16 activations;
+// Q6_K has its kernel but takes f32 activations. The CPU uses BF16 / Q8_K activations; the
+// products agree to the coarser of the two activation roundings (Q8_K: 1/127 of a block's
+// largest value).
 TEST_F(GpuKernelsTest, ConvertedTypesMatchCpu) {
   const int64_t rows = 19, cols = 512;
   const std::vector<float> wf = Random(rows * cols, 11, 0.5f), x = Random(cols, 12);
   ThreadPool pool(1);
   for (GgmlType type : {GgmlType::kBF16, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
     SCOPED_TRACE(GgmlTypeName(type));
+    const GgmlType stored = type == GgmlType::kQ6_K ? GgmlType::kQ6_K : GgmlType::kF16;
     const size_t row_bytes = kernels::KernelRowBytes(type, cols);
     std::vector<uint8_t> data(rows * row_bytes);
     for (int64_t r = 0; r < rows; ++r) {
@@ -324,7 +327,7 @@ TEST_F(GpuKernelsTest, ConvertedTypesMatchCpu) {
     kernels::MatMul(*m, x.data(), 1, want.data(), &pool);
     auto gm = UploadMatrix(ctx_, *m);
     ASSERT_TRUE(gm.ok()) << gm.status().ToString();
-    EXPECT_EQ(gm->type, GgmlType::kF16);
+    EXPECT_EQ(gm->type, stored);
     EXPECT_EQ(gm->converted_from, type);
     Buffer xb = Floats(x), y = Empty(rows * 4);
     Recorder rec(ctx_);

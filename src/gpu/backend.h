@@ -51,8 +51,9 @@ StatusOr<double> MeasureReadBandwidth(const DeviceSpec& device, uint64_t bytes, 
 // weights uploaded once at Create, the K/V cache (f16) in device memory, and every step one
 // pre-recorded command buffer replayed (the token and position are read from a small host-written
 // buffer, so nothing is re-recorded per token). Covers the architectures of src/model (llama,
-// qwen2, qwen3) with F32, F16, Q8_0 and Q4_0 matrices; other weight types fail Create with
-// Unimplemented naming the tensor.
+// qwen2, qwen3) with F32, F16, Q8_0, Q4_0 and Q6_K kernels; BF16 and Q4_K matrices are stored as
+// F16 (no kernels of their own yet); other weight types fail Create with Unimplemented naming
+// the tensor.
 class GpuDecoder {
  public:
   virtual ~GpuDecoder() = default;

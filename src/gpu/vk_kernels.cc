@@ -32,11 +32,11 @@ float HalfToFloat(uint16_t h) {
   return f;
 }
 
-// Stopgap for the types without a GPU kernel yet (BF16, Q4_K, Q6_K): the weights dequantized
-// once and stored as F16 (exact for BF16 in F16's range; for the K-quants it adds F16 rounding,
-// far below their own step), multiplied with F16-rounded activations where the CPU uses BF16 or
-// Q8_K ones. It costs device memory (2 bytes a weight instead of 0.56-0.82 for the K-quants) and
-// bandwidth, which is what native kernels will win back.
+// Stopgap for the types without a GPU kernel yet (BF16, Q4_K): the weights dequantized once and
+// stored as F16 (exact for BF16 in F16's range; for Q4_K it adds F16 rounding, far below its own
+// step), multiplied with F16-rounded activations where the CPU uses BF16 or Q8_K ones. It costs
+// device memory (2 bytes a weight instead of 0.56 for Q4_K) and bandwidth, which is what native
+// kernels will win back.
 StatusOr<GpuMatrix> UploadAsF16(Context* ctx, const kernels::Matrix& w) {
   GpuMatrix m;
   m.type = GgmlType::kF16;
@@ -63,20 +63,52 @@ StatusOr<GpuMatrix> UploadAsF16(Context* ctx, const kernels::Matrix& w) {
   return m;
 }
 
+// Q6_K: each block's ql, qh and scales as 52 words (they are 208 bytes, whole words, but the
+// blocks are 210 bytes apart in the file), the f32 super-block scales after all of them.
+StatusOr<GpuMatrix> UploadQ6K(Context* ctx, const kernels::Matrix& w) {
+  GpuMatrix m;
+  m.type = m.converted_from = GgmlType::kQ6_K;
+  m.rows = w.rows();
+  m.cols = w.cols();
+  const int64_t blocks = w.cols() / kernels::kQK_K;
+  const uint64_t total_blocks = static_cast<uint64_t>(w.rows()) * blocks;
+  if (total_blocks * 53 >= (uint64_t{1} << 32)) {
+    return UnimplementedError("the Vulkan backend addresses at most 2^32 words per matrix");
+  }
+  m.d_off = static_cast<uint32_t>(total_blocks * 52);
+  std::vector<uint32_t> host(total_blocks * 53);
+  for (int64_t r = 0; r < w.rows(); ++r) {
+    const auto* row = reinterpret_cast<const kernels::BlockQ6_K*>(w.data() + r * w.row_bytes());
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint64_t i = r * blocks + b;
+      auto* dst = reinterpret_cast<uint8_t*>(&host[i * 52]);
+      std::memcpy(dst, row[b].ql, 128);
+      std::memcpy(dst + 128, row[b].qh, 64);
+      std::memcpy(dst + 192, row[b].scales, 16);
+      uint16_t d;
+      std::memcpy(&d, &row[b].d, 2);
+      const float df = HalfToFloat(d);
+      std::memcpy(&host[m.d_off + i], &df, 4);
+    }
+  }
+  UF_ASSIGN_OR_RETURN(m.buffer, ctx->CreateBuffer(host.size() * 4, Memory::kDevice));
+  UF_RETURN_IF_ERROR(ctx->Upload(m.buffer, 0, host.data(), host.size() * 4));
+  return m;
+}
+
 }  // namespace
 
 bool GpuSupportsType(GgmlType type) {
   return type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kQ8_0 ||
-         type == GgmlType::kQ4_0;
+         type == GgmlType::kQ4_0 || type == GgmlType::kQ6_K;
 }
 
 StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
   if (!GpuSupportsType(w.type())) {
-    if (w.type() != GgmlType::kBF16 && w.type() != GgmlType::kQ4_K &&
-        w.type() != GgmlType::kQ6_K) {
+    if (w.type() != GgmlType::kBF16 && w.type() != GgmlType::kQ4_K) {
       return UnimplementedError("the Vulkan backend has no kernel for weights of type " +
                                 std::string(GgmlTypeName(w.type())) +
-                                " (it has F32, F16, Q8_0 and Q4_0; BF16, Q4_K and Q6_K run "
+                                " (it has F32, F16, Q8_0, Q4_0 and Q6_K; BF16 and Q4_K run "
                                 "converted to F16)");
     }
     return UploadAsF16(ctx, w);
@@ -95,6 +127,7 @@ StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
     UF_RETURN_IF_ERROR(ctx->Upload(m.buffer, 0, src, bytes));
     return m;
   }
+  if (w.type() == GgmlType::kQ6_K) return UploadQ6K(ctx, w);
   const bool q8 = w.type() == GgmlType::kQ8_0;
   const int64_t blocks = w.cols() / 32;
   const uint32_t qwords = q8 ? 8 : 4;
@@ -136,6 +169,7 @@ StatusOr<Kernels> Kernels::Create(Context* ctx) {
   UF_ASSIGN_OR_RETURN(k.gemv_f16_, ctx->GetPipeline("gemv_f16", 3));
   UF_ASSIGN_OR_RETURN(k.gemv_q8_0_, ctx->GetPipeline("gemv_q8_0", 3));
   UF_ASSIGN_OR_RETURN(k.gemv_q4_0_, ctx->GetPipeline("gemv_q4_0", 3));
+  UF_ASSIGN_OR_RETURN(k.gemv_q6_k_, ctx->GetPipeline("gemv_q6_k", 3));
   UF_ASSIGN_OR_RETURN(k.quantize_, ctx->GetPipeline("quantize_q8_0", 2));
   UF_ASSIGN_OR_RETURN(k.rmsnorm_, ctx->GetPipeline("rmsnorm", 3));
   UF_ASSIGN_OR_RETURN(k.add_, ctx->GetPipeline("add", 2));
@@ -158,6 +192,13 @@ void Kernels::Gemv(Recorder* r, const GpuMatrix& w, const Buffer& x, uint32_t x_
     } push{rows, cols, x_off, y_off};
     r->Dispatch(w.type == GgmlType::kF32 ? *gemv_f32_ : *gemv_f16_, {w.buffer, x, y}, push, gx,
                 gy);
+    return;
+  }
+  if (w.type == GgmlType::kQ6_K) {
+    struct {
+      uint32_t rows, blocks, w_d_off, x_off, y_off;
+    } push{rows, cols / 256, w.d_off, x_off, y_off};
+    r->Dispatch(*gemv_q6_k_, {w.buffer, x, y}, push, gx, gy);
     return;
   }
   UF_CHECK(x_off == 0) << "quantized GEMV: the activation starts at 0";
@@ -241,7 +282,8 @@ void Kernels::Embed(Recorder* r, const GpuMatrix& table, const Buffer& x,
   const uint32_t type = table.type == GgmlType::kF32    ? 0
                         : table.type == GgmlType::kF16  ? 1
                         : table.type == GgmlType::kQ8_0 ? 2
-                                                        : 3;
+                        : table.type == GgmlType::kQ4_0 ? 3
+                                                        : 4;
   struct {
     uint32_t type, cols, d_off;
   } push{type, static_cast<uint32_t>(table.cols), table.d_off};

@@ -11,9 +11,10 @@
 
 namespace uf::gpu {
 
-// A weight matrix in device memory. F32 and F16 rows as in GGUF; Q8_0 and Q4_0 split into the
-// quants of every block (word-aligned: 8 and 4 words per block) followed by the blocks' scales as
-// f32 at word d_off, so the shaders read whole words and never an f16 at an odd address.
+// A weight matrix in device memory. F32 and F16 rows as in GGUF; Q8_0, Q4_0 and Q6_K split into
+// the quants of every block (word-aligned: 8, 4 and 52 words per block) followed by the blocks'
+// scales as f32 at word d_off, so the shaders read whole words and never an f16 at an odd
+// address.
 struct GpuMatrix {
   GgmlType type = GgmlType::kF32;    // as stored on the device
   GgmlType converted_from = type;    // the file's type (BF16, Q4_K, Q6_K are stored as F16)
@@ -22,10 +23,10 @@ struct GpuMatrix {
   Buffer buffer;
 };
 
-// True for the weight types the GPU kernels have (F32, F16, Q8_0, Q4_0).
+// True for the weight types the GPU kernels have (F32, F16, Q8_0, Q4_0, Q6_K).
 bool GpuSupportsType(GgmlType type);
-// Uploads w (its GGUF rows). BF16, Q4_K and Q6_K have no kernel yet: they are dequantized and
-// stored as F16 (see UploadAsF16 in vk_kernels.cc). Unimplemented for other types.
+// Uploads w (its GGUF rows). BF16 and Q4_K have no kernel yet: they are dequantized and stored
+// as F16 (see UploadAsF16 in vk_kernels.cc). Unimplemented for other types.
 StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w);
 
 // Bytes of scratch a Q8_0 activation vector of `cols` values takes (quantize_q8_0's output).
@@ -37,7 +38,7 @@ class Kernels {
   static StatusOr<Kernels> Create(Context* ctx);
 
   // y[y_off..+rows) = W x[x_off..+cols). For Q8_0/Q4_0 weights x is a Q8_0 activation (Quantize)
-  // and x_off must be 0.
+  // and x_off must be 0; the others take f32 x.
   void Gemv(Recorder* r, const GpuMatrix& w, const Buffer& x, uint32_t x_off, const Buffer& y,
             uint32_t y_off) const;
   // q = x[x_off..+cols) as Q8_0 blocks (cols a multiple of 32).
@@ -68,6 +69,7 @@ class Kernels {
   const Pipeline* gemv_f16_ = nullptr;
   const Pipeline* gemv_q8_0_ = nullptr;
   const Pipeline* gemv_q4_0_ = nullptr;
+  const Pipeline* gemv_q6_k_ = nullptr;
   const Pipeline* quantize_ = nullptr;
   const Pipeline* rmsnorm_ = nullptr;
   const Pipeline* add_ = nullptr;
