@@ -4,11 +4,12 @@
 //
 // Tolerances are golden_test.cc's for F16 K/V (the device cache is f16): the weights' own
 // (F32 1e-3, F16 5e-3, quantized 3e-2 of max(1, |logit|)) plus 1e-2 for the f16 cache; arg-max
-// agreement >= 98% (float weights; 95% for BF16, see below) or 90% (quantized), and 100% where the reference's top-1 leads
-// its top-2 by 5%. BF16 and Q4_K weights run converted to F16 on the device (no kernels of their
-// own yet) and are held to their own type's tolerance all the same. The GPU runs the CPU path's arithmetic (activations rounded to F16 or
-// quantized to Q8_0 before each product, RoPE angles from the same function) in another
-// summation order, so it sits in the same noise as the CPU path's own SIMD tiers.
+// agreement >= 98% (float weights; 95% for BF16, see below) or 90% (quantized), and 100% where the
+// reference's top-1 leads its top-2 by 5%. BF16 and Q4_K weights run converted to F16 on the device
+// (no kernels of their own yet) and are held to their own type's tolerance all the same. The GPU
+// runs the CPU path's arithmetic (activations rounded to F16 or quantized to Q8_0 before each
+// product, RoPE angles from the same function) in another summation order, so it sits in the same
+// noise as the CPU path's own SIMD tiers.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -136,10 +137,11 @@ TEST_P(GpuGoldenTest, LogitsMatchReference) {
     }
   }
   const double agreement = static_cast<double>(agree) / positions;
-  std::printf("[gpu golden] %-24s on %s: positions=%zu argmax=%.2f%% clear=%zu/%zu max_err=%.2e "
-              "(tol %.1e)\n",
-              name.c_str(), (*dec)->device().name.c_str(), positions, 100.0 * agreement,
-              clear_agree, clear, max_err, tol);
+  std::printf(
+      "[gpu golden] %-24s on %s: positions=%zu argmax=%.2f%% clear=%zu/%zu max_err=%.2e "
+      "(tol %.1e)\n",
+      name.c_str(), (*dec)->device().name.c_str(), positions, 100.0 * agreement, clear_agree, clear,
+      max_err, tol);
   // BF16 weights run as F16 with F16 activations where the reference used BF16 ones (a BF16
   // step is 8x an F16 step): near-ties flip more often than between the CPU path and the
   // reference (measured 97.5% over these 81 positions), while every clear choice still agrees.
@@ -228,10 +230,11 @@ TEST(GpuGreedy, SameTokensAsCpuWhereTheChoiceIsClear) {
       }
       seq.push_back(ids[0]);  // the CPU's greedy token, fed to both
     }
-    std::printf("[gpu greedy] %-22s %lld tokens: GPU arg-max = CPU greedy at %lld, at %lld of "
-                "%lld clear choices\n",
-                name, static_cast<long long>(generated), static_cast<long long>(agree),
-                static_cast<long long>(clear_agree), static_cast<long long>(clear));
+    std::printf(
+        "[gpu greedy] %-22s %lld tokens: GPU arg-max = CPU greedy at %lld, at %lld of "
+        "%lld clear choices\n",
+        name, static_cast<long long>(generated), static_cast<long long>(agree),
+        static_cast<long long>(clear_agree), static_cast<long long>(clear));
     EXPECT_GE(clear, generated / 4) << "too few clear choices to mean anything";
     EXPECT_EQ(clear_agree, clear);
     EXPECT_GE(agree, generated * 9 / 10);
@@ -243,17 +246,18 @@ TEST(GpuGreedy, SameTokensAsCpuWhereTheChoiceIsClear) {
 TEST(GpuNoDevice, ClearErrorAndExitCode) {
   const fs::path binary = fs::read_symlink("/proc/self/exe").parent_path() / "ultrafast";
   if (!fs::exists(binary)) GTEST_SKIP() << "ultrafast binary not built at " << binary;
-  const fs::path err = fs::temp_directory_path() /
-                       ("uf_gpu_nodev_" + std::to_string(::getpid()) + ".txt");
+  const fs::path err =
+      fs::temp_directory_path() / ("uf_gpu_nodev_" + std::to_string(::getpid()) + ".txt");
   const std::string model = "../shared/models/tiny-llama-256-q8_0.gguf";
   for (const std::string& args :
        {std::string("devices"), "run --device vulkan -n 2 -p hi -m " + model,
         "logits --device vulkan:3 --prompts ../shared/golden/prompts.txt -m " + model}) {
     SCOPED_TRACE(args);
     if (args.find(".gguf") != std::string::npos && !fs::exists(model)) continue;
-    const std::string cmd = "env VK_ICD_FILENAMES=/nonexistent/icd.json "
-                            "VK_DRIVER_FILES=/nonexistent/icd.json " +
-                            binary.string() + " " + args + " > /dev/null 2> " + err.string();
+    const std::string cmd =
+        "env VK_ICD_FILENAMES=/nonexistent/icd.json "
+        "VK_DRIVER_FILES=/nonexistent/icd.json " +
+        binary.string() + " " + args + " > /dev/null 2> " + err.string();
     const int status = std::system(cmd.c_str());
     ASSERT_TRUE(WIFEXITED(status)) << "killed by a signal";
     EXPECT_EQ(WEXITSTATUS(status), 1);

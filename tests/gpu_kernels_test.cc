@@ -225,7 +225,7 @@ TEST_F(GpuKernelsTest, DecodeAttentionMatchesReference) {
   const uint32_t k_off = 0, v_off = n_kv * max_ctx * hd / 2;
   Buffer cache = Empty(2 * n_kv * max_ctx * hd * 2), kb = Empty(n_kv * hd * 4),
          vb = Empty(n_kv * hd * 4), step = Step(0, 0);
-  std::vector<std::vector<float>> ks, vs;
+  std::vector<std::vector<float> > ks, vs;
   {
     Recorder rec(ctx_);
     kernels_->KvStore(&rec, kb, vb, cache, step, n_kv, hd, max_ctx, k_off, v_off);

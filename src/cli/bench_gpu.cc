@@ -52,8 +52,8 @@ int GpuBench(const GpuBenchOptions& o) {
   const double pp_tok_s = Median(pp), tg_tok_s = Median(tg);
   // Bytes a decode step reads: the weights as the file holds them (BF16/Q4_K/Q6_K are F16 on the
   // device for now, which reads more) plus the f16 K/V up to the mean decode position.
-  const double kv_bytes = 2.0 * 2 * m.config().n_layer * m.config().kv_dim() *
-                          (o.depth + o.n_prompt + o.n_gen / 2.0);
+  const double kv_bytes =
+      2.0 * 2 * m.config().n_layer * m.config().kv_dim() * (o.depth + o.n_prompt + o.n_gen / 2.0);
   const double bytes_per_token = static_cast<double>(m.bytes_per_token()) + kv_bytes;
   const double roofline = bw_bytes > 0 ? tg_tok_s * bytes_per_token / bw_bytes : 0.0;
   if (o.json) {
@@ -84,11 +84,12 @@ int GpuBench(const GpuBenchOptions& o) {
   }
   if (o.n_gen > 0) {
     std::printf("%-8lld %-12s %14.1f %16.0f %12.1f %9.1f%%\n", static_cast<long long>(o.depth),
-                ("tg" + std::to_string(o.n_gen)).c_str(), tg_tok_s, bytes_per_token,
-                bw_bytes / 1e9, 100.0 * roofline);
+                ("tg" + std::to_string(o.n_gen)).c_str(), tg_tok_s, bytes_per_token, bw_bytes / 1e9,
+                100.0 * roofline);
   }
-  std::printf("* the GPU path has no batched prefill yet: the prompt runs one token per step.\n"
-              "Times are wall clock around each step's submit and wait (no GPU timestamps).\n");
+  std::printf(
+      "* the GPU path has no batched prefill yet: the prompt runs one token per step.\n"
+      "Times are wall clock around each step's submit and wait (no GPU timestamps).\n");
   return 0;
 }
 

@@ -10,8 +10,8 @@ namespace {
 void Devices() {
   auto devices = gpu::ListDevices();
   if (!devices.ok()) Fail("devices", devices.status());
-  std::printf("%-3s %-40s %-10s %-8s %10s %9s  %s\n", "N", "device", "type", "vulkan",
-              "memory", "subgroup", "driver");
+  std::printf("%-3s %-40s %-10s %-8s %10s %9s  %s\n", "N", "device", "type", "vulkan", "memory",
+              "subgroup", "driver");
   for (const gpu::DeviceInfo& d : *devices) {
     std::printf("%-3d %-40s %-10s %-8s %7.1f GiB %9u  %s\n", d.index, d.name.c_str(),
                 d.type.c_str(), d.api_version.c_str(),

@@ -118,9 +118,8 @@ void Logits(const LogitsOptions& o) {
   std::string line;
   const auto add_position = [&](size_t i, const float* l) {
     std::iota(ids.begin(), ids.end(), 0);
-    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [l](int32_t a, int32_t b) {
-      return l[a] > l[b] || (l[a] == l[b] && a < b);
-    });
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                      [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
     line += i ? ",[" : "[";
     for (int j = 0; j < k; ++j) {
       char buf[64];

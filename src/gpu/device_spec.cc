@@ -25,8 +25,10 @@ StatusOr<DeviceSpec> ParseDeviceSpec(std::string_view s) {
       }
     }
   }
-  return InvalidArgumentError("--device: expected cpu, vulkan or vulkan:N (N from `ultrafast "
-                              "devices`), got '" + std::string(s) + "'");
+  return InvalidArgumentError(
+      "--device: expected cpu, vulkan or vulkan:N (N from `ultrafast "
+      "devices`), got '" +
+      std::string(s) + "'");
 }
 
 }  // namespace uf::gpu

@@ -14,17 +14,28 @@ constexpr uint64_t kStagingBytes = 16 << 20;
 
 std::string VkResultName(VkResult r) {
   switch (r) {
-    case VK_ERROR_OUT_OF_HOST_MEMORY: return "VK_ERROR_OUT_OF_HOST_MEMORY";
-    case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
-    case VK_ERROR_INITIALIZATION_FAILED: return "VK_ERROR_INITIALIZATION_FAILED";
-    case VK_ERROR_DEVICE_LOST: return "VK_ERROR_DEVICE_LOST";
-    case VK_ERROR_INCOMPATIBLE_DRIVER: return "VK_ERROR_INCOMPATIBLE_DRIVER";
-    case VK_ERROR_EXTENSION_NOT_PRESENT: return "VK_ERROR_EXTENSION_NOT_PRESENT";
-    case VK_ERROR_FEATURE_NOT_PRESENT: return "VK_ERROR_FEATURE_NOT_PRESENT";
-    case VK_ERROR_TOO_MANY_OBJECTS: return "VK_ERROR_TOO_MANY_OBJECTS";
-    case VK_ERROR_OUT_OF_POOL_MEMORY: return "VK_ERROR_OUT_OF_POOL_MEMORY";
-    case VK_TIMEOUT: return "VK_TIMEOUT";
-    default: return "VkResult " + std::to_string(static_cast<int>(r));
+    case VK_ERROR_OUT_OF_HOST_MEMORY:
+      return "VK_ERROR_OUT_OF_HOST_MEMORY";
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY:
+      return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+    case VK_ERROR_INITIALIZATION_FAILED:
+      return "VK_ERROR_INITIALIZATION_FAILED";
+    case VK_ERROR_DEVICE_LOST:
+      return "VK_ERROR_DEVICE_LOST";
+    case VK_ERROR_INCOMPATIBLE_DRIVER:
+      return "VK_ERROR_INCOMPATIBLE_DRIVER";
+    case VK_ERROR_EXTENSION_NOT_PRESENT:
+      return "VK_ERROR_EXTENSION_NOT_PRESENT";
+    case VK_ERROR_FEATURE_NOT_PRESENT:
+      return "VK_ERROR_FEATURE_NOT_PRESENT";
+    case VK_ERROR_TOO_MANY_OBJECTS:
+      return "VK_ERROR_TOO_MANY_OBJECTS";
+    case VK_ERROR_OUT_OF_POOL_MEMORY:
+      return "VK_ERROR_OUT_OF_POOL_MEMORY";
+    case VK_TIMEOUT:
+      return "VK_TIMEOUT";
+    default:
+      return "VkResult " + std::to_string(static_cast<int>(r));
   }
 }
 
@@ -35,19 +46,24 @@ Status VkError(const char* what, VkResult r) {
   return Status(code, std::string("vulkan: ") + what + " failed: " + VkResultName(r));
 }
 
-#define UF_VK_TRY(what, call)                     \
-  do {                                            \
-    const VkResult uf_vk_r = (call);              \
+#define UF_VK_TRY(what, call)                                 \
+  do {                                                        \
+    const VkResult uf_vk_r = (call);                          \
     if (uf_vk_r != VK_SUCCESS) return VkError(what, uf_vk_r); \
   } while (0)
 
 std::string TypeName(VkPhysicalDeviceType t) {
   switch (t) {
-    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete";
-    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated";
-    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual";
-    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "cpu";
-    default: return "other";
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return "discrete";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return "integrated";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return "virtual";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return "cpu";
+    default:
+      return "other";
   }
 }
 
@@ -422,7 +438,8 @@ StatusOr<const Pipeline*> Context::GetPipeline(const std::string& name, uint32_t
   pl.pSetLayouts = &p->set_layout;
   pl.pushConstantRangeCount = 1;
   pl.pPushConstantRanges = &pcr;
-  UF_VK_TRY("vkCreatePipelineLayout", vk_.vkCreatePipelineLayout(device_, &pl, nullptr, &p->layout));
+  UF_VK_TRY("vkCreatePipelineLayout",
+            vk_.vkCreatePipelineLayout(device_, &pl, nullptr, &p->layout));
   VkShaderModuleCreateInfo smi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
   smi.codeSize = mod->words.size() * 4;
   smi.pCode = mod->words.data();
@@ -506,8 +523,8 @@ VkDescriptorSet Recorder::AllocateSet(const Pipeline& p) {
 }
 
 void Recorder::Dispatch(const Pipeline& p, const std::vector<BufferRange>& buffers,
-                        const void* push, uint32_t push_bytes, uint32_t groups_x,
-                        uint32_t groups_y, uint32_t groups_z) {
+                        const void* push, uint32_t push_bytes, uint32_t groups_x, uint32_t groups_y,
+                        uint32_t groups_z) {
   UF_CHECK(!finished_) << "Recorder: Dispatch after Finish";
   UF_CHECK(buffers.size() == p.n_buffers && p.n_buffers <= kMaxBindings)
       << p.name << ": " << buffers.size() << " buffers for " << p.n_buffers << " bindings";
@@ -520,8 +537,8 @@ void Recorder::Dispatch(const Pipeline& p, const std::vector<BufferRange>& buffe
   VkDescriptorBufferInfo infos[kMaxBindings];
   VkWriteDescriptorSet writes[kMaxBindings];
   for (uint32_t i = 0; i < p.n_buffers; ++i) {
-    UF_CHECK(buffers[i].buffer != nullptr && buffers[i].buffer->valid()) << p.name << ": binding "
-                                                                         << i << " is empty";
+    UF_CHECK(buffers[i].buffer != nullptr && buffers[i].buffer->valid())
+        << p.name << ": binding " << i << " is empty";
     infos[i] = {buffers[i].buffer->handle(), buffers[i].offset, buffers[i].size};
     writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
     writes[i].dstSet = set;
@@ -532,8 +549,7 @@ void Recorder::Dispatch(const Pipeline& p, const std::vector<BufferRange>& buffe
   }
   vk.vkUpdateDescriptorSets(ctx_->device(), p.n_buffers, writes, 0, nullptr);
   vk.vkCmdBindPipeline(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
-  vk.vkCmdBindDescriptorSets(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 1, &set, 0,
-                             nullptr);
+  vk.vkCmdBindDescriptorSets(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 1, &set, 0, nullptr);
   if (push_bytes > 0) {
     vk.vkCmdPushConstants(cb_, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
   }

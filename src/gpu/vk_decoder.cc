@@ -72,8 +72,9 @@ StatusOr<GpuMatrix> VulkanDecoder::Matrix(const kernels::Matrix& w, const std::s
 Status VulkanDecoder::Init(const DeviceSpec& device) {
   if (max_ctx_ <= 0) return InvalidArgumentError("GpuDecoder: max_ctx must be positive");
   if (c_.head_dim % 2 != 0 || c_.n_embd % 32 != 0) {
-    return UnimplementedError("the Vulkan backend needs an even head dim and n_embd a multiple "
-                              "of 32");
+    return UnimplementedError(
+        "the Vulkan backend needs an even head dim and n_embd a multiple "
+        "of 32");
   }
   UF_ASSIGN_OR_RETURN(ctx_, Context::Create(device.index));
   UF_ASSIGN_OR_RETURN(k_, Kernels::Create(ctx_.get()));
@@ -103,8 +104,8 @@ Status VulkanDecoder::Init(const DeviceSpec& device) {
     layers_.push_back(std::move(b));
   }
   UF_ASSIGN_OR_RETURN(output_norm_, Vector(w.output_norm));
-  UF_ASSIGN_OR_RETURN(output_, Matrix(w.output, c_.tied_output ? "token_embd.weight"
-                                                               : "output.weight"));
+  UF_ASSIGN_OR_RETURN(output_,
+                      Matrix(w.output, c_.tied_output ? "token_embd.weight" : "output.weight"));
   if (c_.tied_output) {
     embd_table_ = &output_;
   } else {
@@ -136,8 +137,9 @@ Status VulkanDecoder::Init(const DeviceSpec& device) {
   const uint64_t hp = c_.head_dim / 2;
   const uint64_t cache_words = c_.n_layer * 2 * c_.n_head_kv * max_ctx_ * hp;
   if (cache_words >= (uint64_t{1} << 32)) {
-    return UnimplementedError("the Vulkan backend's K/V cache is limited to 2^32 words; lower "
-                              "the context");
+    return UnimplementedError(
+        "the Vulkan backend's K/V cache is limited to 2^32 words; lower "
+        "the context");
   }
   const int64_t widest = std::max({c_.n_embd, c_.q_dim(), c_.n_ff});
   UF_ASSIGN_OR_RETURN(step_, ctx_->CreateBuffer(16, Memory::kHost));
@@ -199,8 +201,8 @@ Status VulkanDecoder::Record() {
     const auto k_off = static_cast<uint32_t>(il * layer_words);
     const auto v_off = static_cast<uint32_t>(il * layer_words + layer_words / 2);
     k_.KvStore(r, kbuf_, vbuf_, cache_, step_, c_.n_head_kv, hd, max_ctx_, k_off, v_off);
-    k_.Attention(r, q_, cache_, scores_, attn_, step_, c_.n_head, c_.n_head_kv, hd, max_ctx_,
-                 k_off, v_off, scale);
+    k_.Attention(r, q_, cache_, scores_, attn_, step_, c_.n_head, c_.n_head_kv, hd, max_ctx_, k_off,
+                 v_off, scale);
     Gemv(l.wo, attn_, c_.q_dim(), y_);
     k_.Add(r, y_, 0, x_, 0, e);
     k_.RmsNorm(r, x_, 0, l.ffn_norm, xn_, 0, 1, e, c_.rms_eps);
@@ -225,8 +227,7 @@ Status VulkanDecoder::Step(int32_t token, int32_t pos) {
                                 " is outside the vocabulary");
   }
   if (pos < 0 || pos >= max_ctx_ || pos > next_pos_) {
-    return InvalidArgumentError("gpu forward: position " + std::to_string(pos) +
-                                " is not in [0, " +
+    return InvalidArgumentError("gpu forward: position " + std::to_string(pos) + " is not in [0, " +
                                 std::to_string(std::min<int64_t>(next_pos_, max_ctx_ - 1)) + "]");
   }
   auto* step = static_cast<uint32_t*>(step_.mapped());

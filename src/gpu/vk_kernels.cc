@@ -190,8 +190,7 @@ void Kernels::Gemv(Recorder* r, const GpuMatrix& w, const Buffer& x, uint32_t x_
     struct {
       uint32_t rows, cols, x_off, y_off;
     } push{rows, cols, x_off, y_off};
-    r->Dispatch(w.type == GgmlType::kF32 ? *gemv_f32_ : *gemv_f16_, {w.buffer, x, y}, push, gx,
-                gy);
+    r->Dispatch(w.type == GgmlType::kF32 ? *gemv_f32_ : *gemv_f16_, {w.buffer, x, y}, push, gx, gy);
     return;
   }
   if (w.type == GgmlType::kQ6_K) {
@@ -272,8 +271,13 @@ void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const
   struct {
     uint32_t n_head, n_head_kv, head_dim, max_ctx, k_off, v_off;
     float scale;
-  } push{static_cast<uint32_t>(n_head), static_cast<uint32_t>(n_head_kv),
-         static_cast<uint32_t>(head_dim), static_cast<uint32_t>(max_ctx), k_off, v_off, scale};
+  } push{static_cast<uint32_t>(n_head),
+         static_cast<uint32_t>(n_head_kv),
+         static_cast<uint32_t>(head_dim),
+         static_cast<uint32_t>(max_ctx),
+         k_off,
+         v_off,
+         scale};
   r->Dispatch(*attention_, {q, cache, scores, out, step}, push, static_cast<uint32_t>(n_head));
 }
 

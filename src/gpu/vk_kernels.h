@@ -16,8 +16,8 @@ namespace uf::gpu {
 // scales as f32 at word d_off, so the shaders read whole words and never an f16 at an odd
 // address.
 struct GpuMatrix {
-  GgmlType type = GgmlType::kF32;    // as stored on the device
-  GgmlType converted_from = type;    // the file's type (BF16, Q4_K, Q6_K are stored as F16)
+  GgmlType type = GgmlType::kF32;  // as stored on the device
+  GgmlType converted_from = type;  // the file's type (BF16, Q4_K, Q6_K are stored as F16)
   int64_t rows = 0, cols = 0;
   uint32_t d_off = 0;  // Q8_0 / Q4_0: word offset of the scales
   Buffer buffer;
@@ -47,8 +47,8 @@ class Kernels {
   void RmsNorm(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer& w, const Buffer& y,
                uint32_t y_off, int64_t rows, int64_t n, float eps) const;
   // y[y_off + i] += x[x_off + i % period] (period 0: no repeat).
-  void Add(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer& y, uint32_t y_off,
-           int64_t n, int64_t period = 0) const;
+  void Add(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer& y, uint32_t y_off, int64_t n,
+           int64_t period = 0) const;
   void SwiGlu(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& out,
               int64_t n) const;
   // In place on n_heads heads of x at x_off, position step[1], angles table cs.

@@ -9,10 +9,12 @@
 namespace uf::gpu {
 
 Status VkFns::LoadInstance(VkInstance instance) {
-#define UF_VK_LOAD(name)                                                                     \
-  name = reinterpret_cast<PFN_##name>(vkGetInstanceProcAddr(instance, #name));              \
-  if (name == nullptr) return UnavailableError("the Vulkan loader lacks " #name " (Vulkan " \
-                                               "1.1 or newer is needed)");
+#define UF_VK_LOAD(name)                                                       \
+  name = reinterpret_cast<PFN_##name>(vkGetInstanceProcAddr(instance, #name)); \
+  if (name == nullptr)                                                         \
+    return UnavailableError("the Vulkan loader lacks " #name                   \
+                            " (Vulkan "                                        \
+                            "1.1 or newer is needed)");
   UF_VK_INSTANCE_FUNCTIONS(UF_VK_LOAD)
   UF_VK_DEVICE_FUNCTIONS(UF_VK_LOAD)
 #undef UF_VK_LOAD

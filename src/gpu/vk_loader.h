@@ -10,56 +10,56 @@
 
 namespace uf::gpu {
 
-#define UF_VK_INSTANCE_FUNCTIONS(X)          \
-  X(vkDestroyInstance)                       \
-  X(vkEnumeratePhysicalDevices)              \
-  X(vkGetPhysicalDeviceProperties)           \
-  X(vkGetPhysicalDeviceProperties2)          \
-  X(vkGetPhysicalDeviceFeatures2)            \
-  X(vkGetPhysicalDeviceMemoryProperties)     \
+#define UF_VK_INSTANCE_FUNCTIONS(X)           \
+  X(vkDestroyInstance)                        \
+  X(vkEnumeratePhysicalDevices)               \
+  X(vkGetPhysicalDeviceProperties)            \
+  X(vkGetPhysicalDeviceProperties2)           \
+  X(vkGetPhysicalDeviceFeatures2)             \
+  X(vkGetPhysicalDeviceMemoryProperties)      \
   X(vkGetPhysicalDeviceQueueFamilyProperties) \
   X(vkCreateDevice)
 
-#define UF_VK_DEVICE_FUNCTIONS(X) \
-  X(vkDestroyDevice)              \
-  X(vkGetDeviceQueue)             \
-  X(vkCreateBuffer)               \
-  X(vkDestroyBuffer)              \
+#define UF_VK_DEVICE_FUNCTIONS(X)  \
+  X(vkDestroyDevice)               \
+  X(vkGetDeviceQueue)              \
+  X(vkCreateBuffer)                \
+  X(vkDestroyBuffer)               \
   X(vkGetBufferMemoryRequirements) \
-  X(vkAllocateMemory)             \
-  X(vkFreeMemory)                 \
-  X(vkBindBufferMemory)           \
-  X(vkMapMemory)                  \
-  X(vkUnmapMemory)                \
-  X(vkCreateShaderModule)         \
-  X(vkDestroyShaderModule)        \
-  X(vkCreateDescriptorSetLayout)  \
-  X(vkDestroyDescriptorSetLayout) \
-  X(vkCreatePipelineLayout)       \
-  X(vkDestroyPipelineLayout)      \
-  X(vkCreateComputePipelines)     \
-  X(vkDestroyPipeline)            \
-  X(vkCreateDescriptorPool)       \
-  X(vkDestroyDescriptorPool)      \
-  X(vkAllocateDescriptorSets)     \
-  X(vkUpdateDescriptorSets)       \
-  X(vkCreateCommandPool)          \
-  X(vkDestroyCommandPool)         \
-  X(vkAllocateCommandBuffers)     \
-  X(vkFreeCommandBuffers)         \
-  X(vkBeginCommandBuffer)         \
-  X(vkEndCommandBuffer)           \
-  X(vkCmdBindPipeline)            \
-  X(vkCmdBindDescriptorSets)      \
-  X(vkCmdPushConstants)           \
-  X(vkCmdDispatch)                \
-  X(vkCmdPipelineBarrier)         \
-  X(vkCmdCopyBuffer)              \
-  X(vkQueueSubmit)                \
-  X(vkCreateFence)                \
-  X(vkDestroyFence)               \
-  X(vkWaitForFences)              \
-  X(vkResetFences)                \
+  X(vkAllocateMemory)              \
+  X(vkFreeMemory)                  \
+  X(vkBindBufferMemory)            \
+  X(vkMapMemory)                   \
+  X(vkUnmapMemory)                 \
+  X(vkCreateShaderModule)          \
+  X(vkDestroyShaderModule)         \
+  X(vkCreateDescriptorSetLayout)   \
+  X(vkDestroyDescriptorSetLayout)  \
+  X(vkCreatePipelineLayout)        \
+  X(vkDestroyPipelineLayout)       \
+  X(vkCreateComputePipelines)      \
+  X(vkDestroyPipeline)             \
+  X(vkCreateDescriptorPool)        \
+  X(vkDestroyDescriptorPool)       \
+  X(vkAllocateDescriptorSets)      \
+  X(vkUpdateDescriptorSets)        \
+  X(vkCreateCommandPool)           \
+  X(vkDestroyCommandPool)          \
+  X(vkAllocateCommandBuffers)      \
+  X(vkFreeCommandBuffers)          \
+  X(vkBeginCommandBuffer)          \
+  X(vkEndCommandBuffer)            \
+  X(vkCmdBindPipeline)             \
+  X(vkCmdBindDescriptorSets)       \
+  X(vkCmdPushConstants)            \
+  X(vkCmdDispatch)                 \
+  X(vkCmdPipelineBarrier)          \
+  X(vkCmdCopyBuffer)               \
+  X(vkQueueSubmit)                 \
+  X(vkCreateFence)                 \
+  X(vkDestroyFence)                \
+  X(vkWaitForFences)               \
+  X(vkResetFences)                 \
   X(vkDeviceWaitIdle)
 
 // Function pointers: the global ones after LoadVulkan, the instance and device ones after
