@@ -7,14 +7,16 @@
 #                                    minutes); `all` adds 8B F16 and Q4_0 (16 + 4.5 GB to write).
 # UF_GPU_MODELS=DIR keeps the models elsewhere (default /tmp/uf_gpu_models); UF_GPU_DEPTH=N
 # changes the depth of the depth run (default 4096).
-# The figures are wall clock per step (submit + wait included) and the device's read bandwidth
-# measured in the same run; compare with ../shared/gpu/README.md (llama.cpp CUDA on an H200).
+# The figures are wall clock per step (submit + wait included), the GPU time alone (timestamps),
+# and the device's read bandwidth measured in the same run; compare with ../shared/gpu/README.md (llama.cpp CUDA on an H200).
 set -euo pipefail
 
 case "${1:-}" in
   prepare)
     cd "$(dirname "$0")/.."
-    grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo /.gpu/ >> "$(git rev-parse --git-path info/exclude)"
+    exclude=$(git rev-parse --git-path info/exclude)
+    mkdir -p "$(dirname "$exclude")"
+    grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo /.gpu/ >> "$exclude"
     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
     cmake --build build --target ultrafast
     mkdir -p .gpu
@@ -43,15 +45,16 @@ case "${1:-}" in
       results+=("$preset $type $depth $line")
     done
     echo
-    printf '%-14s %-6s %6s %10s %12s %10s\n' model type depth "tok/s" "read GB/s" roofline
+    printf '%-14s %-6s %6s %10s %10s %12s %10s\n' model type depth "tok/s" "GPU tok/s" \
+      "read GB/s" roofline
     for r in "${results[@]}"; do
       read -r preset type depth json <<<"$r"
       python3 - "$preset" "$type" "$depth" "$json" <<'PY'
 import json, sys
 p, t, d, j = sys.argv[1:5]
 j = json.loads(j)
-print(f"{p:<14} {t:<6} {d:>6} {j['tg_tok_s']:>10.1f} {j['read_bw_gb_s']:>12.0f} "
-      f"{100 * j['roofline']:>9.1f}%")
+print(f"{p:<14} {t:<6} {d:>6} {j['tg_tok_s']:>10.1f} {j['tg_gpu_tok_s']:>10.1f} "
+      f"{j['read_bw_gb_s']:>12.0f} {100 * j['roofline']:>9.1f}%")
 PY
     done
     ;;

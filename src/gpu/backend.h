@@ -65,6 +65,8 @@ class GpuDecoder {
   // sequence) and leaves its logits in logits().
   virtual Status Step(int32_t token, int32_t pos) = 0;
   virtual const float* logits() const = 0;  // [n_vocab]
+  // GPU time of the last Step from device timestamps (no submit or wait); 0 if unavailable.
+  virtual double last_step_gpu_seconds() const = 0;
   virtual int64_t max_ctx() const = 0;
   virtual int64_t n_vocab() const = 0;
   virtual const DeviceInfo& device() const = 0;

@@ -255,6 +255,9 @@ Status Context::Init(int index) {
     if (families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
       queue_family_ = i;
       found = true;
+      if (families[i].timestampValidBits > 0) {
+        timestamp_period_ns_ = p.limits.timestampPeriod;
+      }
     }
   }
   if (!found) return UnavailableError("Vulkan device " + info_.name + " has no compute queue");
@@ -481,7 +484,21 @@ Recorder::Recorder(Context* ctx) : ctx_(ctx) {
   }
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   r = vk.vkBeginCommandBuffer(cb_, &bi);
-  if (r != VK_SUCCESS) status_ = VkError("vkBeginCommandBuffer", r);
+  if (r != VK_SUCCESS) {
+    status_ = VkError("vkBeginCommandBuffer", r);
+    return;
+  }
+  if (ctx_->timestamp_period_ns() > 0.0) {
+    VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qi.queryCount = 2;
+    if (vk.vkCreateQueryPool(ctx_->device(), &qi, nullptr, &timestamps_) == VK_SUCCESS) {
+      vk.vkCmdResetQueryPool(cb_, timestamps_, 0, 2);
+      vk.vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, timestamps_, 0);
+    } else {
+      timestamps_ = VK_NULL_HANDLE;  // timing is optional
+    }
+  }
 }
 
 Recorder::~Recorder() {
@@ -489,6 +506,7 @@ Recorder::~Recorder() {
   vk.vkDeviceWaitIdle(ctx_->device());
   if (cb_ != VK_NULL_HANDLE) vk.vkFreeCommandBuffers(ctx_->device(), ctx_->command_pool(), 1, &cb_);
   for (VkDescriptorPool p : pools_) vk.vkDestroyDescriptorPool(ctx_->device(), p, nullptr);
+  if (timestamps_ != VK_NULL_HANDLE) vk.vkDestroyQueryPool(ctx_->device(), timestamps_, nullptr);
 }
 
 VkDescriptorSet Recorder::AllocateSet(const Pipeline& p) {
@@ -575,6 +593,9 @@ Status Recorder::Finish() {
   mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
   ctx_->vk().vkCmdPipelineBarrier(cb_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                                   VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+  if (timestamps_ != VK_NULL_HANDLE) {
+    ctx_->vk().vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamps_, 1);
+  }
   UF_VK_TRY("vkEndCommandBuffer", ctx_->vk().vkEndCommandBuffer(cb_));
   return OkStatus();
 }
@@ -584,7 +605,18 @@ Status Recorder::Run() {
   UF_RETURN_IF_ERROR(status_);
   // The host wrote the step's inputs into coherent memory before this; the submit makes those
   // writes visible to the device (vkQueueSubmit is a host-write memory dependency).
-  return ctx_->SubmitAndWait(cb_);
+  UF_RETURN_IF_ERROR(ctx_->SubmitAndWait(cb_));
+  last_gpu_seconds_ = 0.0;
+  if (timestamps_ != VK_NULL_HANDLE) {
+    uint64_t ts[2] = {0, 0};
+    const VkResult r = ctx_->vk().vkGetQueryPoolResults(
+        ctx_->device(), timestamps_, 0, 2, sizeof(ts), ts, sizeof(uint64_t),
+        VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+    if (r == VK_SUCCESS && ts[1] >= ts[0]) {
+      last_gpu_seconds_ = static_cast<double>(ts[1] - ts[0]) * ctx_->timestamp_period_ns() * 1e-9;
+    }
+  }
+  return OkStatus();
 }
 
 }  // namespace uf::gpu

@@ -85,6 +85,8 @@ class Context {
 
   // Bytes of device memory allocated through this context and not freed.
   uint64_t allocated_bytes() const { return allocated_; }
+  // Nanoseconds per timestamp tick, 0 when the compute queue has no timestamps.
+  double timestamp_period_ns() const { return timestamp_period_ns_; }
 
  private:
   friend class Buffer;
@@ -102,6 +104,7 @@ class Context {
   VkDevice device_ = VK_NULL_HANDLE;
   VkQueue queue_ = VK_NULL_HANDLE;
   uint32_t queue_family_ = 0;
+  double timestamp_period_ns_ = 0.0;
   VkCommandPool command_pool_ = VK_NULL_HANDLE;
   VkCommandBuffer transfer_cb_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
@@ -143,6 +146,9 @@ class Recorder {
   Status Finish();  // ends recording; the first error of recording, if any
   Status Run();     // submits and waits; Finish first
   int dispatches() const { return dispatches_; }
+  // GPU time of the last Run between the first and the last command, from timestamps (without
+  // the submit and the wait); 0 where the device has no compute timestamps.
+  double last_gpu_seconds() const { return last_gpu_seconds_; }
 
  private:
   VkDescriptorSet AllocateSet(const Pipeline& p);
@@ -153,6 +159,8 @@ class Recorder {
   uint32_t sets_left_ = 0;
   Status status_;
   bool finished_ = false;
+  VkQueryPool timestamps_ = VK_NULL_HANDLE;
+  double last_gpu_seconds_ = 0.0;
   int dispatches_ = 0;
 };
 

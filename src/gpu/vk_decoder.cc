@@ -28,6 +28,7 @@ class VulkanDecoder final : public GpuDecoder {
   Status Init(const DeviceSpec& device);
   Status Step(int32_t token, int32_t pos) override;
   const float* logits() const override { return logits_.data(); }
+  double last_step_gpu_seconds() const override { return rec_->last_gpu_seconds(); }
   int64_t max_ctx() const override { return max_ctx_; }
   int64_t n_vocab() const override { return c_.n_vocab; }
   const DeviceInfo& device() const override { return ctx_->info(); }

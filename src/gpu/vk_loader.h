@@ -60,7 +60,12 @@ namespace uf::gpu {
   X(vkDestroyFence)                \
   X(vkWaitForFences)               \
   X(vkResetFences)                 \
-  X(vkDeviceWaitIdle)
+  X(vkDeviceWaitIdle)              \
+  X(vkCreateQueryPool)             \
+  X(vkDestroyQueryPool)            \
+  X(vkCmdResetQueryPool)           \
+  X(vkCmdWriteTimestamp)           \
+  X(vkGetQueryPoolResults)
 
 // Function pointers: the global ones after LoadVulkan, the instance and device ones after
 // LoadInstance / LoadDevice (through vkGetInstanceProcAddr, which serves both).
