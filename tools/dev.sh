@@ -9,12 +9,14 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev libcpp-httplib-dev libsqlite3-dev libcli11-dev libpcre2-dev
           libssl-dev libxcb1-dev libxcb-ewmh-dev libxcb-icccm4-dev libxcb-xinput-dev
-          libxcb-screensaver0-dev libatspi2.0-dev)
+          libxcb-screensaver0-dev libatspi2.0-dev libvulkan-dev glslc)
 # Only `test` needs these: the Computer History tests run an X server, a window manager and
 # xdotool, and a GTK form (Python) on a D-Bus session with the accessibility bus for --atspi
 # (tests/history_x11_test.cc).
-# The playground's browser tests (tests/web) drive Debian's chromium headless.
-TEST_PACKAGES=(xvfb openbox xdotool dbus-daemon at-spi2-core python3-gi gir1.2-gtk-3.0 chromium)
+# The playground's browser tests (tests/web) drive Debian's chromium headless. The GPU tests
+# (tests/gpu_*_test.cc) run on Mesa's CPU Vulkan driver, lavapipe.
+TEST_PACKAGES=(xvfb openbox xdotool dbus-daemon at-spi2-core python3-gi gir1.2-gtk-3.0 chromium
+               mesa-vulkan-drivers)
 
 install_missing() {
   local missing=()

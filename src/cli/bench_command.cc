@@ -22,6 +22,7 @@
 
 #include "base/clock.h"
 #include "base/thread_pool.h"
+#include "cli/bench_gpu.h"
 #include "cli/bench_grammar.h"
 #include "cli/bench_serve.h"
 #include "cli/bench_spec.h"
@@ -63,6 +64,7 @@ struct BenchOptions {
   std::string spec_draft;
   std::string spec_text;
   std::string kv_type;
+  std::string device;
   int64_t depth = 0;  // tokens already in the cache before prefill and decode (llama-bench -d)
 };
 
@@ -491,6 +493,7 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("-n,--gen-tokens", o->n_gen, "Tokens to decode (0: skip)")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Threads (0: all CPUs)")->capture_default_str();
   AddKvTypeOption(cmd, &o->kv_type);
+  AddDeviceOption(cmd, &o->device);
   cmd->add_option("-d,--depth", o->depth,
                   "Tokens already in the cache before prefill and decode (as llama-bench -d); "
                   "bytes/token and the roofline count their K/V")
@@ -516,6 +519,21 @@ void AddBenchCommand(CLI::App& app) {
                   "Decode with and without the token mask of this JSON schema file "
                   "({\"type\": \"json_object\"} for JSON mode), temperature 1 (-n default 128)");
   cmd->callback([o, cmd] {
+    const gpu::DeviceSpec device = DeviceOrDie("bench", o->device);
+    if (device.vulkan) {
+      if (!o->grammar.empty() || o->spec || o->serve || !o->batch.empty()) {
+        RequireCpuDevice("bench --batch/--spec/--serve/--grammar", o->device);
+      }
+      GpuBenchOptions go;
+      go.model = o->model;
+      go.device = device;
+      go.n_prompt = o->n_prompt;
+      go.n_gen = o->n_gen;
+      go.depth = o->depth;
+      go.reps = o->reps;
+      go.json = o->json;
+      std::exit(GpuBench(go));
+    }
     if (!o->grammar.empty()) {
       GrammarBenchOptions go;
       go.model = o->model;

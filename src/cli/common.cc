@@ -93,4 +93,28 @@ engine::KvType KvTypeOrDie(std::string_view command, const std::string& name) {
   return *t;
 }
 
+void AddDeviceOption(CLI::App* cmd, std::string* out) {
+  *out = "cpu";
+  cmd->add_option("--device", *out,
+                  "Where to run: cpu, or vulkan[:N] for a Vulkan GPU (N from `ultrafast devices`; "
+                  "see docs/gpu.md)")
+      ->capture_default_str();
+}
+
+gpu::DeviceSpec DeviceOrDie(std::string_view command, const std::string& name) {
+  auto d = gpu::ParseDeviceSpec(name);
+  if (!d.ok()) Fail(command, d.status());
+  return *d;
+}
+
+void RequireCpuDevice(std::string_view command, const std::string& name) {
+  const gpu::DeviceSpec d = DeviceOrDie(command, name);
+  if (!d.vulkan) return;
+  auto devices = gpu::ListDevices();
+  if (!devices.ok()) Fail(command, devices.status());
+  Fail(command, UnimplementedError("`" + std::string(command) +
+                                   " --device vulkan` is not implemented yet (the Vulkan backend "
+                                   "runs `run`, `logits` and a plain `bench`; see docs/gpu.md)"));
+}
+
 }  // namespace uf::cli

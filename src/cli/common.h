@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "engine/kv_cache.h"
+#include "gpu/backend.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -22,6 +23,7 @@ void AddSynthCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
 void AddHistoryCommand(CLI::App& app);
 void AddPullCommand(CLI::App& app);
+void AddDevicesCommand(CLI::App& app);
 
 // Prints "ultrafast <command>: <status>" to stderr and ends the command with exit code 1.
 [[noreturn]] void Fail(std::string_view command, const Status& status);
@@ -47,6 +49,15 @@ engine::KvCacheOptions CacheOptionsFor(const model::ModelConfig& c, int64_t seq_
 void AddKvTypeOption(CLI::App* cmd, std::string* out);
 // The parsed --kv-type; fails the command on a bad value.
 engine::KvType KvTypeOrDie(std::string_view command, const std::string& name);
+
+// Registers --device (cpu, vulkan or vulkan:N; default cpu) storing the choice in *out.
+void AddDeviceOption(CLI::App* cmd, std::string* out);
+// The parsed --device; fails the command on a bad value. A Vulkan device is not opened here.
+gpu::DeviceSpec DeviceOrDie(std::string_view command, const std::string& name);
+// For commands whose Vulkan path does not exist yet: fails with Unimplemented naming them when
+// --device asks for Vulkan (after checking that a device exists, so a machine without one hears
+// that first).
+void RequireCpuDevice(std::string_view command, const std::string& name);
 
 // Median of v (0 when empty): benchmarks quote medians of repetitions on a noisy machine.
 double Median(std::vector<double> v);

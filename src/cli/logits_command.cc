@@ -21,6 +21,7 @@ struct LogitsOptions {
   int threads = 0;
   bool special = false;
   std::string kv_type;
+  std::string device;
 };
 
 // Prompts file: one prompt per line; "\n" stands for a newline and "\\" for a backslash. Empty
@@ -84,42 +85,69 @@ void Logits(const LogitsOptions& o) {
     tokens.push_back(loaded->tokenizer->Encode(p, /*add_bos=*/true, o.special));
     max_len = std::max<int64_t>(max_len, tokens.back().size());
   }
-  const engine::KvCacheOptions co =
-      CacheOptionsFor(m.config(), max_len, KvTypeOrDie("logits", o.kv_type));
-  auto cache = engine::KvCache::Create(co);
-  if (!cache.ok()) Fail("logits", cache.status());
-  ThreadPool pool(ResolveThreads(o.threads));
-  auto decoder = model::Decoder::Create(m, cache->get(), {.max_batch = max_len}, &pool);
-  if (!decoder.ok()) Fail("logits", decoder.status());
+  const gpu::DeviceSpec device = DeviceOrDie("logits", o.device);
+  // CPU: one batched forward per prompt. Vulkan: the prompt token by token (the GPU decoder runs
+  // one token per step), each position's logits taken after its step.
+  std::unique_ptr<engine::KvCache> cache;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<model::Decoder> decoder;
+  std::unique_ptr<gpu::GpuDecoder> gpu_decoder;
+  if (device.vulkan) {
+    if (o.kv_type != "f16") {
+      Fail("logits",
+           UnimplementedError("the Vulkan backend keeps K/V in f16 only (--kv-type f16)"));
+    }
+    auto d = gpu::GpuDecoder::Create(m, device, max_len);
+    if (!d.ok()) Fail("logits", d.status());
+    gpu_decoder = std::move(*d);
+  } else {
+    const engine::KvCacheOptions co =
+        CacheOptionsFor(m.config(), max_len, KvTypeOrDie("logits", o.kv_type));
+    auto c = engine::KvCache::Create(co);
+    if (!c.ok()) Fail("logits", c.status());
+    cache = std::move(*c);
+    pool = std::make_unique<ThreadPool>(ResolveThreads(o.threads));
+    auto d = model::Decoder::Create(m, cache.get(), {.max_batch = max_len}, pool.get());
+    if (!d.ok()) Fail("logits", d.status());
+    decoder = std::move(*d);
+  }
 
   const int k = static_cast<int>(std::min<int64_t>(std::max(o.top_k, 1), n_vocab));
   std::vector<int32_t> ids(n_vocab);
   model::Batch batch;
+  std::string line;
+  const auto add_position = [&](size_t i, const float* l) {
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                      [l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+    line += i ? ",[" : "[";
+    for (int j = 0; j < k; ++j) {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%s[%d,%.5f]", j ? "," : "", ids[j], l[ids[j]]);
+      line += buf;
+    }
+    line += "]";
+  };
   for (size_t pi = 0; pi < prompts->size(); ++pi) {
     const std::vector<int32_t>& toks = tokens[pi];
-    std::string line = "{\"prompt\":" + JsonString((*prompts)[pi]) + ",\"prompt_tokens\":[";
+    line = "{\"prompt\":" + JsonString((*prompts)[pi]) + ",\"prompt_tokens\":[";
     for (size_t i = 0; i < toks.size(); ++i) line += (i ? "," : "") + std::to_string(toks[i]);
     line += "],\"positions\":[";
-    if (!toks.empty()) {
-      (*cache)->Remove(0);
-      batch.Clear();
-      for (size_t i = 0; i < toks.size(); ++i) batch.Add(toks[i], i, 0, true);
-      const Status s = (*decoder)->Forward(batch);
-      if (!s.ok()) Fail("logits", s);
-    }
-    for (size_t i = 0; i < toks.size(); ++i) {
-      const float* l = (*decoder)->logits(i);
-      std::iota(ids.begin(), ids.end(), 0);
-      std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [l](int32_t a, int32_t b) {
-        return l[a] > l[b] || (l[a] == l[b] && a < b);
-      });
-      line += i ? ",[" : "[";
-      for (int j = 0; j < k; ++j) {
-        char buf[64];
-        std::snprintf(buf, sizeof(buf), "%s[%d,%.5f]", j ? "," : "", ids[j], l[ids[j]]);
-        line += buf;
+    if (gpu_decoder) {
+      for (size_t i = 0; i < toks.size(); ++i) {
+        const Status s = gpu_decoder->Step(toks[i], static_cast<int32_t>(i));
+        if (!s.ok()) Fail("logits", s);
+        add_position(i, gpu_decoder->logits());
       }
-      line += "]";
+    } else {
+      if (!toks.empty()) {
+        cache->Remove(0);
+        batch.Clear();
+        for (size_t i = 0; i < toks.size(); ++i) batch.Add(toks[i], i, 0, true);
+        const Status s = decoder->Forward(batch);
+        if (!s.ok()) Fail("logits", s);
+      }
+      for (size_t i = 0; i < toks.size(); ++i) add_position(i, decoder->logits(i));
     }
     line += "]}\n";
     std::fwrite(line.data(), 1, line.size(), stdout);
@@ -140,6 +168,7 @@ void AddLogitsCommand(CLI::App& app) {
   cmd->add_option("--top-k", o->top_k, "Logits per position")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Threads (0: all cores)")->capture_default_str();
   AddKvTypeOption(cmd, &o->kv_type);
+  AddDeviceOption(cmd, &o->device);
   cmd->add_flag("--special", o->special, "Parse special-token text in prompts");
   cmd->callback([o] { Logits(*o); });
 }

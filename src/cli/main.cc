@@ -1,5 +1,5 @@
 // `ultrafast <command>`: run, logits, tokenize, info, synth, bench, serve, keys, plan, history,
-// pull.
+// pull, devices.
 #include <CLI/CLI.hpp>
 #include <string>
 
@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   uf::cli::AddPlanCommand(app);
   uf::cli::AddHistoryCommand(app);
   uf::cli::AddPullCommand(app);
+  uf::cli::AddDevicesCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -3,8 +3,10 @@
 #include <cstdio>
 #include <random>
 
+#include "base/clock.h"
 #include "base/thread_pool.h"
 #include "cli/common.h"
+#include "cli/run_gpu.h"
 #include "engine/generate.h"
 #include "engine/kv_cache.h"
 #include "engine/speculative.h"
@@ -30,8 +32,70 @@ struct RunOptions {
   int spec_k = 8;
   float spec_p_min = 0.6f;
   std::string kv_type;
+  std::string device;
   sampling::SamplingParams sampling;
 };
+
+void PrintStats(const engine::GenerateStats& st) {
+  const auto rate = [](double n, double sec) { return sec > 0 ? n / sec : 0.0; };
+  std::fprintf(stderr, "prompt: %lld tokens in %.2f ms (%.1f tok/s)\n",
+               static_cast<long long>(st.n_prompt), st.prefill_seconds * 1e3,
+               rate(st.n_prompt, st.prefill_seconds));
+  const int64_t n_decoded = std::max<int64_t>(st.n_generated - 1, 0);
+  std::fprintf(stderr, "decode: %lld tokens in %.2f ms (%.1f tok/s, %.1f us/token)\n",
+               static_cast<long long>(n_decoded), st.decode_seconds * 1e3,
+               rate(n_decoded, st.decode_seconds),
+               n_decoded ? st.decode_seconds * 1e6 / n_decoded : 0.0);
+}
+
+void PrintFinish(const engine::GenerateStats& st) {
+  std::fprintf(stderr, "time to first token: %.2f ms; generated %lld tokens, stop: %s\n",
+               st.first_token_seconds * 1e3, static_cast<long long>(st.n_generated),
+               std::string(engine::StopReasonName(st.stop_reason)).c_str());
+}
+
+bool WriteText(std::string_view text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+  return std::ferror(stdout) == 0;
+}
+
+// `run --device vulkan`: one token per step through the GPU decoder (docs/gpu.md).
+void RunOnGpu(const RunOptions& o, const gpu::DeviceSpec& device, const LoadedModel& loaded,
+              const std::string& path, const std::string& prompt,
+              const std::vector<int32_t>& tokens, int64_t ctx) {
+  if (o.spec != "off") {
+    Fail("run", UnimplementedError("--spec with --device vulkan is not implemented yet"));
+  }
+  if (o.kv_type != "f16") {
+    Fail("run", UnimplementedError("the Vulkan backend keeps K/V in f16 only (--kv-type f16)"));
+  }
+  const double t0 = NowSeconds();
+  auto decoder = gpu::GpuDecoder::Create(*loaded.model, device, ctx);
+  if (!decoder.ok()) Fail("run", decoder.status());
+  engine::GenerateOptions g;
+  g.max_tokens = o.n_predict;
+  g.sampling = o.sampling;
+  g.ignore_eos = o.ignore_eos;
+  g.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
+  std::fprintf(stderr,
+               "load: %.1f ms (%s, %s) + %.1f ms to the GPU (Vulkan device %d: %s, %.1f MiB "
+               "of device memory; seed %llu)\n",
+               loaded.load_seconds * 1e3, path.c_str(),
+               loaded.model->config().architecture_name.c_str(), (NowSeconds() - t0) * 1e3,
+               (*decoder)->device().index, (*decoder)->device().name.c_str(),
+               static_cast<double>((*decoder)->device_bytes()) / (1 << 20),
+               static_cast<unsigned long long>(g.sampling.seed));
+  std::fputs(prompt.c_str(), stdout);
+  std::fflush(stdout);
+  engine::GenerateStats st;
+  const Status s = GenerateOnGpu(**decoder, *loaded.tokenizer, tokens, g, WriteText, &st);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!s.ok()) Fail("run", s);
+  PrintStats(st);
+  PrintFinish(st);
+}
 
 void Run(const RunOptions& o) {
   std::string path = o.model;
@@ -61,6 +125,12 @@ void Run(const RunOptions& o) {
   if (ctx > m.config().n_ctx_train) {
     std::fprintf(stderr, "warning: --ctx %lld exceeds the model's training context %lld\n",
                  static_cast<long long>(ctx), static_cast<long long>(m.config().n_ctx_train));
+  }
+
+  const gpu::DeviceSpec device = DeviceOrDie("run", o.device);
+  if (device.vulkan) {
+    RunOnGpu(o, device, *loaded, path, prompt, tokens, ctx);
+    return;
   }
 
   // Speculative decoding: the drafter, and the draft model it may run.
@@ -126,16 +196,9 @@ void Run(const RunOptions& o) {
   std::fflush(stdout);
   if (!s.ok()) Fail("run", s);
 
-  const auto rate = [](double n, double sec) { return sec > 0 ? n / sec : 0.0; };
-  std::fprintf(stderr, "prompt: %lld tokens in %.2f ms (%.1f tok/s)\n",
-               static_cast<long long>(st.n_prompt), st.prefill_seconds * 1e3,
-               rate(st.n_prompt, st.prefill_seconds));
-  const int64_t n_decoded = std::max<int64_t>(st.n_generated - 1, 0);
-  std::fprintf(stderr, "decode: %lld tokens in %.2f ms (%.1f tok/s, %.1f us/token)\n",
-               static_cast<long long>(n_decoded), st.decode_seconds * 1e3,
-               rate(n_decoded, st.decode_seconds),
-               n_decoded ? st.decode_seconds * 1e6 / n_decoded : 0.0);
+  PrintStats(st);
   if (speculate) {
+    const int64_t n_decoded = std::max<int64_t>(st.n_generated - 1, 0);
     std::fprintf(stderr,
                  "speculation (%s, k <= %d): %lld forwards for %lld tokens; %lld drafts verified, "
                  "%lld accepted (%.0f%%), mean accepted length %.2f; drafting %.2f ms\n",
@@ -145,9 +208,7 @@ void Run(const RunOptions& o) {
                  st.spec.drafted ? 100.0 * st.spec.accepted / st.spec.drafted : 0.0,
                  st.spec.mean_accepted_length(), st.draft_seconds * 1e3);
   }
-  std::fprintf(stderr, "time to first token: %.2f ms; generated %lld tokens, stop: %s\n",
-               st.first_token_seconds * 1e3, static_cast<long long>(st.n_generated),
-               std::string(engine::StopReasonName(st.stop_reason)).c_str());
+  PrintFinish(st);
 }
 
 }  // namespace
@@ -178,6 +239,7 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("--ctx", o->ctx, "Context size in tokens (0: min(model's, 4096))")
       ->capture_default_str();
   AddKvTypeOption(cmd, &o->kv_type);
+  AddDeviceOption(cmd, &o->device);
   cmd->add_option("-b,--batch", o->batch, "Prompt tokens per forward pass")->capture_default_str();
   cmd->add_option("--spec", o->spec,
                   "Speculative decoding: off, ngram (prompt lookup) or draft:PATH (a smaller "

@@ -178,6 +178,7 @@ void AddServeCommands(CLI::App& app) {
   serve->add_option("--block-size", args->block_size, "tokens per KV block")->capture_default_str();
   serve->add_flag("--no-prefix-cache", args->no_prefix_cache, "do not reuse prompt prefixes");
   AddKvTypeOption(serve, &args->kv_type);
+  AddDeviceOption(serve, &args->device);
   serve->add_option("--max-tokens-limit", args->max_tokens_limit,
                     "largest max_tokens accepted (default ctx)");
   serve->add_option("--max-body-bytes", args->max_body_bytes, "request body limit")
@@ -229,6 +230,7 @@ void AddServeCommands(CLI::App& app) {
                   "testing: speculation assumes fixed verify costs instead of measured ones (how "
                   "much it drafts then does not depend on the machine's load)");
   serve->callback([args] {
+    RequireCpuDevice("serve", args->device);
     if (const int code = RunServe(*args); code != 0) throw CLI::RuntimeError(code);
   });
 

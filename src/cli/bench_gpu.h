@@ -1,0 +1,25 @@
+// `bench --device vulkan`: decode (and a token-by-token prefill) through the GPU decoder, beside
+// the device's read bandwidth measured in the same run (docs/gpu.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gpu/backend.h"
+
+namespace uf::cli {
+
+struct GpuBenchOptions {
+  std::string model;
+  gpu::DeviceSpec device;
+  int64_t n_prompt = 512;
+  int64_t n_gen = 128;
+  int64_t depth = 0;
+  int reps = 3;
+  bool json = false;
+};
+
+// Prints the table (or JSON); returns the exit code.
+int GpuBench(const GpuBenchOptions& o);
+
+}  // namespace uf::cli

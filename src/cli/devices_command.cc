@@ -1,0 +1,31 @@
+// `ultrafast devices`: the Vulkan devices `--device vulkan:N` can name, with their memory and
+// subgroup size.
+#include <cstdio>
+
+#include "cli/common.h"
+
+namespace uf::cli {
+namespace {
+
+void Devices() {
+  auto devices = gpu::ListDevices();
+  if (!devices.ok()) Fail("devices", devices.status());
+  std::printf("%-3s %-40s %-10s %-8s %10s %9s  %s\n", "N", "device", "type", "vulkan", "memory",
+              "subgroup", "driver");
+  for (const gpu::DeviceInfo& d : *devices) {
+    std::printf("%-3d %-40s %-10s %-8s %7.1f GiB %9u  %s\n", d.index, d.name.c_str(),
+                d.type.c_str(), d.api_version.c_str(),
+                static_cast<double>(d.device_local_bytes) / (1 << 30), d.subgroup_size,
+                d.driver.c_str());
+  }
+}
+
+}  // namespace
+
+void AddDevicesCommand(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand(
+      "devices", "List the Vulkan devices (for --device vulkan:N) with memory and subgroup size");
+  cmd->callback([] { Devices(); });
+}
+
+}  // namespace uf::cli

@@ -1,0 +1,79 @@
+#include "cli/run_gpu.h"
+
+#include <vector>
+
+#include "base/clock.h"
+#include "sampling/sampler.h"
+
+namespace uf::cli {
+
+Status GenerateOnGpu(gpu::GpuDecoder& decoder, const Tokenizer& tokenizer,
+                     std::span<const int32_t> prompt, const engine::GenerateOptions& options,
+                     const engine::TextCallback& on_text, engine::GenerateStats* stats) {
+  *stats = engine::GenerateStats();
+  UF_RETURN_IF_ERROR(options.sampling.Validate());
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  const int64_t ctx = decoder.max_ctx();
+  if (n_prompt == 0) return InvalidArgumentError("generate: the prompt has no tokens");
+  if (n_prompt + std::max<int64_t>(options.max_tokens, 0) > ctx) {
+    return OutOfRangeError("generate: prompt (" + std::to_string(n_prompt) + " tokens) + " +
+                           std::to_string(options.max_tokens) +
+                           " tokens to generate exceeds the context size of " +
+                           std::to_string(ctx) + " tokens");
+  }
+  const auto n_vocab = static_cast<int32_t>(decoder.n_vocab());
+  sampling::Sampler sampler(options.sampling, n_vocab);
+  if (options.ignore_eos) {
+    std::vector<int32_t> eog;
+    for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+      if (tokenizer.IsEndOfGeneration(id)) eog.push_back(id);
+    }
+    sampler.SetBanned(eog);
+  }
+  for (int32_t t : prompt) sampler.Accept(t);
+  StreamingDecoder text(tokenizer);
+  for (int32_t t : prompt) text.Push(t);
+
+  const double t0 = NowSeconds();
+  for (int64_t i = 0; i < n_prompt; ++i) {
+    UF_RETURN_IF_ERROR(decoder.Step(prompt[i], static_cast<int32_t>(i)));
+  }
+  stats->n_prompt = n_prompt;
+  stats->prefill_seconds = NowSeconds() - t0;
+  double t_first = 0.0;
+  int64_t pos = n_prompt;
+  while (options.max_tokens != 0) {
+    const int32_t token = sampler.Sample(decoder.logits());
+    if (++stats->n_generated == 1) {
+      t_first = NowSeconds();
+      stats->first_token_seconds = t_first - t0;
+    }
+    sampler.Accept(token);
+    if (!options.ignore_eos && tokenizer.IsEndOfGeneration(token)) {
+      stats->stop_reason = engine::StopReason::kEndOfGeneration;
+      break;
+    }
+    const std::string piece = text.Push(token);
+    if (!piece.empty() && !on_text(piece)) {
+      stats->stop_reason = engine::StopReason::kCallback;
+      break;
+    }
+    if (options.max_tokens >= 0 && stats->n_generated >= options.max_tokens) {
+      stats->stop_reason = engine::StopReason::kMaxTokens;
+      break;
+    }
+    if (pos >= ctx) {
+      stats->stop_reason = engine::StopReason::kContextFull;
+      break;
+    }
+    UF_RETURN_IF_ERROR(decoder.Step(token, static_cast<int32_t>(pos)));
+    ++pos;
+    ++stats->n_decode_steps;
+  }
+  const std::string rest = text.Flush();
+  if (!rest.empty() && stats->stop_reason != engine::StopReason::kCallback) on_text(rest);
+  if (stats->n_generated > 0) stats->decode_seconds = NowSeconds() - t_first;
+  return OkStatus();
+}
+
+}  // namespace uf::cli

@@ -1,0 +1,34 @@
+#include <charconv>
+
+#include "gpu/backend.h"
+
+namespace uf::gpu {
+
+std::string DeviceSpec::ToString() const {
+  if (!vulkan) return "cpu";
+  return index < 0 ? "vulkan" : "vulkan:" + std::to_string(index);
+}
+
+StatusOr<DeviceSpec> ParseDeviceSpec(std::string_view s) {
+  DeviceSpec d;
+  if (s == "cpu") return d;
+  if (s.substr(0, 6) == "vulkan") {
+    d.vulkan = true;
+    std::string_view rest = s.substr(6);
+    if (rest.empty()) return d;
+    if (rest[0] == ':' && rest.size() > 1) {
+      int n = -1;
+      auto [p, ec] = std::from_chars(rest.data() + 1, rest.data() + rest.size(), n);
+      if (ec == std::errc() && p == rest.data() + rest.size() && n >= 0) {
+        d.index = n;
+        return d;
+      }
+    }
+  }
+  return InvalidArgumentError(
+      "--device: expected cpu, vulkan or vulkan:N (N from `ultrafast "
+      "devices`), got '" +
+      std::string(s) + "'");
+}
+
+}  // namespace uf::gpu

@@ -1,0 +1,27 @@
+// The GPU backend's entry points in a build without Vulkan (CMake found no Vulkan headers or no
+// glslc): every call says so and what to install.
+#include "gpu/backend.h"
+
+namespace uf::gpu {
+namespace {
+
+Status NotBuilt() {
+  return UnavailableError(
+      "this ultrafast was built without the Vulkan GPU backend (CMake found no Vulkan headers or "
+      "no glslc); install libvulkan-dev and glslc (Debian) and rebuild");
+}
+
+}  // namespace
+
+bool VulkanCompiledIn() { return false; }
+
+StatusOr<std::vector<DeviceInfo>> ListDevices() { return NotBuilt(); }
+
+StatusOr<double> MeasureReadBandwidth(const DeviceSpec&, uint64_t, int) { return NotBuilt(); }
+
+StatusOr<std::unique_ptr<GpuDecoder>> GpuDecoder::Create(const model::Model&, const DeviceSpec&,
+                                                         int64_t) {
+  return NotBuilt();
+}
+
+}  // namespace uf::gpu

@@ -1,0 +1,622 @@
+#include "gpu/vk_context.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/check.h"
+#include "gpu/spirv.h"
+
+namespace uf::gpu {
+namespace {
+
+// Bytes per staging copy: large uploads go through in pieces of this size.
+constexpr uint64_t kStagingBytes = 16 << 20;
+
+std::string VkResultName(VkResult r) {
+  switch (r) {
+    case VK_ERROR_OUT_OF_HOST_MEMORY:
+      return "VK_ERROR_OUT_OF_HOST_MEMORY";
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY:
+      return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+    case VK_ERROR_INITIALIZATION_FAILED:
+      return "VK_ERROR_INITIALIZATION_FAILED";
+    case VK_ERROR_DEVICE_LOST:
+      return "VK_ERROR_DEVICE_LOST";
+    case VK_ERROR_INCOMPATIBLE_DRIVER:
+      return "VK_ERROR_INCOMPATIBLE_DRIVER";
+    case VK_ERROR_EXTENSION_NOT_PRESENT:
+      return "VK_ERROR_EXTENSION_NOT_PRESENT";
+    case VK_ERROR_FEATURE_NOT_PRESENT:
+      return "VK_ERROR_FEATURE_NOT_PRESENT";
+    case VK_ERROR_TOO_MANY_OBJECTS:
+      return "VK_ERROR_TOO_MANY_OBJECTS";
+    case VK_ERROR_OUT_OF_POOL_MEMORY:
+      return "VK_ERROR_OUT_OF_POOL_MEMORY";
+    case VK_TIMEOUT:
+      return "VK_TIMEOUT";
+    default:
+      return "VkResult " + std::to_string(static_cast<int>(r));
+  }
+}
+
+Status VkError(const char* what, VkResult r) {
+  const StatusCode code = r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY
+                              ? StatusCode::kResourceExhausted
+                              : StatusCode::kInternal;
+  return Status(code, std::string("vulkan: ") + what + " failed: " + VkResultName(r));
+}
+
+#define UF_VK_TRY(what, call)                                 \
+  do {                                                        \
+    const VkResult uf_vk_r = (call);                          \
+    if (uf_vk_r != VK_SUCCESS) return VkError(what, uf_vk_r); \
+  } while (0)
+
+std::string TypeName(VkPhysicalDeviceType t) {
+  switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return "discrete";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return "integrated";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return "virtual";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return "cpu";
+    default:
+      return "other";
+  }
+}
+
+// An instance and its physical devices. Errors name the driver search.
+Status OpenInstance(VkFns* vk, VkInstance* instance, std::vector<VkPhysicalDevice>* devices) {
+  uint32_t version = VK_API_VERSION_1_0;
+  if (vk->vkEnumerateInstanceVersion != nullptr) vk->vkEnumerateInstanceVersion(&version);
+  if (version < VK_API_VERSION_1_1) {
+    return UnavailableError("the Vulkan loader supports only Vulkan 1.0; 1.1 or newer is needed");
+  }
+  VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+  app.pApplicationName = "ultrafast";
+  app.apiVersion = VK_API_VERSION_1_1;
+  VkInstanceCreateInfo ci{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+  ci.pApplicationInfo = &app;
+  const VkResult r = vk->vkCreateInstance(&ci, nullptr, instance);
+  if (r == VK_ERROR_INCOMPATIBLE_DRIVER) {
+    return UnavailableError("no Vulkan driver found: the loader searched " +
+                            DriverSearchDescription() +
+                            "; install a Vulkan driver (mesa-vulkan-drivers for the CPU driver "
+                            "lavapipe, or your GPU vendor's)");
+  }
+  UF_VK_TRY("vkCreateInstance", r);
+  Status s = vk->LoadInstance(*instance);
+  if (s.ok()) {
+    uint32_t n = 0;
+    vk->vkEnumeratePhysicalDevices(*instance, &n, nullptr);
+    devices->resize(n);
+    if (n > 0) vk->vkEnumeratePhysicalDevices(*instance, &n, devices->data());
+    devices->resize(n);
+    if (n == 0) {
+      s = UnavailableError("no Vulkan device found: the loader searched " +
+                           DriverSearchDescription() +
+                           " and no driver there reported a device; install a Vulkan driver "
+                           "(mesa-vulkan-drivers for the CPU driver lavapipe, or your GPU "
+                           "vendor's)");
+    }
+  }
+  if (!s.ok() && vk->vkDestroyInstance != nullptr) {
+    vk->vkDestroyInstance(*instance, nullptr);
+    *instance = VK_NULL_HANDLE;
+  }
+  return s;
+}
+
+DeviceInfo Describe(const VkFns& vk, VkPhysicalDevice pd, int index) {
+  VkPhysicalDeviceSubgroupProperties sub{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  VkPhysicalDeviceDriverProperties drv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+  VkPhysicalDeviceProperties base;
+  vk.vkGetPhysicalDeviceProperties(pd, &base);
+  VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+  props.pNext = &sub;
+  // The driver properties are core in 1.2 only.
+  if (base.apiVersion >= VK_API_VERSION_1_2) sub.pNext = &drv;
+  vk.vkGetPhysicalDeviceProperties2(pd, &props);
+  VkPhysicalDeviceShaderFloat16Int8Features f16{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+  VkPhysicalDeviceFeatures2 feats{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+  if (base.apiVersion >= VK_API_VERSION_1_2) feats.pNext = &f16;
+  vk.vkGetPhysicalDeviceFeatures2(pd, &feats);
+  VkPhysicalDeviceMemoryProperties mem;
+  vk.vkGetPhysicalDeviceMemoryProperties(pd, &mem);
+
+  DeviceInfo d;
+  d.index = index;
+  d.name = props.properties.deviceName;
+  d.type = TypeName(props.properties.deviceType);
+  const uint32_t v = props.properties.apiVersion;
+  d.api_version = std::to_string(VK_API_VERSION_MAJOR(v)) + "." +
+                  std::to_string(VK_API_VERSION_MINOR(v)) + "." +
+                  std::to_string(VK_API_VERSION_PATCH(v));
+  if (base.apiVersion >= VK_API_VERSION_1_2) {
+    d.driver = std::string(drv.driverName) + " " + drv.driverInfo;
+  }
+  for (uint32_t i = 0; i < mem.memoryHeapCount; ++i) {
+    if (mem.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) {
+      d.device_local_bytes = std::max<uint64_t>(d.device_local_bytes, mem.memoryHeaps[i].size);
+    }
+  }
+  d.subgroup_size = sub.subgroupSize;
+  d.float16 = f16.shaderFloat16 != VK_FALSE;
+  return d;
+}
+
+}  // namespace
+
+bool VulkanCompiledIn() { return true; }
+
+StatusOr<std::vector<DeviceInfo>> ListDevices() {
+  UF_ASSIGN_OR_RETURN(VkFns vk, LoadVulkan());
+  VkInstance instance = VK_NULL_HANDLE;
+  std::vector<VkPhysicalDevice> devices;
+  UF_RETURN_IF_ERROR(OpenInstance(&vk, &instance, &devices));
+  std::vector<DeviceInfo> out;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    out.push_back(Describe(vk, devices[i], static_cast<int>(i)));
+  }
+  vk.vkDestroyInstance(instance, nullptr);
+  return out;
+}
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    Reset();
+    ctx_ = o.ctx_;
+    buffer_ = o.buffer_;
+    memory_ = o.memory_;
+    size_ = o.size_;
+    mapped_ = o.mapped_;
+    o.ctx_ = nullptr;
+    o.buffer_ = VK_NULL_HANDLE;
+    o.memory_ = VK_NULL_HANDLE;
+    o.size_ = 0;
+    o.mapped_ = nullptr;
+  }
+  return *this;
+}
+
+void Buffer::Reset() {
+  if (ctx_ == nullptr) return;
+  const VkFns& vk = ctx_->vk_;
+  if (buffer_ != VK_NULL_HANDLE) vk.vkDestroyBuffer(ctx_->device_, buffer_, nullptr);
+  if (memory_ != VK_NULL_HANDLE) {
+    if (mapped_ != nullptr) vk.vkUnmapMemory(ctx_->device_, memory_);
+    vk.vkFreeMemory(ctx_->device_, memory_, nullptr);
+    ctx_->allocated_ -= size_;
+  }
+  ctx_ = nullptr;
+  buffer_ = VK_NULL_HANDLE;
+  memory_ = VK_NULL_HANDLE;
+  mapped_ = nullptr;
+  size_ = 0;
+}
+
+StatusOr<std::unique_ptr<Context>> Context::Create(int index) {
+  std::unique_ptr<Context> ctx(new Context());
+  UF_RETURN_IF_ERROR(ctx->Init(index));
+  return ctx;
+}
+
+Status Context::Init(int index) {
+  UF_ASSIGN_OR_RETURN(vk_, LoadVulkan());
+  std::vector<VkPhysicalDevice> devices;
+  UF_RETURN_IF_ERROR(OpenInstance(&vk_, &instance_, &devices));
+  if (index >= static_cast<int>(devices.size())) {
+    return NotFoundError("no Vulkan device " + std::to_string(index) + ": there are " +
+                         std::to_string(devices.size()) + " (see `ultrafast devices`)");
+  }
+  if (index < 0) {
+    index = 0;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      VkPhysicalDeviceProperties p;
+      vk_.vkGetPhysicalDeviceProperties(devices[i], &p);
+      if (p.deviceType == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU) {
+        index = static_cast<int>(i);
+        break;
+      }
+    }
+  }
+  physical_ = devices[index];
+  info_ = Describe(vk_, physical_, index);
+  VkPhysicalDeviceProperties p;
+  vk_.vkGetPhysicalDeviceProperties(physical_, &p);
+  if (p.apiVersion < VK_API_VERSION_1_1) {
+    return UnavailableError("Vulkan device " + info_.name + " supports only Vulkan " +
+                            info_.api_version + "; 1.1 or newer is needed");
+  }
+  vk_.vkGetPhysicalDeviceMemoryProperties(physical_, &mem_props_);
+  // The GEMVs sum a row within a subgroup (subgroupAdd) and put 64 / subgroup size rows in a
+  // workgroup of 64.
+  VkPhysicalDeviceSubgroupProperties sub{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+  VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+  p2.pNext = &sub;
+  vk_.vkGetPhysicalDeviceProperties2(physical_, &p2);
+  if (!(sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) ||
+      !(sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) || sub.subgroupSize == 0 ||
+      sub.subgroupSize > 64 || 64 % sub.subgroupSize != 0) {
+    return UnavailableError("Vulkan device " + info_.name +
+                            " lacks subgroup arithmetic in compute shaders with a subgroup size "
+                            "dividing 64, which the GPU kernels need");
+  }
+
+  uint32_t n_families = 0;
+  vk_.vkGetPhysicalDeviceQueueFamilyProperties(physical_, &n_families, nullptr);
+  std::vector<VkQueueFamilyProperties> families(n_families);
+  vk_.vkGetPhysicalDeviceQueueFamilyProperties(physical_, &n_families, families.data());
+  bool found = false;
+  for (uint32_t i = 0; i < n_families && !found; ++i) {
+    if (families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+      queue_family_ = i;
+      found = true;
+      if (families[i].timestampValidBits > 0) {
+        timestamp_period_ns_ = p.limits.timestampPeriod;
+      }
+    }
+  }
+  if (!found) return UnavailableError("Vulkan device " + info_.name + " has no compute queue");
+  const float priority = 1.0f;
+  VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+  qci.queueFamilyIndex = queue_family_;
+  qci.queueCount = 1;
+  qci.pQueuePriorities = &priority;
+  VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+  dci.queueCreateInfoCount = 1;
+  dci.pQueueCreateInfos = &qci;
+  UF_VK_TRY("vkCreateDevice", vk_.vkCreateDevice(physical_, &dci, nullptr, &device_));
+  vk_.vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
+
+  VkCommandPoolCreateInfo pci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  pci.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  pci.queueFamilyIndex = queue_family_;
+  UF_VK_TRY("vkCreateCommandPool", vk_.vkCreateCommandPool(device_, &pci, nullptr, &command_pool_));
+  VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  ai.commandPool = command_pool_;
+  ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  ai.commandBufferCount = 1;
+  UF_VK_TRY("vkAllocateCommandBuffers", vk_.vkAllocateCommandBuffers(device_, &ai, &transfer_cb_));
+  VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  UF_VK_TRY("vkCreateFence", vk_.vkCreateFence(device_, &fci, nullptr, &fence_));
+  return OkStatus();
+}
+
+Context::~Context() {
+  if (device_ != VK_NULL_HANDLE) {
+    vk_.vkDeviceWaitIdle(device_);
+    staging_ = Buffer();
+    for (auto& [name, p] : pipelines_) {
+      vk_.vkDestroyPipeline(device_, p->pipeline, nullptr);
+      vk_.vkDestroyPipelineLayout(device_, p->layout, nullptr);
+      vk_.vkDestroyDescriptorSetLayout(device_, p->set_layout, nullptr);
+    }
+    if (fence_ != VK_NULL_HANDLE) vk_.vkDestroyFence(device_, fence_, nullptr);
+    if (command_pool_ != VK_NULL_HANDLE) vk_.vkDestroyCommandPool(device_, command_pool_, nullptr);
+    vk_.vkDestroyDevice(device_, nullptr);
+  }
+  if (instance_ != VK_NULL_HANDLE) vk_.vkDestroyInstance(instance_, nullptr);
+}
+
+StatusOr<uint32_t> Context::FindMemoryType(uint32_t type_bits, VkMemoryPropertyFlags want,
+                                           VkMemoryPropertyFlags prefer) const {
+  int best = -1;
+  for (uint32_t i = 0; i < mem_props_.memoryTypeCount; ++i) {
+    const VkMemoryPropertyFlags f = mem_props_.memoryTypes[i].propertyFlags;
+    if (!(type_bits & (1u << i)) || (f & want) != want) continue;
+    if ((f & prefer) == prefer) return i;
+    if (best < 0) best = static_cast<int>(i);
+  }
+  if (best < 0) return UnavailableError("vulkan: no memory type with the wanted properties");
+  return static_cast<uint32_t>(best);
+}
+
+StatusOr<Buffer> Context::CreateBuffer(uint64_t size, Memory memory) {
+  size = std::max<uint64_t>(16, (size + 15) & ~uint64_t{15});
+  Buffer b;
+  b.ctx_ = this;
+  b.size_ = 0;
+  VkBufferCreateInfo bci{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+  bci.size = size;
+  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+              VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  UF_VK_TRY("vkCreateBuffer", vk_.vkCreateBuffer(device_, &bci, nullptr, &b.buffer_));
+  VkMemoryRequirements req;
+  vk_.vkGetBufferMemoryRequirements(device_, b.buffer_, &req);
+  const VkMemoryPropertyFlags want =
+      memory == Memory::kHost
+          ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
+          : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+  // Host buffers are read back by the host: cached memory makes those reads fast.
+  const VkMemoryPropertyFlags prefer =
+      memory == Memory::kHost ? want | VK_MEMORY_PROPERTY_HOST_CACHED_BIT : want;
+  UF_ASSIGN_OR_RETURN(uint32_t type, FindMemoryType(req.memoryTypeBits, want, prefer));
+  VkMemoryAllocateInfo mai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+  mai.allocationSize = req.size;
+  mai.memoryTypeIndex = type;
+  const VkResult r = vk_.vkAllocateMemory(device_, &mai, nullptr, &b.memory_);
+  if (r != VK_SUCCESS) {
+    return Status(StatusCode::kResourceExhausted,
+                  "vulkan: cannot allocate " + std::to_string(req.size) + " bytes of " +
+                      (memory == Memory::kHost ? "host-visible" : "device") + " memory on " +
+                      info_.name + " (" + VkResultName(r) + ")");
+  }
+  b.size_ = size;
+  allocated_ += size;
+  UF_VK_TRY("vkBindBufferMemory", vk_.vkBindBufferMemory(device_, b.buffer_, b.memory_, 0));
+  if (memory == Memory::kHost) {
+    UF_VK_TRY("vkMapMemory", vk_.vkMapMemory(device_, b.memory_, 0, VK_WHOLE_SIZE, 0, &b.mapped_));
+  }
+  return b;
+}
+
+Status Context::CopyBuffer(VkBuffer src, uint64_t src_off, VkBuffer dst, uint64_t dst_off,
+                           uint64_t n) {
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  UF_VK_TRY("vkBeginCommandBuffer", vk_.vkBeginCommandBuffer(transfer_cb_, &bi));
+  VkBufferCopy region{src_off, dst_off, n};
+  vk_.vkCmdCopyBuffer(transfer_cb_, src, dst, 1, &region);
+  UF_VK_TRY("vkEndCommandBuffer", vk_.vkEndCommandBuffer(transfer_cb_));
+  return SubmitAndWait(transfer_cb_);
+}
+
+Status Context::Upload(const Buffer& dst, uint64_t offset, const void* src, uint64_t bytes) {
+  UF_CHECK(offset + bytes <= dst.size()) << "Upload past the end of a buffer";
+  if (dst.mapped() != nullptr) {
+    std::memcpy(static_cast<uint8_t*>(dst.mapped()) + offset, src, bytes);
+    return OkStatus();
+  }
+  if (!staging_.valid()) {
+    UF_ASSIGN_OR_RETURN(staging_, CreateBuffer(kStagingBytes, Memory::kHost));
+  }
+  for (uint64_t done = 0; done < bytes;) {
+    const uint64_t n = std::min(kStagingBytes, bytes - done);
+    std::memcpy(staging_.mapped(), static_cast<const uint8_t*>(src) + done, n);
+    UF_RETURN_IF_ERROR(CopyBuffer(staging_.handle(), 0, dst.handle(), offset + done, n));
+    done += n;
+  }
+  return OkStatus();
+}
+
+Status Context::Download(const Buffer& src, uint64_t offset, void* dst, uint64_t bytes) {
+  UF_CHECK(offset + bytes <= src.size()) << "Download past the end of a buffer";
+  if (src.mapped() != nullptr) {
+    std::memcpy(dst, static_cast<const uint8_t*>(src.mapped()) + offset, bytes);
+    return OkStatus();
+  }
+  if (!staging_.valid()) {
+    UF_ASSIGN_OR_RETURN(staging_, CreateBuffer(kStagingBytes, Memory::kHost));
+  }
+  for (uint64_t done = 0; done < bytes;) {
+    const uint64_t n = std::min(kStagingBytes, bytes - done);
+    UF_RETURN_IF_ERROR(CopyBuffer(src.handle(), offset + done, staging_.handle(), 0, n));
+    std::memcpy(static_cast<uint8_t*>(dst) + done, staging_.mapped(), n);
+    done += n;
+  }
+  return OkStatus();
+}
+
+Status Context::SubmitAndWait(VkCommandBuffer cb) {
+  VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+  si.commandBufferCount = 1;
+  si.pCommandBuffers = &cb;
+  UF_VK_TRY("vkQueueSubmit", vk_.vkQueueSubmit(queue_, 1, &si, fence_));
+  UF_VK_TRY("vkWaitForFences", vk_.vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX));
+  UF_VK_TRY("vkResetFences", vk_.vkResetFences(device_, 1, &fence_));
+  return OkStatus();
+}
+
+StatusOr<const Pipeline*> Context::GetPipeline(const std::string& name, uint32_t n_buffers) {
+  auto it = pipelines_.find(name);
+  if (it != pipelines_.end()) {
+    UF_CHECK(it->second->n_buffers == n_buffers) << name << ": buffer count differs";
+    return it->second.get();
+  }
+  const SpirvModule* mod = nullptr;
+  for (const SpirvModule& m : SpirvModules()) {
+    if (m.name == name) mod = &m;
+  }
+  if (mod == nullptr) return NotFoundError("vulkan: no embedded shader '" + name + "'");
+  auto p = std::make_unique<Pipeline>();
+  p->name = name;
+  p->n_buffers = n_buffers;
+  std::vector<VkDescriptorSetLayoutBinding> bindings(n_buffers);
+  for (uint32_t i = 0; i < n_buffers; ++i) {
+    bindings[i] = {i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+  }
+  VkDescriptorSetLayoutCreateInfo dl{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+  dl.bindingCount = n_buffers;
+  dl.pBindings = bindings.data();
+  UF_VK_TRY("vkCreateDescriptorSetLayout",
+            vk_.vkCreateDescriptorSetLayout(device_, &dl, nullptr, &p->set_layout));
+  VkPushConstantRange pcr{VK_SHADER_STAGE_COMPUTE_BIT, 0, Pipeline::kMaxPushBytes};
+  VkPipelineLayoutCreateInfo pl{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+  pl.setLayoutCount = 1;
+  pl.pSetLayouts = &p->set_layout;
+  pl.pushConstantRangeCount = 1;
+  pl.pPushConstantRanges = &pcr;
+  UF_VK_TRY("vkCreatePipelineLayout",
+            vk_.vkCreatePipelineLayout(device_, &pl, nullptr, &p->layout));
+  VkShaderModuleCreateInfo smi{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+  smi.codeSize = mod->words.size() * 4;
+  smi.pCode = mod->words.data();
+  VkShaderModule sm = VK_NULL_HANDLE;
+  UF_VK_TRY("vkCreateShaderModule", vk_.vkCreateShaderModule(device_, &smi, nullptr, &sm));
+  VkComputePipelineCreateInfo cpi{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+  cpi.stage = {VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO};
+  cpi.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  cpi.stage.module = sm;
+  cpi.stage.pName = "main";
+  cpi.layout = p->layout;
+  const VkResult r =
+      vk_.vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &cpi, nullptr, &p->pipeline);
+  vk_.vkDestroyShaderModule(device_, sm, nullptr);
+  UF_VK_TRY("vkCreateComputePipelines", r);
+  const Pipeline* out = p.get();
+  pipelines_[name] = std::move(p);
+  return out;
+}
+
+// --- Recorder ---
+
+namespace {
+constexpr uint32_t kSetsPerPool = 256;
+constexpr uint32_t kMaxBindings = 8;
+}  // namespace
+
+Recorder::Recorder(Context* ctx) : ctx_(ctx) {
+  const VkFns& vk = ctx_->vk();
+  VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  ai.commandPool = ctx_->command_pool();
+  ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  ai.commandBufferCount = 1;
+  VkResult r = vk.vkAllocateCommandBuffers(ctx_->device(), &ai, &cb_);
+  if (r != VK_SUCCESS) {
+    status_ = VkError("vkAllocateCommandBuffers", r);
+    cb_ = VK_NULL_HANDLE;
+    return;
+  }
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  r = vk.vkBeginCommandBuffer(cb_, &bi);
+  if (r != VK_SUCCESS) {
+    status_ = VkError("vkBeginCommandBuffer", r);
+    return;
+  }
+  if (ctx_->timestamp_period_ns() > 0.0) {
+    VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    qi.queryCount = 2;
+    if (vk.vkCreateQueryPool(ctx_->device(), &qi, nullptr, &timestamps_) == VK_SUCCESS) {
+      vk.vkCmdResetQueryPool(cb_, timestamps_, 0, 2);
+      vk.vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, timestamps_, 0);
+    } else {
+      timestamps_ = VK_NULL_HANDLE;  // timing is optional
+    }
+  }
+}
+
+Recorder::~Recorder() {
+  const VkFns& vk = ctx_->vk();
+  vk.vkDeviceWaitIdle(ctx_->device());
+  if (cb_ != VK_NULL_HANDLE) vk.vkFreeCommandBuffers(ctx_->device(), ctx_->command_pool(), 1, &cb_);
+  for (VkDescriptorPool p : pools_) vk.vkDestroyDescriptorPool(ctx_->device(), p, nullptr);
+  if (timestamps_ != VK_NULL_HANDLE) vk.vkDestroyQueryPool(ctx_->device(), timestamps_, nullptr);
+}
+
+VkDescriptorSet Recorder::AllocateSet(const Pipeline& p) {
+  const VkFns& vk = ctx_->vk();
+  if (sets_left_ == 0) {
+    VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kSetsPerPool * kMaxBindings};
+    VkDescriptorPoolCreateInfo ci{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+    ci.maxSets = kSetsPerPool;
+    ci.poolSizeCount = 1;
+    ci.pPoolSizes = &size;
+    VkDescriptorPool pool = VK_NULL_HANDLE;
+    const VkResult r = vk.vkCreateDescriptorPool(ctx_->device(), &ci, nullptr, &pool);
+    if (r != VK_SUCCESS) {
+      status_ = VkError("vkCreateDescriptorPool", r);
+      return VK_NULL_HANDLE;
+    }
+    pools_.push_back(pool);
+    sets_left_ = kSetsPerPool;
+  }
+  VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+  ai.descriptorPool = pools_.back();
+  ai.descriptorSetCount = 1;
+  ai.pSetLayouts = &p.set_layout;
+  VkDescriptorSet set = VK_NULL_HANDLE;
+  const VkResult r = vk.vkAllocateDescriptorSets(ctx_->device(), &ai, &set);
+  if (r != VK_SUCCESS) {
+    status_ = VkError("vkAllocateDescriptorSets", r);
+    return VK_NULL_HANDLE;
+  }
+  --sets_left_;
+  return set;
+}
+
+void Recorder::Dispatch(const Pipeline& p, const std::vector<BufferRange>& buffers,
+                        const void* push, uint32_t push_bytes, uint32_t groups_x, uint32_t groups_y,
+                        uint32_t groups_z) {
+  UF_CHECK(!finished_) << "Recorder: Dispatch after Finish";
+  UF_CHECK(buffers.size() == p.n_buffers && p.n_buffers <= kMaxBindings)
+      << p.name << ": " << buffers.size() << " buffers for " << p.n_buffers << " bindings";
+  UF_CHECK(push_bytes <= Pipeline::kMaxPushBytes);
+  if (!status_.ok()) return;
+  if (groups_x == 0 || groups_y == 0 || groups_z == 0) return;
+  const VkFns& vk = ctx_->vk();
+  VkDescriptorSet set = AllocateSet(p);
+  if (set == VK_NULL_HANDLE) return;
+  VkDescriptorBufferInfo infos[kMaxBindings];
+  VkWriteDescriptorSet writes[kMaxBindings];
+  for (uint32_t i = 0; i < p.n_buffers; ++i) {
+    UF_CHECK(buffers[i].buffer != nullptr && buffers[i].buffer->valid())
+        << p.name << ": binding " << i << " is empty";
+    infos[i] = {buffers[i].buffer->handle(), buffers[i].offset, buffers[i].size};
+    writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
+    writes[i].dstSet = set;
+    writes[i].dstBinding = i;
+    writes[i].descriptorCount = 1;
+    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    writes[i].pBufferInfo = &infos[i];
+  }
+  vk.vkUpdateDescriptorSets(ctx_->device(), p.n_buffers, writes, 0, nullptr);
+  vk.vkCmdBindPipeline(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
+  vk.vkCmdBindDescriptorSets(cb_, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 1, &set, 0, nullptr);
+  if (push_bytes > 0) {
+    vk.vkCmdPushConstants(cb_, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
+  }
+  vk.vkCmdDispatch(cb_, groups_x, groups_y, groups_z);
+  // Each dispatch reads what the one before wrote. (Independent dispatches could share one
+  // barrier; on an H200 a barrier costs ~1.7 us, which a later session should win back.)
+  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+  mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+  vk.vkCmdPipelineBarrier(cb_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+  ++dispatches_;
+}
+
+Status Recorder::Finish() {
+  UF_CHECK(!finished_);
+  finished_ = true;
+  if (!status_.ok()) return status_;
+  // What the dispatches wrote into host-visible buffers (the logits) must be visible to the
+  // host after the fence.
+  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+  mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+  ctx_->vk().vkCmdPipelineBarrier(cb_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                  VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+  if (timestamps_ != VK_NULL_HANDLE) {
+    ctx_->vk().vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamps_, 1);
+  }
+  UF_VK_TRY("vkEndCommandBuffer", ctx_->vk().vkEndCommandBuffer(cb_));
+  return OkStatus();
+}
+
+Status Recorder::Run() {
+  UF_CHECK(finished_) << "Recorder: Run before Finish";
+  UF_RETURN_IF_ERROR(status_);
+  // The host wrote the step's inputs into coherent memory before this; the submit makes those
+  // writes visible to the device (vkQueueSubmit is a host-write memory dependency).
+  UF_RETURN_IF_ERROR(ctx_->SubmitAndWait(cb_));
+  last_gpu_seconds_ = 0.0;
+  if (timestamps_ != VK_NULL_HANDLE) {
+    uint64_t ts[2] = {0, 0};
+    const VkResult r = ctx_->vk().vkGetQueryPoolResults(
+        ctx_->device(), timestamps_, 0, 2, sizeof(ts), ts, sizeof(uint64_t),
+        VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+    if (r == VK_SUCCESS && ts[1] >= ts[0]) {
+      last_gpu_seconds_ = static_cast<double>(ts[1] - ts[0]) * ctx_->timestamp_period_ns() * 1e-9;
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace uf::gpu

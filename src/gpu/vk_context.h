@@ -1,0 +1,167 @@
+// The Vulkan layer of the GPU backend: one Context per device (instance, device, one compute
+// queue), buffers (device-local, or host-visible for the few bytes the host writes or reads per
+// step), compute pipelines made from the embedded SPIR-V, and a Recorder that records a sequence
+// of dispatches once into a command buffer that is then replayed any number of times.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "gpu/backend.h"
+#include "gpu/vk_loader.h"
+
+namespace uf::gpu {
+
+class Context;
+
+// A storage buffer with its own memory. Move-only; freed with the context still alive.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept;
+  ~Buffer() { Reset(); }
+
+  VkBuffer handle() const { return buffer_; }
+  uint64_t size() const { return size_; }
+  // Host pointer of a host-visible buffer (coherent), else null.
+  void* mapped() const { return mapped_; }
+  bool valid() const { return buffer_ != VK_NULL_HANDLE; }
+
+ private:
+  friend class Context;
+  void Reset();
+  Context* ctx_ = nullptr;
+  VkBuffer buffer_ = VK_NULL_HANDLE;
+  VkDeviceMemory memory_ = VK_NULL_HANDLE;
+  uint64_t size_ = 0;
+  void* mapped_ = nullptr;
+};
+
+// A compute pipeline: `n_buffers` storage buffers at bindings 0.. of set 0, and up to
+// kMaxPushBytes of push constants.
+struct Pipeline {
+  static constexpr uint32_t kMaxPushBytes = 128;  // the minimum every device guarantees
+  std::string name;
+  uint32_t n_buffers = 0;
+  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+  VkPipelineLayout layout = VK_NULL_HANDLE;
+  VkPipeline pipeline = VK_NULL_HANDLE;
+};
+
+enum class Memory {
+  kDevice,  // device-local: weights, cache, activations
+  kHost,    // host-visible and coherent: per-step inputs and the logits read back
+};
+
+class Context {
+ public:
+  // Opens device `index` of ListDevices (-1: the first discrete GPU, else device 0).
+  static StatusOr<std::unique_ptr<Context>> Create(int index);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const DeviceInfo& info() const { return info_; }
+  const VkFns& vk() const { return vk_; }
+  VkDevice device() const { return device_; }
+
+  // size is rounded up to 16 bytes; never 0.
+  StatusOr<Buffer> CreateBuffer(uint64_t size, Memory memory);
+  // Copies through a host-visible staging buffer (in chunks) and waits for the copy.
+  Status Upload(const Buffer& dst, uint64_t offset, const void* src, uint64_t bytes);
+  Status Download(const Buffer& src, uint64_t offset, void* dst, uint64_t bytes);
+
+  // The pipeline of embedded shader `name` (src/gpu/shaders/NAME.comp), made once and cached.
+  StatusOr<const Pipeline*> GetPipeline(const std::string& name, uint32_t n_buffers);
+
+  // Submits a recorded command buffer and waits for it to finish.
+  Status SubmitAndWait(VkCommandBuffer cb);
+  VkCommandPool command_pool() const { return command_pool_; }
+
+  // Bytes of device memory allocated through this context and not freed.
+  uint64_t allocated_bytes() const { return allocated_; }
+  // Nanoseconds per timestamp tick, 0 when the compute queue has no timestamps.
+  double timestamp_period_ns() const { return timestamp_period_ns_; }
+
+ private:
+  friend class Buffer;
+  Context() = default;
+  Status Init(int index);
+  Status CopyBuffer(VkBuffer src, uint64_t src_off, VkBuffer dst, uint64_t dst_off, uint64_t n);
+  StatusOr<uint32_t> FindMemoryType(uint32_t type_bits, VkMemoryPropertyFlags want,
+                                    VkMemoryPropertyFlags prefer) const;
+
+  VkFns vk_;
+  DeviceInfo info_;
+  VkInstance instance_ = VK_NULL_HANDLE;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VkPhysicalDeviceMemoryProperties mem_props_{};
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  uint32_t queue_family_ = 0;
+  double timestamp_period_ns_ = 0.0;
+  VkCommandPool command_pool_ = VK_NULL_HANDLE;
+  VkCommandBuffer transfer_cb_ = VK_NULL_HANDLE;
+  VkFence fence_ = VK_NULL_HANDLE;
+  Buffer staging_;
+  std::map<std::string, std::unique_ptr<Pipeline>> pipelines_;
+  uint64_t allocated_ = 0;
+};
+
+// A range of a buffer bound to one binding of a dispatch.
+struct BufferRange {
+  const Buffer* buffer = nullptr;
+  uint64_t offset = 0;
+  uint64_t size = VK_WHOLE_SIZE;
+  BufferRange(const Buffer& b) : buffer(&b) {}  // NOLINT: whole buffers read naturally
+  BufferRange(const Buffer& b, uint64_t off, uint64_t n) : buffer(&b), offset(off), size(n) {}
+};
+
+// Records dispatches into one command buffer, a barrier after each (every dispatch sees the
+// writes of the ones before it), then Finish; Run submits it and waits, as often as wanted.
+// Per-step values (token, position) must come from buffers, not from push constants: those are
+// fixed at record time.
+class Recorder {
+ public:
+  explicit Recorder(Context* ctx);
+  ~Recorder();
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  // buffers.size() must equal the pipeline's n_buffers; push_bytes <= Pipeline::kMaxPushBytes.
+  void Dispatch(const Pipeline& p, const std::vector<BufferRange>& buffers, const void* push,
+                uint32_t push_bytes, uint32_t groups_x, uint32_t groups_y = 1,
+                uint32_t groups_z = 1);
+  template <typename Push>
+  void Dispatch(const Pipeline& p, const std::vector<BufferRange>& buffers, const Push& push,
+                uint32_t groups_x, uint32_t groups_y = 1, uint32_t groups_z = 1) {
+    static_assert(sizeof(Push) <= Pipeline::kMaxPushBytes);
+    Dispatch(p, buffers, &push, sizeof(Push), groups_x, groups_y, groups_z);
+  }
+  Status Finish();  // ends recording; the first error of recording, if any
+  Status Run();     // submits and waits; Finish first
+  int dispatches() const { return dispatches_; }
+  // GPU time of the last Run between the first and the last command, from timestamps (without
+  // the submit and the wait); 0 where the device has no compute timestamps.
+  double last_gpu_seconds() const { return last_gpu_seconds_; }
+
+ private:
+  VkDescriptorSet AllocateSet(const Pipeline& p);
+
+  Context* ctx_;
+  VkCommandBuffer cb_ = VK_NULL_HANDLE;
+  std::vector<VkDescriptorPool> pools_;
+  uint32_t sets_left_ = 0;
+  Status status_;
+  bool finished_ = false;
+  VkQueryPool timestamps_ = VK_NULL_HANDLE;
+  double last_gpu_seconds_ = 0.0;
+  int dispatches_ = 0;
+};
+
+}  // namespace uf::gpu
