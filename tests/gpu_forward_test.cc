@@ -29,6 +29,7 @@
 #include "model/batch.h"
 #include "model/decoder.h"
 #include "model/model.h"
+#include "shared_data.h"
 
 namespace uf {
 namespace {
@@ -97,8 +98,7 @@ TEST_P(GpuGoldenTest, LogitsMatchReference) {
   const std::string name = GetParam();
   const std::string path = "../shared/models/" + name + ".gguf";
   const std::string golden_path = "../shared/golden/" + name + ".jsonl";
-  if (!fs::exists(path)) GTEST_SKIP() << path << " missing (../shared)";
-  if (!fs::exists(golden_path)) GTEST_SKIP() << golden_path << " missing (../shared)";
+  UF_REQUIRE_SHARED();
   auto loaded = model::Model::Load(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   const model::Model& m = **loaded;
@@ -181,7 +181,7 @@ TEST(GpuGreedy, SameTokensAsCpuWhereTheChoiceIsClear) {
   for (const char* name : {"tiny-llama-256-q8_0", "tiny-llama-256-q4_0", "tiny-qwen3-256-q8_0"}) {
     SCOPED_TRACE(name);
     const std::string path = std::string("../shared/models/") + name + ".gguf";
-    if (!fs::exists(path)) GTEST_SKIP() << path << " missing (../shared)";
+    UF_REQUIRE_SHARED();
     auto loaded = model::Model::Load(path);
     ASSERT_TRUE(loaded.ok());
     const model::Model& m = **loaded;
@@ -253,7 +253,7 @@ TEST(GpuNoDevice, ClearErrorAndExitCode) {
        {std::string("devices"), "run --device vulkan -n 2 -p hi -m " + model,
         "logits --device vulkan:3 --prompts ../shared/golden/prompts.txt -m " + model}) {
     SCOPED_TRACE(args);
-    if (args.find(".gguf") != std::string::npos && !fs::exists(model)) continue;
+    if (args.find(".gguf") != std::string::npos && !testing_shared::Present()) continue;
     const std::string cmd =
         "env VK_ICD_FILENAMES=/nonexistent/icd.json "
         "VK_DRIVER_FILES=/nonexistent/icd.json " +

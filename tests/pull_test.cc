@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "shared_data.h"
 #include "pull/downloader.h"
 #include "pull/model_cache.h"
 
@@ -108,7 +109,7 @@ class ModelServer {
 class PullTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(kModel)) GTEST_SKIP() << kModel << " missing (../shared)";
+    UF_REQUIRE_SHARED();
     dir_ = fs::temp_directory_path() /
            ("uf_pull_test_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
