@@ -52,9 +52,17 @@ class JsonSyntax {
  public:
   explicit JsonSyntax(Grammar* g) : g_(*g) {}
 
+  // Nothing, a space, or a newline and an indentation of up to kMaxIndent spaces or
+  // kMaxIndentTabs tabs: what compact or pretty-printed JSON writes. More would only let a model
+  // spend its tokens on blanks (random text fills every gap allowed).
   Element Ws() {
     if (ws_ < 0) {
-      ws_ = g_.Rule("ws", {{g_.Repeat({g_.Bytes(AnyOf(" \t\n"))}, 0, kMaxWhitespace)}});
+      Seq newline = g_.Literal("\n");
+      const int32_t indent =
+          g_.Rule("indent", {{g_.Repeat(g_.Literal(" "), 0, kMaxIndent)},
+                             {g_.Repeat(g_.Literal("\t"), 1, kMaxIndentTabs)}});
+      newline.push_back(Grammar::Ref(indent));
+      ws_ = g_.Rule("ws", {{}, g_.Literal(" "), std::move(newline)});
     }
     return Grammar::Ref(ws_);
   }

@@ -15,8 +15,8 @@
 //
 // Output shape: properties appear in the schema's order, required ones always, optional ones
 // when the model chooses; only declared properties are generated (with or without
-// additionalProperties: false, the output validates). Whitespace between tokens is limited to
-// kMaxWhitespace bytes per gap, numbers to 15 integer and 16 fraction digits and a 2-digit
+// additionalProperties: false, the output validates). Whitespace between tokens is nothing, one
+// space, or one newline with up to kMaxIndent spaces or kMaxIndentTabs tabs of indentation; numbers to 15 integer and 16 fraction digits and a 2-digit
 // exponent, and \u escapes exclude surrogates, so every complete output parses as strict JSON.
 #pragma once
 
@@ -30,7 +30,8 @@
 
 namespace uf::grammar {
 
-inline constexpr int kMaxWhitespace = 16;
+inline constexpr int kMaxIndent = 16;
+inline constexpr int kMaxIndentTabs = 4;
 
 // Any JSON object (optional whitespace around it).
 std::shared_ptr<const Grammar> JsonObjectGrammar();

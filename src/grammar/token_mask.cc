@@ -12,7 +12,7 @@ namespace {
 // Bounds the memory of one grammar's masks (16 KB each for a 128k vocabulary): past it the cache
 // starts over.
 constexpr size_t kMaxCachedMasks = 4096;
-// Need arrays are 16x larger than masks and only wanted near the end of a response.
+// Successor indexes are 16x larger than masks and only wanted near the end of a response.
 constexpr int64_t kMaxNeedArrays = 128;
 
 }  // namespace
@@ -79,6 +79,12 @@ std::shared_ptr<const TokenTrie> TokenTrie::Build(const Tokenizer& tokenizer, in
     close(path.back());
     path.pop_back();
   }
+  // The root's children are the first bytes of pieces; a one-byte piece ends at its child.
+  int32_t single = 0;
+  for (int32_t node = 1; node < static_cast<int32_t>(t->byte_.size()); node = t->skip_[node]) {
+    single += t->num_tokens_[node] > 0 ? 1 : 0;
+  }
+  t->spells_every_byte_ = single == 256;
   return t;
 }
 
@@ -92,11 +98,9 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar,
   path_.resize(trie_->max_depth_ + 1);
 }
 
-void TokenConstraint::Walk(StateId state, std::vector<uint64_t>* bits, int64_t* max_need,
-                           std::vector<uint16_t>* need_out) {
+void TokenConstraint::Walk(StateId state, std::vector<uint64_t>* bits, int64_t* max_need) {
   const TokenTrie& t = *trie_;
   bits->assign(t.words(), 0);
-  if (need_out != nullptr) need_out->assign(t.n_vocab_, UINT16_MAX);
   *max_need = 0;
   ++stats_.walks;
   path_[0] = state;
@@ -111,23 +115,66 @@ void TokenConstraint::Walk(StateId state, std::vector<uint64_t>* bits, int64_t* 
     }
     path_[t.depth_[i]] = s;
     if (t.num_tokens_[i] > 0) {
-      const int64_t need = automaton_.MinBytesToAccept(s) + 1;  // + the end of generation
-      *max_need = std::max(*max_need, need);
+      // The byte bound on the distance after the token: its bytes spelled one token each, then
+      // the end of generation.
+      *max_need = std::max(*max_need, automaton_.MinBytesToAccept(s) + 1);
       for (int32_t k = 0; k < t.num_tokens_[i]; ++k) {
         const int32_t id = t.tokens_[t.first_token_[i] + k];
         (*bits)[id >> 6] |= uint64_t{1} << (id & 63);
-        if (need_out != nullptr)
-          (*need_out)[id] = static_cast<uint16_t>(std::min<int64_t>(need, UINT16_MAX));
       }
     }
     ++i;
   }
   stats_.walk_nodes += visited;
+  if (!t.spells_every_byte_) *max_need = kUnreachable;  // no bound: always search
   if (automaton_.Accepting(state)) {
-    for (int32_t id : t.eog_) {
-      (*bits)[id >> 6] |= uint64_t{1} << (id & 63);
-      if (need_out != nullptr) (*need_out)[id] = 0;
+    for (int32_t id : t.eog_) (*bits)[id >> 6] |= uint64_t{1} << (id & 63);
+  }
+}
+
+void TokenConstraint::Successors(StateId state, std::vector<StateId>* succs,
+                                 std::vector<uint16_t>* succ_of_token) {
+  const TokenTrie& t = *trie_;
+  succs->clear();
+  if (succ_of_token != nullptr) succ_of_token->assign(t.n_vocab_, kNoSucc);
+  std::unordered_map<StateId, uint16_t> index;
+  // Runs of tokens lead to the same state (every token inside a string): skip the lookup then.
+  StateId last = kDead;
+  uint16_t last_index = kNoSucc;
+  ++stats_.walks;
+  path_[0] = state;
+  const int32_t n = static_cast<int32_t>(t.byte_.size());
+  int64_t visited = 0;
+  for (int32_t i = 1; i < n;) {
+    ++visited;
+    const StateId s = automaton_.Next(path_[t.depth_[i] - 1], t.byte_[i]);
+    if (s == kDead) {
+      i = t.skip_[i];
+      continue;
     }
+    path_[t.depth_[i]] = s;
+    if (t.num_tokens_[i] > 0) {
+      if (s != last) {
+        auto [it, inserted] = index.try_emplace(s, kNoSucc);
+        // Past kMaxSuccs distinct states (never seen) the rest count as disallowed when tight.
+        if (inserted && succs->size() < kMaxSuccs) {
+          it->second = static_cast<uint16_t>(succs->size());
+          succs->push_back(s);
+        }
+        last = s;
+        last_index = it->second;
+      }
+      if (succ_of_token != nullptr) {
+        for (int32_t k = 0; k < t.num_tokens_[i]; ++k) {
+          (*succ_of_token)[t.tokens_[t.first_token_[i] + k]] = last_index;
+        }
+      }
+    }
+    ++i;
+  }
+  stats_.walk_nodes += visited;
+  if (succ_of_token != nullptr && automaton_.Accepting(state)) {
+    for (int32_t id : t.eog_) (*succ_of_token)[id] = kEogSucc;
   }
 }
 
@@ -139,7 +186,7 @@ void TokenConstraint::Mask(StateId state, int64_t remaining, std::vector<uint64_
       need_arrays_ = 0;
     }
     Entry e;
-    Walk(state, &e.bits, &e.max_need, nullptr);
+    Walk(state, &e.bits, &e.max_need);
     it = cache_.emplace(state, std::move(e)).first;
   } else {
     ++stats_.cache_hits;
@@ -150,27 +197,34 @@ void TokenConstraint::Mask(StateId state, int64_t remaining, std::vector<uint64_
     *mask = e.bits;
     return;
   }
-  if (e.need.empty()) {
+  // The state's own distance first: its search records the path that achieves it, so the first
+  // successor on that path is found below with a distance one less (see token_distance.cc).
+  if (DistanceOrRecorded(state) > remaining) {
+    *mask = e.bits;  // too late to close: the reply will be cut off
+    return;
+  }
+  if (e.succ_of_token.empty()) {
     if (need_arrays_ >= kMaxNeedArrays) {
-      for (auto& [id, other] : cache_) std::vector<uint16_t>().swap(other.need);
+      for (auto& [id, other] : cache_) {
+        std::vector<StateId>().swap(other.succs);
+        std::vector<uint16_t>().swap(other.succ_of_token);
+      }
       need_arrays_ = 0;
     }
-    std::vector<uint64_t> bits;
-    int64_t max_need = 0;
-    Walk(state, &bits, &max_need, &e.need);
+    Successors(state, &e.succs, &e.succ_of_token);
     ++need_arrays_;
   }
+  // Read the distances afresh each time: recorded ones only ever go down.
   const int64_t limit = remaining - 1;
+  std::vector<uint8_t> fits(e.succs.size() + 2, 0);
+  for (size_t j = 0; j < e.succs.size(); ++j) fits[j] = DistanceOrRecorded(e.succs[j]) <= limit;
   mask->assign(e.bits.size(), 0);
-  bool any = false;
   const int32_t n = trie_->n_vocab();
   for (int32_t id = 0; id < n; ++id) {
-    if (e.need[id] <= limit) {
-      (*mask)[id >> 6] |= uint64_t{1} << (id & 63);
-      any = true;
-    }
+    const uint16_t j = e.succ_of_token[id];
+    if (j == kNoSucc) continue;
+    if (j == kEogSucc || fits[j]) (*mask)[id >> 6] |= uint64_t{1} << (id & 63);
   }
-  if (!any) *mask = e.bits;
 }
 
 StateId TokenConstraint::Advance(StateId state, int32_t token) {
