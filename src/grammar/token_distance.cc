@@ -75,11 +75,65 @@ const std::vector<StateId>& TokenConstraint::SearchSuccessors(StateId state) {
   return search_succs_.emplace(state, std::move(succs)).first->second;
 }
 
-int64_t TokenConstraint::DistanceOrRecorded(StateId state) {
+int64_t TokenConstraint::RecordedOrBound(StateId state) {
   if (automaton_.Complete(state)) return 0;
   if (automaton_.Accepting(state)) return 1;
   if (static_cast<size_t>(state) < dist_.size() && dist_[state] >= 0) return dist_[state];
-  return Distance(state);
+  return ShortestBytesBound(state);
+}
+
+int64_t TokenConstraint::ShortestBytesBound(StateId state) {
+  if (!trie_->spells_every_byte()) {
+    // Without a token for every byte a shortest completion may not be spellable: search.
+    return Distance(state);
+  }
+  // A shortest completion in bytes, and the state after each of its bytes.
+  std::vector<StateId> at = {state};
+  std::string text;
+  for (StateId x = state; !automaton_.Accepting(x);) {
+    auto [it, inserted] = min_byte_.try_emplace(x, 0);
+    if (inserted) {
+      const int64_t need = automaton_.MinBytesToAccept(x) - 1;
+      int b = 0;
+      for (; b < 256; ++b) {
+        const StateId y = automaton_.Next(x, static_cast<uint8_t>(b));
+        if (y != kDead && automaton_.MinBytesToAccept(y) == need) break;
+      }
+      it->second = static_cast<uint8_t>(b);  // b < 256: MinBytesToAccept is achieved
+    }
+    x = automaton_.Next(x, it->second);
+    text.push_back(static_cast<char>(it->second));
+    at.push_back(x);
+  }
+  // Its fewest tokens: every split of an accepted text is accepted, so any pieces that spell it.
+  const TokenTrie& t = *trie_;
+  const size_t n = text.size();
+  std::vector<int32_t> fewest(n + 1, INT32_MAX), from(n + 1, -1);
+  fewest[0] = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (fewest[i] == INT32_MAX) continue;
+    int32_t node = 0;
+    for (size_t j = i; j < n; ++j) {
+      // The child of node by text[j]: children follow their parent in preorder, siblings chained
+      // by skip_.
+      int32_t child = node + 1;
+      const int32_t end = t.skip_[node];
+      while (child < end && t.byte_[child] != static_cast<uint8_t>(text[j])) child = t.skip_[child];
+      if (child >= end) break;
+      node = child;
+      if (t.num_tokens_[node] > 0 && fewest[i] + 1 < fewest[j + 1]) {
+        fewest[j + 1] = fewest[i] + 1;
+        from[j + 1] = static_cast<int32_t>(i);
+      }
+    }
+  }
+  const int64_t end_token = automaton_.Complete(at[n]) ? 0 : 1;
+  const int64_t total = fewest[n] + end_token;
+  // Record the path: after the token ending at j, fewest[n] - fewest[j] tokens and the end remain.
+  for (int32_t j = static_cast<int32_t>(n); j >= 0; j = j > 0 ? from[j] : -1) {
+    Record(at[j], fewest[n] - fewest[j] + end_token, false);
+  }
+  return std::min<int64_t>(total, dist_[state]);
 }
 
 int64_t TokenConstraint::LowerBound(StateId state) const {
@@ -106,7 +160,7 @@ int64_t TokenConstraint::Distance(StateId state) {
   };
   std::unordered_map<StateId, Reached> reached = {{state, {kDead, 0}}};
   std::vector<StateId> layer = {state}, next;
-  int64_t best = kUnreachable, best_layer = 0;
+  int64_t best = kUnreachable;
   StateId best_state = kDead;
   bool exact = false;
   int64_t expanded = 0;
@@ -114,7 +168,7 @@ int64_t TokenConstraint::Distance(StateId state) {
   for (int64_t k = 0;; ++k) {
     for (StateId u : layer) {
       const int64_t c = k + KnownBound(u);
-      if (c < best) best = c, best_layer = k, best_state = u;
+      if (c < best) best = c, best_state = u;
     }
     next.clear();
     bool gave_up = false;

@@ -12,8 +12,8 @@ namespace {
 // Bounds the memory of one grammar's masks (16 KB each for a 128k vocabulary): past it the cache
 // starts over.
 constexpr size_t kMaxCachedMasks = 4096;
-// Successor indexes are 16x larger than masks and only wanted near the end of a response.
-constexpr int64_t kMaxNeedArrays = 128;
+// Need arrays (and successor indexes) are 32x larger than masks and only wanted near the end of a response.
+constexpr int64_t kMaxNeedArrays = 64;
 
 }  // namespace
 
@@ -192,38 +192,94 @@ void TokenConstraint::Mask(StateId state, int64_t remaining, std::vector<uint64_
     ++stats_.cache_hits;
   }
   Entry& e = it->second;
-  // After this token, remaining - 1 tokens are left for what it still needs.
+  // The byte bound first: until the budget is that tight, no search is needed.
   if (remaining < 0 || e.max_need <= remaining - 1) {
     *mask = e.bits;
     return;
   }
-  // The state's own distance first: its search records the path that achieves it, so the first
-  // successor on that path is found below with a distance one less (see token_distance.cc).
-  if (DistanceOrRecorded(state) > remaining) {
-    *mask = e.bits;  // too late to close: the reply will be cut off
-    return;
-  }
+  // Then cheap bounds in tokens, then searched distances: each only when the one before is tight.
   if (e.succ_of_token.empty()) {
     if (need_arrays_ >= kMaxNeedArrays) {
       for (auto& [id, other] : cache_) {
         std::vector<StateId>().swap(other.succs);
         std::vector<uint16_t>().swap(other.succ_of_token);
+        std::vector<int32_t>().swap(other.succ_dist);
+        std::vector<uint16_t>().swap(other.need);
+        other.exact = false;
       }
       need_arrays_ = 0;
     }
-    Successors(state, &e.succs, &e.succ_of_token);
     ++need_arrays_;
+    Successors(state, &e.succs, &e.succ_of_token);
+    ReadNeeds(state, /*exact=*/false, /*refresh=*/false, &e);
+  } else {
+    ReadNeeds(state, e.exact, /*refresh=*/true, &e);
   }
-  // Read the distances afresh each time: recorded ones only ever go down.
-  const int64_t limit = remaining - 1;
-  std::vector<uint8_t> fits(e.succs.size() + 2, 0);
-  for (size_t j = 0; j < e.succs.size(); ++j) fits[j] = DistanceOrRecorded(e.succs[j]) <= limit;
+  if (e.max_token_need > remaining - 1 && !e.exact) {
+    ReadNeeds(state, /*exact=*/true, /*refresh=*/false, &e);
+  }
+  if (e.max_token_need <= remaining - 1) {
+    *mask = e.bits;
+    return;
+  }
+  if (RecordedOrBound(state) > remaining) {
+    *mask = e.bits;  // too late to close: the reply will be cut off
+    return;
+  }
+  // After this token, remaining - 1 tokens are left for what it still needs (UINT16_MAX: never).
+  const int64_t limit = std::min<int64_t>(remaining - 1, UINT16_MAX - 1);
   mask->assign(e.bits.size(), 0);
   const int32_t n = trie_->n_vocab();
+  const uint16_t* need = e.need.data();
+  for (int32_t base = 0; base < n; base += 64) {
+    const int32_t len = std::min(64, n - base);
+    uint64_t word = 0;
+    for (int32_t j = 0; j < len; ++j) word |= uint64_t{need[base + j] <= limit} << j;
+    (*mask)[base >> 6] = word;
+  }
+}
+
+void TokenConstraint::ReadNeeds(StateId state, bool exact, bool refresh, Entry* e) {
+  bool changed = !refresh;
+  if (refresh) {
+    // Recorded distances only go down; a successor's may have since. Every successor has one
+    // (or is accepting) since it was first read.
+    for (size_t j = 0; j < e->succs.size(); ++j) {
+      const StateId u = e->succs[j];
+      const int32_t d = automaton_.Accepting(u) ? (automaton_.Complete(u) ? 0 : 1) : dist_[u];
+      if (d < e->succ_dist[j]) e->succ_dist[j] = d, changed = true;
+    }
+  } else {
+    // The state's own distance first: it records the path that achieves it, so the first
+    // successor on that path is read below at a distance one less (see token_distance.cc).
+    if (exact) {
+      Distance(state);
+    } else {
+      RecordedOrBound(state);
+    }
+    e->succ_dist.resize(e->succs.size());
+    for (size_t j = 0; j < e->succs.size(); ++j) {
+      const int64_t d = exact ? Distance(e->succs[j]) : RecordedOrBound(e->succs[j]);
+      e->succ_dist[j] = static_cast<int32_t>(d);
+    }
+    // A search above may have lowered what an earlier one read: read the records once more.
+    for (size_t j = 0; j < e->succs.size(); ++j) {
+      const StateId u = e->succs[j];
+      if (!automaton_.Accepting(u)) e->succ_dist[j] = std::min(e->succ_dist[j], dist_[u]);
+    }
+    e->exact = exact;
+  }
+  if (!changed) return;
+  const int32_t n = trie_->n_vocab();
+  e->need.assign(n, UINT16_MAX);
+  e->max_token_need = 0;
   for (int32_t id = 0; id < n; ++id) {
-    const uint16_t j = e.succ_of_token[id];
+    const uint16_t j = e->succ_of_token[id];
     if (j == kNoSucc) continue;
-    if (j == kEogSucc || fits[j]) (*mask)[id >> 6] |= uint64_t{1} << (id & 63);
+    const uint16_t need =
+        j == kEogSucc ? 0 : static_cast<uint16_t>(std::min<int32_t>(e->succ_dist[j], UINT16_MAX));
+    e->need[id] = need;
+    e->max_token_need = std::max<int64_t>(e->max_token_need, need);
   }
 }
 

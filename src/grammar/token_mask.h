@@ -104,23 +104,29 @@ class TokenConstraint {
   const Stats& stats() const { return stats_; }
 
  private:
-  // Index of a token's successor in Entry::succs: none (not allowed) or the end of generation.
+  // A token's successor index (Successors) for a disallowed token / the end of generation.
   static constexpr uint16_t kNoSucc = UINT16_MAX;
   static constexpr uint16_t kEogSucc = UINT16_MAX - 1;
   static constexpr size_t kMaxSuccs = UINT16_MAX - 1;
   struct Entry {
     std::vector<uint64_t> bits;
-    int64_t max_need = 0;  // bound on the distance after any allowed token (bytes + 1)
+    int64_t max_need = 0;  // byte bound on the distance after any allowed token (bytes + 1)
     // Filled the first time the budget is tight in this state: the distinct states after its
-    // tokens, and [n_vocab] each token's index into them.
+    // tokens, [n_vocab] each token's index into them, the distance read for each (searched when
+    // exact, else a cheap bound), and [n_vocab] the distance after each allowed token (0 for the
+    // end of generation, UINT16_MAX when not allowed or farther) with their largest.
     std::vector<StateId> succs;
     std::vector<uint16_t> succ_of_token;
+    std::vector<int32_t> succ_dist;
+    std::vector<uint16_t> need;
+    int64_t max_token_need = 0;
+    bool exact = false;
   };
   // Walks the trie from state: the allowed tokens into *bits and the byte bound on the distance
   // after any of them into *max_need.
   void Walk(StateId state, std::vector<uint64_t>* bits, int64_t* max_need);
   // Walks the trie from state collecting the distinct states after its tokens into *succs and,
-  // when given, each token's index into them into *succ_of_token.
+  // when given, each token's index into them into *succ_of_token (or kNoSucc / kEogSucc).
   void Successors(StateId state, std::vector<StateId>* succs,
                   std::vector<uint16_t>* succ_of_token);
   // The successors of a state for the distance search (cached).
@@ -128,9 +134,15 @@ class TokenConstraint {
   // The best known distance of state without searching: 0 / 1 at the end, else the recorded one,
   // else the byte bound.
   int64_t KnownBound(StateId state);
-  // The recorded distance, or a search for it.
-  int64_t DistanceOrRecorded(StateId state);
+  // The recorded distance, or else the cheap bound of ShortestBytesBound (no search).
+  int64_t RecordedOrBound(StateId state);
+  // The fewest tokens that spell a shortest completion in bytes, plus the end of generation:
+  // achievable, recorded along its path, and often the distance itself.
+  int64_t ShortestBytesBound(StateId state);
   void Record(StateId state, int64_t distance, bool exact);
+  // Reads the distances of state's successors: searched (exact) or cheap bounds, or (refresh)
+  // only what records lowered since; rebuilds e->need when one changed.
+  void ReadNeeds(StateId state, bool exact, bool refresh, Entry* e);
   // What exact searches showed the distance to be at least (1 when nothing is known).
   int64_t LowerBound(StateId state) const;
   // Accepting, or the recorded distance is known exact.
@@ -139,7 +151,7 @@ class TokenConstraint {
   std::shared_ptr<const TokenTrie> trie_;
   Automaton automaton_;
   std::unordered_map<StateId, Entry> cache_;
-  int64_t need_arrays_ = 0;    // entries holding successor indexes (each n_vocab * 2 bytes)
+  int64_t need_arrays_ = 0;    // entries holding need arrays (each n_vocab * 4 bytes)
   std::vector<StateId> path_;  // [depth] walk scratch
   // [state] recorded distances (-1: none) and whether each is exact. Never forgotten and only
   // ever lowered: a distance relied on must stay achievable (see token_distance.cc).
@@ -147,6 +159,7 @@ class TokenConstraint {
   std::vector<uint8_t> dist_exact_;
   std::vector<int32_t> lower_;  // [state] LowerBound, 0 when unknown
   std::unordered_map<StateId, std::vector<StateId>> search_succs_;
+  std::unordered_map<StateId, uint8_t> min_byte_;  // a byte that starts a shortest completion
   size_t search_succs_size_ = 0;
   Stats stats_;
 };
