@@ -3,9 +3,9 @@
 // model's output valid JSON of the schema (which it never is without the mask).
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <string>
@@ -97,9 +97,9 @@ TEST(JsonSchemaGrammarTest, AcceptsValidAndRejectsInvalidDocuments) {
   EXPECT_TRUE(Accepts(g, "{\"name\":\"\",\"age\":0,\"tags\":[\n   \"a\"\n ],\"ok\":true}"));
   EXPECT_TRUE(Accepts(g, "{\"name\":\"\",\"age\":0,\n" + std::string(16, ' ') + "\"ok\":true}"));
   EXPECT_FALSE(Accepts(g, "{\"name\":\"\",\"age\":0,\n" + std::string(17, ' ') + "\"ok\":true}"));
-  EXPECT_FALSE(Accepts(g, R"({"name":"",  "age":0,"ok":true})"));  // two spaces
-  EXPECT_FALSE(Accepts(g, R"({"name" :"","age":0,"ok":true})"));   // before a colon
-  EXPECT_FALSE(Accepts(g, R"({"name":"" ,"age":0,"ok":true})"));   // before a comma
+  EXPECT_FALSE(Accepts(g, R"({"name":"",  "age":0,"ok":true})"));         // two spaces
+  EXPECT_FALSE(Accepts(g, R"({"name" :"","age":0,"ok":true})"));          // before a colon
+  EXPECT_FALSE(Accepts(g, R"({"name":"" ,"age":0,"ok":true})"));          // before a comma
   EXPECT_FALSE(Accepts(g, "{\"name\":\"\",\n\n\"age\":0,\"ok\":true}"));  // two newlines
 }
 
@@ -580,7 +580,8 @@ TEST(ConstrainedDecodingTest, ClosesAtEveryBudgetFromTheShortest) {
             body = body.substr(12, body.size() - 12 - std::string("\n</tool_call>").size());
           }
           json v;
-          ASSERT_NO_THROW(v = json::parse(body)) << path << " budget " << max_tokens << ": " << body;
+          ASSERT_NO_THROW(v = json::parse(body))
+              << path << " budget " << max_tokens << ": " << body;
           std::string why;
           if (use_tool) {
             EXPECT_EQ(v["name"], "get_weather");

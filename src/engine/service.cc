@@ -550,9 +550,8 @@ void Service::SampleOutputs(double step_seconds) {
     Sequence& seq = *batch_outputs_[i];
     if (!seq.constraint) continue;
     // The budget is what ends generation first: max_tokens or the context.
-    const int64_t remaining =
-        std::min(seq.request.max_tokens - seq.n_generated,
-                 options_.ctx - static_cast<int64_t>(seq.tokens.size()));
+    const int64_t remaining = std::min(seq.request.max_tokens - seq.n_generated,
+                                       options_.ctx - static_cast<int64_t>(seq.tokens.size()));
     seq.constraint->Mask(seq.grammar_state, remaining, &seq.mask);
   }
   auto pick = [&](size_t i) {

@@ -58,9 +58,8 @@ class JsonSyntax {
   Element Ws() {
     if (ws_ < 0) {
       Seq newline = g_.Literal("\n");
-      const int32_t indent =
-          g_.Rule("indent", {{g_.Repeat(g_.Literal(" "), 0, kMaxIndent)},
-                             {g_.Repeat(g_.Literal("\t"), 1, kMaxIndentTabs)}});
+      const int32_t indent = g_.Rule("indent", {{g_.Repeat(g_.Literal(" "), 0, kMaxIndent)},
+                                                {g_.Repeat(g_.Literal("\t"), 1, kMaxIndentTabs)}});
       newline.push_back(Grammar::Ref(indent));
       ws_ = g_.Rule("ws", {{}, g_.Literal(" "), std::move(newline)});
     }

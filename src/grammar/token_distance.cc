@@ -55,7 +55,8 @@ void TokenConstraint::Record(StateId state, int64_t distance, bool exact) {
 int64_t TokenConstraint::KnownBound(StateId state) {
   if (automaton_.Complete(state)) return 0;
   if (automaton_.Accepting(state)) return 1;
-  int64_t bound = trie_->spells_every_byte() ? automaton_.MinBytesToAccept(state) + 1 : kUnreachable;
+  int64_t bound =
+      trie_->spells_every_byte() ? automaton_.MinBytesToAccept(state) + 1 : kUnreachable;
   if (static_cast<size_t>(state) < dist_.size() && dist_[state] >= 0) {
     bound = std::min<int64_t>(bound, dist_[state]);
   }

@@ -12,7 +12,8 @@ namespace {
 // Bounds the memory of one grammar's masks (16 KB each for a 128k vocabulary): past it the cache
 // starts over.
 constexpr size_t kMaxCachedMasks = 4096;
-// Need arrays (and successor indexes) are 32x larger than masks and only wanted near the end of a response.
+// Need arrays (and successor indexes) are 32x larger than masks and only wanted near the end of a
+// response.
 constexpr int64_t kMaxNeedArrays = 64;
 
 }  // namespace

@@ -13,10 +13,12 @@
 // the fewest tokens of this vocabulary (the end of generation included) that take it to a valid
 // end. When the tokens left are few, a token is allowed only when the distance of the state after
 // it fits in what is left after it, so a reply completes whenever max_tokens is at least the
-// start's distance. Distances are found by a breadth-first search over the token graph
-// (token_distance.cc) only once the budget is tight: until then a cheap bound in bytes (one token
-// per byte: every vocabulary this engine loads spells each byte as a token) shows that every
-// token fits and the cached mask is used as is.
+// start's distance. Three stages, each only when the one before says the budget is tight: the
+// byte bound (every vocabulary this engine loads spells each byte as a token, so n bytes take at
+// most n tokens; computed in the cached walk), the fewest tokens that spell a shortest completion
+// in bytes, and the exact distances of a breadth-first search over the token graph
+// (token_distance.cc). Per tight state the entry keeps each token's distance (2 bytes a token) and
+// the mask is one pass over them.
 #pragma once
 
 #include <cstdint>
@@ -127,8 +129,7 @@ class TokenConstraint {
   void Walk(StateId state, std::vector<uint64_t>* bits, int64_t* max_need);
   // Walks the trie from state collecting the distinct states after its tokens into *succs and,
   // when given, each token's index into them into *succ_of_token (or kNoSucc / kEogSucc).
-  void Successors(StateId state, std::vector<StateId>* succs,
-                  std::vector<uint16_t>* succ_of_token);
+  void Successors(StateId state, std::vector<StateId>* succs, std::vector<uint16_t>* succ_of_token);
   // The successors of a state for the distance search (cached).
   const std::vector<StateId>& SearchSuccessors(StateId state);
   // The best known distance of state without searching: 0 / 1 at the end, else the recorded one,
