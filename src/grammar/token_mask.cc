@@ -198,7 +198,7 @@ void TokenConstraint::Mask(StateId state, int64_t remaining, std::vector<uint64_
     *mask = e.bits;
     return;
   }
-  // Then cheap bounds in tokens, then searched distances: each only when the one before is tight.
+  // Then the successors' recorded distances or cheap bounds in tokens.
   if (e.succ_of_token.empty()) {
     if (need_arrays_ >= kMaxNeedArrays) {
       for (auto& [id, other] : cache_) {
@@ -206,26 +206,29 @@ void TokenConstraint::Mask(StateId state, int64_t remaining, std::vector<uint64_
         std::vector<uint16_t>().swap(other.succ_of_token);
         std::vector<int32_t>().swap(other.succ_dist);
         std::vector<uint16_t>().swap(other.need);
-        other.exact = false;
       }
       need_arrays_ = 0;
     }
     ++need_arrays_;
     Successors(state, &e.succs, &e.succ_of_token);
-    ReadNeeds(state, /*exact=*/false, /*refresh=*/false, &e);
+    ReadNeeds(state, /*refresh=*/false, &e);
   } else {
-    ReadNeeds(state, e.exact, /*refresh=*/true, &e);
-  }
-  if (e.max_token_need > remaining - 1 && !e.exact) {
-    ReadNeeds(state, /*exact=*/true, /*refresh=*/false, &e);
+    ReadNeeds(state, /*refresh=*/true, &e);
   }
   if (e.max_token_need <= remaining - 1) {
     *mask = e.bits;
     return;
   }
+  // Bounds are enough while the state's own fits: a path of that length is recorded, so one
+  // successor fits too. Past it (the first tight step of a request whose max_tokens is below the
+  // cheap bound) only the search tells whether the reply can still close.
   if (RecordedOrBound(state) > remaining) {
-    *mask = e.bits;  // too late to close: the reply will be cut off
-    return;
+    Distance(state);
+    ReadNeeds(state, /*refresh=*/true, &e);  // the search lowered its path's records
+    if (dist_[state] > remaining) {
+      *mask = e.bits;  // too late to close: the reply will be cut off
+      return;
+    }
   }
   // After this token, remaining - 1 tokens are left for what it still needs (UINT16_MAX: never).
   const int64_t limit = std::min<int64_t>(remaining - 1, UINT16_MAX - 1);
@@ -240,7 +243,7 @@ void TokenConstraint::Mask(StateId state, int64_t remaining, std::vector<uint64_
   }
 }
 
-void TokenConstraint::ReadNeeds(StateId state, bool exact, bool refresh, Entry* e) {
+void TokenConstraint::ReadNeeds(StateId state, bool refresh, Entry* e) {
   bool changed = !refresh;
   if (refresh) {
     // Recorded distances only go down; a successor's may have since. Every successor has one
@@ -253,22 +256,16 @@ void TokenConstraint::ReadNeeds(StateId state, bool exact, bool refresh, Entry* 
   } else {
     // The state's own distance first: it records the path that achieves it, so the first
     // successor on that path is read below at a distance one less (see token_distance.cc).
-    if (exact) {
-      Distance(state);
-    } else {
-      RecordedOrBound(state);
-    }
+    RecordedOrBound(state);
     e->succ_dist.resize(e->succs.size());
     for (size_t j = 0; j < e->succs.size(); ++j) {
-      const int64_t d = exact ? Distance(e->succs[j]) : RecordedOrBound(e->succs[j]);
-      e->succ_dist[j] = static_cast<int32_t>(d);
+      e->succ_dist[j] = static_cast<int32_t>(RecordedOrBound(e->succs[j]));
     }
-    // A search above may have lowered what an earlier one read: read the records once more.
+    // A bound above may have lowered what an earlier one read: read the records once more.
     for (size_t j = 0; j < e->succs.size(); ++j) {
       const StateId u = e->succs[j];
       if (!automaton_.Accepting(u)) e->succ_dist[j] = std::min(e->succ_dist[j], dist_[u]);
     }
-    e->exact = exact;
   }
   if (!changed) return;
   const int32_t n = trie_->n_vocab();

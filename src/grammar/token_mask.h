@@ -114,15 +114,14 @@ class TokenConstraint {
     std::vector<uint64_t> bits;
     int64_t max_need = 0;  // byte bound on the distance after any allowed token (bytes + 1)
     // Filled the first time the budget is tight in this state: the distinct states after its
-    // tokens, [n_vocab] each token's index into them, the distance read for each (searched when
-    // exact, else a cheap bound), and [n_vocab] the distance after each allowed token (0 for the
-    // end of generation, UINT16_MAX when not allowed or farther) with their largest.
+    // tokens, [n_vocab] each token's index into them, the distance read for each (recorded or
+    // cheap bound), and [n_vocab] the distance after each allowed token (0 for the end of
+    // generation, UINT16_MAX when not allowed or farther) with their largest.
     std::vector<StateId> succs;
     std::vector<uint16_t> succ_of_token;
     std::vector<int32_t> succ_dist;
     std::vector<uint16_t> need;
     int64_t max_token_need = 0;
-    bool exact = false;
   };
   // Walks the trie from state: the allowed tokens into *bits and the byte bound on the distance
   // after any of them into *max_need.
@@ -141,9 +140,9 @@ class TokenConstraint {
   // achievable, recorded along its path, and often the distance itself.
   int64_t ShortestBytesBound(StateId state);
   void Record(StateId state, int64_t distance, bool exact);
-  // Reads the distances of state's successors: searched (exact) or cheap bounds, or (refresh)
-  // only what records lowered since; rebuilds e->need when one changed.
-  void ReadNeeds(StateId state, bool exact, bool refresh, Entry* e);
+  // Reads the distances of state's successors (recorded, or cheap bounds), or (refresh) only what
+  // records lowered since; rebuilds e->need when one changed.
+  void ReadNeeds(StateId state, bool refresh, Entry* e);
   // What exact searches showed the distance to be at least (1 when nothing is known).
   int64_t LowerBound(StateId state) const;
   // Accepting, or the recorded distance is known exact.
