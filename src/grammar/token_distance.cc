@@ -1,24 +1,28 @@
-// Distances in tokens from automaton states to a valid end (TokenConstraint::Distance).
+// Distances in tokens from automaton states to a valid end (TokenConstraint::Distance), and the
+// cheap bounds that stand in for them (ShortestBytesBound).
 //
 // The graph: automaton states, an edge per token the grammar allows (the trie walk of
 // TokenConstraint::Successors gives a state's distinct successors). A complete state is at 0, an
 // accepting one at 1 (the end of generation). The graph is built lazily and may be infinite (JSON
 // mode nests without end), so a distance is found by a breadth-first search from the state, layer
 // k holding the states first reached after k tokens. Each reached state u offers the candidate
-// k + bound(u), where bound(u) is what is already known of u: 0 / 1 at the end, a distance
-// recorded by an earlier search, or the byte bound (its fewest bytes to accept + 1: each byte is a
-// token of its own). States with an exact recorded distance, and accepting ones, are not expanded
-// (no path through them beats their candidate). Layer k + 1 cannot beat k + 1, so the search stops
-// once the best candidate is at most that, and the best is then exact. A search that would expand
-// more than kMaxSearchStates states stops early; the best candidate so far is then an upper bound.
+// k + bound(u), where bound(u) is what is already known of u: 0 / 1 at the end, a recorded
+// distance or bound, or the byte bound (its fewest bytes to accept + 1: each byte is a token of
+// its own). States that are settled (accepting, or exact), and states whose lower bound (from an
+// earlier exact search) shows they cannot beat the best candidate, are not expanded; every other
+// state of a layer can reach a valid end no sooner than the next layer, so the search ends, exact,
+// when no state is left to expand. A search that would expand more than kMaxSearchStates states
+// or walk kMaxSearchNodes trie nodes stops early; the best candidate so far is then an upper bound.
 //
 // Why an upper bound is safe, and why recorded distances never go up: the mask lets a token
 // through only when the distance after it fits in what is left. For that to keep a way open at
 // every step, each distance used must be achievable by a path whose states, reached later, report
-// distances that fit as well. So a search records the distance best - i for each state i tokens
-// along the path to its best candidate (exact when the search was), recorded distances only ever
-// go down, and the byte bound is achieved by the single-byte tokens of a shortest completion,
-// whose states' byte bounds each fall by one. Every state's distance is at most its byte bound.
+// distances that fit as well. So a search records best - i for each state i tokens along the path
+// to its best candidate (exact when the search was), ShortestBytesBound records its tokenization's
+// path the same way, recorded distances only ever go down, and the byte bound is achieved by the
+// single-byte tokens of a shortest completion, whose states' byte bounds each fall by one. A
+// search's result is at most its state's recorded and byte bounds, so a state let in by any of
+// them is never found farther than that.
 #include <algorithm>
 
 #include "grammar/token_mask.h"

@@ -13,12 +13,14 @@
 // the fewest tokens of this vocabulary (the end of generation included) that take it to a valid
 // end. When the tokens left are few, a token is allowed only when the distance of the state after
 // it fits in what is left after it, so a reply completes whenever max_tokens is at least the
-// start's distance. Three stages, each only when the one before says the budget is tight: the
-// byte bound (every vocabulary this engine loads spells each byte as a token, so n bytes take at
-// most n tokens; computed in the cached walk), the fewest tokens that spell a shortest completion
-// in bytes, and the exact distances of a breadth-first search over the token graph
-// (token_distance.cc). Per tight state the entry keeps each token's distance (2 bytes a token) and
-// the mask is one pass over them.
+// start's distance. Bounds that a path of tokens achieves stand in for distances, in stages, each
+// only when the one before says the budget is tight: the byte bound (every vocabulary this engine
+// loads spells each byte as a token, so n bytes take at most n tokens; found in the cached walk),
+// then the fewest tokens that spell a shortest completion in bytes (cheap, recorded along its
+// path), then, for the current state only when its own bound no longer fits (the first tight step
+// of a request whose max_tokens is below it), the exact distance of a breadth-first search over
+// the token graph (token_distance.cc). Per tight state the entry keeps each token's bound (2 bytes
+// a token) and the mask is one pass over them.
 #pragma once
 
 #include <cstdint>
