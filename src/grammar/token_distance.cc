@@ -49,6 +49,7 @@ void TokenConstraint::Record(StateId state, int64_t distance, bool exact) {
   }
   const int32_t d = static_cast<int32_t>(std::min(distance, kUnreachable));
   if (dist_[state] < 0 || d < dist_[state]) {
+    lowered_ += dist_[state] >= 0 ? 1 : 0;
     dist_[state] = d;
     dist_exact_[state] = exact;
   } else if (d == dist_[state] && exact) {

@@ -244,6 +244,9 @@ void TokenConstraint::Mask(StateId state, int64_t remaining, std::vector<uint64_
 }
 
 void TokenConstraint::ReadNeeds(StateId state, bool refresh, Entry* e) {
+  // Nothing lowered since the last read: nothing to refresh. (A first record is no lowering: every
+  // successor has had one since the read.)
+  if (refresh && e->lowered == lowered_) return;
   bool changed = !refresh;
   if (refresh) {
     // Recorded distances only go down; a successor's may have since. Every successor has one
@@ -267,6 +270,7 @@ void TokenConstraint::ReadNeeds(StateId state, bool refresh, Entry* e) {
       if (!automaton_.Accepting(u)) e->succ_dist[j] = std::min(e->succ_dist[j], dist_[u]);
     }
   }
+  e->lowered = lowered_;
   if (!changed) return;
   const int32_t n = trie_->n_vocab();
   e->need.assign(n, UINT16_MAX);

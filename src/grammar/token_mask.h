@@ -124,6 +124,7 @@ class TokenConstraint {
     std::vector<int32_t> succ_dist;
     std::vector<uint16_t> need;
     int64_t max_token_need = 0;
+    int64_t lowered = -1;  // lowered_ when succ_dist was last read
   };
   // Walks the trie from state: the allowed tokens into *bits and the byte bound on the distance
   // after any of them into *max_need.
@@ -160,6 +161,7 @@ class TokenConstraint {
   std::vector<int32_t> dist_;
   std::vector<uint8_t> dist_exact_;
   std::vector<int32_t> lower_;  // [state] LowerBound, 0 when unknown
+  int64_t lowered_ = 0;         // times a recorded distance went down: a refresh is due
   std::unordered_map<StateId, std::vector<StateId>> search_succs_;
   std::unordered_map<StateId, uint8_t> min_byte_;  // a byte that starts a shortest completion
   size_t search_succs_size_ = 0;
