@@ -94,9 +94,16 @@ int64_t TokenConstraint::ShortestBytesBound(StateId state) {
     return Distance(state);
   }
   // A shortest completion in bytes, and the state after each of its bytes.
+  // It stops at the first state on the way that has a recorded distance (its path is achievable
+  // from there): completions of nearby states share their ends, so each is spelled once.
   std::vector<StateId> at = {state};
   std::string text;
+  int64_t tail = -1;
   for (StateId x = state; !automaton_.Accepting(x);) {
+    if (x != state && static_cast<size_t>(x) < dist_.size() && dist_[x] >= 0) {
+      tail = dist_[x];
+      break;
+    }
     auto [it, inserted] = min_byte_.try_emplace(x, 0);
     if (inserted) {
       const int64_t need = automaton_.MinBytesToAccept(x) - 1;
@@ -133,11 +140,12 @@ int64_t TokenConstraint::ShortestBytesBound(StateId state) {
       }
     }
   }
-  const int64_t end_token = automaton_.Complete(at[n]) ? 0 : 1;
-  const int64_t total = fewest[n] + end_token;
+  // After the text: the recorded rest, or the end of generation unless complete.
+  const int64_t rest = tail >= 0 ? tail : automaton_.Complete(at[n]) ? 0 : 1;
+  const int64_t total = fewest[n] + rest;
   // Record the path: after the token ending at j, fewest[n] - fewest[j] tokens and the end remain.
   for (int32_t j = static_cast<int32_t>(n); j >= 0; j = j > 0 ? from[j] : -1) {
-    Record(at[j], fewest[n] - fewest[j] + end_token, false);
+    Record(at[j], fewest[n] - fewest[j] + rest, false);
   }
   return std::min<int64_t>(total, dist_[state]);
 }
