@@ -3,8 +3,11 @@
 // model's output valid JSON of the schema (which it never is without the mask).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <string>
 
 #include "engine/service.h"
@@ -90,6 +93,15 @@ TEST(JsonSchemaGrammarTest, AcceptsValidAndRejectsInvalidDocuments) {
   EXPECT_FALSE(Accepts(g, "{\"name\":\"\\ud800\",\"age\":3,\"ok\":true}"));   // lone surrogate
   EXPECT_FALSE(Accepts(g, "{\"name\":\"\xC0\xAF\",\"age\":3,\"ok\":true}"));  // overlong UTF-8
   EXPECT_FALSE(Accepts(g, "{\"name\":\"a\nb\",\"age\":3,\"ok\":true}"));      // raw control char
+  // Whitespace: a space or a newline and an indentation, where JSON writers put it.
+  EXPECT_TRUE(Accepts(g, "{\n\t\t\"name\": \"\",\n\t\t\"age\": 0, \"ok\": true\n}"));
+  EXPECT_TRUE(Accepts(g, "{\"name\":\"\",\"age\":0,\"tags\":[\n   \"a\"\n ],\"ok\":true}"));
+  EXPECT_TRUE(Accepts(g, "{\"name\":\"\",\"age\":0,\n" + std::string(16, ' ') + "\"ok\":true}"));
+  EXPECT_FALSE(Accepts(g, "{\"name\":\"\",\"age\":0,\n" + std::string(17, ' ') + "\"ok\":true}"));
+  EXPECT_FALSE(Accepts(g, R"({"name":"",  "age":0,"ok":true})"));         // two spaces
+  EXPECT_FALSE(Accepts(g, R"({"name" :"","age":0,"ok":true})"));          // before a colon
+  EXPECT_FALSE(Accepts(g, R"({"name":"" ,"age":0,"ok":true})"));          // before a comma
+  EXPECT_FALSE(Accepts(g, "{\"name\":\"\",\n\n\"age\":0,\"ok\":true}"));  // two newlines
 }
 
 TEST(JsonSchemaGrammarTest, AnyOfRefsAndJsonMode) {
@@ -218,6 +230,243 @@ TEST(TokenMaskTest, MaskAllowsExactlyTheTokensTheGrammarAccepts) {
   EXPECT_EQ(c.stats().walks, walks);
 }
 
+// A validator for the keywords the schemas below use, written from the JSON Schema spec rather
+// than from the compiler, so that it can disagree with it.
+bool Validates(const ojson& schema, const json& v, std::string* why) {
+  auto fail = [&](const std::string& m) {
+    *why = m + " at " + v.dump();
+    return false;
+  };
+  if (schema.contains("anyOf")) {
+    for (const ojson& s : schema["anyOf"]) {
+      if (Validates(s, v, why)) return true;
+    }
+    return fail("no anyOf branch");
+  }
+  if (schema.contains("enum")) {
+    for (const ojson& e : schema["enum"]) {
+      if (json::parse(e.dump()) == v) return true;
+    }
+    return fail("not in enum");
+  }
+  if (schema.contains("const")) return json::parse(schema["const"].dump()) == v || fail("const");
+  if (!schema.contains("type")) return true;
+  std::vector<std::string> types;
+  if (schema["type"].is_string()) {
+    types.push_back(schema["type"]);
+  } else {
+    for (const ojson& t : schema["type"]) types.push_back(t);
+  }
+  for (const std::string& t : types) {
+    if (t == "null" && v.is_null()) return true;
+    if (t == "boolean" && v.is_boolean()) return true;
+    if (t == "number" && v.is_number()) return true;
+    if (t == "integer" && v.is_number_integer()) {
+      const int64_t x = v.get<int64_t>();
+      if (schema.contains("minimum") && x < schema["minimum"].get<int64_t>()) return fail("min");
+      if (schema.contains("maximum") && x > schema["maximum"].get<int64_t>()) return fail("max");
+      return true;
+    }
+    if (t == "string" && v.is_string()) {
+      int64_t chars = 0;  // code points
+      for (unsigned char c : v.get<std::string>()) chars += (c & 0xC0) != 0x80;
+      if (chars < schema.value("minLength", int64_t{0})) return fail("minLength");
+      if (chars > schema.value("maxLength", INT64_MAX)) return fail("maxLength");
+      return true;
+    }
+    if (t == "array" && v.is_array()) {
+      const int64_t n = static_cast<int64_t>(v.size());
+      if (n < schema.value("minItems", int64_t{0})) return fail("minItems");
+      if (n > schema.value("maxItems", INT64_MAX)) return fail("maxItems");
+      for (const json& item : v) {
+        if (schema.contains("items") && !Validates(schema["items"], item, why)) return false;
+      }
+      return true;
+    }
+    if (t == "object" && v.is_object()) {
+      const ojson props = schema.value("properties", ojson::object());
+      for (const ojson& r : schema.value("required", ojson::array())) {
+        if (!v.contains(r.get<std::string>())) return fail("missing " + r.get<std::string>());
+      }
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (!props.contains(it.key())) {
+          if (schema.value("additionalProperties", ojson(true)) == ojson(false)) {
+            return fail("additional " + it.key());
+          }
+          continue;
+        }
+        if (!Validates(props[it.key()], it.value(), why)) return false;
+      }
+      return true;
+    }
+  }
+  return fail("type");
+}
+
+// Schemas with short completions of many shapes. The first is the issue's: three required
+// strings, whose shortest reply is ~3x longer in bytes than in tokens.
+const char* const kBudgetSchemas[] = {
+    R"({"type":"object","properties":{"city":{"type":"string"},"country":{"type":"string"},
+        "summary":{"type":"string"}},"required":["city","country","summary"]})",
+    R"({"type":"object","additionalProperties":false,"properties":{
+        "name":{"type":"string"},"email":{"type":"string"},"age":{"type":"integer","minimum":0},
+        "height":{"type":"number"},"active":{"type":"boolean"},
+        "role":{"enum":["admin","user","guest"]},"tags":{"type":"array","items":{"type":"string"}},
+        "address":{"type":"object","properties":{"street":{"type":"string"},
+          "zip":{"type":"string","minLength":5,"maxLength":5}},"required":["street","zip"]},
+        "nickname":{"type":["string","null"]},"score":{"type":"integer","minimum":1,"maximum":10},
+        "notes":{"type":"array","items":{"type":"string","maxLength":8},"minItems":2,
+          "maxItems":4}},
+        "required":["name","email","age","height","active","role","tags","address","nickname",
+          "score","notes"]})",
+    R"({"type":"array","items":{"anyOf":[{"type":"integer","minimum":-5,"maximum":500},
+        {"type":"string","minLength":3,"maxLength":6},{"type":"null"}]},"minItems":3})",
+    R"({"type":"object","properties":{"v":{"type":"object","properties":{"w":{"type":"object",
+        "properties":{"x":{"type":"array","items":{"type":"boolean"},"minItems":1}},
+        "required":["x"]}},"required":["w"]}},"required":["v"]})",
+};
+
+struct Walked {
+  std::string text;
+  int64_t tokens = 0;
+  bool ended = false;  // complete, or the end of generation was picked in an accepting state
+};
+
+// Decodes with the masks as the engine does, picking uniformly among the allowed tokens: a
+// harsher model than a random-weight one (a string's closing quote is 1 token in 50k).
+Walked RandomTokenWalk(TokenConstraint& c, int64_t budget, std::mt19937& rng) {
+  const TokenTrie& trie = c.trie();
+  Walked w;
+  std::vector<uint64_t> mask;
+  std::vector<int32_t> allowed;
+  StateId s = c.start();
+  for (; w.tokens < budget && !c.Complete(s); ++w.tokens) {
+    c.Mask(s, budget - w.tokens, &mask);
+    allowed.clear();
+    for (int32_t id = 0; id < trie.n_vocab(); ++id) {
+      if ((mask[id >> 6] >> (id & 63)) & 1) allowed.push_back(id);
+    }
+    if (allowed.empty()) break;
+    const int32_t token = allowed[rng() % allowed.size()];
+    if (trie.end_of_generation(token)) {
+      w.ended = c.Accepting(s);
+      ++w.tokens;
+      return w;
+    }
+    s = c.Advance(s, token);
+    if (s == kDead) break;
+    w.text += trie.piece(token);
+  }
+  w.ended = c.Complete(s);
+  return w;
+}
+
+// The fewest tokens from state to a valid end, by brute force: every token of the vocabulary
+// walked byte by byte, breadth first (0 when complete, 1 when accepting: the end of generation).
+int64_t BruteForceDistance(TokenConstraint& c, StateId start, int64_t max_layers) {
+  const TokenTrie& trie = c.trie();
+  Automaton& a = c.automaton();
+  std::set<StateId> seen = {start};
+  std::vector<StateId> layer = {start};
+  int64_t best = INT64_MAX;
+  for (int64_t k = 0; k <= max_layers && !layer.empty() && k < best; ++k) {
+    std::vector<StateId> next;
+    for (StateId s : layer) {
+      if (a.Complete(s)) best = std::min(best, k);
+      if (a.Accepting(s)) best = std::min(best, k + 1);
+      for (int32_t id = 0; id < trie.n_vocab(); ++id) {
+        if (trie.piece(id).empty()) continue;
+        const StateId t = a.Walk(s, trie.piece(id));
+        if (t != kDead && seen.insert(t).second) next.push_back(t);
+      }
+    }
+    layer = std::move(next);
+  }
+  return best;
+}
+
+const testing_models::Loaded* SharedModel(const char* path) {
+  if (!std::filesystem::exists(path)) return nullptr;
+  static std::map<std::string, testing_models::Loaded*> loaded;
+  auto& m = loaded[path];
+  if (m == nullptr) m = testing_models::LoadOrDie(path);
+  return m;
+}
+
+std::shared_ptr<const TokenTrie> TrieOf(const testing_models::Loaded& m) {
+  return TokenTrie::Build(*m.tokenizer, static_cast<int32_t>(m.model->config().n_vocab));
+}
+
+TEST(TokenDistanceTest, VocabulariesSpellEveryByte) {
+  for (const char* path : {"../shared/models/tiny-qwen2-256-q8_0.gguf",
+                           "../shared/models/tiny-llama-256-q8_0.gguf", "models/demo.gguf"}) {
+    const testing_models::Loaded* m = SharedModel(path);
+    if (m == nullptr) GTEST_SKIP() << path << " missing (../shared)";
+    EXPECT_TRUE(TrieOf(*m)->spells_every_byte()) << path;
+  }
+}
+
+// The search's distances equal a brute-force search's, from the start and from states along
+// random prefixes.
+TEST(TokenDistanceTest, DistancesAreTheFewestTokens) {
+  const char* path = "../shared/models/tiny-qwen2-256-q8_0.gguf";
+  const testing_models::Loaded* m = SharedModel(path);
+  if (m == nullptr) GTEST_SKIP() << path << " missing (../shared)";
+  auto trie = TrieOf(*m);
+  std::mt19937 rng(5);
+  for (const char* text : {kBudgetSchemas[0], kBudgetSchemas[2], kBudgetSchemas[3]}) {
+    TokenConstraint c(Compile(ojson::parse(text)), trie);
+    const int64_t d = c.Distance(c.start());
+    EXPECT_EQ(d, BruteForceDistance(c, c.start(), d)) << text;
+    EXPECT_LE(d, c.automaton().MinBytesToAccept(c.start()) + 1) << text;
+    // States part way: the text of a random walk, cut at random points.
+    for (int trial = 0; trial < 4; ++trial) {
+      const Walked w = RandomTokenWalk(c, d + 6, rng);
+      const StateId s =
+          c.automaton().Walk(c.start(), w.text.substr(0, rng() % (w.text.size() + 1)));
+      ASSERT_NE(s, kDead);
+      const int64_t ds = c.Distance(s);
+      EXPECT_EQ(ds, BruteForceDistance(c, s, ds)) << text << " after " << w.text;
+    }
+    EXPECT_EQ(c.stats().inexact_searches, 0);
+  }
+}
+
+// The target: at every budget from the shortest completion up, every reply ends complete,
+// parses and validates, whichever allowed tokens are picked.
+TEST(TokenDistanceTest, EveryBudgetFromTheShortestCloses) {
+  for (const char* path : {"../shared/models/tiny-qwen2-256-q8_0.gguf",
+                           "../shared/models/tiny-llama-256-q8_0.gguf", "models/demo.gguf"}) {
+    const testing_models::Loaded* m = SharedModel(path);
+    if (m == nullptr) GTEST_SKIP() << path << " missing (../shared)";
+    auto trie = TrieOf(*m);
+    for (const char* text : kBudgetSchemas) {
+      const ojson schema = ojson::parse(text);
+      // The distance from a constraint of its own: the walks' constraint finds what it needs
+      // as the engine's does, from the masks alone.
+      TokenConstraint probe(Compile(schema), trie);
+      const int64_t d = probe.Distance(probe.start());
+      ASSERT_LT(d, TokenConstraint::kUnreachable);
+      TokenConstraint c(Compile(schema), trie);
+      for (int64_t extra : {0, 1, 2, 3, 5, 8, 13, 30}) {
+        for (uint64_t seed = 0; seed < 4; ++seed) {
+          std::mt19937 rng(static_cast<uint32_t>(seed * 1000 + extra));
+          const Walked w = RandomTokenWalk(c, d + extra, rng);
+          ASSERT_TRUE(w.ended) << path << " budget " << d + extra << ": " << w.text;
+          EXPECT_LE(w.tokens, d + extra);
+          json v;
+          ASSERT_NO_THROW(v = json::parse(w.text)) << w.text;
+          std::string why;
+          EXPECT_TRUE(Validates(schema, v, &why)) << why << "\n" << w.text;
+        }
+      }
+      // One token short of the shortest completion cannot end complete.
+      std::mt19937 rng(1);
+      EXPECT_FALSE(RandomTokenWalk(c, d - 1, rng).ended) << path << " " << text;
+    }
+  }
+}
+
 engine::GenerationRequest Request(const Tokenizer& tok, const std::string& prompt, uint64_t seed,
                                   std::shared_ptr<const Grammar> g) {
   engine::GenerationRequest r;
@@ -294,6 +543,63 @@ TEST(ConstrainedDecodingTest, ClosesTheDocumentWithinMaxTokens) {
     json v;
     ASSERT_NO_THROW(v = json::parse(out.text)) << out.text;
     ExpectPerson(v);
+  }
+}
+
+// The issue's failures through the engine, on random-weight models where nothing but the
+// constraint closes a reply: a three-string schema and a forced Hermes tool call, at every budget
+// from the shortest completion in tokens, and at 48.
+TEST(ConstrainedDecodingTest, ClosesAtEveryBudgetFromTheShortest) {
+  ToolSchema weather{"get_weather", ojson::parse(R"({"type":"object","properties":{
+      "city":{"type":"string"},"unit":{"enum":["c","f"]}},"required":["city","unit"]})")};
+  const ToolCallSyntax hermes = {"<tool_call>\n{\"name\": ", "arguments", "}\n</tool_call>", "\n"};
+  auto tool = ToolCallsGrammar({weather}, hermes, /*parallel=*/false, nullptr, nullptr);
+  ASSERT_TRUE(tool.ok()) << tool.status().ToString();
+  const ojson three = ojson::parse(kBudgetSchemas[0]);
+  for (const char* path :
+       {"../shared/models/tiny-qwen2-256-q8_0.gguf", "../shared/models/tiny-llama-256-q8_0.gguf"}) {
+    const testing_models::Loaded* m = SharedModel(path);
+    if (m == nullptr) GTEST_SKIP() << path << " missing (../shared)";
+    engine::ServiceOptions o;
+    o.n_threads = 2;
+    o.ctx = 256;
+    auto service = engine::Service::Create(*m->model, *m->tokenizer, o);
+    ASSERT_TRUE(service.ok());
+    for (bool use_tool : {false, true}) {
+      auto g = use_tool ? *tool : Compile(three);
+      TokenConstraint c(g, TrieOf(*m));
+      const int64_t d = c.Distance(c.start());
+      for (int64_t max_tokens : {d, d + 1, d + 4, int64_t{48}}) {
+        for (uint64_t seed = 1; seed <= 3; ++seed) {
+          auto r = Request(*m->tokenizer, "Weather in", seed * 77 + max_tokens, g);
+          r.max_tokens = max_tokens;
+          auto ch = (*service)->Submit(std::move(r));
+          ASSERT_TRUE(ch.ok());
+          engine::testing_service::Output out = engine::testing_service::Collect(**ch);
+          EXPECT_EQ(out.finish, engine::FinishReason::kStop) << path << " " << out.text;
+          EXPECT_LE(out.completion_tokens, max_tokens);
+          std::string body = out.text;
+          // SentencePiece models drop the first token's leading space; the grammar allows it.
+          while (!body.empty() && (body[0] == ' ' || body[0] == '\n')) body.erase(0, 1);
+          if (use_tool) {
+            ASSERT_TRUE(body.starts_with(hermes.prefix.substr(0, 12)) &&
+                        body.ends_with(hermes.suffix))
+                << body;
+            body = body.substr(12, body.size() - 12 - std::string("\n</tool_call>").size());
+          }
+          json v;
+          ASSERT_NO_THROW(v = json::parse(body))
+              << path << " budget " << max_tokens << ": " << body;
+          std::string why;
+          if (use_tool) {
+            EXPECT_EQ(v["name"], "get_weather");
+            EXPECT_TRUE(Validates(weather.parameters, v["arguments"], &why)) << why;
+          } else {
+            EXPECT_TRUE(Validates(three, v, &why)) << why;
+          }
+        }
+      }
+    }
   }
 }
 

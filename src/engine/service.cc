@@ -553,7 +553,10 @@ void Service::SampleOutputs(double step_seconds) {
   for (size_t i = 0; i < n; ++i) {
     Sequence& seq = *batch_outputs_[i];
     if (!seq.constraint) continue;
-    seq.constraint->Mask(seq.grammar_state, seq.request.max_tokens - seq.n_generated, &seq.mask);
+    // The budget is what ends generation first: max_tokens or the context.
+    const int64_t remaining = std::min(seq.request.max_tokens - seq.n_generated,
+                                       options_.ctx - static_cast<int64_t>(seq.tokens.size()));
+    seq.constraint->Mask(seq.grammar_state, remaining, &seq.mask);
   }
   auto pick = [&](size_t i) {
     Sequence& seq = *batch_outputs_[i];

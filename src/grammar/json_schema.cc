@@ -52,9 +52,16 @@ class JsonSyntax {
  public:
   explicit JsonSyntax(Grammar* g) : g_(*g) {}
 
+  // Nothing, a space, or a newline and an indentation of up to kMaxIndent spaces or
+  // kMaxIndentTabs tabs: what compact or pretty-printed JSON writes. More would only let a model
+  // spend its tokens on blanks (random text fills every gap allowed).
   Element Ws() {
     if (ws_ < 0) {
-      ws_ = g_.Rule("ws", {{g_.Repeat({g_.Bytes(AnyOf(" \t\n"))}, 0, kMaxWhitespace)}});
+      Seq newline = g_.Literal("\n");
+      const int32_t indent = g_.Rule("indent", {{g_.Repeat(g_.Literal(" "), 0, kMaxIndent)},
+                                                {g_.Repeat(g_.Literal("\t"), 1, kMaxIndentTabs)}});
+      newline.push_back(Grammar::Ref(indent));
+      ws_ = g_.Rule("ws", {{}, g_.Literal(" "), std::move(newline)});
     }
     return Grammar::Ref(ws_);
   }
@@ -131,40 +138,38 @@ class JsonSyntax {
     return Grammar::Ref(g_.Rule("lit", {g_.Literal(text)}));
   }
 
-  // "{" ws [ key ws ":" ws value ws ("," ws key ws ":" ws value ws)* ] "}"
+  // "{" ws ( "}" | key ":" ws value ("," ws key ":" ws value)* ws "}" ): whitespace where
+  // compact and pretty-printed JSON put it, none before a colon or a comma.
   Element Map(Element value) {
-    Seq member = {String(), Ws(), g_.Bytes(AnyOf(":")), Ws(), value, Ws()};
+    Seq member = {String(), g_.Bytes(AnyOf(":")), Ws(), value};
     Seq more = g_.Literal(",");
     more.push_back(Ws());
     more.insert(more.end(), member.begin(), member.end());
     Seq body = member;
     body.push_back(g_.Star(std::move(more)));
+    body.push_back(Ws());
+    body.push_back(g_.Bytes(AnyOf("}")));
     Seq s = g_.Literal("{");
     s.push_back(Ws());
-    s.push_back(g_.Optional(std::move(body)));
-    s.push_back(g_.Bytes(AnyOf("}")));
+    s.push_back(Grammar::Ref(g_.Rule("map_body", {g_.Literal("}"), std::move(body)})));
     return Grammar::Ref(g_.Rule("map", {std::move(s)}));
   }
 
-  // "[" ws [ item ws ("," ws item ws){min-1, max-1} ] "]"
+  // "[" ws ( "]" | item ("," ws item){min-1, max-1} ws "]" )
   Element Array(Element item, int64_t min_items, int64_t max_items) {
     Seq s = g_.Literal("[");
     s.push_back(Ws());
+    std::vector<Seq> rest;
+    if (min_items == 0) rest.push_back(g_.Literal("]"));
     if (max_items != 0) {
       Seq more = g_.Literal(",");
       more.push_back(Ws());
       more.push_back(item);
-      more.push_back(Ws());
       const int lo = static_cast<int>(std::max<int64_t>(min_items - 1, 0));
       const int hi = max_items < 0 ? -1 : static_cast<int>(max_items - 1);
-      Seq body = {item, Ws(), g_.Repeat(std::move(more), lo, hi)};
-      if (min_items == 0) {
-        s.push_back(g_.Optional(std::move(body)));
-      } else {
-        s.insert(s.end(), body.begin(), body.end());
-      }
+      rest.push_back({item, g_.Repeat(std::move(more), lo, hi), Ws(), g_.Bytes(AnyOf("]"))});
     }
-    s.push_back(g_.Bytes(AnyOf("]")));
+    s.push_back(Grammar::Ref(g_.Rule("array_body", std::move(rest))));
     return Grammar::Ref(g_.Rule("array", {std::move(s)}));
   }
 
@@ -278,12 +283,9 @@ class SchemaCompiler {
     std::vector<Prop> list;
     for (auto it = props->begin(); it != props->end(); ++it) {
       UF_ASSIGN_OR_RETURN(Element v, Compile(it.value(), Join(path, "properties." + it.key())));
-      Seq kv = g_.Literal(json(it.key()).dump());
-      kv.push_back(syntax_.Ws());
-      kv.push_back(g_.Bytes(AnyOf(":")));
+      Seq kv = g_.Literal(json(it.key()).dump() + ":");
       kv.push_back(syntax_.Ws());
       kv.push_back(v);
-      kv.push_back(syntax_.Ws());
       list.push_back({std::move(kv), required.count(it.key()) > 0});
     }
     // rest[i][first]: properties i.. in order, `first` = nothing written yet (no comma before).
@@ -306,6 +308,7 @@ class SchemaCompiler {
     Seq body = g_.Literal("{");
     body.push_back(syntax_.Ws());
     body.push_back(Grammar::Ref(rest[0][1]));
+    body.push_back(syntax_.Ws());
     body.push_back(g_.Bytes(AnyOf("}")));
     return Grammar::Ref(g_.Rule("object", {std::move(body)}));
   }

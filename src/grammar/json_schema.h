@@ -15,9 +15,11 @@
 //
 // Output shape: properties appear in the schema's order, required ones always, optional ones
 // when the model chooses; only declared properties are generated (with or without
-// additionalProperties: false, the output validates). Whitespace between tokens is limited to
-// kMaxWhitespace bytes per gap, numbers to 15 integer and 16 fraction digits and a 2-digit
-// exponent, and \u escapes exclude surrogates, so every complete output parses as strict JSON.
+// additionalProperties: false, the output validates). Whitespace goes where compact and
+// pretty-printed JSON put it (after "{", "[", ":" and ",", and before "}" and "]"), each gap
+// nothing, one space, or one newline with up to kMaxIndent spaces or kMaxIndentTabs tabs; numbers
+// have at most 15 integer and 16 fraction digits and a 2-digit exponent, and \u escapes exclude
+// surrogates, so every complete output parses as strict JSON.
 #pragma once
 
 #include <memory>
@@ -30,7 +32,8 @@
 
 namespace uf::grammar {
 
-inline constexpr int kMaxWhitespace = 16;
+inline constexpr int kMaxIndent = 16;
+inline constexpr int kMaxIndentTabs = 4;
 
 // Any JSON object (optional whitespace around it).
 std::shared_ptr<const Grammar> JsonObjectGrammar();
