@@ -43,6 +43,9 @@ Status SchedulerOptions::Validate() const {
 
 namespace {
 
+// Prompt tokens an up-probe reads of a default that has no decode to probe with (Plan).
+constexpr int64_t kProbePrefillTokens = 16;
+
 // Service order, most urgent first. An overdue flex sequence outranks default so that its wait
 // stays bounded; ultrafast is never evicted.
 enum Rank { kRankUltrafast = 0, kRankOverdueFlex = 1, kRankDefault = 2, kRankFlex = 3 };
@@ -185,6 +188,7 @@ class Planner {
     }
     if (plan_.probe == StepPlan::Probe::kUp) {
       // One more decode past the bound: the first running default (else flex) left out.
+      bool served = false;
       for (int rank : {kRankDefault, kRankFlex}) {
         auto it = std::find_if(items_.begin(), items_.end(), [&](const Item& x) {
           return x.rank == rank && x.running && !x.evicted && !x.planned && x.s->to_prefill == 0 &&
@@ -192,8 +196,29 @@ class Planner {
         });
         if (it != items_.end() && tokens_left_ >= 1) {
           Add(*it, 1, /*decode=*/true, 0);
+          served = true;
           break;
         }
+      }
+      // None decoding: a prompt chunk of the first default (else flex) still reading or waiting
+      // for its prompt instead, or a request that arrives beside an ultrafast stream whose bound
+      // leaves no room for a prompt would wait until the stream ends (it once waited 1000 steps
+      // for a 5-token prompt). One such chunk every 2 probe intervals costs the stream about
+      // kProbePrefillTokens / (2 * probe_interval_steps) of a token's work per step.
+      for (int rank : {kRankDefault, kRankFlex}) {
+        if (served) break;
+        auto it = std::find_if(items_.begin(), items_.end(), [&](const Item& x) {
+          return x.rank == rank && !x.evicted && !x.planned && x.s->to_prefill > 0;
+        });
+        if (it == items_.end()) continue;
+        probe_chunk_ = kProbePrefillTokens;
+        if (it->running) {
+          ServeRunning(*it, /*forced=*/true);
+          served = it->planned;
+        } else {
+          served = ServeWaiting(*it, /*forced=*/true);
+        }
+        probe_chunk_ = 0;
       }
     }
     // A solo probe leaves the others out for one step only: no preempt / resume churn.
@@ -343,6 +368,7 @@ class Planner {
     max_n = std::min(max_n, KvRoom(it));
     int64_t n = ultrafast ? max_n : FitPrefill(it, max_n);
     if (forced && n == 0 && max_n > 0) n = 1;
+    n = std::max(n, std::min(max_n, probe_chunk_));
     if (n > 0) Add(it, n, /*decode=*/false);
   }
 
@@ -352,6 +378,7 @@ class Planner {
     const int64_t max_n = std::min({it.s->to_prefill, prefill_left_, tokens_left_});
     int64_t n = ultrafast ? max_n : FitPrefill(it, max_n);
     if (forced && n == 0 && max_n > 0) n = 1;
+    n = std::max(n, std::min(max_n, probe_chunk_));
     if (n == 0 && !ultrafast) return false;
     // The whole prompt must fit beside what admitted sequences were promised, so it never stalls
     // halfway; only ultrafast evicts to make that room.
@@ -374,7 +401,8 @@ class Planner {
   const StepInput& in_;
   const Guard& guard_;
   int64_t cap_ = std::numeric_limits<int64_t>::max();  // tokens beside ultrafast work
-  std::vector<Item> items_;                            // running and waiting, by arrival
+  int64_t probe_chunk_ = 0;  // prompt tokens an up-probe reads past the bound (0: none)
+  std::vector<Item> items_;  // running and waiting, by arrival
   int64_t free_slots_ = 0;
   int64_t free_blocks_ = 0;
   int64_t tokens_left_ = 0;
