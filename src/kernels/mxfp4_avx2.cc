@@ -1,0 +1,82 @@
+// AVX2 kernels for MXFP4 weights (blocks.h BlockMxfp4), read as GGUF rows (no tile layout yet)
+// against the tier's Q8_0-family activations (packed.h ActQ8_0). One vpshufb maps 32 E2M1 codes
+// to their doubled values as int8 (kMxfp4Doubled); vpmaddubsw then takes |w| (u8) against the
+// activations with w's sign applied (vpsignb), and each block's i32 sums are scaled by half the
+// E8M0 scale times the activation scale: the integers and scales of the scalar DotMxfp4, so
+// results differ from it only in the order of float additions.
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "kernels/avx2.h"
+#include "kernels/blocks.h"
+#include "kernels/dispatch.h"
+#include "kernels/packed.h"
+
+namespace uf::kernels {
+namespace {
+
+#define UF_UNROLL _Pragma("GCC unroll 16")
+
+// Codes of one block in value order: the low nibbles (values 0..15) then the high (16..31).
+inline __m256i Codes(const BlockMxfp4& b) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs));
+  const __m256i both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+// out[t] = row w . activations act[t], for NT tokens sharing each decoded block.
+template <int NT>
+void RowMxfp4(const BlockMxfp4* w, int64_t nb, const ActQ8_0* const* act, float* out) {
+  const __m256i table =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled)));
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[NT];
+  UF_UNROLL
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m256i v = _mm256_shuffle_epi8(table, Codes(w[b]));  // signed doubled values
+    const __m256i mag = _mm256_sign_epi8(v, v);                 // |v| <= 12, as u8
+    const float dw = E8M0Half(w[b].e);
+    UF_UNROLL
+    for (int t = 0; t < NT; ++t) {
+      const ActQ8_0& a = act[t][b];
+      // a * sign(v) (0 where v is 0); |a| <= 127, so the negation cannot overflow.
+      const __m256i s =
+          _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)), v);
+      // Pairs: |12 * 127 * 2| = 3048, far inside i16.
+      const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, s), ones);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(dw * a.d), acc[t]);
+    }
+  }
+  UF_UNROLL
+  for (int t = 0; t < NT; ++t) out[t] = HorizontalSum(acc[t]);
+}
+
+template <int NT>
+void RowTokens(const GemmTask& t, const BlockMxfp4* w, int64_t nb, int64_t r, int64_t t0) {
+  const ActQ8_0* act[NT];
+  UF_UNROLL
+  for (int i = 0; i < NT; ++i) {
+    act[i] = reinterpret_cast<const ActQ8_0*>(t.act + (t0 + i) * t.act_row_bytes);
+  }
+  float out[NT];
+  RowMxfp4<NT>(w, nb, act, out);
+  for (int i = 0; i < NT; ++i) t.y[(t0 + i) * t.ldy + r] = out[i];
+}
+
+}  // namespace
+
+// Row by row, tokens in groups of 4 sharing each decoded block (the row stays in L1 for the next
+// group). Not tuned: no tiles, no prefetch, one accumulator chain per token.
+void GemmMxfp4Avx2(const GemmTask& t, int64_t r0, int64_t r1) {
+  const int64_t nb = t.cols / kQKMxfp4;
+  for (int64_t r = r0; r < r1; ++r) {
+    const BlockMxfp4* w = reinterpret_cast<const BlockMxfp4*>(t.w + r * t.w_row_bytes);
+    int64_t t0 = 0;
+    for (; t0 + 4 <= t.n_tokens; t0 += 4) RowTokens<4>(t, w, nb, r, t0);
+    for (; t0 < t.n_tokens; ++t0) RowTokens<1>(t, w, nb, r, t0);
+  }
+}
+
+}  // namespace uf::kernels
