@@ -25,57 +25,90 @@ inline __m256i Codes(const BlockMxfp4& b) {
   return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
 }
 
-// out[t] = row w . activations act[t], for NT tokens sharing each decoded block.
-template <int NT>
-void RowMxfp4(const BlockMxfp4* w, int64_t nb, const ActQ8_0* const* act, float* out) {
+// out[r * NT + t] = row w[r] . activations act[t], for NR rows and NT tokens: each block of the
+// NR rows is decoded once and each activation load serves all NR rows (independent accumulator
+// chains). NR x NT is at most 4 (16 ymm registers: NR weights, NR x NT accumulators, temps).
+template <int NR, int NT>
+void RowsMxfp4(const BlockMxfp4* const* w, int64_t nb, const ActQ8_0* const* act, float* out) {
   const __m256i table =
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled)));
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[NT];
+  __m256 acc[NR][NT];
   UF_UNROLL
-  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int r = 0; r < NR; ++r) {
+    UF_UNROLL
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
+  }
   for (int64_t b = 0; b < nb; ++b) {
-    const __m256i v = _mm256_shuffle_epi8(table, Codes(w[b]));  // signed doubled values
-    const __m256i mag = _mm256_sign_epi8(v, v);                 // |v| <= 12, as u8
-    const float dw = E8M0Half(w[b].e);
+    __m256i v[NR];
+    float dw[NR];
+    UF_UNROLL
+    for (int r = 0; r < NR; ++r) {
+      v[r] = _mm256_shuffle_epi8(table, Codes(w[r][b]));  // signed doubled values
+      dw[r] = E8M0Half(w[r][b].e);
+    }
     UF_UNROLL
     for (int t = 0; t < NT; ++t) {
       const ActQ8_0& a = act[t][b];
-      // a * sign(v) (0 where v is 0); |a| <= 127, so the negation cannot overflow.
-      const __m256i s =
-          _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)), v);
-      // Pairs: |12 * 127 * 2| = 3048, far inside i16.
-      const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, s), ones);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(dw * a.d), acc[t]);
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+      UF_UNROLL
+      for (int r = 0; r < NR; ++r) {
+        // |v| (<= 12, as u8) times a * sign(v) (0 where v is 0); |a| <= 127, so the negation
+        // cannot overflow, and pairs stay within |2 * 12 * 127| = 3048, far inside i16.
+        const __m256i mag = _mm256_sign_epi8(v[r], v[r]);
+        const __m256i s = _mm256_sign_epi8(q, v[r]);
+        const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, s), ones);
+        // dw * a.d: the same f32 product as the scalar reference's per-block scale.
+        acc[r][t] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(dw[r] * a.d), acc[r][t]);
+      }
     }
   }
   UF_UNROLL
-  for (int t = 0; t < NT; ++t) out[t] = HorizontalSum(acc[t]);
+  for (int r = 0; r < NR; ++r) {
+    UF_UNROLL
+    for (int t = 0; t < NT; ++t) out[r * NT + t] = HorizontalSum(acc[r][t]);
+  }
 }
 
-template <int NT>
-void RowTokens(const GemmTask& t, const BlockMxfp4* w, int64_t nb, int64_t r, int64_t t0) {
+template <int NR, int NT>
+void Run(const GemmTask& t, int64_t nb, int64_t r0, int64_t t0) {
+  const BlockMxfp4* w[NR];
+  UF_UNROLL
+  for (int r = 0; r < NR; ++r) {
+    w[r] = reinterpret_cast<const BlockMxfp4*>(t.w + (r0 + r) * t.w_row_bytes);
+  }
   const ActQ8_0* act[NT];
   UF_UNROLL
   for (int i = 0; i < NT; ++i) {
     act[i] = reinterpret_cast<const ActQ8_0*>(t.act + (t0 + i) * t.act_row_bytes);
   }
-  float out[NT];
-  RowMxfp4<NT>(w, nb, act, out);
-  for (int i = 0; i < NT; ++i) t.y[(t0 + i) * t.ldy + r] = out[i];
+  float out[NR * NT];
+  RowsMxfp4<NR, NT>(w, nb, act, out);
+  for (int r = 0; r < NR; ++r) {
+    for (int i = 0; i < NT; ++i) t.y[(t0 + i) * t.ldy + r0 + r] = out[r * NT + i];
+  }
 }
 
 }  // namespace
 
-// Row by row, tokens in groups of 4 sharing each decoded block (the row stays in L1 for the next
-// group). Not tuned: no tiles, no prefetch, one accumulator chain per token.
+// Decode (fewer than 4 tokens): 4 rows at a time, token by token (the 4 rows stay in L1).
+// Batches: one row at a time against groups of 4 tokens. Not tuned further: no tiles, no
+// prefetch.
 void GemmMxfp4Avx2(const GemmTask& t, int64_t r0, int64_t r1) {
   const int64_t nb = t.cols / kQKMxfp4;
-  for (int64_t r = r0; r < r1; ++r) {
-    const BlockMxfp4* w = reinterpret_cast<const BlockMxfp4*>(t.w + r * t.w_row_bytes);
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) {
     int64_t t0 = 0;
-    for (; t0 + 4 <= t.n_tokens; t0 += 4) RowTokens<4>(t, w, nb, r, t0);
-    for (; t0 < t.n_tokens; ++t0) RowTokens<1>(t, w, nb, r, t0);
+    for (; t0 + 4 <= t.n_tokens; t0 += 4) {
+      for (int i = 0; i < 4; ++i) Run<1, 4>(t, nb, r + i, t0);
+    }
+    for (; t0 < t.n_tokens; ++t0) Run<4, 1>(t, nb, r, t0);
+  }
+  for (; r < r1; ++r) {
+    int64_t t0 = 0;
+    for (; t0 + 4 <= t.n_tokens; t0 += 4) Run<1, 4>(t, nb, r, t0);
+    for (; t0 < t.n_tokens; ++t0) Run<1, 1>(t, nb, r, t0);
   }
 }
 

@@ -33,81 +33,118 @@ inline __m256i LoadActQs(const ActQ8_0& a) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
 }
 
-// out[t] = row w . activations act[t], for NT tokens sharing each decoded pair of blocks.
-template <int NT>
-void RowMxfp4(const BlockMxfp4* w, int64_t nb, const ActQ8_0* const* act, float* out) {
+// out[r * NT + t] = row w[r] . activations act[t], for NR rows and NT tokens: each pair of
+// blocks of the NR rows is decoded once and each activation load serves all NR rows (the
+// NR x NT accumulator chains are independent, hiding the dpbusd -> fma latency).
+template <int NR, int NT>
+void RowsMxfp4(const BlockMxfp4* const* w, int64_t nb, const ActQ8_0* const* act, float* out) {
   const __m128i table128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Doubled));
   const __m512i table = _mm512_broadcast_i32x4(table128);
   const __m256i table256 = _mm256_broadcastsi128_si256(table128);
-  __m512 acc[NT];
+  const __m512i zero = _mm512_setzero_si512();
+  __m512 acc[NR][NT];
   UF_UNROLL
-  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int r = 0; r < NR; ++r) {
+    UF_UNROLL
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
-    const __m512i codes =
-        _mm512_inserti64x4(_mm512_castsi256_si512(Codes(w[b])), Codes(w[b + 1]), 1);
-    const __m512i v = _mm512_shuffle_epi8(table, codes);  // signed doubled values
-    const __m512i mag = _mm512_abs_epi8(v);               // |v| <= 12, as u8
-    const __mmask64 neg = _mm512_movepi8_mask(v);
-    const __m256 d0 = _mm256_set1_ps(E8M0Half(w[b].e));
-    const __m256 d1 = _mm256_set1_ps(E8M0Half(w[b + 1].e));
+    __m512i mag[NR];
+    __mmask64 neg[NR];
+    __m512 dw[NR];
+    UF_UNROLL
+    for (int r = 0; r < NR; ++r) {
+      const __m512i codes =
+          _mm512_inserti64x4(_mm512_castsi256_si512(Codes(w[r][b])), Codes(w[r][b + 1]), 1);
+      const __m512i v = _mm512_shuffle_epi8(table, codes);  // signed doubled values
+      mag[r] = _mm512_abs_epi8(v);                          // |v| <= 12, as u8
+      neg[r] = _mm512_movepi8_mask(v);
+      dw[r] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(E8M0Half(w[r][b].e))),
+                                 _mm256_set1_ps(E8M0Half(w[r][b + 1].e)), 1);
+    }
     UF_UNROLL
     for (int t = 0; t < NT; ++t) {
       const ActQ8_0& a0 = act[t][b];
       const ActQ8_0& a1 = act[t][b + 1];
       const __m512i a = _mm512_inserti64x4(_mm512_castsi256_si512(LoadActQs(a0)), LoadActQs(a1), 1);
-      // a * sign(v); |a| <= 127, so the negation cannot overflow.
-      const __m512i s = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
-      const __m512i sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), mag, s);
-      const __m512 scale =
-          _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_mul_ps(d0, _mm256_set1_ps(a0.d))),
-                             _mm256_mul_ps(d1, _mm256_set1_ps(a1.d)), 1);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, acc[t]);
+      const __m512 da =
+          _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(a0.d)), _mm256_set1_ps(a1.d), 1);
+      UF_UNROLL
+      for (int r = 0; r < NR; ++r) {
+        // a * sign(v); |a| <= 127, so the negation cannot overflow.
+        const __m512i s = _mm512_mask_sub_epi8(a, neg[r], zero, a);
+        const __m512i sums = _mm512_dpbusd_epi32(zero, mag[r], s);
+        // dw * da: the same f32 product as the scalar reference's per-block scale.
+        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(dw[r], da), acc[r][t]);
+      }
     }
   }
   if (b < nb) {  // odd block count: the last block at 256 bits
-    const __m256i v = _mm256_shuffle_epi8(table256, Codes(w[b]));
-    const __m256i mag = _mm256_abs_epi8(v);
-    const __mmask32 neg = _mm256_movepi8_mask(v);
-    const float dw = E8M0Half(w[b].e);
     UF_UNROLL
-    for (int t = 0; t < NT; ++t) {
-      const ActQ8_0& a = act[t][b];
-      const __m256i q = LoadActQs(a);
-      const __m256i s = _mm256_mask_sub_epi8(q, neg, _mm256_setzero_si256(), q);
-      const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), mag, s);
-      const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(dw * a.d));
-      acc[t] = _mm512_add_ps(acc[t], _mm512_zextps256_ps512(f));
+    for (int r = 0; r < NR; ++r) {
+      const __m256i v = _mm256_shuffle_epi8(table256, Codes(w[r][b]));
+      const __m256i mag = _mm256_abs_epi8(v);
+      const __mmask32 neg = _mm256_movepi8_mask(v);
+      const float dw = E8M0Half(w[r][b].e);
+      UF_UNROLL
+      for (int t = 0; t < NT; ++t) {
+        const ActQ8_0& a = act[t][b];
+        const __m256i q = LoadActQs(a);
+        const __m256i s = _mm256_mask_sub_epi8(q, neg, _mm256_setzero_si256(), q);
+        const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), mag, s);
+        const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(dw * a.d));
+        acc[r][t] = _mm512_add_ps(acc[r][t], _mm512_zextps256_ps512(f));
+      }
     }
   }
   UF_UNROLL
-  for (int t = 0; t < NT; ++t) out[t] = _mm512_reduce_add_ps(acc[t]);
+  for (int r = 0; r < NR; ++r) {
+    UF_UNROLL
+    for (int t = 0; t < NT; ++t) out[r * NT + t] = _mm512_reduce_add_ps(acc[r][t]);
+  }
 }
 
-template <int NT>
-void RowTokens(const GemmTask& t, const BlockMxfp4* w, int64_t nb, int64_t r, int64_t t0) {
+template <int NR, int NT>
+void Run(const GemmTask& t, int64_t nb, int64_t r0, int64_t t0) {
+  const BlockMxfp4* w[NR];
+  UF_UNROLL
+  for (int r = 0; r < NR; ++r) {
+    w[r] = reinterpret_cast<const BlockMxfp4*>(t.w + (r0 + r) * t.w_row_bytes);
+  }
   const ActQ8_0* act[NT];
   UF_UNROLL
   for (int i = 0; i < NT; ++i) {
     act[i] = reinterpret_cast<const ActQ8_0*>(t.act + (t0 + i) * t.act_row_bytes);
   }
-  float out[NT];
-  RowMxfp4<NT>(w, nb, act, out);
-  for (int i = 0; i < NT; ++i) t.y[(t0 + i) * t.ldy + r] = out[i];
+  float out[NR * NT];
+  RowsMxfp4<NR, NT>(w, nb, act, out);
+  for (int r = 0; r < NR; ++r) {
+    for (int i = 0; i < NT; ++i) t.y[(t0 + i) * t.ldy + r0 + r] = out[r * NT + i];
+  }
+}
+
+// All tokens for NR rows from r0, in groups of 4, 2 and 1.
+template <int NR>
+void RunRows(const GemmTask& t, int64_t nb, int64_t r0) {
+  int64_t t0 = 0;
+  for (; t0 + 4 <= t.n_tokens; t0 += 4) Run<NR, 4>(t, nb, r0, t0);
+  if (t0 + 2 <= t.n_tokens) {
+    Run<NR, 2>(t, nb, r0, t0);
+    t0 += 2;
+  }
+  if (t0 < t.n_tokens) Run<NR, 1>(t, nb, r0, t0);
 }
 
 }  // namespace
 
-// Row by row, tokens in groups of 4 sharing each decoded pair of blocks (the row stays in L1 for
-// the next group). Not tuned: no tiles, no prefetch, one accumulator chain per token.
+// Rows in groups of 4 (the rows stay in L1 across the token groups). Not tuned further: no
+// tiles, no prefetch.
 void GemmMxfp4Avx512(const GemmTask& t, int64_t r0, int64_t r1) {
   const int64_t nb = t.cols / kQKMxfp4;
-  for (int64_t r = r0; r < r1; ++r) {
-    const BlockMxfp4* w = reinterpret_cast<const BlockMxfp4*>(t.w + r * t.w_row_bytes);
-    int64_t t0 = 0;
-    for (; t0 + 4 <= t.n_tokens; t0 += 4) RowTokens<4>(t, w, nb, r, t0);
-    for (; t0 < t.n_tokens; ++t0) RowTokens<1>(t, w, nb, r, t0);
-  }
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) RunRows<4>(t, nb, r);
+  for (; r < r1; ++r) RunRows<1>(t, nb, r);
 }
 
 }  // namespace uf::kernels
