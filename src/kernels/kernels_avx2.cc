@@ -697,7 +697,7 @@ void FillAvx2Kernels(GgmlType type, KernelSet* ks) {
       k.act_block = kQK8_0;
       k.act_block_bytes = sizeof(ActQ8_0);
       break;
-    case GgmlType::kMXFP4:  // GGUF rows only, no tiles
+    case GgmlType::kMXFP4:  // GGUF rows only: no tile kernel on this tier
       k.gemm = GemmMxfp4Avx2;
       k.convert = ConvertActQ8_0Avx2;
       k.act_block = kQK8_0;

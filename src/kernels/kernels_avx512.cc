@@ -374,7 +374,8 @@ void FillAvx512Kernels(GgmlType type, KernelSet* ks) {
       k.act_block_bytes = sizeof(ActQ8_0);
       k.gemm = GemmRowsFromActQ8_0(type);
       break;
-    case GgmlType::kMXFP4:  // GGUF rows only, no tiles
+    case GgmlType::kMXFP4:
+      k.gemm_tiles = GemmMxfp4TilesAvx512;
       k.gemm = GemmMxfp4Avx512;
       k.convert = ConvertActQ8_0Avx512;
       k.act_block = kQK8_0;

@@ -10,7 +10,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/avx512.h"
 #include "kernels/blocks.h"
@@ -136,7 +138,124 @@ void RunRows(const GemmTask& t, int64_t nb, int64_t r0) {
   if (t0 < t.n_tokens) Run<NR, 1>(t, nb, r0, t0);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Tiles (packed.h TileMxfp4): one register holds 4 code bytes of each of 16 rows, so vpshufb
+// decodes 128 codes at once and each vpdpbusd with a broadcast activation yields 16 row sums.
+// The codes map to their doubled values plus 12 (0..24, u8 for vpdpbusd); -12 * sum(a), from
+// the activation's bias (-128 * sum(a)), removes the offset exactly.
+
+inline __m512i Bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+template <int NT>
+void TileKernel(const TileMxfp4* tiles, int64_t nb, const ActQ8_0* const* act, __m512* acc) {
+  alignas(16) int8_t offset[16];
+  for (int i = 0; i < 16; ++i) offset[i] = static_cast<int8_t>(kMxfp4Doubled[i] + 12);
+  const __m512i table =
+      _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(offset)));
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const __m512i zero = _mm512_setzero_si512();
+  for (int64_t b = 0; b < nb; ++b) {
+    const TileMxfp4& tl = tiles[b];
+    __m512i lo[4], hi[4];
+    UF_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      const __m512i x = _mm512_loadu_si512(tl.qs[k]);
+      lo[k] = _mm512_shuffle_epi8(table, _mm512_and_si512(x, nibble));
+      hi[k] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(x, 4), nibble));
+    }
+    // The 16 rows' half scales 2^(e - 128), exact (vscalefps keeps the subnormal 2^-128 and
+    // 2^-127 of e = 0 and 1).
+    const __m512 e = _mm512_cvtepi32_ps(
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tl.e))));
+    const __m512 dw =
+        _mm512_scalef_ps(_mm512_set1_ps(1.0f), _mm512_sub_ps(e, _mm512_set1_ps(128.0f)));
+    UF_UNROLL
+    for (int t = 0; t < NT; ++t) {
+      const ActQ8_0& a = act[t][b];
+      // Four short chains (dpbusd latency ~5 cycles); |sum| <= 32 * 24 * 127.
+      __m512i s0 = _mm512_dpbusd_epi32(_mm512_set1_epi32(a.bias / 128 * 12), lo[0], Bcast4(a.qs));
+      __m512i s1 = _mm512_dpbusd_epi32(zero, lo[2], Bcast4(a.qs + 8));
+      __m512i s2 = _mm512_dpbusd_epi32(zero, hi[0], Bcast4(a.qs + 16));
+      __m512i s3 = _mm512_dpbusd_epi32(zero, hi[2], Bcast4(a.qs + 24));
+      s0 = _mm512_dpbusd_epi32(s0, lo[1], Bcast4(a.qs + 4));
+      s1 = _mm512_dpbusd_epi32(s1, lo[3], Bcast4(a.qs + 12));
+      s2 = _mm512_dpbusd_epi32(s2, hi[1], Bcast4(a.qs + 20));
+      s3 = _mm512_dpbusd_epi32(s3, hi[3], Bcast4(a.qs + 28));
+      const __m512i s = _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
+      // dw * a.d: the same f32 product as the scalar reference's per-block scale.
+      acc[t] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(a.d)), acc[t]);
+    }
+  }
+}
+
+template <int NT>
+void RunTile(const GemmTask& t, const TileMxfp4* tiles, int64_t nb, int64_t row, int64_t t0) {
+  const ActQ8_0* act[NT];
+  UF_UNROLL
+  for (int i = 0; i < NT; ++i) {
+    act[i] = reinterpret_cast<const ActQ8_0*>(t.act + (t0 + i) * t.act_row_bytes);
+  }
+  __m512 acc[NT];
+  UF_UNROLL
+  for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
+  TileKernel<NT>(tiles, nb, act, acc);
+  const int64_t valid = std::min<int64_t>(kTileRows, t.ldy - row);
+  const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1);
+  UF_UNROLL
+  for (int i = 0; i < NT; ++i) _mm512_mask_storeu_ps(t.y + (t0 + i) * t.ldy + row, mask, acc[i]);
+}
+
 }  // namespace
+
+// Groups of 4 row tiles x up to 8 tokens: a group's weights stay in L2 while the token groups
+// pass over them. r0 is a multiple of 16 (MatMulTask's row alignment).
+void GemmMxfp4TilesAvx512(const GemmTask& t, int64_t r0, int64_t r1) {
+  const int64_t nb = t.cols / kQKMxfp4;
+  const size_t tile_row_bytes = kTileRows * t.w_row_bytes;
+  constexpr int64_t kGroupRows = 4 * kTileRows;
+  for (int64_t g0 = r0; g0 < r1; g0 += kGroupRows) {
+    const int64_t g1 = std::min(r1, g0 + kGroupRows);
+    for (int64_t t0 = 0; t0 < t.n_tokens;) {
+      const int64_t nt = std::min<int64_t>(8, t.n_tokens - t0);
+      for (int64_t row = g0; row < g1; row += kTileRows) {
+        const auto* tiles =
+            reinterpret_cast<const TileMxfp4*>(t.w + row / kTileRows * tile_row_bytes);
+        switch (nt) {
+          case 8:
+            RunTile<8>(t, tiles, nb, row, t0);
+            break;
+          case 7:
+            RunTile<7>(t, tiles, nb, row, t0);
+            break;
+          case 6:
+            RunTile<6>(t, tiles, nb, row, t0);
+            break;
+          case 5:
+            RunTile<5>(t, tiles, nb, row, t0);
+            break;
+          case 4:
+            RunTile<4>(t, tiles, nb, row, t0);
+            break;
+          case 3:
+            RunTile<3>(t, tiles, nb, row, t0);
+            break;
+          case 2:
+            RunTile<2>(t, tiles, nb, row, t0);
+            break;
+          default:
+            RunTile<1>(t, tiles, nb, row, t0);
+            break;
+        }
+      }
+      t0 += nt;
+    }
+  }
+}
 
 // Rows in groups of 4 (the rows stay in L1 across the token groups). Not tuned further: no
 // tiles, no prefetch.
