@@ -697,7 +697,8 @@ void FillAvx2Kernels(GgmlType type, KernelSet* ks) {
       k.act_block = kQK8_0;
       k.act_block_bytes = sizeof(ActQ8_0);
       break;
-    case GgmlType::kMXFP4:  // GGUF rows only: no tile kernel on this tier
+    case GgmlType::kMXFP4:
+      k.gemm_tiles = GemmMxfp4TilesAvx2;
       k.gemm = GemmMxfp4Avx2;
       k.convert = ConvertActQ8_0Avx2;
       k.act_block = kQK8_0;
