@@ -72,7 +72,8 @@ inline constexpr int8_t kMxfp4Doubled[16] = {0, 1,  2,  3,  4,  6,  8,  12,
                                              0, -1, -2, -3, -4, -6, -8, -12};
 
 // Half the E8M0 scale: 2^(e - 128), exact in f32 for every e (2^-128 and 2^-127 are subnormal).
-// e = 255 (NaN in the OCP spec) decodes as 2^127 like the reference engine; no NaN is produced.
+// e = 255 (NaN in the OCP spec) is the scale 2^128 (half: 2^127) as in the reference engine;
+// no NaN is produced.
 inline float E8M0Half(uint8_t e) {
   const uint32_t bits = e >= 2 ? static_cast<uint32_t>(e - 1) << 23 : 0x00200000u << e;
   float f;

@@ -1,9 +1,9 @@
-// AVX2 kernels for MXFP4 weights (blocks.h BlockMxfp4), read as GGUF rows (no tile layout yet)
-// against the tier's Q8_0-family activations (packed.h ActQ8_0). One vpshufb maps 32 E2M1 codes
-// to their doubled values as int8 (kMxfp4Doubled); vpmaddubsw then takes |w| (u8) against the
-// activations with w's sign applied (vpsignb), and each block's i32 sums are scaled by half the
-// E8M0 scale times the activation scale: the integers and scales of the scalar DotMxfp4, so
-// results differ from it only in the order of float additions.
+// AVX2 kernels for MXFP4 weights (blocks.h BlockMxfp4) against the tier's Q8_0-family
+// activations (packed.h ActQ8_0): the tile kernel (packed.h TileMxfp4, the form Matrix::Create
+// packs) and a row kernel over the GGUF blocks for matrices created under another tier. Both
+// use the integers and scales of the scalar DotMxfp4 (doubled E2M1 values, half the E8M0 scale
+// times the activation scale per block), so results differ from it only in the order of float
+// additions.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -20,6 +20,10 @@ namespace uf::kernels {
 namespace {
 
 #define UF_UNROLL _Pragma("GCC unroll 16")
+
+// ---------------------------------------------------------------------------------------------
+// GGUF rows: one vpshufb maps a block's 32 codes to their doubled values as int8; vpmaddubsw
+// takes |w| (u8) against the activations with w's sign applied (vpsignb).
 
 // Codes of one block in value order: the low nibbles (values 0..15) then the high (16..31).
 inline __m256i Codes(const BlockMxfp4& b) {
@@ -191,8 +195,8 @@ void GemmMxfp4TilesAvx2(const GemmTask& t, int64_t r0, int64_t r1) {
 }
 
 // Decode (fewer than 4 tokens): 4 rows at a time, token by token (the 4 rows stay in L1).
-// Batches: one row at a time against groups of 4 tokens. Not tuned further: no tiles, no
-// prefetch.
+// Batches: one row at a time against groups of 4 tokens. Used only for matrices created under
+// another tier (tests); not tuned.
 void GemmMxfp4Avx2(const GemmTask& t, int64_t r0, int64_t r1) {
   const int64_t nb = t.cols / kQKMxfp4;
   int64_t r = r0;

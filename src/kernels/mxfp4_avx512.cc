@@ -1,10 +1,9 @@
-// AVX-512 (BW/VL/DQ/VNNI) kernels for MXFP4 weights (blocks.h BlockMxfp4), read as GGUF rows (no
-// tile layout yet) against the tier's Q8_0-family activations (packed.h ActQ8_0). Two blocks per
-// 512-bit register: vpshufb (one 16-entry table per 128-bit lane) maps the E2M1 codes to their
-// doubled values as int8 (kMxfp4Doubled), vpdpbusd takes |w| (u8) against the activations with
-// w's sign applied (a masked negation), and each block's i32 sums are scaled by half the E8M0
-// scale times the activation scale: the integers and scales of the scalar DotMxfp4, so results
-// differ from it only in the order of float additions.
+// AVX-512 (BW/VL/DQ/VNNI) kernels for MXFP4 weights (blocks.h BlockMxfp4) against the tier's
+// Q8_0-family activations (packed.h ActQ8_0): the tile kernel (packed.h TileMxfp4, the form
+// Matrix::Create packs) and a row kernel over the GGUF blocks for matrices created under another
+// tier. Both use the integers and scales of the scalar DotMxfp4 (doubled E2M1 values, half the
+// E8M0 scale times the activation scale per block), so results differ from it only in the
+// order of float additions. vpshufb looks codes up in one 16-entry table per 128-bit lane.
 // GCC 12 reports false -Wuninitialized inside its own AVX-512 intrinsic headers (GCC PR 105593).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -23,6 +22,9 @@ namespace uf::kernels {
 namespace {
 
 #define UF_UNROLL _Pragma("GCC unroll 16")
+
+// GGUF rows, two blocks per 512-bit register: vpdpbusd takes |w| (u8) against the activations
+// with w's sign applied (a masked negation).
 
 // Codes of one block in value order: the low nibbles (values 0..15) then the high (16..31).
 inline __m256i Codes(const BlockMxfp4& b) {
@@ -257,8 +259,8 @@ void GemmMxfp4TilesAvx512(const GemmTask& t, int64_t r0, int64_t r1) {
   }
 }
 
-// Rows in groups of 4 (the rows stay in L1 across the token groups). Not tuned further: no
-// tiles, no prefetch.
+// Rows in groups of 4 (the rows stay in L1 across the token groups). Used only for matrices
+// created under another tier (tests); not tuned.
 void GemmMxfp4Avx512(const GemmTask& t, int64_t r0, int64_t r1) {
   const int64_t nb = t.cols / kQKMxfp4;
   int64_t r = r0;
