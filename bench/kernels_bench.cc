@@ -191,6 +191,11 @@ void FillWeights(GgmlType type, uint8_t* p, size_t bytes, Rng& rng) {
         reinterpret_cast<BlockQ6_K*>(p)[i].d = scale;
       }
       break;
+    case GgmlType::kMXFP4:  // scale 2^-7: no infinities or subnormals from random bytes
+      for (size_t i = 0; i < bytes / sizeof(BlockMxfp4); ++i) {
+        reinterpret_cast<BlockMxfp4*>(p)[i].e = 120;
+      }
+      break;
     default:
       break;
   }

@@ -64,6 +64,7 @@ TEST(GgmlTypesTest, GeometryMatchesGgml) {
       {GgmlType::kBF16, "bf16", 1, 2},
       {GgmlType::kTQ1_0, "tq1_0", 256, 54},
       {GgmlType::kTQ2_0, "tq2_0", 256, 66},
+      {GgmlType::kMXFP4, "mxfp4", 32, 17},  // u8 E8M0 exponent + 16 bytes of E2M1 nibbles
   };
   for (const Expected& e : kExpected) {
     SCOPED_TRACE(e.name);
@@ -100,7 +101,7 @@ TEST(GgmlTypesTest, ComputeSupportedSet) {
   }
   const std::set<GgmlType> expected = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
                                        GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K,
-                                       GgmlType::kQ6_K};
+                                       GgmlType::kQ6_K, GgmlType::kMXFP4};
   EXPECT_EQ(supported, expected);
 }
 

@@ -19,7 +19,7 @@ namespace uf::kernels {
 namespace {
 
 const GgmlType kTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
-                           GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K};
+                           GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kMXFP4};
 
 // Every tier up to the one chosen at startup (this CPU's best, or UF_ISA's cap).
 const std::vector<Isa>& AvailableIsas() {
@@ -194,6 +194,46 @@ TEST(MatMulTest, AllTypesIsasAndShapes) {
                             std::to_string(n_tokens));
           }
         }
+      }
+    }
+  }
+}
+
+// MXFP4 from random bytes rather than the quantizer: every code (including -0, 8) equally often
+// and scales spread over 2^-17..2^13, each tier against the scalar DotMxfp4 within kRelTol of the
+// error scale (the tiers use the same integers and scales; only float summation order differs).
+TEST(MatMulTest, Mxfp4RandomBlocksOnEveryTier) {
+  IsaGuard guard;
+  std::mt19937 rng(23);
+  const int64_t rows = 21, n_tokens = 5;
+  for (int64_t cols : {32, 64, 288, 1024}) {
+    Weights w{GgmlType::kMXFP4, rows, cols, {}, {}, KernelRowBytes(GgmlType::kMXFP4, cols)};
+    w.data.resize(rows * w.row_bytes);
+    for (auto& b : w.data) b = static_cast<uint8_t>(rng());
+    for (int64_t r = 0; r < rows; ++r) {
+      auto* blocks = reinterpret_cast<BlockMxfp4*>(w.data.data() + r * w.row_bytes);
+      for (int64_t b = 0; b < cols / 32; ++b) blocks[b].e = static_cast<uint8_t>(110 + rng() % 31);
+    }
+    w.decoded.resize(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeRow(w.type, w.data.data() + r * w.row_bytes, w.decoded.data() + r * cols, cols);
+    }
+    const auto x = Gaussian(n_tokens * cols, rng);
+    std::vector<float> want;
+    std::vector<double> scale;
+    Reference(w, x, n_tokens, &want, &scale);
+    for (Isa isa : AvailableIsas()) {
+      SetIsaForTesting(isa);
+      auto m = Matrix::Create(w.type, w.data.data(), rows, cols);
+      ASSERT_TRUE(m.ok()) << m.status().ToString();
+      for (int64_t nt : {int64_t{1}, n_tokens}) {
+        std::vector<float> got(nt * rows, NAN);
+        MatMul(*m, x.data(), nt, got.data(), nullptr);
+        const std::vector<float> w_nt(want.begin(), want.begin() + nt * rows);
+        const std::vector<double> s_nt(scale.begin(), scale.begin() + nt * rows);
+        ExpectClose(got, w_nt, s_nt,
+                    "mxfp4 " + IsaName(isa) + " cols " + std::to_string(cols) + " tokens " +
+                        std::to_string(nt));
       }
     }
   }
@@ -424,11 +464,13 @@ TEST(ConvertTest, SimdConvertersMatchPortableBitForBit) {
 TEST(PackTest, PaddingRowsOfTheLastTileAreZero) {
   std::mt19937 rng(19);
   for (GgmlType type : kTypes) {
+    const Isa best = AvailableIsas().back();
+    // Types whose kernels at a SIMD tier read GGUF rows (MXFP4 on AVX2) have nothing to pad.
+    if (best != Isa::kScalar && GetKernels(type, best).gemm_tiles == nullptr) continue;
     const int64_t rows = 19, cols = 512;
     const Weights w = MakeWeights(type, rows, cols, rng);
     std::vector<uint8_t> packed(PackedBytes(type, rows, cols));
     ASSERT_EQ(packed.size(), 32 * w.row_bytes);  // same bytes as 32 GGUF rows
-    const Isa best = AvailableIsas().back();
     PackMatrix(type, best, w.data.data(), rows, cols, packed.data());
     const KernelSet& ks = GetKernels(type, best);
     if (ks.gemm_tiles == nullptr) GTEST_SKIP() << "no tile kernels on this CPU";

@@ -271,6 +271,12 @@ TEST(SynthPlan, OtherTypesFollowTheReferenceQuantizer) {
   EXPECT_EQ(TypeOf(smol_q6, "blk.0.ffn_down.weight"), GgmlType::kQ6_K);  // 1536 = 6 blocks
   const SynthPlan q8 = Plan(Preset("llama-3.1-8b"), SynthFileType::kQ8_0);
   EXPECT_EQ(TypeOf(q8, "output.weight"), GgmlType::kQ8_0);
+  // MXFP4: every matrix of a dense preset but the output (the output rule as for Q4_0).
+  const SynthPlan mx = Plan(Preset("llama-3.1-8b"), SynthFileType::kMXFP4);
+  EXPECT_EQ(TypeOf(mx, "token_embd.weight"), GgmlType::kMXFP4);
+  EXPECT_EQ(TypeOf(mx, "blk.3.attn_v.weight"), GgmlType::kMXFP4);
+  EXPECT_EQ(TypeOf(mx, "blk.3.ffn_down.weight"), GgmlType::kMXFP4);
+  EXPECT_EQ(TypeOf(mx, "output.weight"), GgmlType::kQ6_K);
   for (SynthFileType ft : {SynthFileType::kF16, SynthFileType::kBF16}) {
     const SynthPlan f = Plan(Preset("qwen3-0.6b"), ft);
     const GgmlType want = ft == SynthFileType::kF16 ? GgmlType::kF16 : GgmlType::kBF16;
@@ -336,6 +342,8 @@ TEST(SynthPlan, DataBytesAddUpAndBadPresetsAreRejected) {
   EXPECT_EQ(TypeOf(odd_plan, "blk.0.attn_q.weight"), GgmlType::kF16);
   EXPECT_EQ(TypeOf(odd_plan, "blk.0.ffn_down.weight"), GgmlType::kQ6_K);  // 1536-wide rows
   EXPECT_EQ(ParseSynthFileType("Q4_K_M"), SynthFileType::kQ4_K_M);
+  EXPECT_EQ(ParseSynthFileType("MXFP4"), SynthFileType::kMXFP4);
+  EXPECT_EQ(SynthGeneralFileType(SynthFileType::kMXFP4), 38u);  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
   EXPECT_FALSE(ParseSynthFileType("q5_k_m").has_value());
 }
 
@@ -572,7 +580,7 @@ TEST(SynthWrite, SmolLM2LoadsRunsAndTokenizes) {
 }
 
 // Every architecture, through Q4_K_M's mixed types and the llama3 rope_freqs path, shrunk so the
-// files are tiny; plus BF16/F16/Q6_K on one of them.
+// files are tiny; plus BF16/F16/Q6_K/MXFP4 on one of them.
 TEST(SynthWrite, EveryArchitectureRuns) {
   TempDir dir;
   const std::pair<SynthPreset, SynthFileType> cases[] = {
@@ -582,6 +590,7 @@ TEST(SynthWrite, EveryArchitectureRuns) {
       {Tiny(Preset("llama-3.1-8b"), 256, 4, 2, 64), SynthFileType::kBF16},
       {Tiny(Preset("llama-3.1-8b"), 256, 4, 2, 64), SynthFileType::kF16},
       {Tiny(Preset("qwen3-0.6b"), 256, 4, 2, 128), SynthFileType::kQ6_K},
+      {Tiny(Preset("llama-3.2-1b"), 256, 4, 2, 64), SynthFileType::kMXFP4},
   };
   for (const auto& [preset, ft] : cases) {
     SCOPED_TRACE(preset.name + " " + std::string(SynthFileTypeName(ft)));

@@ -62,7 +62,7 @@ void ListPresets() {
         static_cast<long long>(p.n_ff), static_cast<long long>(p.n_vocab),
         p.tied_embeddings ? "  tied" : "");
   }
-  std::printf("types: f16 bf16 q8_0 q4_0 q4_k_m q6_k\n");
+  std::printf("types: f16 bf16 q8_0 q4_0 q4_k_m q6_k mxfp4\n");
 }
 
 void PrintPlan(const model::SynthPlan& plan) {
@@ -92,7 +92,7 @@ void Synth(const SynthOptions& o) {
   const std::optional<model::SynthFileType> type = model::ParseSynthFileType(o.type);
   if (!type) {
     Fail("synth", InvalidArgumentError("unknown type '" + o.type +
-                                       "' (known: f16, bf16, q8_0, q4_0, q4_k_m, q6_k)"));
+                                       "' (known: f16, bf16, q8_0, q4_0, q4_k_m, q6_k, mxfp4)"));
   }
   Override(o, &*preset);
   auto plan = model::PlanSynth(*preset, *type);
@@ -132,7 +132,7 @@ void AddSynthCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "synth", "Write a random-weight GGUF with a real model's shapes (for benchmarks)");
   cmd->add_option("--preset", o->preset, "Model shape (see --list)");
-  cmd->add_option("--type", o->type, "Weight types: f16, bf16, q8_0, q4_0, q4_k_m, q6_k");
+  cmd->add_option("--type", o->type, "Weight types: f16, bf16, q8_0, q4_0, q4_k_m, q6_k, mxfp4");
   cmd->add_option("--seed", o->seed, "PRNG seed (same seed, same bytes)");
   cmd->add_option("-o,--output", o->output, "GGUF file to write");
   cmd->add_option("-t,--threads", o->threads, "Threads (0 = physical cores)");

@@ -15,7 +15,7 @@ struct TypeEntry {
 
 // Geometry from the ggml block structs (ggml-common.h): e.g. Q3_K = hmask[32] + qs[64] +
 // scales[12] + f16 d = 110 bytes per 256 values; TQ1_0 = qs[48] + qh[4] + f16 d = 54.
-constexpr std::array<TypeEntry, 31> kTypes = {{
+constexpr std::array<TypeEntry, 32> kTypes = {{
     {GgmlType::kF32, {"f32", 1, 4}},
     {GgmlType::kF16, {"f16", 1, 2}},
     {GgmlType::kQ4_0, {"q4_0", 32, 18}},
@@ -47,6 +47,7 @@ constexpr std::array<TypeEntry, 31> kTypes = {{
     {GgmlType::kBF16, {"bf16", 1, 2}},
     {GgmlType::kTQ1_0, {"tq1_0", 256, 54}},
     {GgmlType::kTQ2_0, {"tq2_0", 256, 66}},
+    {GgmlType::kMXFP4, {"mxfp4", 32, 17}},  // u8 e (E8M0) + qs[16]
 }};
 
 const TypeEntry* FindEntry(uint32_t type) {
@@ -73,6 +74,7 @@ bool IsComputeSupported(GgmlType type) {
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_K:
     case GgmlType::kQ6_K:
+    case GgmlType::kMXFP4:
       return true;
     default:
       return false;

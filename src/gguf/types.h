@@ -5,6 +5,7 @@
 //   Q4_K: 256 values, f16 d, f16 dmin, 12 bytes scales, 128 nibbles   = 144 bytes
 //   Q6_K: 256 values, 128 ql, 64 qh, 16 int8 scales, f16 d            = 210 bytes
 //   Q8_K: 256 values, f32 d, 256 int8, 16 int16 bsums                 = 292 bytes (activations)
+//   MXFP4: 32 values, E8M0 scale byte + 16 bytes of FP4 E2M1 nibbles  = 17 bytes
 #pragma once
 
 #include <cstddef>
@@ -46,6 +47,7 @@ enum class GgmlType : uint32_t {
   kBF16 = 30,
   kTQ1_0 = 34,
   kTQ2_0 = 35,
+  kMXFP4 = 39,
 };
 
 struct GgmlTypeInfo {
@@ -58,7 +60,7 @@ struct GgmlTypeInfo {
 // `info` can list them); nullopt for numbers the format does not define.
 std::optional<GgmlTypeInfo> GetGgmlTypeInfo(uint32_t type);
 
-// Types the engine can compute with: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K.
+// Types the engine can compute with: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4.
 bool IsComputeSupported(GgmlType type);
 
 std::string_view GgmlTypeName(GgmlType type);

@@ -59,6 +59,11 @@ inline __m256 Exp8(__m256 x) {
   return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
 }
 
+// MXFP4 weights as GGUF rows against ActQ8_0 activations (mxfp4_avx2.cc).
+void GemmMxfp4Avx2(const GemmTask& t, int64_t r0, int64_t r1);
+// The same from packed.h TileMxfp4 tiles.
+void GemmMxfp4TilesAvx2(const GemmTask& t, int64_t r0, int64_t r1);
+
 // F32, F16 and BF16 weights; leaves other types untouched.
 void FillAvx2FloatKernels(GgmlType type, KernelSet* ks);
 

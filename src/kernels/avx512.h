@@ -33,6 +33,11 @@ inline __m512 Exp16(__m512 x) {
 void ConvertActQ8_0Avx512(const float* x, void* dst, int64_t n);
 void ConvertActQ8_KAvx512(const float* x, void* dst, int64_t n);
 
+// MXFP4 weights as GGUF rows against ActQ8_0 activations (mxfp4_avx512.cc).
+void GemmMxfp4Avx512(const GemmTask& t, int64_t r0, int64_t r1);
+// The same from packed.h TileMxfp4 tiles.
+void GemmMxfp4TilesAvx512(const GemmTask& t, int64_t r0, int64_t r1);
+
 // F32, F16 and (with AVX512_BF16) BF16 weights; leaves other types untouched.
 void FillAvx512FloatKernels(GgmlType type, KernelSet* ks);
 

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "gguf/types.h"
 
@@ -55,6 +56,31 @@ struct BlockQ8_K {
 };
 static_assert(sizeof(BlockQ8_K) == 292, "block_q8_K must be 292 bytes");
 
+// MXFP4 (OCP microscaling FP4) as GGUF stores it: 32 values share one E8M0 scale 2^(e - 127);
+// each value is FP4 E2M1 (sign, 2-bit exponent, 1-bit mantissa: magnitudes 0, 0.5, 1, 1.5, 2, 3,
+// 4, 6). Value j is the low nibble of qs[j], value j + 16 the high nibble (as Q4_0).
+inline constexpr int kQKMxfp4 = 32;
+struct BlockMxfp4 {
+  uint8_t e;                 // E8M0 shared exponent
+  uint8_t qs[kQKMxfp4 / 2];  // E2M1 codes
+};
+static_assert(sizeof(BlockMxfp4) == 17, "block_mxfp4 must be 17 bytes");
+
+// E2M1 code -> twice its value, as int8 (all integers, so dot products stay in integers); the
+// scale is halved to match (E8M0Half).
+inline constexpr int8_t kMxfp4Doubled[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                             0, -1, -2, -3, -4, -6, -8, -12};
+
+// Half the E8M0 scale: 2^(e - 128), exact in f32 for every e (2^-128 and 2^-127 are subnormal).
+// e = 255 (NaN in the OCP spec) is the scale 2^128 (half: 2^127) as in the reference engine;
+// no NaN is produced.
+inline float E8M0Half(uint8_t e) {
+  const uint32_t bits = e >= 2 ? static_cast<uint32_t>(e - 1) << 23 : 0x00200000u << e;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
 // Geometry of the types the kernels handle (the kernels do not depend on gguf/types.cc).
 // Returns 0 for types the kernels do not handle.
 constexpr int64_t KernelBlockSize(GgmlType t) {
@@ -65,6 +91,7 @@ constexpr int64_t KernelBlockSize(GgmlType t) {
       return 1;
     case GgmlType::kQ4_0:
     case GgmlType::kQ8_0:
+    case GgmlType::kMXFP4:
       return 32;
     case GgmlType::kQ4_K:
     case GgmlType::kQ6_K:
@@ -86,6 +113,8 @@ constexpr size_t KernelTypeSize(GgmlType t) {
       return sizeof(BlockQ4_0);
     case GgmlType::kQ8_0:
       return sizeof(BlockQ8_0);
+    case GgmlType::kMXFP4:
+      return sizeof(BlockMxfp4);
     case GgmlType::kQ4_K:
       return sizeof(BlockQ4_K);
     case GgmlType::kQ6_K:

@@ -148,6 +148,9 @@ void FillScalarKernels(GgmlType type, KernelSet* ks) {
     case GgmlType::kQ6_K:
       k.gemm = GemmScalarT<GgmlType::kQ6_K>;
       break;
+    case GgmlType::kMXFP4:
+      k.gemm = GemmScalarT<GgmlType::kMXFP4>;
+      break;
     default:
       return;
   }

@@ -697,6 +697,13 @@ void FillAvx2Kernels(GgmlType type, KernelSet* ks) {
       k.act_block = kQK8_0;
       k.act_block_bytes = sizeof(ActQ8_0);
       break;
+    case GgmlType::kMXFP4:
+      k.gemm_tiles = GemmMxfp4TilesAvx2;
+      k.gemm = GemmMxfp4Avx2;
+      k.convert = ConvertActQ8_0Avx2;
+      k.act_block = kQK8_0;
+      k.act_block_bytes = sizeof(ActQ8_0);
+      break;
     case GgmlType::kQ4_K:
     case GgmlType::kQ6_K:
       k.gemm_tiles = type == GgmlType::kQ4_K ? GemmQ4_K : GemmQ6_K;

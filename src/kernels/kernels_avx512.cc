@@ -374,6 +374,13 @@ void FillAvx512Kernels(GgmlType type, KernelSet* ks) {
       k.act_block_bytes = sizeof(ActQ8_0);
       k.gemm = GemmRowsFromActQ8_0(type);
       break;
+    case GgmlType::kMXFP4:
+      k.gemm_tiles = GemmMxfp4TilesAvx512;
+      k.gemm = GemmMxfp4Avx512;
+      k.convert = ConvertActQ8_0Avx512;
+      k.act_block = kQK8_0;
+      k.act_block_bytes = sizeof(ActQ8_0);
+      break;
     case GgmlType::kQ4_K:
     case GgmlType::kQ6_K:
       k.gemm_tiles = type == GgmlType::kQ4_K ? GemmQ4_K : GemmQ6_K;

@@ -25,6 +25,13 @@ void PackRow(const BlockQ4_0* src, int64_t nb, int r, TileQ4_0* tiles) {
   }
 }
 
+void PackRow(const BlockMxfp4* src, int64_t nb, int r, TileMxfp4* tiles) {
+  for (int64_t b = 0; b < nb; ++b) {
+    tiles[b].e[r] = src[b].e;
+    Scatter4(src[b].qs, 4, r, tiles[b].qs);
+  }
+}
+
 // The AVX2 form of Q8_0 (packed.h): the int8 values as they are.
 struct Q8_0Avx2 {};
 void PackRow(const BlockQ8_0* src, int64_t nb, int r, TileQ8_0* tiles, Q8_0Avx2) {
@@ -142,6 +149,7 @@ bool HasTileLayout(GgmlType type) {
     case GgmlType::kQ8_0:
     case GgmlType::kQ4_K:
     case GgmlType::kQ6_K:
+    case GgmlType::kMXFP4:
       return true;
     default:
       return false;
@@ -179,6 +187,8 @@ void PackMatrix(GgmlType type, Isa isa, const uint8_t* src, int64_t rows, int64_
       return PackAll<BlockQ8_0, TileQ8_0>(src, rows, cols / kQK8_0, dst);
     case GgmlType::kQ4_K:
       return PackAll<BlockQ4_K, TileQ4_K>(src, rows, cols / kQK_K, dst);
+    case GgmlType::kMXFP4:
+      return PackAll<BlockMxfp4, TileMxfp4>(src, rows, cols / kQKMxfp4, dst);
     case GgmlType::kQ6_K:
       if (TileVariant(type, isa) == 1) {
         return PackAll<BlockQ6_K, TileQ6_K>(src, rows, cols / kQK_K, dst, Q6KAvx2{});

@@ -65,6 +65,14 @@ struct TileQ6_K {
 };
 static_assert(sizeof(TileQ6_K) == kTileRows * sizeof(BlockQ6_K));
 
+// e[r] = row r's E8M0 byte; qs[k][r][i] = GGUF qs byte 4k + i of row r (as TileQ4_0). Read by
+// the AVX-512 tier only; AVX2 reads MXFP4 as GGUF rows.
+struct TileMxfp4 {
+  uint8_t e[kTileRows];
+  uint8_t qs[4][kTileRows][4];
+};
+static_assert(sizeof(TileMxfp4) == kTileRows * sizeof(BlockMxfp4));
+
 // Float weights are tiled the same way, one column at a time: F32 / F16 tiles are
 // [cols][16 rows] elements (one 16-lane register per column, multiplied by a broadcast
 // activation), BF16 tiles [ceil(cols / 2)][16 rows][2] (one vdpbf16ps per column pair; an odd

@@ -87,6 +87,56 @@ void DequantizeQ6_K(const BlockQ6_K* x, float* y, int64_t nb) {
   }
 }
 
+void DequantizeMxfp4(const BlockMxfp4* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float d = E8M0Half(x[i].e);
+    for (int j = 0; j < kQKMxfp4 / 2; ++j) {
+      y[i * kQKMxfp4 + j] = kMxfp4Doubled[x[i].qs[j] & 0xF] * d;
+      y[i * kQKMxfp4 + j + kQKMxfp4 / 2] = kMxfp4Doubled[x[i].qs[j] >> 4] * d;
+    }
+  }
+}
+
+// The E2M1 code nearest v (v already divided by the block scale); ties go to the smaller
+// magnitude as in the reference engine, magnitudes past 6 saturate to 6, -0 becomes +0.
+uint8_t NearestE2M1(float v) {
+  const float a = std::fabs(v);
+  int best = 0;
+  float best_err = a;
+  for (int k = 1; k < 8; ++k) {
+    const float err = std::fabs(a - 0.5f * kMxfp4Doubled[k]);
+    if (err < best_err) {
+      best = k;
+      best_err = err;
+    }
+  }
+  return static_cast<uint8_t>(best | (std::signbit(v) && best != 0 ? 8 : 0));
+}
+
+// The shared exponent puts the block's largest magnitude in [4, 8) units of the scale (E2M1's
+// top binade), as the reference engine does: 2^(floor(log2 amax) - 2). Values above 6 units
+// saturate to 6. An all-zero block gets e = 0.
+void QuantizeMxfp4(const float* x, BlockMxfp4* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i) {
+    const float* xb = x + i * kQKMxfp4;
+    float amax = 0.0f;
+    for (int j = 0; j < kQKMxfp4; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
+    int e = 0;
+    if (amax > 0.0f && std::isfinite(amax)) {
+      int exp2 = 0;
+      std::frexp(amax, &exp2);  // amax = m * 2^exp2, m in [0.5, 1): floor(log2 amax) = exp2 - 1
+      e = std::clamp(exp2 - 1 - 2 + 127, 0, 254);
+    }
+    y[i].e = static_cast<uint8_t>(e);
+    for (int j = 0; j < kQKMxfp4 / 2; ++j) {
+      // ldexp is exact (a power-of-two scaling) unless it leaves the float range.
+      const uint8_t lo = NearestE2M1(std::ldexp(xb[j], 127 - e));
+      const uint8_t hi = NearestE2M1(std::ldexp(xb[j + kQKMxfp4 / 2], 127 - e));
+      y[i].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
 void DequantizeQ8_K(const BlockQ8_K* x, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     for (int j = 0; j < kQK_K; ++j) y[i * kQK_K + j] = x[i].d * x[i].qs[j];
@@ -184,6 +234,21 @@ float DotQ4_0(const BlockQ4_0* x, const BlockQ8_0* y, int64_t nb) {
       sumi += ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + kQK4_0 / 2];
     }
     sum += sumi * (Fp16ToFp32(x[i].d) * Fp16ToFp32(y[i].d));
+  }
+  return sum;
+}
+
+// Integer sums of doubled E2M1 values times int8 activations, scaled by half the E8M0 scale:
+// the reference engine's formulation, so results match it to float rounding.
+float DotMxfp4(const BlockMxfp4* x, const BlockQ8_0* y, int64_t nb) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < nb; ++i) {
+    int sumi = 0;
+    for (int j = 0; j < kQKMxfp4 / 2; ++j) {
+      sumi += kMxfp4Doubled[x[i].qs[j] & 0xF] * y[i].qs[j];
+      sumi += kMxfp4Doubled[x[i].qs[j] >> 4] * y[i].qs[j + kQKMxfp4 / 2];
+    }
+    sum += sumi * (E8M0Half(x[i].e) * Fp16ToFp32(y[i].d));
   }
   return sum;
 }
@@ -318,6 +383,8 @@ void DequantizeRow(GgmlType type, const void* src, float* dst, int64_t n) {
       return DequantizeQ6_K(static_cast<const BlockQ6_K*>(src), dst, nb);
     case GgmlType::kQ8_K:
       return DequantizeQ8_K(static_cast<const BlockQ8_K*>(src), dst, nb);
+    case GgmlType::kMXFP4:
+      return DequantizeMxfp4(static_cast<const BlockMxfp4*>(src), dst, nb);
     default:
       break;
   }
@@ -353,6 +420,8 @@ void QuantizeRow(GgmlType type, const float* src, void* dst, int64_t n) {
       return QuantizeRowQ6_K(src, static_cast<BlockQ6_K*>(dst), nb);
     case GgmlType::kQ8_K:
       return QuantizeQ8_K(src, static_cast<BlockQ8_K*>(dst), nb);
+    case GgmlType::kMXFP4:
+      return QuantizeMxfp4(src, static_cast<BlockMxfp4*>(dst), nb);
     default:
       break;
   }
@@ -363,6 +432,7 @@ GgmlType ActivationType(GgmlType weight_type) {
   switch (weight_type) {
     case GgmlType::kQ4_0:
     case GgmlType::kQ8_0:
+    case GgmlType::kMXFP4:
       return GgmlType::kQ8_0;
     case GgmlType::kQ4_K:
     case GgmlType::kQ6_K:
@@ -406,6 +476,8 @@ float DotReference(GgmlType weight_type, const void* w, const void* a, int64_t n
       return DotQ4_K(static_cast<const BlockQ4_K*>(w), static_cast<const BlockQ8_K*>(a), nb);
     case GgmlType::kQ6_K:
       return DotQ6_K(static_cast<const BlockQ6_K*>(w), static_cast<const BlockQ8_K*>(a), nb);
+    case GgmlType::kMXFP4:
+      return DotMxfp4(static_cast<const BlockMxfp4*>(w), static_cast<const BlockQ8_0*>(a), nb);
     default:
       break;
   }

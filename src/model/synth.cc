@@ -116,6 +116,8 @@ GgmlType BaseType(SynthFileType t) {
       return GgmlType::kQ4_K;
     case SynthFileType::kQ6_K:
       return GgmlType::kQ6_K;
+    case SynthFileType::kMXFP4:
+      return GgmlType::kMXFP4;
   }
   return GgmlType::kF16;
 }
@@ -125,7 +127,9 @@ GgmlType BaseType(SynthFileType t) {
 // gives attn_v and ffn_down Q6_K on the first and last eighth of the layers and every third in
 // between. Rows that are not a whole number of K-quant blocks fall back: Q6_K to Q8_0 as the
 // reference does, Q4_K to Q8_0 where it would pick Q5_0 (which this engine does not run).
-// F16/BF16 files are converter output: every matrix in the file type.
+// F16/BF16 files are converter output: every matrix in the file type. MXFP4 (the reference's
+// MXFP4_MOE, which puts only expert matrices in MXFP4 and the rest in Q8_0) puts every matrix of
+// these dense presets but the output in MXFP4, so its kernels carry the whole model.
 GgmlType MatrixType(SynthFileType ft, Role role, int64_t layer, int64_t n_layer, int64_t ne0) {
   const GgmlType base = BaseType(ft);
   if (ft == SynthFileType::kF16 || ft == SynthFileType::kBF16) return base;
@@ -186,7 +190,8 @@ std::optional<SynthFileType> ParseSynthFileType(std::string_view name) {
   std::transform(s.begin(), s.end(), s.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   for (SynthFileType t : {SynthFileType::kF16, SynthFileType::kBF16, SynthFileType::kQ8_0,
-                          SynthFileType::kQ4_0, SynthFileType::kQ4_K_M, SynthFileType::kQ6_K}) {
+                          SynthFileType::kQ4_0, SynthFileType::kQ4_K_M, SynthFileType::kQ6_K,
+                          SynthFileType::kMXFP4}) {
     if (s == SynthFileTypeName(t)) return t;
   }
   return std::nullopt;
@@ -206,6 +211,8 @@ std::string_view SynthFileTypeName(SynthFileType type) {
       return "q4_k_m";
     case SynthFileType::kQ6_K:
       return "q6_k";
+    case SynthFileType::kMXFP4:
+      return "mxfp4";
   }
   return "?";
 }
@@ -224,6 +231,8 @@ uint32_t SynthGeneralFileType(SynthFileType type) {
       return 15;
     case SynthFileType::kQ6_K:
       return 18;
+    case SynthFileType::kMXFP4:
+      return 38;  // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
   }
   return 0;
 }

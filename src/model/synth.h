@@ -22,9 +22,9 @@
 namespace uf::model {
 
 // Weight-type recipes, named and mixed as the reference engine's quantize tool does them.
-enum class SynthFileType { kF16, kBF16, kQ8_0, kQ4_0, kQ4_K_M, kQ6_K };
+enum class SynthFileType { kF16, kBF16, kQ8_0, kQ4_0, kQ4_K_M, kQ6_K, kMXFP4 };
 
-// "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q6_k" (case-insensitive).
+// "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q6_k", "mxfp4" (case-insensitive).
 std::optional<SynthFileType> ParseSynthFileType(std::string_view name);
 std::string_view SynthFileTypeName(SynthFileType type);
 // general.file_type (the reference engine's llama_ftype numbering).
