@@ -115,31 +115,22 @@ std::optional<ApiError> ConvertMessage(const json& m, const std::string& param, 
 // tools: [{"name", "description", "input_schema", "type": "custom"}] as chat function tools,
 // validated by the chat parser (errors renamed to this API's paths).
 std::optional<ApiError> ParseAnthropicTools(const json& v, std::string_view body, ApiRequest* r) {
-  if (v.is_null()) return std::nullopt;
-  if (!v.is_array()) return WrongType("tools", v, "an array");
-  const ojson ordered = ojson::parse(body.begin(), body.end())["tools"];
-  ojson tools = ojson::array();
-  for (size_t i = 0; i < ordered.size(); ++i) {
-    const std::string p = "tools[" + std::to_string(i) + "]";
-    const ojson& t = ordered[i];
-    if (!t.is_object()) return WrongType(p, v[i], "an object");
-    if (t.contains("type") && t["type"] != "custom") {
-      return Unsupported(p + ".type", "only custom tools (no server or client tools such as " +
-                                          t["type"].dump() + ").");
-    }
-    ojson f = ojson::object();
-    for (auto it = t.begin(); it != t.end(); ++it) {
-      if (it.key() == "type" || it.key() == "cache_control") continue;
-      f[it.key() == "input_schema" ? "parameters" : it.key()] = it.value();
-    }
-    tools.push_back({{"type", "function"}, {"function", std::move(f)}});
-  }
-  const std::string tools_body = ojson{{"tools", tools}}.dump();
-  if (auto e = ParseTools(json::parse(tools_body)["tools"], tools_body, r)) {
-    RenameToolParams(&*e, "input_schema");
-    return e;
-  }
-  return std::nullopt;
+  return ParseFlatTools(
+      v, body, "input_schema",
+      [](const std::string& p, const json& raw, const ojson& t,
+         ojson* f) -> std::optional<ApiError> {
+        if (!t.is_object()) return WrongType(p, raw, "an object");
+        if (t.contains("type") && t["type"] != "custom") {
+          return Unsupported(p + ".type", "only custom tools (no server or client tools such as " +
+                                              t["type"].dump() + ").");
+        }
+        for (auto it = t.begin(); it != t.end(); ++it) {
+          if (it.key() == "type" || it.key() == "cache_control") continue;
+          (*f)[it.key() == "input_schema" ? "parameters" : it.key()] = it.value();
+        }
+        return std::nullopt;
+      },
+      r);
 }
 
 // tool_choice: {"type": "auto" | "any" | "tool" | "none", "name", "disable_parallel_tool_use"}.
@@ -183,13 +174,10 @@ static std::optional<ApiError> ParseMessagesRequestImpl(std::string_view body,
   *out = ApiRequest();
   ApiRequest& r = *out;
   r.endpoint = Endpoint::kChat;
-  if (JsonDepth(body, options.max_json_depth) == SIZE_MAX) {
-    return InvalidRequest("The request body nests JSON deeper than " +
-                          std::to_string(options.max_json_depth) + " levels.");
+  json root;
+  if (auto e = ParseBodyObject(body, options, "The request body is not valid JSON.", &root)) {
+    return e;
   }
-  const json root = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) return InvalidRequest("The request body is not valid JSON.");
-  if (!root.is_object()) return InvalidRequest("The request body must be a JSON object.");
   bool have_model = false, have_messages = false;
   std::string system;
   bool have_system = false;
@@ -251,8 +239,7 @@ static std::optional<ApiError> ParseMessagesRequestImpl(std::string_view body,
       if (!v.is_null()) {
         const std::string type = v.is_object() ? v.value("type", "") : "";
         if (type == "disabled") {
-          if (r.chat_template_kwargs.is_null()) r.chat_template_kwargs = json::object();
-          r.chat_template_kwargs["enable_thinking"] = false;
+          DisableThinking(&r);
         } else if (type != "enabled" && type != "adaptive") {
           e = InvalidRequest("Invalid value for 'thinking.type': expected 'enabled' or 'disabled'.",
                              "thinking.type", "invalid_value");
@@ -280,13 +267,8 @@ static std::optional<ApiError> ParseMessagesRequestImpl(std::string_view body,
 
 std::optional<ApiError> ParseMessagesRequest(std::string_view body, const ParseOptions& options,
                                              bool count_tokens, ApiRequest* out) {
-  // A field of an unexpected JSON type that a lookup trips over is the client's error (400), not
-  // the server's.
-  try {
-    return ParseMessagesRequestImpl(body, options, count_tokens, out);
-  } catch (const nlohmann::json::exception& e) {
-    return InvalidRequest(std::string("Invalid request body: ") + e.what());
-  }
+  return CatchJsonErrors(
+      [&] { return ParseMessagesRequestImpl(body, options, count_tokens, out); });
 }
 
 void HttpServer::HandleMessages(const httplib::Request& req, httplib::Response& res) {

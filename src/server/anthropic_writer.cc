@@ -31,10 +31,6 @@ const char* AnthropicTier(scheduler::ServiceTier tier) {
   }
 }
 
-bool Failed(const engine::GenerationEvent& e) {
-  return e.finish == engine::FinishReason::kError || e.finish == engine::FinishReason::kCancelled;
-}
-
 }  // namespace
 
 AnthropicWriter::AnthropicWriter(ResponseOptions options) : options_(std::move(options)) {}
@@ -124,10 +120,9 @@ std::string AnthropicWriter::Stream(int, const engine::GenerationEvent& event) {
   done_ = true;
   std::vector<ToolCall> calls;
   if (options_.parse_tools) {
-    const std::string tail = held_.substr(sent_);
-    ParsedReply reply = ParseToolCalls(tail, options_.tool_format, options_.tool_names);
+    ParsedReply reply = FinalReply(held_.substr(sent_), options_);
     calls = std::move(reply.calls);
-    StreamText(calls.empty() ? tail : reply.content, &out);
+    StreamText(reply.content, &out);
   }
   if (calls.empty()) StreamText("", &out, /*flush=*/true);  // a blank reply is still its text
   CloseBlock(&out);
@@ -161,15 +156,9 @@ void AnthropicWriter::Add(int, const engine::GenerationEvent& event) {
 }
 
 std::string AnthropicWriter::Body() const {
-  std::string text = text_;
-  std::vector<ToolCall> calls;
-  if (options_.parse_tools) {
-    ParsedReply reply = ParseToolCalls(text_, options_.tool_format, options_.tool_names);
-    if (!reply.calls.empty()) {
-      text = reply.content;
-      calls = std::move(reply.calls);
-    }
-  }
+  ParsedReply reply = FinalReply(text_, options_);
+  const std::string& text = reply.content;
+  const std::vector<ToolCall>& calls = reply.calls;
   json content = json::array();
   if (!text.empty()) content.push_back({{"type", "text"}, {"text", text}});
   for (const ToolCall& call : calls) content.push_back(ToolUseBlock(call, /*with_input=*/true));

@@ -14,6 +14,7 @@
 
 #include "engine/request.h"
 #include "server/openai_request.h"
+#include "server/tool_calls.h"
 
 namespace uf::server {
 
@@ -27,6 +28,17 @@ std::string ErrorBodyFor(ErrorStyle style, const ApiError& error);
 
 // PREFIX + 24 random alphanumerics (ids of responses, messages, calls).
 std::string RandomId(std::string_view prefix);
+
+// A request's event that ends it without a reply: an engine error or a cancellation.
+inline bool Failed(const engine::GenerationEvent& e) {
+  return e.finish == engine::FinishReason::kError || e.finish == engine::FinishReason::kCancelled;
+}
+
+struct ResponseOptions;  // openai_response.h
+
+// A finished reply as a writer returns it: with options.parse_tools and calls in `text`, the calls
+// and the text outside them; otherwise no calls and `text` whole.
+ParsedReply FinalReply(const std::string& text, const ResponseOptions& options);
 
 // One request's events turned into an API's response, streamed (Server-Sent Events) or not.
 class ResponseWriter {

@@ -246,6 +246,14 @@ std::string RandomId(std::string_view prefix) {
   return id;
 }
 
+ParsedReply FinalReply(const std::string& text, const ResponseOptions& options) {
+  if (options.parse_tools) {
+    ParsedReply reply = ParseToolCalls(text, options.tool_format, options.tool_names);
+    if (!reply.calls.empty()) return reply;
+  }
+  return {text, {}};
+}
+
 std::string ErrorBodyFor(ErrorStyle style, const ApiError& error) {
   if (style == ErrorStyle::kOpenAI) return ErrorBody(error);
   // Anthropic's error types by status (its documented set; 503 is its "overloaded").

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "grammar/json_schema.h"
+#include "server/openai_request_tools.h"
 
 namespace uf::server {
 
@@ -190,6 +191,31 @@ std::optional<ApiError> ParseExtension(const std::string& key, const json& v, Ap
   return std::nullopt;
 }
 
+std::optional<ApiError> ParseBodyObject(std::string_view body, const ParseOptions& options,
+                                        const std::string& not_json, json* root) {
+  if (JsonDepth(body, options.max_json_depth) == SIZE_MAX) {
+    return InvalidRequest("The request body nests JSON deeper than " +
+                          std::to_string(options.max_json_depth) + " levels.");
+  }
+  *root = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (root->is_discarded()) return InvalidRequest(not_json);
+  if (!root->is_object()) return InvalidRequest("The request body must be a JSON object.");
+  return std::nullopt;
+}
+
+std::optional<ApiError> CatchJsonErrors(const std::function<std::optional<ApiError>()>& parse) {
+  try {
+    return parse();
+  } catch (const nlohmann::json::exception& e) {
+    return InvalidRequest(std::string("Invalid request body: ") + e.what());
+  }
+}
+
+void DisableThinking(ApiRequest* r) {
+  if (r->chat_template_kwargs.is_null()) r->chat_template_kwargs = json::object();
+  r->chat_template_kwargs["enable_thinking"] = false;
+}
+
 void RenameToolParams(ApiError* e, std::string_view parameters_as) {
   const std::string params = "]." + std::string(parameters_as);
   for (std::string* s : {&e->param, &e->message}) {
@@ -198,6 +224,27 @@ void RenameToolParams(ApiError* e, std::string_view parameters_as) {
     while ((at = s->find("].function.")) != std::string::npos) s->replace(at, 11, "].");
     while ((at = s->find("].function")) != std::string::npos) s->replace(at, 10, "]");
   }
+}
+
+std::optional<ApiError> ParseFlatTools(const json& v, std::string_view body,
+                                       std::string_view parameters_as,
+                                       const FlatToolFunction& to_function, ApiRequest* r) {
+  using ojson = nlohmann::ordered_json;
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_array()) return WrongType("tools", v, "an array");
+  const ojson ordered = ojson::parse(body.begin(), body.end())["tools"];
+  ojson tools = ojson::array();
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    ojson f = ojson::object();
+    if (auto e = to_function("tools[" + std::to_string(i) + "]", v[i], ordered[i], &f)) return e;
+    tools.push_back({{"type", "function"}, {"function", std::move(f)}});
+  }
+  const std::string tools_body = ojson{{"tools", tools}}.dump();
+  if (auto e = ParseTools(json::parse(tools_body)["tools"], tools_body, r)) {
+    RenameToolParams(&*e, parameters_as);
+    return e;
+  }
+  return std::nullopt;
 }
 
 std::optional<ApiError> SchemaGrammar(const nlohmann::ordered_json& schema,

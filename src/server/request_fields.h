@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -49,9 +50,33 @@ std::optional<ApiError> ParseStop(const std::string& param, const nlohmann::json
 std::optional<ApiError> ParseExtension(const std::string& key, const nlohmann::json& v,
                                        ApiRequest* r, bool* known);
 
+// The body as a JSON object, or a 400: nested deeper than options.max_json_depth, not JSON at all
+// (not_json is that message, which differs between the APIs), or not an object.
+std::optional<ApiError> ParseBodyObject(std::string_view body, const ParseOptions& options,
+                                        const std::string& not_json, nlohmann::json* root);
+
+// parse(), with a JSON exception (a field of an unexpected JSON type that a lookup trips over)
+// turned into a 400: it is the client's error, not the server's.
+std::optional<ApiError> CatchJsonErrors(const std::function<std::optional<ApiError>()>& parse);
+
+// Turns a reasoning template's thinking off (chat_template_kwargs.enable_thinking = false, which
+// Qwen3's reads).
+void DisableThinking(ApiRequest* r);
+
 // Renames the chat tools' paths in an error ("tools[0].function.parameters.x") to those of an API
 // whose tools are flat ("tools[0]." + parameters_as + ".x", "tools[0].name").
 void RenameToolParams(ApiError* e, std::string_view parameters_as);
+
+// The tools of an API whose tools are flat ([{"name", ..., <parameters_as>}]): `v` (body's
+// "tools", read again from body in key order) as chat function tools, each tool's function made by
+// to_function(path "tools[i]", v[i], the tool in key order, &function), then validated by the chat
+// parser (ParseTools) with its errors renamed by RenameToolParams.
+using FlatToolFunction = std::function<std::optional<ApiError>(
+    const std::string& param, const nlohmann::json& tool, const nlohmann::ordered_json& ordered,
+    nlohmann::ordered_json* function)>;
+std::optional<ApiError> ParseFlatTools(const nlohmann::json& v, std::string_view body,
+                                       std::string_view parameters_as,
+                                       const FlatToolFunction& to_function, ApiRequest* r);
 
 // The grammar of a JSON schema (key order as sent), or a 400 naming the keyword the compiler
 // cannot enforce (param + "." + its path).

@@ -64,30 +64,20 @@ std::optional<ApiError> CallOfItem(const json& item, const std::string& param, j
 // tools: [{"type": "function", "name", "description", "parameters", "strict"}] as chat tools,
 // validated by the chat parser (errors renamed to this API's paths).
 std::optional<ApiError> ParseResponsesTools(const json& v, std::string_view body, ApiRequest* r) {
-  if (v.is_null()) return std::nullopt;
-  if (!v.is_array()) return WrongType("tools", v, "an array");
-  const ojson ordered = ojson::parse(body.begin(), body.end())["tools"];
-  ojson tools = ojson::array();
-  for (size_t i = 0; i < ordered.size(); ++i) {
-    const std::string p = "tools[" + std::to_string(i) + "]";
-    const ojson& t = ordered[i];
-    if (!t.is_object() || !t.contains("type")) return MissingParam(p + ".type");
-    if (t["type"] != "function") {
-      return Unsupported(p + ".type",
-                         "only function tools (no hosted tools such as " + t["type"].dump() + ").");
-    }
-    ojson f = ojson::object();
-    for (auto it = t.begin(); it != t.end(); ++it) {
-      if (it.key() != "type") f[it.key()] = it.value();
-    }
-    tools.push_back({{"type", "function"}, {"function", std::move(f)}});
-  }
-  const std::string tools_body = ojson{{"tools", tools}}.dump();
-  if (auto e = ParseTools(json::parse(tools_body)["tools"], tools_body, r)) {
-    RenameToolParams(&*e, "parameters");
-    return e;
-  }
-  return std::nullopt;
+  return ParseFlatTools(
+      v, body, "parameters",
+      [](const std::string& p, const json&, const ojson& t, ojson* f) -> std::optional<ApiError> {
+        if (!t.is_object() || !t.contains("type")) return MissingParam(p + ".type");
+        if (t["type"] != "function") {
+          return Unsupported(p + ".type", "only function tools (no hosted tools such as " +
+                                              t["type"].dump() + ").");
+        }
+        for (auto it = t.begin(); it != t.end(); ++it) {
+          if (it.key() != "type") (*f)[it.key()] = it.value();
+        }
+        return std::nullopt;
+      },
+      r);
 }
 
 std::optional<ApiError> ParseResponsesToolChoice(const json& v, ApiRequest* r) {
@@ -158,8 +148,7 @@ std::optional<ApiError> ParseReasoning(const json& v, ApiRequest* r) {
     std::string s;
     if (auto e = GetString(p, it.value(), &s)) return e;
     if (it.key() == "effort" && s == "none") {
-      if (r->chat_template_kwargs.is_null()) r->chat_template_kwargs = json::object();
-      r->chat_template_kwargs["enable_thinking"] = false;
+      DisableThinking(r);
     }
   }
   return std::nullopt;
@@ -273,14 +262,11 @@ static std::optional<ApiError> ParseResponsesRequestImpl(std::string_view body,
   ApiRequest& r = out->api;
   r.endpoint = Endpoint::kChat;
   r.messages = json::array();
-  if (JsonDepth(body, options.max_json_depth) == SIZE_MAX) {
-    return InvalidRequest("The request body nests JSON deeper than " +
-                          std::to_string(options.max_json_depth) + " levels.");
+  json root;
+  if (auto e = ParseBodyObject(body, options, "We could not parse the JSON body of your request.",
+                               &root)) {
+    return e;
   }
-  const json root = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded())
-    return InvalidRequest("We could not parse the JSON body of your request.");
-  if (!root.is_object()) return InvalidRequest("The request body must be a JSON object.");
   json& echo = out->echo;
   echo = {{"instructions", nullptr},
           {"max_output_tokens", nullptr},
@@ -356,13 +342,7 @@ static std::optional<ApiError> ParseResponsesRequestImpl(std::string_view body,
 
 std::optional<ApiError> ParseResponsesRequest(std::string_view body, const ParseOptions& options,
                                               ResponsesRequest* out) {
-  // A field of an unexpected JSON type that a lookup trips over is the client's error (400), not
-  // the server's.
-  try {
-    return ParseResponsesRequestImpl(body, options, out);
-  } catch (const nlohmann::json::exception& e) {
-    return InvalidRequest(std::string("Invalid request body: ") + e.what());
-  }
+  return CatchJsonErrors([&] { return ParseResponsesRequestImpl(body, options, out); });
 }
 
 void HttpServer::HandleResponses(const httplib::Request& req, httplib::Response& res) {

@@ -49,10 +49,6 @@ json CallItem(const ToolCall& call, const std::string& status, const std::string
           {"arguments", arguments},  {"status", status}};
 }
 
-bool Failed(const engine::GenerationEvent& e) {
-  return e.finish == engine::FinishReason::kError || e.finish == engine::FinishReason::kCancelled;
-}
-
 }  // namespace
 
 ResponsesWriter::ResponsesWriter(ResponseOptions options, json echo, ResponsesStoreTarget target)
@@ -294,11 +290,9 @@ std::string ResponsesWriter::Stream(int, const engine::GenerationEvent& event) {
   done_ = true;
   std::vector<ToolCall> calls;
   if (options_.parse_tools) {
-    const std::string tail = held_.substr(sent_);
-    ParsedReply reply = ParseToolCalls(tail, options_.tool_format, options_.tool_names);
+    ParsedReply reply = FinalReply(held_.substr(sent_), options_);
     calls = std::move(reply.calls);
-    const std::string& rest = calls.empty() ? tail : reply.content;
-    if (!rest.empty()) StreamText(rest, &out);
+    if (!reply.content.empty()) StreamText(reply.content, &out);
   }
   // A reply without calls is a message, even an empty or blank one.
   if (calls.empty() && !message_open_) StreamText("", &out, /*flush=*/true);
@@ -355,15 +349,9 @@ void ResponsesWriter::Add(int, const engine::GenerationEvent& event) {
 }
 
 std::string ResponsesWriter::Body() const {
-  std::string content = text_;
-  std::vector<ToolCall> calls;
-  if (options_.parse_tools) {
-    ParsedReply reply = ParseToolCalls(text_, options_.tool_format, options_.tool_names);
-    if (!reply.calls.empty()) {
-      content = reply.content;
-      calls = std::move(reply.calls);
-    }
-  }
+  ParsedReply reply = FinalReply(text_, options_);
+  const std::string& content = reply.content;
+  const std::vector<ToolCall>& calls = reply.calls;
   const bool incomplete = final_.finish == engine::FinishReason::kLength && calls.empty();
   json output = json::array();
   if (splitter_.had_reasoning()) output.push_back(ReasoningItem(rs_id_, reasoning_text_, true));
