@@ -99,10 +99,9 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar,
   path_.resize(trie_->max_depth_ + 1);
 }
 
-void TokenConstraint::Walk(StateId state, std::vector<uint64_t>* bits, int64_t* max_need) {
+template <typename OnNode>
+void TokenConstraint::ForEachLiveTokenNode(StateId state, OnNode on_node) {
   const TokenTrie& t = *trie_;
-  bits->assign(t.words(), 0);
-  *max_need = 0;
   ++stats_.walks;
   path_[0] = state;
   const int32_t n = static_cast<int32_t>(t.byte_.size());
@@ -115,18 +114,25 @@ void TokenConstraint::Walk(StateId state, std::vector<uint64_t>* bits, int64_t* 
       continue;
     }
     path_[t.depth_[i]] = s;
-    if (t.num_tokens_[i] > 0) {
-      // The byte bound on the distance after the token: its bytes spelled one token each, then
-      // the end of generation.
-      *max_need = std::max(*max_need, automaton_.MinBytesToAccept(s) + 1);
-      for (int32_t k = 0; k < t.num_tokens_[i]; ++k) {
-        const int32_t id = t.tokens_[t.first_token_[i] + k];
-        (*bits)[id >> 6] |= uint64_t{1} << (id & 63);
-      }
-    }
+    if (t.num_tokens_[i] > 0) on_node(i, s);
     ++i;
   }
   stats_.walk_nodes += visited;
+}
+
+void TokenConstraint::Walk(StateId state, std::vector<uint64_t>* bits, int64_t* max_need) {
+  const TokenTrie& t = *trie_;
+  bits->assign(t.words(), 0);
+  *max_need = 0;
+  ForEachLiveTokenNode(state, [&](int32_t i, StateId s) {
+    // The byte bound on the distance after the token: its bytes spelled one token each, then
+    // the end of generation.
+    *max_need = std::max(*max_need, automaton_.MinBytesToAccept(s) + 1);
+    for (int32_t k = 0; k < t.num_tokens_[i]; ++k) {
+      const int32_t id = t.tokens_[t.first_token_[i] + k];
+      (*bits)[id >> 6] |= uint64_t{1} << (id & 63);
+    }
+  });
   if (!t.spells_every_byte_) *max_need = kUnreachable;  // no bound: always search
   if (automaton_.Accepting(state)) {
     for (int32_t id : t.eog_) (*bits)[id >> 6] |= uint64_t{1} << (id & 63);
@@ -142,38 +148,23 @@ void TokenConstraint::Successors(StateId state, std::vector<StateId>* succs,
   // Runs of tokens lead to the same state (every token inside a string): skip the lookup then.
   StateId last = kDead;
   uint16_t last_index = kNoSucc;
-  ++stats_.walks;
-  path_[0] = state;
-  const int32_t n = static_cast<int32_t>(t.byte_.size());
-  int64_t visited = 0;
-  for (int32_t i = 1; i < n;) {
-    ++visited;
-    const StateId s = automaton_.Next(path_[t.depth_[i] - 1], t.byte_[i]);
-    if (s == kDead) {
-      i = t.skip_[i];
-      continue;
-    }
-    path_[t.depth_[i]] = s;
-    if (t.num_tokens_[i] > 0) {
-      if (s != last) {
-        auto [it, inserted] = index.try_emplace(s, kNoSucc);
-        // Past kMaxSuccs distinct states (never seen) the rest count as disallowed when tight.
-        if (inserted && succs->size() < kMaxSuccs) {
-          it->second = static_cast<uint16_t>(succs->size());
-          succs->push_back(s);
-        }
-        last = s;
-        last_index = it->second;
+  ForEachLiveTokenNode(state, [&](int32_t i, StateId s) {
+    if (s != last) {
+      auto [it, inserted] = index.try_emplace(s, kNoSucc);
+      // Past kMaxSuccs distinct states (never seen) the rest count as disallowed when tight.
+      if (inserted && succs->size() < kMaxSuccs) {
+        it->second = static_cast<uint16_t>(succs->size());
+        succs->push_back(s);
       }
-      if (succ_of_token != nullptr) {
-        for (int32_t k = 0; k < t.num_tokens_[i]; ++k) {
-          (*succ_of_token)[t.tokens_[t.first_token_[i] + k]] = last_index;
-        }
+      last = s;
+      last_index = it->second;
+    }
+    if (succ_of_token != nullptr) {
+      for (int32_t k = 0; k < t.num_tokens_[i]; ++k) {
+        (*succ_of_token)[t.tokens_[t.first_token_[i] + k]] = last_index;
       }
     }
-    ++i;
-  }
-  stats_.walk_nodes += visited;
+  });
   if (succ_of_token != nullptr && automaton_.Accepting(state)) {
     for (int32_t id : t.eog_) (*succ_of_token)[id] = kEogSucc;
   }

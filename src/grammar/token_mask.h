@@ -126,6 +126,11 @@ class TokenConstraint {
     int64_t max_token_need = 0;
     int64_t lowered = -1;  // lowered_ when succ_dist was last read
   };
+  // The shared trie walk of Walk and Successors: calls on_node(i, s) for every trie node i that
+  // ends at least one token and is live from state, with s the state after its bytes. Subtrees
+  // behind a dead byte are skipped whole.
+  template <typename OnNode>
+  void ForEachLiveTokenNode(StateId state, OnNode on_node);
   // Walks the trie from state: the allowed tokens into *bits and the byte bound on the distance
   // after any of them into *max_need.
   void Walk(StateId state, std::vector<uint64_t>* bits, int64_t* max_need);
