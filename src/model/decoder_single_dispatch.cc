@@ -120,7 +120,11 @@ void Decoder::SingleDispatchThread(const Batch& batch, int ti, int nt) {
       }
       convert(lt.qkv, xn_.data(), t);
     }
-    pool_->Sync([&] { lt.qkv.Reset(ranges, nt); });
+    pool_->Sync([&] {
+      lt.qkv.Reset(ranges, nt);
+      if (il > 0 && Abandoning()) abandoned_layers_ = il;  // Decoder::Forward's abandon
+    });
+    if (abandoned_layers_ > 0) return;  // every thread reads the same value after the Sync
     lt.qkv.Run(act_of(lt.qkv, xn_.data()), n, ranges, ti, nt);
     pool_->Sync();
     // Units of (token, KV head group): a decode step's RoPE and K/V stores are split too.
