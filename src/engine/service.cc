@@ -1,6 +1,7 @@
 #include "engine/service.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -90,6 +91,10 @@ StatusOr<std::unique_ptr<Service>> Service::Create(const model::Model& model,
   // One sequence must always fit, so a request alone can never run out of blocks.
   o.kv_tokens = std::max(o.kv_tokens, o.ctx);
   if (o.n_threads <= 0) o.n_threads = ThreadPool::DefaultThreads();
+  // A/B runs through `serve`: UF_PREEMPT_FOR_ULTRAFAST=0 lets the step in flight finish.
+  if (const char* env = std::getenv("UF_PREEMPT_FOR_ULTRAFAST"); env && std::string(env) == "0") {
+    o.preempt_for_ultrafast = false;
+  }
   o.scheduler.max_step_tokens = o.max_seqs + o.prefill_chunk + o.max_draft_tokens;
   o.scheduler.max_prefill_tokens = o.prefill_chunk;
   o.scheduler.max_draft_tokens = o.max_draft_tokens;

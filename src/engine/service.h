@@ -65,7 +65,8 @@ struct ServiceOptions {
   // at once: a batch of 8-16 defaults takes 3-4 solo decode steps on a 2-core CPU, and waiting
   // for it put the first token ~2 solo steps later than alone. The abandoned sequences lose the
   // layers already run (EngineStats::abandoned_*), nothing else: their lengths do not advance and
-  // the rerun rewrites the same K/V. Off: the step in flight finishes first (A/B runs).
+  // the rerun rewrites the same K/V. Off: the step in flight finishes first (A/B runs; also
+  // with the environment variable UF_PREEMPT_FOR_ULTRAFAST=0).
   bool preempt_for_ultrafast = true;
 
   // Service tiers. `auto` requests ask for auto_tier; only ultrafast can fall back (to default).
