@@ -166,8 +166,7 @@ class Pacer {
   // Waits until the engine is held at the start of step `step` (false after 60 s).
   bool WaitHeld(int64_t step) {
     std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, std::chrono::seconds(60),
-                        [&] { return held_ && steps_ == step; });
+    return cv_.wait_for(lock, std::chrono::seconds(60), [&] { return held_ && steps_ == step; });
   }
   // Lets the held step go and holds at `next` (-1: nowhere) instead.
   void Release(int64_t next = -1) {
@@ -255,8 +254,8 @@ std::vector<int32_t> Alone(const std::string& prompt, int64_t max_tokens) {
 // Step times of the 1B Q4_0 shape on 2 threads (docs/tiers.md: t(1)/t(2)/t(3)/t(4)/t(8)/t(16)),
 // linear between the points.
 double Llama1BStep(int64_t batch) {
-  static const std::vector<std::pair<int64_t, double>> kT = {
-      {1, 0.132}, {2, 0.176}, {3, 0.233}, {4, 0.285}, {8, 0.402}, {16, 0.487}};
+  static const std::vector<std::pair<int64_t, double>> kT = {{1, 0.132}, {2, 0.176}, {3, 0.233},
+                                                             {4, 0.285}, {8, 0.402}, {16, 0.487}};
   if (batch <= 0) return 0.0;
   for (size_t i = 1; i < kT.size(); ++i) {
     if (batch <= kT[i].first) {

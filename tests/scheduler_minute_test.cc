@@ -4,7 +4,7 @@
 // throughout; ultrafast requests (24-token prompt, 64 tokens) come and go, 2-5 s apart, landing
 // anywhere inside a step. The engine's step preemption (ServiceOptions::preempt_for_ultrafast)
 // is modelled as the decoder does it: a step without ultrafast work is abandoned at the first
-// layer boundary after an arrival (16 layers), its time lost to the defaults.
+// layer boundary after an arrival (16 layers, then the logits), its time lost to the defaults.
 //
 // Targets: beside an ultrafast stream the defaults get at least 80% of the tokens the curve
 // allows inside the slack (each ultrafast step, the most defaults whose step stays within
@@ -75,7 +75,8 @@ struct MinuteReport {
   std::vector<double> ttft_excess_steps;
 };
 
-constexpr int64_t kPrompt = 24, kUltrafastTokens = 64, kLayers = 16, kBlock = 16;
+constexpr int64_t kPrompt = 24, kUltrafastTokens = 64, kBlock = 16;
+constexpr int64_t kLayers = 16, kLogitsLayers = 4;  // the 1B model's
 constexpr int64_t kUltrafastId = 1000;
 
 MinuteReport SimulateMinute(const MinuteOptions& o) {
@@ -103,8 +104,7 @@ MinuteReport SimulateMinute(const MinuteOptions& o) {
   };
   for (int64_t i = 0; i < o.defaults; ++i) submit(i, ServiceTier::kDefault, 0.0);
   // The request alone: its prompt in one step, then decode steps at its context.
-  const double solo_ttft =
-      curve(kPrompt, kPrompt * (kPrompt + 1) / 2) + o.seconds_per_output;
+  const double solo_ttft = curve(kPrompt, kPrompt * (kPrompt + 1) / 2) + o.seconds_per_output;
   const double solo_step = curve(1, kPrompt + 1) + o.seconds_per_output;
 
   // Times are the 1B model's (its solo step 0.132 s); a faster model's are scaled to its solo
@@ -157,14 +157,15 @@ MinuteReport SimulateMinute(const MinuteOptions& o) {
         contexts.push_back(q.st.context);
       }
     }
-    const double full = curve(o.defaults, default_ctx) +
-                        o.seconds_per_output * static_cast<double>(o.defaults);
+    const double full =
+        curve(o.defaults, default_ctx) + o.seconds_per_output * static_cast<double>(o.defaults);
     if (!with_uf && !uf_present && next_arrival < now + seconds && o.preempt) {
-      // The decoder checks the flag before each layer after the first: the first check at or
-      // after the arrival abandons the step, unless the arrival came in the last layer.
-      const double layer = seconds / static_cast<double>(kLayers);
+      // The decoder checks the flag before each layer after the first and before the logits
+      // product (on the 1B model about kLogitsLayers layers' worth of weights): the first check
+      // at or after the arrival abandons the step, unless the arrival came during the logits.
+      const double layer = seconds / static_cast<double>(kLayers + kLogitsLayers);
       const int64_t k = static_cast<int64_t>(std::ceil((next_arrival - now) / layer));
-      if (k >= 1 && k <= kLayers - 1) {
+      if (k >= 1 && k <= kLayers) {
         const double spent = static_cast<double>(k) * layer;
         clock.Advance(spent);
         if (measured) {
@@ -259,10 +260,9 @@ TEST(SchedulerMinuteTest, DefaultsAreNotStarvedAndTheFirstTokenDoesNotWait) {
             "(%.1f%% of all %.0f); TTFT - solo: max %.2f solo steps (without preemption max "
             "%.2f, median %.2f)\n",
             cv.name, slack, static_cast<long long>(n), static_cast<long long>(on.requests),
-            on.beside_tokens, on.beside_ideal, on.prompt_tokens, on.prompt_ideal,
-            on.alone_tokens, on.alone_ideal, on.abandoned_ideal,
-            100 * on.abandoned_ideal / total, total, ttft.back(), ttft_off.back(),
-            ttft_off[ttft_off.size() / 2]);
+            on.beside_tokens, on.beside_ideal, on.prompt_tokens, on.prompt_ideal, on.alone_tokens,
+            on.alone_ideal, on.abandoned_ideal, 100 * on.abandoned_ideal / total, total,
+            ttft.back(), ttft_off.back(), ttft_off[ttft_off.size() / 2]);
         EXPECT_GE(on.requests, 4);
         EXPECT_GE(on.beside_tokens, 0.8 * on.beside_ideal);
         // The machine is theirs when no stream runs: every step the full batch.

@@ -344,8 +344,7 @@ bool Service::Step() {
   // A step with no ultrafast work stops for an ultrafast request that arrives meanwhile
   // (ServiceOptions::preempt_for_ultrafast).
   const bool preemptible = plan.ultrafast_composition.empty();
-  const Status status =
-      decoder_->Forward(batch_, preemptible ? &ultrafast_arrived_ : nullptr);
+  const Status status = decoder_->Forward(batch_, preemptible ? &ultrafast_arrived_ : nullptr);
   const double seconds = NowSeconds() - start;
   if (!status.ok() && decoder_->abandoned_layers() > 0) {
     // Nothing advanced: the sequences run these positions again when next scheduled (the cache
@@ -381,9 +380,9 @@ bool Service::Step() {
             seq->to_feed() == 0) {
           UF_LOG(DEBUG) << "serve: ultrafast first token " << NowSeconds() - seq->submitted
                         << " s after submission: queued after " << seq->queued - seq->submitted
-                        << " s, " << start - seq->submitted << " s before its last prompt step, " << seconds << " s that step ("
-                        << composition.decode_seqs << " decodes, " << composition.prefill_tokens
-                        << " prompt tokens)";
+                        << " s, " << start - seq->submitted << " s before its last prompt step, "
+                        << seconds << " s that step (" << composition.decode_seqs << " decodes, "
+                        << composition.prefill_tokens << " prompt tokens)";
         }
       }
     }

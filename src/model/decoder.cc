@@ -325,6 +325,11 @@ void Decoder::RunLayers(const Batch& batch) {
     kernels::AddRmsNorm(x_.data() + j * e, y_.data() + j * e, out_norm, xo_.data() + j * e, e,
                         c.rms_eps);
   }
+  // The logits product reads the vocabulary's matrix (a few layers' worth of weights).
+  if (n_outputs_ > 0 && Abandoning()) {
+    abandoned_layers_ = c.n_layer;
+    return;
+  }
   if (n_outputs_ > 0)
     kernels::MatMul(model_.weights().output, xo_.data(), n_outputs_, logits_.data(), pool_);
 }

@@ -50,10 +50,11 @@ class Decoder {
   // contents of the batch's sequences unchanged up to their previous lengths.
   //
   // abandon (the serving engine's step preemption): when given, it is read before every layer
-  // after the first (one relaxed load per layer; in the single-dispatch forward inside a barrier
-  // that was there anyway). Once it is set the forward stops there and returns Unavailable with
-  // abandoned_layers() > 0; the cache lengths stay as they were, and the K/V rows already written
-  // past them are rewritten with the same values when the same positions run again.
+  // after the first and before the logits product (one relaxed load each; in the single-dispatch
+  // forward inside barriers that were there anyway). Once it is set the forward stops there and
+  // returns Unavailable with abandoned_layers() > 0 (n_layer: before the logits); the cache
+  // lengths stay as they were, and the K/V rows already written past them are rewritten with the
+  // same values when the same positions run again.
   Status Forward(const Batch& batch, const std::atomic<bool>* abandon = nullptr);
   // Layers the last Forward ran before it was abandoned; 0 when it ran to the end.
   int64_t abandoned_layers() const { return abandoned_layers_; }
@@ -167,14 +168,17 @@ class Decoder {
   std::vector<int64_t> attn_groups_;      // [groups + 1] first token of each attention token group
   std::vector<int64_t> attn_group_keys_;  // [groups] keys the group's last token attends to
   int64_t attn_cost_ = 0;                 // a layer's attention multiply-adds (x4) for this batch
-  const std::atomic<bool>* abandon_ = nullptr;  // this Forward's (see Forward)
-  int64_t abandoned_layers_ = 0;
-  bool Abandoning() const { return abandon_ != nullptr && abandon_->load(std::memory_order_relaxed); }
   std::vector<float> xo_;                 // [max_outputs][n_embd] normed rows that want logits
   std::vector<float> logits_;             // [max_outputs][n_vocab]
   std::vector<int32_t> seq_next_;         // [max_seqs] next position per sequence, -1 if unseen
   std::vector<int32_t> touched_seqs_;     // sequences of the current batch
   int64_t n_outputs_ = 0;
+  // Forward's abandon flag while it runs, and the layers it ran when it stopped for it.
+  const std::atomic<bool>* abandon_ = nullptr;
+  int64_t abandoned_layers_ = 0;
+  bool Abandoning() const {
+    return abandon_ != nullptr && abandon_->load(std::memory_order_relaxed);
+  }
 };
 
 }  // namespace uf::model
