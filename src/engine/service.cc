@@ -353,7 +353,10 @@ bool Service::Step() {
     ++abandoned_steps_;
     abandoned_layers_ += decoder_->abandoned_layers();
     abandoned_seconds_.store(abandoned_seconds_.load() + seconds);
-    for (auto& [seq, n] : batch_feeds_) seq->drafts = 0;
+    for (auto& [seq, n] : batch_feeds_) {
+      seq->drafts = 0;
+      if (!seq->decoding) prompt_tokens_computed_ -= n;  // counted again when they run
+    }
     UF_LOG(DEBUG) << "serve: " << status.message() << " (" << seconds << " s) for an ultrafast "
                   << "request";
     PublishStats();
