@@ -46,6 +46,7 @@ struct Config {
   double slack = 0.05;  // the server's --ultrafast-slack, for the ideal
   double curve_seconds = 1.5;
   int race = 0;
+  bool no_curve = false;
 };
 
 const Clock::time_point kStart = Clock::now();
@@ -238,6 +239,7 @@ int main(int argc, char** argv) {
   app.add_option("--slack", c.slack, "the server's --ultrafast-slack")->capture_default_str();
   app.add_option("--curve-seconds", c.curve_seconds, "seconds per curve point")
       ->capture_default_str();
+  app.add_flag("--no-curve", c.no_curve, "skip the step-time curve (A/B runs of the rounds)");
   app.add_option("--race", c.race,
                  "instead: this many races of a default and an ultrafast request of --tokens")
       ->capture_default_str();
@@ -359,7 +361,7 @@ int main(int argc, char** argv) {
     if (std::find(sizes.begin(), sizes.end(), n) == sizes.end()) sizes.push_back(n);
   }
   std::vector<std::vector<double>> t(sizes.size());
-  for (int r = 0; r < c.rounds; ++r) {
+  for (int r = 0; r < c.rounds && !c.no_curve; ++r) {  // --no-curve: every t(b) reads 0
     for (size_t i = 0; i < sizes.size(); ++i) t[i].push_back(StepTime(c, sizes[i]));
   }
   json curve = json::object();
@@ -372,7 +374,7 @@ int main(int argc, char** argv) {
   // Ideal defaults beside one stream at this slack: the most k (of the measured 2..4) with
   // t(1 + k) <= (1 + slack) t(1).
   int k = 0;
-  for (int b = 2; b <= 4; ++b) {
+  for (int b = 2; b <= 4 && !c.no_curve; ++b) {
     if (step[static_cast<size_t>(b - 1)] <= (1 + c.slack) * step[0]) k = b - 1;
   }
   const double ideal = k > 0 ? k / step[static_cast<size_t>(k)] : 0.0;

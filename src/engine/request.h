@@ -111,6 +111,12 @@ struct EngineStats {
   int64_t prompt_tokens_computed = 0;  // prompt tokens run through the model, total
   int64_t steps = 0;                   // forward passes, total
   int64_t preemptions = 0;  // sequences evicted for KV blocks and recomputed later, total
+  // Default/flex steps abandoned mid-forward because an ultrafast request arrived (its first
+  // token must not wait for the step in flight, ServiceOptions::preempt_for_ultrafast), totals:
+  // the steps, the layers they had run and the seconds those took (work thrown away).
+  int64_t abandoned_steps = 0;
+  int64_t abandoned_layers = 0;
+  double abandoned_seconds = 0.0;
 
   // Per serving tier, indexed by scheduler::ServiceTier.
   struct Tier {

@@ -1,6 +1,7 @@
 #include "engine/service.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -26,6 +27,9 @@ struct Service::Sequence {
   int64_t id = 0;  // unique per service: the scheduler's and TierAdmission's key
   scheduler::ServiceTier tier = scheduler::ServiceTier::kDefault;  // serving tier
   double arrival = 0.0;                                            // Clock time of Submit
+  // NowSeconds() when Submit began and when it queued the request (the debug log of an
+  // ultrafast first token).
+  double submitted = 0.0, queued = 0.0;
   double last_served = 0.0;  // Clock time of its last step with work; arrival before that
   bool preempted = false;    // paused for ultrafast work, KV kept
   GenerationRequest request;
@@ -87,6 +91,10 @@ StatusOr<std::unique_ptr<Service>> Service::Create(const model::Model& model,
   // One sequence must always fit, so a request alone can never run out of blocks.
   o.kv_tokens = std::max(o.kv_tokens, o.ctx);
   if (o.n_threads <= 0) o.n_threads = ThreadPool::DefaultThreads();
+  // A/B runs through `serve`: UF_PREEMPT_FOR_ULTRAFAST=0 lets the step in flight finish.
+  if (const char* env = std::getenv("UF_PREEMPT_FOR_ULTRAFAST"); env && std::string(env) == "0") {
+    o.preempt_for_ultrafast = false;
+  }
   o.scheduler.max_step_tokens = o.max_seqs + o.prefill_chunk + o.max_draft_tokens;
   o.scheduler.max_prefill_tokens = o.prefill_chunk;
   o.scheduler.max_draft_tokens = o.max_draft_tokens;
@@ -173,6 +181,7 @@ StatusOr<std::shared_ptr<RequestChannel>> Service::Submit(GenerationRequest requ
   auto seq = std::make_unique<Sequence>(std::move(request), tokenizer_);
   seq->id = next_id_++;
   seq->arrival = seq->last_served = clock_->Now();
+  seq->submitted = NowSeconds();
   std::shared_ptr<RequestChannel> channel = seq->channel;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -203,8 +212,13 @@ StatusOr<std::shared_ptr<RequestChannel>> Service::Submit(GenerationRequest requ
                !seq->request.prediction.empty()) {
       seq->spec = {SpecMode::kNgram, options_.spec_k};
     }
+    const bool ultrafast = seq->tier == scheduler::ServiceTier::kUltrafast;
+    seq->queued = NowSeconds();
     incoming_.push_back(std::move(seq));
     ++queued_;
+    if (ultrafast && options_.preempt_for_ultrafast) {
+      ultrafast_arrived_.store(true, std::memory_order_relaxed);
+    }
   }
   cv_.notify_one();
   return channel;
@@ -245,6 +259,9 @@ EngineStats Service::Stats() const {
   s.prompt_tokens_computed = prompt_tokens_computed_.load();
   s.steps = steps_.load();
   s.preemptions = preemptions_.load();
+  s.abandoned_steps = abandoned_steps_.load();
+  s.abandoned_layers = abandoned_layers_.load();
+  s.abandoned_seconds = abandoned_seconds_.load();
   for (int t = 0; t < scheduler::kNumServiceTiers; ++t) {
     s.tiers[t].running = tier_running_[t].load();
     s.tiers[t].generated_tokens = tier_tokens_[t].load();
@@ -271,6 +288,8 @@ void Service::Loop() {
         waiting_.push_back(std::move(incoming_.front()));
         incoming_.pop_front();
       }
+      // The next plan sees them: no step of this loop is to be abandoned for them.
+      ultrafast_arrived_.store(false, std::memory_order_relaxed);
     }
     if (!Step()) {
       // No step ran: nothing more will flush held-back stream events until one does.
@@ -321,10 +340,29 @@ bool Service::Step() {
     return false;
   }
   const double now = clock_->Now();
-  for (auto& [seq, n] : batch_feeds_) seq->last_served = now;
   const double start = NowSeconds();
-  const Status status = decoder_->Forward(batch_);
+  // A step with no ultrafast work stops for an ultrafast request that arrives meanwhile
+  // (ServiceOptions::preempt_for_ultrafast).
+  const bool preemptible = plan.ultrafast_composition.empty();
+  const Status status = decoder_->Forward(batch_, preemptible ? &ultrafast_arrived_ : nullptr);
   const double seconds = NowSeconds() - start;
+  if (!status.ok() && decoder_->abandoned_layers() > 0) {
+    // Nothing advanced: the sequences run these positions again when next scheduled (the cache
+    // gave back the blocks reserved past their lengths, drafts included); the cost model and the
+    // scheduler learn nothing from a partial step.
+    ++abandoned_steps_;
+    abandoned_layers_ += decoder_->abandoned_layers();
+    abandoned_seconds_.store(abandoned_seconds_.load() + seconds);
+    for (auto& [seq, n] : batch_feeds_) {
+      seq->drafts = 0;
+      if (!seq->decoding) prompt_tokens_computed_ -= n;  // counted again when they run
+    }
+    UF_LOG(DEBUG) << "serve: " << status.message() << " (" << seconds << " s) for an ultrafast "
+                  << "request";
+    PublishStats();
+    return true;
+  }
+  for (auto& [seq, n] : batch_feeds_) seq->last_served = now;
   ++steps_;
   if (!status.ok()) {
     // Not expected (blocks were reserved above); fail the sequences in it, keep serving.
@@ -335,6 +373,20 @@ bool Service::Step() {
       seq->n_computed += n;
       if (options_.prefix_cache) {
         cache_->PublishPrefix(seq->slot, seq->tokens.data(), seq->n_computed);
+      }
+    }
+    // Where an ultrafast request's time to first token goes (UF_LOG_LEVEL=debug): what it
+    // waited for before the step that reads its prompt's last chunk, and that step.
+    if (MinLogLevel() <= LogLevel::kDebug) {
+      for (auto& [seq, n] : batch_feeds_) {
+        if (seq->tier == scheduler::ServiceTier::kUltrafast && seq->n_generated == 0 &&
+            seq->to_feed() == 0) {
+          UF_LOG(DEBUG) << "serve: ultrafast first token " << NowSeconds() - seq->submitted
+                        << " s after submission: queued after " << seq->queued - seq->submitted
+                        << " s, " << start - seq->submitted << " s before its last prompt step, "
+                        << seconds << " s that step (" << composition.decode_seqs << " decodes, "
+                        << composition.prefill_tokens << " prompt tokens)";
+        }
       }
     }
     SampleOutputs(seconds);

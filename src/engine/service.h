@@ -60,6 +60,14 @@ struct ServiceOptions {
   int n_threads = 0;              // 0 = ThreadPool::DefaultThreads()
   // Tests: runs on the engine thread before every step (e.g. to slow the engine down).
   std::function<void()> step_hook;
+  // An ultrafast request that arrives while a step without ultrafast work runs abandons that
+  // step at the next layer boundary (model::Decoder::Forward's abandon), so that its prompt starts
+  // at once: a batch of 8-16 defaults takes 3-4 solo decode steps on a 2-core CPU, and waiting
+  // for it put the first token ~2 solo steps later than alone. The abandoned sequences lose the
+  // layers already run (EngineStats::abandoned_*), nothing else: their lengths do not advance and
+  // the rerun rewrites the same K/V. Off: the step in flight finishes first (A/B runs; also
+  // with the environment variable UF_PREEMPT_FOR_ULTRAFAST=0).
+  bool preempt_for_ultrafast = true;
 
   // Service tiers. `auto` requests ask for auto_tier; only ultrafast can fall back (to default).
   scheduler::ServiceTier auto_tier = scheduler::ServiceTier::kDefault;
@@ -170,6 +178,9 @@ class Service {
   std::deque<std::unique_ptr<Sequence>> incoming_;
   bool stopping_ = false;
   std::atomic<int64_t> queued_{0};  // incoming_ + waiting_
+  // An ultrafast request is in incoming_ (set by Submit, cleared when the engine takes
+  // incoming_, both under mu_): the abandon flag of a step without ultrafast work.
+  std::atomic<bool> ultrafast_arrived_{false};
 
   // Engine thread only.
   std::deque<std::unique_ptr<Sequence>> waiting_;   // no slot: new or evicted
@@ -189,6 +200,8 @@ class Service {
   std::atomic<int64_t> kv_used_{0}, kv_cached_{0}, kv_free_{0};
   std::atomic<int64_t> prefix_hit_tokens_{0}, prompt_tokens_computed_{0};
   std::atomic<int64_t> steps_{0}, preemptions_{0};
+  std::atomic<int64_t> abandoned_steps_{0}, abandoned_layers_{0};
+  std::atomic<double> abandoned_seconds_{0.0};
   std::array<std::atomic<int64_t>, scheduler::kNumServiceTiers> tier_running_{}, tier_tokens_{},
       tier_paused_{};
   std::atomic<int64_t> rejections_{0}, fallbacks_{0};

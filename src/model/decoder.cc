@@ -244,8 +244,10 @@ Status Decoder::Prepare(const Batch& batch) {
   return OkStatus();
 }
 
-Status Decoder::Forward(const Batch& batch) {
+Status Decoder::Forward(const Batch& batch, const std::atomic<bool>* abandon) {
+  abandoned_layers_ = 0;
   UF_RETURN_IF_ERROR(Prepare(batch));
+  abandon_ = abandon;
   const ModelConfig& c = config_;
   const int64_t n = batch.size();
   // Attention items: up to kAttentionTokens consecutive tokens of one sequence (a prefill's)
@@ -281,6 +283,17 @@ Status Decoder::Forward(const Batch& batch) {
   } else {
     RunLayers(batch);
   }
+  abandon_ = nullptr;
+  if (abandoned_layers_ > 0) {
+    // As after a failed Prepare: the lengths stay, the blocks reserved past them go back.
+    for (int32_t s : touched_seqs_) {
+      cache_->Truncate(s, cache_->Length(s));
+      seq_next_[s] = -1;
+    }
+    touched_seqs_.clear();
+    return UnavailableError("forward: abandoned after " + std::to_string(abandoned_layers_) +
+                            " of " + std::to_string(c.n_layer) + " layers");
+  }
   for (int32_t s : touched_seqs_) {
     cache_->Truncate(s, seq_next_[s]);
     cache_->SetLength(s, seq_next_[s]);
@@ -297,7 +310,13 @@ void Decoder::RunLayers(const Batch& batch) {
       kernels::RopeAngles(rope_, batch.positions[t], rope_cs_.data() + t * c.rope_dim);
     }
   });
-  for (int64_t il = 0; il < c.n_layer; ++il) Layer(il, batch);
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    if (il > 0 && Abandoning()) {
+      abandoned_layers_ = il;
+      return;
+    }
+    Layer(il, batch);
+  }
 
   // The last layer left the rows that want logits compacted at the front (batch order): its
   // FFN residual add, then the final norm.
@@ -305,6 +324,11 @@ void Decoder::RunLayers(const Batch& batch) {
   for (int64_t j = 0; j < n_outputs_; ++j) {
     kernels::AddRmsNorm(x_.data() + j * e, y_.data() + j * e, out_norm, xo_.data() + j * e, e,
                         c.rms_eps);
+  }
+  // The logits product reads the vocabulary's matrix (a few layers' worth of weights).
+  if (n_outputs_ > 0 && Abandoning()) {
+    abandoned_layers_ = c.n_layer;
+    return;
   }
   if (n_outputs_ > 0)
     kernels::MatMul(model_.weights().output, xo_.data(), n_outputs_, logits_.data(), pool_);

@@ -10,6 +10,7 @@
 // large enough to pay for a dispatch.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -47,7 +48,16 @@ class Decoder {
   // forgotten), and computes logits for the tokens that want them. Errors (bad token ids,
   // positions that skip ahead of the cache, out of KV blocks, too many tokens) leave the cache
   // contents of the batch's sequences unchanged up to their previous lengths.
-  Status Forward(const Batch& batch);
+  //
+  // abandon (the serving engine's step preemption): when given, it is read before every layer
+  // after the first and before the logits product (one relaxed load each; in the single-dispatch
+  // forward inside barriers that were there anyway). Once it is set the forward stops there and
+  // returns Unavailable with abandoned_layers() > 0 (n_layer: before the logits); the cache
+  // lengths stay as they were, and the K/V rows already written past them are rewritten with the
+  // same values when the same positions run again.
+  Status Forward(const Batch& batch, const std::atomic<bool>* abandon = nullptr);
+  // Layers the last Forward ran before it was abandoned; 0 when it ran to the end.
+  int64_t abandoned_layers() const { return abandoned_layers_; }
 
   // Logits of the i-th token of the last batch that wanted logits (batch order). [n_vocab]
   const float* logits(int64_t i) const { return logits_.data() + i * config_.n_vocab; }
@@ -163,6 +173,12 @@ class Decoder {
   std::vector<int32_t> seq_next_;         // [max_seqs] next position per sequence, -1 if unseen
   std::vector<int32_t> touched_seqs_;     // sequences of the current batch
   int64_t n_outputs_ = 0;
+  // Forward's abandon flag while it runs, and the layers it ran when it stopped for it.
+  const std::atomic<bool>* abandon_ = nullptr;
+  int64_t abandoned_layers_ = 0;
+  bool Abandoning() const {
+    return abandon_ != nullptr && abandon_->load(std::memory_order_relaxed);
+  }
 };
 
 }  // namespace uf::model

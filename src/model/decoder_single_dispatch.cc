@@ -120,7 +120,11 @@ void Decoder::SingleDispatchThread(const Batch& batch, int ti, int nt) {
       }
       convert(lt.qkv, xn_.data(), t);
     }
-    pool_->Sync([&] { lt.qkv.Reset(ranges, nt); });
+    pool_->Sync([&] {
+      lt.qkv.Reset(ranges, nt);
+      if (il > 0 && Abandoning()) abandoned_layers_ = il;  // Decoder::Forward's abandon
+    });
+    if (abandoned_layers_ > 0) return;  // every thread reads the same value after the Sync
     lt.qkv.Run(act_of(lt.qkv, xn_.data()), n, ranges, ti, nt);
     pool_->Sync();
     // Units of (token, KV head group): a decode step's RoPE and K/V stores are split too.
@@ -172,7 +176,12 @@ void Decoder::SingleDispatchThread(const Batch& batch, int ti, int nt) {
     kernels::AddRmsNorm(x_.data() + j * e, y_.data() + j * e, out_norm, xo_.data() + j * e, e, eps);
     convert(out_task_, xo_.data(), j);
   }
-  pool_->Sync([&] { out_task_.Reset(ranges, nt); });
+  pool_->Sync([&] {
+    out_task_.Reset(ranges, nt);
+    // The logits product reads the vocabulary's matrix (a few layers' worth of weights).
+    if (Abandoning()) abandoned_layers_ = c.n_layer;
+  });
+  if (abandoned_layers_ > 0) return;
   out_task_.Run(act_of(out_task_, xo_.data()), n_outputs_, ranges, ti, nt);
 }
 
