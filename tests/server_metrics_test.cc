@@ -69,6 +69,9 @@ TEST(MetricsTest, RendersEverything) {
   e.tiers[static_cast<int>(scheduler::ServiceTier::kDefault)] = {1, 300, 7};
   e.ultrafast_rejections = 2;
   e.ultrafast_fallbacks = 3;
+  e.abandoned_steps = 4;
+  e.abandoned_layers = 37;
+  e.abandoned_seconds = 0.25;
   e.spec_drafted = 40;
   e.spec_accepted = 25;
   e.spec_verify_steps = 9;
@@ -102,6 +105,9 @@ TEST(MetricsTest, RendersEverything) {
   EXPECT_EQ(Value(t, "ultrafast_tier_preemptions_total{" + def + "}"), 7);
   EXPECT_EQ(Value(t, "ultrafast_tier_rejections_total"), 2);
   EXPECT_EQ(Value(t, "ultrafast_tier_fallbacks_total"), 3);
+  EXPECT_EQ(Value(t, "ultrafast_abandoned_steps_total"), 4);
+  EXPECT_EQ(Value(t, "ultrafast_abandoned_layers_total"), 37);
+  EXPECT_DOUBLE_EQ(Value(t, "ultrafast_abandoned_seconds_total"), 0.25);
   EXPECT_EQ(Value(t, "ultrafast_prompt_tokens_total"), 11);
   EXPECT_EQ(Value(t, "ultrafast_generation_tokens_total"), 5);
   EXPECT_EQ(Value(t, "ultrafast_queue_depth"), 3);

@@ -160,6 +160,14 @@ std::string Metrics::Render(const engine::EngineStats& e) const {
   Metric(&out, "ultrafast_tier_fallbacks_total", "counter",
          "Auto requests served as default because every ultrafast stream was taken.",
          static_cast<double>(e.ultrafast_fallbacks));
+  Metric(&out, "ultrafast_abandoned_steps_total", "counter",
+         "Default/flex steps abandoned mid-forward so an arriving ultrafast request starts at once.",
+         static_cast<double>(e.abandoned_steps));
+  Metric(&out, "ultrafast_abandoned_layers_total", "counter",
+         "Layers run by abandoned steps (the work redone).",
+         static_cast<double>(e.abandoned_layers));
+  Metric(&out, "ultrafast_abandoned_seconds_total", "counter",
+         "Engine time spent in abandoned steps.", e.abandoned_seconds);
   Metric(&out, "ultrafast_spec_drafted_tokens_total", "counter",
          "Speculative drafts verified by the model.", static_cast<double>(e.spec_drafted));
   Metric(&out, "ultrafast_spec_accepted_tokens_total", "counter",
