@@ -35,9 +35,7 @@ Status GenerateOnGpu(gpu::GpuDecoder& decoder, const Tokenizer& tokenizer,
   for (int32_t t : prompt) text.Push(t);
 
   const double t0 = NowSeconds();
-  for (int64_t i = 0; i < n_prompt; ++i) {
-    UF_RETURN_IF_ERROR(decoder.Step(prompt[i], static_cast<int32_t>(i)));
-  }
+  UF_RETURN_IF_ERROR(decoder.Prefill(prompt, 0));  // in batches of decoder.max_batch()
   stats->n_prompt = n_prompt;
   stats->prefill_seconds = NowSeconds() - t0;
   double t_first = 0.0;

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/status.h"
+
 namespace uf::model {
 
 struct Batch {
@@ -33,6 +35,18 @@ struct Batch {
     seq_ids.push_back(seq_id);
     want_logits.push_back(logits ? 1 : 0);
   }
+};
+
+// A forward pass over batches: what the serving engine steps (the CPU Decoder, or a device's).
+class BatchForward {
+ public:
+  virtual ~BatchForward() = default;
+  // Runs the batch: its K/V into the cache, logits for the tokens that want them (see
+  // Decoder::Forward for the errors).
+  virtual Status Forward(const Batch& batch) = 0;
+  // Logits of the i-th token of the last batch that wanted logits (batch order). [n_vocab]
+  virtual const float* logits(int64_t i) const = 0;
+  virtual int64_t n_outputs() const = 0;
 };
 
 }  // namespace uf::model

@@ -34,7 +34,7 @@ struct DecoderOptions {
   bool single_dispatch = true;
 };
 
-class Decoder {
+class Decoder final : public BatchForward {
  public:
   static constexpr int64_t kSingleDispatchTokens = 16;
 
@@ -47,11 +47,11 @@ class Decoder {
   // forgotten), and computes logits for the tokens that want them. Errors (bad token ids,
   // positions that skip ahead of the cache, out of KV blocks, too many tokens) leave the cache
   // contents of the batch's sequences unchanged up to their previous lengths.
-  Status Forward(const Batch& batch);
+  Status Forward(const Batch& batch) override;
 
   // Logits of the i-th token of the last batch that wanted logits (batch order). [n_vocab]
-  const float* logits(int64_t i) const { return logits_.data() + i * config_.n_vocab; }
-  int64_t n_outputs() const { return n_outputs_; }
+  const float* logits(int64_t i) const override { return logits_.data() + i * config_.n_vocab; }
+  int64_t n_outputs() const override { return n_outputs_; }
 
   const Model& model() const { return model_; }
   engine::KvCache* cache() const { return cache_; }

@@ -1,34 +1,43 @@
-// y[row] = dot(W[row], x) for Q4_0 weights against Q8_0 activations (quantize_q8_0). Weights as
+// GEMM (gemm.glsl) for Q4_0 weights against Q8_0 activations (quantize_q8_0). Weights as
 // uploaded (vk_kernels.cc): each block's 16 nibble bytes in 4 words ([rows][blocks][4]; byte j
 // holds value j in its low nibble and value j + 16 in its high one, each stored + 8), then the
-// f32 scales [rows][blocks] at word w_d_off. One subgroup per row.
+// f32 scales [rows][blocks] at word w_d_off.
 #version 450
 #extension GL_GOOGLE_include_directive : require
-#include "common.glsl"
+#include "gemm.glsl"
 
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
 layout(std430, binding = 1) readonly buffer X { uint xq[]; };
-layout(std430, binding = 2) writeonly buffer Y { float y[]; };
-layout(push_constant) uniform P { uint rows, blocks, w_d_off, x_d_off, y_off; } p;
 
 void main() {
   const uint row = SubgroupRow();
   if (row >= p.rows) return;
-  float acc = 0.0;
-  for (uint b = gl_SubgroupInvocationID; b < p.blocks; b += gl_SubgroupSize) {
-    const uint wb = (row * p.blocks + b) * 4;
-    int s = 0;
-    for (uint k = 0; k < 4; ++k) {
-      const uint wv = w[wb + k];
-      const int lo = int(xq[b * 8 + k]), hi = int(xq[b * 8 + 4 + k]);
-      for (uint j = 0; j < 4; ++j) {
-        const int q_lo = int((wv >> (8 * j)) & 15u) - 8, q_hi = int((wv >> (8 * j + 4)) & 15u) - 8;
-        s += q_lo * bitfieldExtract(lo, int(8 * j), 8) + q_hi * bitfieldExtract(hi, int(8 * j), 8);
+  const uint blocks = p.cols;
+  for (uint t0 = 0; t0 < p.n; t0 += kTile) {
+    float acc[kTile];
+    for (uint t = 0; t < kTile; ++t) acc[t] = 0.0;
+    for (uint b = gl_SubgroupInvocationID; b < blocks; b += gl_SubgroupSize) {
+      const uint wb = (row * blocks + b) * 4;
+      uint wv[4];
+      for (uint k = 0; k < 4; ++k) wv[k] = w[wb + k];
+      const float wd = uintBitsToFloat(w[p.w_d_off + row * blocks + b]);
+      for (uint t = 0; t < kTile; ++t) {
+        if (t0 + t < p.n) {
+          const uint xb = (t0 + t) * p.x_stride + b * 8;
+          int s = 0;
+          for (uint k = 0; k < 4; ++k) {
+            const int lo = int(xq[xb + k]), hi = int(xq[xb + 4 + k]);
+            for (uint j = 0; j < 4; ++j) {
+              const int q_lo = int((wv[k] >> (8 * j)) & 15u) - 8;
+              const int q_hi = int((wv[k] >> (8 * j + 4)) & 15u) - 8;
+              s += q_lo * bitfieldExtract(lo, int(8 * j), 8) +
+                   q_hi * bitfieldExtract(hi, int(8 * j), 8);
+            }
+          }
+          acc[t] += float(s) * (wd * uintBitsToFloat(xq[p.x_d_off + (t0 + t) * blocks + b]));
+        }
       }
     }
-    acc += float(s) * (uintBitsToFloat(w[p.w_d_off + row * p.blocks + b]) *
-                       uintBitsToFloat(xq[p.x_d_off + b]));
+    StoreTile(acc, t0, row);
   }
-  acc = subgroupAdd(acc);
-  if (subgroupElect()) y[p.y_off + row] = acc;
 }

@@ -1,30 +1,40 @@
-// y[row] = dot(W[row], x) for Q8_0 weights against Q8_0 activations (quantize_q8_0): per block of
-// 32 an integer dot, scaled by both blocks' scales, summed in f32 (the CPU kernels' arithmetic).
+// GEMM (gemm.glsl) for Q8_0 weights against Q8_0 activations (quantize_q8_0): per block of 32
+// an integer dot, scaled by both blocks' scales, summed in f32 (the CPU kernels' arithmetic).
 // Weights as uploaded (vk_kernels.cc): int8 values four per word, [rows][blocks][8] words, then
-// the f32 scales [rows][blocks] at word w_d_off. One subgroup per row.
+// the f32 scales [rows][blocks] at word w_d_off.
 #version 450
 #extension GL_GOOGLE_include_directive : require
-#include "common.glsl"
+#include "gemm.glsl"
 
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
 layout(std430, binding = 1) readonly buffer X { uint xq[]; };
-layout(std430, binding = 2) writeonly buffer Y { float y[]; };
-layout(push_constant) uniform P { uint rows, blocks, w_d_off, x_d_off, y_off; } p;
 
 void main() {
   const uint row = SubgroupRow();
   if (row >= p.rows) return;
-  float acc = 0.0;
-  for (uint b = gl_SubgroupInvocationID; b < p.blocks; b += gl_SubgroupSize) {
-    const uint wb = (row * p.blocks + b) * 8;
-    int s = 0;
-    for (uint k = 0; k < 8; ++k) {
-      const int wv = int(w[wb + k]), xv = int(xq[b * 8 + k]);
-      for (int j = 0; j < 32; j += 8) s += bitfieldExtract(wv, j, 8) * bitfieldExtract(xv, j, 8);
+  const uint blocks = p.cols;
+  for (uint t0 = 0; t0 < p.n; t0 += kTile) {
+    float acc[kTile];
+    for (uint t = 0; t < kTile; ++t) acc[t] = 0.0;
+    for (uint b = gl_SubgroupInvocationID; b < blocks; b += gl_SubgroupSize) {
+      const uint wb = (row * blocks + b) * 8;
+      int wv[8];
+      for (uint k = 0; k < 8; ++k) wv[k] = int(w[wb + k]);
+      const float wd = uintBitsToFloat(w[p.w_d_off + row * blocks + b]);
+      for (uint t = 0; t < kTile; ++t) {
+        if (t0 + t < p.n) {
+          const uint xb = (t0 + t) * p.x_stride + b * 8;
+          int s = 0;
+          for (uint k = 0; k < 8; ++k) {
+            const int xv = int(xq[xb + k]);
+            for (int j = 0; j < 32; j += 8) {
+              s += bitfieldExtract(wv[k], j, 8) * bitfieldExtract(xv, j, 8);
+            }
+          }
+          acc[t] += float(s) * (wd * uintBitsToFloat(xq[p.x_d_off + (t0 + t) * blocks + b]));
+        }
+      }
     }
-    acc += float(s) * (uintBitsToFloat(w[p.w_d_off + row * p.blocks + b]) *
-                       uintBitsToFloat(xq[p.x_d_off + b]));
+    StoreTile(acc, t0, row);
   }
-  acc = subgroupAdd(acc);
-  if (subgroupElect()) y[p.y_off + row] = acc;
 }
