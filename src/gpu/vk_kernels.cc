@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "base/check.h"
@@ -165,13 +168,17 @@ StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
 StatusOr<Kernels> Kernels::Create(Context* ctx) {
   Kernels k;
   k.rows_per_group_ = 64 / ctx->info().subgroup_size;
-  UF_ASSIGN_OR_RETURN(k.gemv_f32_, ctx->GetPipeline("gemv_f32", 3));
-  UF_ASSIGN_OR_RETURN(k.gemv_f16_, ctx->GetPipeline("gemv_f16", 3));
-  UF_ASSIGN_OR_RETURN(k.gemv_bf16_, ctx->GetPipeline("gemv_bf16", 3));
-  UF_ASSIGN_OR_RETURN(k.gemv_q8_0_, ctx->GetPipeline("gemv_q8_0", 3));
-  UF_ASSIGN_OR_RETURN(k.gemv_q4_0_, ctx->GetPipeline("gemv_q4_0", 3));
-  UF_ASSIGN_OR_RETURN(k.gemv_q6_k_, ctx->GetPipeline("gemv_q6_k", 3));
-  UF_ASSIGN_OR_RETURN(k.gemv_q4_k_, ctx->GetPipeline("gemv_q4_k", 3));
+  for (const auto& [type, name] : std::initializer_list<std::pair<GgmlType, const char*>>{
+           {GgmlType::kF32, "f32"},
+           {GgmlType::kF16, "f16"},
+           {GgmlType::kBF16, "bf16"},
+           {GgmlType::kQ8_0, "q8_0"},
+           {GgmlType::kQ4_0, "q4_0"},
+           {GgmlType::kQ6_K, "q6_k"},
+           {GgmlType::kQ4_K, "q4_k"}}) {
+    UF_ASSIGN_OR_RETURN(k.gemm_[0][type], ctx->GetPipeline(std::string("gemm1_") + name, 3));
+    UF_ASSIGN_OR_RETURN(k.gemm_[1][type], ctx->GetPipeline(std::string("gemm8_") + name, 3));
+  }
   UF_ASSIGN_OR_RETURN(k.quantize_, ctx->GetPipeline("quantize_q8_0", 2));
   UF_ASSIGN_OR_RETURN(k.rmsnorm_, ctx->GetPipeline("rmsnorm", 3));
   UF_ASSIGN_OR_RETURN(k.add_, ctx->GetPipeline("add", 2));
@@ -184,26 +191,10 @@ StatusOr<Kernels> Kernels::Create(Context* ctx) {
   return k;
 }
 
-const Pipeline* Kernels::GemmPipeline(GgmlType type) const {
-  switch (type) {
-    case GgmlType::kF32:
-      return gemv_f32_;
-    case GgmlType::kF16:
-      return gemv_f16_;
-    case GgmlType::kBF16:
-      return gemv_bf16_;
-    case GgmlType::kQ8_0:
-      return gemv_q8_0_;
-    case GgmlType::kQ4_0:
-      return gemv_q4_0_;
-    case GgmlType::kQ6_K:
-      return gemv_q6_k_;
-    case GgmlType::kQ4_K:
-      return gemv_q4_k_;
-    default:
-      UF_CHECK(false) << "no GEMM for " << GgmlTypeName(type);
-      return nullptr;
-  }
+const Pipeline* Kernels::GemmPipeline(GgmlType type, bool tiled) const {
+  const auto it = gemm_[tiled ? 1 : 0].find(type);
+  UF_CHECK(it != gemm_[tiled ? 1 : 0].end()) << "no GEMM for " << GgmlTypeName(type);
+  return it->second;
 }
 
 void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
@@ -223,7 +214,11 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
          q8 ? static_cast<uint32_t>(n) * blocks * 8 : 0u,
          y_off,
          static_cast<uint32_t>(y_stride > 0 ? y_stride : w.rows)};
-  r->Dispatch(*GemmPipeline(w.type), {w.buffer, x, y}, push, gx, gy);
+  // One token: gemm1_*, else tiles of 8 tokens (the grid's z). Both compute a token's row the
+  // same way (tests/gpu_kernels_test.cc checks the bits).
+  constexpr int64_t kTile = 8;
+  r->Dispatch(*GemmPipeline(w.type, n > 1), {w.buffer, x, y}, push, gx, gy,
+              static_cast<uint32_t>((n + kTile - 1) / kTile));
 }
 
 void Kernels::Quantize(Recorder* r, const Buffer& x, uint32_t x_off, int64_t values,

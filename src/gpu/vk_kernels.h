@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 
 #include "base/status.h"
 #include "gpu/vk_context.h"
@@ -88,16 +89,11 @@ class Kernels {
               int64_t n_rows) const;
 
  private:
-  const Pipeline* GemmPipeline(GgmlType type) const;
+  const Pipeline* GemmPipeline(GgmlType type, bool tiled) const;
 
   uint32_t rows_per_group_ = 1;  // GEMM rows per workgroup: 64 / subgroup size
-  const Pipeline* gemv_f32_ = nullptr;
-  const Pipeline* gemv_f16_ = nullptr;
-  const Pipeline* gemv_bf16_ = nullptr;
-  const Pipeline* gemv_q8_0_ = nullptr;
-  const Pipeline* gemv_q4_0_ = nullptr;
-  const Pipeline* gemv_q6_k_ = nullptr;
-  const Pipeline* gemv_q4_k_ = nullptr;
+  // [0]: one token (gemm1_*), [1]: tiles of 8 (gemm8_*), per weight type.
+  std::map<GgmlType, const Pipeline*> gemm_[2];
   const Pipeline* quantize_ = nullptr;
   const Pipeline* rmsnorm_ = nullptr;
   const Pipeline* add_ = nullptr;

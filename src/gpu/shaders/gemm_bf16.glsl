@@ -1,6 +1,5 @@
 // GEMM (gemm.glsl) for BF16 weights (two per word), activations rounded to bf16 first (round to
 // nearest even) as the CPU kernels do, products summed in f32.
-#version 450
 #extension GL_GOOGLE_include_directive : require
 #include "gemm.glsl"
 
@@ -17,19 +16,18 @@ void main() {
   if (row >= p.rows) return;
   const uint pairs = p.cols / 2;
   const uint base = row * pairs;
-  for (uint t0 = 0; t0 < p.n; t0 += kTile) {
-    float acc[kTile];
-    for (uint t = 0; t < kTile; ++t) acc[t] = 0.0;
-    for (uint i = gl_SubgroupInvocationID; i < pairs; i += gl_SubgroupSize) {
-      const uint wv = w[base + i];
-      const float w0 = uintBitsToFloat(wv << 16), w1 = uintBitsToFloat(wv & 0xFFFF0000u);
-      for (uint t = 0; t < kTile; ++t) {
-        if (t0 + t < p.n) {
-          const uint c = (t0 + t) * p.x_stride + 2 * i;
-          acc[t] += w0 * RoundBf16(x[c]) + w1 * RoundBf16(x[c + 1]);
-        }
+  const uint t0 = TileStart();
+  float acc[kTile];
+  [[unroll]] for (uint t = 0; t < kTile; ++t) acc[t] = 0.0;
+  for (uint i = gl_SubgroupInvocationID; i < pairs; i += gl_SubgroupSize) {
+    const uint wv = w[base + i];
+    const float w0 = uintBitsToFloat(wv << 16), w1 = uintBitsToFloat(wv & 0xFFFF0000u);
+    [[unroll]] for (uint t = 0; t < kTile; ++t) {
+      if (t0 + t < p.n) {
+        const uint c = (t0 + t) * p.x_stride + 2 * i;
+        acc[t] += w0 * RoundBf16(x[c]) + w1 * RoundBf16(x[c + 1]);
       }
     }
-    StoreTile(acc, t0, row);
   }
+  StoreTile(acc, t0, row);
 }
