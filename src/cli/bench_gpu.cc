@@ -34,7 +34,7 @@ int GpuBench(const GpuBenchOptions& o) {
   co.host_storage = false;
   auto cache = engine::KvCache::Create(co);
   if (!cache.ok()) Fail("bench", cache.status());
-  const int64_t chunk = std::clamp<int64_t>(o.n_prompt, 1, 512);
+  const int64_t chunk = std::clamp<int64_t>(std::max(o.n_prompt, o.depth), 1, 512);
   const double t_up = NowSeconds();
   auto fwd = gpu::GpuForward::Create(
       m, o.device, cache->get(),
