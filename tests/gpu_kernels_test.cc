@@ -25,6 +25,7 @@
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
+#include "sampling/sampler.h"
 #endif
 
 namespace uf::gpu {
@@ -407,6 +408,35 @@ TEST_F(GpuKernelsTest, GatherPicksRows) {
   const std::vector<float> got = Read(y, 2 * cols);
   EXPECT_TRUE(std::equal(got.begin(), got.begin() + cols, x.begin() + 3 * cols));
   EXPECT_TRUE(std::equal(got.begin() + cols, got.end(), x.begin() + cols));
+}
+
+// The device arg-max picks what sampling::ArgMax picks: the first of equal maxima, never a NaN,
+// 0 for a row of -inf.
+TEST_F(GpuKernelsTest, ArgMaxMatchesSampler) {
+  const int64_t n_vocab = 1000, rows = 5;
+  std::vector<float> l = Random(rows * n_vocab, 40);
+  l[0 * n_vocab + 700] = 9.0f;  // row 0: a tie, the first wins
+  l[0 * n_vocab + 300] = 9.0f;
+  l[1 * n_vocab + 999] = 7.0f;  // row 1: the last value, a NaN ahead of it
+  l[1 * n_vocab + 5] = std::nanf("");
+  std::fill(l.begin() + 2 * n_vocab, l.begin() + 3 * n_vocab, -INFINITY);  // row 2
+  l[3 * n_vocab + 0] = 8.0f;  // row 3: the first value
+  Buffer lb = Floats(l);
+  Buffer out = std::move(*ctx_->CreateBuffer(rows * 4, Memory::kHost));
+  Recorder rec(ctx_);
+  kernels_->ArgMax(&rec, lb, out, n_vocab, rows);
+  ASSERT_TRUE(rec.Finish().ok());
+  ASSERT_TRUE(rec.Run().ok());
+  const auto* got = static_cast<const uint32_t*>(out.mapped());
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_EQ(static_cast<int32_t>(got[r]),
+              sampling::ArgMax(l.data() + r * n_vocab, static_cast<int32_t>(n_vocab)))
+        << "row " << r;
+  }
+  EXPECT_EQ(got[0], 300u);
+  EXPECT_EQ(got[1], 999u);
+  EXPECT_EQ(got[2], 0u);
+  EXPECT_EQ(got[3], 0u);
 }
 
 #endif  // UF_HAVE_VULKAN

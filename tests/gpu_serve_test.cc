@@ -15,6 +15,7 @@
 #include "engine/service.h"
 #include "gpu/backend.h"
 #include "model/batch.h"
+#include "sampling/sampler.h"
 #include "service_test_util.h"
 #include "shared_data.h"
 #include "test_models.h"
@@ -101,6 +102,18 @@ TEST(GpuForward, VerifyRowsEqualDecodeStepsBitwise) {
   }
   EXPECT_EQ((*cache)->Length(0), p0 + static_cast<int64_t>(drafts.size()));
   EXPECT_EQ((*cache)->Length(1), static_cast<int64_t>(other.size()));
+
+  // The same verify batch with the arg-max on the device: each row's token is the arg-max of
+  // the logits above.
+  (*cache)->Truncate(0, p0);
+  (*cache)->Remove(1);
+  std::vector<int32_t> greedy(1 + drafts.size(), -1);
+  ASSERT_TRUE(f.ForwardGreedy(b, greedy.data()).ok());
+  EXPECT_EQ(greedy[0], sampling::ArgMax(other_alone.data(), static_cast<int32_t>(n_vocab)));
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    EXPECT_EQ(greedy[1 + i], sampling::ArgMax(decode[i].data(), static_cast<int32_t>(n_vocab)))
+        << "row " << i;
+  }
 }
 
 // Batches the engine would refuse are refused the same way, with the cache left as it was.

@@ -64,7 +64,8 @@ int GpuBench(const GpuBenchOptions& o) {
     }
   };
   prefill(0, 0, o.depth);
-  std::vector<double> pp, tg, tg_gpu;  // tok/s: wall clock; GPU time alone (timestamps)
+  // tok/s: wall clock; GPU time alone (timestamps); wall clock with the arg-max on the device
+  std::vector<double> pp, tg, tg_gpu, tg_argmax;
   for (int rep = 0; rep < std::max(o.reps, 1); ++rep) {
     if (o.n_prompt > 0) {
       const double t0 = NowSeconds();
@@ -82,6 +83,15 @@ int GpuBench(const GpuBenchOptions& o) {
       }
       tg.push_back(o.n_gen / (NowSeconds() - t0));
       tg_gpu.push_back(gpu_s > 0 ? o.n_gen / gpu_s : 0.0);
+      // The same positions again, greedy with the arg-max on the device (no logits copied).
+      const double t1 = NowSeconds();
+      for (int64_t i = o.depth + o.n_prompt; i < o.depth + o.n_prompt + o.n_gen; ++i) {
+        batch.Clear();
+        batch.Add(token(i), static_cast<int32_t>(i), 0, true);
+        int32_t next = 0;
+        if (Status s = d.ForwardGreedy(batch, &next); !s.ok()) Fail("bench", s);
+      }
+      tg_argmax.push_back(o.n_gen / (NowSeconds() - t1));
     }
   }
   // Batched decode: B streams, each with an n_prompt-token prompt, then n_gen steps of one
@@ -104,6 +114,7 @@ int GpuBench(const GpuBenchOptions& o) {
   auto bw = gpu::MeasureReadBandwidth(o.device, uint64_t{1} << 30, 8);
   const double bw_bytes = bw.ok() ? *bw : 0.0;
   const double pp_tok_s = Median(pp), tg_tok_s = Median(tg), tg_gpu_tok_s = Median(tg_gpu);
+  const double tg_argmax_tok_s = Median(tg_argmax);
   // Bytes a decode step reads: the weights as the file holds them (BF16/Q4_K/Q6_K are F16 on the
   // device for now, which reads more) plus the f16 K/V up to the mean decode position.
   const double kv_bytes =
@@ -121,6 +132,7 @@ int GpuBench(const GpuBenchOptions& o) {
     j["pp_tok_s"] = pp_tok_s;
     j["tg_tok_s"] = tg_tok_s;
     j["tg_gpu_tok_s"] = tg_gpu_tok_s;
+    j["tg_argmax_tok_s"] = tg_argmax_tok_s;
     j["bytes_per_token"] = bytes_per_token;
     j["read_bw_gb_s"] = bw_bytes / 1e9;
     j["roofline"] = roofline;
@@ -149,6 +161,11 @@ int GpuBench(const GpuBenchOptions& o) {
     std::printf("%-8lld %-12s %14.1f   (GPU time alone, from timestamps: %.1f us/token)\n",
                 static_cast<long long>(o.depth), ("tg" + std::to_string(o.n_gen) + " gpu").c_str(),
                 tg_gpu_tok_s, 1e6 / tg_gpu_tok_s);
+  }
+  if (o.n_gen > 0) {
+    std::printf("%-8lld %-12s %14.1f   (greedy, the arg-max on the device: no logits copied)\n",
+                static_cast<long long>(o.depth), ("tg" + std::to_string(o.n_gen) + " argmax").c_str(),
+                tg_argmax_tok_s);
   }
   for (const auto& [streams, tok_s, gpu_tok_s] : batched) {
     std::printf("%-8d %-12s %14.1f   (aggregate of %d streams after %lld-token prompts; GPU time "

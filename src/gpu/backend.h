@@ -70,6 +70,10 @@ class GpuForward : public model::BatchForward {
                                                       const DeviceSpec& device,
                                                       engine::KvCache* cache,
                                                       const GpuForwardOptions& options);
+  // Forward, but for greedy decoding without bias, bans or penalties: the arg-max of each row
+  // that wants logits (sampling::ArgMax's choice) is taken on the device and only the tokens come
+  // back (tokens: n_outputs() of them); logits() is not updated.
+  virtual Status ForwardGreedy(const model::Batch& batch, int32_t* tokens) = 0;
   // GPU time of the last Forward from device timestamps (no submit or wait); 0 if unavailable.
   virtual double last_step_gpu_seconds() const = 0;
   virtual const DeviceInfo& device() const = 0;
@@ -92,6 +96,9 @@ class GpuDecoder {
   // Runs token `token` at position `pos` (0 <= pos <= previous pos + 1; a smaller pos rewinds the
   // sequence) and leaves its logits in logits().
   virtual Status Step(int32_t token, int32_t pos) = 0;
+  // Step, returning the greedy next token (the arg-max, taken on the device: the logits stay
+  // there and logits() is not updated).
+  virtual StatusOr<int32_t> StepGreedy(int32_t token, int32_t pos) = 0;
   // Runs tokens at positions pos, pos + 1, ... in passes of up to max_batch tokens; logits() then
   // holds the last token's logits, and all_logits(i) those of token i of the last pass when
   // every_logits is set.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "gpu/backend.h"
@@ -28,7 +29,10 @@ class VulkanForward final : public GpuForward {
       : model_(model), c_(model.config()), cache_(cache), o_(o) {}
 
   Status Init(const DeviceSpec& device);
-  Status Forward(const model::Batch& batch) override;
+  Status Forward(const model::Batch& batch) override { return Run(batch, nullptr); }
+  Status ForwardGreedy(const model::Batch& batch, int32_t* tokens) override {
+    return Run(batch, tokens);
+  }
   const float* logits(int64_t i) const override { return logits_.data() + i * c_.n_vocab; }
   int64_t n_outputs() const override { return n_outputs_; }
   double last_step_gpu_seconds() const override {
@@ -41,8 +45,10 @@ class VulkanForward final : public GpuForward {
   StatusOr<Buffer> Vector(const std::vector<float>& v);
   StatusOr<GpuMatrix> Matrix(const kernels::Matrix& w, const std::string& name);
   Status Prepare(const model::Batch& batch);
-  StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out);
-  Status Record(Recorder* r, int64_t n, int64_t n_out);
+  // The forward; with greedy set, the rows' arg-max into greedy[] instead of logits_.
+  Status Run(const model::Batch& batch, int32_t* greedy);
+  StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, bool greedy);
+  Status Record(Recorder* r, int64_t n, int64_t n_out, bool greedy);
   // y = W x for n tokens, quantizing x into xq_ first when W takes Q8_0 activations and xq_
   // does not hold x yet.
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y);
@@ -62,8 +68,10 @@ class VulkanForward final : public GpuForward {
   // block tables [max_seqs][max_blocks], outs_ the batch rows that want logits.
   Buffer tok_, bt_, outs_;
   Buffer cs_, x_, xn_, xq_, q_, kbuf_, vbuf_, attn_, y_, gate_, up_, scores_, cache_dev_, xo_;
-  Buffer logits_dev_;
-  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Recorder>> recordings_;
+  Buffer logits_dev_;    // host-visible: the rows Forward copies out
+  Buffer logits_local_;  // device-local: the rows ForwardGreedy reduces on the device
+  Buffer argmax_;        // host-visible: ForwardGreedy's tokens
+  std::map<std::tuple<int64_t, int64_t, bool>, std::unique_ptr<Recorder>> recordings_;
   Recorder* last_ = nullptr;
   const Buffer* xq_holds_ = nullptr;  // while recording: the buffer xq_ is the quantization of
   std::vector<float> logits_;
@@ -188,6 +196,8 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   UF_ASSIGN_OR_RETURN(cache_dev_, dev(cache_words * 4));
   UF_ASSIGN_OR_RETURN(xo_, dev(mo * c_.n_embd * 4));
   UF_ASSIGN_OR_RETURN(logits_dev_, ctx_->CreateBuffer(mo * c_.n_vocab * 4, Memory::kHost));
+  UF_ASSIGN_OR_RETURN(logits_local_, dev(mo * c_.n_vocab * 4));
+  UF_ASSIGN_OR_RETURN(argmax_, ctx_->CreateBuffer(mo * 4, Memory::kHost));
   logits_.resize(mo * c_.n_vocab);
   seq_next_.assign(co.max_seqs, -1);
   seq_first_.assign(co.max_seqs, 0);
@@ -207,7 +217,7 @@ void VulkanForward::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64
   k_.Gemm(r, w, xq_, n, y);
 }
 
-Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out) {
+Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, bool greedy) {
   const int64_t e = c_.n_embd, hd = c_.head_dim;
   const uint64_t hp = hd / 2, layer_words = 2 * c_.n_head_kv * n_rows_ * hp;
   const bool neox = c_.rope_type == model::RopeType::kNeox;
@@ -260,19 +270,20 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out) {
     k_.Gather(r, x_, xo_, outs_, e, n_out);
     k_.RmsNorm(r, xo_, 0, output_norm_, xo_, 0, n_out, e, c_.rms_eps);
     xq_holds_ = nullptr;
-    Gemm(r, output_, xo_, n_out, logits_dev_);
+    Gemm(r, output_, xo_, n_out, greedy ? logits_local_ : logits_dev_);
+    if (greedy) k_.ArgMax(r, logits_local_, argmax_, c_.n_vocab, n_out);
   }
   xq_holds_ = nullptr;
   return r->Finish();
 }
 
-StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out) {
-  const auto key = std::make_pair(n, n_out);
+StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, bool greedy) {
+  const auto key = std::make_tuple(n, n_out, greedy);
   auto it = recordings_.find(key);
   if (it != recordings_.end()) return it->second.get();
   if (recordings_.size() >= kMaxRecordings) recordings_.clear();  // every run has finished
   auto r = std::make_unique<Recorder>(ctx_.get());
-  UF_RETURN_IF_ERROR(Record(r.get(), n, n_out));
+  UF_RETURN_IF_ERROR(Record(r.get(), n, n_out, greedy));
   Recorder* p = r.get();
   recordings_.emplace(key, std::move(r));
   return p;
@@ -346,7 +357,7 @@ Status VulkanForward::Prepare(const model::Batch& batch) {
   return OkStatus();
 }
 
-Status VulkanForward::Forward(const model::Batch& batch) {
+Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
   UF_RETURN_IF_ERROR(Prepare(batch));
   const int64_t n = batch.size(), bs = cache_->block_size();
   auto* tok = static_cast<uint32_t*>(tok_.mapped());
@@ -366,11 +377,15 @@ Status VulkanForward::Forward(const model::Batch& batch) {
     const int64_t blocks = (seq_next_[s] + bs - 1) / bs;
     std::memcpy(bt + s * max_blocks_, cache_->BlockTable(s), blocks * 4);
   }
-  auto rec = RecordingFor(n, n_outputs_);
+  auto rec = RecordingFor(n, n_outputs_, greedy != nullptr);
   Status status = rec.ok() ? (*rec)->Run() : rec.status();
   if (status.ok()) {
     last_ = *rec;
-    std::memcpy(logits_.data(), logits_dev_.mapped(), n_outputs_ * c_.n_vocab * 4);
+    if (greedy != nullptr) {
+      std::memcpy(greedy, argmax_.mapped(), n_outputs_ * 4);
+    } else {
+      std::memcpy(logits_.data(), logits_dev_.mapped(), n_outputs_ * c_.n_vocab * 4);
+    }
   }
   for (int32_t s : touched_) {
     // On failure the device cache may hold part of the batch: keep what came before it.
@@ -406,17 +421,31 @@ class VulkanDecoder final : public GpuDecoder {
     return OkStatus();
   }
 
-  Status Step(int32_t token, int32_t pos) override {
+  Status CheckPosition(int32_t pos) const {
     if (pos < 0 || pos >= max_ctx_ || pos > cache_->Length(0)) {
       return InvalidArgumentError("gpu forward: position " + std::to_string(pos) +
                                   " is not in [0, " +
                                   std::to_string(std::min(cache_->Length(0), max_ctx_ - 1)) + "]");
     }
+    return OkStatus();
+  }
+
+  Status Step(int32_t token, int32_t pos) override {
+    UF_RETURN_IF_ERROR(CheckPosition(pos));
     batch_.Clear();
     batch_.Add(token, pos, 0, true);
     UF_RETURN_IF_ERROR(fwd_->Forward(batch_));
     last_ = fwd_->logits(0);
     return OkStatus();
+  }
+
+  StatusOr<int32_t> StepGreedy(int32_t token, int32_t pos) override {
+    UF_RETURN_IF_ERROR(CheckPosition(pos));
+    batch_.Clear();
+    batch_.Add(token, pos, 0, true);
+    int32_t next = 0;
+    UF_RETURN_IF_ERROR(fwd_->ForwardGreedy(batch_, &next));
+    return next;
   }
 
   Status Prefill(std::span<const int32_t> tokens, int32_t pos, bool every_logits) override {

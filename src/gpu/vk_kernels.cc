@@ -188,6 +188,7 @@ StatusOr<Kernels> Kernels::Create(Context* ctx) {
   UF_ASSIGN_OR_RETURN(k.attention_, ctx->GetPipeline("attention", 6));
   UF_ASSIGN_OR_RETURN(k.embed_, ctx->GetPipeline("embed", 3));
   UF_ASSIGN_OR_RETURN(k.gather_, ctx->GetPipeline("gather", 3));
+  UF_ASSIGN_OR_RETURN(k.argmax_, ctx->GetPipeline("argmax", 2));
   return k;
 }
 
@@ -339,6 +340,12 @@ void Kernels::Gather(Recorder* r, const Buffer& x, const Buffer& y, const Buffer
                      int64_t cols, int64_t n_rows) const {
   const auto push = static_cast<uint32_t>(cols);
   r->Dispatch(*gather_, {x, y, idx}, push, Groups64(cols), static_cast<uint32_t>(n_rows));
+}
+
+void Kernels::ArgMax(Recorder* r, const Buffer& logits, const Buffer& out, int64_t n_vocab,
+                     int64_t rows) const {
+  const auto push = static_cast<uint32_t>(n_vocab);
+  r->Dispatch(*argmax_, {logits, out}, push, static_cast<uint32_t>(rows));
 }
 
 }  // namespace uf::gpu

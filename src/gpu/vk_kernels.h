@@ -84,6 +84,9 @@ class Kernels {
   // x[t] = table row of token t, for the n tokens.
   void Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& tok,
              int64_t n) const;
+  // out[r] = the first index of row r's maximum (sampling::ArgMax), rows of n_vocab logits.
+  void ArgMax(Recorder* r, const Buffer& logits, const Buffer& out, int64_t n_vocab,
+              int64_t rows) const;
   // y[j] = x[idx[j]] for j < n_rows rows of cols floats.
   void Gather(Recorder* r, const Buffer& x, const Buffer& y, const Buffer& idx, int64_t cols,
               int64_t n_rows) const;
@@ -103,6 +106,7 @@ class Kernels {
   const Pipeline* attention_ = nullptr;
   const Pipeline* embed_ = nullptr;
   const Pipeline* gather_ = nullptr;
+  const Pipeline* argmax_ = nullptr;
 };
 
 }  // namespace uf::gpu
