@@ -97,6 +97,9 @@ class GpuKernelsTest : public ::testing::Test {
     return *kernels::Matrix::Create(type, data->data(), rows, cols);
   }
 
+  // Paged attention over an f16 or Q8_0 cache (PagedAttentionMatchesReference).
+  void PagedAttention(bool q8);
+
   static Context* ctx_;
   static Kernels* kernels_;
   static std::string* skip_reason_;
@@ -284,14 +287,35 @@ TEST_F(GpuKernelsTest, RopeMatchesCpu) {
 
 // K/V of 11 positions stored into a paged cache (blocks of 4 in a scrambled block table, two
 // batches: 7 tokens, then 4), then attention of 4 query heads over 2 KV heads for a batch of
-// queries at several positions, against a double-precision softmax of the f16-rounded cache.
+// queries at several positions, against a double-precision softmax of the cache as the CPU
+// would round it (F16, or Q8_0 blocks: the device quantizes K/V as the CPU cache does).
 TEST_F(GpuKernelsTest, PagedAttentionMatchesReference) {
+  for (bool q8 : {false, true}) {
+    SCOPED_TRACE(q8 ? "q8_0 cache" : "f16 cache");
+    PagedAttention(q8);
+  }
+}
+
+void GpuKernelsTest::PagedAttention(bool q8) {
   const int64_t n_head = 4, n_kv = 2, hd = 64, bs = 4, n_blocks = 5, n_pos = 11;
   const int64_t n_rows = n_blocks * bs, max_blocks = 3, max_len = max_blocks * bs;
   const std::vector<int32_t> table = {3, 0, 4};  // sequence 0's blocks
   const auto row_of = [&](uint32_t pos) { return uint32_t(table[pos / bs] * bs + pos % bs); };
-  const uint32_t k_off = 0, v_off = n_kv * n_rows * hd / 2;
-  Buffer cache = Empty(2 * n_kv * n_rows * hd * 2), kb = Empty(n_pos * n_kv * hd * 4),
+  const int64_t row_words = q8 ? hd / 32 * 9 : hd / 2;
+  const uint32_t k_off = 0, v_off = n_kv * n_rows * row_words;
+  AttentionShape as;
+  as.n_head = n_head;
+  as.n_head_kv = n_kv;
+  as.head_dim = hd;
+  as.n_rows = n_rows;
+  as.k_off = k_off;
+  as.v_off = v_off;
+  as.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  as.block_size = bs;
+  as.max_blocks = max_blocks;
+  as.max_len = max_len;
+  as.q8 = q8;
+  Buffer cache = Empty(2 * n_kv * n_rows * row_words * 4), kb = Empty(n_pos * n_kv * hd * 4),
          vb = Empty(n_pos * n_kv * hd * 4);
   std::vector<float> ks = Random(n_pos * n_kv * hd, 100), vs = Random(n_pos * n_kv * hd, 200);
   for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 7}, {7, 4}}) {
@@ -301,7 +325,7 @@ TEST_F(GpuKernelsTest, PagedAttentionMatchesReference) {
     ASSERT_TRUE(ctx_->Upload(kb, 0, ks.data() + first * n_kv * hd, count * n_kv * hd * 4).ok());
     ASSERT_TRUE(ctx_->Upload(vb, 0, vs.data() + first * n_kv * hd, count * n_kv * hd * 4).ok());
     Recorder rec(ctx_);
-    kernels_->KvStore(&rec, kb, vb, cache, tok, count, n_kv, hd, n_rows, k_off, v_off);
+    kernels_->KvStore(&rec, kb, vb, cache, tok, count, as);
     ASSERT_TRUE(rec.Finish().ok());
     ASSERT_TRUE(rec.Run().ok());
   }
@@ -315,28 +339,21 @@ TEST_F(GpuKernelsTest, PagedAttentionMatchesReference) {
   const std::vector<float> q = Random(nq * n_head * hd, 9);
   Buffer qb = Floats(q), scores = Empty(nq * n_head * max_len * 4),
          out = Empty(nq * n_head * hd * 4);
-  AttentionShape as;
-  as.n_head = n_head;
-  as.n_head_kv = n_kv;
-  as.head_dim = hd;
-  as.n_rows = n_rows;
-  as.k_off = k_off;
-  as.v_off = v_off;
-  as.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  as.block_size = bs;
-  as.max_blocks = max_blocks;
-  as.max_len = max_len;
   Recorder rec(ctx_);
   kernels_->Attention(&rec, qb, cache, scores, out, tok, bt, nq, as);
   ASSERT_TRUE(rec.Finish().ok());
   ASSERT_TRUE(rec.Run().ok());
-  const auto half = [](float v) {
-    uint16_t h;
-    kernels::F32ToF16(&v, &h, 1);
-    float f;
-    kernels::DequantizeRow(GgmlType::kF16, &h, &f, 1);
-    return static_cast<double>(f);
+  // The cache's rounding of every head row, by the CPU's own conversion (F16, or Q8_0 blocks).
+  const auto stored = [&](std::vector<float> x) {
+    const GgmlType type = q8 ? GgmlType::kQ8_0 : GgmlType::kF16;
+    std::vector<uint8_t> row(kernels::KernelRowBytes(type, hd));
+    for (size_t r = 0; r < x.size(); r += hd) {
+      kernels::QuantizeRow(type, x.data() + r, row.data(), hd);
+      kernels::DequantizeRow(type, row.data(), x.data() + r, hd);
+    }
+    return x;
   };
+  const std::vector<float> ks_c = stored(ks), vs_c = stored(vs);
   const std::vector<float> got = Read(out, nq * n_head * hd);
   for (int64_t t = 0; t < nq; ++t) {
     const int64_t last = positions[t];
@@ -347,14 +364,14 @@ TEST_F(GpuKernelsTest, PagedAttentionMatchesReference) {
       double mx = -1e300, sum = 0.0;
       for (int64_t p = 0; p <= last; ++p) {
         double dot = 0.0;
-        for (int64_t i = 0; i < hd; ++i) dot += qh[i] * half(ks[(p * n_kv + kvh) * hd + i]);
+        for (int64_t i = 0; i < hd; ++i) dot += qh[i] * ks_c[(p * n_kv + kvh) * hd + i];
         sc[p] = dot * as.scale;
         mx = std::max(mx, sc[p]);
       }
       for (double& v : sc) sum += (v = std::exp(v - mx));
       for (int64_t i = 0; i < hd; ++i) {
         double want = 0.0;
-        for (int64_t p = 0; p <= last; ++p) want += sc[p] * half(vs[(p * n_kv + kvh) * hd + i]);
+        for (int64_t p = 0; p <= last; ++p) want += sc[p] * vs_c[(p * n_kv + kvh) * hd + i];
         want /= sum;
         EXPECT_NEAR(got[(t * n_head + h) * hd + i], want, 1e-4)
             << "pos " << last << " head " << h << " dim " << i;

@@ -35,7 +35,8 @@ std::string SkipReason() {
 
 constexpr gpu::DeviceSpec kVulkan{.vulkan = true, .index = -1};
 
-engine::KvCacheOptions CacheFor(const model::Model& m, int max_seqs, int64_t ctx) {
+engine::KvCacheOptions CacheFor(const model::Model& m, int max_seqs, int64_t ctx,
+                                engine::KvType type = engine::KvType::kF16) {
   engine::KvCacheOptions co;
   co.n_layer = m.config().n_layer;
   co.n_head_kv = m.config().n_head_kv;
@@ -44,22 +45,25 @@ engine::KvCacheOptions CacheFor(const model::Model& m, int max_seqs, int64_t ctx
   co.max_seqs = max_seqs;
   co.max_seq_len = ctx;
   co.n_blocks = engine::KvCacheOptions::BlocksFor(ctx * max_seqs, max_seqs, co.block_size);
-  co.type = engine::KvType::kF16;
+  co.type = type;
   co.host_storage = false;
   return co;
 }
 
 // A sequence decoded one token per step, then rewound and the same k + 1 tokens verified in one
 // batch beside another sequence's prompt chunk: every verify row equals its decode step's
-// logits bit for bit, and so does the other sequence's last row its own single-sequence run.
-TEST(GpuForward, VerifyRowsEqualDecodeStepsBitwise) {
+// logits bit for bit, and so does the other sequence's last row its own single-sequence run;
+// with an f16 and a q8_0 device cache.
+class GpuVerifyTest : public ::testing::TestWithParam<engine::KvType> {};
+
+TEST_P(GpuVerifyTest, VerifyRowsEqualDecodeStepsBitwise) {
   const std::string skip = SkipReason();
   if (!skip.empty()) GTEST_SKIP() << skip;
   UF_REQUIRE_SHARED();
   const Loaded& l = testing_models::TinyQwen2();
   const model::Model& m = *l.model;
   const int64_t n_vocab = m.config().n_vocab, ctx = 64;
-  auto cache = engine::KvCache::Create(CacheFor(m, 2, ctx));
+  auto cache = engine::KvCache::Create(CacheFor(m, 2, ctx, GetParam()));
   ASSERT_TRUE(cache.ok());
   auto fwd = gpu::GpuForward::Create(m, kVulkan, cache->get(), {.max_batch = 32});
   ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
@@ -116,6 +120,12 @@ TEST(GpuForward, VerifyRowsEqualDecodeStepsBitwise) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(CacheTypes, GpuVerifyTest,
+                         ::testing::Values(engine::KvType::kF16, engine::KvType::kQ8_0),
+                         [](const ::testing::TestParamInfo<engine::KvType>& info) {
+                           return std::string(engine::KvTypeName(info.param));
+                         });
+
 // Batches the engine would refuse are refused the same way, with the cache left as it was.
 TEST(GpuForward, RefusesBadBatches) {
   const std::string skip = SkipReason();
@@ -136,7 +146,7 @@ TEST(GpuForward, RefusesBadBatches) {
   b.Add(-1, 0, 0, true);
   EXPECT_FALSE((*fwd)->Forward(b).ok());
   EXPECT_EQ((*cache)->Length(0), 0);
-  // The device cache is f16 only: an f32 cache's geometry is refused.
+  // The device cache is f16 or q8_0: an f32 cache is refused.
   engine::KvCacheOptions co = CacheFor(m, 1, 16);
   co.type = engine::KvType::kF32;
   auto f32_cache = engine::KvCache::Create(co);

@@ -92,11 +92,8 @@ void Logits(const LogitsOptions& o) {
   std::unique_ptr<model::Decoder> decoder;
   std::unique_ptr<gpu::GpuDecoder> gpu_decoder;
   if (device.vulkan) {
-    if (o.kv_type != "f16") {
-      Fail("logits",
-           UnimplementedError("the Vulkan backend keeps K/V in f16 only (--kv-type f16)"));
-    }
-    auto d = gpu::GpuDecoder::Create(m, device, max_len, /*max_batch=*/max_len);
+    auto d = gpu::GpuDecoder::Create(m, device, max_len, /*max_batch=*/max_len,
+                                     KvTypeOrDie("logits", o.kv_type));
     if (!d.ok()) Fail("logits", d.status());
     gpu_decoder = std::move(*d);
   } else {

@@ -113,10 +113,7 @@ int RunServe(const ServeArgs& args) {
   if (device.vulkan) {
     // The engine steps a gpu::GpuForward: the whole batch on the device, K/V in device memory
     // paged by the engine's block tables; everything above the step is the CPU path's.
-    if (so.kv_type != engine::KvType::kF16) {
-      return Report("serve", UnimplementedError(
-                                 "the Vulkan backend keeps K/V in f16 only (--kv-type f16)"));
-    }
+    // (f32 K/V is refused by GpuForward::Create: the device cache is f16 or q8_0.)
     so.make_forward = [&model, device](engine::KvCache* cache, const model::DecoderOptions& d)
         -> StatusOr<std::unique_ptr<model::BatchForward>> {
       UF_ASSIGN_OR_RETURN(

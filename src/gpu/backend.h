@@ -65,7 +65,7 @@ struct GpuForwardOptions {
 };
 class GpuForward : public model::BatchForward {
  public:
-  // cache must be f16 and outlive the forward.
+  // cache must be f16 or q8_0 and outlive the forward.
   static StatusOr<std::unique_ptr<GpuForward>> Create(const model::Model& model,
                                                       const DeviceSpec& device,
                                                       engine::KvCache* cache,
@@ -88,10 +88,11 @@ class GpuForward : public model::BatchForward {
 class GpuDecoder {
  public:
   virtual ~GpuDecoder() = default;
-  // max_ctx: positions the device cache holds; max_batch: tokens per Prefill pass.
-  static StatusOr<std::unique_ptr<GpuDecoder>> Create(const model::Model& model,
-                                                      const DeviceSpec& device, int64_t max_ctx,
-                                                      int64_t max_batch = 64);
+  // max_ctx: positions the device cache holds; max_batch: tokens per Prefill pass; kv_type: f16
+  // or q8_0.
+  static StatusOr<std::unique_ptr<GpuDecoder>> Create(
+      const model::Model& model, const DeviceSpec& device, int64_t max_ctx,
+      int64_t max_batch = 64, engine::KvType kv_type = engine::KvType::kF16);
 
   // Runs token `token` at position `pos` (0 <= pos <= previous pos + 1; a smaller pos rewinds the
   // sequence) and leaves its logits in logits().

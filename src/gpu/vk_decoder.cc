@@ -58,6 +58,7 @@ class VulkanForward final : public GpuForward {
   engine::KvCache* cache_;
   GpuForwardOptions o_;
   int64_t max_len_ = 0, max_blocks_ = 0, n_rows_ = 0;
+  bool q8_cache_ = false;  // Q8_0 K/V rows instead of f16
   std::unique_ptr<Context> ctx_;
   Kernels k_;
   std::vector<LayerBuffers> layers_;
@@ -98,9 +99,10 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   if (co.n_layer != c_.n_layer || co.n_head_kv != c_.n_head_kv || co.head_dim != c_.head_dim) {
     return InvalidArgumentError("gpu forward: kv cache shape does not match the model");
   }
-  if (co.type != engine::KvType::kF16) {
-    return UnimplementedError("the Vulkan backend keeps K/V in f16 only (--kv-type f16)");
+  if (co.type != engine::KvType::kF16 && co.type != engine::KvType::kQ8_0) {
+    return UnimplementedError("the Vulkan backend keeps K/V in f16 or q8_0 (--kv-type)");
   }
+  q8_cache_ = co.type == engine::KvType::kQ8_0;  // KvCache checked head_dim % 32 == 0
   if (o_.max_batch <= 0 || o_.max_batch > 65535) {
     return InvalidArgumentError("gpu forward: max_batch must be in [1, 65535]");
   }
@@ -170,8 +172,8 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   }
   UF_ASSIGN_OR_RETURN(cs_, Vector(cs));
 
-  const uint64_t hp = c_.head_dim / 2;
-  const uint64_t cache_words = c_.n_layer * 2 * c_.n_head_kv * n_rows_ * hp;
+  const uint64_t row_words = q8_cache_ ? c_.head_dim / 32 * 9 : c_.head_dim / 2;
+  const uint64_t cache_words = c_.n_layer * 2 * c_.n_head_kv * n_rows_ * row_words;
   if (cache_words >= (uint64_t{1} << 32)) {
     return UnimplementedError(
         "the Vulkan backend's K/V cache is limited to 2^32 words; lower the context");
@@ -219,9 +221,9 @@ void VulkanForward::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64
 
 Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, bool greedy) {
   const int64_t e = c_.n_embd, hd = c_.head_dim;
-  const uint64_t hp = hd / 2, layer_words = 2 * c_.n_head_kv * n_rows_ * hp;
   const bool neox = c_.rope_type == model::RopeType::kNeox;
   AttentionShape as;
+  as.q8 = q8_cache_;
   as.n_head = c_.n_head;
   as.n_head_kv = c_.n_head_kv;
   as.head_dim = hd;
@@ -230,6 +232,7 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, bool greedy)
   as.block_size = cache_->block_size();
   as.max_blocks = max_blocks_;
   as.max_len = max_len_;
+  const uint64_t layer_words = 2 * c_.n_head_kv * n_rows_ * as.row_words();
   xq_holds_ = nullptr;
   k_.Embed(r, *embd_table_, x_, tok_, n);
   for (int64_t il = 0; il < c_.n_layer; ++il) {
@@ -252,8 +255,7 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, bool greedy)
     k_.Rope(r, kbuf_, cs_, tok_, n, c_.n_head_kv, hd, c_.rope_dim, neox);
     as.k_off = static_cast<uint32_t>(il * layer_words);
     as.v_off = static_cast<uint32_t>(il * layer_words + layer_words / 2);
-    k_.KvStore(r, kbuf_, vbuf_, cache_dev_, tok_, n, c_.n_head_kv, hd, n_rows_, as.k_off,
-               as.v_off);
+    k_.KvStore(r, kbuf_, vbuf_, cache_dev_, tok_, n, as);
     k_.Attention(r, q_, cache_dev_, scores_, attn_, tok_, bt_, n, as);
     Gemm(r, l.wo, attn_, n, y_);
     k_.Add(r, y_, 0, x_, 0, n * e);
@@ -401,7 +403,7 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
 class VulkanDecoder final : public GpuDecoder {
  public:
   Status Init(const model::Model& model, const DeviceSpec& device, int64_t max_ctx,
-              int64_t max_batch) {
+              int64_t max_batch, engine::KvType kv_type) {
     if (max_ctx <= 0) return InvalidArgumentError("GpuDecoder: max_ctx must be positive");
     const model::ModelConfig& c = model.config();
     engine::KvCacheOptions co;
@@ -410,7 +412,7 @@ class VulkanDecoder final : public GpuDecoder {
     co.head_dim = c.head_dim;
     co.max_seq_len = max_ctx;
     co.n_blocks = engine::KvCacheOptions::BlocksFor(max_ctx, 1, co.block_size);
-    co.type = engine::KvType::kF16;
+    co.type = kv_type;
     co.host_storage = false;
     UF_ASSIGN_OR_RETURN(cache_, engine::KvCache::Create(co));
     max_ctx_ = max_ctx;
@@ -491,9 +493,10 @@ StatusOr<std::unique_ptr<GpuForward>> GpuForward::Create(const model::Model& mod
 
 StatusOr<std::unique_ptr<GpuDecoder>> GpuDecoder::Create(const model::Model& model,
                                                          const DeviceSpec& device,
-                                                         int64_t max_ctx, int64_t max_batch) {
+                                                         int64_t max_ctx, int64_t max_batch,
+                                                         engine::KvType kv_type) {
   auto d = std::make_unique<VulkanDecoder>();
-  UF_RETURN_IF_ERROR(d->Init(model, device, max_ctx, max_batch));
+  UF_RETURN_IF_ERROR(d->Init(model, device, max_ctx, max_batch, kv_type));
   return std::unique_ptr<GpuDecoder>(std::move(d));
 }
 

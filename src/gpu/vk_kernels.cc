@@ -275,13 +275,14 @@ void Kernels::Rope(Recorder* r, const Buffer& x, const Buffer& cs, const Buffer&
 }
 
 void Kernels::KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffer& cache,
-                      const Buffer& tok, int64_t n, int64_t kv_heads, int64_t head_dim,
-                      int64_t n_rows, uint32_t k_off, uint32_t v_off) const {
+                      const Buffer& tok, int64_t n, const AttentionShape& s) const {
   struct {
-    uint32_t kv_heads, head_dim, n_rows, k_off, v_off;
-  } push{static_cast<uint32_t>(kv_heads), static_cast<uint32_t>(head_dim),
-         static_cast<uint32_t>(n_rows), k_off, v_off};
-  r->Dispatch(*kv_store_, {k, v, cache, tok}, push, Groups64(kv_heads * head_dim / 2),
+    uint32_t kv_heads, head_dim, n_rows, k_off, v_off, row_words, q8;
+  } push{static_cast<uint32_t>(s.n_head_kv), static_cast<uint32_t>(s.head_dim),
+         static_cast<uint32_t>(s.n_rows),    s.k_off,
+         s.v_off,                            static_cast<uint32_t>(s.row_words()),
+         s.q8 ? 1u : 0u};
+  r->Dispatch(*kv_store_, {k, v, cache, tok}, push, Groups64(s.n_head_kv * s.head_dim / 2),
               static_cast<uint32_t>(n));
 }
 
@@ -291,12 +292,13 @@ void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const
   struct {
     uint32_t n_head, n_head_kv, head_dim, n_rows, k_off, v_off;
     float scale;
-    uint32_t block_size, max_blocks, max_len;
+    uint32_t block_size, max_blocks, max_len, row_words, q8;
   } push{static_cast<uint32_t>(s.n_head),     static_cast<uint32_t>(s.n_head_kv),
          static_cast<uint32_t>(s.head_dim),   static_cast<uint32_t>(s.n_rows),
          s.k_off,                             s.v_off,
          s.scale,                             static_cast<uint32_t>(s.block_size),
-         static_cast<uint32_t>(s.max_blocks), static_cast<uint32_t>(s.max_len)};
+         static_cast<uint32_t>(s.max_blocks), static_cast<uint32_t>(s.max_len),
+         static_cast<uint32_t>(s.row_words()), s.q8 ? 1u : 0u};
   r->Dispatch(*attention_, {q, cache, scores, out, tok, bt}, push,
               static_cast<uint32_t>(s.n_head), static_cast<uint32_t>(n));
 }

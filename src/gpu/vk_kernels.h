@@ -43,6 +43,9 @@ struct AttentionShape {
   float scale = 1.0f;
   int64_t block_size = 0, max_blocks = 0;  // block table: [max_seqs][max_blocks]
   int64_t max_len = 0;                     // positions per sequence (the scores' stride)
+  bool q8 = false;  // Q8_0 rows (9 words per 32 values) instead of f16 pairs
+  // Words of one head's row of K or V in the cache.
+  int64_t row_words() const { return q8 ? head_dim / 32 * 9 : head_dim / 2; }
 };
 
 // The pipelines of every kernel, made once per context. Batched kernels take `tok`, the batch's
@@ -72,10 +75,10 @@ class Kernels {
   // each), at the tokens' positions, angles table cs.
   void Rope(Recorder* r, const Buffer& x, const Buffer& cs, const Buffer& tok, int64_t n,
             int64_t n_heads, int64_t head_dim, int64_t rope_dim, bool neox) const;
-  // The n tokens' K and V rows into the cache at their cache rows.
+  // The n tokens' K and V rows (n_head_kv heads) into the cache at their cache rows, in the
+  // layout of s (f16 or Q8_0, at s.k_off / s.v_off).
   void KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffer& cache,
-               const Buffer& tok, int64_t n, int64_t kv_heads, int64_t head_dim, int64_t n_rows,
-               uint32_t k_off, uint32_t v_off) const;
+               const Buffer& tok, int64_t n, const AttentionShape& s) const;
   // Causal attention of the n tokens' queries (block tables bt); scores: n * n_head * max_len
   // floats of scratch.
   void Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,
