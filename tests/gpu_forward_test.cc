@@ -5,10 +5,11 @@
 // Tolerances are golden_test.cc's for the device cache's K/V type: the weights' own (F32 1e-3,
 // F16 5e-3, BF16 1e-2, quantized 3e-2 of max(1, |logit|)) plus 1e-2 for f16 K/V (arg-max
 // agreement >= 98% for float weights, 90% quantized; 100% where the reference's top-1 leads its
-// top-2 by 5%) or 3e-2 for q8_0 K/V (95% / 85%; 100% where it leads by 10%). The GPU runs the CPU path's arithmetic (activations rounded to
-// F16 / BF16 or quantized to Q8_0 before each product, RoPE angles from the same function) in
-// another summation order, so it sits in the same noise as the CPU path's own SIMD tiers; Q4_K
-// and Q6_K take f32 activations where the CPU quantizes them to Q8_K.
+// top-2 by 5%) or 3e-2 for q8_0 K/V (95% / 85%; 100% where it leads by 10%). The GPU runs the CPU
+// path's arithmetic (activations rounded to F16 / BF16 or quantized to Q8_0 before each product,
+// RoPE angles from the same function) in another summation order, so it sits in the same noise as
+// the CPU path's own SIMD tiers; Q4_K and Q6_K take f32 activations where the CPU quantizes them to
+// Q8_K.
 //
 // Every golden prompt also runs as one batch (the multi-token forward): each of its rows must be
 // bit-identical to the same position run one token at a time.
@@ -98,8 +99,7 @@ double FamilyTolerance(const model::Model& m) {
   return tol;
 }
 
-class GpuGoldenTest
-    : public ::testing::TestWithParam<std::tuple<std::string, engine::KvType>> {};
+class GpuGoldenTest : public ::testing::TestWithParam<std::tuple<std::string, engine::KvType>> {};
 
 TEST_P(GpuGoldenTest, LogitsMatchReference) {
   const std::string name = std::get<0>(GetParam());
@@ -160,8 +160,8 @@ TEST_P(GpuGoldenTest, LogitsMatchReference) {
     ASSERT_TRUE((*dec)->Prefill(g.tokens, 0, /*every_logits=*/true).ok());
     for (size_t i = 0; i < g.tokens.size(); ++i) {
       ++batch_rows;
-      batch_equal += std::memcmp((*dec)->all_logits(i), stepped.data() + i * n_vocab,
-                                 n_vocab * 4) == 0;
+      batch_equal +=
+          std::memcmp((*dec)->all_logits(i), stepped.data() + i * n_vocab, n_vocab * 4) == 0;
     }
   }
   const double agreement = static_cast<double>(agree) / positions;

@@ -81,7 +81,7 @@ class GpuKernelsTest : public ::testing::Test {
     return v;
   }
   // The per-token inputs of a batch: {token, position, cache row, sequence} each.
-  Buffer Tok(const std::vector<std::array<uint32_t, 4>>& rows) {
+  Buffer Tok(const std::vector<std::array<uint32_t, 4> >& rows) {
     Buffer b = std::move(*ctx_->CreateBuffer(rows.size() * 16, Memory::kHost));
     std::memcpy(b.mapped(), rows.data(), rows.size() * 16);
     return b;
@@ -118,8 +118,9 @@ TEST_F(GpuKernelsTest, DeviceIsListed) {
               ctx_->info().subgroup_size);
 }
 
-constexpr GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
-                                   GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K};
+constexpr GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
+                                  GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K,
+                                  GgmlType::kQ6_K};
 
 // Each weight type's GEMM over 3 tokens against kernels::MatMul on the same weights (rows not a
 // multiple of the rows per workgroup, so the tail is covered), and the recorder replayed. F32,
@@ -167,9 +168,9 @@ TEST_F(GpuKernelsTest, GemmMatchesCpu) {
             for (int64_t c = 0; c < cols; ++c) exact += double(wd[r * cols + c]) * x[t * cols + c];
             ASSERT_NEAR(got[t * rows + r], exact, 1e-5 * norm) << "token " << t << " row " << r;
           }
-          const double tol = k_quant                   ? 4e-2 * norm / std::sqrt(double(cols))
+          const double tol = k_quant                  ? 4e-2 * norm / std::sqrt(double(cols))
                              : type == GgmlType::kF32 ? 1e-5 * norm
-                                                       : 1e-4 * norm;
+                                                      : 1e-4 * norm;
           ASSERT_NEAR(got[t * rows + r], want[t * rows + r], tol) << "token " << t << " row " << r;
         }
       }
@@ -188,9 +189,8 @@ TEST_F(GpuKernelsTest, GemmRowsDoNotDependOnBatchSize) {
     auto gm = UploadMatrix(ctx_, Quantized(type, wf, rows, cols, &data));
     ASSERT_TRUE(gm.ok());
     const bool q8 = TakesQ8Activation(type);
-    Buffer xb = Floats(x), xq = Empty(Q8ActivationBytes(max_n * cols)),
-           y = Empty(max_n * rows * 4);
-    std::vector<std::vector<float>> by_n;
+    Buffer xb = Floats(x), xq = Empty(Q8ActivationBytes(max_n * cols)), y = Empty(max_n * rows * 4);
+    std::vector<std::vector<float> > by_n;
     for (int64_t n : {int64_t{1}, int64_t{8}, int64_t{9}, max_n}) {
       Recorder rec(ctx_);
       if (q8) kernels_->Quantize(&rec, xb, 0, n * cols, xq);
@@ -319,7 +319,7 @@ void GpuKernelsTest::PagedAttention(bool q8) {
          vb = Empty(n_pos * n_kv * hd * 4);
   std::vector<float> ks = Random(n_pos * n_kv * hd, 100), vs = Random(n_pos * n_kv * hd, 200);
   for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 7}, {7, 4}}) {
-    std::vector<std::array<uint32_t, 4>> rows;
+    std::vector<std::array<uint32_t, 4> > rows;
     for (int64_t p = first; p < first + count; ++p) rows.push_back({0, uint32_t(p), row_of(p), 0});
     Buffer tok = Tok(rows);
     ASSERT_TRUE(ctx_->Upload(kb, 0, ks.data() + first * n_kv * hd, count * n_kv * hd * 4).ok());
@@ -330,7 +330,7 @@ void GpuKernelsTest::PagedAttention(bool q8) {
     ASSERT_TRUE(rec.Run().ok());
   }
   const std::vector<uint32_t> positions = {10, 4, 0, 7};
-  std::vector<std::array<uint32_t, 4>> rows;
+  std::vector<std::array<uint32_t, 4> > rows;
   for (uint32_t p : positions) rows.push_back({0, p, row_of(p), 0});
   Buffer tok = Tok(rows);
   Buffer bt = std::move(*ctx_->CreateBuffer(max_blocks * 4, Memory::kHost));
@@ -437,7 +437,7 @@ TEST_F(GpuKernelsTest, ArgMaxMatchesSampler) {
   l[1 * n_vocab + 999] = 7.0f;  // row 1: the last value, a NaN ahead of it
   l[1 * n_vocab + 5] = std::nanf("");
   std::fill(l.begin() + 2 * n_vocab, l.begin() + 3 * n_vocab, -INFINITY);  // row 2
-  l[3 * n_vocab + 0] = 8.0f;  // row 3: the first value
+  l[3 * n_vocab + 0] = 8.0f;                                               // row 3: the first value
   Buffer lb = Floats(l);
   Buffer out = std::move(*ctx_->CreateBuffer(rows * 4, Memory::kHost));
   Recorder rec(ctx_);

@@ -73,7 +73,8 @@ TEST_P(GpuVerifyTest, VerifyRowsEqualDecodeStepsBitwise) {
   const std::vector<int32_t> drafts = {373, 278, 3186, 29892, 1058, 4687};  // k + 1 = 6 tokens
   const int32_t p0 = static_cast<int32_t>(prompt.size());
   model::Batch b;
-  for (size_t i = 0; i < prompt.size(); ++i) b.Add(prompt[i], int32_t(i), 0, i + 1 == prompt.size());
+  for (size_t i = 0; i < prompt.size(); ++i)
+    b.Add(prompt[i], int32_t(i), 0, i + 1 == prompt.size());
   ASSERT_TRUE(f.Forward(b).ok());
   std::vector<std::vector<float>> decode;
   for (size_t i = 0; i < drafts.size(); ++i) {
@@ -220,10 +221,10 @@ TEST(GpuService, GreedyTextEqualsCpuWithBatchingAndSpeculation) {
     if (gpu) {
       o.make_forward = [&demo](engine::KvCache* cache, const model::DecoderOptions& d)
           -> StatusOr<std::unique_ptr<model::BatchForward>> {
-        UF_ASSIGN_OR_RETURN(std::unique_ptr<gpu::GpuForward> f,
-                            gpu::GpuForward::Create(*demo.model, kVulkan, cache,
-                                                    {.max_batch = d.max_batch,
-                                                     .max_outputs = d.max_outputs}));
+        UF_ASSIGN_OR_RETURN(
+            std::unique_ptr<gpu::GpuForward> f,
+            gpu::GpuForward::Create(*demo.model, kVulkan, cache,
+                                    {.max_batch = d.max_batch, .max_outputs = d.max_outputs}));
         return std::unique_ptr<model::BatchForward>(std::move(f));
       };
     }

@@ -1,9 +1,9 @@
 #include "cli/bench_gpu.h"
 
 #include <algorithm>
-#include <tuple>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <tuple>
 #include <vector>
 
 #include "base/clock.h"
@@ -164,14 +164,15 @@ int GpuBench(const GpuBenchOptions& o) {
   }
   if (o.n_gen > 0) {
     std::printf("%-8lld %-12s %14.1f   (greedy, the arg-max on the device: no logits copied)\n",
-                static_cast<long long>(o.depth), ("tg" + std::to_string(o.n_gen) + " argmax").c_str(),
-                tg_argmax_tok_s);
+                static_cast<long long>(o.depth),
+                ("tg" + std::to_string(o.n_gen) + " argmax").c_str(), tg_argmax_tok_s);
   }
   for (const auto& [streams, tok_s, gpu_tok_s] : batched) {
-    std::printf("%-8d %-12s %14.1f   (aggregate of %d streams after %lld-token prompts; GPU time "
-                "alone %.1f)\n",
-                0, ("tg" + std::to_string(o.n_gen) + " x" + std::to_string(streams)).c_str(),
-                tok_s, streams, static_cast<long long>(o.n_prompt), gpu_tok_s);
+    std::printf(
+        "%-8d %-12s %14.1f   (aggregate of %d streams after %lld-token prompts; GPU time "
+        "alone %.1f)\n",
+        0, ("tg" + std::to_string(o.n_gen) + " x" + std::to_string(streams)).c_str(), tok_s,
+        streams, static_cast<long long>(o.n_prompt), gpu_tok_s);
   }
   std::printf(
       "pp runs the prompt in batches of up to 512 tokens; tok/s is wall clock around each "

@@ -91,8 +91,8 @@ class GpuDecoder {
   // max_ctx: positions the device cache holds; max_batch: tokens per Prefill pass; kv_type: f16
   // or q8_0.
   static StatusOr<std::unique_ptr<GpuDecoder>> Create(
-      const model::Model& model, const DeviceSpec& device, int64_t max_ctx,
-      int64_t max_batch = 64, engine::KvType kv_type = engine::KvType::kF16);
+      const model::Model& model, const DeviceSpec& device, int64_t max_ctx, int64_t max_batch = 64,
+      engine::KvType kv_type = engine::KvType::kF16);
 
   // Runs token `token` at position `pos` (0 <= pos <= previous pos + 1; a smaller pos rewinds the
   // sequence) and leaves its logits in logits().

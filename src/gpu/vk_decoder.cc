@@ -77,7 +77,7 @@ class VulkanForward final : public GpuForward {
   const Buffer* xq_holds_ = nullptr;  // while recording: the buffer xq_ is the quantization of
   std::vector<float> logits_;
   int64_t n_outputs_ = 0;
-  std::vector<int32_t> seq_next_;  // [max_seqs] next position per sequence, -1 if not in batch
+  std::vector<int32_t> seq_next_;   // [max_seqs] next position per sequence, -1 if not in batch
   std::vector<int32_t> seq_first_;  // [max_seqs] first position in the batch
   std::vector<int32_t> touched_;    // sequences of the current batch
 };
@@ -318,8 +318,8 @@ Status VulkanForward::Prepare(const model::Batch& batch) {
     const int32_t tok = batch.tokens[t], seq = batch.seq_ids[t], pos = batch.positions[t];
     if (tok < 0 || tok >= c_.n_vocab) {
       status = InvalidArgumentError("gpu forward: token id " + std::to_string(tok) +
-                                    " is outside the vocabulary [0, " +
-                                    std::to_string(c_.n_vocab) + ")");
+                                    " is outside the vocabulary [0, " + std::to_string(c_.n_vocab) +
+                                    ")");
     } else if (seq < 0 || seq >= cache_->max_seqs()) {
       status = InvalidArgumentError("gpu forward: sequence id " + std::to_string(seq) +
                                     " is outside [0, " + std::to_string(cache_->max_seqs()) + ")");
@@ -335,10 +335,9 @@ Status VulkanForward::Prepare(const model::Batch& batch) {
         seq_next_[seq] = pos + 1;
       }
     } else if (pos != seq_next_[seq]) {
-      status = InvalidArgumentError("gpu forward: sequence " + std::to_string(seq) +
-                                    " has position " + std::to_string(pos) + " after " +
-                                    std::to_string(seq_next_[seq] - 1) +
-                                    " (positions must be consecutive)");
+      status = InvalidArgumentError(
+          "gpu forward: sequence " + std::to_string(seq) + " has position " + std::to_string(pos) +
+          " after " + std::to_string(seq_next_[seq] - 1) + " (positions must be consecutive)");
     } else {
       seq_next_[seq] = pos + 1;
     }
@@ -418,8 +417,8 @@ class VulkanDecoder final : public GpuDecoder {
     max_ctx_ = max_ctx;
     max_batch_ = std::clamp<int64_t>(max_batch, 1, max_ctx);
     n_vocab_ = c.n_vocab;
-    UF_ASSIGN_OR_RETURN(fwd_, GpuForward::Create(model, device, cache_.get(),
-                                                 {.max_batch = max_batch_}));
+    UF_ASSIGN_OR_RETURN(fwd_,
+                        GpuForward::Create(model, device, cache_.get(), {.max_batch = max_batch_}));
     return OkStatus();
   }
 
@@ -492,8 +491,8 @@ StatusOr<std::unique_ptr<GpuForward>> GpuForward::Create(const model::Model& mod
 }
 
 StatusOr<std::unique_ptr<GpuDecoder>> GpuDecoder::Create(const model::Model& model,
-                                                         const DeviceSpec& device,
-                                                         int64_t max_ctx, int64_t max_batch,
+                                                         const DeviceSpec& device, int64_t max_ctx,
+                                                         int64_t max_batch,
                                                          engine::KvType kv_type) {
   auto d = std::make_unique<VulkanDecoder>();
   UF_RETURN_IF_ERROR(d->Init(model, device, max_ctx, max_batch, kv_type));

@@ -168,14 +168,14 @@ StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
 StatusOr<Kernels> Kernels::Create(Context* ctx) {
   Kernels k;
   k.rows_per_group_ = 64 / ctx->info().subgroup_size;
-  for (const auto& [type, name] : std::initializer_list<std::pair<GgmlType, const char*>>{
-           {GgmlType::kF32, "f32"},
-           {GgmlType::kF16, "f16"},
-           {GgmlType::kBF16, "bf16"},
-           {GgmlType::kQ8_0, "q8_0"},
-           {GgmlType::kQ4_0, "q4_0"},
-           {GgmlType::kQ6_K, "q6_k"},
-           {GgmlType::kQ4_K, "q4_k"}}) {
+  for (const auto& [type, name] :
+       std::initializer_list<std::pair<GgmlType, const char*>>{{GgmlType::kF32, "f32"},
+                                                               {GgmlType::kF16, "f16"},
+                                                               {GgmlType::kBF16, "bf16"},
+                                                               {GgmlType::kQ8_0, "q8_0"},
+                                                               {GgmlType::kQ4_0, "q4_0"},
+                                                               {GgmlType::kQ6_K, "q6_k"},
+                                                               {GgmlType::kQ4_K, "q4_k"}}) {
     UF_ASSIGN_OR_RETURN(k.gemm_[0][type], ctx->GetPipeline(std::string("gemm1_") + name, 3));
     UF_ASSIGN_OR_RETURN(k.gemm_[1][type], ctx->GetPipeline(std::string("gemm8_") + name, 3));
   }
@@ -278,9 +278,12 @@ void Kernels::KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffe
                       const Buffer& tok, int64_t n, const AttentionShape& s) const {
   struct {
     uint32_t kv_heads, head_dim, n_rows, k_off, v_off, row_words, q8;
-  } push{static_cast<uint32_t>(s.n_head_kv), static_cast<uint32_t>(s.head_dim),
-         static_cast<uint32_t>(s.n_rows),    s.k_off,
-         s.v_off,                            static_cast<uint32_t>(s.row_words()),
+  } push{static_cast<uint32_t>(s.n_head_kv),
+         static_cast<uint32_t>(s.head_dim),
+         static_cast<uint32_t>(s.n_rows),
+         s.k_off,
+         s.v_off,
+         static_cast<uint32_t>(s.row_words()),
          s.q8 ? 1u : 0u};
   r->Dispatch(*kv_store_, {k, v, cache, tok}, push, Groups64(s.n_head_kv * s.head_dim / 2),
               static_cast<uint32_t>(n));
@@ -293,14 +296,20 @@ void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const
     uint32_t n_head, n_head_kv, head_dim, n_rows, k_off, v_off;
     float scale;
     uint32_t block_size, max_blocks, max_len, row_words, q8;
-  } push{static_cast<uint32_t>(s.n_head),     static_cast<uint32_t>(s.n_head_kv),
-         static_cast<uint32_t>(s.head_dim),   static_cast<uint32_t>(s.n_rows),
-         s.k_off,                             s.v_off,
-         s.scale,                             static_cast<uint32_t>(s.block_size),
-         static_cast<uint32_t>(s.max_blocks), static_cast<uint32_t>(s.max_len),
-         static_cast<uint32_t>(s.row_words()), s.q8 ? 1u : 0u};
-  r->Dispatch(*attention_, {q, cache, scores, out, tok, bt}, push,
-              static_cast<uint32_t>(s.n_head), static_cast<uint32_t>(n));
+  } push{static_cast<uint32_t>(s.n_head),
+         static_cast<uint32_t>(s.n_head_kv),
+         static_cast<uint32_t>(s.head_dim),
+         static_cast<uint32_t>(s.n_rows),
+         s.k_off,
+         s.v_off,
+         s.scale,
+         static_cast<uint32_t>(s.block_size),
+         static_cast<uint32_t>(s.max_blocks),
+         static_cast<uint32_t>(s.max_len),
+         static_cast<uint32_t>(s.row_words()),
+         s.q8 ? 1u : 0u};
+  r->Dispatch(*attention_, {q, cache, scores, out, tok, bt}, push, static_cast<uint32_t>(s.n_head),
+              static_cast<uint32_t>(n));
 }
 
 void Kernels::Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& tok,
@@ -338,8 +347,8 @@ void Kernels::Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const 
               static_cast<uint32_t>(n));
 }
 
-void Kernels::Gather(Recorder* r, const Buffer& x, const Buffer& y, const Buffer& idx,
-                     int64_t cols, int64_t n_rows) const {
+void Kernels::Gather(Recorder* r, const Buffer& x, const Buffer& y, const Buffer& idx, int64_t cols,
+                     int64_t n_rows) const {
   const auto push = static_cast<uint32_t>(cols);
   r->Dispatch(*gather_, {x, y, idx}, push, Groups64(cols), static_cast<uint32_t>(n_rows));
 }

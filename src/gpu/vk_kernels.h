@@ -38,12 +38,12 @@ inline uint64_t Q8ActivationBytes(int64_t values) { return (values / 32) * (32 +
 // The shape of a layer's attention over the paged device cache (see attention.comp).
 struct AttentionShape {
   int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
-  int64_t n_rows = 0;  // cache rows per KV head: n_blocks * block_size
+  int64_t n_rows = 0;             // cache rows per KV head: n_blocks * block_size
   uint32_t k_off = 0, v_off = 0;  // words of this layer's K and V
   float scale = 1.0f;
   int64_t block_size = 0, max_blocks = 0;  // block table: [max_seqs][max_blocks]
   int64_t max_len = 0;                     // positions per sequence (the scores' stride)
-  bool q8 = false;  // Q8_0 rows (9 words per 32 values) instead of f16 pairs
+  bool q8 = false;                         // Q8_0 rows (9 words per 32 values) instead of f16 pairs
   // Words of one head's row of K or V in the cache.
   int64_t row_words() const { return q8 ? head_dim / 32 * 9 : head_dim / 2; }
 };
