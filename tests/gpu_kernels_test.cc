@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -24,6 +25,7 @@
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
+#include "sampling/sampler.h"
 #endif
 
 namespace uf::gpu {
@@ -78,13 +80,25 @@ class GpuKernelsTest : public ::testing::Test {
     EXPECT_TRUE(ctx_->Download(b, 0, v.data(), n * 4).ok());
     return v;
   }
-  Buffer Step(uint32_t token, uint32_t pos) {
-    Buffer b = std::move(*ctx_->CreateBuffer(16, Memory::kHost));
-    auto* s = static_cast<uint32_t*>(b.mapped());
-    s[0] = token;
-    s[1] = pos;
+  // The per-token inputs of a batch: {token, position, cache row, sequence} each.
+  Buffer Tok(const std::vector<std::array<uint32_t, 4> >& rows) {
+    Buffer b = std::move(*ctx_->CreateBuffer(rows.size() * 16, Memory::kHost));
+    std::memcpy(b.mapped(), rows.data(), rows.size() * 16);
     return b;
   }
+  // Weights of `type` quantized from wf, as a kernels::Matrix over data.
+  static kernels::Matrix Quantized(GgmlType type, const std::vector<float>& wf, int64_t rows,
+                                   int64_t cols, std::vector<uint8_t>* data) {
+    const size_t row_bytes = kernels::KernelRowBytes(type, cols);
+    data->resize(rows * row_bytes);
+    for (int64_t r = 0; r < rows; ++r) {
+      kernels::QuantizeRow(type, wf.data() + r * cols, data->data() + r * row_bytes, cols);
+    }
+    return *kernels::Matrix::Create(type, data->data(), rows, cols);
+  }
+
+  // Paged attention over an f16 or Q8_0 cache (PagedAttentionMatchesReference).
+  void PagedAttention(bool q8);
 
   static Context* ctx_;
   static Kernels* kernels_;
@@ -104,41 +118,92 @@ TEST_F(GpuKernelsTest, DeviceIsListed) {
               ctx_->info().subgroup_size);
 }
 
-// Each weight type's GEMV against kernels::MatMul on the same weights (rows not a multiple of
-// the rows per workgroup, so the tail is covered), and the recorder replayed.
-TEST_F(GpuKernelsTest, GemvMatchesCpu) {
-  const int64_t rows = 67, cols = 256;
-  const std::vector<float> wf = Random(rows * cols, 1, 0.5f), x = Random(cols, 2);
-  ThreadPool pool(1);
-  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
-    SCOPED_TRACE(GgmlTypeName(type));
-    const size_t row_bytes = kernels::KernelRowBytes(type, cols);
-    std::vector<uint8_t> data(rows * row_bytes);
-    for (int64_t r = 0; r < rows; ++r) {
-      kernels::QuantizeRow(type, wf.data() + r * cols, data.data() + r * row_bytes, cols);
-    }
-    auto m = kernels::Matrix::Create(type, data.data(), rows, cols);
-    ASSERT_TRUE(m.ok());
-    std::vector<float> want(rows);
-    kernels::MatMul(*m, x.data(), 1, want.data(), &pool);
+constexpr GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
+                                  GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K,
+                                  GgmlType::kQ6_K};
 
-    auto gm = UploadMatrix(ctx_, *m);
+// Each weight type's GEMM over 3 tokens against kernels::MatMul on the same weights (rows not a
+// multiple of the rows per workgroup, so the tail is covered), and the recorder replayed. F32,
+// F16, BF16, Q8_0 and Q4_0 take the CPU's activations (f32, rounded to f16 / bf16, quantized to
+// Q8_0) and agree to rounding; Q4_K and Q6_K take f32 activations where the CPU quantizes them
+// to Q8_K, which errs by a few % of a typical output (norm / sqrt(cols); measured up to 2.6%),
+// a wrong layout or dequantization by all of it; they must match the exact product of their
+// dequantized weights to rounding.
+TEST_F(GpuKernelsTest, GemmMatchesCpu) {
+  const int64_t rows = 67, cols = 512, n = 3;
+  const std::vector<float> wf = Random(rows * cols, 1, 0.5f), x = Random(n * cols, 2);
+  ThreadPool pool(1);
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    std::vector<uint8_t> data;
+    const kernels::Matrix m = Quantized(type, wf, rows, cols, &data);
+    std::vector<float> want(n * rows);
+    kernels::MatMul(m, x.data(), n, want.data(), &pool);
+    // The K-quants' GPU kernels take f32 activations: their exact product is the dequantized
+    // weights times x, in double.
+    std::vector<float> wd(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      kernels::DequantizeRow(type, data.data() + r * m.row_bytes(), wd.data() + r * cols, cols);
+    }
+
+    auto gm = UploadMatrix(ctx_, m);
     ASSERT_TRUE(gm.ok()) << gm.status().ToString();
-    Buffer xb = Floats(x), xq = Empty(Q8ActivationBytes(cols)), y = Empty(rows * 4);
+    EXPECT_EQ(gm->type, type);
+    Buffer xb = Floats(x), xq = Empty(Q8ActivationBytes(n * cols)), y = Empty(n * rows * 4);
     Recorder rec(ctx_);
-    const bool quantized = type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0;
-    if (quantized) kernels_->Quantize(&rec, xb, 0, cols, xq);
-    kernels_->Gemv(&rec, *gm, quantized ? xq : xb, 0, y, 0);
+    const bool q8 = TakesQ8Activation(type);
+    if (q8) kernels_->Quantize(&rec, xb, 0, n * cols, xq);
+    kernels_->Gemm(&rec, *gm, q8 ? xq : xb, n, y);
     ASSERT_TRUE(rec.Finish().ok());
+    const bool k_quant = type == GgmlType::kQ4_K || type == GgmlType::kQ6_K;
     for (int rep = 0; rep < 2; ++rep) {  // recorded once, replayed
       ASSERT_TRUE(rec.Run().ok());
-      const std::vector<float> got = Read(y, rows);
-      const double tol = type == GgmlType::kF32 ? 1e-5 : 1e-4;
-      for (int64_t r = 0; r < rows; ++r) {
-        double norm = 0.0;
-        for (int64_t c = 0; c < cols; ++c) norm += std::fabs(wf[r * cols + c] * x[c]);
-        ASSERT_NEAR(got[r], want[r], tol * norm) << "row " << r;
+      const std::vector<float> got = Read(y, n * rows);
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+          double norm = 0.0;
+          for (int64_t c = 0; c < cols; ++c) norm += std::fabs(wf[r * cols + c] * x[t * cols + c]);
+          if (k_quant) {
+            double exact = 0.0;
+            for (int64_t c = 0; c < cols; ++c) exact += double(wd[r * cols + c]) * x[t * cols + c];
+            ASSERT_NEAR(got[t * rows + r], exact, 1e-5 * norm) << "token " << t << " row " << r;
+          }
+          const double tol = k_quant                  ? 4e-2 * norm / std::sqrt(double(cols))
+                             : type == GgmlType::kF32 ? 1e-5 * norm
+                                                      : 1e-4 * norm;
+          ASSERT_NEAR(got[t * rows + r], want[t * rows + r], tol) << "token " << t << " row " << r;
+        }
       }
+    }
+  }
+}
+
+// The property speculation rests on: a token's row of an n-token GEMM is bit-identical to the
+// same token alone, for every weight type and for batch sizes around the token tile (8).
+TEST_F(GpuKernelsTest, GemmRowsDoNotDependOnBatchSize) {
+  const int64_t rows = 37, cols = 256, max_n = 17;
+  const std::vector<float> wf = Random(rows * cols, 21, 0.5f), x = Random(max_n * cols, 22);
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    std::vector<uint8_t> data;
+    auto gm = UploadMatrix(ctx_, Quantized(type, wf, rows, cols, &data));
+    ASSERT_TRUE(gm.ok());
+    const bool q8 = TakesQ8Activation(type);
+    Buffer xb = Floats(x), xq = Empty(Q8ActivationBytes(max_n * cols)), y = Empty(max_n * rows * 4);
+    std::vector<std::vector<float> > by_n;
+    for (int64_t n : {int64_t{1}, int64_t{8}, int64_t{9}, max_n}) {
+      Recorder rec(ctx_);
+      if (q8) kernels_->Quantize(&rec, xb, 0, n * cols, xq);
+      kernels_->Gemm(&rec, *gm, q8 ? xq : xb, n, y);
+      ASSERT_TRUE(rec.Finish().ok());
+      ASSERT_TRUE(rec.Run().ok());
+      by_n.push_back(Read(y, n * rows));
+    }
+    for (size_t i = 1; i < by_n.size(); ++i) {
+      // Row 0 of every batch is token 0; the larger batches share their first 8 and 9 tokens.
+      EXPECT_EQ(std::memcmp(by_n[i].data(), by_n[0].data(), rows * 4), 0) << "batch " << i;
+      const size_t common = std::min(by_n[i].size(), by_n[i - 1].size());
+      EXPECT_EQ(std::memcmp(by_n[i].data(), by_n[i - 1].data(), common * 4), 0) << "batch " << i;
     }
   }
 }
@@ -205,144 +270,190 @@ TEST_F(GpuKernelsTest, RopeMatchesCpu) {
     rp.neox = neox;
     std::vector<float> cs(max_pos * hd);
     for (int64_t p = 0; p < max_pos; ++p) kernels::RopeAngles(rp, p, cs.data() + p * hd);
-    const std::vector<float> x = Random(heads * hd, 8);
-    Buffer xb = Floats(x), csb = Floats(cs), step = Step(0, 37);
+    // Two tokens at positions 37 and 5.
+    const std::vector<float> x = Random(2 * heads * hd, 8);
+    Buffer xb = Floats(x), csb = Floats(cs), tok = Tok({{0, 37, 0, 0}, {0, 5, 0, 0}});
     Recorder rec(ctx_);
-    kernels_->Rope(&rec, xb, 0, csb, step, heads, hd, hd, neox);
+    kernels_->Rope(&rec, xb, csb, tok, 2, heads, hd, hd, neox);
     ASSERT_TRUE(rec.Finish().ok());
     ASSERT_TRUE(rec.Run().ok());
     std::vector<float> want = x;
     kernels::ApplyRope(rp, cs.data() + 37 * hd, want.data(), heads, hd);
-    const std::vector<float> got = Read(xb, heads * hd);
-    for (int64_t i = 0; i < heads * hd; ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+    kernels::ApplyRope(rp, cs.data() + 5 * hd, want.data() + heads * hd, heads, hd);
+    const std::vector<float> got = Read(xb, 2 * heads * hd);
+    for (int64_t i = 0; i < 2 * heads * hd; ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
   }
 }
 
-// K/V stored step by step (the recorder replayed with a new position each time), then attention
-// of 4 query heads over 2 KV heads against a double-precision softmax of the f16-rounded cache.
-TEST_F(GpuKernelsTest, DecodeAttentionMatchesReference) {
-  const int64_t n_head = 4, n_kv = 2, hd = 64, max_ctx = 16, n_pos = 11;
-  const uint32_t k_off = 0, v_off = n_kv * max_ctx * hd / 2;
-  Buffer cache = Empty(2 * n_kv * max_ctx * hd * 2), kb = Empty(n_kv * hd * 4),
-         vb = Empty(n_kv * hd * 4), step = Step(0, 0);
-  std::vector<std::vector<float> > ks, vs;
-  {
-    Recorder rec(ctx_);
-    kernels_->KvStore(&rec, kb, vb, cache, step, n_kv, hd, max_ctx, k_off, v_off);
-    ASSERT_TRUE(rec.Finish().ok());
-    for (int64_t p = 0; p < n_pos; ++p) {
-      ks.push_back(Random(n_kv * hd, 100 + p));
-      vs.push_back(Random(n_kv * hd, 200 + p));
-      ASSERT_TRUE(ctx_->Upload(kb, 0, ks.back().data(), n_kv * hd * 4).ok());
-      ASSERT_TRUE(ctx_->Upload(vb, 0, vs.back().data(), n_kv * hd * 4).ok());
-      static_cast<uint32_t*>(step.mapped())[1] = p;
-      ASSERT_TRUE(rec.Run().ok());
-    }
+// K/V of 11 positions stored into a paged cache (blocks of 4 in a scrambled block table, two
+// batches: 7 tokens, then 4), then attention of 4 query heads over 2 KV heads for a batch of
+// queries at several positions, against a double-precision softmax of the cache as the CPU
+// would round it (F16, or Q8_0 blocks: the device quantizes K/V as the CPU cache does).
+TEST_F(GpuKernelsTest, PagedAttentionMatchesReference) {
+  for (bool q8 : {false, true}) {
+    SCOPED_TRACE(q8 ? "q8_0 cache" : "f16 cache");
+    PagedAttention(q8);
   }
-  const std::vector<float> q = Random(n_head * hd, 9);
-  Buffer qb = Floats(q), scores = Empty(n_head * max_ctx * 4), out = Empty(n_head * hd * 4);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  Recorder rec(ctx_);
-  kernels_->Attention(&rec, qb, cache, scores, out, step, n_head, n_kv, hd, max_ctx, k_off, v_off,
-                      scale);
-  ASSERT_TRUE(rec.Finish().ok());
-  const auto half = [](float v) {
-    uint16_t h;
-    kernels::F32ToF16(&v, &h, 1);
-    float f;
-    kernels::DequantizeRow(GgmlType::kF16, &h, &f, 1);
-    return static_cast<double>(f);
-  };
-  for (int64_t last : {n_pos - 1, int64_t{4}}) {  // the same recording at two positions
-    static_cast<uint32_t*>(step.mapped())[1] = last;
+}
+
+void GpuKernelsTest::PagedAttention(bool q8) {
+  const int64_t n_head = 4, n_kv = 2, hd = 64, bs = 4, n_blocks = 5, n_pos = 11;
+  const int64_t n_rows = n_blocks * bs, max_blocks = 3, max_len = max_blocks * bs;
+  const std::vector<int32_t> table = {3, 0, 4};  // sequence 0's blocks
+  const auto row_of = [&](uint32_t pos) { return uint32_t(table[pos / bs] * bs + pos % bs); };
+  const int64_t row_words = q8 ? hd / 32 * 9 : hd / 2;
+  const uint32_t k_off = 0, v_off = n_kv * n_rows * row_words;
+  AttentionShape as;
+  as.n_head = n_head;
+  as.n_head_kv = n_kv;
+  as.head_dim = hd;
+  as.n_rows = n_rows;
+  as.k_off = k_off;
+  as.v_off = v_off;
+  as.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  as.block_size = bs;
+  as.max_blocks = max_blocks;
+  as.max_len = max_len;
+  as.q8 = q8;
+  Buffer cache = Empty(2 * n_kv * n_rows * row_words * 4), kb = Empty(n_pos * n_kv * hd * 4),
+         vb = Empty(n_pos * n_kv * hd * 4);
+  std::vector<float> ks = Random(n_pos * n_kv * hd, 100), vs = Random(n_pos * n_kv * hd, 200);
+  for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 7}, {7, 4}}) {
+    std::vector<std::array<uint32_t, 4> > rows;
+    for (int64_t p = first; p < first + count; ++p) rows.push_back({0, uint32_t(p), row_of(p), 0});
+    Buffer tok = Tok(rows);
+    ASSERT_TRUE(ctx_->Upload(kb, 0, ks.data() + first * n_kv * hd, count * n_kv * hd * 4).ok());
+    ASSERT_TRUE(ctx_->Upload(vb, 0, vs.data() + first * n_kv * hd, count * n_kv * hd * 4).ok());
+    Recorder rec(ctx_);
+    kernels_->KvStore(&rec, kb, vb, cache, tok, count, as);
+    ASSERT_TRUE(rec.Finish().ok());
     ASSERT_TRUE(rec.Run().ok());
-    const std::vector<float> got = Read(out, n_head * hd);
+  }
+  const std::vector<uint32_t> positions = {10, 4, 0, 7};
+  std::vector<std::array<uint32_t, 4> > rows;
+  for (uint32_t p : positions) rows.push_back({0, p, row_of(p), 0});
+  Buffer tok = Tok(rows);
+  Buffer bt = std::move(*ctx_->CreateBuffer(max_blocks * 4, Memory::kHost));
+  std::memcpy(bt.mapped(), table.data(), max_blocks * 4);
+  const int64_t nq = static_cast<int64_t>(positions.size());
+  const std::vector<float> q = Random(nq * n_head * hd, 9);
+  Buffer qb = Floats(q), scores = Empty(nq * n_head * max_len * 4),
+         out = Empty(nq * n_head * hd * 4);
+  Recorder rec(ctx_);
+  kernels_->Attention(&rec, qb, cache, scores, out, tok, bt, nq, as);
+  ASSERT_TRUE(rec.Finish().ok());
+  ASSERT_TRUE(rec.Run().ok());
+  // The cache's rounding of every head row, by the CPU's own conversion (F16, or Q8_0 blocks).
+  const auto stored = [&](std::vector<float> x) {
+    const GgmlType type = q8 ? GgmlType::kQ8_0 : GgmlType::kF16;
+    std::vector<uint8_t> row(kernels::KernelRowBytes(type, hd));
+    for (size_t r = 0; r < x.size(); r += hd) {
+      kernels::QuantizeRow(type, x.data() + r, row.data(), hd);
+      kernels::DequantizeRow(type, row.data(), x.data() + r, hd);
+    }
+    return x;
+  };
+  const std::vector<float> ks_c = stored(ks), vs_c = stored(vs);
+  const std::vector<float> got = Read(out, nq * n_head * hd);
+  for (int64_t t = 0; t < nq; ++t) {
+    const int64_t last = positions[t];
     for (int64_t h = 0; h < n_head; ++h) {
       const int64_t kvh = h / (n_head / n_kv);
-      std::vector<double> s(last + 1);
+      const float* qh = q.data() + (t * n_head + h) * hd;
+      std::vector<double> sc(last + 1);
       double mx = -1e300, sum = 0.0;
-      for (int64_t t = 0; t <= last; ++t) {
+      for (int64_t p = 0; p <= last; ++p) {
         double dot = 0.0;
-        for (int64_t i = 0; i < hd; ++i) dot += q[h * hd + i] * half(ks[t][kvh * hd + i]);
-        s[t] = dot * scale;
-        mx = std::max(mx, s[t]);
+        for (int64_t i = 0; i < hd; ++i) dot += qh[i] * ks_c[(p * n_kv + kvh) * hd + i];
+        sc[p] = dot * as.scale;
+        mx = std::max(mx, sc[p]);
       }
-      for (double& v : s) sum += (v = std::exp(v - mx));
+      for (double& v : sc) sum += (v = std::exp(v - mx));
       for (int64_t i = 0; i < hd; ++i) {
         double want = 0.0;
-        for (int64_t t = 0; t <= last; ++t) want += s[t] * half(vs[t][kvh * hd + i]);
+        for (int64_t p = 0; p <= last; ++p) want += sc[p] * vs_c[(p * n_kv + kvh) * hd + i];
         want /= sum;
-        EXPECT_NEAR(got[h * hd + i], want, 1e-4) << "pos " << last << " head " << h << " dim " << i;
+        EXPECT_NEAR(got[(t * n_head + h) * hd + i], want, 1e-4)
+            << "pos " << last << " head " << h << " dim " << i;
       }
     }
   }
 }
 
-// The embedding row of each table type is the CPU dequantization of that row (Q6_K in the same
-// float operation order, so exactly).
+// The embedding rows of each table type are the CPU dequantization of those rows (exactly, but
+// for Q4_K, where the shader may fuse d * q - m into one rounding).
 TEST_F(GpuKernelsTest, EmbedMatchesDequantize) {
   const int64_t rows = 5, cols = 512;
   const std::vector<float> wf = Random(rows * cols, 10);
-  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+  for (GgmlType type : kAllTypes) {
     SCOPED_TRACE(GgmlTypeName(type));
-    const size_t row_bytes = kernels::KernelRowBytes(type, cols);
-    std::vector<uint8_t> data(rows * row_bytes);
-    for (int64_t r = 0; r < rows; ++r) {
-      kernels::QuantizeRow(type, wf.data() + r * cols, data.data() + r * row_bytes, cols);
-    }
-    auto m = kernels::Matrix::Create(type, data.data(), rows, cols);
-    ASSERT_TRUE(m.ok());
-    auto gm = UploadMatrix(ctx_, *m);
+    std::vector<uint8_t> data;
+    const kernels::Matrix m = Quantized(type, wf, rows, cols, &data);
+    auto gm = UploadMatrix(ctx_, m);
     ASSERT_TRUE(gm.ok());
-    Buffer x = Empty(cols * 4), step = Step(3, 0);
+    Buffer x = Empty(2 * cols * 4), tok = Tok({{3, 0, 0, 0}, {1, 1, 0, 0}});
     Recorder rec(ctx_);
-    kernels_->Embed(&rec, *gm, x, step);
+    kernels_->Embed(&rec, *gm, x, tok, 2);
     ASSERT_TRUE(rec.Finish().ok());
     ASSERT_TRUE(rec.Run().ok());
-    std::vector<float> want(cols);
-    kernels::DequantizeRow(type, data.data() + 3 * row_bytes, want.data(), cols);
-    EXPECT_EQ(Read(x, cols), want);
+    std::vector<float> want(2 * cols);
+    kernels::DequantizeRow(type, data.data() + 3 * m.row_bytes(), want.data(), cols);
+    kernels::DequantizeRow(type, data.data() + 1 * m.row_bytes(), want.data() + cols, cols);
+    const std::vector<float> got = Read(x, 2 * cols);
+    for (int64_t i = 0; i < 2 * cols; ++i) {
+      if (type == GgmlType::kQ4_K) {
+        ASSERT_NEAR(got[i], want[i], 1e-6 * std::max(1.0f, std::fabs(want[i]))) << i;
+      } else {
+        ASSERT_EQ(got[i], want[i]) << i;
+      }
+    }
   }
 }
 
-// BF16 and Q4_K have no kernel yet: they are stored as F16 and multiplied with F16 activations;
-// Q6_K has its kernel but takes f32 activations. The CPU uses BF16 / Q8_K activations; the
-// products agree to the coarser of the two activation roundings (Q8_K: 1/127 of a block's
-// largest value).
-TEST_F(GpuKernelsTest, ConvertedTypesMatchCpu) {
-  const int64_t rows = 19, cols = 512;
-  const std::vector<float> wf = Random(rows * cols, 11, 0.5f), x = Random(cols, 12);
-  ThreadPool pool(1);
-  for (GgmlType type : {GgmlType::kBF16, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
-    SCOPED_TRACE(GgmlTypeName(type));
-    const GgmlType stored = type == GgmlType::kQ6_K ? GgmlType::kQ6_K : GgmlType::kF16;
-    const size_t row_bytes = kernels::KernelRowBytes(type, cols);
-    std::vector<uint8_t> data(rows * row_bytes);
-    for (int64_t r = 0; r < rows; ++r) {
-      kernels::QuantizeRow(type, wf.data() + r * cols, data.data() + r * row_bytes, cols);
-    }
-    auto m = kernels::Matrix::Create(type, data.data(), rows, cols);
-    ASSERT_TRUE(m.ok());
-    std::vector<float> want(rows);
-    kernels::MatMul(*m, x.data(), 1, want.data(), &pool);
-    auto gm = UploadMatrix(ctx_, *m);
-    ASSERT_TRUE(gm.ok()) << gm.status().ToString();
-    EXPECT_EQ(gm->type, stored);
-    EXPECT_EQ(gm->converted_from, type);
-    Buffer xb = Floats(x), y = Empty(rows * 4);
-    Recorder rec(ctx_);
-    kernels_->Gemv(&rec, *gm, xb, 0, y, 0);
-    ASSERT_TRUE(rec.Finish().ok());
-    ASSERT_TRUE(rec.Run().ok());
-    const std::vector<float> got = Read(y, rows);
-    for (int64_t r = 0; r < rows; ++r) {
-      double norm = 0.0;
-      for (int64_t c = 0; c < cols; ++c) norm += std::fabs(wf[r * cols + c] * x[c]);
-      // norm / sqrt(cols) is the size of a typical output (7 here); Q8_K activations err by
-      // ~1% of it (measured up to 1.2%), a wrong layout or dequantization by all of it.
-      ASSERT_NEAR(got[r], want[r], 3e-2 * norm / std::sqrt(static_cast<double>(cols))) << r;
-    }
+// Gather picks rows in the order given.
+TEST_F(GpuKernelsTest, GatherPicksRows) {
+  const int64_t cols = 96;
+  const std::vector<float> x = Random(4 * cols, 30);
+  Buffer xb = Floats(x), y = Empty(2 * cols * 4);
+  Buffer idx = std::move(*ctx_->CreateBuffer(8, Memory::kHost));
+  const uint32_t pick[2] = {3, 1};
+  std::memcpy(idx.mapped(), pick, 8);
+  Recorder rec(ctx_);
+  kernels_->Gather(&rec, xb, y, idx, cols, 2);
+  ASSERT_TRUE(rec.Finish().ok());
+  ASSERT_TRUE(rec.Run().ok());
+  const std::vector<float> got = Read(y, 2 * cols);
+  EXPECT_TRUE(std::equal(got.begin(), got.begin() + cols, x.begin() + 3 * cols));
+  EXPECT_TRUE(std::equal(got.begin() + cols, got.end(), x.begin() + cols));
+}
+
+// The device arg-max picks what sampling::ArgMax picks: the first of equal maxima, never a NaN,
+// 0 for a row of -inf.
+TEST_F(GpuKernelsTest, ArgMaxMatchesSampler) {
+  const int64_t n_vocab = 1000, rows = 5;
+  std::vector<float> l = Random(rows * n_vocab, 40);
+  l[0 * n_vocab + 700] = 9.0f;  // row 0: a tie, the first wins
+  l[0 * n_vocab + 300] = 9.0f;
+  l[1 * n_vocab + 999] = 7.0f;  // row 1: the last value, a NaN ahead of it
+  l[1 * n_vocab + 5] = std::nanf("");
+  std::fill(l.begin() + 2 * n_vocab, l.begin() + 3 * n_vocab, -INFINITY);  // row 2
+  l[3 * n_vocab + 0] = 8.0f;                                               // row 3: the first value
+  Buffer lb = Floats(l);
+  Buffer out = std::move(*ctx_->CreateBuffer(rows * 4, Memory::kHost));
+  Recorder rec(ctx_);
+  kernels_->ArgMax(&rec, lb, out, n_vocab, rows);
+  ASSERT_TRUE(rec.Finish().ok());
+  ASSERT_TRUE(rec.Run().ok());
+  const auto* got = static_cast<const uint32_t*>(out.mapped());
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_EQ(static_cast<int32_t>(got[r]),
+              sampling::ArgMax(l.data() + r * n_vocab, static_cast<int32_t>(n_vocab)))
+        << "row " << r;
   }
+  EXPECT_EQ(got[0], 300u);
+  EXPECT_EQ(got[1], 999u);
+  EXPECT_EQ(got[2], 0u);
+  EXPECT_EQ(got[3], 0u);
 }
 
 #endif  // UF_HAVE_VULKAN

@@ -3,8 +3,9 @@
 #   tools/gpu_check.sh prepare       here (Debian 12): build, collect the runtime .debs, fill .gpu/
 #   bash .gpu/gpu_check.sh run [all] on the GPU machine (device tool, carry [".gpu"]): make the
 #                                    synthetic models with `synth`, run `bench --device vulkan` on
-#                                    each, print one table. Default: the 1B shapes (a few
-#                                    minutes); `all` adds 8B F16 and Q4_0 (16 + 4.5 GB to write).
+#                                    each, print one table, then 1B F16 batched decode at 1, 4,
+#                                    16 and 64 streams. Default: the 1B shapes (a few minutes);
+#                                    `all` adds 8B F16 and Q4_0 (16 + 4.5 GB to write).
 # UF_GPU_MODELS=DIR keeps the models elsewhere (default /tmp/uf_gpu_models); UF_GPU_DEPTH=N
 # changes the depth of the depth run (default 4096).
 # The figures are wall clock per step (submit + wait included), the GPU time alone (timestamps),
@@ -57,6 +58,20 @@ print(f"{p:<14} {t:<6} {d:>6} {j['tg_tok_s']:>10.1f} {j['tg_gpu_tok_s']:>10.1f} 
       f"{j['read_bw_gb_s']:>12.0f} {100 * j['roofline']:>9.1f}%")
 PY
     done
+    # Batched decode (the serving engine's steps): 1B F16, N streams after 512-token prompts,
+    # aggregate tok/s; the prompts also give the batched prefill figure.
+    model="$dir/llama-3.2-1b-f16.gguf"
+    line=$(uf bench --device vulkan -m "$model" -p 512 -n 32 --reps 1 --batch 1,4,16,64 --json |
+           tail -n 1)
+    echo "$line"
+    python3 - "$line" <<'PY'
+import json, sys
+j = json.loads(sys.argv[1])
+print(f"\nllama-3.2-1b f16: prefill pp512 {j['pp_tok_s']:.0f} tok/s (batches of 512)")
+print(f"{'streams':>8} {'tok/s':>10} {'GPU tok/s':>10}")
+for b in j.get("batch", []):
+    print(f"{b['streams']:>8} {b['tok_s']:>10.1f} {b['gpu_tok_s']:>10.1f}")
+PY
     ;;
   *)
     sed -n 2,10p "$0"

@@ -521,8 +521,8 @@ void AddBenchCommand(CLI::App& app) {
   cmd->callback([o, cmd] {
     const gpu::DeviceSpec device = DeviceOrDie("bench", o->device);
     if (device.vulkan) {
-      if (!o->grammar.empty() || o->spec || o->serve || !o->batch.empty()) {
-        RequireCpuDevice("bench --batch/--spec/--serve/--grammar", o->device);
+      if (!o->grammar.empty() || o->spec || o->serve) {
+        RequireCpuDevice("bench --spec/--serve/--grammar", o->device);
       }
       GpuBenchOptions go;
       go.model = o->model;
@@ -532,6 +532,9 @@ void AddBenchCommand(CLI::App& app) {
       go.depth = o->depth;
       go.reps = o->reps;
       go.json = o->json;
+      auto batch = ParseBatchList(o->batch);
+      if (!batch.ok()) Fail("bench", batch.status());
+      go.batch = *batch;
       std::exit(GpuBench(go));
     }
     if (!o->grammar.empty()) {

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <tuple>
 #include <vector>
 
 #include "base/clock.h"
 #include "cli/common.h"
+#include "engine/kv_cache.h"
+#include "model/batch.h"
 
 namespace uf::cli {
 
@@ -15,47 +18,103 @@ int GpuBench(const GpuBenchOptions& o) {
   if (!loaded.ok()) Fail("bench", loaded.status());
   const model::Model& m = *loaded->model;
   const int64_t n_vocab = m.config().n_vocab;
+  int max_streams = 1;
+  for (int b : o.batch) max_streams = std::max(max_streams, b);
   const int64_t ctx = std::max<int64_t>(o.depth + o.n_prompt + o.n_gen, 1);
+  // One cache (block tables only; K/V on the device) for every stream of the batched runs;
+  // stream 0 runs the single-stream figures.
+  engine::KvCacheOptions co;
+  co.n_layer = m.config().n_layer;
+  co.n_head_kv = m.config().n_head_kv;
+  co.head_dim = m.config().head_dim;
+  co.max_seqs = max_streams;
+  co.max_seq_len = ctx;
+  co.n_blocks = engine::KvCacheOptions::BlocksFor(ctx * max_streams, max_streams, co.block_size);
+  co.type = engine::KvType::kF16;
+  co.host_storage = false;
+  auto cache = engine::KvCache::Create(co);
+  if (!cache.ok()) Fail("bench", cache.status());
+  const int64_t chunk = std::clamp<int64_t>(std::max(o.n_prompt, o.depth), 1, 512);
   const double t_up = NowSeconds();
-  auto dec = gpu::GpuDecoder::Create(m, o.device, ctx);
-  if (!dec.ok()) Fail("bench", dec.status());
+  auto fwd = gpu::GpuForward::Create(
+      m, o.device, cache->get(),
+      {.max_batch = std::max<int64_t>(chunk, max_streams), .max_outputs = max_streams});
+  if (!fwd.ok()) Fail("bench", fwd.status());
   const double upload_s = NowSeconds() - t_up;
-  gpu::GpuDecoder& d = **dec;
+  gpu::GpuForward& d = **fwd;
 
   // Tokens: a fixed pseudo-random walk over the vocabulary (the content does not change the
   // work of a step).
   const auto token = [&](int64_t i) {
     return static_cast<int32_t>((i * 7919 + 13) % std::max<int64_t>(n_vocab - 1, 1) + 1);
   };
-  const auto steps = [&](int64_t from, int64_t n) {
-    for (int64_t i = from; i < from + n; ++i) {
-      const Status s = d.Step(token(i), static_cast<int32_t>(i));
-      if (!s.ok()) Fail("bench", s);
+  model::Batch batch;
+  const auto run = [&] {
+    if (Status s = d.Forward(batch); !s.ok()) Fail("bench", s);
+  };
+  // Positions [from, from + n) of stream seq, in batches of `chunk`, logits for the last.
+  const auto prefill = [&](int seq, int64_t from, int64_t n) {
+    for (int64_t i = from; i < from + n; i += chunk) {
+      batch.Clear();
+      const int64_t end = std::min(from + n, i + chunk);
+      for (int64_t p = i; p < end; ++p) {
+        batch.Add(token(p), static_cast<int32_t>(p), seq, p + 1 == end);
+      }
+      run();
     }
   };
-  steps(0, o.depth);
-  std::vector<double> pp, tg, tg_gpu;  // tok/s: wall clock; GPU time alone (timestamps)
+  prefill(0, 0, o.depth);
+  // tok/s: wall clock; GPU time alone (timestamps); wall clock with the arg-max on the device
+  std::vector<double> pp, tg, tg_gpu, tg_argmax;
   for (int rep = 0; rep < std::max(o.reps, 1); ++rep) {
     if (o.n_prompt > 0) {
       const double t0 = NowSeconds();
-      steps(o.depth, o.n_prompt);
+      prefill(0, o.depth, o.n_prompt);
       pp.push_back(o.n_prompt / (NowSeconds() - t0));
     }
     if (o.n_gen > 0) {
       double gpu_s = 0.0;
       const double t0 = NowSeconds();
       for (int64_t i = o.depth + o.n_prompt; i < o.depth + o.n_prompt + o.n_gen; ++i) {
-        const Status s = d.Step(token(i), static_cast<int32_t>(i));
-        if (!s.ok()) Fail("bench", s);
+        batch.Clear();
+        batch.Add(token(i), static_cast<int32_t>(i), 0, true);
+        run();
         gpu_s += d.last_step_gpu_seconds();
       }
       tg.push_back(o.n_gen / (NowSeconds() - t0));
       tg_gpu.push_back(gpu_s > 0 ? o.n_gen / gpu_s : 0.0);
+      // The same positions again, greedy with the arg-max on the device (no logits copied).
+      const double t1 = NowSeconds();
+      for (int64_t i = o.depth + o.n_prompt; i < o.depth + o.n_prompt + o.n_gen; ++i) {
+        batch.Clear();
+        batch.Add(token(i), static_cast<int32_t>(i), 0, true);
+        int32_t next = 0;
+        if (Status s = d.ForwardGreedy(batch, &next); !s.ok()) Fail("bench", s);
+      }
+      tg_argmax.push_back(o.n_gen / (NowSeconds() - t1));
     }
+  }
+  // Batched decode: B streams, each with an n_prompt-token prompt, then n_gen steps of one
+  // token per stream; aggregate tok/s (wall clock) and GPU time alone.
+  std::vector<std::tuple<int, double, double>> batched;
+  for (int streams : o.batch) {
+    for (int s = 0; s < max_streams; ++s) (*cache)->Remove(s);
+    for (int s = 0; s < streams; ++s) prefill(s, 0, o.n_prompt);
+    double gpu_s = 0.0;
+    const double t0 = NowSeconds();
+    for (int64_t i = o.n_prompt; i < o.n_prompt + o.n_gen; ++i) {
+      batch.Clear();
+      for (int s = 0; s < streams; ++s) batch.Add(token(i + s), static_cast<int32_t>(i), s, true);
+      run();
+      gpu_s += d.last_step_gpu_seconds();
+    }
+    const double tokens = static_cast<double>(streams) * o.n_gen;
+    batched.emplace_back(streams, tokens / (NowSeconds() - t0), gpu_s > 0 ? tokens / gpu_s : 0.0);
   }
   auto bw = gpu::MeasureReadBandwidth(o.device, uint64_t{1} << 30, 8);
   const double bw_bytes = bw.ok() ? *bw : 0.0;
   const double pp_tok_s = Median(pp), tg_tok_s = Median(tg), tg_gpu_tok_s = Median(tg_gpu);
+  const double tg_argmax_tok_s = Median(tg_argmax);
   // Bytes a decode step reads: the weights as the file holds them (BF16/Q4_K/Q6_K are F16 on the
   // device for now, which reads more) plus the f16 K/V up to the mean decode position.
   const double kv_bytes =
@@ -73,9 +132,13 @@ int GpuBench(const GpuBenchOptions& o) {
     j["pp_tok_s"] = pp_tok_s;
     j["tg_tok_s"] = tg_tok_s;
     j["tg_gpu_tok_s"] = tg_gpu_tok_s;
+    j["tg_argmax_tok_s"] = tg_argmax_tok_s;
     j["bytes_per_token"] = bytes_per_token;
     j["read_bw_gb_s"] = bw_bytes / 1e9;
     j["roofline"] = roofline;
+    for (const auto& [streams, tok_s, gpu_tok_s] : batched) {
+      j["batch"].push_back({{"streams", streams}, {"tok_s", tok_s}, {"gpu_tok_s", gpu_tok_s}});
+    }
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -87,7 +150,7 @@ int GpuBench(const GpuBenchOptions& o) {
               "GB/s read", "roofline");
   if (o.n_prompt > 0) {
     std::printf("%-8lld %-12s %14.1f %16s %12s %10s\n", static_cast<long long>(o.depth),
-                ("pp" + std::to_string(o.n_prompt) + "*").c_str(), pp_tok_s, "", "", "");
+                ("pp" + std::to_string(o.n_prompt)).c_str(), pp_tok_s, "", "", "");
   }
   if (o.n_gen > 0) {
     std::printf("%-8lld %-12s %14.1f %16.0f %12.1f %9.1f%%\n", static_cast<long long>(o.depth),
@@ -99,9 +162,21 @@ int GpuBench(const GpuBenchOptions& o) {
                 static_cast<long long>(o.depth), ("tg" + std::to_string(o.n_gen) + " gpu").c_str(),
                 tg_gpu_tok_s, 1e6 / tg_gpu_tok_s);
   }
+  if (o.n_gen > 0) {
+    std::printf("%-8lld %-12s %14.1f   (greedy, the arg-max on the device: no logits copied)\n",
+                static_cast<long long>(o.depth),
+                ("tg" + std::to_string(o.n_gen) + " argmax").c_str(), tg_argmax_tok_s);
+  }
+  for (const auto& [streams, tok_s, gpu_tok_s] : batched) {
+    std::printf(
+        "%-8d %-12s %14.1f   (aggregate of %d streams after %lld-token prompts; GPU time "
+        "alone %.1f)\n",
+        0, ("tg" + std::to_string(o.n_gen) + " x" + std::to_string(streams)).c_str(), tok_s,
+        streams, static_cast<long long>(o.n_prompt), gpu_tok_s);
+  }
   std::printf(
-      "* the GPU path has no batched prefill yet: the prompt runs one token per step.\n"
-      "tok/s is wall clock around each step's submit and wait; the roofline uses it.\n");
+      "pp runs the prompt in batches of up to 512 tokens; tok/s is wall clock around each "
+      "step's submit and wait; the roofline uses it.\n");
   return 0;
 }
 

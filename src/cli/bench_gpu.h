@@ -1,9 +1,10 @@
-// `bench --device vulkan`: decode (and a token-by-token prefill) through the GPU decoder, beside
+// `bench --device vulkan`: prefill, decode and batched decode through gpu::GpuForward, beside
 // the device's read bandwidth measured in the same run (docs/gpu.md).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gpu/backend.h"
 
@@ -17,6 +18,7 @@ struct GpuBenchOptions {
   int64_t depth = 0;
   int reps = 3;
   bool json = false;
+  std::vector<int> batch;  // streams of each batched-decode run (--batch)
 };
 
 // Prints the table (or JSON); returns the exit code.

@@ -114,7 +114,8 @@ void RequireCpuDevice(std::string_view command, const std::string& name) {
   if (!devices.ok()) Fail(command, devices.status());
   Fail(command, UnimplementedError("`" + std::string(command) +
                                    " --device vulkan` is not implemented yet (the Vulkan backend "
-                                   "runs `run`, `logits` and a plain `bench`; see docs/gpu.md)"));
+                                   "runs `run`, `logits`, `serve` and `bench` with --batch; see "
+                                   "docs/gpu.md)"));
 }
 
 }  // namespace uf::cli

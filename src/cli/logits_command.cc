@@ -86,18 +86,14 @@ void Logits(const LogitsOptions& o) {
     max_len = std::max<int64_t>(max_len, tokens.back().size());
   }
   const gpu::DeviceSpec device = DeviceOrDie("logits", o.device);
-  // CPU: one batched forward per prompt. Vulkan: the prompt token by token (the GPU decoder runs
-  // one token per step), each position's logits taken after its step.
+  // One batched forward per prompt, on the CPU or the Vulkan device.
   std::unique_ptr<engine::KvCache> cache;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<model::Decoder> decoder;
   std::unique_ptr<gpu::GpuDecoder> gpu_decoder;
   if (device.vulkan) {
-    if (o.kv_type != "f16") {
-      Fail("logits",
-           UnimplementedError("the Vulkan backend keeps K/V in f16 only (--kv-type f16)"));
-    }
-    auto d = gpu::GpuDecoder::Create(m, device, max_len);
+    auto d = gpu::GpuDecoder::Create(m, device, max_len, /*max_batch=*/max_len,
+                                     KvTypeOrDie("logits", o.kv_type));
     if (!d.ok()) Fail("logits", d.status());
     gpu_decoder = std::move(*d);
   } else {
@@ -134,11 +130,11 @@ void Logits(const LogitsOptions& o) {
     for (size_t i = 0; i < toks.size(); ++i) line += (i ? "," : "") + std::to_string(toks[i]);
     line += "],\"positions\":[";
     if (gpu_decoder) {
-      for (size_t i = 0; i < toks.size(); ++i) {
-        const Status s = gpu_decoder->Step(toks[i], static_cast<int32_t>(i));
+      if (!toks.empty()) {
+        const Status s = gpu_decoder->Prefill(toks, 0, /*every_logits=*/true);
         if (!s.ok()) Fail("logits", s);
-        add_position(i, gpu_decoder->logits());
       }
+      for (size_t i = 0; i < toks.size(); ++i) add_position(i, gpu_decoder->all_logits(i));
     } else {
       if (!toks.empty()) {
         cache->Remove(0);

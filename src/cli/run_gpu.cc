@@ -35,15 +35,18 @@ Status GenerateOnGpu(gpu::GpuDecoder& decoder, const Tokenizer& tokenizer,
   for (int32_t t : prompt) text.Push(t);
 
   const double t0 = NowSeconds();
-  for (int64_t i = 0; i < n_prompt; ++i) {
-    UF_RETURN_IF_ERROR(decoder.Step(prompt[i], static_cast<int32_t>(i)));
-  }
+  UF_RETURN_IF_ERROR(decoder.Prefill(prompt, 0));  // in batches of decoder.max_batch()
   stats->n_prompt = n_prompt;
   stats->prefill_seconds = NowSeconds() - t0;
   double t_first = 0.0;
   int64_t pos = n_prompt;
+  // Plain greedy decoding (no penalties, no bans) takes each step's arg-max on the device: one
+  // token comes back instead of the logits row.
+  const bool device_greedy =
+      options.sampling.greedy() && !options.sampling.penalties() && !options.ignore_eos;
+  int32_t next = -1;  // the device's arg-max of the last step
   while (options.max_tokens != 0) {
-    const int32_t token = sampler.Sample(decoder.logits());
+    const int32_t token = next >= 0 ? next : sampler.Sample(decoder.logits());
     if (++stats->n_generated == 1) {
       t_first = NowSeconds();
       stats->first_token_seconds = t_first - t0;
@@ -66,7 +69,11 @@ Status GenerateOnGpu(gpu::GpuDecoder& decoder, const Tokenizer& tokenizer,
       stats->stop_reason = engine::StopReason::kContextFull;
       break;
     }
-    UF_RETURN_IF_ERROR(decoder.Step(token, static_cast<int32_t>(pos)));
+    if (device_greedy) {
+      UF_ASSIGN_OR_RETURN(next, decoder.StepGreedy(token, static_cast<int32_t>(pos)));
+    } else {
+      UF_RETURN_IF_ERROR(decoder.Step(token, static_cast<int32_t>(pos)));
+    }
     ++pos;
     ++stats->n_decode_steps;
   }

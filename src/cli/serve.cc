@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "cli/common.h"
 #include "engine/service.h"
+#include "gpu/backend.h"
 #include "model/model.h"
 #include "scheduler/tiers.h"
 #include "server/auth.h"
@@ -107,6 +108,22 @@ int RunServe(const ServeArgs& args) {
   if (args.pace_ms > 0) {
     const auto pace = std::chrono::milliseconds(args.pace_ms);
     so.step_hook = [pace] { std::this_thread::sleep_for(pace); };
+  }
+  const gpu::DeviceSpec device = DeviceOrDie("serve", args.device);
+  if (device.vulkan) {
+    // The engine steps a gpu::GpuForward: the whole batch on the device, K/V in device memory
+    // paged by the engine's block tables; everything above the step is the CPU path's.
+    // (f32 K/V is refused by GpuForward::Create: the device cache is f16 or q8_0.)
+    so.make_forward = [&model, device](engine::KvCache* cache, const model::DecoderOptions& d)
+        -> StatusOr<std::unique_ptr<model::BatchForward>> {
+      UF_ASSIGN_OR_RETURN(
+          std::unique_ptr<gpu::GpuForward> f,
+          gpu::GpuForward::Create(model, device, cache,
+                                  {.max_batch = d.max_batch, .max_outputs = d.max_outputs}));
+      UF_LOG(INFO) << "serve: forward on " << f->device().name << " ("
+                   << f->device_bytes() / (1 << 20) << " MiB of device memory)";
+      return std::unique_ptr<model::BatchForward>(std::move(f));
+    };
   }
   auto service = engine::Service::Create(model, tokenizer, so);
   if (!service.ok()) return Report("serve", service.status());
@@ -230,7 +247,6 @@ void AddServeCommands(CLI::App& app) {
                   "testing: speculation assumes fixed verify costs instead of measured ones (how "
                   "much it drafts then does not depend on the machine's load)");
   serve->callback([args] {
-    RequireCpuDevice("serve", args->device);
     if (const int code = RunServe(*args); code != 0) throw CLI::RuntimeError(code);
   });
 

@@ -27,7 +27,7 @@ struct ServeArgs {
   int64_t block_size = 16;
   bool no_prefix_cache = false;
   std::string kv_type = "f16";  // K/V cache element type
-  std::string device = "cpu";   // --device (only cpu serves yet)
+  std::string device = "cpu";   // --device cpu|vulkan[:N]
   bool no_ultrafast_spec = false;  // ultrafast requests do not speculate unless they ask
   int spec_k = 8;                  // drafts per step of a speculating request that does not say
   int64_t max_tokens_limit = 0;

@@ -41,9 +41,11 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheOptions& o) {
   const size_t pool_bytes = c->pool_bytes_;
   const double gib = 2.0 * pool_bytes / (1024.0 * 1024.0 * 1024.0);
   try {
-    c->k_ = kernels::TryAllocateHuge(pool_bytes);
-    c->v_ = kernels::TryAllocateHuge(pool_bytes);
-    if (c->k_ == nullptr || c->v_ == nullptr) throw std::bad_alloc();
+    if (o.host_storage) {
+      c->k_ = kernels::TryAllocateHuge(pool_bytes);
+      c->v_ = kernels::TryAllocateHuge(pool_bytes);
+      if (c->k_ == nullptr || c->v_ == nullptr) throw std::bad_alloc();
+    }
     c->free_.reserve(o.n_blocks);
     for (int64_t b = o.n_blocks - 1; b >= 0; --b) c->free_.push_back(static_cast<int32_t>(b));
     c->seqs_.resize(o.max_seqs);

@@ -43,6 +43,9 @@ struct KvCacheOptions {
   int max_seqs = 1;            // sequence ids are [0, max_seqs)
   int64_t max_seq_len = 0;     // positions per sequence; 0 = n_blocks * block_size
   KvType type = KvType::kF32;  // element type of K and V
+  // False: the cache keeps block tables only and allocates no K/V storage (a device keeps the
+  // K/V, gpu::GpuForward); the slice accessors must not be used then.
+  bool host_storage = true;
 
   // Blocks needed so that max_seqs sequences can hold ctx_tokens tokens in total (each sequence
   // may leave its last block partly empty).

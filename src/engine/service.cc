@@ -122,13 +122,18 @@ StatusOr<std::unique_ptr<Service>> Service::Create(const model::Model& model,
   ko.max_seqs = o.max_seqs;
   ko.max_seq_len = o.ctx;
   ko.type = o.kv_type;
+  ko.host_storage = !o.make_forward;
   UF_ASSIGN_OR_RETURN(s->cache_, KvCache::Create(ko));
   s->pool_ = std::make_unique<ThreadPool>(o.n_threads);
   model::DecoderOptions dopt;
   dopt.max_batch = o.max_seqs + o.prefill_chunk + o.max_draft_tokens;
   dopt.max_outputs = o.max_seqs + o.max_draft_tokens;
-  UF_ASSIGN_OR_RETURN(s->decoder_,
-                      model::Decoder::Create(model, s->cache_.get(), dopt, s->pool_.get()));
+  if (o.make_forward) {
+    UF_ASSIGN_OR_RETURN(s->decoder_, o.make_forward(s->cache_.get(), dopt));
+  } else {
+    UF_ASSIGN_OR_RETURN(s->decoder_,
+                        model::Decoder::Create(model, s->cache_.get(), dopt, s->pool_.get()));
+  }
   for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
     if (tokenizer.IsEndOfGeneration(id)) s->eog_ids_.push_back(id);
   }

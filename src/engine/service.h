@@ -93,6 +93,13 @@ struct ServiceOptions {
   // The online fit, to carry what an earlier service learned (benchmarks; one service at a time
   // may use it: the engine thread updates it unlocked). nullptr = a fresh one.
   std::shared_ptr<scheduler::OnlineStepCostModel> learned_cost;
+  // Makes the forward pass the engine steps instead of the CPU decoder (serve --device vulkan:
+  // gpu::GpuForward). It gets the engine's KvCache, created without host storage (the forward
+  // keeps K/V itself, paged by the cache's block tables), and the batch sizes the engine uses.
+  // Continuous batching, prefix reuse, the tier scheduler and speculation run unchanged on it.
+  std::function<StatusOr<std::unique_ptr<model::BatchForward>>(KvCache*,
+                                                               const model::DecoderOptions&)>
+      make_forward;
 };
 
 class Service {
@@ -164,7 +171,7 @@ class Service {
   ServiceOptions options_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<KvCache> cache_;
-  std::unique_ptr<model::Decoder> decoder_;
+  std::unique_ptr<model::BatchForward> decoder_;  // model::Decoder or options_.make_forward's
   SystemClock system_clock_;
   const Clock* clock_ = options_.clock != nullptr ? options_.clock : &system_clock_;
   std::shared_ptr<scheduler::OnlineStepCostModel> online_cost_;  // engine thread only

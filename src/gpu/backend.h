@@ -6,11 +6,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "base/status.h"
+#include "engine/kv_cache.h"
+#include "model/batch.h"
 #include "model/model.h"
 
 namespace uf::gpu {
@@ -47,27 +50,68 @@ StatusOr<std::vector<DeviceInfo>> ListDevices();
 // around its submit (so a submit's fixed cost, ~40 us on an H200, is spread over the passes).
 StatusOr<double> MeasureReadBandwidth(const DeviceSpec& device, uint64_t bytes, int passes);
 
-// A forward pass of a whole model on one Vulkan device for one sequence, one token per step:
-// weights uploaded once at Create, the K/V cache (f16) in device memory, and every step one
-// pre-recorded command buffer replayed (the token and position are read from a small host-written
-// buffer, so nothing is re-recorded per token). Covers the architectures of src/model (llama,
-// qwen2, qwen3) with F32, F16, Q8_0, Q4_0 and Q6_K kernels; BF16 and Q4_K matrices are stored as
-// F16 (no kernels of their own yet); other weight types fail Create with Unimplemented naming
-// the tensor.
+// The batched forward on one Vulkan device, behind the same step interface as the CPU decoder
+// (model::BatchForward), for the serving engine: a batch of tokens of several sequences (prefill
+// chunks, decode tokens, speculative verify rows) in one pass over the weights (GEMM kernels
+// tiled over the tokens), causal attention within and across the batch, K/V of every position
+// into a device pool paged exactly like `cache` (the engine's KvCache keeps the block tables,
+// prefix sharing and eviction; only its host storage goes unused, see
+// KvCacheOptions::host_storage). Each token's row is computed the same way whatever else the
+// batch holds, so a row of a k + 1-token verify batch is bit-identical to the same token decoded
+// alone. One command buffer is recorded per (tokens, logits rows) shape and replayed.
+struct GpuForwardOptions {
+  int64_t max_batch = 64;   // tokens per Forward
+  int64_t max_outputs = 0;  // rows per Forward that may want logits; 0 = max_batch
+};
+class GpuForward : public model::BatchForward {
+ public:
+  // cache must be f16 or q8_0 and outlive the forward.
+  static StatusOr<std::unique_ptr<GpuForward>> Create(const model::Model& model,
+                                                      const DeviceSpec& device,
+                                                      engine::KvCache* cache,
+                                                      const GpuForwardOptions& options);
+  // Forward, but for greedy decoding without bias, bans or penalties: the arg-max of each row
+  // that wants logits (sampling::ArgMax's choice) is taken on the device and only the tokens come
+  // back (tokens: n_outputs() of them); logits() is not updated.
+  virtual Status ForwardGreedy(const model::Batch& batch, int32_t* tokens) = 0;
+  // GPU time of the last Forward from device timestamps (no submit or wait); 0 if unavailable.
+  virtual double last_step_gpu_seconds() const = 0;
+  virtual const DeviceInfo& device() const = 0;
+  // Bytes of device memory held (weights, cache, scratch).
+  virtual uint64_t device_bytes() const = 0;
+};
+
+// One sequence on one Vulkan device (run, logits, bench): a GpuForward over a cache of its own
+// (max_ctx positions). Step runs one token; Prefill runs a prompt in batches. Covers the
+// architectures of src/model (llama, qwen2, qwen3) with F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K
+// weights; other weight types fail Create with Unimplemented naming the tensor.
 class GpuDecoder {
  public:
   virtual ~GpuDecoder() = default;
-  // max_ctx: positions the device cache holds.
-  static StatusOr<std::unique_ptr<GpuDecoder>> Create(const model::Model& model,
-                                                      const DeviceSpec& device, int64_t max_ctx);
+  // max_ctx: positions the device cache holds; max_batch: tokens per Prefill pass; kv_type: f16
+  // or q8_0.
+  static StatusOr<std::unique_ptr<GpuDecoder>> Create(
+      const model::Model& model, const DeviceSpec& device, int64_t max_ctx, int64_t max_batch = 64,
+      engine::KvType kv_type = engine::KvType::kF16);
 
   // Runs token `token` at position `pos` (0 <= pos <= previous pos + 1; a smaller pos rewinds the
   // sequence) and leaves its logits in logits().
   virtual Status Step(int32_t token, int32_t pos) = 0;
+  // Step, returning the greedy next token (the arg-max, taken on the device: the logits stay
+  // there and logits() is not updated).
+  virtual StatusOr<int32_t> StepGreedy(int32_t token, int32_t pos) = 0;
+  // Runs tokens at positions pos, pos + 1, ... in passes of up to max_batch tokens; logits() then
+  // holds the last token's logits, and all_logits(i) those of token i of the last pass when
+  // every_logits is set.
+  virtual Status Prefill(std::span<const int32_t> tokens, int32_t pos,
+                         bool every_logits = false) = 0;
   virtual const float* logits() const = 0;  // [n_vocab]
+  // Logits of token i of the last Prefill pass (every_logits), or of the last Step (i = 0).
+  virtual const float* all_logits(int64_t i) const = 0;
   // GPU time of the last Step from device timestamps (no submit or wait); 0 if unavailable.
   virtual double last_step_gpu_seconds() const = 0;
   virtual int64_t max_ctx() const = 0;
+  virtual int64_t max_batch() const = 0;
   virtual int64_t n_vocab() const = 0;
   virtual const DeviceInfo& device() const = 0;
   // Bytes of device memory held (weights, cache, scratch).

@@ -20,7 +20,13 @@ StatusOr<std::vector<DeviceInfo>> ListDevices() { return NotBuilt(); }
 StatusOr<double> MeasureReadBandwidth(const DeviceSpec&, uint64_t, int) { return NotBuilt(); }
 
 StatusOr<std::unique_ptr<GpuDecoder>> GpuDecoder::Create(const model::Model&, const DeviceSpec&,
-                                                         int64_t) {
+                                                         int64_t, int64_t, engine::KvType) {
+  return NotBuilt();
+}
+
+StatusOr<std::unique_ptr<GpuForward>> GpuForward::Create(const model::Model&, const DeviceSpec&,
+                                                         engine::KvCache*,
+                                                         const GpuForwardOptions&) {
   return NotBuilt();
 }
 

@@ -1,7 +1,11 @@
-// GpuDecoder on Vulkan: the llama / qwen2 / qwen3 forward for one token per step, recorded once
-// into one command buffer (about 14 dispatches per layer) and replayed for every token.
+// GpuForward and GpuDecoder on Vulkan: the llama / qwen2 / qwen3 forward for a batch of tokens,
+// recorded once per batch shape (about 14 dispatches per layer) and replayed.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <tuple>
+#include <utility>
 
 #include "gpu/backend.h"
 #include "gpu/vk_context.h"
@@ -16,67 +20,103 @@ struct LayerBuffers {
   GpuMatrix wq, wk, wv, wo, gate, up, down;
 };
 
-bool Quantized(const GpuMatrix& m) {
-  return m.type == GgmlType::kQ8_0 || m.type == GgmlType::kQ4_0;
-}
+// Recordings kept at once; past this the oldest shapes are recorded again when they come back.
+constexpr size_t kMaxRecordings = 64;
 
-class VulkanDecoder final : public GpuDecoder {
+class VulkanForward final : public GpuForward {
  public:
-  VulkanDecoder(const model::Model& model, int64_t max_ctx)
-      : model_(model), c_(model.config()), max_ctx_(max_ctx) {}
+  VulkanForward(const model::Model& model, engine::KvCache* cache, const GpuForwardOptions& o)
+      : model_(model), c_(model.config()), cache_(cache), o_(o) {}
 
   Status Init(const DeviceSpec& device);
-  Status Step(int32_t token, int32_t pos) override;
-  const float* logits() const override { return logits_.data(); }
-  double last_step_gpu_seconds() const override { return rec_->last_gpu_seconds(); }
-  int64_t max_ctx() const override { return max_ctx_; }
-  int64_t n_vocab() const override { return c_.n_vocab; }
+  // abandon is not read: a step is one submitted command buffer, too short to be worth cutting.
+  Status Forward(const model::Batch& batch, const std::atomic<bool>* /*abandon*/ = nullptr) override {
+    return Run(batch, nullptr);
+  }
+  Status ForwardGreedy(const model::Batch& batch, int32_t* tokens) override {
+    return Run(batch, tokens);
+  }
+  const float* logits(int64_t i) const override { return logits_.data() + i * c_.n_vocab; }
+  int64_t n_outputs() const override { return n_outputs_; }
+  double last_step_gpu_seconds() const override {
+    return last_ != nullptr ? last_->last_gpu_seconds() : 0.0;
+  }
   const DeviceInfo& device() const override { return ctx_->info(); }
   uint64_t device_bytes() const override { return ctx_->allocated_bytes(); }
 
  private:
   StatusOr<Buffer> Vector(const std::vector<float>& v);
   StatusOr<GpuMatrix> Matrix(const kernels::Matrix& w, const std::string& name);
-  Status Record();
-  // y = W x, quantizing x into xq_ first when W is quantized and xq_ does not hold x yet.
-  void Gemv(const GpuMatrix& w, const Buffer& x, int64_t cols, const Buffer& y);
+  Status Prepare(const model::Batch& batch);
+  // The forward; with greedy set, the rows' arg-max into greedy[] instead of logits_.
+  Status Run(const model::Batch& batch, int32_t* greedy);
+  StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, bool greedy);
+  Status Record(Recorder* r, int64_t n, int64_t n_out, bool greedy);
+  // y = W x for n tokens, quantizing x into xq_ first when W takes Q8_0 activations and xq_
+  // does not hold x yet.
+  void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y);
 
   const model::Model& model_;
   const model::ModelConfig& c_;
-  int64_t max_ctx_;
+  engine::KvCache* cache_;
+  GpuForwardOptions o_;
+  int64_t max_len_ = 0, max_blocks_ = 0, n_rows_ = 0;
+  bool q8_cache_ = false;  // Q8_0 K/V rows instead of f16
   std::unique_ptr<Context> ctx_;
   Kernels k_;
   std::vector<LayerBuffers> layers_;
   Buffer output_norm_;
   GpuMatrix output_, embd_;
   const GpuMatrix* embd_table_ = nullptr;  // output_ when tied, else embd_
-  Buffer step_, cs_, x_, xn_, xq_, q_, kbuf_, vbuf_, attn_, y_, gate_, up_, scores_, cache_;
-  Buffer logits_dev_;
-  std::unique_ptr<Recorder> rec_;
+  // Host-written per step: tok_ [max_batch][4] (token, position, cache row, sequence), bt_ the
+  // block tables [max_seqs][max_blocks], outs_ the batch rows that want logits.
+  Buffer tok_, bt_, outs_;
+  Buffer cs_, x_, xn_, xq_, q_, kbuf_, vbuf_, attn_, y_, gate_, up_, scores_, cache_dev_, xo_;
+  Buffer logits_dev_;    // host-visible: the rows Forward copies out
+  Buffer logits_local_;  // device-local: the rows ForwardGreedy reduces on the device
+  Buffer argmax_;        // host-visible: ForwardGreedy's tokens
+  std::map<std::tuple<int64_t, int64_t, bool>, std::unique_ptr<Recorder>> recordings_;
+  Recorder* last_ = nullptr;
   const Buffer* xq_holds_ = nullptr;  // while recording: the buffer xq_ is the quantization of
   std::vector<float> logits_;
-  int32_t next_pos_ = 0;
+  int64_t n_outputs_ = 0;
+  std::vector<int32_t> seq_next_;   // [max_seqs] next position per sequence, -1 if not in batch
+  std::vector<int32_t> seq_first_;  // [max_seqs] first position in the batch
+  std::vector<int32_t> touched_;    // sequences of the current batch
 };
 
-StatusOr<Buffer> VulkanDecoder::Vector(const std::vector<float>& v) {
+StatusOr<Buffer> VulkanForward::Vector(const std::vector<float>& v) {
   UF_ASSIGN_OR_RETURN(Buffer b, ctx_->CreateBuffer(v.size() * 4, Memory::kDevice));
   UF_RETURN_IF_ERROR(ctx_->Upload(b, 0, v.data(), v.size() * 4));
   return b;
 }
 
-StatusOr<GpuMatrix> VulkanDecoder::Matrix(const kernels::Matrix& w, const std::string& name) {
+StatusOr<GpuMatrix> VulkanForward::Matrix(const kernels::Matrix& w, const std::string& name) {
   auto m = UploadMatrix(ctx_.get(), w);
   if (!m.ok()) return Status(m.status().code(), name + ": " + m.status().message());
   return std::move(*m);
 }
 
-Status VulkanDecoder::Init(const DeviceSpec& device) {
-  if (max_ctx_ <= 0) return InvalidArgumentError("GpuDecoder: max_ctx must be positive");
+Status VulkanForward::Init(const DeviceSpec& device) {
+  const engine::KvCacheOptions& co = cache_->options();
+  if (co.n_layer != c_.n_layer || co.n_head_kv != c_.n_head_kv || co.head_dim != c_.head_dim) {
+    return InvalidArgumentError("gpu forward: kv cache shape does not match the model");
+  }
+  if (co.type != engine::KvType::kF16 && co.type != engine::KvType::kQ8_0) {
+    return UnimplementedError("the Vulkan backend keeps K/V in f16 or q8_0 (--kv-type)");
+  }
+  q8_cache_ = co.type == engine::KvType::kQ8_0;  // KvCache checked head_dim % 32 == 0
+  if (o_.max_batch <= 0 || o_.max_batch > 65535) {
+    return InvalidArgumentError("gpu forward: max_batch must be in [1, 65535]");
+  }
+  if (o_.max_outputs <= 0 || o_.max_outputs > o_.max_batch) o_.max_outputs = o_.max_batch;
   if (c_.head_dim % 2 != 0 || c_.n_embd % 32 != 0) {
     return UnimplementedError(
-        "the Vulkan backend needs an even head dim and n_embd a multiple "
-        "of 32");
+        "the Vulkan backend needs an even head dim and n_embd a multiple of 32");
   }
+  max_len_ = cache_->max_seq_len();
+  max_blocks_ = (max_len_ + co.block_size - 1) / co.block_size;
+  n_rows_ = co.n_blocks * co.block_size;
   UF_ASSIGN_OR_RETURN(ctx_, Context::Create(device.index));
   UF_ASSIGN_OR_RETURN(k_, Kernels::Create(ctx_.get()));
   const model::ModelWeights& w = model_.weights();
@@ -129,124 +169,336 @@ Status VulkanDecoder::Init(const DeviceSpec& device) {
   rp.yarn_low = c_.rope_yarn_low;
   rp.yarn_high = c_.rope_yarn_high;
   rp.mscale = c_.rope_mscale;
-  std::vector<float> cs(max_ctx_ * c_.rope_dim);
-  for (int64_t pos = 0; pos < max_ctx_; ++pos) {
+  std::vector<float> cs(max_len_ * c_.rope_dim);
+  for (int64_t pos = 0; pos < max_len_; ++pos) {
     kernels::RopeAngles(rp, static_cast<int32_t>(pos), cs.data() + pos * c_.rope_dim);
   }
   UF_ASSIGN_OR_RETURN(cs_, Vector(cs));
 
-  const uint64_t hp = c_.head_dim / 2;
-  const uint64_t cache_words = c_.n_layer * 2 * c_.n_head_kv * max_ctx_ * hp;
+  const uint64_t row_words = q8_cache_ ? c_.head_dim / 32 * 9 : c_.head_dim / 2;
+  const uint64_t cache_words = c_.n_layer * 2 * c_.n_head_kv * n_rows_ * row_words;
   if (cache_words >= (uint64_t{1} << 32)) {
     return UnimplementedError(
-        "the Vulkan backend's K/V cache is limited to 2^32 words; lower "
-        "the context");
+        "the Vulkan backend's K/V cache is limited to 2^32 words; lower the context");
   }
+  const int64_t mb = o_.max_batch, mo = o_.max_outputs;
   const int64_t widest = std::max({c_.n_embd, c_.q_dim(), c_.n_ff});
-  UF_ASSIGN_OR_RETURN(step_, ctx_->CreateBuffer(16, Memory::kHost));
-  UF_ASSIGN_OR_RETURN(x_, ctx_->CreateBuffer(c_.n_embd * 4, Memory::kDevice));
-  UF_ASSIGN_OR_RETURN(xn_, ctx_->CreateBuffer(c_.n_embd * 4, Memory::kDevice));
-  UF_ASSIGN_OR_RETURN(xq_, ctx_->CreateBuffer(Q8ActivationBytes(widest + 31), Memory::kDevice));
-  UF_ASSIGN_OR_RETURN(q_, ctx_->CreateBuffer(c_.q_dim() * 4, Memory::kDevice));
-  UF_ASSIGN_OR_RETURN(kbuf_, ctx_->CreateBuffer(c_.kv_dim() * 4, Memory::kDevice));
-  UF_ASSIGN_OR_RETURN(vbuf_, ctx_->CreateBuffer(c_.kv_dim() * 4, Memory::kDevice));
-  UF_ASSIGN_OR_RETURN(attn_, ctx_->CreateBuffer(c_.q_dim() * 4, Memory::kDevice));
-  UF_ASSIGN_OR_RETURN(y_, ctx_->CreateBuffer(c_.n_embd * 4, Memory::kDevice));
-  UF_ASSIGN_OR_RETURN(gate_, ctx_->CreateBuffer(c_.n_ff * 4, Memory::kDevice));
-  UF_ASSIGN_OR_RETURN(up_, ctx_->CreateBuffer(c_.n_ff * 4, Memory::kDevice));
-  UF_ASSIGN_OR_RETURN(scores_, ctx_->CreateBuffer(c_.n_head * max_ctx_ * 4, Memory::kDevice));
-  UF_ASSIGN_OR_RETURN(cache_, ctx_->CreateBuffer(cache_words * 4, Memory::kDevice));
-  UF_ASSIGN_OR_RETURN(logits_dev_, ctx_->CreateBuffer(c_.n_vocab * 4, Memory::kHost));
-  logits_.resize(c_.n_vocab);
-  return Record();
+  const auto dev = [&](uint64_t bytes) { return ctx_->CreateBuffer(bytes, Memory::kDevice); };
+  UF_ASSIGN_OR_RETURN(tok_, ctx_->CreateBuffer(mb * 16, Memory::kHost));
+  UF_ASSIGN_OR_RETURN(bt_, ctx_->CreateBuffer(co.max_seqs * max_blocks_ * 4, Memory::kHost));
+  UF_ASSIGN_OR_RETURN(outs_, ctx_->CreateBuffer(mo * 4, Memory::kHost));
+  UF_ASSIGN_OR_RETURN(x_, dev(mb * c_.n_embd * 4));
+  UF_ASSIGN_OR_RETURN(xn_, dev(mb * c_.n_embd * 4));
+  UF_ASSIGN_OR_RETURN(xq_, dev(Q8ActivationBytes(mb * (widest + 31))));
+  UF_ASSIGN_OR_RETURN(q_, dev(mb * c_.q_dim() * 4));
+  UF_ASSIGN_OR_RETURN(kbuf_, dev(mb * c_.kv_dim() * 4));
+  UF_ASSIGN_OR_RETURN(vbuf_, dev(mb * c_.kv_dim() * 4));
+  UF_ASSIGN_OR_RETURN(attn_, dev(mb * c_.q_dim() * 4));
+  UF_ASSIGN_OR_RETURN(y_, dev(mb * c_.n_embd * 4));
+  UF_ASSIGN_OR_RETURN(gate_, dev(mb * c_.n_ff * 4));
+  UF_ASSIGN_OR_RETURN(up_, dev(mb * c_.n_ff * 4));
+  UF_ASSIGN_OR_RETURN(scores_, dev(static_cast<uint64_t>(mb) * c_.n_head * max_len_ * 4));
+  UF_ASSIGN_OR_RETURN(cache_dev_, dev(cache_words * 4));
+  UF_ASSIGN_OR_RETURN(xo_, dev(mo * c_.n_embd * 4));
+  UF_ASSIGN_OR_RETURN(logits_dev_, ctx_->CreateBuffer(mo * c_.n_vocab * 4, Memory::kHost));
+  UF_ASSIGN_OR_RETURN(logits_local_, dev(mo * c_.n_vocab * 4));
+  UF_ASSIGN_OR_RETURN(argmax_, ctx_->CreateBuffer(mo * 4, Memory::kHost));
+  logits_.resize(mo * c_.n_vocab);
+  seq_next_.assign(co.max_seqs, -1);
+  seq_first_.assign(co.max_seqs, 0);
+  return OkStatus();
 }
 
-void VulkanDecoder::Gemv(const GpuMatrix& w, const Buffer& x, int64_t cols, const Buffer& y) {
-  if (!Quantized(w)) {
-    k_.Gemv(rec_.get(), w, x, 0, y, 0);
+void VulkanForward::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n,
+                         const Buffer& y) {
+  if (!TakesQ8Activation(w.type)) {
+    k_.Gemm(r, w, x, n, y);
     return;
   }
   if (xq_holds_ != &x) {
-    k_.Quantize(rec_.get(), x, 0, cols, xq_);
+    k_.Quantize(r, x, 0, n * w.cols, xq_);
     xq_holds_ = &x;
   }
-  k_.Gemv(rec_.get(), w, xq_, 0, y, 0);
+  k_.Gemm(r, w, xq_, n, y);
 }
 
-Status VulkanDecoder::Record() {
-  rec_ = std::make_unique<Recorder>(ctx_.get());
-  Recorder* r = rec_.get();
+Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, bool greedy) {
   const int64_t e = c_.n_embd, hd = c_.head_dim;
-  const uint64_t hp = hd / 2, layer_words = 2 * c_.n_head_kv * max_ctx_ * hp;
   const bool neox = c_.rope_type == model::RopeType::kNeox;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  k_.Embed(r, *embd_table_, x_, step_);
+  AttentionShape as;
+  as.q8 = q8_cache_;
+  as.n_head = c_.n_head;
+  as.n_head_kv = c_.n_head_kv;
+  as.head_dim = hd;
+  as.n_rows = n_rows_;
+  as.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  as.block_size = cache_->block_size();
+  as.max_blocks = max_blocks_;
+  as.max_len = max_len_;
+  const uint64_t layer_words = 2 * c_.n_head_kv * n_rows_ * as.row_words();
+  xq_holds_ = nullptr;
+  k_.Embed(r, *embd_table_, x_, tok_, n);
   for (int64_t il = 0; il < c_.n_layer; ++il) {
     const LayerBuffers& l = layers_[il];
-    k_.RmsNorm(r, x_, 0, l.attn_norm, xn_, 0, 1, e, c_.rms_eps);
+    k_.RmsNorm(r, x_, 0, l.attn_norm, xn_, 0, n, e, c_.rms_eps);
     xq_holds_ = nullptr;  // xn_ was rewritten
-    Gemv(l.wq, xn_, e, q_);
-    Gemv(l.wk, xn_, e, kbuf_);
-    Gemv(l.wv, xn_, e, vbuf_);
+    Gemm(r, l.wq, xn_, n, q_);
+    Gemm(r, l.wk, xn_, n, kbuf_);
+    Gemm(r, l.wv, xn_, n, vbuf_);
     if (l.bq.valid()) {
-      k_.Add(r, l.bq, 0, q_, 0, c_.q_dim());
-      k_.Add(r, l.bk, 0, kbuf_, 0, c_.kv_dim());
-      k_.Add(r, l.bv, 0, vbuf_, 0, c_.kv_dim());
+      k_.Add(r, l.bq, 0, q_, 0, n * c_.q_dim(), c_.q_dim());
+      k_.Add(r, l.bk, 0, kbuf_, 0, n * c_.kv_dim(), c_.kv_dim());
+      k_.Add(r, l.bv, 0, vbuf_, 0, n * c_.kv_dim(), c_.kv_dim());
     }
     if (l.q_norm.valid()) {
-      k_.RmsNorm(r, q_, 0, l.q_norm, q_, 0, c_.n_head, hd, c_.rms_eps);
-      k_.RmsNorm(r, kbuf_, 0, l.k_norm, kbuf_, 0, c_.n_head_kv, hd, c_.rms_eps);
+      k_.RmsNorm(r, q_, 0, l.q_norm, q_, 0, n * c_.n_head, hd, c_.rms_eps);
+      k_.RmsNorm(r, kbuf_, 0, l.k_norm, kbuf_, 0, n * c_.n_head_kv, hd, c_.rms_eps);
     }
-    k_.Rope(r, q_, 0, cs_, step_, c_.n_head, hd, c_.rope_dim, neox);
-    k_.Rope(r, kbuf_, 0, cs_, step_, c_.n_head_kv, hd, c_.rope_dim, neox);
-    const auto k_off = static_cast<uint32_t>(il * layer_words);
-    const auto v_off = static_cast<uint32_t>(il * layer_words + layer_words / 2);
-    k_.KvStore(r, kbuf_, vbuf_, cache_, step_, c_.n_head_kv, hd, max_ctx_, k_off, v_off);
-    k_.Attention(r, q_, cache_, scores_, attn_, step_, c_.n_head, c_.n_head_kv, hd, max_ctx_, k_off,
-                 v_off, scale);
-    Gemv(l.wo, attn_, c_.q_dim(), y_);
-    k_.Add(r, y_, 0, x_, 0, e);
-    k_.RmsNorm(r, x_, 0, l.ffn_norm, xn_, 0, 1, e, c_.rms_eps);
+    k_.Rope(r, q_, cs_, tok_, n, c_.n_head, hd, c_.rope_dim, neox);
+    k_.Rope(r, kbuf_, cs_, tok_, n, c_.n_head_kv, hd, c_.rope_dim, neox);
+    as.k_off = static_cast<uint32_t>(il * layer_words);
+    as.v_off = static_cast<uint32_t>(il * layer_words + layer_words / 2);
+    k_.KvStore(r, kbuf_, vbuf_, cache_dev_, tok_, n, as);
+    k_.Attention(r, q_, cache_dev_, scores_, attn_, tok_, bt_, n, as);
+    Gemm(r, l.wo, attn_, n, y_);
+    k_.Add(r, y_, 0, x_, 0, n * e);
+    k_.RmsNorm(r, x_, 0, l.ffn_norm, xn_, 0, n, e, c_.rms_eps);
     xq_holds_ = nullptr;
-    Gemv(l.gate, xn_, e, gate_);
-    Gemv(l.up, xn_, e, up_);
-    k_.SwiGlu(r, gate_, up_, gate_, c_.n_ff);
+    Gemm(r, l.gate, xn_, n, gate_);
+    Gemm(r, l.up, xn_, n, up_);
+    k_.SwiGlu(r, gate_, up_, gate_, n * c_.n_ff);
     xq_holds_ = nullptr;  // gate_ was rewritten
-    Gemv(l.down, gate_, c_.n_ff, y_);
-    k_.Add(r, y_, 0, x_, 0, e);
+    Gemm(r, l.down, gate_, n, y_);
+    k_.Add(r, y_, 0, x_, 0, n * e);
   }
-  k_.RmsNorm(r, x_, 0, output_norm_, xn_, 0, 1, e, c_.rms_eps);
-  xq_holds_ = nullptr;
-  Gemv(output_, xn_, e, logits_dev_);
+  if (n_out > 0) {
+    k_.Gather(r, x_, xo_, outs_, e, n_out);
+    k_.RmsNorm(r, xo_, 0, output_norm_, xo_, 0, n_out, e, c_.rms_eps);
+    xq_holds_ = nullptr;
+    Gemm(r, output_, xo_, n_out, greedy ? logits_local_ : logits_dev_);
+    if (greedy) k_.ArgMax(r, logits_local_, argmax_, c_.n_vocab, n_out);
+  }
   xq_holds_ = nullptr;
   return r->Finish();
 }
 
-Status VulkanDecoder::Step(int32_t token, int32_t pos) {
-  if (token < 0 || token >= c_.n_vocab) {
-    return InvalidArgumentError("gpu forward: token id " + std::to_string(token) +
-                                " is outside the vocabulary");
+StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, bool greedy) {
+  const auto key = std::make_tuple(n, n_out, greedy);
+  auto it = recordings_.find(key);
+  if (it != recordings_.end()) return it->second.get();
+  if (recordings_.size() >= kMaxRecordings) recordings_.clear();  // every run has finished
+  auto r = std::make_unique<Recorder>(ctx_.get());
+  UF_RETURN_IF_ERROR(Record(r.get(), n, n_out, greedy));
+  Recorder* p = r.get();
+  recordings_.emplace(key, std::move(r));
+  return p;
+}
+
+// The batch checks of model::Decoder::Prepare, and the blocks reserved.
+Status VulkanForward::Prepare(const model::Batch& batch) {
+  const int64_t n = batch.size();
+  if (n == 0) return InvalidArgumentError("gpu forward: empty batch");
+  if (n > o_.max_batch) {
+    return InvalidArgumentError("gpu forward: batch of " + std::to_string(n) +
+                                " tokens exceeds max_batch " + std::to_string(o_.max_batch));
   }
-  if (pos < 0 || pos >= max_ctx_ || pos > next_pos_) {
-    return InvalidArgumentError("gpu forward: position " + std::to_string(pos) + " is not in [0, " +
-                                std::to_string(std::min<int64_t>(next_pos_, max_ctx_ - 1)) + "]");
+  if (static_cast<int64_t>(batch.positions.size()) != n ||
+      static_cast<int64_t>(batch.seq_ids.size()) != n ||
+      static_cast<int64_t>(batch.want_logits.size()) != n) {
+    return InvalidArgumentError("gpu forward: batch arrays have different lengths");
   }
-  auto* step = static_cast<uint32_t*>(step_.mapped());
-  step[0] = static_cast<uint32_t>(token);
-  step[1] = static_cast<uint32_t>(pos);
-  UF_RETURN_IF_ERROR(rec_->Run());
-  std::memcpy(logits_.data(), logits_dev_.mapped(), logits_.size() * 4);
-  next_pos_ = pos + 1;
+  int64_t n_out = 0;
+  for (uint8_t w : batch.want_logits) n_out += w != 0;
+  if (n_out > o_.max_outputs) {
+    return InvalidArgumentError("gpu forward: " + std::to_string(n_out) +
+                                " tokens want logits, more than max_outputs " +
+                                std::to_string(o_.max_outputs));
+  }
+  for (int32_t s : touched_) seq_next_[s] = -1;
+  touched_.clear();
+  Status status;
+  for (int64_t t = 0; t < n && status.ok(); ++t) {
+    const int32_t tok = batch.tokens[t], seq = batch.seq_ids[t], pos = batch.positions[t];
+    if (tok < 0 || tok >= c_.n_vocab) {
+      status = InvalidArgumentError("gpu forward: token id " + std::to_string(tok) +
+                                    " is outside the vocabulary [0, " + std::to_string(c_.n_vocab) +
+                                    ")");
+    } else if (seq < 0 || seq >= cache_->max_seqs()) {
+      status = InvalidArgumentError("gpu forward: sequence id " + std::to_string(seq) +
+                                    " is outside [0, " + std::to_string(cache_->max_seqs()) + ")");
+    } else if (seq_next_[seq] < 0) {
+      if (pos < 0 || pos > cache_->Length(seq)) {
+        status = InvalidArgumentError("gpu forward: sequence " + std::to_string(seq) +
+                                      " starts at position " + std::to_string(pos) +
+                                      " but its cache holds " +
+                                      std::to_string(cache_->Length(seq)) + " tokens");
+      } else {
+        touched_.push_back(seq);
+        seq_first_[seq] = pos;
+        seq_next_[seq] = pos + 1;
+      }
+    } else if (pos != seq_next_[seq]) {
+      status = InvalidArgumentError(
+          "gpu forward: sequence " + std::to_string(seq) + " has position " + std::to_string(pos) +
+          " after " + std::to_string(seq_next_[seq] - 1) + " (positions must be consecutive)");
+    } else {
+      seq_next_[seq] = pos + 1;
+    }
+  }
+  for (int32_t s : touched_) {
+    if (!status.ok()) break;
+    status = cache_->Reserve(s, seq_next_[s]);
+  }
+  if (!status.ok()) {
+    for (int32_t s : touched_) {
+      cache_->Truncate(s, cache_->Length(s));  // blocks reserved for this batch, never filled
+      seq_next_[s] = -1;
+    }
+    touched_.clear();
+    return status;
+  }
+  n_outputs_ = n_out;
   return OkStatus();
 }
 
+Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
+  UF_RETURN_IF_ERROR(Prepare(batch));
+  const int64_t n = batch.size(), bs = cache_->block_size();
+  auto* tok = static_cast<uint32_t*>(tok_.mapped());
+  auto* outs = static_cast<uint32_t*>(outs_.mapped());
+  int64_t j = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const int32_t seq = batch.seq_ids[t], pos = batch.positions[t];
+    const int32_t block = cache_->BlockTable(seq)[pos / bs];
+    tok[4 * t] = static_cast<uint32_t>(batch.tokens[t]);
+    tok[4 * t + 1] = static_cast<uint32_t>(pos);
+    tok[4 * t + 2] = static_cast<uint32_t>(block * bs + pos % bs);
+    tok[4 * t + 3] = static_cast<uint32_t>(seq);
+    if (batch.want_logits[t] != 0) outs[j++] = static_cast<uint32_t>(t);
+  }
+  auto* bt = static_cast<int32_t*>(bt_.mapped());
+  for (int32_t s : touched_) {
+    const int64_t blocks = (seq_next_[s] + bs - 1) / bs;
+    std::memcpy(bt + s * max_blocks_, cache_->BlockTable(s), blocks * 4);
+  }
+  auto rec = RecordingFor(n, n_outputs_, greedy != nullptr);
+  Status status = rec.ok() ? (*rec)->Run() : rec.status();
+  if (status.ok()) {
+    last_ = *rec;
+    if (greedy != nullptr) {
+      std::memcpy(greedy, argmax_.mapped(), n_outputs_ * 4);
+    } else {
+      std::memcpy(logits_.data(), logits_dev_.mapped(), n_outputs_ * c_.n_vocab * 4);
+    }
+  }
+  for (int32_t s : touched_) {
+    // On failure the device cache may hold part of the batch: keep what came before it.
+    const int64_t keep =
+        status.ok() ? seq_next_[s] : std::min<int64_t>(cache_->Length(s), seq_first_[s]);
+    cache_->Truncate(s, keep);
+    cache_->SetLength(s, keep);
+  }
+  return status;
+}
+
+// GpuDecoder: one sequence over a cache of its own (block tables only; K/V on the device).
+class VulkanDecoder final : public GpuDecoder {
+ public:
+  Status Init(const model::Model& model, const DeviceSpec& device, int64_t max_ctx,
+              int64_t max_batch, engine::KvType kv_type) {
+    if (max_ctx <= 0) return InvalidArgumentError("GpuDecoder: max_ctx must be positive");
+    const model::ModelConfig& c = model.config();
+    engine::KvCacheOptions co;
+    co.n_layer = c.n_layer;
+    co.n_head_kv = c.n_head_kv;
+    co.head_dim = c.head_dim;
+    co.max_seq_len = max_ctx;
+    co.n_blocks = engine::KvCacheOptions::BlocksFor(max_ctx, 1, co.block_size);
+    co.type = kv_type;
+    co.host_storage = false;
+    UF_ASSIGN_OR_RETURN(cache_, engine::KvCache::Create(co));
+    max_ctx_ = max_ctx;
+    max_batch_ = std::clamp<int64_t>(max_batch, 1, max_ctx);
+    n_vocab_ = c.n_vocab;
+    UF_ASSIGN_OR_RETURN(fwd_,
+                        GpuForward::Create(model, device, cache_.get(), {.max_batch = max_batch_}));
+    return OkStatus();
+  }
+
+  Status CheckPosition(int32_t pos) const {
+    if (pos < 0 || pos >= max_ctx_ || pos > cache_->Length(0)) {
+      return InvalidArgumentError("gpu forward: position " + std::to_string(pos) +
+                                  " is not in [0, " +
+                                  std::to_string(std::min(cache_->Length(0), max_ctx_ - 1)) + "]");
+    }
+    return OkStatus();
+  }
+
+  Status Step(int32_t token, int32_t pos) override {
+    UF_RETURN_IF_ERROR(CheckPosition(pos));
+    batch_.Clear();
+    batch_.Add(token, pos, 0, true);
+    UF_RETURN_IF_ERROR(fwd_->Forward(batch_));
+    last_ = fwd_->logits(0);
+    return OkStatus();
+  }
+
+  StatusOr<int32_t> StepGreedy(int32_t token, int32_t pos) override {
+    UF_RETURN_IF_ERROR(CheckPosition(pos));
+    batch_.Clear();
+    batch_.Add(token, pos, 0, true);
+    int32_t next = 0;
+    UF_RETURN_IF_ERROR(fwd_->ForwardGreedy(batch_, &next));
+    return next;
+  }
+
+  Status Prefill(std::span<const int32_t> tokens, int32_t pos, bool every_logits) override {
+    for (size_t i = 0; i < tokens.size(); i += max_batch_) {
+      const size_t end = std::min(tokens.size(), i + max_batch_);
+      batch_.Clear();
+      for (size_t t = i; t < end; ++t) {
+        batch_.Add(tokens[t], pos + static_cast<int32_t>(t), 0, every_logits || t + 1 == end);
+      }
+      UF_RETURN_IF_ERROR(fwd_->Forward(batch_));
+      last_ = fwd_->logits(fwd_->n_outputs() - 1);
+    }
+    return OkStatus();
+  }
+
+  const float* logits() const override { return last_; }
+  const float* all_logits(int64_t i) const override { return fwd_->logits(i); }
+  double last_step_gpu_seconds() const override { return fwd_->last_step_gpu_seconds(); }
+  int64_t max_ctx() const override { return max_ctx_; }
+  int64_t max_batch() const override { return max_batch_; }
+  int64_t n_vocab() const override { return n_vocab_; }
+  const DeviceInfo& device() const override { return fwd_->device(); }
+  uint64_t device_bytes() const override { return fwd_->device_bytes(); }
+
+ private:
+  std::unique_ptr<engine::KvCache> cache_;
+  std::unique_ptr<GpuForward> fwd_;
+  model::Batch batch_;
+  const float* last_ = nullptr;
+  int64_t max_ctx_ = 0, max_batch_ = 1, n_vocab_ = 0;
+};
+
 }  // namespace
 
-StatusOr<std::unique_ptr<GpuDecoder>> GpuDecoder::Create(const model::Model& model,
+StatusOr<std::unique_ptr<GpuForward>> GpuForward::Create(const model::Model& model,
                                                          const DeviceSpec& device,
-                                                         int64_t max_ctx) {
-  auto d = std::make_unique<VulkanDecoder>(model, max_ctx);
-  UF_RETURN_IF_ERROR(d->Init(device));
+                                                         engine::KvCache* cache,
+                                                         const GpuForwardOptions& options) {
+  auto f = std::make_unique<VulkanForward>(model, cache, options);
+  UF_RETURN_IF_ERROR(f->Init(device));
+  return std::unique_ptr<GpuForward>(std::move(f));
+}
+
+StatusOr<std::unique_ptr<GpuDecoder>> GpuDecoder::Create(const model::Model& model,
+                                                         const DeviceSpec& device, int64_t max_ctx,
+                                                         int64_t max_batch,
+                                                         engine::KvType kv_type) {
+  auto d = std::make_unique<VulkanDecoder>();
+  UF_RETURN_IF_ERROR(d->Init(model, device, max_ctx, max_batch, kv_type));
   return std::unique_ptr<GpuDecoder>(std::move(d));
 }
 

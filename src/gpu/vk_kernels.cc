@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "base/check.h"
@@ -32,42 +35,11 @@ float HalfToFloat(uint16_t h) {
   return f;
 }
 
-// Stopgap for the types without a GPU kernel yet (BF16, Q4_K): the weights dequantized once and
-// stored as F16 (exact for BF16 in F16's range; for Q4_K it adds F16 rounding, far below its own
-// step), multiplied with F16-rounded activations where the CPU uses BF16 or Q8_K ones. It costs
-// device memory (2 bytes a weight instead of 0.56 for Q4_K) and bandwidth, which is what native
-// kernels will win back.
-StatusOr<GpuMatrix> UploadAsF16(Context* ctx, const kernels::Matrix& w) {
-  GpuMatrix m;
-  m.type = GgmlType::kF16;
-  m.converted_from = w.type();
-  m.rows = w.rows();
-  m.cols = w.cols();
-  if (w.cols() % 2 != 0) return UnimplementedError("the Vulkan backend needs even F16 columns");
-  const uint64_t bytes = static_cast<uint64_t>(w.rows()) * w.cols() * 2;
-  UF_ASSIGN_OR_RETURN(m.buffer, ctx->CreateBuffer(bytes, Memory::kDevice));
-  // In pieces of whole rows, so the host never holds the whole converted matrix.
-  const int64_t rows_per_piece = std::max<int64_t>(1, (int64_t{4} << 20) / (w.cols() * 2));
-  std::vector<float> f(rows_per_piece * w.cols());
-  std::vector<uint16_t> h(rows_per_piece * w.cols());
-  for (int64_t r0 = 0; r0 < w.rows(); r0 += rows_per_piece) {
-    const int64_t n = std::min(rows_per_piece, w.rows() - r0);
-    for (int64_t r = 0; r < n; ++r) {
-      kernels::DequantizeRow(w.type(), w.data() + (r0 + r) * w.row_bytes(), f.data() + r * w.cols(),
-                             w.cols());
-    }
-    kernels::F32ToF16(f.data(), h.data(), n * w.cols());
-    UF_RETURN_IF_ERROR(ctx->Upload(m.buffer, static_cast<uint64_t>(r0) * w.cols() * 2, h.data(),
-                                   static_cast<uint64_t>(n) * w.cols() * 2));
-  }
-  return m;
-}
-
 // Q6_K: each block's ql, qh and scales as 52 words (they are 208 bytes, whole words, but the
 // blocks are 210 bytes apart in the file), the f32 super-block scales after all of them.
 StatusOr<GpuMatrix> UploadQ6K(Context* ctx, const kernels::Matrix& w) {
   GpuMatrix m;
-  m.type = m.converted_from = GgmlType::kQ6_K;
+  m.type = GgmlType::kQ6_K;
   m.rows = w.rows();
   m.cols = w.cols();
   const int64_t blocks = w.cols() / kernels::kQK_K;
@@ -96,31 +68,61 @@ StatusOr<GpuMatrix> UploadQ6K(Context* ctx, const kernels::Matrix& w) {
   return m;
 }
 
+// Q4_K: each block's qs and packed scales as 35 words (144 bytes in the file, 140 of them
+// word-aligned here), then d and dmin of every block as f32 pairs.
+StatusOr<GpuMatrix> UploadQ4K(Context* ctx, const kernels::Matrix& w) {
+  GpuMatrix m;
+  m.type = GgmlType::kQ4_K;
+  m.rows = w.rows();
+  m.cols = w.cols();
+  const int64_t blocks = w.cols() / kernels::kQK_K;
+  const uint64_t total_blocks = static_cast<uint64_t>(w.rows()) * blocks;
+  if (total_blocks * 37 >= (uint64_t{1} << 32)) {
+    return UnimplementedError("the Vulkan backend addresses at most 2^32 words per matrix");
+  }
+  m.d_off = static_cast<uint32_t>(total_blocks * 35);
+  std::vector<uint32_t> host(total_blocks * 37);
+  for (int64_t r = 0; r < w.rows(); ++r) {
+    const auto* row = reinterpret_cast<const kernels::BlockQ4_K*>(w.data() + r * w.row_bytes());
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint64_t i = r * blocks + b;
+      auto* dst = reinterpret_cast<uint8_t*>(&host[i * 35]);
+      std::memcpy(dst, row[b].qs, 128);
+      std::memcpy(dst + 128, row[b].scales, 12);
+      uint16_t d, dmin;
+      std::memcpy(&d, &row[b].d, 2);
+      std::memcpy(&dmin, &row[b].dmin, 2);
+      const float df[2] = {HalfToFloat(d), HalfToFloat(dmin)};
+      std::memcpy(&host[m.d_off + 2 * i], df, 8);
+    }
+  }
+  UF_ASSIGN_OR_RETURN(m.buffer, ctx->CreateBuffer(host.size() * 4, Memory::kDevice));
+  UF_RETURN_IF_ERROR(ctx->Upload(m.buffer, 0, host.data(), host.size() * 4));
+  return m;
+}
+
 }  // namespace
 
 bool GpuSupportsType(GgmlType type) {
-  return type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kQ8_0 ||
-         type == GgmlType::kQ4_0 || type == GgmlType::kQ6_K;
+  return type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16 ||
+         type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ6_K ||
+         type == GgmlType::kQ4_K;
 }
 
 StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
   if (!GpuSupportsType(w.type())) {
-    if (w.type() != GgmlType::kBF16 && w.type() != GgmlType::kQ4_K) {
-      return UnimplementedError("the Vulkan backend has no kernel for weights of type " +
-                                std::string(GgmlTypeName(w.type())) +
-                                " (it has F32, F16, Q8_0, Q4_0 and Q6_K; BF16 and Q4_K run "
-                                "converted to F16)");
-    }
-    return UploadAsF16(ctx, w);
+    return UnimplementedError("the Vulkan backend has no kernel for weights of type " +
+                              std::string(GgmlTypeName(w.type())) +
+                              " (it has F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K)");
   }
   GpuMatrix m;
-  m.type = m.converted_from = w.type();
+  m.type = w.type();
   m.rows = w.rows();
   m.cols = w.cols();
   const uint8_t* src = w.data();
-  if (w.type() == GgmlType::kF32 || w.type() == GgmlType::kF16) {
-    if (w.type() == GgmlType::kF16 && w.cols() % 2 != 0) {
-      return UnimplementedError("the Vulkan backend needs an even number of F16 columns");
+  if (w.type() == GgmlType::kF32 || w.type() == GgmlType::kF16 || w.type() == GgmlType::kBF16) {
+    if (w.type() != GgmlType::kF32 && w.cols() % 2 != 0) {
+      return UnimplementedError("the Vulkan backend needs an even number of F16/BF16 columns");
     }
     const uint64_t bytes = w.rows() * w.row_bytes();
     UF_ASSIGN_OR_RETURN(m.buffer, ctx->CreateBuffer(bytes, Memory::kDevice));
@@ -128,6 +130,7 @@ StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
     return m;
   }
   if (w.type() == GgmlType::kQ6_K) return UploadQ6K(ctx, w);
+  if (w.type() == GgmlType::kQ4_K) return UploadQ4K(ctx, w);
   const bool q8 = w.type() == GgmlType::kQ8_0;
   const int64_t blocks = w.cols() / 32;
   const uint32_t qwords = q8 ? 8 : 4;
@@ -165,58 +168,70 @@ StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
 StatusOr<Kernels> Kernels::Create(Context* ctx) {
   Kernels k;
   k.rows_per_group_ = 64 / ctx->info().subgroup_size;
-  UF_ASSIGN_OR_RETURN(k.gemv_f32_, ctx->GetPipeline("gemv_f32", 3));
-  UF_ASSIGN_OR_RETURN(k.gemv_f16_, ctx->GetPipeline("gemv_f16", 3));
-  UF_ASSIGN_OR_RETURN(k.gemv_q8_0_, ctx->GetPipeline("gemv_q8_0", 3));
-  UF_ASSIGN_OR_RETURN(k.gemv_q4_0_, ctx->GetPipeline("gemv_q4_0", 3));
-  UF_ASSIGN_OR_RETURN(k.gemv_q6_k_, ctx->GetPipeline("gemv_q6_k", 3));
+  for (const auto& [type, name] :
+       std::initializer_list<std::pair<GgmlType, const char*>>{{GgmlType::kF32, "f32"},
+                                                               {GgmlType::kF16, "f16"},
+                                                               {GgmlType::kBF16, "bf16"},
+                                                               {GgmlType::kQ8_0, "q8_0"},
+                                                               {GgmlType::kQ4_0, "q4_0"},
+                                                               {GgmlType::kQ6_K, "q6_k"},
+                                                               {GgmlType::kQ4_K, "q4_k"}}) {
+    UF_ASSIGN_OR_RETURN(k.gemm_[0][type], ctx->GetPipeline(std::string("gemm1_") + name, 3));
+    UF_ASSIGN_OR_RETURN(k.gemm_[1][type], ctx->GetPipeline(std::string("gemm8_") + name, 3));
+  }
   UF_ASSIGN_OR_RETURN(k.quantize_, ctx->GetPipeline("quantize_q8_0", 2));
   UF_ASSIGN_OR_RETURN(k.rmsnorm_, ctx->GetPipeline("rmsnorm", 3));
   UF_ASSIGN_OR_RETURN(k.add_, ctx->GetPipeline("add", 2));
   UF_ASSIGN_OR_RETURN(k.swiglu_, ctx->GetPipeline("swiglu", 3));
   UF_ASSIGN_OR_RETURN(k.rope_, ctx->GetPipeline("rope", 3));
   UF_ASSIGN_OR_RETURN(k.kv_store_, ctx->GetPipeline("kv_store", 4));
-  UF_ASSIGN_OR_RETURN(k.attention_, ctx->GetPipeline("attention", 5));
+  UF_ASSIGN_OR_RETURN(k.attention_, ctx->GetPipeline("attention", 6));
   UF_ASSIGN_OR_RETURN(k.embed_, ctx->GetPipeline("embed", 3));
+  UF_ASSIGN_OR_RETURN(k.gather_, ctx->GetPipeline("gather", 3));
+  UF_ASSIGN_OR_RETURN(k.argmax_, ctx->GetPipeline("argmax", 2));
   return k;
 }
 
-void Kernels::Gemv(Recorder* r, const GpuMatrix& w, const Buffer& x, uint32_t x_off,
-                   const Buffer& y, uint32_t y_off) const {
-  uint32_t gx, gy;
-  Grid((w.rows + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
-  const auto rows = static_cast<uint32_t>(w.rows), cols = static_cast<uint32_t>(w.cols);
-  if (w.type == GgmlType::kF32 || w.type == GgmlType::kF16) {
-    struct {
-      uint32_t rows, cols, x_off, y_off;
-    } push{rows, cols, x_off, y_off};
-    r->Dispatch(w.type == GgmlType::kF32 ? *gemv_f32_ : *gemv_f16_, {w.buffer, x, y}, push, gx, gy);
-    return;
-  }
-  if (w.type == GgmlType::kQ6_K) {
-    struct {
-      uint32_t rows, blocks, w_d_off, x_off, y_off;
-    } push{rows, cols / 256, w.d_off, x_off, y_off};
-    r->Dispatch(*gemv_q6_k_, {w.buffer, x, y}, push, gx, gy);
-    return;
-  }
-  UF_CHECK(x_off == 0) << "quantized GEMV: the activation starts at 0";
-  const uint32_t blocks = cols / 32;
-  struct {
-    uint32_t rows, blocks, w_d_off, x_d_off, y_off;
-  } push{rows, blocks, w.d_off, blocks * 8, y_off};
-  r->Dispatch(w.type == GgmlType::kQ8_0 ? *gemv_q8_0_ : *gemv_q4_0_, {w.buffer, x, y}, push, gx,
-              gy);
+const Pipeline* Kernels::GemmPipeline(GgmlType type, bool tiled) const {
+  const auto it = gemm_[tiled ? 1 : 0].find(type);
+  UF_CHECK(it != gemm_[tiled ? 1 : 0].end()) << "no GEMM for " << GgmlTypeName(type);
+  return it->second;
 }
 
-void Kernels::Quantize(Recorder* r, const Buffer& x, uint32_t x_off, int64_t cols,
+void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
+                   uint32_t y_off, int64_t y_stride) const {
+  uint32_t gx, gy;
+  Grid((w.rows + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
+  const bool k_quant = w.type == GgmlType::kQ6_K || w.type == GgmlType::kQ4_K;
+  const bool q8 = TakesQ8Activation(w.type);
+  const auto blocks = static_cast<uint32_t>(w.cols / (k_quant ? 256 : 32));
+  struct {
+    uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride;
+  } push{static_cast<uint32_t>(w.rows),
+         k_quant || q8 ? blocks : static_cast<uint32_t>(w.cols),
+         w.d_off,
+         static_cast<uint32_t>(n),
+         q8 ? blocks * 8 : static_cast<uint32_t>(w.cols),
+         q8 ? static_cast<uint32_t>(n) * blocks * 8 : 0u,
+         y_off,
+         static_cast<uint32_t>(y_stride > 0 ? y_stride : w.rows)};
+  // One token: gemm1_*, else tiles of 8 tokens (the grid's z). Both compute a token's row the
+  // same way (tests/gpu_kernels_test.cc checks the bits).
+  constexpr int64_t kTile = 8;
+  r->Dispatch(*GemmPipeline(w.type, n > 1), {w.buffer, x, y}, push, gx, gy,
+              static_cast<uint32_t>((n + kTile - 1) / kTile));
+}
+
+void Kernels::Quantize(Recorder* r, const Buffer& x, uint32_t x_off, int64_t values,
                        const Buffer& q) const {
-  UF_CHECK(cols % 32 == 0);
-  const auto blocks = static_cast<uint32_t>(cols / 32);
+  UF_CHECK(values % 32 == 0);
+  const auto blocks = static_cast<uint32_t>(values / 32);
   struct {
     uint32_t blocks, x_off, d_off;
   } push{blocks, x_off, blocks * 8};
-  r->Dispatch(*quantize_, {x, q}, push, Groups64(blocks));
+  uint32_t gx, gy;
+  Grid((blocks + 63) / 64, &gx, &gy);
+  r->Dispatch(*quantize_, {x, q}, push, gx, gy);
 }
 
 void Kernels::RmsNorm(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer& w,
@@ -235,63 +250,113 @@ void Kernels::Add(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer& y,
   struct {
     uint32_t n, x_off, y_off, x_period;
   } push{static_cast<uint32_t>(n), x_off, y_off, static_cast<uint32_t>(period)};
-  r->Dispatch(*add_, {x, y}, push, Groups64(n));
+  uint32_t gx, gy;
+  Grid((n + 63) / 64, &gx, &gy);
+  r->Dispatch(*add_, {x, y}, push, gx, gy);
 }
 
 void Kernels::SwiGlu(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& out,
                      int64_t n) const {
   const uint32_t push = static_cast<uint32_t>(n);
-  r->Dispatch(*swiglu_, {gate, up, out}, push, Groups64(n));
+  uint32_t gx, gy;
+  Grid((n + 63) / 64, &gx, &gy);
+  r->Dispatch(*swiglu_, {gate, up, out}, push, gx, gy);
 }
 
-void Kernels::Rope(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer& cs,
-                   const Buffer& step, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
-                   bool neox) const {
+void Kernels::Rope(Recorder* r, const Buffer& x, const Buffer& cs, const Buffer& tok, int64_t n,
+                   int64_t n_heads, int64_t head_dim, int64_t rope_dim, bool neox) const {
   struct {
-    uint32_t n_heads, head_dim, rope_dim, neox, x_off;
+    uint32_t n_heads, head_dim, rope_dim, neox, x_stride;
   } push{static_cast<uint32_t>(n_heads), static_cast<uint32_t>(head_dim),
-         static_cast<uint32_t>(rope_dim), neox ? 1u : 0u, x_off};
-  r->Dispatch(*rope_, {x, cs, step}, push, Groups64(n_heads * rope_dim / 2));
+         static_cast<uint32_t>(rope_dim), neox ? 1u : 0u,
+         static_cast<uint32_t>(n_heads * head_dim)};
+  r->Dispatch(*rope_, {x, cs, tok}, push, Groups64(n_heads * rope_dim / 2),
+              static_cast<uint32_t>(n));
 }
 
 void Kernels::KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffer& cache,
-                      const Buffer& step, int64_t kv_heads, int64_t head_dim, int64_t max_ctx,
-                      uint32_t k_off, uint32_t v_off) const {
+                      const Buffer& tok, int64_t n, const AttentionShape& s) const {
   struct {
-    uint32_t kv_heads, head_dim, max_ctx, k_off, v_off;
-  } push{static_cast<uint32_t>(kv_heads), static_cast<uint32_t>(head_dim),
-         static_cast<uint32_t>(max_ctx), k_off, v_off};
-  r->Dispatch(*kv_store_, {k, v, cache, step}, push, Groups64(kv_heads * head_dim / 2));
+    uint32_t kv_heads, head_dim, n_rows, k_off, v_off, row_words, q8;
+  } push{static_cast<uint32_t>(s.n_head_kv),
+         static_cast<uint32_t>(s.head_dim),
+         static_cast<uint32_t>(s.n_rows),
+         s.k_off,
+         s.v_off,
+         static_cast<uint32_t>(s.row_words()),
+         s.q8 ? 1u : 0u};
+  r->Dispatch(*kv_store_, {k, v, cache, tok}, push, Groups64(s.n_head_kv * s.head_dim / 2),
+              static_cast<uint32_t>(n));
 }
 
 void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,
-                        const Buffer& out, const Buffer& step, int64_t n_head, int64_t n_head_kv,
-                        int64_t head_dim, int64_t max_ctx, uint32_t k_off, uint32_t v_off,
-                        float scale) const {
+                        const Buffer& out, const Buffer& tok, const Buffer& bt, int64_t n,
+                        const AttentionShape& s) const {
   struct {
-    uint32_t n_head, n_head_kv, head_dim, max_ctx, k_off, v_off;
+    uint32_t n_head, n_head_kv, head_dim, n_rows, k_off, v_off;
     float scale;
-  } push{static_cast<uint32_t>(n_head),
-         static_cast<uint32_t>(n_head_kv),
-         static_cast<uint32_t>(head_dim),
-         static_cast<uint32_t>(max_ctx),
-         k_off,
-         v_off,
-         scale};
-  r->Dispatch(*attention_, {q, cache, scores, out, step}, push, static_cast<uint32_t>(n_head));
+    uint32_t block_size, max_blocks, max_len, row_words, q8;
+  } push{static_cast<uint32_t>(s.n_head),
+         static_cast<uint32_t>(s.n_head_kv),
+         static_cast<uint32_t>(s.head_dim),
+         static_cast<uint32_t>(s.n_rows),
+         s.k_off,
+         s.v_off,
+         s.scale,
+         static_cast<uint32_t>(s.block_size),
+         static_cast<uint32_t>(s.max_blocks),
+         static_cast<uint32_t>(s.max_len),
+         static_cast<uint32_t>(s.row_words()),
+         s.q8 ? 1u : 0u};
+  r->Dispatch(*attention_, {q, cache, scores, out, tok, bt}, push, static_cast<uint32_t>(s.n_head),
+              static_cast<uint32_t>(n));
 }
 
-void Kernels::Embed(Recorder* r, const GpuMatrix& table, const Buffer& x,
-                    const Buffer& step) const {
-  const uint32_t type = table.type == GgmlType::kF32    ? 0
-                        : table.type == GgmlType::kF16  ? 1
-                        : table.type == GgmlType::kQ8_0 ? 2
-                        : table.type == GgmlType::kQ4_0 ? 3
-                                                        : 4;
+void Kernels::Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& tok,
+                    int64_t n) const {
+  uint32_t type = 0;
+  switch (table.type) {
+    case GgmlType::kF32:
+      type = 0;
+      break;
+    case GgmlType::kF16:
+      type = 1;
+      break;
+    case GgmlType::kQ8_0:
+      type = 2;
+      break;
+    case GgmlType::kQ4_0:
+      type = 3;
+      break;
+    case GgmlType::kQ6_K:
+      type = 4;
+      break;
+    case GgmlType::kBF16:
+      type = 5;
+      break;
+    case GgmlType::kQ4_K:
+      type = 6;
+      break;
+    default:
+      UF_CHECK(false) << "no embedding kernel for " << GgmlTypeName(table.type);
+  }
   struct {
     uint32_t type, cols, d_off;
   } push{type, static_cast<uint32_t>(table.cols), table.d_off};
-  r->Dispatch(*embed_, {table.buffer, x, step}, push, Groups64(table.cols));
+  r->Dispatch(*embed_, {table.buffer, x, tok}, push, Groups64(table.cols),
+              static_cast<uint32_t>(n));
+}
+
+void Kernels::Gather(Recorder* r, const Buffer& x, const Buffer& y, const Buffer& idx, int64_t cols,
+                     int64_t n_rows) const {
+  const auto push = static_cast<uint32_t>(cols);
+  r->Dispatch(*gather_, {x, y, idx}, push, Groups64(cols), static_cast<uint32_t>(n_rows));
+}
+
+void Kernels::ArgMax(Recorder* r, const Buffer& logits, const Buffer& out, int64_t n_vocab,
+                     int64_t rows) const {
+  const auto push = static_cast<uint32_t>(n_vocab);
+  r->Dispatch(*argmax_, {logits, out}, push, static_cast<uint32_t>(rows));
 }
 
 }  // namespace uf::gpu

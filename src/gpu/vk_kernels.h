@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 
 #include "base/status.h"
 #include "gpu/vk_context.h"
@@ -11,38 +12,57 @@
 
 namespace uf::gpu {
 
-// A weight matrix in device memory. F32 and F16 rows as in GGUF; Q8_0, Q4_0 and Q6_K split into
-// the quants of every block (word-aligned: 8, 4 and 52 words per block) followed by the blocks'
-// scales as f32 at word d_off, so the shaders read whole words and never an f16 at an odd
-// address.
+// A weight matrix in device memory. F32, F16 and BF16 rows as in GGUF; Q8_0, Q4_0, Q6_K and Q4_K
+// split into the quants of every block (word-aligned: 8, 4, 52 and 35 words per block) followed
+// by the blocks' scales as f32 at word d_off (Q4_K: d and dmin, two words a block), so the
+// shaders read whole words and never an f16 at an odd address.
 struct GpuMatrix {
-  GgmlType type = GgmlType::kF32;  // as stored on the device
-  GgmlType converted_from = type;  // the file's type (BF16, Q4_K, Q6_K are stored as F16)
+  GgmlType type = GgmlType::kF32;  // as stored on the device (the file's type)
   int64_t rows = 0, cols = 0;
-  uint32_t d_off = 0;  // Q8_0 / Q4_0: word offset of the scales
+  uint32_t d_off = 0;  // quantized types: word offset of the scales
   Buffer buffer;
 };
 
-// True for the weight types the GPU kernels have (F32, F16, Q8_0, Q4_0, Q6_K).
+// True for the weight types the GPU kernels have (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K).
 bool GpuSupportsType(GgmlType type);
-// Uploads w (its GGUF rows). BF16 and Q4_K have no kernel yet: they are dequantized and stored
-// as F16 (see UploadAsF16 in vk_kernels.cc). Unimplemented for other types.
+// True when the type's GEMM takes a Q8_0 activation (Quantize) instead of f32 values.
+inline bool TakesQ8Activation(GgmlType type) {
+  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0;
+}
+// Uploads w (its GGUF rows). Unimplemented for types without a kernel.
 StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w);
 
-// Bytes of scratch a Q8_0 activation vector of `cols` values takes (quantize_q8_0's output).
-inline uint64_t Q8ActivationBytes(int64_t cols) { return (cols / 32) * (32 + 4); }
+// Bytes of scratch a Q8_0 activation of `values` values takes (quantize_q8_0's output).
+inline uint64_t Q8ActivationBytes(int64_t values) { return (values / 32) * (32 + 4); }
 
-// The pipelines of every kernel, made once per context.
+// The shape of a layer's attention over the paged device cache (see attention.comp).
+struct AttentionShape {
+  int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
+  int64_t n_rows = 0;             // cache rows per KV head: n_blocks * block_size
+  uint32_t k_off = 0, v_off = 0;  // words of this layer's K and V
+  float scale = 1.0f;
+  int64_t block_size = 0, max_blocks = 0;  // block table: [max_seqs][max_blocks]
+  int64_t max_len = 0;                     // positions per sequence (the scores' stride)
+  bool q8 = false;                         // Q8_0 rows (9 words per 32 values) instead of f16 pairs
+  // Words of one head's row of K or V in the cache.
+  int64_t row_words() const { return q8 ? head_dim / 32 * 9 : head_dim / 2; }
+};
+
+// The pipelines of every kernel, made once per context. Batched kernels take `tok`, the batch's
+// per-token inputs ([n][4] words: token id, position, cache row, sequence; host-written each
+// step), so a recording serves every step of its batch size.
 class Kernels {
  public:
   static StatusOr<Kernels> Create(Context* ctx);
 
-  // y[y_off..+rows) = W x[x_off..+cols). For Q8_0/Q4_0 weights x is a Q8_0 activation (Quantize)
-  // and x_off must be 0; the others take f32 x.
-  void Gemv(Recorder* r, const GpuMatrix& w, const Buffer& x, uint32_t x_off, const Buffer& y,
-            uint32_t y_off) const;
-  // q = x[x_off..+cols) as Q8_0 blocks (cols a multiple of 32).
-  void Quantize(Recorder* r, const Buffer& x, uint32_t x_off, int64_t cols, const Buffer& q) const;
+  // y[t * y_stride + y_off + row] = W x[t] for the n tokens (y_stride 0: w.rows). x holds n rows
+  // of w.cols f32 values, or for TakesQ8Activation(w.type) their Q8_0 activation (Quantize of
+  // all n rows). Each (row, token) result is the same bits whatever n is (gemm.glsl).
+  void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
+            uint32_t y_off = 0, int64_t y_stride = 0) const;
+  // q = x[x_off..+values) as Q8_0 blocks (values a multiple of 32; n rows quantize as one).
+  void Quantize(Recorder* r, const Buffer& x, uint32_t x_off, int64_t values,
+                const Buffer& q) const;
   // rows rows of n values: y = RmsNorm(x) * w. y may be x.
   void RmsNorm(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer& w, const Buffer& y,
                uint32_t y_off, int64_t rows, int64_t n, float eps) const;
@@ -51,25 +71,35 @@ class Kernels {
            int64_t period = 0) const;
   void SwiGlu(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& out,
               int64_t n) const;
-  // In place on n_heads heads of x at x_off, position step[1], angles table cs.
-  void Rope(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer& cs, const Buffer& step,
+  // In place on n_heads heads of each of the n tokens' rows of x (n_heads * head_dim floats
+  // each), at the tokens' positions, angles table cs.
+  void Rope(Recorder* r, const Buffer& x, const Buffer& cs, const Buffer& tok, int64_t n,
             int64_t n_heads, int64_t head_dim, int64_t rope_dim, bool neox) const;
+  // The n tokens' K and V rows (n_head_kv heads) into the cache at their cache rows, in the
+  // layout of s (f16 or Q8_0, at s.k_off / s.v_off).
   void KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffer& cache,
-               const Buffer& step, int64_t kv_heads, int64_t head_dim, int64_t max_ctx,
-               uint32_t k_off, uint32_t v_off) const;
+               const Buffer& tok, int64_t n, const AttentionShape& s) const;
+  // Causal attention of the n tokens' queries (block tables bt); scores: n * n_head * max_len
+  // floats of scratch.
   void Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,
-                 const Buffer& out, const Buffer& step, int64_t n_head, int64_t n_head_kv,
-                 int64_t head_dim, int64_t max_ctx, uint32_t k_off, uint32_t v_off,
-                 float scale) const;
-  void Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& step) const;
+                 const Buffer& out, const Buffer& tok, const Buffer& bt, int64_t n,
+                 const AttentionShape& s) const;
+  // x[t] = table row of token t, for the n tokens.
+  void Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& tok,
+             int64_t n) const;
+  // out[r] = the first index of row r's maximum (sampling::ArgMax), rows of n_vocab logits.
+  void ArgMax(Recorder* r, const Buffer& logits, const Buffer& out, int64_t n_vocab,
+              int64_t rows) const;
+  // y[j] = x[idx[j]] for j < n_rows rows of cols floats.
+  void Gather(Recorder* r, const Buffer& x, const Buffer& y, const Buffer& idx, int64_t cols,
+              int64_t n_rows) const;
 
  private:
-  uint32_t rows_per_group_ = 1;  // GEMV rows per workgroup: 64 / subgroup size
-  const Pipeline* gemv_f32_ = nullptr;
-  const Pipeline* gemv_f16_ = nullptr;
-  const Pipeline* gemv_q8_0_ = nullptr;
-  const Pipeline* gemv_q4_0_ = nullptr;
-  const Pipeline* gemv_q6_k_ = nullptr;
+  const Pipeline* GemmPipeline(GgmlType type, bool tiled) const;
+
+  uint32_t rows_per_group_ = 1;  // GEMM rows per workgroup: 64 / subgroup size
+  // [0]: one token (gemm1_*), [1]: tiles of 8 (gemm8_*), per weight type.
+  std::map<GgmlType, const Pipeline*> gemm_[2];
   const Pipeline* quantize_ = nullptr;
   const Pipeline* rmsnorm_ = nullptr;
   const Pipeline* add_ = nullptr;
@@ -78,6 +108,8 @@ class Kernels {
   const Pipeline* kv_store_ = nullptr;
   const Pipeline* attention_ = nullptr;
   const Pipeline* embed_ = nullptr;
+  const Pipeline* gather_ = nullptr;
+  const Pipeline* argmax_ = nullptr;
 };
 
 }  // namespace uf::gpu

@@ -2,8 +2,11 @@
 // batching); within a sequence they must be consecutive positions, in order.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
+
+#include "base/status.h"
 
 namespace uf::model {
 
@@ -33,6 +36,21 @@ struct Batch {
     seq_ids.push_back(seq_id);
     want_logits.push_back(logits ? 1 : 0);
   }
+};
+
+// A forward pass over batches: what the serving engine steps (the CPU Decoder, or a device's).
+class BatchForward {
+ public:
+  virtual ~BatchForward() = default;
+  // Runs the batch: its K/V into the cache, logits for the tokens that want them (see
+  // Decoder::Forward for the errors, and for abandon: the engine's step preemption, which a
+  // forward may ignore).
+  virtual Status Forward(const Batch& batch, const std::atomic<bool>* abandon = nullptr) = 0;
+  // Layers the last Forward ran before it was abandoned; 0 when it ran to the end.
+  virtual int64_t abandoned_layers() const { return 0; }
+  // Logits of the i-th token of the last batch that wanted logits (batch order). [n_vocab]
+  virtual const float* logits(int64_t i) const = 0;
+  virtual int64_t n_outputs() const = 0;
 };
 
 }  // namespace uf::model

@@ -50,6 +50,9 @@ StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const Model& model, engine::K
   if (co.n_layer != c.n_layer || co.n_head_kv != c.n_head_kv || co.head_dim != c.head_dim) {
     return InvalidArgumentError("decoder: kv cache shape does not match the model");
   }
+  if (!co.host_storage) {
+    return InvalidArgumentError("decoder: the kv cache has no host storage (a device's cache)");
+  }
   DecoderOptions o = options;
   if (o.max_batch <= 0 || o.max_batch > (int64_t{1} << 20)) {
     return InvalidArgumentError("decoder: max_batch must be in [1, 2^20]");

@@ -35,7 +35,7 @@ struct DecoderOptions {
   bool single_dispatch = true;
 };
 
-class Decoder {
+class Decoder final : public BatchForward {
  public:
   static constexpr int64_t kSingleDispatchTokens = 16;
 
@@ -55,13 +55,13 @@ class Decoder {
   // returns Unavailable with abandoned_layers() > 0 (n_layer: before the logits); the cache
   // lengths stay as they were, and the K/V rows already written past them are rewritten with the
   // same values when the same positions run again.
-  Status Forward(const Batch& batch, const std::atomic<bool>* abandon = nullptr);
+  Status Forward(const Batch& batch, const std::atomic<bool>* abandon = nullptr) override;
   // Layers the last Forward ran before it was abandoned; 0 when it ran to the end.
-  int64_t abandoned_layers() const { return abandoned_layers_; }
+  int64_t abandoned_layers() const override { return abandoned_layers_; }
 
   // Logits of the i-th token of the last batch that wanted logits (batch order). [n_vocab]
-  const float* logits(int64_t i) const { return logits_.data() + i * config_.n_vocab; }
-  int64_t n_outputs() const { return n_outputs_; }
+  const float* logits(int64_t i) const override { return logits_.data() + i * config_.n_vocab; }
+  int64_t n_outputs() const override { return n_outputs_; }
 
   const Model& model() const { return model_; }
   engine::KvCache* cache() const { return cache_; }

@@ -1,8 +1,13 @@
-// Decode attention for one token at position step[1] over the f16 cache (kv_store layout): one
-// workgroup per query head, the head's KV head shared by n_head / n_head_kv query heads (GQA).
-// Scores go to scratch ([n_head][max_ctx]) so any depth fits; softmax with the max subtracted,
-// then each invocation sums its dims of the values. Simple and exact, not fast: a tiled,
-// split-over-positions kernel is the next step (docs/gpu.md).
+// Causal attention for each token of a batch over the paged f16 or Q8_0 cache (kv_store layout,
+// values dequantized as the CPU's attention does: scale * int8): one
+// workgroup per (query head, token), the grid's y being the token. Token t at position pos of
+// sequence seq attends to that sequence's positions 0..pos, found through its block table
+// (bt[seq][max_blocks]); a batch's own K/V are stored before this runs, so a prefill or a
+// verify batch attends within itself. The head's KV head is shared by n_head / n_head_kv query
+// heads (GQA). Scores go to scratch ([n][n_head][max_len]) so any depth fits; softmax with the
+// max subtracted, then each invocation sums its dims of the values. Each (token, head) is
+// computed the same way whatever else is in the batch, so decode rows equal verify rows bit for
+// bit. Simple and exact, not fast: a tiled, split-over-positions kernel is the next step.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -11,27 +16,44 @@ layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer C { uint cache[]; };
 layout(std430, binding = 2) buffer S { float scores[]; };
 layout(std430, binding = 3) writeonly buffer O { float o[]; };
-layout(std430, binding = 4) readonly buffer Step { uint step[]; };
+layout(std430, binding = 4) readonly buffer Tok { uint tok[]; };
+layout(std430, binding = 5) readonly buffer BT { int bt[]; };
 layout(push_constant) uniform P {
-  uint n_head, n_head_kv, head_dim, max_ctx, k_off, v_off;
+  uint n_head, n_head_kv, head_dim, n_rows, k_off, v_off;
   float scale;
+  uint block_size, max_blocks, max_len, row_words, q8;
 } p;
 
+// Values 2i and 2i + 1 of the cache row at word rb.
+vec2 Pair(uint rb, uint i) {
+  if (p.q8 == 0) return unpackHalf2x16(cache[rb + i]);
+  const uint b = rb + 9 * (i / 16), j = 2 * (i % 16);
+  const int word = int(cache[b + j / 4]);
+  const int sh = int(8 * (j % 4));
+  return uintBitsToFloat(cache[b + 8]) *
+         vec2(float(bitfieldExtract(word, sh, 8)), float(bitfieldExtract(word, sh + 8, 8)));
+}
+
+uint Row(uint seq, uint pos) {
+  return uint(bt[seq * p.max_blocks + pos / p.block_size]) * p.block_size + pos % p.block_size;
+}
+
 void main() {
-  const uint h = GroupIndex();
-  if (h >= p.n_head) return;
+  const uint h = gl_WorkGroupID.x;
+  const uint token = gl_WorkGroupID.y;
   const uint lid = gl_LocalInvocationID.x;
-  const uint n_keys = step[1] + 1;
+  const uint n_keys = tok[4 * token + 1] + 1, seq = tok[4 * token + 3];
   const uint kvh = h / (p.n_head / p.n_head_kv);
   const uint hp = p.head_dim / 2;
-  const uint qb = h * p.head_dim;
-  const uint sb = h * p.max_ctx;
+  const uint qb = (token * p.n_head + h) * p.head_dim;
+  const uint sb = (token * p.n_head + h) * p.max_len;
+  const uint hb = kvh * p.n_rows;
   float mx = -1.0 / 0.0;
   for (uint t = lid; t < n_keys; t += 64) {
-    const uint kb = p.k_off + (kvh * p.max_ctx + t) * hp;
+    const uint kb = p.k_off + (hb + Row(seq, t)) * p.row_words;
     float dot = 0.0;
     for (uint i = 0; i < hp; ++i) {
-      const vec2 kv = unpackHalf2x16(cache[kb + i]);
+      const vec2 kv = Pair(kb, i);
       dot += q[qb + 2 * i] * kv.x + q[qb + 2 * i + 1] * kv.y;
     }
     dot *= p.scale;
@@ -53,7 +75,7 @@ void main() {
   for (uint i = lid; i < hp; i += 64) {
     vec2 acc = vec2(0.0);
     for (uint t = 0; t < n_keys; ++t) {
-      acc += scores[sb + t] * unpackHalf2x16(cache[p.v_off + (kvh * p.max_ctx + t) * hp + i]);
+      acc += scores[sb + t] * Pair(p.v_off + (hb + Row(seq, t)) * p.row_words, i);
     }
     o[qb + 2 * i] = acc.x * inv;
     o[qb + 2 * i + 1] = acc.y * inv;

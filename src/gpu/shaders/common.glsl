@@ -41,3 +41,6 @@ float RoundF16(float x) { return unpackHalf2x16(packHalf2x16(vec2(x, 0.0))).x; }
 // The row of a GEMV this subgroup computes: gl_NumSubgroups rows per workgroup (the host
 // dispatches rows / (64 / subgroup size) workgroups; a 64-wide workgroup holds full subgroups).
 uint SubgroupRow() { return GroupIndex() * gl_NumSubgroups + gl_SubgroupID; }
+
+// The index of an elementwise item when the host spreads groups of 64 over a 2-D grid.
+uint ItemIndex() { return GroupIndex() * 64 + gl_LocalInvocationID.x; }

@@ -1,22 +1,55 @@
-// Writes this step's K and V (f32, [kv_heads][head_dim]) into the f16 cache at position step[1].
-// Cache layout per layer: [kv_heads][max_ctx][head_dim / 2] words of two halves; K at word k_off,
-// V at word v_off. One invocation per pair of values.
+// Writes each token's K and V (f32, [n][kv_heads][head_dim]) into the paged cache at the token's
+// cache row tok[t].row (block * block_size + position % block_size, from the engine's block
+// table). Cache layout per layer: [kv_heads][n_rows][row_words] words; K at word k_off, V at word
+// v_off. A row is f16 pairs (head_dim / 2 words; one invocation per pair) or, with q8 set, Q8_0
+// blocks of 32 values as 9 words each: 8 of int8 values, then the f16-rounded scale as an f32
+// (one invocation per block; the quantizer of quantize_q8_0, i.e. the CPU cache's). The grid's
+// y is the token.
 #version 450
 layout(local_size_x = 64) in;
 
 layout(std430, binding = 0) readonly buffer K { float k[]; };
 layout(std430, binding = 1) readonly buffer V { float v[]; };
 layout(std430, binding = 2) writeonly buffer C { uint cache[]; };
-layout(std430, binding = 3) readonly buffer Step { uint step[]; };
-layout(push_constant) uniform P { uint kv_heads, head_dim, max_ctx, k_off, v_off; } p;
+layout(std430, binding = 3) readonly buffer Tok { uint tok[]; };
+layout(push_constant) uniform P { uint kv_heads, head_dim, n_rows, k_off, v_off, row_words, q8; } p;
+
+void StoreBlock(uint src, uint dst, bool is_v) {
+  float amax = 0.0;
+  for (uint j = 0; j < 32; ++j) amax = max(amax, abs(is_v ? v[src + j] : k[src + j]));
+  const float d = unpackHalf2x16(packHalf2x16(vec2(amax / 127.0, 0.0))).x;
+  const float id = amax != 0.0 ? 127.0 / amax : 0.0;
+  for (uint w = 0; w < 8; ++w) {
+    uint word = 0;
+    for (uint j = 0; j < 4; ++j) {
+      const float x = is_v ? v[src + 4 * w + j] : k[src + 4 * w + j];
+      const float q = clamp(roundEven(x * id), -128.0, 127.0);
+      word |= (uint(int(q)) & 0xFFu) << (8 * j);
+    }
+    cache[dst + w] = word;
+  }
+  cache[dst + 8] = floatBitsToUint(d);
+}
 
 void main() {
-  const uint hp = p.head_dim / 2;
   const uint id = gl_GlobalInvocationID.x;
+  const uint token = gl_WorkGroupID.y;
+  const uint row = tok[4 * token + 2];
+  if (p.q8 != 0) {
+    const uint bpr = p.head_dim / 32;  // blocks per row
+    if (id >= p.kv_heads * bpr) return;
+    const uint h = id / bpr, b = id % bpr;
+    const uint dst = (h * p.n_rows + row) * p.row_words + 9 * b;
+    const uint src = token * p.kv_heads * p.head_dim + h * p.head_dim + 32 * b;
+    StoreBlock(src, p.k_off + dst, false);
+    StoreBlock(src, p.v_off + dst, true);
+    return;
+  }
+  const uint hp = p.head_dim / 2;
   if (id >= p.kv_heads * hp) return;
   const uint h = id / hp, i = id % hp;
-  const uint dst = (h * p.max_ctx + step[1]) * hp + i;
-  const uint src = h * p.head_dim + 2 * i;
+  const uint dst = (h * p.n_rows + row) * p.row_words + i;
+  const uint src = token * p.kv_heads * p.head_dim + h * p.head_dim + 2 * i;
   cache[p.k_off + dst] = packHalf2x16(vec2(k[src], k[src + 1]));
   cache[p.v_off + dst] = packHalf2x16(vec2(v[src], v[src + 1]));
 }

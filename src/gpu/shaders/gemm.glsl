@@ -1,0 +1,41 @@
+// Shared by the GEMM shaders (gemm_*.comp): y[t][row] = dot(W[row], x[t]) for the n tokens of a
+// batch. One subgroup per weight row, as the single-token GEMV had; the tokens are taken in tiles
+// of kTile (the grid's z), so each weight element is read once per tile and multiplied into
+// every token of it.
+// Each (row, token) sum is formed the same way whatever n is: the same lane takes the same
+// columns in the same order into acc[t], and subgroupAdd reduces it. So a token's row of a
+// k + 1-token verify batch is bit-identical to the same token run alone (speculation stays
+// lossless; tests/gpu_batch_test.cc checks it).
+//
+// Push constants: rows; cols (values for float weights, blocks for quantized ones); w_d_off (word
+// of the weights' block scales); n tokens; x_stride (per token: floats, or words of a Q8_0
+// activation); x_d_off (word of the Q8_0 activations' scales, token-major); y_off, y_stride.
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+#extension GL_EXT_control_flow_attributes : require
+
+// Tokens per tile. The loops over a tile are unrolled ([[unroll]]) so acc[] stays in registers
+// (indexed by a variable it went to memory: 6x slower on lavapipe).
+#ifndef kTile
+#define kTile 8
+#endif
+
+layout(push_constant) uniform P {
+  uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride;
+} p;
+
+layout(std430, binding = 2) writeonly buffer Y { float y[]; };
+
+// The first token of this workgroup's tile: tiles are the grid's z.
+uint TileStart() { return gl_WorkGroupID.z * kTile; }
+
+// Sums each token's partial over the subgroup and writes it.
+void StoreTile(float acc[kTile], uint t0, uint row) {
+  [[unroll]] for (uint t = 0; t < kTile; ++t) {
+    if (t0 + t < p.n) {  // uniform: every lane has the same t0
+      const float s = subgroupAdd(acc[t]);
+      if (subgroupElect()) y[p.y_off + (t0 + t) * p.y_stride + row] = s;
+    }
+  }
+}

@@ -1,0 +1,38 @@
+// GEMM (gemm.glsl) for Q8_0 weights against Q8_0 activations (quantize_q8_0): per block of 32
+// an integer dot, scaled by both blocks' scales, summed in f32 (the CPU kernels' arithmetic).
+// Weights as uploaded (vk_kernels.cc): int8 values four per word, [rows][blocks][8] words, then
+// the f32 scales [rows][blocks] at word w_d_off.
+#extension GL_GOOGLE_include_directive : require
+#include "gemm.glsl"
+
+layout(std430, binding = 0) readonly buffer W { uint w[]; };
+layout(std430, binding = 1) readonly buffer X { uint xq[]; };
+
+void main() {
+  const uint row = SubgroupRow();
+  if (row >= p.rows) return;
+  const uint blocks = p.cols;
+  const uint t0 = TileStart();
+  float acc[kTile];
+  [[unroll]] for (uint t = 0; t < kTile; ++t) acc[t] = 0.0;
+  for (uint b = gl_SubgroupInvocationID; b < blocks; b += gl_SubgroupSize) {
+    const uint wb = (row * blocks + b) * 8;
+    int wv[8];
+    for (uint k = 0; k < 8; ++k) wv[k] = int(w[wb + k]);
+    const float wd = uintBitsToFloat(w[p.w_d_off + row * blocks + b]);
+    [[unroll]] for (uint t = 0; t < kTile; ++t) {
+      if (t0 + t < p.n) {
+        const uint xb = (t0 + t) * p.x_stride + b * 8;
+        int s = 0;
+        for (uint k = 0; k < 8; ++k) {
+          const int xv = int(xq[xb + k]);
+          for (int j = 0; j < 32; j += 8) {
+            s += bitfieldExtract(wv[k], j, 8) * bitfieldExtract(xv, j, 8);
+          }
+        }
+        acc[t] += float(s) * (wd * uintBitsToFloat(xq[p.x_d_off + (t0 + t) * blocks + b]));
+      }
+    }
+  }
+  StoreTile(acc, t0, row);
+}
