@@ -30,7 +30,8 @@ class VulkanForward final : public GpuForward {
 
   Status Init(const DeviceSpec& device);
   // abandon is not read: a step is one submitted command buffer, too short to be worth cutting.
-  Status Forward(const model::Batch& batch, const std::atomic<bool>* /*abandon*/ = nullptr) override {
+  Status Forward(const model::Batch& batch,
+                 const std::atomic<bool>* /*abandon*/ = nullptr) override {
     return Run(batch, nullptr);
   }
   Status ForwardGreedy(const model::Batch& batch, int32_t* tokens) override {
