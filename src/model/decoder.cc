@@ -76,8 +76,11 @@ void Decoder::Allocate() {
   v_.resize(b * c.kv_dim());
   attn_.resize(b * c.q_dim());
   y_.resize(b * c.n_embd);
-  gate_.resize(b * c.n_ff);
-  up_.resize(b * c.n_ff);
+  if (!c.is_moe()) {
+    gate_.resize(b * c.n_ff);
+    up_.resize(b * c.n_ff);
+  }
+  AllocateMoe();
   rope_cs_.resize(b * c.rope_dim);
   const int64_t threads = pool_->size(), bs = cache_->block_size();
   const int64_t rows = kAttentionTokens * (c.n_head / c.n_head_kv);  // query rows per item
@@ -131,9 +134,10 @@ void Decoder::Allocate() {
       if (w == &l.gate) return gate_.data();
       return up_.data();
     };
-    for (auto [ws, groups] :
-         {std::pair{std::vector<const kernels::Matrix*>{&l.wq, &l.wk, &l.wv}, &qkv_groups_[il]},
-          std::pair{std::vector<const kernels::Matrix*>{&l.gate, &l.up}, &ffn_groups_[il]}}) {
+    std::vector<std::pair<std::vector<const kernels::Matrix*>, std::vector<MatGroup>*>> sets = {
+        {{&l.wq, &l.wk, &l.wv}, &qkv_groups_[il]}};
+    if (l.exp_gate.empty()) sets.push_back({{&l.gate, &l.up}, &ffn_groups_[il]});
+    for (auto& [ws, groups] : sets) {
       for (auto& g : GroupByActivation(ws)) {
         MatGroup mg;
         mg.ws = g;
@@ -146,12 +150,11 @@ void Decoder::Allocate() {
   single_dispatch_ = options_.single_dispatch && !(env != nullptr && std::string(env) == "0");
   for (int64_t il = 0; il < c.n_layer; ++il) {
     single_dispatch_ =
-        single_dispatch_ && qkv_groups_[il].size() == 1 && ffn_groups_[il].size() == 1;
+        single_dispatch_ && qkv_groups_[il].size() == 1 &&
+        (ffn_groups_[il].size() == 1 || !layers[il].exp_gate.empty());
   }
-  if (single_dispatch_) {
-    ranges_ = std::make_unique<kernels::ChunkRange[]>(threads);
-    InitTasks();
-  }
+  ranges_ = std::make_unique<kernels::ChunkRange[]>(threads);
+  if (single_dispatch_) InitTasks();
 }
 
 template <typename F>
@@ -362,6 +365,14 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
                           xn_.data() + t * e, e, eps);
     }
   });
+  if (!l.exp_gate.empty()) {
+    struct Args {
+      Decoder* self;
+      int64_t il, n;
+    } args{this, il, n};
+    pool_->Run([a = &args](int i, int nt) { a->self->MoeFfn(a->il, a->n, i, nt); });
+    return;
+  }
   RunGroups(ffn_groups_[il], xn_.data(), n);
   // Row by row: the kernel's vector body and scalar tail round differently, and a row must come
   // out the same whichever rows share the call (speculative verify rows = decode steps).

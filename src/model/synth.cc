@@ -98,7 +98,7 @@ inline int ClampRound(float v, float lo, float hi) {
 
 // ---- Plan.
 
-enum class Role { kTokenEmbd, kOutput, kAttnV, kFfnDown, kOtherMatrix };
+enum class Role { kTokenEmbd, kOutput, kAttnV, kFfnDown, kExpert, kExpertDown, kOtherMatrix };
 
 int64_t BlockSize(GgmlType t) { return GetGgmlTypeInfo(static_cast<uint32_t>(t))->block_size; }
 
@@ -129,11 +129,18 @@ GgmlType BaseType(SynthFileType t) {
 // reference does, Q4_K to Q8_0 where it would pick Q5_0 (which this engine does not run).
 // F16/BF16 files are converter output: every matrix in the file type. MXFP4 (the reference's
 // MXFP4_MOE, which puts only expert matrices in MXFP4 and the rest in Q8_0) puts every matrix of
-// these dense presets but the output in MXFP4, so its kernels carry the whole model.
-GgmlType MatrixType(SynthFileType ft, Role role, int64_t layer, int64_t n_layer, int64_t ne0) {
+// these dense presets but the output in MXFP4, so its kernels carry the whole model; in a MoE
+// preset, as the reference, only the experts are MXFP4 and the other matrices Q8_0. Expert
+// down matrices follow ffn_down (the reference matches the name "ffn_down").
+GgmlType MatrixType(SynthFileType ft, Role role, int64_t layer, int64_t n_layer, int64_t ne0,
+                    bool moe) {
   const GgmlType base = BaseType(ft);
   if (ft == SynthFileType::kF16 || ft == SynthFileType::kBF16) return base;
   GgmlType t = base;
+  if (ft == SynthFileType::kMXFP4 && moe && role != Role::kExpert && role != Role::kExpertDown) {
+    t = GgmlType::kQ8_0;
+  }
+  if (role == Role::kExpertDown) role = Role::kFfnDown;
   if (role == Role::kOutput) {
     if (ne0 % BlockSize(base) != 0) {
       t = GgmlType::kQ8_0;
@@ -164,7 +171,17 @@ Status CheckPreset(const SynthPreset& p) {
   if (p.head_dim % 2 != 0) return bad("head_dim is odd");
   if (!(p.rope_freq_base > 1.0f) || !(p.rms_eps > 0.0f)) return bad("bad rope base or epsilon");
   if (p.qkv_bias && p.arch != Architecture::kQwen2) return bad("q/k/v biases need qwen2");
-  if (p.qk_norm != (p.arch == Architecture::kQwen3)) return bad("q/k norms go with qwen3");
+  const bool qwen3 = p.arch == Architecture::kQwen3 || p.arch == Architecture::kQwen3Moe;
+  if (p.qk_norm != qwen3) return bad("q/k norms go with qwen3 and qwen3moe");
+  if ((p.arch == Architecture::kQwen3Moe) != (p.n_expert > 0) &&
+      !(p.arch == Architecture::kLlama && p.n_expert > 0)) {
+    return bad("experts go with qwen3moe (which needs them) or llama (Mixtral)");
+  }
+  if (p.n_expert < 0 || p.n_expert_used < 0 || (p.n_expert > 0 && (p.n_expert_used < 1 ||
+                                                                   p.n_expert_used > p.n_expert ||
+                                                                   p.n_ff_exp <= 0))) {
+    return bad("bad expert counts");
+  }
   if (p.llama3_rope.factor != 0.0 &&
       (p.arch != Architecture::kLlama || !(p.llama3_rope.factor >= 1.0) ||
        !(p.llama3_rope.high_freq_factor > p.llama3_rope.low_freq_factor) ||
@@ -283,8 +300,14 @@ StatusOr<SynthPlan> PlanSynth(const SynthPreset& preset, SynthFileType type) {
         {std::move(name), GgmlType::kF32, {n}, 0, SynthInit::kGaussian, mean, std});
   };
   auto mat = [&](std::string name, Role role, int64_t layer, int64_t ne0, int64_t ne1, float std) {
-    const GgmlType t = MatrixType(type, role, layer, p.n_layer, ne0);
+    const GgmlType t = MatrixType(type, role, layer, p.n_layer, ne0, p.n_expert > 0);
     plan.tensors.push_back({std::move(name), t, {ne0, ne1}, 0, SynthInit::kGaussian, 0.0f, std});
+  };
+  auto experts = [&](std::string name, Role role, int64_t layer, int64_t ne0, int64_t ne1,
+                     float std) {
+    const GgmlType t = MatrixType(type, role, layer, p.n_layer, ne0, true);
+    plan.tensors.push_back(
+        {std::move(name), t, {ne0, ne1, p.n_expert}, 0, SynthInit::kGaussian, 0.0f, std});
   };
 
   if (p.llama3_rope.factor != 0.0) {
@@ -315,6 +338,21 @@ StatusOr<SynthPlan> PlanSynth(const SynthPreset& preset, SynthFileType type) {
     }
     mat(b + "attn_output.weight", Role::kOtherMatrix, il, q_dim, p.n_embd, std_out);
     vec(b + "ffn_norm.weight", p.n_embd, 1.0f, 0.02f);
+    if (p.n_expert > 0) {
+      // A wider router than std_in so the random experts' probabilities differ (a router of
+      // near-equal logits makes the top-k choice a coin toss on rounding).
+      plan.tensors.push_back({b + "ffn_gate_inp.weight",
+                              GgmlType::kF32,
+                              {p.n_embd, p.n_expert},
+                              0,
+                              SynthInit::kGaussian,
+                              0.0f,
+                              0.1f});
+      experts(b + "ffn_gate_exps.weight", Role::kExpert, il, p.n_embd, p.n_ff_exp, std_in);
+      experts(b + "ffn_down_exps.weight", Role::kExpertDown, il, p.n_ff_exp, p.n_embd, std_out);
+      experts(b + "ffn_up_exps.weight", Role::kExpert, il, p.n_embd, p.n_ff_exp, std_in);
+      continue;
+    }
     mat(b + "ffn_gate.weight", Role::kOtherMatrix, il, p.n_embd, p.n_ff, std_in);
     mat(b + "ffn_up.weight", Role::kOtherMatrix, il, p.n_embd, p.n_ff, std_in);
     mat(b + "ffn_down.weight", Role::kFfnDown, il, p.n_ff, p.n_embd, std_out);
@@ -513,6 +551,13 @@ Status SetMetadata(const SynthPlan& plan, gguf::GgufWriter* w) {
            Value::U32(static_cast<uint32_t>(p.rope_scaling_orig_ctx)));
   }
   w->Set(a + ".attention.layer_norm_rms_epsilon", Value::F32(p.rms_eps));
+  if (p.n_expert > 0) {
+    w->Set(a + ".expert_count", Value::U32(static_cast<uint32_t>(p.n_expert)));
+    w->Set(a + ".expert_used_count", Value::U32(static_cast<uint32_t>(p.n_expert_used)));
+    if (p.arch != Architecture::kLlama) {
+      w->Set(a + ".expert_feed_forward_length", Value::U32(static_cast<uint32_t>(p.n_ff_exp)));
+    }
+  }
 
   w->Set("tokenizer.ggml.model", Value::String("gpt2"));
   w->Set("tokenizer.ggml.pre", Value::String(p.tokenizer_pre));
