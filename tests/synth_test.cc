@@ -138,8 +138,49 @@ const PublishedConfig kPublished[] = {
      134515008},
 };
 
+// Mixtures of experts: the published totals (Hugging Face model cards: 30.5B and 46.7B), which
+// count routers and norms too.
+struct PublishedMoe {
+  const char* preset;
+  Architecture arch;
+  int64_t n_expert, n_expert_used, n_ff_exp;
+  uint64_t n_params;
+};
+const PublishedMoe kPublishedMoe[] = {
+    {"qwen3-30b-a3b", Architecture::kQwen3Moe, 128, 8, 768, 30532122624},
+    {"mixtral-8x7b", Architecture::kLlama, 8, 2, 14336, 46702792704},
+};
+
+TEST(SynthPresets, MoePresetsMatchPublishedConfigs) {
+  for (const PublishedMoe& c : kPublishedMoe) {
+    SCOPED_TRACE(c.preset);
+    const SynthPreset p = Preset(c.preset);
+    EXPECT_EQ(p.arch, c.arch);
+    EXPECT_EQ(p.n_expert, c.n_expert);
+    EXPECT_EQ(p.n_expert_used, c.n_expert_used);
+    EXPECT_EQ(p.n_ff_exp, c.n_ff_exp);
+    const SynthPlan plan = Plan(p, SynthFileType::kQ4_K_M);
+    EXPECT_EQ(plan.n_params, c.n_params);
+    const SynthTensor* gate = FindTensor(plan, "blk.0.ffn_gate_exps.weight");
+    ASSERT_NE(gate, nullptr);
+    EXPECT_EQ(gate->ne, (std::vector<int64_t>{p.n_embd, c.n_ff_exp, c.n_expert}));
+    EXPECT_EQ(gate->type, GgmlType::kQ4_K);
+    EXPECT_EQ(FindTensor(plan, "blk.0.ffn_down_exps.weight")->ne,
+              (std::vector<int64_t>{c.n_ff_exp, p.n_embd, c.n_expert}));
+    // The reference quantizer keeps routers in F32; ffn_down of the first layers gets Q6_K.
+    EXPECT_EQ(TypeOf(plan, "blk.0.ffn_gate_inp.weight"), GgmlType::kF32);
+    EXPECT_EQ(TypeOf(plan, "blk.0.ffn_down_exps.weight"), GgmlType::kQ6_K);
+    EXPECT_EQ(FindTensor(plan, "blk.0.ffn_gate.weight"), nullptr);
+    // MXFP4 (the reference's MXFP4_MOE): experts in MXFP4, other matrices Q8_0.
+    const SynthPlan fp4 = Plan(p, SynthFileType::kMXFP4);
+    EXPECT_EQ(TypeOf(fp4, "blk.0.ffn_up_exps.weight"), GgmlType::kMXFP4);
+    EXPECT_EQ(TypeOf(fp4, "blk.0.attn_q.weight"), GgmlType::kQ8_0);
+  }
+}
+
 TEST(SynthPresets, MatchPublishedConfigsAndParameterCounts) {
-  ASSERT_EQ(SynthPresets().size(), std::size(kPublished));
+  // Four MoE presets: the two above and their tiny test versions.
+  ASSERT_EQ(SynthPresets().size(), std::size(kPublished) + 4);
   for (const PublishedConfig& c : kPublished) {
     SCOPED_TRACE(c.preset);
     const SynthPreset p = Preset(c.preset);
