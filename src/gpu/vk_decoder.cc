@@ -72,6 +72,9 @@ StatusOr<GpuMatrix> VulkanDecoder::Matrix(const kernels::Matrix& w, const std::s
 
 Status VulkanDecoder::Init(const DeviceSpec& device) {
   if (max_ctx_ <= 0) return InvalidArgumentError("GpuDecoder: max_ctx must be positive");
+  if (c_.is_moe()) {
+    return UnimplementedError("the Vulkan backend does not run mixture-of-experts models yet");
+  }
   if (c_.head_dim % 2 != 0 || c_.n_embd % 32 != 0) {
     return UnimplementedError(
         "the Vulkan backend needs an even head dim and n_embd a multiple "
