@@ -1,10 +1,12 @@
-// Mixture-of-experts models (qwen3moe, Mixtral) against the reference engine, and the batched
+// Mixture-of-experts models (qwen3moe, Mixtral, gpt-oss) against the reference engine, and the batched
 // expert path against the decode one.
 //
 // The models are written by synth at test time (seeded: the same bytes the reference ran on):
-// `ultrafast synth --preset tiny-qwen3moe|tiny-mixtral --type q8_0 --seed 7` (2 layers, width
-// 256, 8 experts with 4 or 2 used, 4k vocabularies, 4-6 MiB). tests/data/moe/<preset>.json hold
-// the reference's top-8 logits at 9 positions of a 200-token sequence, tokens
+// `ultrafast synth --preset tiny-qwen3moe|tiny-mixtral|tiny-gpt-oss --type q8_0 --seed 7` (and
+// tiny-gpt-oss with --type mxfp4; 2 layers, width 256, 8 experts with 4 or 2 used, 4k
+// vocabularies, 4-6 MiB). tests/data/moe/<preset>.json hold
+// the reference's top-8 logits at 9 positions (12 for tiny-gpt-oss, whose first layer has a
+// 32-position window, in Q8_0 and in MXFP4) of a 200-token sequence, tokens
 // t_i = (7919 i + 11) mod 3500 + 100. They were computed by llama.cpp through a ~60-line program
 // against libllama (not in this repository): load the file with default model parameters, a
 // context with n_batch = n_ubatch = 64, F32 K and V, flash attention off, 2 threads; decode the
@@ -97,9 +99,11 @@ struct Runner {
 
 struct MoeCase {
   std::string preset;
+  model::SynthFileType type = model::SynthFileType::kQ8_0;
+  std::string data;  // tests/data/moe/<data>.json
 };
 
-void PrintTo(const MoeCase& c, std::ostream* os) { *os << c.preset; }
+void PrintTo(const MoeCase& c, std::ostream* os) { *os << c.data; }
 
 class MoeReferenceTest : public ::testing::TestWithParam<MoeCase> {};
 
@@ -110,13 +114,16 @@ class MoeReferenceTest : public ::testing::TestWithParam<MoeCase> {};
 // add little to the residual stream, so that tolerance alone misses a wrong routing rule (the
 // weights left unnormalised moved qwen3moe's logits by 0.019 at most, tried while writing this
 // test); the discriminating check is the mean difference over the checked logits: 1.5e-4 with
-// the right math (the 8-bit activation rounding), 4.8e-3 (qwen3moe) and 2.6e-2 (Mixtral) with
-// the weights unnormalised.
-constexpr double kMeanTolerance = 1e-3;
+// the right math (the 8-bit activation rounding; 1.6e-3 for gpt-oss with UF_ISA=scalar, whose
+// activation rounding differs from the reference's), 4.8e-3 (qwen3moe) and 2.6e-2 (Mixtral)
+// with the weights unnormalised. gpt-oss agrees to 1e-5 on AVX2 and AVX-512; without its sinks
+// its logits moved by up to 0.34 (mean 0.03), without its window by up to 0.12 (tried too).
+// Deterministic: the same bytes and the same kernels give the same differences on every run.
+constexpr double kMeanTolerance = 2.5e-3;
 TEST_P(MoeReferenceTest, LogitsMatchReference) {
   const MoeCase c = GetParam();
-  std::ifstream in("tests/data/moe/" + c.preset + ".json");
-  ASSERT_TRUE(in) << "missing reference data for " << c.preset;
+  std::ifstream in("tests/data/moe/" + c.data + ".json");
+  ASSERT_TRUE(in) << "missing reference data for " << c.data;
   const nlohmann::json ref = nlohmann::json::parse(in);
   const int64_t n = ref.at("n_tokens").get<int64_t>();
   std::map<int64_t, std::vector<std::pair<int32_t, float>>> want;
@@ -126,7 +133,7 @@ TEST_P(MoeReferenceTest, LogitsMatchReference) {
       top.emplace_back(e.at(0).get<int32_t>(), e.at(1).get<float>());
     }
   }
-  const std::string path = WriteModel(c.preset, model::SynthFileType::kQ8_0);
+  const std::string path = WriteModel(c.preset, c.type);
   for (const bool decode : {false, true}) {
     Runner r(path);
     ASSERT_TRUE(r.m->config().is_moe());
@@ -162,9 +169,15 @@ TEST_P(MoeReferenceTest, LogitsMatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Reference, MoeReferenceTest,
-                         ::testing::Values(MoeCase{"tiny-qwen3moe"}, MoeCase{"tiny-mixtral"}),
+                         ::testing::Values(
+                             MoeCase{"tiny-qwen3moe", model::SynthFileType::kQ8_0,
+                                     "tiny-qwen3moe"},
+                             MoeCase{"tiny-mixtral", model::SynthFileType::kQ8_0, "tiny-mixtral"},
+                             MoeCase{"tiny-gpt-oss", model::SynthFileType::kQ8_0, "tiny-gpt-oss"},
+                             MoeCase{"tiny-gpt-oss", model::SynthFileType::kMXFP4,
+                                     "tiny-gpt-oss-mxfp4"}),
                          [](const auto& info) {
-                           std::string s = info.param.preset;
+                           std::string s = info.param.data;
                            std::replace(s.begin(), s.end(), '-', '_');
                            return s;
                          });
@@ -175,9 +188,9 @@ INSTANTIATE_TEST_SUITE_P(Reference, MoeReferenceTest,
 // run, at 1 and 2 threads.
 class MoeBatchTest : public ::testing::TestWithParam<model::SynthFileType> {};
 
-TEST_P(MoeBatchTest, BatchedRowsEqualDecodeRows) {
-  const std::string path = WriteModel("tiny-qwen3moe", GetParam());
-  constexpr int64_t kTokens = 48;
+void ExpectBatchedRowsEqualDecodeRows(const std::string& preset, model::SynthFileType type) {
+  const std::string path = WriteModel(preset, type);
+  constexpr int64_t kTokens = 48;  // past tiny-gpt-oss's 32-position window
   for (int threads : {1, 2}) {
     std::vector<std::vector<float>> decode, batched;
     {
@@ -192,10 +205,19 @@ TEST_P(MoeBatchTest, BatchedRowsEqualDecodeRows) {
     for (int64_t p = 0; p < kTokens; ++p) {
       ASSERT_EQ(0, std::memcmp(batched[p].data(), decode[p].data(),
                                decode[p].size() * sizeof(float)))
-          << "position " << p << " at " << threads << " threads";
+          << preset << " position " << p << " at " << threads << " threads";
     }
   }
   std::filesystem::remove(path);
+}
+
+TEST_P(MoeBatchTest, BatchedRowsEqualDecodeRows) {
+  ExpectBatchedRowsEqualDecodeRows("tiny-qwen3moe", GetParam());
+}
+
+// gpt-oss adds sinks, a sliding window, biases and its activation to the same path.
+TEST(MoeBatchTest, GptOssBatchedRowsEqualDecodeRows) {
+  ExpectBatchedRowsEqualDecodeRows("tiny-gpt-oss", model::SynthFileType::kMXFP4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, MoeBatchTest,

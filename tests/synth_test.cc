@@ -179,8 +179,8 @@ TEST(SynthPresets, MoePresetsMatchPublishedConfigs) {
 }
 
 TEST(SynthPresets, MatchPublishedConfigsAndParameterCounts) {
-  // Four MoE presets: the two above and their tiny test versions.
-  ASSERT_EQ(SynthPresets().size(), std::size(kPublished) + 4);
+  // Six MoE presets: qwen3-30b-a3b, mixtral-8x7b, gpt-oss-20b and their tiny test versions.
+  ASSERT_EQ(SynthPresets().size(), std::size(kPublished) + 6);
   for (const PublishedConfig& c : kPublished) {
     SCOPED_TRACE(c.preset);
     const SynthPreset p = Preset(c.preset);

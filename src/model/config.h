@@ -11,7 +11,7 @@
 namespace uf::model {
 
 // Mixtral is kLlama with n_expert > 0 (the reference engine's reading of the llama arch).
-enum class Architecture { kLlama, kQwen2, kQwen3, kQwen3Moe };
+enum class Architecture { kLlama, kQwen2, kQwen3, kQwen3Moe, kGptOss };
 
 // How a mixture-of-experts router turns its logits into the k experts' weights (the reference's
 // expert gating functions). kSoftmax: softmax over all experts, the top k of the probabilities
@@ -60,6 +60,12 @@ struct ModelConfig {
   bool expert_weights_norm = false;   // weights divided by their sum over the k
   float expert_weights_scale = 0.0f;  // 0 or 1 = none (expert_weights_scale)
   bool is_moe() const { return n_expert > 0; }
+
+  // Sliding-window attention (gpt-oss): layers with il % swa_period < swa_period - 1 see only
+  // the last n_swa positions (their own included); 0 = every layer sees everything.
+  int64_t n_swa = 0;
+  int64_t swa_period = 0;
+  bool IsSwaLayer(int64_t il) const { return n_swa > 0 && il % swa_period < swa_period - 1; }
 
   float rms_eps = 1e-5f;
   bool tied_output = false;  // no output.weight: logits use token_embd.weight

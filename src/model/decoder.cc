@@ -92,6 +92,7 @@ void Decoder::Allocate() {
   attn_scratch_.resize(threads * attn_thread_floats_);
   attn_blocks_.resize(threads * 2 * max_blocks);
   attn_visible_.resize(threads * rows);
+  attn_first_.resize(threads * rows);
   // Split mode runs only while items < 2 x threads (Forward), each of at most this many chunks.
   max_split_units_ = 2 * threads * ((cache_->max_seq_len() + attn_chunk_ - 1) / attn_chunk_);
   split_units_.reserve(max_split_units_);
@@ -350,7 +351,7 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
       const Batch* batch;
     } args{this, il, &batch};
     pool_->Run([a = &args](int i, int nt) { a->self->AttentionShare(a->il, *a->batch, i, nt); });
-    if (!split_units_.empty()) FinishSplit();
+    if (!split_units_.empty()) FinishSplit(il);
   }
 
   if (il == c.n_layer - 1 && n_outputs_ < n) {
@@ -361,6 +362,7 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
 
   ForRows(n, 3 * e, [&](int64_t b, int64_t end) {
     for (int64_t t = b; t < end; ++t) {
+      if (!l.bo.empty()) kernels::AddInPlace(y_.data() + t * e, l.bo.data(), e);
       kernels::AddRmsNorm(x_.data() + t * e, y_.data() + t * e, l.ffn_norm.data(),
                           xn_.data() + t * e, e, eps);
     }
@@ -530,6 +532,12 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item, int64_t c_
 
   // The item's block slices from the first one this unit reads to the end (the kernel
   // prefetches past its chunk), and its query rows, contiguous.
+  // A sliding-window layer skips the chunks before the window of the item's first token.
+  const bool swa = c.IsSwaLayer(il);
+  if (swa && partial == nullptr) {
+    c_begin = std::max<int64_t>(
+        c_begin, std::max<int64_t>(0, batch.positions[t0] - c.n_swa + 1) / attn_chunk_);
+  }
   const int32_t* table = cache_->BlockTable(batch.seq_ids[t0]);
   const int64_t first = c_begin * attn_chunk_ / bs, total = (keys + bs - 1) / bs;
   for (int64_t b = first; b < total; ++b) {
@@ -553,6 +561,13 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item, int64_t c_
     kv.n_blocks = (kv.n_keys + bs - 1) / bs;
     kv.prefetch_blocks = total - (key0 / bs + kv.n_blocks);
     for (int64_t r = 0; r < nq; ++r) visible[r] = batch.positions[t0 + r / group] + 1 - key0;
+    if (swa) {
+      int32_t* win = attn_first_.data() + thread * rows;
+      for (int64_t r = 0; r < nq; ++r) {
+        win[r] = static_cast<int32_t>(batch.positions[t0 + r / group] - c.n_swa + 1 - key0);
+      }
+      kv.first = win;
+    }
     // A chunk into an empty state is the merge of that chunk into it, exactly.
     const kernels::AttentionState out =
         partial != nullptr ? StateAt(partial) : (ch == c_begin ? run : part);
@@ -560,16 +575,30 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item, int64_t c_
     if (partial == nullptr && ch != c_begin) kernels::MergeAttention(nq, hd, part, run);
   }
   if (partial != nullptr) return;
+  FinishRows(il, run, t0, nt, kvh);
+}
+
+void Decoder::FinishRows(int64_t il, const kernels::AttentionState& run, int64_t t0, int64_t nt,
+                         int64_t kvh) {
+  const ModelConfig& c = config_;
+  const int64_t hd = c.head_dim, qd = c.q_dim(), group = c.n_head / c.n_head_kv;
+  const std::vector<float>& sinks = model_.weights().layers[il].attn_sinks;
   for (int64_t i = 0; i < nt; ++i) {
     const kernels::AttentionState rows_i{run.max + i * group, run.sum + i * group,
                                          run.acc + i * group * hd};
+    // A sink is a key with logit sinks[h] and no value: it adds e^(sink - max) to the sum.
+    if (!sinks.empty()) {
+      for (int64_t j = 0; j < group; ++j) {
+        rows_i.sum[j] += std::exp(sinks[kvh * group + j] - rows_i.max[j]);
+      }
+    }
     kernels::FinishAttention(group, hd, rows_i, attn_.data() + (t0 + i) * qd + kvh * group * hd);
   }
 }
 
-void Decoder::FinishSplit() {
+void Decoder::FinishSplit(int64_t il) {
   const ModelConfig& c = config_;
-  const int64_t hd = c.head_dim, qd = c.q_dim(), group = c.n_head / c.n_head_kv;
+  const int64_t hd = c.head_dim, group = c.n_head / c.n_head_kv;
   const int64_t state = kAttentionTokens * group * (hd + 2);
   const int64_t rows = kAttentionTokens * group;
   // Thread 0's running state (the pool is idle now).
@@ -587,11 +616,7 @@ void Decoder::FinishSplit() {
     for (; u < split_units_.size() && split_units_[u].first == item; ++u) {
       kernels::MergeAttention(nq, hd, StateAt(split_partials_.data() + u * state), run);
     }
-    for (int64_t i = 0; i < nt; ++i) {
-      const kernels::AttentionState rows_i{run.max + i * group, run.sum + i * group,
-                                           run.acc + i * group * hd};
-      kernels::FinishAttention(group, hd, rows_i, attn_.data() + (t0 + i) * qd + kvh * group * hd);
-    }
+    FinishRows(il, run, t0, nt, kvh);
   }
 }
 

@@ -80,7 +80,10 @@ class Decoder {
   void Attention(int64_t il, const Batch& batch, int64_t item, int64_t c_begin, int64_t c_end,
                  int thread, float* partial);
   // Merges the split partials of the layer (chunk order) and writes attn_.
-  void FinishSplit();
+  void FinishSplit(int64_t il);
+  // Attention rows of `nt` tokens finished into attn_ (with the layer's sinks, if any).
+  void FinishRows(int64_t il, const kernels::AttentionState& run, int64_t t0, int64_t nt,
+                  int64_t kvh);
   kernels::AttentionState StateAt(float* base) const;
   // Writes one head's K or V row of head_dim floats into the cache in its type.
   void StoreKvRow(const float* x, uint8_t* dst) const;
@@ -100,7 +103,7 @@ class Decoder {
   // called by every thread of a pool job (it syncs them between its steps).
   void AllocateMoe();
   void MoeFfn(int64_t il, int64_t n, int thread, int n_threads);
-  void Route(int64_t t);
+  void Route(int64_t il, int64_t t);
   void GroupSlots(int64_t il, int64_t n, int n_threads);
   // Moves the rows that want logits to the front (batch order); returns their count.
   int64_t CompactOutputs(const Batch& batch, int64_t n);
@@ -155,6 +158,7 @@ class Decoder {
   std::vector<float> attn_scratch_;       // [n_threads][attn_thread_floats_]
   std::vector<const void*> attn_blocks_;  // [n_threads][2][max blocks per sequence]
   std::vector<int32_t> attn_visible_;     // [n_threads][kAttentionTokens * group]
+  std::vector<int32_t> attn_first_;       // the same: first key in the window (sliding layers)
   size_t attn_thread_floats_ = 0;
   int64_t attn_chunk_ = 0;  // keys per chunk (kernels::kAttentionChunk rounded)
   // Split mode (flash-decoding): work units (item, chunk) and their partial states,
@@ -195,6 +199,7 @@ class Decoder {
   std::vector<int32_t> moe_slot_token_;  // [slots] token of each slot
   std::vector<int32_t> moe_count_;      // [n_expert + 1] slot counts, then bounds
   std::vector<int32_t> moe_job_first_;  // [n_expert] first slot of each gate/up job
+  std::vector<int32_t> moe_job_expert_;  // [n_expert] expert of each gate/up job
   std::vector<float> moe_gate_, moe_up_;  // [slots][n_ff_exp]
   std::vector<float> moe_out_;            // [slots][n_embd] each expert's output
   kernels::ExpertProduct moe_router_, moe_gate_up_, moe_down_;

@@ -133,7 +133,7 @@ void Decoder::SingleDispatchThread(const Batch& batch, int ti, int nt) {
     pool_->Sync();
     AttentionShare(il, batch, ti, nt);
     pool_->Sync([&] {
-      if (!split_units_.empty()) FinishSplit();
+      if (!split_units_.empty()) FinishSplit(il);
       if (il == c.n_layer - 1 && n_outputs_ < n) rows_left_ = CompactOutputs(batch, n);
     });
     const int64_t rows = rows_left_;  // every thread reads the same value after the Sync
@@ -144,6 +144,7 @@ void Decoder::SingleDispatchThread(const Batch& batch, int ti, int nt) {
     pool_->Sync();
     if (!l.exp_gate.empty()) {
       for (int64_t t = ti; t < rows; t += nt) {
+        if (!l.bo.empty()) kernels::AddInPlace(y_.data() + t * e, l.bo.data(), e);
         kernels::AddRmsNorm(x_.data() + t * e, y_.data() + t * e, l.ffn_norm.data(),
                             xn_.data() + t * e, e, eps);
       }

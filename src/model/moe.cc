@@ -92,6 +92,7 @@ void Decoder::AllocateMoe() {
   moe_slot_token_.resize(slots);
   moe_count_.resize(c.n_expert + 1);
   moe_job_first_.resize(c.n_expert);
+  moe_job_expert_.resize(c.n_expert);
   moe_gate_.resize(slots * c.n_ff_exp);
   moe_up_.resize(slots * c.n_ff_exp);
   moe_out_.resize(slots * c.n_embd);
@@ -106,28 +107,53 @@ namespace {
 // the same elements fall to the kernel's vector body as in a whole-row call).
 struct MoeSwiGlu {
   float* gate;
-  const float* up;
-  const int32_t* job_first;  // first slot of each job
+  float* up;
+  const int32_t* job_first;   // first slot of each job
+  const int32_t* job_expert;  // expert of each job
   const kernels::ExpertProduct* product;
   int64_t n_ff;
+  // gpt-oss: biases [n_expert][n_ff] on gate and up, then the clamped SwiGLU.
+  const float* gate_b;
+  const float* up_b;
 };
+
+// gpt-oss's activation (the reference's swiglu_oai): the gate clamped above at 7, the up
+// projection to [-7, 7], x sigmoid(1.702 x) (up + 1).
+void SwiGluOai(float* g, const float* u, int64_t n) {
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = std::min(g[i], kLimit);
+    const float y = std::clamp(u[i], -kLimit, kLimit);
+    g[i] = x / (1.0f + std::exp(-kAlpha * x)) * (y + 1.0f);
+  }
+}
 
 void MoeSwiGluDone(void* ctx, int job, int64_t r0, int64_t r1) {
   const auto* a = static_cast<const MoeSwiGlu*>(ctx);
   const int64_t s0 = a->job_first[job], n = a->product->job(job).n_tokens;
   for (int64_t s = s0; s < s0 + n; ++s) {
     float* g = a->gate + s * a->n_ff + r0;
-    kernels::SwiGlu(g, a->up + s * a->n_ff + r0, g, r1 - r0);
+    float* u = a->up + s * a->n_ff + r0;
+    if (a->gate_b != nullptr) {
+      const int64_t off = a->job_expert[job] * a->n_ff + r0;
+      kernels::AddInPlace(g, a->gate_b + off, r1 - r0);
+      kernels::AddInPlace(u, a->up_b + off, r1 - r0);
+      SwiGluOai(g, u, r1 - r0);
+    } else {
+      kernels::SwiGlu(g, u, g, r1 - r0);
+    }
   }
 }
 
 }  // namespace
 
 // Token t's k experts (best first) and their weights from its router logits.
-void Decoder::Route(int64_t t) {
+void Decoder::Route(int64_t il, int64_t t) {
   const ModelConfig& c = config_;
   const int64_t ne = c.n_expert, k = c.n_expert_used;
-  const float* logits = moe_logits_.data() + t * ne;
+  float* logits = moe_logits_.data() + t * ne;
+  const std::vector<float>& bias = model_.weights().layers[il].router_b;
+  if (!bias.empty()) kernels::AddInPlace(logits, bias.data(), ne);
   int32_t* sel = moe_sel_.data() + t * k;
   float* w = moe_weight_.data() + t * k;
   // Top k by logit (softmax keeps the order), ties to the lower index; insertion into the
@@ -199,6 +225,7 @@ void Decoder::GroupSlots(int64_t il, int64_t n, int n_threads) {
       j.n_tokens = end - first;
       j.ldy = ff;
       moe_job_first_[moe_gate_up_.n_jobs()] = first;
+      moe_job_expert_[moe_gate_up_.n_jobs()] = static_cast<int32_t>(x);
       moe_gate_up_.Add(j);
     }
     first = end;
@@ -248,14 +275,22 @@ void Decoder::MoeFfn(int64_t il, int64_t n, int ti, int nt) {
   });
   moe_router_.Run(ranges, ti, nt);
   pool_->Sync();
-  for (int64_t t = ti; t < n; t += nt) Route(t);
+  for (int64_t t = ti; t < n; t += nt) Route(il, t);
   pool_->Sync([&] { GroupSlots(il, n, nt); });
   for (int64_t s = ti; s < n * k; s += nt) {
     std::memcpy(moe_slot_act_.data() + s * act_fmt.row_bytes,
                 moe_tok_act_.data() + moe_slot_token_[s] * act_fmt.row_bytes, act_fmt.row_bytes);
   }
   pool_->Sync();
-  MoeSwiGlu swiglu{moe_gate_.data(), moe_up_.data(), moe_job_first_.data(), &moe_gate_up_, ff};
+  const bool biased = !l.exp_gate_b.empty();
+  MoeSwiGlu swiglu{moe_gate_.data(),
+                   moe_up_.data(),
+                   moe_job_first_.data(),
+                   moe_job_expert_.data(),
+                   &moe_gate_up_,
+                   ff,
+                   biased ? l.exp_gate_b.data() : nullptr,
+                   biased ? l.exp_up_b.data() : nullptr};
   moe_gate_up_.Run(ranges, ti, nt, &MoeSwiGluDone, &swiglu);
   pool_->Sync();
   for (int64_t s = ti; s < n * k; s += nt) {
@@ -268,6 +303,12 @@ void Decoder::MoeFfn(int64_t il, int64_t n, int ti, int nt) {
     float* y = y_.data() + t * e;
     const float* w = moe_weight_.data() + t * k;
     const int32_t* slot = moe_slot_of_.data() + t * k;
+    if (biased) {  // each expert's output with its down bias
+      const int32_t* sel = moe_sel_.data() + t * k;
+      for (int64_t r = 0; r < k; ++r) {
+        kernels::AddInPlace(moe_out_.data() + slot[r] * e, l.exp_down_b.data() + sel[r] * e, e);
+      }
+    }
     const float* o0 = moe_out_.data() + slot[0] * e;
     for (int64_t i = 0; i < e; ++i) y[i] = w[0] * o0[i];
     for (int64_t r = 1; r < k; ++r) {

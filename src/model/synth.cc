@@ -170,12 +170,19 @@ Status CheckPreset(const SynthPreset& p) {
   if (p.n_head % p.n_head_kv != 0) return bad("head_count is not a multiple of head_count_kv");
   if (p.head_dim % 2 != 0) return bad("head_dim is odd");
   if (!(p.rope_freq_base > 1.0f) || !(p.rms_eps > 0.0f)) return bad("bad rope base or epsilon");
-  if (p.qkv_bias && p.arch != Architecture::kQwen2) return bad("q/k/v biases need qwen2");
+  const bool oss = p.arch == Architecture::kGptOss;
+  if (p.qkv_bias != (p.arch == Architecture::kQwen2 || oss)) {
+    return bad("q/k/v biases go with qwen2 and gpt-oss");
+  }
+  if (p.sliding_window != 0 && (!oss || p.sliding_window < 0)) {
+    return bad("a sliding window needs gpt-oss");
+  }
   const bool qwen3 = p.arch == Architecture::kQwen3 || p.arch == Architecture::kQwen3Moe;
   if (p.qk_norm != qwen3) return bad("q/k norms go with qwen3 and qwen3moe");
-  if ((p.arch == Architecture::kQwen3Moe) != (p.n_expert > 0) &&
-      !(p.arch == Architecture::kLlama && p.n_expert > 0)) {
-    return bad("experts go with qwen3moe (which needs them) or llama (Mixtral)");
+  const bool needs_experts = p.arch == Architecture::kQwen3Moe || oss;
+  if ((needs_experts && p.n_expert == 0) ||
+      (p.n_expert > 0 && !needs_experts && p.arch != Architecture::kLlama)) {
+    return bad("experts go with qwen3moe and gpt-oss (which need them) or llama (Mixtral)");
   }
   if (p.n_expert < 0 || p.n_expert_used < 0 || (p.n_expert > 0 && (p.n_expert_used < 1 ||
                                                                    p.n_expert_used > p.n_expert ||
@@ -288,6 +295,7 @@ StatusOr<SynthPlan> PlanSynth(const SynthPreset& preset, SynthFileType type) {
   plan.preset = preset;
   plan.file_type = type;
   const SynthPreset& p = plan.preset;
+  const bool oss = p.arch == Architecture::kGptOss;
   const int64_t q_dim = p.n_head * p.head_dim, kv_dim = p.n_head_kv * p.head_dim;
   const float std_in = 0.02f;
   // Projections into the residual stream: GPT-2's 1/sqrt(2 * n_layer) scaling keeps the
@@ -332,12 +340,18 @@ StatusOr<SynthPlan> PlanSynth(const SynthPreset& preset, SynthFileType type) {
       vec(b + "attn_k.bias", kv_dim, 0.0f, 0.02f);
       vec(b + "attn_v.bias", kv_dim, 0.0f, 0.02f);
     }
+    if (oss) {
+      // Output bias, and sink logits of the size of the scores (a head pays real attention to
+      // its sink).
+      vec(b + "attn_output.bias", p.n_embd, 0.0f, 0.02f);
+      vec(b + "attn_sinks.weight", p.n_head, 0.0f, 0.5f);
+    }
     if (p.qk_norm) {
       vec(b + "attn_q_norm.weight", p.head_dim, 1.0f, 0.02f);
       vec(b + "attn_k_norm.weight", p.head_dim, 1.0f, 0.02f);
     }
     mat(b + "attn_output.weight", Role::kOtherMatrix, il, q_dim, p.n_embd, std_out);
-    vec(b + "ffn_norm.weight", p.n_embd, 1.0f, 0.02f);
+    vec(b + (oss ? "post_attention_norm.weight" : "ffn_norm.weight"), p.n_embd, 1.0f, 0.02f);
     if (p.n_expert > 0) {
       // A wider router than std_in so the random experts' probabilities differ (a router of
       // near-equal logits makes the top-k choice a coin toss on rounding).
@@ -351,6 +365,14 @@ StatusOr<SynthPlan> PlanSynth(const SynthPreset& preset, SynthFileType type) {
       experts(b + "ffn_gate_exps.weight", Role::kExpert, il, p.n_embd, p.n_ff_exp, std_in);
       experts(b + "ffn_down_exps.weight", Role::kExpertDown, il, p.n_ff_exp, p.n_embd, std_out);
       experts(b + "ffn_up_exps.weight", Role::kExpert, il, p.n_embd, p.n_ff_exp, std_in);
+      if (oss) {
+        vec(b + "ffn_gate_inp.bias", p.n_expert, 0.0f, 0.1f);
+        for (const char* n : {"ffn_gate_exps.bias", "ffn_down_exps.bias", "ffn_up_exps.bias"}) {
+          const int64_t rows = std::string(n) == "ffn_down_exps.bias" ? p.n_embd : p.n_ff_exp;
+          plan.tensors.push_back(
+              {b + n, GgmlType::kF32, {rows, p.n_expert}, 0, SynthInit::kGaussian, 0.0f, 0.02f});
+        }
+      }
       continue;
     }
     mat(b + "ffn_gate.weight", Role::kOtherMatrix, il, p.n_embd, p.n_ff, std_in);
@@ -557,6 +579,9 @@ Status SetMetadata(const SynthPlan& plan, gguf::GgufWriter* w) {
     if (p.arch != Architecture::kLlama) {
       w->Set(a + ".expert_feed_forward_length", Value::U32(static_cast<uint32_t>(p.n_ff_exp)));
     }
+  }
+  if (p.sliding_window > 0) {
+    w->Set(a + ".attention.sliding_window", Value::U32(static_cast<uint32_t>(p.sliding_window)));
   }
 
   w->Set("tokenizer.ggml.model", Value::String("gpt2"));

@@ -67,6 +67,8 @@ struct SynthPreset {
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
   int64_t n_ff_exp = 0;
+  // gpt-oss: attention.sliding_window (every other layer; 0 = none).
+  int64_t sliding_window = 0;
   Llama3RopeScaling llama3_rope;
   // rope.scaling.type/factor/original_context_length keys ("linear" or "yarn"; empty = none).
   std::string rope_scaling;
@@ -86,8 +88,9 @@ struct SynthPreset {
 };
 
 // The built-in presets: llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, qwen2.5-0.5b, qwen3-0.6b,
-// smollm2-135m, the mixtures of experts qwen3-30b-a3b and mixtral-8x7b, and tiny-qwen3moe and
-// tiny-mixtral (a few MiB, 4k vocabularies: for tests against the reference engine).
+// smollm2-135m, the mixtures of experts qwen3-30b-a3b, mixtral-8x7b and gpt-oss-20b, and
+// tiny-qwen3moe, tiny-mixtral and tiny-gpt-oss (a few MiB, 4k vocabularies: for tests against
+// the reference engine).
 const std::vector<SynthPreset>& SynthPresets();
 // NotFound naming the known presets.
 StatusOr<SynthPreset> FindSynthPreset(std::string_view name);

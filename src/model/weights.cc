@@ -1,5 +1,7 @@
 #include "model/weights.h"
 
+#include <cstring>
+
 #include "kernels/quant.h"
 
 namespace uf::model {
@@ -76,6 +78,20 @@ StatusOr<std::vector<float>> WeightBinder::Vector(const std::string& name, int64
   return v;
 }
 
+StatusOr<std::vector<float>> WeightBinder::Floats(const std::string& name, int64_t ne0,
+                                                 int64_t ne1) const {
+  const gguf::TensorInfo* t = file_.FindTensor(name);
+  if (t == nullptr) return NotFoundError("model: tensor '" + name + "' is missing");
+  UF_RETURN_IF_ERROR(CheckShape(*t, ne0, ne1));
+  if (t->type != GgmlType::kF32) {
+    return UnimplementedError("model: tensor '" + name + "' has type " + TypeName(t->type) +
+                              ", expected F32");
+  }
+  std::vector<float> v(ne0 * ne1);
+  std::memcpy(v.data(), t->data, v.size() * sizeof(float));
+  return v;
+}
+
 StatusOr<ModelWeights> BindWeights(const gguf::GgufFile& file, const ModelConfig& c) {
   WeightBinder b(file);
   ModelWeights w;
@@ -102,6 +118,9 @@ StatusOr<ModelWeights> BindWeights(const gguf::GgufFile& file, const ModelConfig
       case Architecture::kQwen3:
       case Architecture::kQwen3Moe:
         s = BindQwen3Layer(b, c, il, &w.layers[il]);
+        break;
+      case Architecture::kGptOss:
+        s = BindGptOssLayer(b, c, il, &w.layers[il]);
         break;
     }
     UF_RETURN_IF_ERROR(s);

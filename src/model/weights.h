@@ -34,6 +34,14 @@ struct LayerWeights {
   std::vector<kernels::Matrix> exp_gate;  // [n_expert] of [n_ff_exp][n_embd]
   std::vector<kernels::Matrix> exp_up;    // [n_expert] of [n_ff_exp][n_embd]
   std::vector<kernels::Matrix> exp_down;  // [n_expert] of [n_embd][n_ff_exp]
+  // gpt-oss (gpt_oss.cc): biases of the output projection, router and experts, and one learned
+  // attention sink logit per query head. Empty elsewhere.
+  std::vector<float> bo;          // [n_embd]
+  std::vector<float> attn_sinks;  // [n_head]
+  std::vector<float> router_b;    // [n_expert]
+  std::vector<float> exp_gate_b;  // [n_expert][n_ff_exp]
+  std::vector<float> exp_up_b;    // [n_expert][n_ff_exp]
+  std::vector<float> exp_down_b;  // [n_expert][n_embd]
 };
 
 struct ModelWeights {
@@ -60,6 +68,8 @@ class WeightBinder {
                                                  int64_t rows, int64_t cols) const;
   // A 1-D tensor of n values (F32, F16 or BF16), converted to F32.
   StatusOr<std::vector<float>> Vector(const std::string& name, int64_t n) const;
+  // A 2-D tensor of F32 values (GGUF ne = [ne0, ne1]), row after row.
+  StatusOr<std::vector<float>> Floats(const std::string& name, int64_t ne0, int64_t ne1) const;
 
  private:
   const gguf::GgufFile& file_;
@@ -70,6 +80,7 @@ class WeightBinder {
 Status BindLlamaLayer(const WeightBinder& b, const ModelConfig& c, int64_t layer, LayerWeights* w);
 Status BindQwen2Layer(const WeightBinder& b, const ModelConfig& c, int64_t layer, LayerWeights* w);
 Status BindQwen3Layer(const WeightBinder& b, const ModelConfig& c, int64_t layer, LayerWeights* w);
+Status BindGptOssLayer(const WeightBinder& b, const ModelConfig& c, int64_t layer, LayerWeights* w);
 
 // The router and experts of a MoE layer (model/moe.cc): blk.N.ffn_{gate,up,down}_exps.weight,
 // or the older per-expert layout blk.N.ffn_{gate,up,down}.E.weight.
