@@ -56,9 +56,9 @@ struct BenchOptions {
   int threads = 0;
   int reps = 3;
   bool json = false;
-  std::string batch;   // "1,2,4,8"
-  bool serve = false;  // bench_serve.cc instead
-  bool spec = false;   // bench_spec.cc instead
+  std::string batch;    // "1,2,4,8"
+  bool serve = false;   // bench_serve.cc instead
+  bool spec = false;    // bench_spec.cc instead
   std::string grammar;  // bench_grammar.cc instead
   int spec_k = 8;
   std::string spec_draft;
@@ -292,8 +292,7 @@ Status RunBench(const BenchOptions& o, const LoadedModel& loaded, ThreadPool* po
     r->peak.bf16_gflops = std::max(r->peak.bf16_gflops, before.bf16_gflops);
     r->peak.int8_gops = std::max(r->peak.int8_gops, before.int8_gops);
     double ops = 0;
-    PrefillFloor(m.weights(), r->peak, o.n_prompt, m.config().n_expert_used, &ops,
-                 &r->pp_floor_s);
+    PrefillFloor(m.weights(), r->peak, o.n_prompt, m.config().n_expert_used, &ops, &r->pp_floor_s);
     r->pp_gops = r->pp_tok_s / o.n_prompt * ops / 1e9;
   }
 

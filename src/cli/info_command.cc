@@ -70,10 +70,9 @@ void Info(const InfoOptions& o) {
     std::printf("matrix bytes: %zu (%.2f GiB) in all\n", model::AllMatrixBytes(*weights),
                 model::AllMatrixBytes(*weights) / (1024.0 * 1024.0 * 1024.0));
   }
-  std::printf(
-      "bytes read per token: %zu (%.2f MiB; layers%s + output matrix)\n", per_token,
-      per_token / (1024.0 * 1024.0),
-      config->is_moe() ? " with the router and the selected experts only" : "");
+  std::printf("bytes read per token: %zu (%.2f MiB; layers%s + output matrix)\n", per_token,
+              per_token / (1024.0 * 1024.0),
+              config->is_moe() ? " with the router and the selected experts only" : "");
   const double kv = 2.0 * config->n_layer * config->kv_dim() * sizeof(float);
   std::printf("kv cache per token: %.0f bytes (F32)\n", kv);
 }

@@ -61,10 +61,10 @@ void ListPresets() {
         static_cast<long long>(p.n_head), static_cast<long long>(p.n_head_kv),
         static_cast<long long>(p.n_expert > 0 ? p.n_ff_exp : p.n_ff),
         static_cast<long long>(p.n_vocab), p.tied_embeddings ? "  tied" : "",
-        p.n_expert > 0 ? ("  experts " + std::to_string(p.n_expert_used) + " of " +
-                          std::to_string(p.n_expert))
-                             .c_str()
-                       : "");
+        p.n_expert > 0
+            ? ("  experts " + std::to_string(p.n_expert_used) + " of " + std::to_string(p.n_expert))
+                  .c_str()
+            : "");
   }
   std::printf("types: f16 bf16 q8_0 q4_0 q4_k_m q6_k mxfp4\n");
 }

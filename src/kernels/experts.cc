@@ -15,7 +15,9 @@ constexpr int64_t kRowAlign = 16;
 
 }  // namespace
 
-ActivationFormat ActivationFormatFor(const Matrix& w) { return ActivationFormatFor(w, ActiveIsa()); }
+ActivationFormat ActivationFormatFor(const Matrix& w) {
+  return ActivationFormatFor(w, ActiveIsa());
+}
 
 ActivationFormat ActivationFormatFor(const Matrix& w, Isa isa) {
   const KernelSet& ks = GetKernels(w.type(), isa);
@@ -59,16 +61,16 @@ void ExpertProduct::Add(const ExpertJob& job) {
 
 void ExpertProduct::RunChunk(int64_t c, RowsDone done, void* ctx) const {
   // The job whose chunks hold c: the last one starting at or before it.
-  const auto it = std::upper_bound(jobs_.begin(), jobs_.end(), c, [](int64_t v, const Entry& e) {
-                    return v < e.first_chunk;
-                  }) - 1;
+  const auto it = std::upper_bound(jobs_.begin(), jobs_.end(), c,
+                                   [](int64_t v, const Entry& e) { return v < e.first_chunk; }) -
+                  1;
   const Entry& e = *it;
   const ExpertJob& j = e.job;
   const int64_t rows = j.w[0]->rows();
   const int64_t r0 = (c - e.first_chunk) * e.chunk_rows, r1 = std::min(rows, r0 + e.chunk_rows);
   for (int i = 0; i < j.n_mats; ++i) {
-    const GemmTask task{e.wptr[i], j.w[i]->row_bytes(), j.w[i]->cols(), j.act,
-                        e.act_row_bytes, j.n_tokens, j.y[i], j.ldy};
+    const GemmTask task{e.wptr[i],       j.w[i]->row_bytes(), j.w[i]->cols(), j.act,
+                        e.act_row_bytes, j.n_tokens,          j.y[i],         j.ldy};
     e.fn[i](task, r0, r1);
   }
   if (done != nullptr) done(ctx, static_cast<int>(it - jobs_.begin()), r0, r1);

@@ -150,9 +150,8 @@ void Decoder::Allocate() {
   const char* env = std::getenv("UF_SINGLE_DISPATCH");
   single_dispatch_ = options_.single_dispatch && !(env != nullptr && std::string(env) == "0");
   for (int64_t il = 0; il < c.n_layer; ++il) {
-    single_dispatch_ =
-        single_dispatch_ && qkv_groups_[il].size() == 1 &&
-        (ffn_groups_[il].size() == 1 || !layers[il].exp_gate.empty());
+    single_dispatch_ = single_dispatch_ && qkv_groups_[il].size() == 1 &&
+                       (ffn_groups_[il].size() == 1 || !layers[il].exp_gate.empty());
   }
   ranges_ = std::make_unique<kernels::ChunkRange[]>(threads);
   if (single_dispatch_) InitTasks();

@@ -188,18 +188,18 @@ class Decoder {
   // Mixture of experts (model/moe.cc). A slot is a (token, selected expert) pair; slots are
   // grouped by expert. Sized for max_batch tokens.
   size_t moe_router_row_ = 0, moe_act_row_ = 0, moe_down_row_ = 0;  // activation row strides
-  AlignedBytes moe_router_act_;         // [max_batch] router activations
-  AlignedBytes moe_tok_act_;            // [max_batch] expert gate/up activations
-  AlignedBytes moe_slot_act_;           // [slots] the same, gathered by slot
-  AlignedBytes moe_down_act_;           // [slots] SwiGLU output in the down format
-  std::vector<float> moe_logits_;       // [max_batch][n_expert]
-  std::vector<int32_t> moe_sel_;        // [max_batch][k] selected experts, best first
-  std::vector<float> moe_weight_;       // [max_batch][k] their weights
-  std::vector<int32_t> moe_slot_of_;    // [max_batch][k] slot of each (token, rank)
-  std::vector<int32_t> moe_slot_token_;  // [slots] token of each slot
-  std::vector<int32_t> moe_count_;      // [n_expert + 1] slot counts, then bounds
-  std::vector<int32_t> moe_job_first_;  // [n_expert] first slot of each gate/up job
-  std::vector<int32_t> moe_job_expert_;  // [n_expert] expert of each gate/up job
+  AlignedBytes moe_router_act_;           // [max_batch] router activations
+  AlignedBytes moe_tok_act_;              // [max_batch] expert gate/up activations
+  AlignedBytes moe_slot_act_;             // [slots] the same, gathered by slot
+  AlignedBytes moe_down_act_;             // [slots] SwiGLU output in the down format
+  std::vector<float> moe_logits_;         // [max_batch][n_expert]
+  std::vector<int32_t> moe_sel_;          // [max_batch][k] selected experts, best first
+  std::vector<float> moe_weight_;         // [max_batch][k] their weights
+  std::vector<int32_t> moe_slot_of_;      // [max_batch][k] slot of each (token, rank)
+  std::vector<int32_t> moe_slot_token_;   // [slots] token of each slot
+  std::vector<int32_t> moe_count_;        // [n_expert + 1] slot counts, then bounds
+  std::vector<int32_t> moe_job_first_;    // [n_expert] first slot of each gate/up job
+  std::vector<int32_t> moe_job_expert_;   // [n_expert] expert of each gate/up job
   std::vector<float> moe_gate_, moe_up_;  // [slots][n_ff_exp]
   std::vector<float> moe_out_;            // [slots][n_embd] each expert's output
   kernels::ExpertProduct moe_router_, moe_gate_up_, moe_down_;

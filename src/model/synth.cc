@@ -184,9 +184,9 @@ Status CheckPreset(const SynthPreset& p) {
       (p.n_expert > 0 && !needs_experts && p.arch != Architecture::kLlama)) {
     return bad("experts go with qwen3moe and gpt-oss (which need them) or llama (Mixtral)");
   }
-  if (p.n_expert < 0 || p.n_expert_used < 0 || (p.n_expert > 0 && (p.n_expert_used < 1 ||
-                                                                   p.n_expert_used > p.n_expert ||
-                                                                   p.n_ff_exp <= 0))) {
+  if (p.n_expert < 0 || p.n_expert_used < 0 ||
+      (p.n_expert > 0 &&
+       (p.n_expert_used < 1 || p.n_expert_used > p.n_expert || p.n_ff_exp <= 0))) {
     return bad("bad expert counts");
   }
   if (p.llama3_rope.factor != 0.0 &&
@@ -213,9 +213,9 @@ std::optional<SynthFileType> ParseSynthFileType(std::string_view name) {
   std::string s(name);
   std::transform(s.begin(), s.end(), s.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  for (SynthFileType t : {SynthFileType::kF16, SynthFileType::kBF16, SynthFileType::kQ8_0,
-                          SynthFileType::kQ4_0, SynthFileType::kQ4_K_M, SynthFileType::kQ6_K,
-                          SynthFileType::kMXFP4}) {
+  for (SynthFileType t :
+       {SynthFileType::kF16, SynthFileType::kBF16, SynthFileType::kQ8_0, SynthFileType::kQ4_0,
+        SynthFileType::kQ4_K_M, SynthFileType::kQ6_K, SynthFileType::kMXFP4}) {
     if (s == SynthFileTypeName(t)) return t;
   }
   return std::nullopt;

@@ -41,8 +41,8 @@ StatusOr<kernels::Matrix> WeightBinder::Matrix(const std::string& name, int64_t 
 }
 
 StatusOr<std::vector<kernels::Matrix>> WeightBinder::Experts(const std::string& name,
-                                                            int64_t n_expert, int64_t rows,
-                                                            int64_t cols) const {
+                                                             int64_t n_expert, int64_t rows,
+                                                             int64_t cols) const {
   const gguf::TensorInfo* t = file_.FindTensor(name);
   if (t == nullptr) return NotFoundError("model: tensor '" + name + "' is missing");
   if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n_expert || t->ne[3] != 1) {
@@ -79,7 +79,7 @@ StatusOr<std::vector<float>> WeightBinder::Vector(const std::string& name, int64
 }
 
 StatusOr<std::vector<float>> WeightBinder::Floats(const std::string& name, int64_t ne0,
-                                                 int64_t ne1) const {
+                                                  int64_t ne1) const {
   const gguf::TensorInfo* t = file_.FindTensor(name);
   if (t == nullptr) return NotFoundError("model: tensor '" + name + "' is missing");
   UF_RETURN_IF_ERROR(CheckShape(*t, ne0, ne1));
@@ -159,7 +159,8 @@ double SumMatrices(const ModelWeights& w, const ModelConfig* active, const F& f)
       experts += f(l.exp_gate[e]) + f(l.exp_up[e]) + f(l.exp_down[e]);
     }
     if (active != nullptr) {
-      experts *= static_cast<double>(active->n_expert_used) / static_cast<double>(l.exp_gate.size());
+      experts *=
+          static_cast<double>(active->n_expert_used) / static_cast<double>(l.exp_gate.size());
     }
     total += experts;
   }
