@@ -27,10 +27,14 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "engine/generate.h"
 #include "engine/kv_cache.h"
+#include "engine/request.h"
+#include "engine/speculative.h"
 #include "model/decoder.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "tokenizer/tokenizer.h"
 
 namespace uf {
 namespace {
@@ -232,6 +236,68 @@ INSTANTIATE_TEST_SUITE_P(Types, MoeBatchTest,
                          [](const auto& info) {
                            return std::string(model::SynthFileTypeName(info.param));
                          });
+
+// Speculative decoding end to end: greedy output with drafts (n-gram, and the plain run's own
+// tokens as drafts: 17-position verify steps, past the single-dispatch limit) is the output
+// without them.
+TEST(MoeSpeculative, GreedyOutputIsTheSameWithDrafts) {
+  for (const auto& [preset, type] :
+       {std::pair{std::string("tiny-qwen3moe"), model::SynthFileType::kQ4_K_M},
+        std::pair{std::string("tiny-gpt-oss"), model::SynthFileType::kMXFP4}}) {
+    const std::string path = WriteModel(preset, type);
+    auto m = model::Model::Load(path);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    auto tok = Tokenizer::FromGguf((*m)->file());
+    ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+    const std::vector<int32_t> prompt =
+        (*tok)->Encode("First Citizen: speak, speak. First Citizen: speak,", true, false);
+    auto generate = [&](engine::GenerateOptions g) {
+      engine::KvCacheOptions co;
+      co.n_layer = (*m)->config().n_layer;
+      co.n_head_kv = (*m)->config().n_head_kv;
+      co.head_dim = (*m)->config().head_dim;
+      co.max_seq_len = 256;
+      co.n_blocks = engine::KvCacheOptions::BlocksFor(co.max_seq_len, 1, co.block_size);
+      auto cache = engine::KvCache::Create(co);
+      EXPECT_TRUE(cache.ok());
+      ThreadPool pool(2);
+      model::DecoderOptions o;
+      o.max_batch = 64;
+      o.max_outputs = engine::kMaxSpecK + 1;
+      auto dec = model::Decoder::Create(**m, cache->get(), o, &pool);
+      EXPECT_TRUE(dec.ok());
+      std::vector<int32_t> tokens;
+      engine::GenerateStats stats;
+      const Status st = engine::Generate(
+          **dec, **tok, prompt, g, [](std::string_view) { return true; }, &stats,
+          [&](int32_t t) { tokens.push_back(t); });
+      EXPECT_TRUE(st.ok()) << st.ToString();
+      return std::pair{tokens, stats};
+    };
+    engine::GenerateOptions g;
+    g.max_tokens = 64;
+    g.sampling.temperature = 0.0f;
+    g.ignore_eos = true;
+    const auto [plain, plain_stats] = generate(g);
+    ASSERT_EQ(plain.size(), 64u);
+
+    engine::NgramDrafter ngram;
+    g.drafter = &ngram;
+    g.spec_adaptive = false;
+    EXPECT_EQ(generate(g).first, plain) << preset << " n-gram drafts";
+
+    std::vector<int32_t> sequence = prompt;
+    sequence.insert(sequence.end(), plain.begin(), plain.end());
+    engine::OracleDrafter oracle(sequence);
+    g.drafter = &oracle;
+    g.spec_k = engine::kMaxSpecK;
+    const auto [orc, orc_stats] = generate(g);
+    EXPECT_EQ(orc, plain) << preset << " oracle drafts";
+    EXPECT_EQ(orc_stats.spec.accepted, orc_stats.spec.drafted) << preset;
+    EXPECT_LE(orc_stats.n_decode_steps, 5) << preset;
+    std::filesystem::remove(path);
+  }
+}
 
 TEST(MoeConfig, ReadsExpertKeysAndCountsTheBytesATokenReads) {
   const std::string path = WriteModel("tiny-mixtral", model::SynthFileType::kQ8_0);
