@@ -7,6 +7,7 @@
 //   router product                                                 | Sync
 //   tokens: softmax, top-k, weights                                | Sync (group slots by expert)
 //   slots: gather each (token, expert) slot's activations          | Sync
+//   (batches of up to 16 tokens do these three in the first Sync's completion)
 //   gate/up of every selected expert, SwiGLU per finished chunk    | Sync
 //   slots: convert the SwiGLU output for the down product          | Sync
 //   down of every selected expert                                  | Sync
@@ -274,14 +275,28 @@ void Decoder::MoeFfn(int64_t il, int64_t n, int ti, int nt) {
     moe_router_.Reset(ranges, nt);
   });
   moe_router_.Run(ranges, ti, nt);
-  pool_->Sync();
-  for (int64_t t = ti; t < n; t += nt) Route(il, t);
-  pool_->Sync([&] { GroupSlots(il, n, nt); });
-  for (int64_t s = ti; s < n * k; s += nt) {
-    std::memcpy(moe_slot_act_.data() + s * act_fmt.row_bytes,
-                moe_tok_act_.data() + moe_slot_token_[s] * act_fmt.row_bytes, act_fmt.row_bytes);
+  auto gather = [&](int64_t s0, int64_t step) {
+    for (int64_t s = s0; s < n * k; s += step) {
+      std::memcpy(moe_slot_act_.data() + s * act_fmt.row_bytes,
+                  moe_tok_act_.data() + moe_slot_token_[s] * act_fmt.row_bytes,
+                  act_fmt.row_bytes);
+    }
+  };
+  if (n <= kSingleDispatchTokens) {
+    // Decode steps and verifies: routing, grouping and gathering a few rows cost less than the
+    // two barriers that would share them out.
+    pool_->Sync([&] {
+      for (int64_t t = 0; t < n; ++t) Route(il, t);
+      GroupSlots(il, n, nt);
+      gather(0, 1);
+    });
+  } else {
+    pool_->Sync();
+    for (int64_t t = ti; t < n; t += nt) Route(il, t);
+    pool_->Sync([&] { GroupSlots(il, n, nt); });
+    gather(ti, nt);
+    pool_->Sync();
   }
-  pool_->Sync();
   const bool biased = !l.exp_gate_b.empty();
   MoeSwiGlu swiglu{moe_gate_.data(),
                    moe_up_.data(),
