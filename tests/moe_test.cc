@@ -31,6 +31,7 @@
 #include "engine/kv_cache.h"
 #include "engine/request.h"
 #include "engine/speculative.h"
+#include "gguf/gguf.h"
 #include "model/decoder.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -297,6 +298,41 @@ TEST(MoeSpeculative, GreedyOutputIsTheSameWithDrafts) {
     EXPECT_LE(orc_stats.n_decode_steps, 5) << preset;
     std::filesystem::remove(path);
   }
+}
+
+// Mixtral files converted before the 3-D expert tensors hold one 2-D tensor per expert
+// (blk.N.ffn_gate.E.weight). The same bytes rewritten that way give the same logits.
+TEST(MoeConfig, PerExpertTensorsGiveTheSameLogits) {
+  const std::string path = WriteModel("tiny-mixtral", model::SynthFileType::kQ8_0);
+  const std::string split_path = path + ".split.gguf";
+  {
+    auto f = gguf::GgufFile::Open(path);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    gguf::GgufWriter w;
+    for (const auto& [key, value] : (*f)->metadata()) w.Set(key, value);
+    for (const gguf::TensorInfo& t : (*f)->tensors()) {
+      const size_t pos = t.name.find("_exps.weight");
+      if (pos == std::string::npos) {
+        const std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+        ASSERT_TRUE(w.AddTensor(t.name, t.type, ne, t.data).ok());
+        continue;
+      }
+      const size_t slice = t.n_bytes / t.ne[2];
+      for (int64_t x = 0; x < t.ne[2]; ++x) {
+        const std::string name =
+            t.name.substr(0, pos) + "." + std::to_string(x) + ".weight";  // blk.N.ffn_up.X.weight
+        ASSERT_TRUE(w.AddTensor(name, t.type, {t.ne[0], t.ne[1]}, t.data + x * slice).ok());
+      }
+    }
+    ASSERT_TRUE(w.WriteToFile(split_path).ok());
+  }
+  std::vector<std::vector<float>> a, b;
+  Runner(path).Run(0, 40, &a);
+  Runner(split_path).Run(0, 40, &b);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "position " << i;
+  std::filesystem::remove(path);
+  std::filesystem::remove(split_path);
 }
 
 TEST(MoeConfig, ReadsExpertKeysAndCountsTheBytesATokenReads) {
