@@ -1,4 +1,5 @@
-// The shared decoder-only transformer forward pass (llama / qwen2 / qwen3). One Decoder owns the
+// The shared decoder-only transformer forward pass (llama / qwen2 / qwen3, and the mixtures of
+// experts qwen3moe / Mixtral / gpt-oss, whose FFN is model/moe.cc). One Decoder owns the
 // scratch buffers for batches of up to max_batch tokens, so a decode step allocates nothing; it
 // reads and writes K/V through the paged cache it was created with.
 //
