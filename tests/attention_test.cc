@@ -103,7 +103,8 @@ class AttendChunkTest : public ::testing::TestWithParam<Case> {
   const Isa best_ = kernels::ActiveIsa();
 };
 
-// The kernel's output, max and sum against softmax(scale q.k) v in double over the visible keys.
+// The kernel's output, max and sum against softmax(scale q.k) v in double over the visible keys
+// (from each row's first key, with a sliding window).
 // Tolerance: float accumulation over <= 512 keys of unit-variance values and the exp polynomial
 // (~1e-7 relative): 2e-5 relative on the sum, 2e-5 x (1 + |out|) absolute on the output.
 TEST_P(AttendChunkTest, MatchesDoubleSoftmaxAttention) {
@@ -133,8 +134,20 @@ TEST_P(AttendChunkTest, MatchesDoubleSoftmaxAttention) {
   kv.n_keys = c.n_keys;
   kv.n_blocks = static_cast<int64_t>(ch.k.size());
   kv.prefetch_blocks = 0;
-  for (Isa isa : Tiers()) {
+  // Sliding windows (gpt-oss): rows also start at a first key: before the chunk, inside the
+  // visible keys, at the last one, past them (an empty row). Each tier without, then with.
+  std::vector<int32_t> first(c.nq);
+  for (int64_t r = 0; r < c.nq; ++r) {
+    const int64_t vis = std::min<int64_t>(visible[r], c.n_keys);
+    const int64_t pick[] = {-4, vis / 3, vis - 1, vis + 2, 1};
+    first[r] = static_cast<int32_t>(pick[r % 5]);
+  }
+  const auto tiers = Tiers();
+  for (size_t pass = 0; pass < 2 * tiers.size(); ++pass) {
+    const Isa isa = tiers[pass % tiers.size()];
+    const bool window = pass >= tiers.size();
     kernels::SetIsaForTesting(isa);
+    kv.first = window ? first.data() : nullptr;
     std::vector<float> scratch(kernels::AttentionScratchFloats(c.nq, d, c.block_size, 512));
     std::vector<float> mx(c.nq), sum(c.nq), acc(c.nq * d), out(c.nq * d);
     kernels::AttentionState st{mx.data(), sum.data(), acc.data()};
@@ -142,7 +155,8 @@ TEST_P(AttendChunkTest, MatchesDoubleSoftmaxAttention) {
     kernels::FinishAttention(c.nq, d, st, out.data());
     for (int64_t r = 0; r < c.nq; ++r) {
       const int64_t vis = std::min<int64_t>(visible[r], c.n_keys);
-      if (vis <= 0) {
+      const int64_t lo = window ? std::max<int64_t>(0, first[r]) : 0;
+      if (vis <= lo) {
         EXPECT_EQ(mx[r], -INFINITY) << kernels::IsaName(isa) << " row " << r;
         EXPECT_EQ(sum[r], 0.0f);
         for (int64_t i = 0; i < d; ++i) ASSERT_EQ(out[r * d + i], 0.0f);
@@ -150,7 +164,7 @@ TEST_P(AttendChunkTest, MatchesDoubleSoftmaxAttention) {
       }
       std::vector<double> s(vis);
       double m = -INFINITY;
-      for (int64_t j = 0; j < vis; ++j) {
+      for (int64_t j = lo; j < vis; ++j) {
         double dot = 0;
         for (int64_t i = 0; i < d; ++i) dot += double(q[r * d + i]) * ch.kf[j * d + i];
         s[j] = dot * scale;
@@ -158,7 +172,7 @@ TEST_P(AttendChunkTest, MatchesDoubleSoftmaxAttention) {
       }
       double z = 0;
       std::vector<double> want(d, 0.0);
-      for (int64_t j = 0; j < vis; ++j) {
+      for (int64_t j = lo; j < vis; ++j) {
         const double p = std::exp(s[j] - m);
         z += p;
         for (int64_t i = 0; i < d; ++i) want[i] += p * ch.vf[j * d + i];

@@ -138,8 +138,53 @@ const PublishedConfig kPublished[] = {
      134515008},
 };
 
+// Mixtures of experts: the published totals (Hugging Face model cards: 30.5B, 46.7B and 20.9B),
+// which count routers, norms, biases and sinks too.
+struct PublishedMoe {
+  const char* preset;
+  Architecture arch;
+  int64_t n_expert, n_expert_used, n_ff_exp;
+  uint64_t n_params;
+};
+const PublishedMoe kPublishedMoe[] = {
+    {"qwen3-30b-a3b", Architecture::kQwen3Moe, 128, 8, 768, 30532122624},
+    {"mixtral-8x7b", Architecture::kLlama, 8, 2, 14336, 46702792704},
+    {"gpt-oss-20b", Architecture::kGptOss, 32, 4, 2880, 20914757184},
+};
+
+TEST(SynthPresets, MoePresetsMatchPublishedConfigs) {
+  for (const PublishedMoe& c : kPublishedMoe) {
+    SCOPED_TRACE(c.preset);
+    const SynthPreset p = Preset(c.preset);
+    EXPECT_EQ(p.arch, c.arch);
+    EXPECT_EQ(p.n_expert, c.n_expert);
+    EXPECT_EQ(p.n_expert_used, c.n_expert_used);
+    EXPECT_EQ(p.n_ff_exp, c.n_ff_exp);
+    const SynthPlan plan = Plan(p, SynthFileType::kQ4_K_M);
+    EXPECT_EQ(plan.n_params, c.n_params);
+    const SynthTensor* gate = FindTensor(plan, "blk.0.ffn_gate_exps.weight");
+    ASSERT_NE(gate, nullptr);
+    EXPECT_EQ(gate->ne, (std::vector<int64_t>{p.n_embd, c.n_ff_exp, c.n_expert}));
+    EXPECT_EQ(FindTensor(plan, "blk.0.ffn_down_exps.weight")->ne,
+              (std::vector<int64_t>{c.n_ff_exp, p.n_embd, c.n_expert}));
+    // The reference quantizer keeps routers in F32; ffn_down of the first layers gets Q6_K
+    // (gpt-oss's 2880-wide rows are not whole K-quant blocks: Q8_0).
+    EXPECT_EQ(TypeOf(plan, "blk.0.ffn_gate_inp.weight"), GgmlType::kF32);
+    const bool k_quants = p.n_embd % 256 == 0;
+    EXPECT_EQ(gate->type, k_quants ? GgmlType::kQ4_K : GgmlType::kQ8_0);
+    EXPECT_EQ(TypeOf(plan, "blk.0.ffn_down_exps.weight"),
+              k_quants ? GgmlType::kQ6_K : GgmlType::kQ8_0);
+    EXPECT_EQ(FindTensor(plan, "blk.0.ffn_gate.weight"), nullptr);
+    // MXFP4 (the reference's MXFP4_MOE): experts in MXFP4, other matrices Q8_0.
+    const SynthPlan fp4 = Plan(p, SynthFileType::kMXFP4);
+    EXPECT_EQ(TypeOf(fp4, "blk.0.ffn_up_exps.weight"), GgmlType::kMXFP4);
+    EXPECT_EQ(TypeOf(fp4, "blk.0.attn_q.weight"), GgmlType::kQ8_0);
+  }
+}
+
 TEST(SynthPresets, MatchPublishedConfigsAndParameterCounts) {
-  ASSERT_EQ(SynthPresets().size(), std::size(kPublished));
+  // The MoE presets and their tiny test versions.
+  ASSERT_EQ(SynthPresets().size(), std::size(kPublished) + 2 * std::size(kPublishedMoe));
   for (const PublishedConfig& c : kPublished) {
     SCOPED_TRACE(c.preset);
     const SynthPreset p = Preset(c.preset);

@@ -56,9 +56,9 @@ struct BenchOptions {
   int threads = 0;
   int reps = 3;
   bool json = false;
-  std::string batch;   // "1,2,4,8"
-  bool serve = false;  // bench_serve.cc instead
-  bool spec = false;   // bench_spec.cc instead
+  std::string batch;    // "1,2,4,8"
+  bool serve = false;   // bench_serve.cc instead
+  bool spec = false;    // bench_spec.cc instead
   std::string grammar;  // bench_grammar.cc instead
   int spec_k = 8;
   std::string spec_draft;
@@ -125,7 +125,7 @@ double ProcessCpuSeconds() {
 // logits). Attention's own products are left out: under 2% of a 1B-shape token at 512
 // positions.
 void PrefillFloor(const model::ModelWeights& w, const kernels::ComputePeak& p, int64_t n_prompt,
-                  double* ops, double* seconds) {
+                  int64_t n_expert_used, double* ops, double* seconds) {
   *ops = 0;
   *seconds = 0;
   auto add = [&](const kernels::Matrix& m, int64_t tokens) {
@@ -140,6 +140,14 @@ void PrefillFloor(const model::ModelWeights& w, const kernels::ComputePeak& p, i
   for (const model::LayerWeights& l : w.layers) {
     for (const kernels::Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) {
       add(*m, n_prompt);
+    }
+    // Experts: each token runs k of them; a prompt's tokens spread over the experts.
+    if (!l.exp_gate.empty()) {
+      add(l.router, n_prompt);
+      const int64_t k = n_expert_used;
+      for (const kernels::Matrix* m : {&l.exp_gate[0], &l.exp_up[0], &l.exp_down[0]}) {
+        add(*m, n_prompt * k);
+      }
     }
   }
   add(w.output, 1);
@@ -284,7 +292,7 @@ Status RunBench(const BenchOptions& o, const LoadedModel& loaded, ThreadPool* po
     r->peak.bf16_gflops = std::max(r->peak.bf16_gflops, before.bf16_gflops);
     r->peak.int8_gops = std::max(r->peak.int8_gops, before.int8_gops);
     double ops = 0;
-    PrefillFloor(m.weights(), r->peak, o.n_prompt, &ops, &r->pp_floor_s);
+    PrefillFloor(m.weights(), r->peak, o.n_prompt, m.config().n_expert_used, &ops, &r->pp_floor_s);
     r->pp_gops = r->pp_tok_s / o.n_prompt * ops / 1e9;
   }
 
@@ -372,7 +380,9 @@ Status RunBench(const BenchOptions& o, const LoadedModel& loaded, ThreadPool* po
 std::string WeightType(const model::Model& m) {
   // The type of most of the bytes: the FFN matrices (Q4_K_M files mix Q4_K and Q6_K).
   const auto& l = m.weights().layers;
-  return l.empty() ? "?" : std::string(GgmlTypeName(l[0].gate.type()));
+  if (l.empty()) return "?";
+  return std::string(
+      GgmlTypeName(l[0].exp_gate.empty() ? l[0].gate.type() : l[0].exp_gate[0].type()));
 }
 
 void BenchCommand(const BenchOptions& o) {

@@ -42,15 +42,37 @@ void Info(const InfoOptions& o) {
     e.second += m.bytes();
   };
   for (const auto& l : weights->layers) {
-    for (const kernels::Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) add(*m);
+    for (const kernels::Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo}) add(*m);
+    if (l.exp_gate.empty()) {
+      for (const kernels::Matrix* m : {&l.gate, &l.up, &l.down}) add(*m);
+      continue;
+    }
+    add(l.router);
+    for (const auto* v : {&l.exp_gate, &l.exp_up, &l.exp_down}) {
+      for (const kernels::Matrix& m : *v) add(m);
+    }
   }
   add(weights->output);
   for (const auto& [type, e] : by_type) {
     std::printf("matrices %-6s %4d  %12zu bytes\n", type.c_str(), e.first, e.second);
   }
-  const size_t per_token = model::BytesPerToken(*weights);
-  std::printf("bytes read per token: %zu (%.2f MiB; layers + output matrix)\n", per_token,
-              per_token / (1024.0 * 1024.0));
+  const size_t per_token = model::BytesPerToken(*weights, *config);
+  if (config->is_moe()) {
+    const int64_t active = model::ActiveParams(*weights, *config);
+    const int64_t all = model::AllParams(*weights);
+    std::printf("experts: %lld per MoE layer, %lld used per token (%lld rows each)\n",
+                static_cast<long long>(config->n_expert),
+                static_cast<long long>(config->n_expert_used),
+                static_cast<long long>(config->n_ff_exp));
+    std::printf("matrix parameters: %lld active per token of %lld (%.1f%%)\n",
+                static_cast<long long>(active), static_cast<long long>(all),
+                100.0 * static_cast<double>(active) / static_cast<double>(all));
+    std::printf("matrix bytes: %zu (%.2f GiB) in all\n", model::AllMatrixBytes(*weights),
+                model::AllMatrixBytes(*weights) / (1024.0 * 1024.0 * 1024.0));
+  }
+  std::printf("bytes read per token: %zu (%.2f MiB; layers%s + output matrix)\n", per_token,
+              per_token / (1024.0 * 1024.0),
+              config->is_moe() ? " with the router and the selected experts only" : "");
   const double kv = 2.0 * config->n_layer * config->kv_dim() * sizeof(float);
   std::printf("kv cache per token: %.0f bytes (F32)\n", kv);
 }

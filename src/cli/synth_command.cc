@@ -55,12 +55,16 @@ void Override(const SynthOptions& o, model::SynthPreset* p) {
 void ListPresets() {
   for (const model::SynthPreset& p : model::SynthPresets()) {
     std::printf(
-        "%-14s %-6s dim %5lld  layers %3lld  heads %3lld/%-2lld  ffn %6lld  vocab %6lld%s\n",
+        "%-14s %-8s dim %5lld  layers %3lld  heads %3lld/%-2lld  ffn %6lld  vocab %6lld%s%s\n",
         p.name.c_str(), std::string(model::ArchitectureName(p.arch)).c_str(),
         static_cast<long long>(p.n_embd), static_cast<long long>(p.n_layer),
         static_cast<long long>(p.n_head), static_cast<long long>(p.n_head_kv),
-        static_cast<long long>(p.n_ff), static_cast<long long>(p.n_vocab),
-        p.tied_embeddings ? "  tied" : "");
+        static_cast<long long>(p.n_expert > 0 ? p.n_ff_exp : p.n_ff),
+        static_cast<long long>(p.n_vocab), p.tied_embeddings ? "  tied" : "",
+        p.n_expert > 0
+            ? ("  experts " + std::to_string(p.n_expert_used) + " of " + std::to_string(p.n_expert))
+                  .c_str()
+            : "");
   }
   std::printf("types: f16 bf16 q8_0 q4_0 q4_k_m q6_k mxfp4\n");
 }

@@ -100,6 +100,9 @@ StatusOr<GpuMatrix> VulkanForward::Matrix(const kernels::Matrix& w, const std::s
 
 Status VulkanForward::Init(const DeviceSpec& device) {
   const engine::KvCacheOptions& co = cache_->options();
+  if (c_.is_moe()) {
+    return UnimplementedError("the Vulkan backend does not run mixture-of-experts models yet");
+  }
   if (co.n_layer != c_.n_layer || co.n_head_kv != c_.n_head_kv || co.head_dim != c_.head_dim) {
     return InvalidArgumentError("gpu forward: kv cache shape does not match the model");
   }

@@ -64,19 +64,20 @@ void internal::AttendChunkScalar(const AttentionKv& kv, const float* q, int64_t 
   float* s = scratch;  // [n_keys] one row's scores
   for (int64_t r = 0; r < nq; ++r) {
     const int64_t vis = std::min<int64_t>(kv.n_keys, std::max(0, visible[r]));
+    const int64_t lo = kv.first != nullptr ? std::max(0, kv.first[r]) : 0;
     float* acc = out.acc + r * d;
     std::fill(acc, acc + d, 0.0f);
     out.max[r] = kNegInf;
     out.sum[r] = 0.0f;
-    if (vis <= 0) continue;
+    if (vis <= lo) continue;
     const float* qr = q + r * d;
-    for (int64_t j = 0; j < vis; ++j) {
+    for (int64_t j = lo; j < vis; ++j) {
       float dot = 0.0f;
       for (int64_t i = 0; i < d; ++i) dot += qr[i] * KeyAt(kv, kv.k[j / bs], j % bs, i);
       s[j] = dot * scale;
       out.max[r] = std::max(out.max[r], s[j]);
     }
-    for (int64_t j = 0; j < vis; ++j) {
+    for (int64_t j = lo; j < vis; ++j) {
       const float p = std::exp(s[j] - out.max[r]);
       out.sum[r] += p;
       for (int64_t i = 0; i < d; ++i) acc[i] += p * ValueAt(kv, kv.v[j / bs], j % bs, i);

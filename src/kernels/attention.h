@@ -35,6 +35,8 @@ struct AttentionKv {
   int64_t n_blocks = 0;         // blocks of this chunk
   int64_t n_keys = 0;           // valid positions from the first block's first row (<= n_blocks*bs)
   int64_t prefetch_blocks = 0;  // blocks readable past the chunk (k[n_blocks..]) to prefetch
+  // Sliding-window attention: row r sees keys [first[r], visible[r]) of the chunk; null = from 0.
+  const int32_t* first = nullptr;
 };
 
 // Per-row state of an online softmax over scaled scores s = scale * q.k:

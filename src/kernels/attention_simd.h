@@ -78,11 +78,14 @@ class AttentionKernel {
     // 2. Softmax statistics; weights zeroed past each row's visible keys up to the chunk end.
     const R vscale = V::Set1(scale);
     for (int64_t r = 0; r < nq; ++r) {
-      const int64_t vis = std::min<int64_t>(n_keys, std::max(0, visible[r]));
+      int64_t vis = std::min<int64_t>(n_keys, std::max(0, visible[r]));
+      const int64_t lo = kv.first != nullptr ? std::max(0, kv.first[r]) : 0;
+      if (lo >= vis) vis = 0;  // the whole window is elsewhere: an empty row
       float* sr = s + r * stride;
       out.max[r] = kNegInf;
       out.sum[r] = 0.0f;
       if (vis > 0) {
+        std::fill(sr, sr + lo, kNegInf);  // before the window: weight 0
         R vmax = V::Set1(kNegInf);
         for (int64_t j = 0; j < vis; j += W) {
           const R x = V::Keep(V::Mul(V::Load(sr + j), vscale), vis - j, kNegInf);

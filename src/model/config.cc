@@ -68,6 +68,48 @@ Status CheckRange(std::string_view what, int64_t v, int64_t lo, int64_t hi) {
   return OkStatus();
 }
 
+// Mixture-of-experts keys as the reference engine reads them: expert_count and
+// expert_used_count; the expert FFN width from expert_feed_forward_length (qwen3moe; else
+// feed_forward_length, as Mixtral's experts are the llama FFN); softmax gating with the k weights
+// renormalised for both architectures (their graphs pass norm_w = true).
+Status ReadExperts(const gguf::GgufFile& f, const std::string& p, ModelConfig* c) {
+  c->n_expert = f.GetIntOr(p + "expert_count", 0);
+  c->n_expert_used = f.GetIntOr(p + "expert_used_count", 0);
+  if (c->n_expert == 0) {
+    if (c->architecture == Architecture::kQwen3Moe || c->architecture == Architecture::kGptOss) {
+      return InvalidArgumentError("model metadata: " + c->architecture_name +
+                                  " needs expert_count > 0");
+    }
+    c->n_expert_used = 0;
+    return OkStatus();
+  }
+  UF_RETURN_IF_ERROR(CheckRange("expert_count", c->n_expert, 1, 4096));
+  UF_RETURN_IF_ERROR(CheckRange("expert_used_count", c->n_expert_used, 1, c->n_expert));
+  if (c->n_expert_used > 64) {
+    return UnimplementedError("model metadata: more than 64 experts per token");
+  }
+  if (c->architecture != Architecture::kLlama && c->architecture != Architecture::kQwen3Moe &&
+      c->architecture != Architecture::kGptOss) {
+    return UnimplementedError("model metadata: experts in a '" + c->architecture_name +
+                              "' model are not supported");
+  }
+  c->n_ff_exp = f.GetIntOr(p + "expert_feed_forward_length", 0);
+  if (c->n_ff_exp == 0) {
+    c->n_ff_exp = c->architecture == Architecture::kLlama ? c->n_ff : c->n_ff / c->n_expert_used;
+  }
+  UF_RETURN_IF_ERROR(CheckRange("expert_feed_forward_length", c->n_ff_exp, 1, kMaxDim));
+  // gpt-oss: the top k logits, a softmax over them, no renormalisation (norm_w = false).
+  const bool oss = c->architecture == Architecture::kGptOss;
+  c->expert_gating = oss ? ExpertGating::kSoftmaxWeight : ExpertGating::kSoftmax;
+  c->expert_weights_norm = !oss;
+  const double scale = f.GetFloatOr(p + "expert_weights_scale", 0.0);
+  if (!std::isfinite(scale) || scale < 0.0) {
+    return InvalidArgumentError("model metadata: expert_weights_scale must be >= 0");
+  }
+  c->expert_weights_scale = static_cast<float>(scale);
+  return OkStatus();
+}
+
 }  // namespace
 
 std::string_view ArchitectureName(Architecture arch) {
@@ -78,6 +120,10 @@ std::string_view ArchitectureName(Architecture arch) {
       return "qwen2";
     case Architecture::kQwen3:
       return "qwen3";
+    case Architecture::kQwen3Moe:
+      return "qwen3moe";
+    case Architecture::kGptOss:
+      return "gpt-oss";
   }
   return "?";
 }
@@ -96,9 +142,16 @@ StatusOr<ModelConfig> ModelConfig::FromGguf(const gguf::GgufFile& f) {
   } else if (c.architecture_name == "qwen3") {
     c.architecture = Architecture::kQwen3;
     c.rope_type = RopeType::kNeox;
+  } else if (c.architecture_name == "qwen3moe") {
+    c.architecture = Architecture::kQwen3Moe;
+    c.rope_type = RopeType::kNeox;
+  } else if (c.architecture_name == "gpt-oss") {
+    c.architecture = Architecture::kGptOss;
+    c.rope_type = RopeType::kNeox;
   } else {
-    return UnimplementedError("model architecture '" + c.architecture_name +
-                              "' is not supported (supported: llama, qwen2, qwen3)");
+    return UnimplementedError(
+        "model architecture '" + c.architecture_name +
+        "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss)");
   }
   c.name = f.GetStringOr("general.name", "");
   const std::string p = c.architecture_name + ".";
@@ -214,6 +267,16 @@ StatusOr<ModelConfig> ModelConfig::FromGguf(const gguf::GgufFile& f) {
   }
   c.rms_eps = static_cast<float>(eps);
 
+  UF_RETURN_IF_ERROR(ReadExperts(f, p, &c));
+  if (c.architecture == Architecture::kGptOss) {
+    // Sliding window on every layer but each swa_period-th (the reference's default period 2:
+    // even layers windowed, odd layers full).
+    c.n_swa = f.GetIntOr(p + "attention.sliding_window", 0);
+    c.swa_period = f.GetIntOr(p + "attention.sliding_window_pattern", 2);
+    UF_RETURN_IF_ERROR(CheckRange("attention.sliding_window", c.n_swa, 0, int64_t{1} << 30));
+    UF_RETURN_IF_ERROR(CheckRange("attention.sliding_window_pattern", c.swa_period, 1, 4096));
+  }
+
   c.tied_output = f.FindTensor("output.weight") == nullptr;
   if (embd->n_dims != 2 || embd->ne[0] != c.n_embd || embd->ne[1] != c.n_vocab) {
     return InvalidArgumentError("model: token_embd.weight has shape " + embd->ShapeString() +
@@ -236,6 +299,10 @@ std::string ModelConfig::DebugString() const {
        << rope_yarn_high << ")";
   }
   if (rope_mscale != 1.0f) os << " rope_mscale=" << rope_mscale;
+  if (n_swa > 0) os << " swa=" << n_swa << "/" << swa_period;
+  if (is_moe()) {
+    os << " experts=" << n_expert << " used=" << n_expert_used << " n_ff_exp=" << n_ff_exp;
+  }
   os << " rms_eps=" << rms_eps << (tied_output ? " tied_output" : "");
   return os.str();
 }

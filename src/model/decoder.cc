@@ -79,8 +79,11 @@ void Decoder::Allocate() {
   v_.resize(b * c.kv_dim());
   attn_.resize(b * c.q_dim());
   y_.resize(b * c.n_embd);
-  gate_.resize(b * c.n_ff);
-  up_.resize(b * c.n_ff);
+  if (!c.is_moe()) {
+    gate_.resize(b * c.n_ff);
+    up_.resize(b * c.n_ff);
+  }
+  AllocateMoe();
   rope_cs_.resize(b * c.rope_dim);
   const int64_t threads = pool_->size(), bs = cache_->block_size();
   const int64_t rows = kAttentionTokens * (c.n_head / c.n_head_kv);  // query rows per item
@@ -92,6 +95,7 @@ void Decoder::Allocate() {
   attn_scratch_.resize(threads * attn_thread_floats_);
   attn_blocks_.resize(threads * 2 * max_blocks);
   attn_visible_.resize(threads * rows);
+  attn_first_.resize(threads * rows);
   // Split mode runs only while items < 2 x threads (Forward), each of at most this many chunks.
   max_split_units_ = 2 * threads * ((cache_->max_seq_len() + attn_chunk_ - 1) / attn_chunk_);
   split_units_.reserve(max_split_units_);
@@ -134,9 +138,10 @@ void Decoder::Allocate() {
       if (w == &l.gate) return gate_.data();
       return up_.data();
     };
-    for (auto [ws, groups] :
-         {std::pair{std::vector<const kernels::Matrix*>{&l.wq, &l.wk, &l.wv}, &qkv_groups_[il]},
-          std::pair{std::vector<const kernels::Matrix*>{&l.gate, &l.up}, &ffn_groups_[il]}}) {
+    std::vector<std::pair<std::vector<const kernels::Matrix*>, std::vector<MatGroup>*>> sets = {
+        {{&l.wq, &l.wk, &l.wv}, &qkv_groups_[il]}};
+    if (l.exp_gate.empty()) sets.push_back({{&l.gate, &l.up}, &ffn_groups_[il]});
+    for (auto& [ws, groups] : sets) {
       for (auto& g : GroupByActivation(ws)) {
         MatGroup mg;
         mg.ws = g;
@@ -148,13 +153,11 @@ void Decoder::Allocate() {
   const char* env = std::getenv("UF_SINGLE_DISPATCH");
   single_dispatch_ = options_.single_dispatch && !(env != nullptr && std::string(env) == "0");
   for (int64_t il = 0; il < c.n_layer; ++il) {
-    single_dispatch_ =
-        single_dispatch_ && qkv_groups_[il].size() == 1 && ffn_groups_[il].size() == 1;
+    single_dispatch_ = single_dispatch_ && qkv_groups_[il].size() == 1 &&
+                       (ffn_groups_[il].size() == 1 || !layers[il].exp_gate.empty());
   }
-  if (single_dispatch_) {
-    ranges_ = std::make_unique<kernels::ChunkRange[]>(threads);
-    InitTasks();
-  }
+  ranges_ = std::make_unique<kernels::ChunkRange[]>(threads);
+  if (single_dispatch_) InitTasks();
 }
 
 template <typename F>
@@ -374,7 +377,7 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
       const Batch* batch;
     } args{this, il, &batch};
     pool_->Run([a = &args](int i, int nt) { a->self->AttentionShare(a->il, *a->batch, i, nt); });
-    if (!split_units_.empty()) FinishSplit();
+    if (!split_units_.empty()) FinishSplit(il);
   }
 
   if (il == c.n_layer - 1 && n_outputs_ < n) {
@@ -385,10 +388,19 @@ void Decoder::Layer(int64_t il, const Batch& batch) {
 
   ForRows(n, 3 * e, [&](int64_t b, int64_t end) {
     for (int64_t t = b; t < end; ++t) {
+      if (!l.bo.empty()) kernels::AddInPlace(y_.data() + t * e, l.bo.data(), e);
       kernels::AddRmsNorm(x_.data() + t * e, y_.data() + t * e, l.ffn_norm.data(),
                           xn_.data() + t * e, e, eps);
     }
   });
+  if (!l.exp_gate.empty()) {
+    struct Args {
+      Decoder* self;
+      int64_t il, n;
+    } args{this, il, n};
+    pool_->Run([a = &args](int i, int nt) { a->self->MoeFfn(a->il, a->n, i, nt); });
+    return;
+  }
   RunGroups(ffn_groups_[il], xn_.data(), n);
   // Row by row: the kernel's vector body and scalar tail round differently, and a row must come
   // out the same whichever rows share the call (speculative verify rows = decode steps).
@@ -546,6 +558,12 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item, int64_t c_
 
   // The item's block slices from the first one this unit reads to the end (the kernel
   // prefetches past its chunk), and its query rows, contiguous.
+  // A sliding-window layer skips the chunks before the window of the item's first token.
+  const bool swa = c.IsSwaLayer(il);
+  if (swa && partial == nullptr) {
+    c_begin = std::max<int64_t>(
+        c_begin, std::max<int64_t>(0, batch.positions[t0] - c.n_swa + 1) / attn_chunk_);
+  }
   const int32_t* table = cache_->BlockTable(batch.seq_ids[t0]);
   const int64_t first = c_begin * attn_chunk_ / bs, total = (keys + bs - 1) / bs;
   for (int64_t b = first; b < total; ++b) {
@@ -569,6 +587,13 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item, int64_t c_
     kv.n_blocks = (kv.n_keys + bs - 1) / bs;
     kv.prefetch_blocks = total - (key0 / bs + kv.n_blocks);
     for (int64_t r = 0; r < nq; ++r) visible[r] = batch.positions[t0 + r / group] + 1 - key0;
+    if (swa) {
+      int32_t* win = attn_first_.data() + thread * rows;
+      for (int64_t r = 0; r < nq; ++r) {
+        win[r] = static_cast<int32_t>(batch.positions[t0 + r / group] - c.n_swa + 1 - key0);
+      }
+      kv.first = win;
+    }
     // A chunk into an empty state is the merge of that chunk into it, exactly.
     const kernels::AttentionState out =
         partial != nullptr ? StateAt(partial) : (ch == c_begin ? run : part);
@@ -576,16 +601,30 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item, int64_t c_
     if (partial == nullptr && ch != c_begin) kernels::MergeAttention(nq, hd, part, run);
   }
   if (partial != nullptr) return;
+  FinishRows(il, run, t0, nt, kvh);
+}
+
+void Decoder::FinishRows(int64_t il, const kernels::AttentionState& run, int64_t t0, int64_t nt,
+                         int64_t kvh) {
+  const ModelConfig& c = config_;
+  const int64_t hd = c.head_dim, qd = c.q_dim(), group = c.n_head / c.n_head_kv;
+  const std::vector<float>& sinks = model_.weights().layers[il].attn_sinks;
   for (int64_t i = 0; i < nt; ++i) {
     const kernels::AttentionState rows_i{run.max + i * group, run.sum + i * group,
                                          run.acc + i * group * hd};
+    // A sink is a key with logit sinks[h] and no value: it adds e^(sink - max) to the sum.
+    if (!sinks.empty()) {
+      for (int64_t j = 0; j < group; ++j) {
+        rows_i.sum[j] += std::exp(sinks[kvh * group + j] - rows_i.max[j]);
+      }
+    }
     kernels::FinishAttention(group, hd, rows_i, attn_.data() + (t0 + i) * qd + kvh * group * hd);
   }
 }
 
-void Decoder::FinishSplit() {
+void Decoder::FinishSplit(int64_t il) {
   const ModelConfig& c = config_;
-  const int64_t hd = c.head_dim, qd = c.q_dim(), group = c.n_head / c.n_head_kv;
+  const int64_t hd = c.head_dim, group = c.n_head / c.n_head_kv;
   const int64_t state = kAttentionTokens * group * (hd + 2);
   const int64_t rows = kAttentionTokens * group;
   // Thread 0's running state (the pool is idle now).
@@ -603,11 +642,7 @@ void Decoder::FinishSplit() {
     for (; u < split_units_.size() && split_units_[u].first == item; ++u) {
       kernels::MergeAttention(nq, hd, StateAt(split_partials_.data() + u * state), run);
     }
-    for (int64_t i = 0; i < nt; ++i) {
-      const kernels::AttentionState rows_i{run.max + i * group, run.sum + i * group,
-                                           run.acc + i * group * hd};
-      kernels::FinishAttention(group, hd, rows_i, attn_.data() + (t0 + i) * qd + kvh * group * hd);
-    }
+    FinishRows(il, run, t0, nt, kvh);
   }
 }
 

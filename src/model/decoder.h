@@ -1,4 +1,5 @@
-// The shared decoder-only transformer forward pass (llama / qwen2 / qwen3). One Decoder owns the
+// The shared decoder-only transformer forward pass (llama / qwen2 / qwen3, and the mixtures of
+// experts qwen3moe / Mixtral / gpt-oss, whose FFN is model/moe.cc). One Decoder owns the
 // scratch buffers for batches of up to max_batch tokens, so a decode step allocates nothing; it
 // reads and writes K/V through the paged cache it was created with.
 //
@@ -19,6 +20,7 @@
 #include "base/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "kernels/attention.h"
+#include "kernels/experts.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "model/batch.h"
@@ -89,7 +91,10 @@ class Decoder final : public BatchForward {
   void Attention(int64_t il, const Batch& batch, int64_t item, int64_t c_begin, int64_t c_end,
                  int thread, float* partial);
   // Merges the split partials of the layer (chunk order) and writes attn_.
-  void FinishSplit();
+  void FinishSplit(int64_t il);
+  // Attention rows of `nt` tokens finished into attn_ (with the layer's sinks, if any).
+  void FinishRows(int64_t il, const kernels::AttentionState& run, int64_t t0, int64_t nt,
+                  int64_t kvh);
   kernels::AttentionState StateAt(float* base) const;
   // Writes one head's K or V row of head_dim floats into the cache in its type.
   void StoreKvRow(const float* x, uint8_t* dst) const;
@@ -105,6 +110,12 @@ class Decoder final : public BatchForward {
   void QkvToCache(int64_t il, const Batch& batch, int64_t t, int64_t h0, int64_t h1);
   // Thread `thread`'s share of a layer's attention units (split partials or whole items).
   void AttentionShare(int64_t il, const Batch& batch, int thread, int n_threads);
+  // Mixture of experts (model/moe.cc): scratch, then the FFN of rows [0, n) of xn_ into y_,
+  // called by every thread of a pool job (it syncs them between its steps).
+  void AllocateMoe();
+  void MoeFfn(int64_t il, int64_t n, int thread, int n_threads);
+  void Route(int64_t il, int64_t t);
+  void GroupSlots(int64_t il, int64_t n, int n_threads);
   // Moves the rows that want logits to the front (batch order); returns their count.
   int64_t CompactOutputs(const Batch& batch, int64_t n);
   // Runs fn(begin, end) over [0, n) rows, on the pool when n * row_cost is large enough.
@@ -158,6 +169,7 @@ class Decoder final : public BatchForward {
   std::vector<float> attn_scratch_;       // [n_threads][attn_thread_floats_]
   std::vector<const void*> attn_blocks_;  // [n_threads][2][max blocks per sequence]
   std::vector<int32_t> attn_visible_;     // [n_threads][kAttentionTokens * group]
+  std::vector<int32_t> attn_first_;       // the same: first key in the window (sliding layers)
   size_t attn_thread_floats_ = 0;
   int64_t attn_chunk_ = 0;  // keys per chunk (kernels::kAttentionChunk rounded)
   // Split mode (flash-decoding): work units (item, chunk) and their partial states,
@@ -179,6 +191,35 @@ class Decoder final : public BatchForward {
   bool Abandoning() const {
     return abandon_ != nullptr && abandon_->load(std::memory_order_relaxed);
   }
+
+  // Bytes aligned to 64 (activation rows for the kernels).
+  struct AlignedBytes {
+    std::vector<uint8_t> buf;
+    uint8_t* p = nullptr;
+    void Resize(size_t n) {
+      buf.resize(n + 64);
+      p = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+    }
+    uint8_t* data() const { return p; }
+  };
+  // Mixture of experts (model/moe.cc). A slot is a (token, selected expert) pair; slots are
+  // grouped by expert. Sized for max_batch tokens.
+  size_t moe_router_row_ = 0, moe_act_row_ = 0, moe_down_row_ = 0;  // activation row strides
+  AlignedBytes moe_router_act_;           // [max_batch] router activations
+  AlignedBytes moe_tok_act_;              // [max_batch] expert gate/up activations
+  AlignedBytes moe_slot_act_;             // [slots] the same, gathered by slot
+  AlignedBytes moe_down_act_;             // [slots] SwiGLU output in the down format
+  std::vector<float> moe_logits_;         // [max_batch][n_expert]
+  std::vector<int32_t> moe_sel_;          // [max_batch][k] selected experts, best first
+  std::vector<float> moe_weight_;         // [max_batch][k] their weights
+  std::vector<int32_t> moe_slot_of_;      // [max_batch][k] slot of each (token, rank)
+  std::vector<int32_t> moe_slot_token_;   // [slots] token of each slot
+  std::vector<int32_t> moe_count_;        // [n_expert + 1] slot counts, then bounds
+  std::vector<int32_t> moe_job_first_;    // [n_expert] first slot of each gate/up job
+  std::vector<int32_t> moe_job_expert_;   // [n_expert] expert of each gate/up job
+  std::vector<float> moe_gate_, moe_up_;  // [slots][n_ff_exp]
+  std::vector<float> moe_out_;            // [slots][n_embd] each expert's output
+  kernels::ExpertProduct moe_router_, moe_gate_up_, moe_down_;
 };
 
 }  // namespace uf::model

@@ -58,6 +58,7 @@ void Decoder::InitTasks() {
     float* y = y_.data();
     const kernels::Matrix* wo = &l.wo;
     lt.wo.Init(&wo, &y, 1);
+    if (!l.exp_gate.empty()) continue;  // MoeFfn
     const MatGroup& ffn = ffn_groups_[il][0];
     lt.fused_swiglu = ffn.ws.size() == 2 && l.gate.type() == l.up.type() &&
                       l.gate.rows() == l.up.rows() && ffn.ws[0] == &l.gate;
@@ -136,7 +137,7 @@ void Decoder::SingleDispatchThread(const Batch& batch, int ti, int nt) {
     pool_->Sync();
     AttentionShare(il, batch, ti, nt);
     pool_->Sync([&] {
-      if (!split_units_.empty()) FinishSplit();
+      if (!split_units_.empty()) FinishSplit(il);
       if (il == c.n_layer - 1 && n_outputs_ < n) rows_left_ = CompactOutputs(batch, n);
     });
     const int64_t rows = rows_left_;  // every thread reads the same value after the Sync
@@ -145,6 +146,17 @@ void Decoder::SingleDispatchThread(const Batch& batch, int ti, int nt) {
     pool_->Sync([&] { lt.wo.Reset(ranges, nt); });
     lt.wo.Run(act_of(lt.wo, attn_.data()), rows, ranges, ti, nt);
     pool_->Sync();
+    if (!l.exp_gate.empty()) {
+      for (int64_t t = ti; t < rows; t += nt) {
+        if (!l.bo.empty()) kernels::AddInPlace(y_.data() + t * e, l.bo.data(), e);
+        kernels::AddRmsNorm(x_.data() + t * e, y_.data() + t * e, l.ffn_norm.data(),
+                            xn_.data() + t * e, e, eps);
+      }
+      // Its steps read only this thread's rows first and end with this thread's rows of y_,
+      // which the next layer's first step (same rows) reads.
+      MoeFfn(il, rows, ti, nt);
+      continue;
+    }
     for (int64_t t = ti; t < rows; t += nt) {
       kernels::AddRmsNorm(x_.data() + t * e, y_.data() + t * e, l.ffn_norm.data(),
                           xn_.data() + t * e, e, eps);

@@ -17,7 +17,7 @@ StatusOr<std::unique_ptr<Model>> Model::FromFile(std::unique_ptr<gguf::GgufFile>
   std::unique_ptr<Model> m(new Model());
   UF_ASSIGN_OR_RETURN(m->config_, ModelConfig::FromGguf(*file));
   UF_ASSIGN_OR_RETURN(m->weights_, BindWeights(*file, m->config_));
-  m->bytes_per_token_ = BytesPerToken(m->weights_);
+  m->bytes_per_token_ = BytesPerToken(m->weights_, m->config_);
   m->file_ = std::move(file);
   return m;
 }

@@ -21,7 +21,7 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
   const gguf::GgufFile& file() const { return *file_; }
 
-  // Bytes of weights streamed per decoded token (all layer matrices + the output matrix).
+  // Bytes of weights streamed per decoded token (BytesPerToken: the selected experts only).
   size_t bytes_per_token() const { return bytes_per_token_; }
 
   // out[0..n_embd) = the embedding row of `token` (dequantized). token must be in range.

@@ -98,7 +98,7 @@ inline int ClampRound(float v, float lo, float hi) {
 
 // ---- Plan.
 
-enum class Role { kTokenEmbd, kOutput, kAttnV, kFfnDown, kOtherMatrix };
+enum class Role { kTokenEmbd, kOutput, kAttnV, kFfnDown, kExpert, kExpertDown, kOtherMatrix };
 
 int64_t BlockSize(GgmlType t) { return GetGgmlTypeInfo(static_cast<uint32_t>(t))->block_size; }
 
@@ -129,11 +129,18 @@ GgmlType BaseType(SynthFileType t) {
 // reference does, Q4_K to Q8_0 where it would pick Q5_0 (which this engine does not run).
 // F16/BF16 files are converter output: every matrix in the file type. MXFP4 (the reference's
 // MXFP4_MOE, which puts only expert matrices in MXFP4 and the rest in Q8_0) puts every matrix of
-// these dense presets but the output in MXFP4, so its kernels carry the whole model.
-GgmlType MatrixType(SynthFileType ft, Role role, int64_t layer, int64_t n_layer, int64_t ne0) {
+// these dense presets but the output in MXFP4, so its kernels carry the whole model; in a MoE
+// preset, as the reference, only the experts are MXFP4 and the other matrices Q8_0. Expert
+// down matrices follow ffn_down (the reference matches the name "ffn_down").
+GgmlType MatrixType(SynthFileType ft, Role role, int64_t layer, int64_t n_layer, int64_t ne0,
+                    bool moe) {
   const GgmlType base = BaseType(ft);
   if (ft == SynthFileType::kF16 || ft == SynthFileType::kBF16) return base;
   GgmlType t = base;
+  if (ft == SynthFileType::kMXFP4 && moe && role != Role::kExpert && role != Role::kExpertDown) {
+    t = GgmlType::kQ8_0;
+  }
+  if (role == Role::kExpertDown) role = Role::kFfnDown;
   if (role == Role::kOutput) {
     if (ne0 % BlockSize(base) != 0) {
       t = GgmlType::kQ8_0;
@@ -163,8 +170,25 @@ Status CheckPreset(const SynthPreset& p) {
   if (p.n_head % p.n_head_kv != 0) return bad("head_count is not a multiple of head_count_kv");
   if (p.head_dim % 2 != 0) return bad("head_dim is odd");
   if (!(p.rope_freq_base > 1.0f) || !(p.rms_eps > 0.0f)) return bad("bad rope base or epsilon");
-  if (p.qkv_bias && p.arch != Architecture::kQwen2) return bad("q/k/v biases need qwen2");
-  if (p.qk_norm != (p.arch == Architecture::kQwen3)) return bad("q/k norms go with qwen3");
+  const bool oss = p.arch == Architecture::kGptOss;
+  if (p.qkv_bias != (p.arch == Architecture::kQwen2 || oss)) {
+    return bad("q/k/v biases go with qwen2 and gpt-oss");
+  }
+  if (p.sliding_window != 0 && (!oss || p.sliding_window < 0)) {
+    return bad("a sliding window needs gpt-oss");
+  }
+  const bool qwen3 = p.arch == Architecture::kQwen3 || p.arch == Architecture::kQwen3Moe;
+  if (p.qk_norm != qwen3) return bad("q/k norms go with qwen3 and qwen3moe");
+  const bool needs_experts = p.arch == Architecture::kQwen3Moe || oss;
+  if ((needs_experts && p.n_expert == 0) ||
+      (p.n_expert > 0 && !needs_experts && p.arch != Architecture::kLlama)) {
+    return bad("experts go with qwen3moe and gpt-oss (which need them) or llama (Mixtral)");
+  }
+  if (p.n_expert < 0 || p.n_expert_used < 0 ||
+      (p.n_expert > 0 &&
+       (p.n_expert_used < 1 || p.n_expert_used > p.n_expert || p.n_ff_exp <= 0))) {
+    return bad("bad expert counts");
+  }
   if (p.llama3_rope.factor != 0.0 &&
       (p.arch != Architecture::kLlama || !(p.llama3_rope.factor >= 1.0) ||
        !(p.llama3_rope.high_freq_factor > p.llama3_rope.low_freq_factor) ||
@@ -189,9 +213,9 @@ std::optional<SynthFileType> ParseSynthFileType(std::string_view name) {
   std::string s(name);
   std::transform(s.begin(), s.end(), s.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  for (SynthFileType t : {SynthFileType::kF16, SynthFileType::kBF16, SynthFileType::kQ8_0,
-                          SynthFileType::kQ4_0, SynthFileType::kQ4_K_M, SynthFileType::kQ6_K,
-                          SynthFileType::kMXFP4}) {
+  for (SynthFileType t :
+       {SynthFileType::kF16, SynthFileType::kBF16, SynthFileType::kQ8_0, SynthFileType::kQ4_0,
+        SynthFileType::kQ4_K_M, SynthFileType::kQ6_K, SynthFileType::kMXFP4}) {
     if (s == SynthFileTypeName(t)) return t;
   }
   return std::nullopt;
@@ -271,6 +295,7 @@ StatusOr<SynthPlan> PlanSynth(const SynthPreset& preset, SynthFileType type) {
   plan.preset = preset;
   plan.file_type = type;
   const SynthPreset& p = plan.preset;
+  const bool oss = p.arch == Architecture::kGptOss;
   const int64_t q_dim = p.n_head * p.head_dim, kv_dim = p.n_head_kv * p.head_dim;
   const float std_in = 0.02f;
   // Projections into the residual stream: GPT-2's 1/sqrt(2 * n_layer) scaling keeps the
@@ -283,8 +308,14 @@ StatusOr<SynthPlan> PlanSynth(const SynthPreset& preset, SynthFileType type) {
         {std::move(name), GgmlType::kF32, {n}, 0, SynthInit::kGaussian, mean, std});
   };
   auto mat = [&](std::string name, Role role, int64_t layer, int64_t ne0, int64_t ne1, float std) {
-    const GgmlType t = MatrixType(type, role, layer, p.n_layer, ne0);
+    const GgmlType t = MatrixType(type, role, layer, p.n_layer, ne0, p.n_expert > 0);
     plan.tensors.push_back({std::move(name), t, {ne0, ne1}, 0, SynthInit::kGaussian, 0.0f, std});
+  };
+  auto experts = [&](std::string name, Role role, int64_t layer, int64_t ne0, int64_t ne1,
+                     float std) {
+    const GgmlType t = MatrixType(type, role, layer, p.n_layer, ne0, true);
+    plan.tensors.push_back(
+        {std::move(name), t, {ne0, ne1, p.n_expert}, 0, SynthInit::kGaussian, 0.0f, std});
   };
 
   if (p.llama3_rope.factor != 0.0) {
@@ -309,12 +340,41 @@ StatusOr<SynthPlan> PlanSynth(const SynthPreset& preset, SynthFileType type) {
       vec(b + "attn_k.bias", kv_dim, 0.0f, 0.02f);
       vec(b + "attn_v.bias", kv_dim, 0.0f, 0.02f);
     }
+    if (oss) {
+      // Output bias, and sink logits of the size of the scores (a head pays real attention to
+      // its sink).
+      vec(b + "attn_output.bias", p.n_embd, 0.0f, 0.02f);
+      vec(b + "attn_sinks.weight", p.n_head, 0.0f, 0.5f);
+    }
     if (p.qk_norm) {
       vec(b + "attn_q_norm.weight", p.head_dim, 1.0f, 0.02f);
       vec(b + "attn_k_norm.weight", p.head_dim, 1.0f, 0.02f);
     }
     mat(b + "attn_output.weight", Role::kOtherMatrix, il, q_dim, p.n_embd, std_out);
-    vec(b + "ffn_norm.weight", p.n_embd, 1.0f, 0.02f);
+    vec(b + (oss ? "post_attention_norm.weight" : "ffn_norm.weight"), p.n_embd, 1.0f, 0.02f);
+    if (p.n_expert > 0) {
+      // A wider router than std_in so the random experts' probabilities differ (a router of
+      // near-equal logits makes the top-k choice a coin toss on rounding).
+      plan.tensors.push_back({b + "ffn_gate_inp.weight",
+                              GgmlType::kF32,
+                              {p.n_embd, p.n_expert},
+                              0,
+                              SynthInit::kGaussian,
+                              0.0f,
+                              0.1f});
+      experts(b + "ffn_gate_exps.weight", Role::kExpert, il, p.n_embd, p.n_ff_exp, std_in);
+      experts(b + "ffn_down_exps.weight", Role::kExpertDown, il, p.n_ff_exp, p.n_embd, std_out);
+      experts(b + "ffn_up_exps.weight", Role::kExpert, il, p.n_embd, p.n_ff_exp, std_in);
+      if (oss) {
+        vec(b + "ffn_gate_inp.bias", p.n_expert, 0.0f, 0.1f);
+        for (const char* n : {"ffn_gate_exps.bias", "ffn_down_exps.bias", "ffn_up_exps.bias"}) {
+          const int64_t rows = std::string(n) == "ffn_down_exps.bias" ? p.n_embd : p.n_ff_exp;
+          plan.tensors.push_back(
+              {b + n, GgmlType::kF32, {rows, p.n_expert}, 0, SynthInit::kGaussian, 0.0f, 0.02f});
+        }
+      }
+      continue;
+    }
     mat(b + "ffn_gate.weight", Role::kOtherMatrix, il, p.n_embd, p.n_ff, std_in);
     mat(b + "ffn_up.weight", Role::kOtherMatrix, il, p.n_embd, p.n_ff, std_in);
     mat(b + "ffn_down.weight", Role::kFfnDown, il, p.n_ff, p.n_embd, std_out);
@@ -513,6 +573,16 @@ Status SetMetadata(const SynthPlan& plan, gguf::GgufWriter* w) {
            Value::U32(static_cast<uint32_t>(p.rope_scaling_orig_ctx)));
   }
   w->Set(a + ".attention.layer_norm_rms_epsilon", Value::F32(p.rms_eps));
+  if (p.n_expert > 0) {
+    w->Set(a + ".expert_count", Value::U32(static_cast<uint32_t>(p.n_expert)));
+    w->Set(a + ".expert_used_count", Value::U32(static_cast<uint32_t>(p.n_expert_used)));
+    if (p.arch != Architecture::kLlama) {
+      w->Set(a + ".expert_feed_forward_length", Value::U32(static_cast<uint32_t>(p.n_ff_exp)));
+    }
+  }
+  if (p.sliding_window > 0) {
+    w->Set(a + ".attention.sliding_window", Value::U32(static_cast<uint32_t>(p.sliding_window)));
+  }
 
   w->Set("tokenizer.ggml.model", Value::String("gpt2"));
   w->Set("tokenizer.ggml.pre", Value::String(p.tokenizer_pre));

@@ -60,7 +60,15 @@ struct SynthPreset {
   float rms_eps = 1e-5f;
   bool tied_embeddings = false;  // no output.weight
   bool qkv_bias = false;         // qwen2
-  bool qk_norm = false;          // qwen3
+  bool qk_norm = false;          // qwen3, qwen3moe
+  // Mixture of experts (0 = dense): blk.N.ffn_gate_inp (F32 router, as the reference quantizer
+  // keeps it) and 3-D ffn_{gate,up,down}_exps of n_ff_exp rows (qwen3moe writes
+  // expert_feed_forward_length; Mixtral's experts are n_ff wide).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;
+  // gpt-oss: attention.sliding_window (every other layer; 0 = none).
+  int64_t sliding_window = 0;
   Llama3RopeScaling llama3_rope;
   // rope.scaling.type/factor/original_context_length keys ("linear" or "yarn"; empty = none).
   std::string rope_scaling;
@@ -80,7 +88,9 @@ struct SynthPreset {
 };
 
 // The built-in presets: llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, qwen2.5-0.5b, qwen3-0.6b,
-// smollm2-135m.
+// smollm2-135m, the mixtures of experts qwen3-30b-a3b, mixtral-8x7b and gpt-oss-20b, and
+// tiny-qwen3moe, tiny-mixtral and tiny-gpt-oss (a few MiB, 4k vocabularies: for tests against
+// the reference engine).
 const std::vector<SynthPreset>& SynthPresets();
 // NotFound naming the known presets.
 StatusOr<SynthPreset> FindSynthPreset(std::string_view name);

@@ -160,6 +160,175 @@ SynthPreset SmolLM2() {
   return p;
 }
 
+// Qwen3-30B-A3B: 128 experts of 768 rows, 8 per token (config.json of Qwen/Qwen3-30B-A3B).
+SynthPreset Qwen3Moe() {
+  SynthPreset p = Qwen(/*qwen3=*/true);
+  p.name = "qwen3-30b-a3b";
+  p.display_name = "Qwen3 30B A3B (synthetic)";
+  p.arch = Architecture::kQwen3Moe;
+  p.n_embd = 2048;
+  p.n_layer = 48;
+  p.n_head = 32;
+  p.n_head_kv = 4;
+  p.head_dim = 128;
+  p.n_ff = 6144;
+  p.n_ctx_train = 40960;
+  p.tied_embeddings = false;
+  p.n_expert = 128;
+  p.n_expert_used = 8;
+  p.n_ff_exp = 768;
+  return p;
+}
+
+// Mixtral-8x7B: the Mistral 7B shape with 8 experts, 2 per token. The real tokenizer is a 32k
+// SentencePiece one; synth writes its byte-level BPE of the same size with <unk>, <s>, </s>.
+SynthPreset Mixtral() {
+  SynthPreset p;
+  p.name = "mixtral-8x7b";
+  p.display_name = "Mixtral 8x7B (synthetic)";
+  p.arch = Architecture::kLlama;
+  p.n_embd = 4096;
+  p.n_layer = 32;
+  p.n_head = 32;
+  p.n_head_kv = 8;
+  p.head_dim = 128;
+  p.n_ff = 14336;
+  p.n_vocab = 32000;
+  p.n_ctx_train = 32768;
+  p.rope_freq_base = 1000000.0f;
+  p.rms_eps = 1e-5f;
+  p.tied_embeddings = false;
+  p.tokenizer_pre = "llama-bpe";
+  p.special_tokens = {{0, "<unk>", TokenType::kControl},
+                      {1, "<s>", TokenType::kControl},
+                      {2, "</s>", TokenType::kControl}};
+  p.n_real_tokens = 32000;
+  p.bos_id = 1;
+  p.eos_id = 2;
+  p.add_bos = true;
+  p.n_expert = 8;
+  p.n_expert_used = 2;
+  p.n_ff_exp = 14336;
+  return p;
+}
+
+// gpt-oss-20b (config.json of openai/gpt-oss-20b): 32 experts of 2880 rows, 4 per token, a
+// 128-position window on even layers, YaRN (factor 32 over 4096). The o200k_harmony vocabulary's
+// special tokens sit at 199998-200018; synth writes its byte-level BPE of the same size.
+SynthPreset GptOss() {
+  SynthPreset p;
+  p.name = "gpt-oss-20b";
+  p.display_name = "gpt-oss 20B (synthetic)";
+  p.arch = Architecture::kGptOss;
+  p.n_embd = 2880;
+  p.n_layer = 24;
+  p.n_head = 64;
+  p.n_head_kv = 8;
+  p.head_dim = 64;
+  p.n_ff = 2880;
+  p.n_vocab = 201088;
+  p.n_ctx_train = 131072;
+  p.rope_freq_base = 150000.0f;
+  p.rms_eps = 1e-5f;
+  p.tied_embeddings = false;
+  p.qkv_bias = true;
+  p.rope_scaling = "yarn";
+  p.rope_scaling_factor = 32.0;
+  p.rope_scaling_orig_ctx = 4096;
+  p.tokenizer_pre = "gpt-4o";
+  const std::pair<int32_t, const char*> named[] = {
+      {199998, "<|startoftext|>"}, {199999, "<|endoftext|>"}, {200002, "<|return|>"},
+      {200003, "<|constrain|>"},   {200005, "<|channel|>"},   {200006, "<|start|>"},
+      {200007, "<|end|>"},         {200008, "<|message|>"},   {200012, "<|call|>"},
+      {200018, "<|endofprompt|>"}};
+  for (int32_t id = 199998; id <= 200018; ++id) {
+    std::string text = "<|reserved_" + std::to_string(id) + "|>";
+    for (const auto& [nid, t] : named) {
+      if (nid == id) text = t;
+    }
+    p.special_tokens.push_back({id, text, TokenType::kControl});
+  }
+  p.n_real_tokens = 200019;
+  p.bos_id = 199998;
+  p.eos_id = 200002;
+  p.pad_id = 199999;
+  p.add_bos = false;
+  p.n_expert = 32;
+  p.n_expert_used = 4;
+  p.n_ff_exp = 2880;
+  p.sliding_window = 128;
+  return p;
+}
+
+// Tiny gpt-oss: the tiny MoE shape with 8 experts (4 used), a 32-position window (so a
+// 200-token test crosses it), YaRN factor 4 over 1024, the special tokens at the end of a 4k
+// vocabulary.
+SynthPreset TinyGptOss() {
+  SynthPreset p = GptOss();
+  p.name = "tiny-gpt-oss";
+  p.display_name = "Tiny gpt-oss (synthetic)";
+  p.n_embd = 256;
+  p.n_layer = 2;
+  p.n_head = 4;
+  p.n_head_kv = 2;
+  p.head_dim = 64;
+  p.n_ff = 256;
+  p.n_vocab = 4096;
+  p.n_ctx_train = 4096;
+  p.rope_scaling_factor = 4.0;
+  p.rope_scaling_orig_ctx = 1024;
+  const int32_t base = static_cast<int32_t>(p.n_vocab - p.special_tokens.size());
+  for (size_t i = 0; i < p.special_tokens.size(); ++i) {
+    p.special_tokens[i].id = base + static_cast<int32_t>(i);
+  }
+  p.n_real_tokens = p.n_vocab;
+  p.bos_id = base;
+  p.pad_id = base + 1;
+  p.eos_id = base + 4;  // <|return|>
+  p.n_expert = 8;
+  p.n_expert_used = 4;
+  p.n_ff_exp = 256;
+  p.sliding_window = 32;
+  return p;
+}
+
+// Tiny mixtures of experts for tests against the reference engine: 2 layers of width 256 (so
+// K-quant rows are whole blocks), a 4k vocabulary, a few MiB in Q8_0.
+SynthPreset TinyMoe(bool qwen3) {
+  SynthPreset p = qwen3 ? Qwen3Moe() : Mixtral();
+  p.name = qwen3 ? "tiny-qwen3moe" : "tiny-mixtral";
+  p.display_name = qwen3 ? "Tiny Qwen3 MoE (synthetic)" : "Tiny Mixtral (synthetic)";
+  p.n_embd = 256;
+  p.n_layer = 2;
+  p.n_head = 4;
+  p.n_head_kv = 2;
+  p.head_dim = 64;
+  p.n_vocab = 4096;
+  p.n_ctx_train = 4096;
+  if (qwen3) {
+    // Qwen's added tokens moved to the end of the small vocabulary.
+    p.special_tokens = QwenSpecialTokens(true);
+    const int32_t base = static_cast<int32_t>(p.n_vocab - p.special_tokens.size());
+    for (size_t i = 0; i < p.special_tokens.size(); ++i) {
+      p.special_tokens[i].id = base + static_cast<int32_t>(i);
+    }
+    p.n_real_tokens = p.n_vocab;
+    p.bos_id = p.pad_id = base;
+    p.eos_id = base + 2;  // <|im_end|>
+    p.n_ff = 512;
+    p.n_expert = 8;
+    p.n_expert_used = 4;
+    p.n_ff_exp = 128;
+  } else {
+    p.n_real_tokens = p.n_vocab;
+    p.n_ff = 256;
+    p.n_expert = 8;
+    p.n_expert_used = 2;
+    p.n_ff_exp = 256;
+  }
+  return p;
+}
+
 // GPT-2's byte-to-unicode table in its vocabulary order: printable Latin-1 bytes map to
 // themselves and come first, the other 68 bytes map to U+0100.. in byte order.
 std::vector<std::string> ByteTokens() {
@@ -249,6 +418,12 @@ const std::vector<SynthPreset>& SynthPresets() {
     v->push_back(Qwen(/*qwen3=*/false));
     v->push_back(Qwen(/*qwen3=*/true));
     v->push_back(SmolLM2());
+    v->push_back(Qwen3Moe());
+    v->push_back(Mixtral());
+    v->push_back(TinyMoe(/*qwen3=*/true));
+    v->push_back(TinyMoe(/*qwen3=*/false));
+    v->push_back(GptOss());
+    v->push_back(TinyGptOss());
     return v;
   }();
   return *presets;

@@ -1,5 +1,7 @@
 #include "model/weights.h"
 
+#include <cstring>
+
 #include "kernels/quant.h"
 
 namespace uf::model {
@@ -38,6 +40,28 @@ StatusOr<kernels::Matrix> WeightBinder::Matrix(const std::string& name, int64_t 
   return m;
 }
 
+StatusOr<std::vector<kernels::Matrix>> WeightBinder::Experts(const std::string& name,
+                                                             int64_t n_expert, int64_t rows,
+                                                             int64_t cols) const {
+  const gguf::TensorInfo* t = file_.FindTensor(name);
+  if (t == nullptr) return NotFoundError("model: tensor '" + name + "' is missing");
+  if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n_expert || t->ne[3] != 1) {
+    return InvalidArgumentError("model: tensor '" + name + "' has shape " + t->ShapeString() +
+                                ", expected [" + std::to_string(cols) + ", " +
+                                std::to_string(rows) + ", " + std::to_string(n_expert) + "]");
+  }
+  UF_RETURN_IF_ERROR(CheckComputable(*t));
+  const size_t slice = GgmlRowBytes(t->type, cols) * static_cast<size_t>(rows);
+  std::vector<kernels::Matrix> out;
+  out.reserve(n_expert);
+  for (int64_t e = 0; e < n_expert; ++e) {
+    auto m = kernels::Matrix::Create(t->type, t->data + e * slice, rows, cols);
+    if (!m.ok()) return m.status().WithContext("model: tensor '" + name + "'");
+    out.push_back(std::move(*m));
+  }
+  return out;
+}
+
 StatusOr<std::vector<float>> WeightBinder::Vector(const std::string& name, int64_t n) const {
   const gguf::TensorInfo* t = file_.FindTensor(name);
   if (t == nullptr) return NotFoundError("model: tensor '" + name + "' is missing");
@@ -51,6 +75,20 @@ StatusOr<std::vector<float>> WeightBinder::Vector(const std::string& name, int64
   }
   std::vector<float> v(n);
   kernels::DequantizeRow(t->type, t->data, v.data(), n);
+  return v;
+}
+
+StatusOr<std::vector<float>> WeightBinder::Floats(const std::string& name, int64_t ne0,
+                                                  int64_t ne1) const {
+  const gguf::TensorInfo* t = file_.FindTensor(name);
+  if (t == nullptr) return NotFoundError("model: tensor '" + name + "' is missing");
+  UF_RETURN_IF_ERROR(CheckShape(*t, ne0, ne1));
+  if (t->type != GgmlType::kF32) {
+    return UnimplementedError("model: tensor '" + name + "' has type " + TypeName(t->type) +
+                              ", expected F32");
+  }
+  std::vector<float> v(ne0 * ne1);
+  std::memcpy(v.data(), t->data, v.size() * sizeof(float));
   return v;
 }
 
@@ -78,7 +116,11 @@ StatusOr<ModelWeights> BindWeights(const gguf::GgufFile& file, const ModelConfig
         s = BindQwen2Layer(b, c, il, &w.layers[il]);
         break;
       case Architecture::kQwen3:
+      case Architecture::kQwen3Moe:
         s = BindQwen3Layer(b, c, il, &w.layers[il]);
+        break;
+      case Architecture::kGptOss:
+        s = BindGptOssLayer(b, c, il, &w.layers[il]);
         break;
     }
     UF_RETURN_IF_ERROR(s);
@@ -98,14 +140,49 @@ StatusOr<ModelWeights> BindWeights(const gguf::GgufFile& file, const ModelConfig
   return w;
 }
 
-size_t BytesPerToken(const ModelWeights& w) {
-  size_t total = w.output.bytes();
+namespace {
+
+// Sums f over the matrices a token reads (experts: the average expert times the k used) or over
+// all of them.
+template <typename F>
+double SumMatrices(const ModelWeights& w, const ModelConfig* active, const F& f) {
+  double total = f(w.output);
   for (const LayerWeights& l : w.layers) {
-    for (const kernels::Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) {
-      total += m->bytes();
+    for (const kernels::Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo}) total += f(*m);
+    if (l.exp_gate.empty()) {
+      for (const kernels::Matrix* m : {&l.gate, &l.up, &l.down}) total += f(*m);
+      continue;
     }
+    total += f(l.router);
+    double experts = 0;
+    for (size_t e = 0; e < l.exp_gate.size(); ++e) {
+      experts += f(l.exp_gate[e]) + f(l.exp_up[e]) + f(l.exp_down[e]);
+    }
+    if (active != nullptr) {
+      experts *=
+          static_cast<double>(active->n_expert_used) / static_cast<double>(l.exp_gate.size());
+    }
+    total += experts;
   }
   return total;
+}
+
+double Bytes(const kernels::Matrix& m) { return static_cast<double>(m.bytes()); }
+double Params(const kernels::Matrix& m) { return static_cast<double>(m.rows()) * m.cols(); }
+
+}  // namespace
+
+size_t BytesPerToken(const ModelWeights& w, const ModelConfig& c) {
+  return static_cast<size_t>(SumMatrices(w, &c, Bytes));
+}
+size_t AllMatrixBytes(const ModelWeights& w) {
+  return static_cast<size_t>(SumMatrices(w, nullptr, Bytes));
+}
+int64_t ActiveParams(const ModelWeights& w, const ModelConfig& c) {
+  return static_cast<int64_t>(SumMatrices(w, &c, Params));
+}
+int64_t AllParams(const ModelWeights& w) {
+  return static_cast<int64_t>(SumMatrices(w, nullptr, Params));
 }
 
 }  // namespace uf::model

@@ -37,20 +37,20 @@ ModelShape Shape(std::string name, int64_t n_layer, int64_t n_embd, int64_t n_he
 std::vector<ModelShape> MakePresets() {
   std::vector<ModelShape> v;
   for (const model::SynthPreset& p : model::SynthPresets()) {
-    v.push_back(Shape(p.name, p.n_layer, p.n_embd, p.n_head, p.n_head_kv, p.head_dim, p.n_ff,
-                      p.n_vocab, p.tied_embeddings));
+    // A MoE preset's layers have no dense FFN (n_ff is the routed experts' or unused).
+    ModelShape s = Shape(p.name, p.n_layer, p.n_embd, p.n_head, p.n_head_kv, p.head_dim,
+                         p.n_expert > 0 ? 0 : p.n_ff, p.n_vocab, p.tied_embeddings);
+    s.n_expert = p.n_expert;
+    s.n_expert_used = p.n_expert_used;
+    s.n_ff_expert = p.n_ff_exp;
+    v.push_back(s);
   }
   // Planning only (no synth preset: their files would be 140 GB and 810 GB in 16 bits). Shapes
   // from the models' Hugging Face config.json.
   v.push_back(Shape("llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256, false));
   v.push_back(Shape("llama-3.1-405b", 126, 16384, 128, 8, 128, 53248, 128256, false));
-  // Mixtral-8x7B: 32 layers of 8 experts (FFN 14336 wide), 2 routed per token: 46.7B parameters
-  // held, 12.9B active.
-  ModelShape moe = Shape("mixtral-8x7b", 32, 4096, 32, 8, 128, 0, 32000, false);
-  moe.n_expert = 8;
-  moe.n_expert_used = 2;
-  moe.n_ff_expert = 14336;
-  v.push_back(moe);
+  // Mixtral-8x7B (46.7B parameters held, 12.9B active) and Qwen3-30B-A3B come from their synth
+  // presets.
   return v;
 }
 

@@ -61,8 +61,9 @@ StatusOr<double> WeightTypeBits(std::string_view type);
 // Bytes per element of a K/V cache type: f32, f16, bf16, fp8, q8_0.
 StatusOr<double> KvTypeBytes(std::string_view type);
 
-// The planner's presets: the synth presets (llama-3.2-1b, ..., smollm2-135m) plus shapes for
-// planning only: llama-3.1-70b, llama-3.1-405b and mixtral-8x7b (MoE, 2 of 8 experts).
+// The planner's presets: the synth presets (llama-3.2-1b, ..., smollm2-135m, the MoE ones
+// qwen3-30b-a3b and mixtral-8x7b with their experts) plus shapes for planning only:
+// llama-3.1-70b and llama-3.1-405b.
 const std::vector<ModelShape>& PlannerPresets();
 StatusOr<ModelShape> FindPlannerPreset(std::string_view name);
 
