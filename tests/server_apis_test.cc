@@ -245,27 +245,6 @@ std::vector<json> Events(const std::string& body) {
   return out;
 }
 
-TEST(ThinkSplitterTest, SplitsALeadingThinkBlockAsItStreams) {
-  ThinkSplitter t;
-  std::string reasoning, answer;
-  for (std::string_view piece : {"\n<th", "ink>Let me", " see.</th", "ink>\n\n", "Hi", " there"}) {
-    ThinkSplitter::Piece p = t.Push(piece);
-    reasoning += p.reasoning;
-    answer += p.answer;
-  }
-  ThinkSplitter::Piece p = t.Flush();
-  EXPECT_EQ(reasoning + p.reasoning, "Let me see.");
-  EXPECT_EQ(answer + p.answer, "Hi there");
-  EXPECT_TRUE(t.had_reasoning());
-  ThinkSplitter plain;  // no <think>: all answer, the text as it came
-  EXPECT_EQ(plain.Push(" <thi").answer, "");
-  EXPECT_EQ(plain.Push("s>").answer, " <this>");
-  EXPECT_FALSE(plain.had_reasoning());
-  ThinkSplitter cut;  // cut off while thinking: all reasoning
-  EXPECT_EQ(cut.Push("<think>abc</th").reasoning, "abc");
-  EXPECT_EQ(cut.Flush().reasoning, "</th");
-}
-
 // A reasoning model's reply: a reasoning item before the message, streamed and not alike.
 TEST(ResponsesWriterTest, ReasoningItemThenMessage) {
   ResponseOptions ro;

@@ -119,6 +119,7 @@ int RunServe(const ServeArgs& args) {
   ho.max_tokens_limit = args.max_tokens_limit;
   ho.max_body_bytes = args.max_body_bytes;
   ho.tool_format = server::ToolCallFormatOf(model.file());
+  ho.reasoning_format = server::ReasoningFormatOf(model.file());
   ho.history_dir = args.history_dir;
   ho.response_store.max_responses = args.responses_store;
   ho.response_store.ttl_s = args.responses_ttl_s;

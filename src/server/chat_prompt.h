@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "server/http_server.h"
+#include "server/reply_parser.h"
 #include "server/tool_calls.h"
 
 namespace uf {
@@ -26,5 +27,15 @@ StatusOr<ChatRenderer> MakeChatRenderer(const gguf::GgufFile& file, const Tokeni
 
 // How the model's template (or the default) has it write tool calls.
 ToolCallFormat ToolCallFormatOf(const gguf::GgufFile& file);
+// How its replies carry reasoning (think tags, or harmony's channels).
+ReasoningFormat ReasoningFormatOf(const gguf::GgufFile& file);
+
+// The request's messages as the template reads them: for a harmony template (gpt-oss), an
+// earlier reply's reasoning_content also as `thinking` (and a turn with calls and reasoning
+// without its content, which the template refuses).
+nlohmann::ordered_json TemplateMessages(const nlohmann::json& messages, bool harmony);
+// The template's extra variables: the request's chat_template_kwargs, with enable_thinking true
+// unless the request says otherwise (as llama.cpp renders).
+nlohmann::ordered_json TemplateKwargs(const nlohmann::ordered_json& kwargs);
 
 }  // namespace uf::server
