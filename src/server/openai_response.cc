@@ -170,10 +170,7 @@ std::string ResponseBuilder::Stream(int index, const engine::GenerationEvent& ev
   }
   ReplyPiece piece;
   if (c.parser) {
-    piece = c.parser->Push(event.text);
-    if (c.parser->had_reasoning() && !c.parser->answer_started()) {
-      c.reasoning_tokens += event.n_tokens;
-    }
+    piece = c.parser->Push(event.text, event.n_tokens);
   } else {
     piece.content = event.text;
   }
@@ -256,10 +253,8 @@ void ResponseBuilder::Add(int index, const engine::GenerationEvent& event) {
   Choice& c = choices_[index];
   c.text += event.text;
   if (c.parser) {  // only to count the reasoning's tokens: Body() parses the whole text
-    c.parser->Push(event.text);
-    if (c.parser->had_reasoning() && !c.parser->answer_started()) {
-      c.reasoning_tokens += event.n_tokens;
-    }
+    c.parser->Push(event.text, event.n_tokens);
+    if (event.finish != engine::FinishReason::kNone) c.parser->Finish();
   }
   if (options_.logprobs && !event.logprobs.empty()) {
     json lp = LogprobsJson(c, event.logprobs);
@@ -281,7 +276,7 @@ void ResponseBuilder::Add(int index, const engine::GenerationEvent& event) {
 json ResponseBuilder::Usage() const {
   json u = UsageJson(Final());
   int64_t reasoning = 0;
-  for (const Choice& c : choices_) reasoning += c.reasoning_tokens;
+  for (const Choice& c : choices_) reasoning += c.parser ? c.parser->reasoning_tokens() : 0;
   if (reasoning > 0) u["completion_tokens_details"]["reasoning_tokens"] = reasoning;
   return u;
 }

@@ -104,7 +104,6 @@ class ResponseBuilder : public ResponseWriter {
     // Non-streamed accumulation.
     std::string text;
     std::optional<ReplyParser> parser;  // chat: reasoning, content and calls
-    int64_t reasoning_tokens = 0;       // tokens before the answer's first text
     nlohmann::json chat_logprobs = nlohmann::json::array();  // content entries
     nlohmann::json cmpl_logprobs;                            // {tokens, token_logprobs, ...}
     engine::GenerationEvent final_event;

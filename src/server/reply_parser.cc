@@ -243,13 +243,23 @@ void ReplyParser::PushHarmony(ReplyPiece* out) {
   }
 }
 
-ReplyPiece ReplyParser::Push(std::string_view text) {
+ReplyPiece ReplyParser::Push(std::string_view text, int64_t tokens) {
   ReplyPiece out;
+  const bool was_answering = answer_started_;
   buf_.append(text);
   if (format_.reasoning == ReasoningFormat::kHarmony) {
     PushHarmony(&out);
   } else {
     PushThink(&out);
+  }
+  if (!had_reasoning_ && !answer_started_) {
+    undecided_tokens_ += tokens;  // "<th": reasoning, if "ink>" follows
+  } else {
+    if (had_reasoning_ && !was_answering) {
+      // The tokens of the event that began the answer are the answer's.
+      reasoning_tokens_ += undecided_tokens_ + (answer_started_ ? 0 : tokens);
+    }
+    undecided_tokens_ = 0;
   }
   return out;
 }
@@ -277,6 +287,8 @@ ReplyEnd ReplyParser::Finish() {
   }
   buf_.clear();
   reasoning_blank_.clear();
+  if (had_reasoning_ && !answer_started_) reasoning_tokens_ += undecided_tokens_;
+  undecided_tokens_ = 0;
   ReplyEnd end;
   end.reasoning = std::move(rest.reasoning);
   end.content = std::move(rest.content);

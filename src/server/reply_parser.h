@@ -15,6 +15,7 @@
 // same however the text is cut into pieces.
 #pragma once
 
+#include <cstdint>
 #include <set>
 #include <string>
 #include <string_view>
@@ -62,15 +63,18 @@ class ReplyParser {
  public:
   explicit ReplyParser(ReplyFormat format);
 
-  // The part of `text` (appended to the reply so far) that can be reported now.
-  ReplyPiece Push(std::string_view text);
+  // The part of `text` (appended to the reply so far, `tokens` tokens of it) that can be
+  // reported now.
+  ReplyPiece Push(std::string_view text, int64_t tokens = 0);
   // The reply ended (stop, length or a call): what was held back, and the calls. A reply cut off
   // inside its reasoning is reasoning to its end.
   ReplyEnd Finish();
 
-  // Some reasoning was seen; no answer text (nor a call) was seen yet.
+  // Some reasoning was seen; answer text (or a call) was seen.
   bool had_reasoning() const { return had_reasoning_; }
   bool answer_started() const { return answer_started_; }
+  // Tokens pushed before the answer's first text, in a reply that reasons (the tags included).
+  int64_t reasoning_tokens() const { return reasoning_tokens_; }
 
   // A whole reply at once, as the streamed pieces add up (with calls, the content is trimmed).
   static ReplyEnd Parse(const ReplyFormat& format, std::string_view text);
@@ -97,6 +101,8 @@ class ReplyParser {
   bool strip_reasoning_ = false;  // drop the reasoning's leading white space
   bool strip_answer_ = false;     // just after </think>: drop the answer's leading white space
   std::string reasoning_blank_;   // white space at the reasoning's end, held: </think> may follow
+  int64_t reasoning_tokens_ = 0;
+  int64_t undecided_tokens_ = 0;  // pushed while it was not known yet whether the reply reasons
   // Harmony.
   bool first_message_ = true;
   Body body_ = Body::kContent;

@@ -67,8 +67,6 @@ class ResponsesWriter : public ResponseWriter {
   // Streaming: reasoning text to the open reasoning item (opening it first), and closing it.
   void StreamReasoning(std::string_view text, std::string* out);
   void CloseReasoning(std::string* out);
-  // Pushes one event's text to the parser and counts the reasoning's tokens.
-  ReplyPiece Split(const engine::GenerationEvent& event);
   // The finished response's object (stored first when asked): output items, usage and status.
   nlohmann::json Finish(const std::string& text, const std::string& reasoning,
                         const nlohmann::json& output, const std::vector<ToolCall>& calls,
@@ -81,7 +79,6 @@ class ResponsesWriter : public ResponseWriter {
   std::string msg_id_;
   std::string rs_id_;  // the reasoning item's
   ReplyParser parser_;  // streamed: the reply; non-streamed: only to count reasoning tokens
-  int64_t reasoning_tokens_ = 0;
   bool reasoning_open_ = false;
   std::string reasoning_text_;
   // Streaming state.

@@ -56,13 +56,6 @@ ResponsesWriter::ResponsesWriter(ResponseOptions options, json echo, ResponsesSt
       rs_id_(RandomId("rs_")),
       parser_(ReplyFormatOf(options_)) {}
 
-ReplyPiece ResponsesWriter::Split(const engine::GenerationEvent& event) {
-  ReplyPiece p = parser_.Push(event.text);
-  // Tokens until the answer's first text are the reasoning's (the </think> tag included).
-  if (parser_.had_reasoning() && !parser_.answer_started()) reasoning_tokens_ += event.n_tokens;
-  return p;
-}
-
 void ResponsesWriter::StreamReasoning(std::string_view text, std::string* out) {
   if (!reasoning_open_) {
     reasoning_open_ = true;
@@ -116,7 +109,7 @@ json ResponsesWriter::ResponseJson(const std::string& status, const json& output
   r["model"] = options_.model;
   r["output"] = output;
   r["service_tier"] = scheduler::ServiceTierName(tier_);
-  r["usage"] = final_event != nullptr ? UsageOf(*final_event, reasoning_tokens_) : json(nullptr);
+  r["usage"] = final_event != nullptr ? UsageOf(*final_event, parser_.reasoning_tokens()) : json(nullptr);
   if (status == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   return r;
 }
@@ -196,7 +189,7 @@ std::string ResponsesWriter::Stream(int, const engine::GenerationEvent& event) {
     return out + StreamError(ServerError(
                      500, event.error.ok() ? "generation was cancelled" : event.error.message()));
   }
-  ReplyPiece piece = Split(event);
+  ReplyPiece piece = parser_.Push(event.text, event.n_tokens);
   const bool last = event.finish != engine::FinishReason::kNone && !done_;
   std::vector<ToolCall> calls;
   if (last) {
@@ -259,7 +252,8 @@ std::string ResponsesWriter::StreamError(const ApiError& error) {
 
 void ResponsesWriter::Add(int, const engine::GenerationEvent& event) {
   tier_ = event.service_tier;
-  Split(event);
+  parser_.Push(event.text, event.n_tokens);  // only to count the reasoning's tokens
+  if (event.finish != engine::FinishReason::kNone) parser_.Finish();
   text_ += event.text;
   if (event.finish != engine::FinishReason::kNone) final_ = event;
 }
