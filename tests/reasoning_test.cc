@@ -3,8 +3,6 @@
 // byte by byte (the result must not depend on where the text is cut); the format each shared
 // template teaches; and the prompts of the real templates with reasoning_effort,
 // enable_thinking and an earlier reply's reasoning sent back.
-#include "server/reply_parser.h"
-
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -14,6 +12,7 @@
 #include <vector>
 
 #include "server/chat_prompt.h"
+#include "server/reply_parser.h"
 #include "shared_data.h"
 #include "tokenizer/chat_template.h"
 
@@ -218,9 +217,9 @@ TEST(ReasoningTemplateTest, FormatFollowsTheTemplate) {
   const std::string oss = ReadTemplate("openai-gpt-oss-120b.jinja");
   EXPECT_EQ(DetectReasoningFormat(oss), ReasoningFormat::kHarmony);
   EXPECT_EQ(DetectToolCallFormat(oss), ToolCallFormat::kHarmony);
-  for (const char* name :
-       {"Qwen-Qwen3-0.6B.jinja", "Qwen-QwQ-32B.jinja", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
-        "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja"}) {
+  for (const char* name : {"Qwen-Qwen3-0.6B.jinja", "Qwen-QwQ-32B.jinja",
+                           "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+                           "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja"}) {
     EXPECT_EQ(DetectReasoningFormat(ReadTemplate(name)), ReasoningFormat::kThink) << name;
   }
   EXPECT_EQ(DetectToolCallFormat(ReadTemplate("Qwen-Qwen3-0.6B.jinja")), ToolCallFormat::kHermes);
@@ -298,7 +297,8 @@ TEST(ReasoningTemplateTest, Qwen3EnableThinkingAndReasoningSentBack) {
 // thinking is turned off.
 TEST(ReasoningTemplateTest, TemplatesThatOpenTheThinkBlock) {
   UF_REQUIRE_SHARED();
-  for (const char* name : {"Qwen-QwQ-32B.jinja", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"}) {
+  for (const char* name :
+       {"Qwen-QwQ-32B.jinja", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"}) {
     SCOPED_TRACE(name);
     ChatTemplate t = Parse(name);
     const std::string on = Render(t, kQuestion, nullptr);

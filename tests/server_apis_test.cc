@@ -74,7 +74,7 @@ TEST(ResponsesRequestTest, InputItemsBecomeChatMessages) {
     {"role": "tool", "content": "21C", "tool_call_id": "call_1"}])");
   EXPECT_EQ(r.api.messages, want);
   EXPECT_EQ(r.api.reasoning_effort, "low");  // "none": thinking off, and the least effort
-  EXPECT_EQ(r.instructions, "Be brief.");  // the handler puts it first
+  EXPECT_EQ(r.instructions, "Be brief.");    // the handler puts it first
   EXPECT_FALSE(r.store);
   EXPECT_EQ(r.api.max_tokens, 7);
   EXPECT_FLOAT_EQ(r.api.sampling.temperature, 0.5f);

@@ -104,8 +104,7 @@ ChatStream ReadChatStream(const std::string& sse) {
 TEST(ChatReasoningTest, StreamedApartFromContentAsTheBodySaysIt) {
   auto tok = ByteTokenizer();
   // Both tags cut across events.
-  const auto events =
-      EventsOf({"<th", "ink>\nLet", " me see.\n</thi", "nk>\n\nIt", " is 4."});
+  const auto events = EventsOf({"<th", "ink>\nLet", " me see.\n</thi", "nk>\n\nIt", " is 4."});
   ResponseBuilder body(ChatOptions(ReasoningFormat::kThink), *tok);
   ResponseBuilder stream(ChatOptions(ReasoningFormat::kThink), *tok);
   std::string sse;
@@ -131,7 +130,9 @@ TEST(ChatReasoningTest, StreamedApartFromContentAsTheBodySaysIt) {
     if (c["choices"].empty()) continue;
     const json& d = c["choices"][0]["delta"];
     if (d.value("content", "") != "") content_seen = true;
-    if (d.contains("reasoning_content")) EXPECT_FALSE(content_seen) << c.dump();
+    if (d.contains("reasoning_content")) {
+      EXPECT_FALSE(content_seen) << c.dump();
+    }
   }
   // Without reasoning there is no reasoning_content field at all.
   ResponseBuilder plain(ChatOptions(ReasoningFormat::kThink), *tok);
@@ -259,8 +260,7 @@ struct OpenThinkTemplate {
   std::mutex mu;
   std::vector<nlohmann::ordered_json> kwargs;
   ChatRenderer Renderer() {
-    return [this](const json& messages,
-                  const nlohmann::ordered_json& k) -> StatusOr<std::string> {
+    return [this](const json& messages, const nlohmann::ordered_json& k) -> StatusOr<std::string> {
       {
         std::lock_guard<std::mutex> lock(mu);
         kwargs.push_back(k);
@@ -285,8 +285,9 @@ TEST(ReasoningServerTest, PromptOpenedThinkingIsReasoningInEveryApi) {
   OpenThinkTemplate tmpl;
   ServerHarness h({}, nullptr, {}, tmpl.Renderer());
   const json messages = {{{"role", "user"}, {"content", "Say something"}}};
-  json chat = {{"model", "tiny"},         {"messages", messages},   {"max_tokens", 8},
-               {"temperature", 0},        {"seed", 1},              {"reasoning_effort", "high"}};
+  json chat = {{"model", "tiny"}, {"messages", messages},
+               {"max_tokens", 8}, {"temperature", 0},
+               {"seed", 1},       {"reasoning_effort", "high"}};
   const json a = PostOk(h, "/v1/chat/completions", chat);
   const json& message = a["choices"][0]["message"];
   const std::string reasoning = message.value("reasoning_content", "");
@@ -346,20 +347,18 @@ TEST(ReasoningServerTest, PromptOpenedThinkingIsReasoningInEveryApi) {
   EXPECT_EQ(json_text.substr(json_text.find_first_not_of(" \t\r\n"), 1), "{") << json_text;
 
   // An earlier reply's reasoning sent back is accepted and reaches the template.
-  const json back = PostOk(
-      h, "/v1/chat/completions",
-      {{"model", "tiny"},
-       {"messages",
-        {{{"role", "user"}, {"content", "Hi"}},
-         {{"role", "assistant"}, {"content", "Hello"}, {"reasoning_content", "Greet."}},
-         {{"role", "user"}, {"content", "Again"}}}},
-       {"max_tokens", 1}});
+  const json back =
+      PostOk(h, "/v1/chat/completions",
+             {{"model", "tiny"},
+              {"messages",
+               {{{"role", "user"}, {"content", "Hi"}},
+                {{"role", "assistant"}, {"content", "Hello"}, {"reasoning_content", "Greet."}},
+                {{"role", "user"}, {"content", "Again"}}}},
+              {"max_tokens", 1}});
   EXPECT_EQ(back["object"], "chat.completion");
-  auto bad = h.Post("/v1/chat/completions",
-                    json({{"model", "tiny"},
-                          {"messages", messages},
-                          {"reasoning_effort", "extreme"}})
-                        .dump());
+  auto bad = h.Post(
+      "/v1/chat/completions",
+      json({{"model", "tiny"}, {"messages", messages}, {"reasoning_effort", "extreme"}}).dump());
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400);
   EXPECT_EQ(json::parse(bad->body)["error"]["param"], "reasoning_effort");

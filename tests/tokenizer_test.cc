@@ -521,7 +521,7 @@ TEST(TokenizerConfig, HarmonyEndIsNotEndOfGeneration) {
   for (int b = 0; b < 256; ++b) {
     c.tokens.emplace_back(tokenizer::ByteToUnicode(static_cast<uint8_t>(b)));
   }
-  const std::vector<std::string> tags = {"<|start|>", "<|end|>",     "<|message|>", "<|channel|>",
+  const std::vector<std::string> tags = {"<|start|>",  "<|end|>",  "<|message|>",  "<|channel|>",
                                          "<|return|>", "<|call|>", "<|constrain|>"};
   for (const std::string& t : tags) c.tokens.push_back(t);
   c.token_types.assign(c.tokens.size(), TokenType::kNormal);
@@ -531,8 +531,8 @@ TEST(TokenizerConfig, HarmonyEndIsNotEndOfGeneration) {
   auto tok = Tokenizer::FromConfig(c);
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
   EXPECT_TRUE((*tok)->IsEndOfGeneration(260));
-  EXPECT_TRUE((*tok)->IsEndOfGeneration(261));   // <|call|>
-  EXPECT_FALSE((*tok)->IsEndOfGeneration(257));  // <|end|>
+  EXPECT_TRUE((*tok)->IsEndOfGeneration(261));                  // <|call|>
+  EXPECT_FALSE((*tok)->IsEndOfGeneration(257));                 // <|end|>
   EXPECT_EQ((*tok)->token_type(259), TokenType::kUserDefined);  // <|channel|>
   EXPECT_EQ((*tok)->token_type(260), TokenType::kControl);
   EXPECT_EQ((*tok)->TokenToPiece(259), "<|channel|>");

@@ -85,8 +85,9 @@ void AnthropicWriter::StreamThinking(std::string_view text, std::string* out) {
                    {"content_block", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}}});
     ++blocks_;
   }
-  *out += Event("content_block_delta", {{"index", blocks_ - 1},
-                                        {"delta", {{"type", "thinking_delta"}, {"thinking", text}}}});
+  *out +=
+      Event("content_block_delta",
+            {{"index", blocks_ - 1}, {"delta", {{"type", "thinking_delta"}, {"thinking", text}}}});
 }
 
 void AnthropicWriter::CloseThinking(std::string* out) {

@@ -319,11 +319,8 @@ std::optional<ApiError> ParsePrompt(const json& v, int64_t n_vocab, ApiRequest* 
 
 // Known parameters this server accepts without acting on them (validated by type only).
 std::optional<ApiError> IgnoredParam(const std::string& key, const json& v) {
-  static const std::set<std::string> kStrings = {"user",
-                                                 "verbosity",
-                                                 "prompt_cache_key",
-                                                 "safety_identifier",
-                                                 "prompt_cache_retention"};
+  static const std::set<std::string> kStrings = {"user", "verbosity", "prompt_cache_key",
+                                                 "safety_identifier", "prompt_cache_retention"};
   if (kStrings.count(key)) {
     std::string ignored;
     return GetString(key, v, &ignored);

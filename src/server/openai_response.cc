@@ -176,8 +176,8 @@ std::string ResponseBuilder::Stream(int index, const engine::GenerationEvent& ev
   }
   if (!piece.content.empty() || !piece.reasoning.empty() ||
       (options_.logprobs && !event.logprobs.empty())) {
-    out += SseData(
-        Chunk(ChoiceDelta(index, piece.content, event.logprobs, nullptr, piece.reasoning)));
+    out +=
+        SseData(Chunk(ChoiceDelta(index, piece.content, event.logprobs, nullptr, piece.reasoning)));
   }
   if (event.finish != engine::FinishReason::kNone && !c.finished) {
     c.finished = true;

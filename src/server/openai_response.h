@@ -4,8 +4,8 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -103,7 +103,7 @@ class ResponseBuilder : public ResponseWriter {
     int64_t text_offset = 0;  // completions logprobs: byte offset of the next token's text
     // Non-streamed accumulation.
     std::string text;
-    std::optional<ReplyParser> parser;  // chat: reasoning, content and calls
+    std::optional<ReplyParser> parser;                       // chat: reasoning, content and calls
     nlohmann::json chat_logprobs = nlohmann::json::array();  // content entries
     nlohmann::json cmpl_logprobs;                            // {tokens, token_logprobs, ...}
     engine::GenerationEvent final_event;

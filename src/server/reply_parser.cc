@@ -51,15 +51,14 @@ ReasoningFormat DetectReasoningFormat(std::string_view source) {
 
 bool PromptOpensThinking(std::string_view prompt) {
   const size_t open = prompt.rfind(kThinkOpen);
-  return open != std::string_view::npos &&
-         prompt.find(kThinkClose, open) == std::string_view::npos;
+  return open != std::string_view::npos && prompt.find(kThinkClose, open) == std::string_view::npos;
 }
 
 ReplyParser::ReplyParser(ReplyFormat format)
     : format_(std::move(format)),
       phase_(format_.reasoning == ReasoningFormat::kHarmony ? Phase::kHeader
              : format_.reasoning == ReasoningFormat::kThink ? Phase::kStart
-                                                             : Phase::kAnswer) {}
+                                                            : Phase::kAnswer) {}
 
 void ReplyParser::EmitReasoning(std::string_view text, ReplyPiece* out) {
   if (strip_reasoning_) {
@@ -212,7 +211,7 @@ void ReplyParser::PushHarmony(ReplyPiece* out) {
         continue;
       }
       if ((header || maybe) && buf_.size() <= kMaxHeader) return;  // wait for the rest
-      body_ = Body::kContent;  // not a header: plain text
+      body_ = Body::kContent;                                      // not a header: plain text
       phase_ = Phase::kBody;
       first_message_ = false;
       continue;

@@ -77,7 +77,7 @@ class ResponsesWriter : public ResponseWriter {
   ResponsesStoreTarget target_;
   scheduler::ServiceTier tier_ = scheduler::ServiceTier::kDefault;
   std::string msg_id_;
-  std::string rs_id_;  // the reasoning item's
+  std::string rs_id_;   // the reasoning item's
   ReplyParser parser_;  // streamed: the reply; non-streamed: only to count reasoning tokens
   bool reasoning_open_ = false;
   std::string reasoning_text_;

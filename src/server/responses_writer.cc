@@ -109,7 +109,8 @@ json ResponsesWriter::ResponseJson(const std::string& status, const json& output
   r["model"] = options_.model;
   r["output"] = output;
   r["service_tier"] = scheduler::ServiceTierName(tier_);
-  r["usage"] = final_event != nullptr ? UsageOf(*final_event, parser_.reasoning_tokens()) : json(nullptr);
+  r["usage"] =
+      final_event != nullptr ? UsageOf(*final_event, parser_.reasoning_tokens()) : json(nullptr);
   if (status == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   return r;
 }

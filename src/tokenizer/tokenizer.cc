@@ -303,8 +303,8 @@ void Tokenizer::DetectSpecialTokens() {
   if (end && TokenId("<|return|>") && TokenId("<|call|>")) {
     eog_ids_.erase(*end);
     if (eot_id_ == *end) eot_id_ = -1;
-    for (std::string_view text : {"<|end|>", "<|channel|>", "<|message|>", "<|start|>",
-                                  "<|constrain|>"}) {
+    for (std::string_view text :
+         {"<|end|>", "<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}) {
       if (std::optional<int32_t> id = TokenId(text)) types_[*id] = TokenType::kUserDefined;
     }
   }
