@@ -9,9 +9,13 @@
 namespace uf::server {
 
 StatusOr<ChatRenderer> MakeChatRenderer(const gguf::GgufFile& file, const Tokenizer& tokenizer,
-                                        std::string* description) {
+                                        std::string* description,
+                                        const std::string& source_override) {
   std::string source = file.GetStringOr("tokenizer.chat_template", "");
-  if (source.empty()) {
+  if (!source_override.empty()) {
+    source = source_override;
+    *description = "the template given with --chat-template-file";
+  } else if (source.empty()) {
     source = DefaultChatTemplateSource();
     *description = "no tokenizer.chat_template in the model: using the default (ChatML)";
   } else {
@@ -60,8 +64,12 @@ nlohmann::ordered_json TemplateKwargs(const nlohmann::ordered_json& kwargs) {
 }
 
 ReasoningFormat ReasoningFormatOf(const gguf::GgufFile& file) {
+  return DetectReasoningFormat(ChatTemplateSourceOf(file));
+}
+
+std::string ChatTemplateSourceOf(const gguf::GgufFile& file) {
   const std::string source = file.GetStringOr("tokenizer.chat_template", "");
-  return DetectReasoningFormat(source.empty() ? DefaultChatTemplateSource() : source);
+  return source.empty() ? DefaultChatTemplateSource() : source;
 }
 
 ToolCallFormat ToolCallFormatOf(const gguf::GgufFile& file) {

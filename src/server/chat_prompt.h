@@ -21,9 +21,14 @@ namespace uf::server {
 
 // A renderer for the model in file. *description says which template was chosen and why. A
 // template that does not parse is an error (serving a model with the wrong prompt format would
-// silently degrade every answer).
+// silently degrade every answer). A non-empty source_override is used instead of the model's
+// (serve --chat-template-file).
 StatusOr<ChatRenderer> MakeChatRenderer(const gguf::GgufFile& file, const Tokenizer& tokenizer,
-                                        std::string* description);
+                                        std::string* description,
+                                        const std::string& source_override = "");
+
+// The model's tokenizer.chat_template, or the default when it has none.
+std::string ChatTemplateSourceOf(const gguf::GgufFile& file);
 
 // How the model's template (or the default) has it write tool calls.
 ToolCallFormat ToolCallFormatOf(const gguf::GgufFile& file);
