@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -183,9 +184,90 @@ TEST(ReplyParserTest, HarmonyPlainTextAndCutOff) {
   ExpectEverySplit(Harmony(false), "Hello there", {"", "Hello there", {}});
   ExpectEverySplit(Harmony(false), "<|channel|>analysis<|message|>Thinking hard",
                    {"Thinking hard", "", {}});
+  // A "header" too long to be one is text, its tag included (this once looped forever).
+  const std::string long_header = "<|start|>" + std::string(300, 'x') + "<|end|>after";
+  ExpectReply(ReplyParser::Parse(Harmony(false), long_header),
+              {"", "<|start|>" + std::string(300, 'x') + "after", {}}, "whole");
+  ExpectReply(Streamed(Harmony(false), {long_header.substr(0, 100), long_header.substr(100)}),
+              {"", "<|start|>" + std::string(300, 'x') + "after", {}}, "streamed");
   // Cut off inside a header: nothing to report yet.
   ExpectEverySplit(Harmony(false), "<|channel|>analysis<|message|>A<|end|><|start|>assis",
                    {"A", "", {}});
+}
+
+// Replies made of tag fragments, words and white space, cut into random chunks: the streamed
+// pieces add up to what the whole reply parses to, in every format (a property of the holding
+// back, which the hand-written cases above cannot cover exhaustively). Deterministic seed.
+TEST(ReplyParserTest, RandomRepliesStreamAsTheyParseWhole) {
+  const std::vector<std::string> atoms = {
+      "<think>",
+      "</think>",
+      "<th",
+      "ink>",
+      "</",
+      "<|channel|>",
+      "analysis",
+      "final",
+      "commentary",
+      " to=functions.get_weather",
+      " to=browser.open",
+      "<|message|>",
+      "<|end|>",
+      "<|start|>",
+      "assistant",
+      "<|constrain|>json",
+      "<|return|>",
+      "<tool_call>",
+      "</tool_call>",
+      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}",
+      "{\"city\":1}",
+      " ",
+      "\n",
+      "\n\n",
+      "word",
+      "<",
+      "|",
+      ">",
+      "{"};
+  std::mt19937 rng(29);
+  std::vector<ReplyFormat> formats = {Think(false), Think(true), Harmony(false), Harmony(true)};
+  for (ToolCallFormat tf : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json}) {
+    ReplyFormat f = Think();
+    f.parse_tools = true;
+    f.tool_format = tf;
+    f.tool_names = {"get_weather"};
+    formats.push_back(f);
+  }
+  for (int round = 0; round < 3000; ++round) {
+    std::string text;
+    const int n = static_cast<int>(rng() % 12);
+    for (int i = 0; i < n; ++i) text += atoms[rng() % atoms.size()];
+    if (rng() % 8 == 0) text += std::string(300, 'x');  // past harmony's longest header
+    const ReplyFormat& f = formats[round % formats.size()];
+    const ReplyEnd whole = ReplyParser::Parse(f, text);
+    std::vector<std::string_view> chunks;
+    for (size_t pos = 0; pos < text.size();) {
+      const size_t len = 1 + rng() % 9;
+      chunks.push_back(std::string_view(text).substr(pos, len));
+      pos += len;
+    }
+    ReplyEnd streamed = Streamed(f, chunks);
+    if (!streamed.calls.empty()) {  // Parse trims the content of a reply with calls
+      const size_t a = streamed.content.find_first_not_of(" \t\r\n");
+      streamed.content =
+          a == std::string::npos
+              ? ""
+              : streamed.content.substr(a, streamed.content.find_last_not_of(" \t\r\n") - a + 1);
+    }
+    const std::string where = "format " + std::to_string(round % formats.size()) + ": " + text;
+    ASSERT_EQ(streamed.reasoning, whole.reasoning) << where;
+    ASSERT_EQ(streamed.content, whole.content) << where;
+    ASSERT_EQ(streamed.calls.size(), whole.calls.size()) << where;
+    for (size_t i = 0; i < whole.calls.size(); ++i) {
+      ASSERT_EQ(streamed.calls[i].name, whole.calls[i].name) << where;
+      ASSERT_EQ(streamed.calls[i].arguments, whole.calls[i].arguments) << where;
+    }
+  }
 }
 
 TEST(ReplyParserTest, PromptOpensThinking) {

@@ -203,7 +203,7 @@ void ReplyParser::PushHarmony(ReplyPiece* out) {
         maybe = maybe || (buf_.size() < o.size() && o.starts_with(buf_));
       }
       const size_t at = header ? buf_.find(kMessage) : std::string::npos;
-      if (at != std::string::npos) {
+      if (at != std::string::npos && at <= kMaxHeader) {
         OpenBody(std::string_view(buf_).substr(0, at));
         buf_.erase(0, at + kMessage.size());
         phase_ = Phase::kBody;
@@ -211,20 +211,23 @@ void ReplyParser::PushHarmony(ReplyPiece* out) {
         continue;
       }
       if ((header || maybe) && buf_.size() <= kMaxHeader) return;  // wait for the rest
-      body_ = Body::kContent;                                      // not a header: plain text
+      // Not a header: plain text, its opening tag included.
+      body_ = Body::kContent;
       phase_ = Phase::kBody;
       first_message_ = false;
+      plain_opener_ = header;
       continue;
     }
     size_t end = std::string::npos;
     std::string_view tag;
     for (std::string_view t : kBodyEnds) {
-      const size_t at = buf_.find(t);
+      const size_t at = buf_.find(t, plain_opener_ ? 1 : 0);
       if (at < end) {
         end = at;
         tag = t;
       }
     }
+    plain_opener_ = false;
     if (end != std::string::npos) {
       EmitBody(std::string_view(buf_).substr(0, end), out);
       CloseBody();

@@ -105,6 +105,8 @@ class ReplyParser {
   int64_t undecided_tokens_ = 0;  // pushed while it was not known yet whether the reply reasons
   // Harmony.
   bool first_message_ = true;
+  // A header too long to be one is text: its opening tag must not end the body it begins.
+  bool plain_opener_ = false;
   Body body_ = Body::kContent;
   std::string call_name_;
   std::string call_args_;
