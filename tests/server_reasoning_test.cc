@@ -251,6 +251,47 @@ TEST(MessagesReasoningTest, ThinkingBlockThenText) {
   EXPECT_EQ(text, "4.");
 }
 
+// Harmony's analysis after a commentary preamble: streamed, each run of reasoning and of text is
+// an item (a block) of its own, in order, none left open.
+TEST(HarmonyInterleavedTest, ReasoningAfterTextOpensNewItems) {
+  const auto events = EventsOf({"<|channel|>analysis<|message|>A<|end|>",
+                                "<|start|>assistant<|channel|>commentary<|message|>P<|end|>",
+                                "<|start|>assistant<|channel|>analysis<|message|>B<|end|>",
+                                "<|start|>assistant<|channel|>final<|message|>F"});
+  ResponseOptions o = ChatOptions(ReasoningFormat::kHarmony);
+  ResponsesWriter responses(o, json::object(), {});
+  AnthropicWriter messages(o);
+  std::string rs, ms;
+  for (const auto& ev : events) {
+    rs += responses.Stream(0, ev);
+    ms += messages.Stream(0, ev);
+  }
+  std::vector<std::string> items, ids;
+  for (const json& e : SseEvents(rs)) {
+    if (e["type"] != "response.output_item.done") continue;
+    items.push_back(e["item"]["type"].get<std::string>() + ":" +
+                    e["item"]["content"][0]["text"].get<std::string>());
+    ids.push_back(e["item"]["id"]);
+  }
+  EXPECT_EQ(items,
+            (std::vector<std::string>{"reasoning:A", "message:P", "reasoning:B", "message:F"}));
+  EXPECT_NE(ids[0], ids[2]);
+  EXPECT_NE(ids[1], ids[3]);
+  std::vector<std::string> blocks;
+  int open = 0;
+  for (const json& e : SseEvents(ms)) {
+    if (e["type"] == "content_block_start") {
+      EXPECT_EQ(open, 0) << "two blocks open at once";
+      ++open;
+      EXPECT_EQ(e["index"], blocks.size());
+      blocks.push_back(e["content_block"]["type"]);
+    }
+    if (e["type"] == "content_block_stop") --open;
+  }
+  EXPECT_EQ(open, 0);
+  EXPECT_EQ(blocks, (std::vector<std::string>{"thinking", "text", "thinking", "text"}));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Through the server
 

@@ -79,6 +79,7 @@ void AnthropicWriter::StreamText(std::string_view text, std::string* out, bool f
 void AnthropicWriter::StreamThinking(std::string_view text, std::string* out) {
   if (text.empty()) return;
   if (!thinking_open_) {
+    CloseBlock(out);  // reasoning after text (harmony: analysis after a preamble): a new block
     thinking_open_ = true;
     *out += Event("content_block_start",
                   {{"index", blocks_},

@@ -80,7 +80,8 @@ class ResponsesWriter : public ResponseWriter {
   std::string rs_id_;   // the reasoning item's
   ReplyParser parser_;  // streamed: the reply; non-streamed: only to count reasoning tokens
   bool reasoning_open_ = false;
-  std::string reasoning_text_;
+  std::string reasoning_text_;  // the open reasoning item's
+  std::string all_reasoning_;   // of the closed ones
   // Streaming state.
   int64_t sequence_ = 0;
   bool started_ = false;

@@ -58,6 +58,7 @@ ResponsesWriter::ResponsesWriter(ResponseOptions options, json echo, ResponsesSt
 
 void ResponsesWriter::StreamReasoning(std::string_view text, std::string* out) {
   if (!reasoning_open_) {
+    CloseMessage(out);  // reasoning after text (harmony: analysis after a preamble)
     reasoning_open_ = true;
     *out += Event({{"type", "response.output_item.added"},
                    {"output_index", output_.size()},
@@ -94,6 +95,10 @@ void ResponsesWriter::CloseReasoning(std::string* out) {
   json item = ReasoningItem(rs_id_, reasoning_text_, true);
   *out += Event({{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}});
   output_.push_back(std::move(item));
+  // Reasoning after the answer began (harmony: analysis after a preamble) is an item of its own.
+  all_reasoning_ += reasoning_text_;
+  reasoning_text_.clear();
+  rs_id_ = RandomId("rs_");
 }
 
 json ResponsesWriter::ResponseJson(const std::string& status, const json& output,
@@ -175,6 +180,8 @@ void ResponsesWriter::CloseMessage(std::string* out) {
   json item = MessageItem(msg_id_, "completed", json::array({TextPart(streamed_text_)}));
   *out += Event({{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}});
   output_.push_back(std::move(item));
+  msg_id_ = RandomId("msg_");  // text after more reasoning is a message of its own
+  streamed_text_.clear();
 }
 
 std::string ResponsesWriter::Stream(int, const engine::GenerationEvent& event) {
@@ -233,7 +240,7 @@ std::string ResponsesWriter::Stream(int, const engine::GenerationEvent& event) {
   for (const json& item : output_) {
     if (item["type"] == "message") text += item["content"][0]["text"].get<std::string>();
   }
-  const json r = Finish(text, reasoning_text_, output_, calls, event);
+  const json r = Finish(text, all_reasoning_, output_, calls, event);
   out +=
       Event({{"type", incomplete ? "response.incomplete" : "response.completed"}, {"response", r}});
   return out;
