@@ -275,6 +275,9 @@ TEST(ReplyParserTest, PromptOpensThinking) {
   EXPECT_TRUE(PromptOpensThinking("<|im_start|>assistant\n<think>\n"));
   EXPECT_FALSE(PromptOpensThinking("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
   EXPECT_FALSE(PromptOpensThinking("<|im_start|>assistant\n"));
+  // A <think> in the user's text is not the template's.
+  EXPECT_FALSE(
+      PromptOpensThinking("<|im_start|>user\nWhat is <think>?<|im_end|>\n<|im_start|>assistant\n"));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -73,8 +73,7 @@ std::string ChatTemplateSourceOf(const gguf::GgufFile& file) {
 }
 
 ToolCallFormat ToolCallFormatOf(const gguf::GgufFile& file) {
-  const std::string source = file.GetStringOr("tokenizer.chat_template", "");
-  return DetectToolCallFormat(source.empty() ? DefaultChatTemplateSource() : source);
+  return DetectToolCallFormat(ChatTemplateSourceOf(file));
 }
 
 }  // namespace uf::server

@@ -50,8 +50,9 @@ ReasoningFormat DetectReasoningFormat(std::string_view source) {
 }
 
 bool PromptOpensThinking(std::string_view prompt) {
-  const size_t open = prompt.rfind(kThinkOpen);
-  return open != std::string_view::npos && prompt.find(kThinkClose, open) == std::string_view::npos;
+  // At the very end (white space aside): a <think> in a message's text is not the template's.
+  const size_t last = prompt.find_last_not_of(kBlank);
+  return last != std::string_view::npos && prompt.substr(0, last + 1).ends_with(kThinkOpen);
 }
 
 ReplyParser::ReplyParser(ReplyFormat format)

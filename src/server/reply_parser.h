@@ -34,7 +34,8 @@ enum class ReasoningFormat {
 // kHarmony for templates that write harmony's channels, kThink for every other.
 ReasoningFormat DetectReasoningFormat(std::string_view template_source);
 
-// The rendered prompt leaves the model inside a <think> block (its last tag is an open <think>).
+// The rendered prompt leaves the model inside a <think> block: it ends with <think> (and white
+// space), as DeepSeek-R1's and QwQ's generation prompts do.
 bool PromptOpensThinking(std::string_view prompt);
 
 struct ReplyFormat {
