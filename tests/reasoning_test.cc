@@ -312,7 +312,8 @@ TEST(ReasoningTemplateTest, FormatFollowsTheTemplate) {
 
 std::string Render(const ChatTemplate& t, const json& messages, const ojson& kwargs,
                    bool harmony = false) {
-  auto r = t.Render(TemplateMessages(messages, harmony), true, "", "", TemplateKwargs(kwargs));
+  auto r =
+      t.Render(TemplateMessages(messages, harmony), true, "", "", TemplateKwargs(kwargs, harmony));
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? *r : "";
 }
@@ -356,6 +357,11 @@ TEST(ReasoningTemplateTest, GptOssReasoningEffortAndToolLoop) {
       << p;
   EXPECT_NE(p.find("type get_weather = (_: {"), std::string::npos) << p;
   EXPECT_TRUE(p.ends_with("<|start|>assistant")) << p;
+  // A tool without a description (optional in OpenAI's API) still renders.
+  ojson bare = tools;
+  bare[0]["function"].erase("description");
+  const std::string b = Render(t, kQuestion, {{"tools", bare}}, true);
+  EXPECT_NE(b.find("// \ntype get_weather = (_: {"), std::string::npos) << b;
 }
 
 TEST(ReasoningTemplateTest, Qwen3EnableThinkingAndReasoningSentBack) {

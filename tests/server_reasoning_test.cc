@@ -5,17 +5,21 @@
 // then all reasoning until max_tokens), reasoning_effort reaching the template.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "server/anthropic_api.h"
+#include "server/chat_prompt.h"
 #include "server/openai_response.h"
 #include "server/responses_api.h"
 #include "server_harness.h"
 #include "shared_data.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace uf::server {
@@ -403,6 +407,81 @@ TEST(ReasoningServerTest, PromptOpenedThinkingIsReasoningInEveryApi) {
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400);
   EXPECT_EQ(json::parse(bad->body)["error"]["param"], "reasoning_effort");
+}
+
+// gpt-oss's template and harmony replies through the server: a required call is constrained to
+// harmony's call message (its tags spelled by the tiny vocabulary, which lacks them) and comes
+// back as tool_calls in every API; reasoning_effort reaches the template.
+TEST(ReasoningServerTest, HarmonyRequiredCallThroughEveryApi) {
+  UF_REQUIRE_SHARED();
+  std::ifstream in("../shared/templates/openai-gpt-oss-120b.jinja");
+  ASSERT_TRUE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto parsed = ChatTemplate::Parse(ss.str());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  auto tmpl = std::make_shared<const ChatTemplate>(std::move(parsed).value());
+  auto prompts = std::make_shared<std::vector<std::string>>();
+  auto mu = std::make_shared<std::mutex>();
+  ChatRenderer render = [tmpl, prompts, mu](
+                            const json& messages,
+                            const nlohmann::ordered_json& kwargs) -> StatusOr<std::string> {
+    auto text =
+        tmpl->Render(TemplateMessages(messages, true), true, "", "", TemplateKwargs(kwargs, true));
+    if (text.ok()) {
+      std::lock_guard<std::mutex> lock(*mu);
+      prompts->push_back(*text);
+    }
+    return text;
+  };
+  ServerOptions ho;
+  ho.tool_format = ToolCallFormat::kHarmony;
+  ho.reasoning_format = ReasoningFormat::kHarmony;
+  engine::ServiceOptions so;
+  so.ctx = 1024;
+  ServerHarness h(so, nullptr, ho, render);
+  const json params = json::parse(R"({"type": "object", "properties": {"city": {"type": "string",
+    "maxLength": 8}}, "required": ["city"], "additionalProperties": false})");
+  const json chat = PostOk(
+      h, "/v1/chat/completions",
+      {{"model", "tiny"},
+       {"max_tokens", 80},
+       {"reasoning_effort", "high"},
+       {"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+       {"tools",
+        {{{"type", "function"}, {"function", {{"name", "get_weather"}, {"parameters", params}}}}}},
+       {"tool_choice", "required"}});
+  const json& message = chat["choices"][0]["message"];
+  EXPECT_EQ(chat["choices"][0]["finish_reason"], "tool_calls") << chat.dump();
+  ASSERT_EQ(message["tool_calls"].size(), 1u) << chat.dump();
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_TRUE(json::parse(message["tool_calls"][0]["function"]["arguments"].get<std::string>())
+                  .contains("city"));
+  {
+    std::lock_guard<std::mutex> lock(*mu);
+    ASSERT_FALSE(prompts->empty());
+    EXPECT_NE(prompts->back().find("Reasoning: high\n"), std::string::npos) << prompts->back();
+    // The tool has no description: rendered with an empty one.
+    EXPECT_NE(prompts->back().find("// \ntype get_weather"), std::string::npos);
+  }
+  const json r =
+      PostOk(h, "/v1/responses",
+             {{"model", "tiny"},
+              {"input", "Weather in Paris?"},
+              {"max_output_tokens", 80},
+              {"tools", {{{"type", "function"}, {"name", "get_weather"}, {"parameters", params}}}},
+              {"tool_choice", "required"}});
+  ASSERT_EQ(r["output"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["output"][0]["type"], "function_call");
+  const json m = PostOk(h, "/v1/messages",
+                        {{"model", "tiny"},
+                         {"max_tokens", 80},
+                         {"messages", {{{"role", "user"}, {"content", "Weather?"}}}},
+                         {"tools", {{{"name", "get_weather"}, {"input_schema", params}}}},
+                         {"tool_choice", {{"type", "any"}}}});
+  EXPECT_EQ(m["stop_reason"], "tool_use") << m.dump();
+  ASSERT_GE(m["content"].size(), 1u);
+  EXPECT_EQ(m["content"].back()["type"], "tool_use");
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ StatusOr<ChatRenderer> MakeChatRenderer(const gguf::GgufFile& file, const Tokeni
                                                 const nlohmann::ordered_json& template_kwargs) {
     // Both ordered: the template API takes one kind of JSON for both.
     return tmpl->Render(TemplateMessages(messages, harmony), /*add_generation_prompt=*/true, bos,
-                        eos, TemplateKwargs(template_kwargs));
+                        eos, TemplateKwargs(template_kwargs, harmony));
   });
 }
 
@@ -54,12 +54,22 @@ nlohmann::ordered_json TemplateMessages(const nlohmann::json& messages, bool har
   return out;
 }
 
-nlohmann::ordered_json TemplateKwargs(const nlohmann::ordered_json& kwargs) {
+nlohmann::ordered_json TemplateKwargs(const nlohmann::ordered_json& kwargs, bool harmony) {
   nlohmann::ordered_json out =
       kwargs.is_object() ? kwargs : nlohmann::ordered_json(nlohmann::ordered_json::object());
   // Defined as llama.cpp defines it: templates that test `not enable_thinking` (QwQ's,
   // DeepSeek-R1's as llama.cpp ships them) would otherwise close the think block.
   if (!out.contains("enable_thinking")) out["enable_thinking"] = true;
+  if (harmony && out.contains("tools") && out["tools"].is_array()) {
+    // gpt-oss's template writes "// " + description, an error for a tool without one (OpenAI's
+    // description is optional).
+    for (auto& t : out["tools"]) {
+      if (t.is_object() && t.contains("function") && t["function"].is_object() &&
+          !t["function"].contains("description")) {
+        t["function"]["description"] = "";
+      }
+    }
+  }
   return out;
 }
 

@@ -40,7 +40,8 @@ ReasoningFormat ReasoningFormatOf(const gguf::GgufFile& file);
 // without its content, which the template refuses).
 nlohmann::ordered_json TemplateMessages(const nlohmann::json& messages, bool harmony);
 // The template's extra variables: the request's chat_template_kwargs, with enable_thinking true
-// unless the request says otherwise (as llama.cpp renders).
-nlohmann::ordered_json TemplateKwargs(const nlohmann::ordered_json& kwargs);
+// unless the request says otherwise (as llama.cpp renders); for a harmony template, tools
+// without a description get an empty one (gpt-oss's template cannot print them otherwise).
+nlohmann::ordered_json TemplateKwargs(const nlohmann::ordered_json& kwargs, bool harmony = false);
 
 }  // namespace uf::server
