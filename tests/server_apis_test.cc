@@ -52,7 +52,8 @@ TEST(ResponsesRequestTest, InputItemsBecomeChatMessages) {
               {"type": "message", "role": "user",
                "content": [{"type": "input_text", "text": "Weather"},
                            {"type": "input_text", "text": "in Paris?"}]},
-              {"type": "reasoning", "id": "rs_1", "summary": []},
+              {"type": "reasoning", "id": "rs_1", "summary": [],
+               "content": [{"type": "reasoning_text", "text": "Need w."}]},
               {"type": "function_call", "call_id": "call_1", "name": "w",
                "arguments": "{\"city\": \"Paris\"}"},
               {"type": "function_call_output", "call_id": "call_1", "output": "21C"}],
@@ -67,11 +68,13 @@ TEST(ResponsesRequestTest, InputItemsBecomeChatMessages) {
   ASSERT_FALSE(e.has_value()) << e->param << ": " << e->message;
   const json want = json::parse(R"([{"role": "system", "content": "Use tools."},
     {"role": "user", "content": "Weather\nin Paris?"},
-    {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
-      "function": {"name": "w", "arguments": {"city": "Paris"}}}]},
+    {"role": "assistant", "content": "", "reasoning_content": "Need w.",
+     "tool_calls": [{"id": "call_1", "type": "function",
+                     "function": {"name": "w", "arguments": {"city": "Paris"}}}]},
     {"role": "tool", "content": "21C", "tool_call_id": "call_1"}])");
   EXPECT_EQ(r.api.messages, want);
-  EXPECT_EQ(r.instructions, "Be brief.");  // the handler puts it first
+  EXPECT_EQ(r.api.reasoning_effort, "low");  // "none": thinking off, and the least effort
+  EXPECT_EQ(r.instructions, "Be brief.");    // the handler puts it first
   EXPECT_FALSE(r.store);
   EXPECT_EQ(r.api.max_tokens, 7);
   EXPECT_FLOAT_EQ(r.api.sampling.temperature, 0.5f);
@@ -144,8 +147,9 @@ TEST(MessagesRequestTest, BlocksBecomeChatMessages) {
   ASSERT_FALSE(e.has_value()) << e->param << ": " << e->message;
   const json want = json::parse(R"([{"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Weather?"},
-    {"role": "assistant", "content": "Checking.", "tool_calls": [{"id": "toolu_1",
-      "type": "function", "function": {"name": "w", "arguments": {"city": "Oslo"}}}]},
+    {"role": "assistant", "content": "Checking.", "reasoning_content": "hm",
+     "tool_calls": [{"id": "toolu_1", "type": "function",
+                     "function": {"name": "w", "arguments": {"city": "Oslo"}}}]},
     {"role": "tool", "content": "3C", "tool_call_id": "toolu_1"},
     {"role": "user", "content": "Thanks"}])");
   EXPECT_EQ(r.messages, want);
@@ -243,27 +247,6 @@ std::vector<json> Events(const std::string& body) {
     }
   }
   return out;
-}
-
-TEST(ThinkSplitterTest, SplitsALeadingThinkBlockAsItStreams) {
-  ThinkSplitter t;
-  std::string reasoning, answer;
-  for (std::string_view piece : {"\n<th", "ink>Let me", " see.</th", "ink>\n\n", "Hi", " there"}) {
-    ThinkSplitter::Piece p = t.Push(piece);
-    reasoning += p.reasoning;
-    answer += p.answer;
-  }
-  ThinkSplitter::Piece p = t.Flush();
-  EXPECT_EQ(reasoning + p.reasoning, "Let me see.");
-  EXPECT_EQ(answer + p.answer, "Hi there");
-  EXPECT_TRUE(t.had_reasoning());
-  ThinkSplitter plain;  // no <think>: all answer, the text as it came
-  EXPECT_EQ(plain.Push(" <thi").answer, "");
-  EXPECT_EQ(plain.Push("s>").answer, " <this>");
-  EXPECT_FALSE(plain.had_reasoning());
-  ThinkSplitter cut;  // cut off while thinking: all reasoning
-  EXPECT_EQ(cut.Push("<think>abc</th").reasoning, "abc");
-  EXPECT_EQ(cut.Flush().reasoning, "</th");
 }
 
 // A reasoning model's reply: a reasoning item before the message, streamed and not alike.

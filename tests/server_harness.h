@@ -18,9 +18,9 @@ namespace uf::server {
 class ServerHarness {
  public:
   // so.ctx left at its default becomes 256 (the tiny model's tests need no more); keys null: no
-  // authentication.
+  // authentication; render null: the plain "role: content" rendering.
   explicit ServerHarness(engine::ServiceOptions so = {}, std::unique_ptr<KeyStore> keys = nullptr,
-                         ServerOptions ho = {}) {
+                         ServerOptions ho = {}, ChatRenderer render = nullptr) {
     testing_models::Loaded& tiny = testing_models::TinyQwen2();
     so.n_threads = 2;
     if (so.ctx == 4096) so.ctx = 256;
@@ -29,20 +29,22 @@ class ServerHarness {
     ho.port = 0;
     ho.model_id = "tiny";
     ho.poll_s = 0.02;
-    auto render = [](const nlohmann::json& messages,
-                     const nlohmann::json&) -> StatusOr<std::string> {
-      std::string out;
-      for (const auto& m : messages) {
-        out += m["role"].get<std::string>() + ": " + m["content"].get<std::string>() + "\n";
-      }
-      return out + "assistant:";
-    };
+    if (!render) render = PlainRender;
     http_ = std::make_unique<HttpServer>(ho, service_.get(), render, keys_.get(), &metrics_);
     UF_CHECK(http_->Bind().ok());
     thread_ = std::thread([this] { http_->Serve(); });
     client_ = std::make_unique<httplib::Client>("127.0.0.1", http_->port());
     client_->set_read_timeout(120, 0);
   }
+  static StatusOr<std::string> PlainRender(const nlohmann::json& messages,
+                                           const nlohmann::ordered_json&) {
+    std::string out;
+    for (const auto& m : messages) {
+      out += m["role"].get<std::string>() + ": " + m["content"].get<std::string>() + "\n";
+    }
+    return out + "assistant:";
+  }
+
   ~ServerHarness() {
     client_.reset();  // an idle keep-alive connection would hold Stop() for its timeout
     service_->Shutdown();

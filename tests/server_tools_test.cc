@@ -9,6 +9,7 @@
 
 #include "grammar/automaton.h"
 #include "server/openai_response.h"
+#include "server/reply_parser.h"
 #include "server/tool_calls.h"
 #include "shared_data.h"
 #include "tokenizer/chat_template.h"
@@ -116,6 +117,22 @@ TEST(ToolCallsTest, GrammarForcesValidCalls) {
   ASSERT_TRUE(named.ok());
   EXPECT_TRUE(GrammarAccepts(*named, "{\"name\": \"now\", \"parameters\": {}}"));
   EXPECT_FALSE(GrammarAccepts(*named, weather));
+  // gpt-oss's harmony: the name outside the JSON, one call (its <|call|> ends the reply).
+  auto harmony = ToolCallGrammar(kTools, ToolCallFormat::kHarmony, true, "", &param);
+  ASSERT_TRUE(harmony.ok()) << harmony.status().ToString();
+  const std::string oss_call =
+      "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+      "{\"city\":\"Rome\",\"unit\":\"f\"}";
+  EXPECT_TRUE(GrammarAccepts(*harmony, oss_call));
+  EXPECT_FALSE(GrammarAccepts(*harmony, oss_call + oss_call));
+  EXPECT_FALSE(GrammarAccepts(*harmony, weather));
+  ReplyFormat f;
+  f.reasoning = ReasoningFormat::kHarmony;
+  f.parse_tools = true;
+  f.tool_names = {"get_weather"};
+  const ReplyEnd parsed = ReplyParser::Parse(f, oss_call);  // what the grammar lets out parses
+  ASSERT_EQ(parsed.calls.size(), 1u);
+  EXPECT_EQ(parsed.calls[0].name, "get_weather");
   ojson bad = kTools;
   bad[1]["function"]["parameters"]["properties"]["n"] = {{"type", "number"}, {"minimum", 1}};
   EXPECT_FALSE(ToolCallGrammar(bad, ToolCallFormat::kHermes, false, "", &param).ok());

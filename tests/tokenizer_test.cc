@@ -513,5 +513,36 @@ TEST(TokenizerGguf, RejectsBadMetadata) {
   EXPECT_TRUE((*tok)->add_bos_default());
 }
 
+// gpt-oss's vocabulary: <|end|> ends each harmony message but not the reply (<|return|> and
+// <|call|> do), and the header tags are user-defined text, as llama.cpp loads them.
+TEST(TokenizerConfig, HarmonyEndIsNotEndOfGeneration) {
+  TokenizerConfig c;
+  c.model = TokenizerConfig::Model::kBpe;
+  for (int b = 0; b < 256; ++b) {
+    c.tokens.emplace_back(tokenizer::ByteToUnicode(static_cast<uint8_t>(b)));
+  }
+  const std::vector<std::string> tags = {"<|start|>",  "<|end|>",  "<|message|>",  "<|channel|>",
+                                         "<|return|>", "<|call|>", "<|constrain|>"};
+  for (const std::string& t : tags) c.tokens.push_back(t);
+  c.token_types.assign(c.tokens.size(), TokenType::kNormal);
+  for (size_t i = 256; i < c.tokens.size(); ++i) c.token_types[i] = TokenType::kControl;
+  c.eos_id = 260;  // <|return|>
+  c.pre = "gpt-4o";
+  auto tok = Tokenizer::FromConfig(c);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  EXPECT_TRUE((*tok)->IsEndOfGeneration(260));
+  EXPECT_TRUE((*tok)->IsEndOfGeneration(261));                  // <|call|>
+  EXPECT_FALSE((*tok)->IsEndOfGeneration(257));                 // <|end|>
+  EXPECT_EQ((*tok)->token_type(259), TokenType::kUserDefined);  // <|channel|>
+  EXPECT_EQ((*tok)->token_type(260), TokenType::kControl);
+  EXPECT_EQ((*tok)->TokenToPiece(259), "<|channel|>");
+  // Without <|call|> (another model's <|end|>), <|end|> still ends generation.
+  c.tokens[261] = "<|other|>";
+  auto other = Tokenizer::FromConfig(c);
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE((*other)->IsEndOfGeneration(257));
+  EXPECT_EQ((*other)->token_type(259), TokenType::kControl);
+}
+
 }  // namespace
 }  // namespace uf

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "base/log.h"
@@ -31,6 +33,14 @@ int Report(std::string_view command, const Status& s) {
   std::fprintf(stderr, "ultrafast %.*s: %s\n", static_cast<int>(command.size()), command.data(),
                s.ToString().c_str());
   return 1;
+}
+
+StatusOr<std::string> ReadFileText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError("cannot open " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 }  // namespace
@@ -135,14 +145,26 @@ int RunServe(const ServeArgs& args) {
   if (ho.model_id.empty()) ho.model_id = std::filesystem::path(args.model).stem().string();
   ho.max_tokens_limit = args.max_tokens_limit;
   ho.max_body_bytes = args.max_body_bytes;
-  ho.tool_format = server::ToolCallFormatOf(model.file());
+  std::string template_source;  // "" = the model's
+  if (!args.chat_template_file.empty()) {
+    auto text = ReadFileText(args.chat_template_file);
+    if (!text.ok()) return Report("serve --chat-template-file", text.status());
+    template_source = std::move(text).value();
+  }
+  const std::string effective_template =
+      template_source.empty() ? server::ChatTemplateSourceOf(model.file()) : template_source;
+  ho.tool_format = server::DetectToolCallFormat(effective_template);
+  ho.reasoning_format = server::DetectReasoningFormat(effective_template);
   ho.history_dir = args.history_dir;
   ho.response_store.max_responses = args.responses_store;
   ho.response_store.ttl_s = args.responses_ttl_s;
   std::string template_note;
-  auto render = server::MakeChatRenderer(model.file(), tokenizer, &template_note);
+  auto render = server::MakeChatRenderer(model.file(), tokenizer, &template_note, template_source);
   if (!render.ok()) return Report("serve", render.status());
-  UF_LOG(INFO) << "serve: chat template: " << template_note;
+  UF_LOG(INFO) << "serve: chat template: " << template_note << "; reasoning as "
+               << (ho.reasoning_format == server::ReasoningFormat::kHarmony
+                       ? "harmony channels"
+                       : "<think> blocks");
   server::Metrics metrics;
   server::HttpServer http(ho, service->get(), std::move(render).value(), keys.get(), &metrics);
   if (meter) http.SetMeter(meter.get());
@@ -236,6 +258,10 @@ void AddServeCommands(CLI::App& app) {
                     "Responses API: seconds a stored response is kept")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  serve->add_option("--chat-template-file", args->chat_template_file,
+                    "Jinja chat template to use instead of the model's own (its reply formats, "
+                    "tool calls and reasoning, follow it too)")
+      ->check(CLI::ExistingFile);
   serve->add_option("--history-dir", args->history_dir,
                     "Computer History folder that POST /v1/history/ask answers from "
                     "(ultrafast tier; behind the API key)");

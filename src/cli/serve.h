@@ -42,6 +42,8 @@ struct ServeArgs {
   int ultrafast_capacity = 1;       // concurrent ultrafast streams; 0 disables the tier
   std::string default_tier = "default";  // what `auto` and absent service_tier mean
   std::string history_dir;  // Computer History folder for POST /v1/history/ask; "" = off
+  // A Jinja chat template used instead of the model's tokenizer.chat_template; "" = the model's.
+  std::string chat_template_file;
   // Tests: the engine sleeps this long before every step, so a stream lasts at least
   // pace_ms per step however fast the model is (0 = off).
   int pace_ms = 0;

@@ -500,8 +500,9 @@ StatusOr<std::shared_ptr<const Grammar>> ToolCallsGrammar(const std::vector<Tool
       return args.status();
     }
     // prefix "name" , "<args_key>": <arguments> suffix
-    Seq call =
-        g.Literal(syntax.prefix + json(tools[i].name).dump() + ", \"" + syntax.args_key + "\": ");
+    Seq call = g.Literal(syntax.bare_name ? syntax.prefix + tools[i].name + syntax.args_key
+                                          : syntax.prefix + json(tools[i].name).dump() + ", \"" +
+                                                syntax.args_key + "\": ");
     call.push_back(*args);
     Seq suffix = g.Literal(syntax.suffix);
     call.insert(call.end(), suffix.begin(), suffix.end());

@@ -50,7 +50,10 @@ StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::order
 // by syntax.separator, when parallel) of one of tools, each spelled
 //   syntax.prefix "<name>", "<args_key>": <arguments valid against its parameters> syntax.suffix
 // e.g. Hermes/Qwen: prefix `<tool_call>\n{"name": `, args_key "arguments", suffix
-// `}\n</tool_call>`.
+// `}\n</tool_call>`. With bare_name the name is outside JSON and the arguments follow it:
+//   syntax.prefix <name> syntax.args_key <arguments> syntax.suffix
+// e.g. gpt-oss's harmony: prefix `<|channel|>commentary to=functions.`, args_key
+// ` <|constrain|>json<|message|>`.
 struct ToolSchema {
   std::string name;
   nlohmann::ordered_json parameters;  // a JSON schema ({"type": "object"} when absent)
@@ -60,6 +63,7 @@ struct ToolCallSyntax {
   std::string args_key;
   std::string suffix;
   std::string separator;
+  bool bare_name = false;
 };
 // On a bad schema: *bad_tool = its index, *error_path as for JsonSchemaGrammar.
 StatusOr<std::shared_ptr<const Grammar>> ToolCallsGrammar(const std::vector<ToolSchema>& tools,

@@ -40,8 +40,8 @@ std::optional<ApiError> BlocksText(const json& v, const std::string& param, std:
 }
 
 // One Anthropic message as chat messages: a user turn's tool_result blocks become tool messages
-// (before its text), an assistant turn's tool_use blocks its tool_calls; thinking blocks of
-// earlier turns are dropped (templates drop earlier reasoning too).
+// (before its text), an assistant turn's tool_use blocks its tool_calls and its thinking blocks
+// its reasoning_content (the template decides what to keep; redacted thinking is dropped).
 std::optional<ApiError> ConvertMessage(const json& m, const std::string& param, json* out) {
   if (!m.is_object()) return WrongType(param, m, "an object");
   for (auto it = m.begin(); it != m.end(); ++it) {
@@ -61,7 +61,7 @@ std::optional<ApiError> ConvertMessage(const json& m, const std::string& param, 
     return std::nullopt;
   }
   if (!content.is_array()) return WrongType(param + ".content", content, "a string or blocks");
-  std::string text;
+  std::string text, reasoning;
   bool have_text = false;
   json calls = json::array();
   for (size_t j = 0; j < content.size(); ++j) {
@@ -94,8 +94,12 @@ std::optional<ApiError> ConvertMessage(const json& m, const std::string& param, 
       }
       if (b.value("is_error", false)) result = "Error: " + result;
       out->push_back({{"role", "tool"}, {"content", result}, {"tool_call_id", b["tool_use_id"]}});
-    } else if ((type == "thinking" || type == "redacted_thinking") && role == "assistant") {
-      // dropped
+    } else if (type == "thinking" && role == "assistant") {
+      if (b.contains("thinking") && b["thinking"].is_string()) {
+        reasoning += b["thinking"].get<std::string>();
+      }
+    } else if (type == "redacted_thinking" && role == "assistant") {
+      // dropped: nothing readable in it
     } else {
       return Unsupported(p + ".type", "content blocks of type " + Quote(type) + " in a " + role +
                                           " message (supported: text, tool_use in assistant "
@@ -105,6 +109,7 @@ std::optional<ApiError> ConvertMessage(const json& m, const std::string& param, 
   if (role == "assistant") {
     json msg = {{"role", "assistant"}, {"content", text}};
     if (!calls.empty()) msg["tool_calls"] = std::move(calls);
+    if (!reasoning.empty()) msg["reasoning_content"] = std::move(reasoning);
     out->push_back(std::move(msg));
   } else if (have_text || content.empty()) {
     out->push_back({{"role", "user"}, {"content", text}});

@@ -33,7 +33,8 @@ const char* AnthropicTier(scheduler::ServiceTier tier) {
 
 }  // namespace
 
-AnthropicWriter::AnthropicWriter(ResponseOptions options) : options_(std::move(options)) {}
+AnthropicWriter::AnthropicWriter(ResponseOptions options)
+    : options_(std::move(options)), parser_(ReplyFormatOf(options_)) {}
 
 std::string AnthropicWriter::Event(const std::string& type, json data) {
   data["type"] = type;
@@ -75,6 +76,27 @@ void AnthropicWriter::StreamText(std::string_view text, std::string* out, bool f
   blank_.clear();
 }
 
+void AnthropicWriter::StreamThinking(std::string_view text, std::string* out) {
+  if (text.empty()) return;
+  if (!thinking_open_) {
+    CloseBlock(out);  // reasoning after text (harmony: analysis after a preamble): a new block
+    thinking_open_ = true;
+    *out += Event("content_block_start",
+                  {{"index", blocks_},
+                   {"content_block", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}}});
+    ++blocks_;
+  }
+  *out +=
+      Event("content_block_delta",
+            {{"index", blocks_ - 1}, {"delta", {{"type", "thinking_delta"}, {"thinking", text}}}});
+}
+
+void AnthropicWriter::CloseThinking(std::string* out) {
+  if (!thinking_open_) return;
+  thinking_open_ = false;
+  *out += Event("content_block_stop", {{"index", blocks_ - 1}});
+}
+
 void AnthropicWriter::CloseBlock(std::string* out) {
   if (!text_open_) return;
   text_open_ = false;
@@ -105,25 +127,23 @@ std::string AnthropicWriter::Stream(int, const engine::GenerationEvent& event) {
     return out + StreamError(ServerError(
                      500, event.error.ok() ? "generation was cancelled" : event.error.message()));
   }
-  if (options_.parse_tools) {
-    held_ += event.text;
-    if (!in_call_) {
-      const std::string_view pending = std::string_view(held_).substr(sent_);
-      const size_t n = StreamableContent(pending, options_.tool_format, sent_ == 0, &in_call_);
-      StreamText(pending.substr(0, n), &out);
-      sent_ += n;
-    }
-  } else {
-    StreamText(event.text, &out);
-  }
-  if (event.finish == engine::FinishReason::kNone || done_) return out;
-  done_ = true;
+  ReplyPiece piece = parser_.Push(event.text);
+  const bool last = event.finish != engine::FinishReason::kNone && !done_;
   std::vector<ToolCall> calls;
-  if (options_.parse_tools) {
-    ParsedReply reply = FinalReply(held_.substr(sent_), options_);
-    calls = std::move(reply.calls);
-    StreamText(reply.content, &out);
+  if (last) {
+    ReplyEnd end = parser_.Finish();
+    piece.reasoning += end.reasoning;
+    piece.content += end.content;
+    calls = std::move(end.calls);
   }
+  StreamThinking(piece.reasoning, &out);
+  if (!piece.content.empty()) {
+    CloseThinking(&out);
+    StreamText(piece.content, &out);
+  }
+  if (!last) return out;
+  done_ = true;
+  CloseThinking(&out);
   if (calls.empty()) StreamText("", &out, /*flush=*/true);  // a blank reply is still its text
   CloseBlock(&out);
   for (const ToolCall& call : calls) {
@@ -156,10 +176,13 @@ void AnthropicWriter::Add(int, const engine::GenerationEvent& event) {
 }
 
 std::string AnthropicWriter::Body() const {
-  ParsedReply reply = FinalReply(text_, options_);
+  const ReplyEnd reply = ReplyParser::Parse(ReplyFormatOf(options_), text_);
   const std::string& text = reply.content;
   const std::vector<ToolCall>& calls = reply.calls;
   json content = json::array();
+  if (!reply.reasoning.empty()) {
+    content.push_back({{"type", "thinking"}, {"thinking", reply.reasoning}, {"signature", ""}});
+  }
   if (!text.empty()) content.push_back({{"type", "text"}, {"text", text}});
   for (const ToolCall& call : calls) content.push_back(ToolUseBlock(call, /*with_input=*/true));
   const std::string stop_reason = StopReason(final_, !calls.empty());

@@ -14,6 +14,7 @@
 
 #include "engine/request.h"
 #include "server/openai_request.h"
+#include "server/reply_parser.h"
 #include "server/tool_calls.h"
 
 namespace uf::server {
@@ -36,9 +37,8 @@ inline bool Failed(const engine::GenerationEvent& e) {
 
 struct ResponseOptions;  // openai_response.h
 
-// A finished reply as a writer returns it: with options.parse_tools and calls in `text`, the calls
-// and the text outside them; otherwise no calls and `text` whole.
-ParsedReply FinalReply(const std::string& text, const ResponseOptions& options);
+// How a writer splits its replies (reply_parser.h): the reasoning format and tools of options.
+ReplyFormat ReplyFormatOf(const ResponseOptions& options);
 
 // One request's events turned into an API's response, streamed (Server-Sent Events) or not.
 class ResponseWriter {

@@ -246,12 +246,14 @@ std::string RandomId(std::string_view prefix) {
   return id;
 }
 
-ParsedReply FinalReply(const std::string& text, const ResponseOptions& options) {
-  if (options.parse_tools) {
-    ParsedReply reply = ParseToolCalls(text, options.tool_format, options.tool_names);
-    if (!reply.calls.empty()) return reply;
-  }
-  return {text, {}};
+ReplyFormat ReplyFormatOf(const ResponseOptions& options) {
+  ReplyFormat f;
+  f.reasoning = options.reasoning;
+  f.starts_thinking = options.starts_thinking;
+  f.parse_tools = options.parse_tools;
+  f.tool_format = options.tool_format;
+  f.tool_names = options.tool_names;
+  return f;
 }
 
 std::string ErrorBodyFor(ErrorStyle style, const ApiError& error) {
@@ -289,7 +291,7 @@ std::string ErrorBodyFor(ErrorStyle style, const ApiError& error) {
 }
 
 std::optional<ApiError> HttpServer::BuildPrompt(const ApiRequest& api, std::vector<int32_t>* tokens,
-                                                std::string* echo) {
+                                                std::string* echo, bool* opens_thinking) {
   const Tokenizer& tok = service_->tokenizer();
   auto encode = [&tok](const std::string& text) {
     // Templates usually write the BOS text themselves; do not add a second one.
@@ -308,6 +310,11 @@ std::optional<ApiError> HttpServer::BuildPrompt(const ApiRequest& api, std::vect
       if (kwargs.is_null()) kwargs = nlohmann::ordered_json::object();
       kwargs["tools"] = api.tools;
     }
+    if (!api.reasoning_effort.empty() &&
+        (kwargs.is_null() || !kwargs.contains("reasoning_effort"))) {
+      if (kwargs.is_null()) kwargs = nlohmann::ordered_json::object();
+      kwargs["reasoning_effort"] = api.reasoning_effort;
+    }
     StatusOr<std::string> text = render_chat_(api.messages, kwargs);
     if (!text.ok()) {
       return InvalidRequest(
@@ -315,6 +322,7 @@ std::optional<ApiError> HttpServer::BuildPrompt(const ApiRequest& api, std::vect
           "messages", "invalid_value");
     }
     *tokens = encode(*text);
+    if (opens_thinking != nullptr) *opens_thinking = PromptOpensThinking(*text);
   } else if (api.prompt_is_tokens) {
     *tokens = api.prompt_tokens;
     if (api.echo) *echo = tok.Decode(*tokens);
@@ -383,7 +391,8 @@ void HttpServer::RunGeneration(ApiRequest api, const ApiBinding& binding, const 
   if (auto e = CheckModel(api.model)) return fail(*e);
   std::vector<int32_t> prompt;
   std::string echo;
-  if (auto e = BuildPrompt(api, &prompt, &echo)) return fail(*e);
+  bool opens_thinking = false;
+  if (auto e = BuildPrompt(api, &prompt, &echo, &opens_thinking)) return fail(*e);
 
   const int64_t ctx = service_->options().ctx;
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
@@ -537,6 +546,12 @@ void HttpServer::RunGeneration(ApiRequest api, const ApiBinding& binding, const 
     ro.parse_tools = true;
     ro.tool_format = options_.tool_format;
     for (const auto& t : api.tools) ro.tool_names.insert(t["function"]["name"].get<std::string>());
+  }
+  if (api.endpoint == Endpoint::kChat) {
+    ro.reasoning = options_.reasoning_format;
+    // A grammar shapes the reply from its first token: it cannot close a block the prompt
+    // opened, so the reply is the answer.
+    ro.starts_thinking = opens_thinking && g.grammar == nullptr;
   }
   ex->builder = binding.make_writer(std::move(ro));
 

@@ -25,6 +25,7 @@
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/reply_parser.h"
 #include "server/responses_store.h"
 #include "server/tool_calls.h"
 
@@ -60,6 +61,9 @@ struct ServerOptions {
   int io_timeout_s = 10;  // read/write timeout of a stalled client
   // How the model writes tool calls (chat_prompt.h: ToolCallFormatOf, from its template).
   ToolCallFormat tool_format = ToolCallFormat::kHermes;
+  // How the model's replies carry reasoning (reply_parser.h: DetectReasoningFormat, from its
+  // template): chat replies report it apart from the content.
+  ReasoningFormat reasoning_format = ReasoningFormat::kThink;
   // Computer History folder (`history record --dir`) that POST /v1/history/ask answers from;
   // empty: that route is 404.
   std::string history_dir;
@@ -133,9 +137,10 @@ class HttpServer {
                      double arrival, const httplib::Request& req, httplib::Response& res);
   void SendError(httplib::Response& res, const ApiError& error, const char* endpoint,
                  ErrorStyle style = ErrorStyle::kOpenAI);
-  // Prompt tokens for a parsed request, or the 400 explaining why not.
+  // Prompt tokens for a parsed request, or the 400 explaining why not. *opens_thinking (when
+  // given): the chat prompt ends inside an open <think> block.
   std::optional<ApiError> BuildPrompt(const ApiRequest& api, std::vector<int32_t>* tokens,
-                                      std::string* echo);
+                                      std::string* echo, bool* opens_thinking = nullptr);
 
   ServerOptions options_;
   engine::Service* service_;

@@ -132,6 +132,7 @@ std::optional<ApiError> ParseMessages(const json& v, json* out) {
     json tool_calls;
     std::string tool_call_id;
     std::string name;
+    std::string reasoning;
     for (auto it = m.begin(); it != m.end(); ++it) {
       const std::string& key = it.key();
       if (key == "role") continue;
@@ -142,6 +143,11 @@ std::optional<ApiError> ParseMessages(const json& v, json* out) {
         have_content = true;
       } else if (key == "name") {
         if (auto e = GetString(param + ".name", it.value(), &name)) return e;
+      } else if (role == "assistant" &&
+                 (key == "reasoning_content" || key == "reasoning" || key == "thinking")) {
+        // An earlier reply's reasoning as this server (reasoning_content), OpenRouter
+        // (reasoning) or Ollama (thinking) returned it: the template decides what to keep.
+        if (auto e = GetString(param + "." + key, it.value(), &reasoning)) return e;
       } else if (role == "assistant" && key == "refusal") {
         std::string ignored;
         if (auto e = GetString(param + ".refusal", it.value(), &ignored)) return e;
@@ -188,6 +194,7 @@ std::optional<ApiError> ParseMessages(const json& v, json* out) {
     json msg = {{"role", role}, {"content", content}};
     if (!tool_calls.is_null()) msg["tool_calls"] = std::move(tool_calls);
     if (!tool_call_id.empty()) msg["tool_call_id"] = tool_call_id;
+    if (!reasoning.empty()) msg["reasoning_content"] = reasoning;
     out->push_back(std::move(msg));
   }
   return std::nullopt;
@@ -312,12 +319,8 @@ std::optional<ApiError> ParsePrompt(const json& v, int64_t n_vocab, ApiRequest* 
 
 // Known parameters this server accepts without acting on them (validated by type only).
 std::optional<ApiError> IgnoredParam(const std::string& key, const json& v) {
-  static const std::set<std::string> kStrings = {"user",
-                                                 "reasoning_effort",
-                                                 "verbosity",
-                                                 "prompt_cache_key",
-                                                 "safety_identifier",
-                                                 "prompt_cache_retention"};
+  static const std::set<std::string> kStrings = {"user", "verbosity", "prompt_cache_key",
+                                                 "safety_identifier", "prompt_cache_retention"};
   if (kStrings.count(key)) {
     std::string ignored;
     return GetString(key, v, &ignored);
@@ -361,6 +364,7 @@ std::optional<ApiError> ParseChatParam(const std::string& key, const json& v, st
   if (key == "tools") return ParseTools(v, body, r);
   if (key == "tool_choice") return ParseToolChoice(v, r);
   if (key == "parallel_tool_calls") return GetBool(key, v, &r->parallel_tool_calls);
+  if (key == "reasoning_effort") return ParseReasoningEffort(key, v, r);
   if (key == "functions" || key == "function_call") return std::nullopt;  // CheckLegacyFunctions
   if (key == "modalities") {
     if (v.is_null() || v == json::array({"text"})) return std::nullopt;

@@ -51,11 +51,16 @@ struct ApiRequest {
   std::string model;
   // Chat: [{"role", "content"}] with content flattened to a string and "developer" mapped to
   // "system", ready for a chat template; tool messages keep tool_call_id, assistant messages
-  // their tool_calls (arguments parsed to objects).
+  // their tool_calls (arguments parsed to objects) and reasoning_content (an earlier reply's
+  // reasoning, sent back).
   nlohmann::json messages;
   // Extension (as vLLM and SGLang accept it): extra variables for the chat template, e.g.
   // {"enable_thinking": false} for Qwen3. An object; null when absent.
   nlohmann::json chat_template_kwargs;
+  // reasoning_effort (chat) / reasoning.effort (Responses): "low", "medium" or "high" as the
+  // templates that read it (gpt-oss's) know it; "" when absent. The core puts it in the
+  // template's variables unless chat_template_kwargs sets reasoning_effort itself.
+  std::string reasoning_effort;
   // Completions: the prompt as text, or as token ids when prompt_is_tokens.
   std::string prompt;
   std::vector<int32_t> prompt_tokens;

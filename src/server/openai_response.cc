@@ -71,6 +71,7 @@ ResponseBuilder::ResponseBuilder(ResponseOptions options, const Tokenizer& token
   options_.n = std::max(options_.n, 1);
   choices_.resize(options_.n);
   for (Choice& c : choices_) {
+    if (options_.endpoint == Endpoint::kChat) c.parser.emplace(ReplyFormatOf(options_));
     c.text_offset = static_cast<int64_t>(options_.echo.size());
     c.text = options_.echo;
     c.cmpl_logprobs = {{"tokens", json::array()},
@@ -131,11 +132,13 @@ json ResponseBuilder::Chunk(json choice) const {
 
 json ResponseBuilder::ChoiceDelta(int index, std::string_view text,
                                   const std::vector<engine::TokenLogprob>& lps,
-                                  const char* finish_reason) {
+                                  const char* finish_reason, std::string_view reasoning) {
   json lp = options_.logprobs && !lps.empty() ? LogprobsJson(choices_[index], lps) : json(nullptr);
   json finish = finish_reason ? json(finish_reason) : json(nullptr);
   if (options_.endpoint == Endpoint::kChat) {
     json delta = json::object();
+    // vLLM's and llama.cpp's name for it, which clients of reasoning models read.
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
     if (!text.empty()) delta["content"] = text;
     return {{"index", index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}};
   }
@@ -165,32 +168,28 @@ std::string ResponseBuilder::Stream(int index, const engine::GenerationEvent& ev
     e.message = event.error.ok() ? "generation was cancelled" : event.error.message();
     return out + StreamError(e);
   }
-  std::string_view text = event.text;
-  std::string streamable;
-  if (options_.parse_tools) {
-    c.held += event.text;
-    if (!c.in_call) {
-      const std::string_view pending = std::string_view(c.held).substr(c.sent);
-      const size_t n = StreamableContent(pending, options_.tool_format, c.sent == 0, &c.in_call);
-      streamable = std::string(pending.substr(0, n));
-      c.sent += n;
-    }
-    text = streamable;
+  ReplyPiece piece;
+  if (c.parser) {
+    piece = c.parser->Push(event.text, event.n_tokens);
+  } else {
+    piece.content = event.text;
   }
-  if (!text.empty() || (options_.logprobs && !event.logprobs.empty())) {
-    out += SseData(Chunk(ChoiceDelta(index, text, event.logprobs, nullptr)));
+  if (!piece.content.empty() || !piece.reasoning.empty() ||
+      (options_.logprobs && !event.logprobs.empty())) {
+    out +=
+        SseData(Chunk(ChoiceDelta(index, piece.content, event.logprobs, nullptr, piece.reasoning)));
   }
   if (event.finish != engine::FinishReason::kNone && !c.finished) {
     c.finished = true;
     c.final_event = event;
     ++finished_;
     const char* finish = engine::FinishReasonName(event.finish);
-    if (options_.parse_tools) finish = StreamReply(index, finish, &out);
+    if (c.parser) finish = StreamReply(index, finish, &out);
     out += SseData(Chunk(ChoiceDelta(index, "", {}, finish)));
     if (done()) {
       if (options_.include_usage) {
         json u = Chunk(nullptr);
-        u["usage"] = UsageJson(Final());
+        u["usage"] = Usage();
         out += SseData(u);
       }
       out += kSseDone;
@@ -211,15 +210,11 @@ json ResponseBuilder::ToolCallsJson(const std::vector<ToolCall>& calls) {
 
 const char* ResponseBuilder::StreamReply(int index, const char* finish, std::string* out) {
   Choice& c = choices_[index];
-  const std::string tail = c.held.substr(c.sent);
-  ParsedReply reply = ParseToolCalls(tail, options_.tool_format, options_.tool_names);
-  if (reply.calls.empty()) {
-    if (!tail.empty()) out->append(SseData(Chunk(ChoiceDelta(index, tail, {}, nullptr))));
-    return finish;
+  const ReplyEnd reply = c.parser->Finish();
+  if (!reply.content.empty() || !reply.reasoning.empty()) {
+    out->append(SseData(Chunk(ChoiceDelta(index, reply.content, {}, nullptr, reply.reasoning))));
   }
-  if (!reply.content.empty()) {
-    out->append(SseData(Chunk(ChoiceDelta(index, reply.content, {}, nullptr))));
-  }
+  if (reply.calls.empty()) return finish;
   if (options_.legacy_functions) {  // one call, as delta.function_call
     const ToolCall& call = reply.calls[0];
     json head = ChoiceDelta(index, "", {}, nullptr);
@@ -257,6 +252,10 @@ void ResponseBuilder::Add(int index, const engine::GenerationEvent& event) {
   tier_ = event.service_tier;
   Choice& c = choices_[index];
   c.text += event.text;
+  if (c.parser) {  // only to count the reasoning's tokens: Body() parses the whole text
+    c.parser->Push(event.text, event.n_tokens);
+    if (event.finish != engine::FinishReason::kNone) c.parser->Finish();
+  }
   if (options_.logprobs && !event.logprobs.empty()) {
     json lp = LogprobsJson(c, event.logprobs);
     if (options_.endpoint == Endpoint::kChat) {
@@ -272,6 +271,14 @@ void ResponseBuilder::Add(int index, const engine::GenerationEvent& event) {
     c.final_event = event;
     ++finished_;
   }
+}
+
+json ResponseBuilder::Usage() const {
+  json u = UsageJson(Final());
+  int64_t reasoning = 0;
+  for (const Choice& c : choices_) reasoning += c.parser ? c.parser->reasoning_tokens() : 0;
+  if (reasoning > 0) u["completion_tokens_details"]["reasoning_tokens"] = reasoning;
+  return u;
 }
 
 engine::GenerationEvent ResponseBuilder::Final() const {
@@ -292,19 +299,18 @@ std::string ResponseBuilder::Body() const {
     }
     const char* finish = engine::FinishReasonName(c.final_event.finish);
     if (options_.endpoint == Endpoint::kChat) {
-      json message = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
-      if (options_.parse_tools) {
-        ParsedReply reply = ParseToolCalls(c.text, options_.tool_format, options_.tool_names);
-        if (!reply.calls.empty()) {
-          message["content"] = reply.content.empty() ? json(nullptr) : json(reply.content);
-          if (options_.legacy_functions) {
-            message["function_call"] = {{"name", reply.calls[0].name},
-                                        {"arguments", reply.calls[0].arguments}};
-            finish = "function_call";
-          } else {
-            message["tool_calls"] = ToolCallsJson(reply.calls);
-            finish = "tool_calls";
-          }
+      const ReplyEnd reply = ReplyParser::Parse(ReplyFormatOf(options_), c.text);
+      json message = {{"role", "assistant"}, {"content", reply.content}, {"refusal", nullptr}};
+      if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
+      if (!reply.calls.empty()) {
+        message["content"] = reply.content.empty() ? json(nullptr) : json(reply.content);
+        if (options_.legacy_functions) {
+          message["function_call"] = {{"name", reply.calls[0].name},
+                                      {"arguments", reply.calls[0].arguments}};
+          finish = "function_call";
+        } else {
+          message["tool_calls"] = ToolCallsJson(reply.calls);
+          finish = "tool_calls";
         }
       }
       choices.push_back({{"index", i},
@@ -324,7 +330,7 @@ std::string ResponseBuilder::Body() const {
       {"system_fingerprint", "fp_ultrafast"},
       {"service_tier", scheduler::ServiceTierName(tier_)},
       {"choices", std::move(choices)},
-      {"usage", UsageJson(Final())}};
+      {"usage", Usage()}};
   return Dump(body);
 }
 

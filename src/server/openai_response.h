@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -14,6 +15,7 @@
 #include "scheduler/tiers.h"
 #include "server/api_format.h"
 #include "server/openai_request.h"
+#include "server/reply_parser.h"
 #include "server/tool_calls.h"
 
 namespace uf {
@@ -52,6 +54,10 @@ struct ResponseOptions {
   bool parse_tools = false;
   ToolCallFormat tool_format = ToolCallFormat::kHermes;
   std::set<std::string> tool_names;
+  // Chat: how the reply carries its reasoning (reply_parser.h), which comes back apart from the
+  // content (chat: message.reasoning_content / delta.reasoning_content). Completions: not split.
+  ReasoningFormat reasoning = ReasoningFormat::kThink;
+  bool starts_thinking = false;  // the prompt opened a <think> block
   // Legacy functions (ApiRequest::legacy_functions): a call comes back as message.function_call
   // (streamed: delta.function_call) with finish_reason "function_call".
   bool legacy_functions = false;
@@ -85,6 +91,8 @@ class ResponseBuilder : public ResponseWriter {
   bool done() const { return finished_ == options_.n; }
   // The merged usage of the choices (after done()).
   engine::GenerationEvent Final() const;
+  // Its usage object, with completion_tokens_details.reasoning_tokens when the replies reasoned.
+  nlohmann::json Usage() const;
   // The non-streamed response body, once done().
   std::string Body() const override;
 
@@ -95,9 +103,7 @@ class ResponseBuilder : public ResponseWriter {
     int64_t text_offset = 0;  // completions logprobs: byte offset of the next token's text
     // Non-streamed accumulation.
     std::string text;
-    std::string held;      // parse_tools, streaming: the reply so far ...
-    size_t sent = 0;       // ... of which this much went out as content
-    bool in_call = false;  // a call may have begun at `sent`: hold the rest
+    std::optional<ReplyParser> parser;                       // chat: reasoning, content and calls
     nlohmann::json chat_logprobs = nlohmann::json::array();  // content entries
     nlohmann::json cmpl_logprobs;                            // {tokens, token_logprobs, ...}
     engine::GenerationEvent final_event;
@@ -106,10 +112,10 @@ class ResponseBuilder : public ResponseWriter {
   nlohmann::json Chunk(nlohmann::json choice) const;
   nlohmann::json ChoiceDelta(int index, std::string_view text,
                              const std::vector<engine::TokenLogprob>& lps,
-                             const char* finish_reason);
+                             const char* finish_reason, std::string_view reasoning = {});
   nlohmann::json LogprobsJson(Choice& c, const std::vector<engine::TokenLogprob>& lps);
-  // parse_tools: the held tail of a finished choice as content or tool_calls deltas; returns
-  // the finish reason to report.
+  // Chat: the end of a finished choice's reply (what the parser held back) as reasoning, content
+  // and tool_calls deltas; returns the finish reason to report.
   const char* StreamReply(int index, const char* finish, std::string* out);
   static nlohmann::json ToolCallsJson(const std::vector<ToolCall>& calls);
 

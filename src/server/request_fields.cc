@@ -216,6 +216,28 @@ void DisableThinking(ApiRequest* r) {
   r->chat_template_kwargs["enable_thinking"] = false;
 }
 
+std::optional<ApiError> ParseReasoningEffort(const std::string& param, const json& v,
+                                             ApiRequest* r) {
+  if (v.is_null()) return std::nullopt;
+  std::string effort;
+  if (auto e = GetString(param, v, &effort)) return e;
+  if (effort == "none") {
+    DisableThinking(r);
+    effort = "low";
+  } else if (effort == "minimal") {
+    effort = "low";
+  } else if (effort == "xhigh") {
+    effort = "high";
+  } else if (effort != "low" && effort != "medium" && effort != "high") {
+    return InvalidRequest("Invalid value for " + Quote(param) + ": " + Quote(effort) +
+                              ". Supported values are: 'none', 'minimal', 'low', 'medium', "
+                              "'high' and 'xhigh'.",
+                          param, "invalid_value");
+  }
+  r->reasoning_effort = effort;
+  return std::nullopt;
+}
+
 void RenameToolParams(ApiError* e, std::string_view parameters_as) {
   const std::string params = "]." + std::string(parameters_as);
   for (std::string* s : {&e->param, &e->message}) {

@@ -63,6 +63,12 @@ std::optional<ApiError> CatchJsonErrors(const std::function<std::optional<ApiErr
 // Qwen3's reads).
 void DisableThinking(ApiRequest* r);
 
+// A reasoning effort (OpenAI's none, minimal, low, medium, high, xhigh) as r->reasoning_effort:
+// minimal becomes low and xhigh high (gpt-oss knows low, medium and high); none turns thinking
+// off (DisableThinking) and asks for low effort from a model that cannot stop reasoning.
+std::optional<ApiError> ParseReasoningEffort(const std::string& param, const nlohmann::json& v,
+                                             ApiRequest* r);
+
 // Renames the chat tools' paths in an error ("tools[0].function.parameters.x") to those of an API
 // whose tools are flat ("tools[0]." + parameters_as + ".x", "tools[0].name").
 void RenameToolParams(ApiError* e, std::string_view parameters_as);

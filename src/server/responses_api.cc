@@ -134,9 +134,9 @@ std::optional<ApiError> ParseText(const json& v, std::string_view body, ApiReque
   return SchemaGrammar(schema, "text.format.schema", &r->grammar);
 }
 
-// reasoning: {"effort", "summary", "generate_summary"}. Effort "none" turns a reasoning
-// template's thinking off (chat_template_kwargs.enable_thinking = false, which Qwen3's reads);
-// other efforts leave the model as it is.
+// reasoning: {"effort", "summary", "generate_summary"}. The effort goes to the template's
+// reasoning_effort (gpt-oss reads it); "none" also turns a reasoning template's thinking off
+// (chat_template_kwargs.enable_thinking = false, which Qwen3's reads). ParseReasoningEffort.
 std::optional<ApiError> ParseReasoning(const json& v, ApiRequest* r) {
   if (v.is_null()) return std::nullopt;
   if (!v.is_object()) return WrongType("reasoning", v, "an object");
@@ -145,11 +145,12 @@ std::optional<ApiError> ParseReasoning(const json& v, ApiRequest* r) {
     if (it.key() != "effort" && it.key() != "summary" && it.key() != "generate_summary") {
       return UnknownParam(p);
     }
+    if (it.key() == "effort") {
+      if (auto e = ParseReasoningEffort(p, it.value(), r)) return e;
+      continue;
+    }
     std::string s;
     if (auto e = GetString(p, it.value(), &s)) return e;
-    if (it.key() == "effort" && s == "none") {
-      DisableThinking(r);
-    }
   }
   return std::nullopt;
 }
@@ -207,6 +208,7 @@ std::optional<ApiError> ResponsesInputMessages(const json& input, json* messages
     return std::nullopt;
   }
   if (!input.is_array()) return WrongType("input", input, "a string or an array of items");
+  std::string reasoning;  // a reasoning item's text, for the assistant turn after it
   for (size_t i = 0; i < input.size(); ++i) {
     const std::string p = "input[" + std::to_string(i) + "]";
     const json& item = input[i];
@@ -226,6 +228,10 @@ std::optional<ApiError> ResponsesInputMessages(const json& input, json* messages
       if (auto e = ItemText(item["content"], p + ".content", &text)) return e;
       if (role == "developer") role = "system";
       messages->push_back({{"role", role}, {"content", text}});
+      if (role == "assistant" && !reasoning.empty()) {
+        messages->back()["reasoning_content"] = reasoning;
+        reasoning.clear();
+      }
     } else if (type == "function_call") {
       json call;
       if (auto e = CallOfItem(item, p, &call)) return e;
@@ -234,6 +240,10 @@ std::optional<ApiError> ResponsesInputMessages(const json& input, json* messages
         messages->push_back({{"role", "assistant"}, {"content", ""}});
       }
       json& turn = messages->back();
+      if (!reasoning.empty()) {
+        turn["reasoning_content"] = reasoning;
+        reasoning.clear();
+      }
       if (!turn.contains("tool_calls")) turn["tool_calls"] = json::array();
       turn["tool_calls"].push_back(std::move(call));
     } else if (type == "function_call_output") {
@@ -245,7 +255,17 @@ std::optional<ApiError> ResponsesInputMessages(const json& input, json* messages
       if (auto e = ItemText(item["output"], p + ".output", &text)) return e;
       messages->push_back({{"role", "tool"}, {"content", text}, {"tool_call_id", item["call_id"]}});
     } else if (type == "reasoning") {
-      // A reasoning item from an earlier output: templates drop earlier turns' reasoning anyway.
+      // An earlier output's reasoning: the assistant turn after it carries it (templates keep
+      // it for the turns since the last user message, a tool loop's).
+      for (const char* key : {"content", "summary"}) {
+        if (!item.contains(key) || !item[key].is_array()) continue;
+        for (const json& part : item[key]) {
+          if (part.is_object() && part.contains("text") && part["text"].is_string()) {
+            reasoning += part["text"].get<std::string>();
+          }
+        }
+        if (!reasoning.empty()) break;  // the summary only when the text itself is not there
+      }
     } else {
       return Unsupported(p + ".type", "input items of type " + Quote(type) +
                                           " (supported: message, function_call, "

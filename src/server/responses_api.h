@@ -33,31 +33,10 @@ std::optional<ApiError> ParseResponsesRequest(std::string_view body, const Parse
                                               ResponsesRequest* out);
 
 // The chat messages of a Responses `input` (a string, or message / function_call /
-// function_call_output items; reasoning items are dropped). Appended to *messages.
+// function_call_output items; a reasoning item's text becomes the reasoning_content of the
+// assistant turn after it). Appended to *messages.
 std::optional<ApiError> ResponsesInputMessages(const nlohmann::json& input,
                                                nlohmann::json* messages);
-
-// A reasoning model's reply split as it streams: the text between a leading <think> and
-// </think> is its reasoning (a `reasoning` output item), the rest (white space after </think>
-// dropped) its answer. A reply that does not start with <think> is all answer.
-class ThinkSplitter {
- public:
-  struct Piece {
-    std::string reasoning;
-    std::string answer;
-  };
-  Piece Push(std::string_view text);
-  Piece Flush();  // the reply ended: whatever was held back
-  bool thinking() const { return phase_ == Phase::kThinking; }
-  bool had_reasoning() const { return had_reasoning_; }
-
- private:
-  enum class Phase { kStart, kThinking, kAnswer };
-  Phase phase_ = Phase::kStart;
-  std::string held_;  // text that may still turn out to be a tag
-  bool had_reasoning_ = false;
-  bool strip_ = false;  // just after </think>: drop the answer's leading white space
-};
 
 // Where a finished response goes (store: true): the conversation through it.
 struct ResponsesStoreTarget {
@@ -88,11 +67,9 @@ class ResponsesWriter : public ResponseWriter {
   // Streaming: reasoning text to the open reasoning item (opening it first), and closing it.
   void StreamReasoning(std::string_view text, std::string* out);
   void CloseReasoning(std::string* out);
-  // Reasoning and answer text of one event; counts the reasoning's tokens.
-  ThinkSplitter::Piece Split(const engine::GenerationEvent& event);
   // The finished response's object (stored first when asked): output items, usage and status.
-  nlohmann::json Finish(const std::string& text, const nlohmann::json& output,
-                        const std::vector<ToolCall>& calls,
+  nlohmann::json Finish(const std::string& text, const std::string& reasoning,
+                        const nlohmann::json& output, const std::vector<ToolCall>& calls,
                         const engine::GenerationEvent& final_event) const;
 
   ResponseOptions options_;
@@ -100,18 +77,14 @@ class ResponsesWriter : public ResponseWriter {
   ResponsesStoreTarget target_;
   scheduler::ServiceTier tier_ = scheduler::ServiceTier::kDefault;
   std::string msg_id_;
-  std::string rs_id_;  // the reasoning item's
-  ThinkSplitter splitter_;
-  int64_t reasoning_tokens_ = 0;
-  bool answer_started_ = false;
+  std::string rs_id_;   // the reasoning item's
+  ReplyParser parser_;  // streamed: the reply; non-streamed: only to count reasoning tokens
   bool reasoning_open_ = false;
-  std::string reasoning_text_;
+  std::string reasoning_text_;  // the open reasoning item's
+  std::string all_reasoning_;   // of the closed ones
   // Streaming state.
   int64_t sequence_ = 0;
   bool started_ = false;
-  std::string held_;      // parse_tools: the reply so far ...
-  size_t sent_ = 0;       // ... of which this much went out as text
-  bool in_call_ = false;  // a call may have begun at sent_
   bool message_open_ = false;
   std::string blank_;                                // blank text before the message opened
   std::string streamed_text_;                        // the open message's text so far

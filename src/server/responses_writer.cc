@@ -7,9 +7,6 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr std::string_view kThinkOpen = "<think>", kThinkClose = "</think>";
-constexpr const char* kBlank = " \t\r\n";
-
 json UsageOf(const engine::GenerationEvent& e, int64_t reasoning_tokens) {
   return {{"input_tokens", e.prompt_tokens},
           {"input_tokens_details", {{"cached_tokens", e.cached_tokens}}},
@@ -56,88 +53,12 @@ ResponsesWriter::ResponsesWriter(ResponseOptions options, json echo, ResponsesSt
       echo_(std::move(echo)),
       target_(std::move(target)),
       msg_id_(RandomId("msg_")),
-      rs_id_(RandomId("rs_")) {}
-
-ThinkSplitter::Piece ThinkSplitter::Push(std::string_view text) {
-  Piece p;
-  held_ += text;
-  for (;;) {
-    if (phase_ == Phase::kStart) {
-      const size_t i = held_.find_first_not_of(kBlank);
-      if (i == std::string::npos) return p;  // blank so far: nothing is known yet
-      const std::string_view t = std::string_view(held_).substr(i);
-      if (t.size() < kThinkOpen.size() && kThinkOpen.starts_with(t)) return p;
-      if (!t.starts_with(kThinkOpen)) {
-        phase_ = Phase::kAnswer;
-        continue;
-      }
-      held_ = std::string(t.substr(kThinkOpen.size()));
-      phase_ = Phase::kThinking;
-      had_reasoning_ = true;
-    } else if (phase_ == Phase::kThinking) {
-      const size_t close = held_.find(kThinkClose);
-      if (close != std::string::npos) {
-        p.reasoning += held_.substr(0, close);
-        held_.erase(0, close + kThinkClose.size());
-        phase_ = Phase::kAnswer;
-        strip_ = true;
-        continue;
-      }
-      size_t keep = 0;  // a suffix that may begin </think>
-      for (size_t k = std::min(held_.size(), kThinkClose.size() - 1); k > 0; --k) {
-        if (held_.ends_with(kThinkClose.substr(0, k))) {
-          keep = k;
-          break;
-        }
-      }
-      p.reasoning += held_.substr(0, held_.size() - keep);
-      held_.erase(0, held_.size() - keep);
-      return p;
-    } else {
-      if (strip_) {
-        const size_t i = held_.find_first_not_of(kBlank);
-        if (i == std::string::npos) {
-          held_.clear();
-          return p;
-        }
-        held_.erase(0, i);
-        strip_ = false;
-      }
-      p.answer += held_;
-      held_.clear();
-      return p;
-    }
-  }
-}
-
-ThinkSplitter::Piece ThinkSplitter::Flush() {
-  Piece p;
-  if (phase_ == Phase::kThinking) {
-    p.reasoning = std::move(held_);
-  } else if (!strip_) {
-    p.answer = std::move(held_);
-  }
-  held_.clear();
-  return p;
-}
-
-ThinkSplitter::Piece ResponsesWriter::Split(const engine::GenerationEvent& event) {
-  ThinkSplitter::Piece p = splitter_.Push(event.text);
-  if (event.finish != engine::FinishReason::kNone) {
-    ThinkSplitter::Piece rest = splitter_.Flush();
-    p.reasoning += rest.reasoning;
-    p.answer += rest.answer;
-  }
-  // Tokens until the answer's first text are the reasoning's (the </think> tag included).
-  if (splitter_.had_reasoning() && !answer_started_ && p.answer.empty()) {
-    reasoning_tokens_ += event.n_tokens;
-  }
-  if (!p.answer.empty()) answer_started_ = true;
-  return p;
-}
+      rs_id_(RandomId("rs_")),
+      parser_(ReplyFormatOf(options_)) {}
 
 void ResponsesWriter::StreamReasoning(std::string_view text, std::string* out) {
   if (!reasoning_open_) {
+    CloseMessage(out);  // reasoning after text (harmony: analysis after a preamble)
     reasoning_open_ = true;
     *out += Event({{"type", "response.output_item.added"},
                    {"output_index", output_.size()},
@@ -174,6 +95,10 @@ void ResponsesWriter::CloseReasoning(std::string* out) {
   json item = ReasoningItem(rs_id_, reasoning_text_, true);
   *out += Event({{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}});
   output_.push_back(std::move(item));
+  // Reasoning after the answer began (harmony: analysis after a preamble) is an item of its own.
+  all_reasoning_ += reasoning_text_;
+  reasoning_text_.clear();
+  rs_id_ = RandomId("rs_");
 }
 
 json ResponsesWriter::ResponseJson(const std::string& status, const json& output,
@@ -189,7 +114,8 @@ json ResponsesWriter::ResponseJson(const std::string& status, const json& output
   r["model"] = options_.model;
   r["output"] = output;
   r["service_tier"] = scheduler::ServiceTierName(tier_);
-  r["usage"] = final_event != nullptr ? UsageOf(*final_event, reasoning_tokens_) : json(nullptr);
+  r["usage"] =
+      final_event != nullptr ? UsageOf(*final_event, parser_.reasoning_tokens()) : json(nullptr);
   if (status == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   return r;
 }
@@ -254,6 +180,8 @@ void ResponsesWriter::CloseMessage(std::string* out) {
   json item = MessageItem(msg_id_, "completed", json::array({TextPart(streamed_text_)}));
   *out += Event({{"type", "response.output_item.done"}, {"output_index", index}, {"item", item}});
   output_.push_back(std::move(item));
+  msg_id_ = RandomId("msg_");  // text after more reasoning is a message of its own
+  streamed_text_.clear();
 }
 
 std::string ResponsesWriter::Stream(int, const engine::GenerationEvent& event) {
@@ -269,31 +197,21 @@ std::string ResponsesWriter::Stream(int, const engine::GenerationEvent& event) {
     return out + StreamError(ServerError(
                      500, event.error.ok() ? "generation was cancelled" : event.error.message()));
   }
-  const ThinkSplitter::Piece piece = Split(event);
-  if (!piece.reasoning.empty() || splitter_.thinking()) StreamReasoning(piece.reasoning, &out);
-  if (!splitter_.thinking() &&
-      (!piece.answer.empty() || event.finish != engine::FinishReason::kNone)) {
-    CloseReasoning(&out);
-  }
-  if (options_.parse_tools) {
-    held_ += piece.answer;
-    if (!in_call_) {
-      const std::string_view pending = std::string_view(held_).substr(sent_);
-      const size_t n = StreamableContent(pending, options_.tool_format, sent_ == 0, &in_call_);
-      if (n > 0) StreamText(pending.substr(0, n), &out);
-      sent_ += n;
-    }
-  } else if (!piece.answer.empty()) {
-    StreamText(piece.answer, &out);
-  }
-  if (event.finish == engine::FinishReason::kNone || done_) return out;
-  done_ = true;
+  ReplyPiece piece = parser_.Push(event.text, event.n_tokens);
+  const bool last = event.finish != engine::FinishReason::kNone && !done_;
   std::vector<ToolCall> calls;
-  if (options_.parse_tools) {
-    ParsedReply reply = FinalReply(held_.substr(sent_), options_);
-    calls = std::move(reply.calls);
-    if (!reply.content.empty()) StreamText(reply.content, &out);
+  if (last) {
+    ReplyEnd end = parser_.Finish();
+    piece.reasoning += end.reasoning;
+    piece.content += end.content;
+    calls = std::move(end.calls);
   }
+  const bool thinking = parser_.had_reasoning() && !parser_.answer_started() && !last;
+  if (!piece.reasoning.empty() || thinking) StreamReasoning(piece.reasoning, &out);
+  if (!thinking) CloseReasoning(&out);
+  if (!piece.content.empty()) StreamText(piece.content, &out);
+  if (!last) return out;
+  done_ = true;
   // A reply without calls is a message, even an empty or blank one.
   if (calls.empty() && !message_open_) StreamText("", &out, /*flush=*/true);
   const bool incomplete = event.finish == engine::FinishReason::kLength && calls.empty();
@@ -322,7 +240,7 @@ std::string ResponsesWriter::Stream(int, const engine::GenerationEvent& event) {
   for (const json& item : output_) {
     if (item["type"] == "message") text += item["content"][0]["text"].get<std::string>();
   }
-  const json r = Finish(text, output_, calls, event);
+  const json r = Finish(text, all_reasoning_, output_, calls, event);
   out +=
       Event({{"type", incomplete ? "response.incomplete" : "response.completed"}, {"response", r}});
   return out;
@@ -342,34 +260,38 @@ std::string ResponsesWriter::StreamError(const ApiError& error) {
 
 void ResponsesWriter::Add(int, const engine::GenerationEvent& event) {
   tier_ = event.service_tier;
-  const ThinkSplitter::Piece piece = Split(event);
-  reasoning_text_ += piece.reasoning;
-  text_ += piece.answer;
+  parser_.Push(event.text, event.n_tokens);  // only to count the reasoning's tokens
+  if (event.finish != engine::FinishReason::kNone) parser_.Finish();
+  text_ += event.text;
   if (event.finish != engine::FinishReason::kNone) final_ = event;
 }
 
 std::string ResponsesWriter::Body() const {
-  ParsedReply reply = FinalReply(text_, options_);
+  const ReplyEnd reply = ReplyParser::Parse(ReplyFormatOf(options_), text_);
   const std::string& content = reply.content;
   const std::vector<ToolCall>& calls = reply.calls;
   const bool incomplete = final_.finish == engine::FinishReason::kLength && calls.empty();
   json output = json::array();
-  if (splitter_.had_reasoning()) output.push_back(ReasoningItem(rs_id_, reasoning_text_, true));
+  if (parser_.had_reasoning() || !reply.reasoning.empty()) {
+    output.push_back(ReasoningItem(rs_id_, reply.reasoning, true));
+  }
   if (!content.empty() || calls.empty()) {
     output.push_back(MessageItem(msg_id_, incomplete ? "incomplete" : "completed",
                                  json::array({TextPart(content)})));
   }
   for (const ToolCall& call : calls) output.push_back(CallItem(call, "completed", call.arguments));
-  return Dump(Finish(content, output, calls, final_));
+  return Dump(Finish(content, reply.reasoning, output, calls, final_));
 }
 
-json ResponsesWriter::Finish(const std::string& text, const json& output,
-                             const std::vector<ToolCall>& calls,
+json ResponsesWriter::Finish(const std::string& text, const std::string& reasoning,
+                             const json& output, const std::vector<ToolCall>& calls,
                              const engine::GenerationEvent& final_event) const {
   const bool incomplete = final_event.finish == engine::FinishReason::kLength && calls.empty();
   json r = ResponseJson(incomplete ? "incomplete" : "completed", output, &final_event);
   if (target_.store != nullptr) {
     json turn = {{"role", "assistant"}, {"content", text}};
+    // Templates re-read the reasoning of the turns since the last user message (a tool loop).
+    if (!reasoning.empty()) turn["reasoning_content"] = reasoning;
     if (!calls.empty()) {
       json chat_calls = json::array();
       for (const ToolCall& c : calls) {

@@ -54,6 +54,10 @@ bool ToCall(std::string_view text, const std::set<std::string>& names, ToolCall*
 }  // namespace
 
 ToolCallFormat DetectToolCallFormat(std::string_view source) {
+  if (source.find("<|channel|>") != std::string_view::npos &&
+      source.find("<|message|>") != std::string_view::npos) {
+    return ToolCallFormat::kHarmony;
+  }
   if (source.find("<|python_tag|>") != std::string_view::npos ||
       source.find("ipython") != std::string_view::npos) {
     return ToolCallFormat::kLlama3Json;
@@ -64,6 +68,10 @@ ToolCallFormat DetectToolCallFormat(std::string_view source) {
 ParsedReply ParseToolCalls(std::string_view text, ToolCallFormat format,
                            const std::set<std::string>& names) {
   ParsedReply out;
+  if (format == ToolCallFormat::kHarmony) {
+    out.content = std::string(text);
+    return out;
+  }
   if (format == ToolCallFormat::kLlama3Json) {
     std::string_view body = Trim(text);
     constexpr std::string_view kTag = "<|python_tag|>";
@@ -121,6 +129,7 @@ ParsedReply ParseToolCalls(std::string_view text, ToolCallFormat format,
 size_t StreamableContent(std::string_view pending, ToolCallFormat format, bool at_start,
                          bool* call_starts) {
   *call_starts = false;
+  if (format == ToolCallFormat::kHarmony) return pending.size();
   if (format == ToolCallFormat::kLlama3Json) {
     if (!at_start) return pending.size();
     const std::string_view body = Trim(pending);
@@ -163,6 +172,12 @@ StatusOr<std::shared_ptr<const grammar::Grammar>> ToolCallGrammar(
   grammar::ToolCallSyntax syntax;
   if (format == ToolCallFormat::kLlama3Json) {
     syntax = {"{\"name\": ", "parameters", "}", "; "};
+  } else if (format == ToolCallFormat::kHarmony) {
+    // One call per reply: <|call|> ends generation after it. The reply is the call message
+    // itself (no analysis first: the grammar holds from the first token).
+    syntax = {"<|channel|>commentary to=functions.", " <|constrain|>json<|message|>", "", ""};
+    syntax.bare_name = true;
+    parallel = false;
   } else {
     syntax = {"<tool_call>\n{\"name\": ", "arguments", "}\n</tool_call>", "\n"};
   }

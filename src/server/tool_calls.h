@@ -21,10 +21,15 @@ enum class ToolCallFormat {
   // Llama 3.1 / 3.2 / 3.3 JSON tool calling: {"name": ..., "parameters": {...}} as the whole
   // reply (optionally after <|python_tag|>).
   kLlama3Json,
+  // gpt-oss's harmony: a message <|channel|>commentary to=functions.NAME <|constrain|>json
+  // <|message|>{...} ended by <|call|>. Parsed with the reply's channels (reply_parser.h), not
+  // here: ParseToolCalls finds no calls in harmony text and StreamableContent holds nothing.
+  kHarmony,
 };
 
-// The format a chat template teaches: Llama 3.x templates (their "ipython" role, or
-// <|python_tag|>) use kLlama3Json, everything else kHermes.
+// The format a chat template teaches: harmony templates (<|channel|>, <|message|>) use kHarmony,
+// Llama 3.x templates (their "ipython" role, or <|python_tag|>) kLlama3Json, every other
+// kHermes.
 ToolCallFormat DetectToolCallFormat(std::string_view template_source);
 
 struct ToolCall {

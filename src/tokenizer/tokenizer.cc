@@ -294,6 +294,20 @@ void Tokenizer::DetectSpecialTokens() {
   for (std::string_view text : kEogTexts) {
     if (std::optional<int32_t> id = TokenId(text)) eog_ids_.insert(*id);
   }
+  // gpt-oss's harmony format (o200k_harmony): a reply is several messages, each ended by <|end|>,
+  // the last by <|return|> or <|call|>. With those two present <|end|> must not end generation
+  // (the reasoning message would be the whole reply), as llama.cpp decides. Its header tags
+  // become user-defined, as llama.cpp makes them: ordinary text that a grammar may produce
+  // (token_mask.h leaves control tokens out) and that the reply parser reads.
+  const std::optional<int32_t> end = TokenId("<|end|>");
+  if (end && TokenId("<|return|>") && TokenId("<|call|>")) {
+    eog_ids_.erase(*end);
+    if (eot_id_ == *end) eot_id_ = -1;
+    for (std::string_view text :
+         {"<|end|>", "<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"}) {
+      if (std::optional<int32_t> id = TokenId(text)) types_[*id] = TokenType::kUserDefined;
+    }
+  }
 
   special_ids_.clear();
   for (int32_t id = 0; id < vocab_size(); ++id) {

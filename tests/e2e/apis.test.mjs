@@ -265,3 +265,39 @@ describe('Messages API with @anthropic-ai/sdk', () => {
     assert.ok(answer.usage.input_tokens + answer.usage.cache_read_input_tokens > question.input_tokens + 10);
   });
 });
+
+// A template whose generation prompt opens <think> (DeepSeek-R1's, given with
+// --chat-template-file): the random-weight model never closes it, so its whole reply is
+// reasoning, which the openai client reads from message.reasoning_content and, streamed, from
+// delta.reasoning_content.
+describe('reasoning_content with the openai client', () => {
+  const TEMPLATE = path.resolve(root, '..', 'shared', 'templates',
+    'deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja');
+  let server;
+  let client;
+  before(async () => {
+    server = await startServer(['--chat-template-file', TEMPLATE]);
+    client = new OpenAI({ apiKey: 'unused', baseURL: `${server.base}/v1`, maxRetries: 0 });
+  });
+  after(async () => { assert.equal(await server.stop(), 0, server.stderr()); });
+
+  test('streamed and not, apart from content', async () => {
+    const request = {
+      model: MODEL_ID, max_tokens: 12, temperature: 0, reasoning_effort: 'high',
+      messages: [{ role: 'user', content: 'What is 2+2?' }],
+    };
+    const r = await client.chat.completions.create(request);
+    const reasoning = r.choices[0].message.reasoning_content;
+    assert.ok(reasoning.length > 0);
+    assert.equal(r.choices[0].message.content, '');
+    assert.equal(r.usage.completion_tokens_details.reasoning_tokens, 12);
+    let streamed = '';
+    let content = '';
+    for await (const c of await client.chat.completions.create({ ...request, stream: true })) {
+      streamed += c.choices[0]?.delta?.reasoning_content ?? '';
+      content += c.choices[0]?.delta?.content ?? '';
+    }
+    assert.equal(streamed, reasoning);
+    assert.equal(content, '');
+  });
+});
