@@ -505,5 +505,24 @@ TEST(HttpServerTest, ToolChoiceRequiredMakesValidCalls) {
   EXPECT_EQ(h.Settled().kv_blocks_used, 0);
 }
 
+// A second server on a port already served is refused with a clear error. httplib's default
+// socket options (SO_REUSEPORT) let it bind and silently take a share of the first server's
+// connections instead.
+TEST(HttpServerTest, SecondServerOnTheSamePortIsRefused) {
+  UF_REQUIRE_SHARED();
+  Harness h;
+  ServerOptions ho;
+  ho.host = "127.0.0.1";
+  ho.port = h.port();
+  Metrics metrics;
+  KeyStore keys;
+  HttpServer second(ho, &h.service(), Harness::PlainRender, &keys, &metrics);
+  const Status st = second.Bind();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(std::to_string(h.port()) + " (in use?)"), std::string::npos)
+      << st.ToString();
+  EXPECT_EQ(h.Get("/health")->status, 200);  // the first one still serves
+}
+
 }  // namespace
 }  // namespace uf::server

@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <csignal>
 #include <ctime>
 #include <random>
@@ -59,6 +61,13 @@ HttpServer::HttpServer(ServerOptions options, engine::Service* service, ChatRend
   // ACK of the previous one, which the client's delayed ACK holds for up to 40 ms. That put
   // 40-90 ms on the first token and on every non-streamed response (bench --serve).
   http_->set_tcp_nodelay(true);
+  // httplib's default sets SO_REUSEPORT, which lets a second server bind the same port and share
+  // its connections silently (a forgotten `serve` then took half of a benchmark's requests).
+  // SO_REUSEADDR alone still allows a restart while old connections sit in TIME_WAIT.
+  http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   Route();
 }
 
