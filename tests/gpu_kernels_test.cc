@@ -98,7 +98,7 @@ class GpuKernelsTest : public ::testing::Test {
   }
 
   // Paged attention over an f16 or Q8_0 cache (PagedAttentionMatchesReference).
-  void PagedAttention(bool q8);
+  std::vector<float> PagedAttention(bool q8, int64_t chunk);
 
   static Context* ctx_;
   static Kernels* kernels_;
@@ -289,14 +289,20 @@ TEST_F(GpuKernelsTest, RopeMatchesCpu) {
 // batches: 7 tokens, then 4), then attention of 4 query heads over 2 KV heads for a batch of
 // queries at several positions, against a double-precision softmax of the cache as the CPU
 // would round it (F16, or Q8_0 blocks: the device quantizes K/V as the CPU cache does).
+// Unsplit and split over positions (chunks of 4 positions: 1 to 3 chunks per query), against
+// the reference; the query at position 0 (one chunk) gives the unsplit kernel's bits.
 TEST_F(GpuKernelsTest, PagedAttentionMatchesReference) {
   for (bool q8 : {false, true}) {
     SCOPED_TRACE(q8 ? "q8_0 cache" : "f16 cache");
-    PagedAttention(q8);
+    const std::vector<float> whole = PagedAttention(q8, 0), split = PagedAttention(q8, 4);
+    const int64_t n_head = 4, hd = 64, t = 2;  // the query at position 0
+    EXPECT_EQ(std::memcmp(whole.data() + t * n_head * hd, split.data() + t * n_head * hd,
+                          n_head * hd * 4),
+              0);
   }
 }
 
-void GpuKernelsTest::PagedAttention(bool q8) {
+std::vector<float> GpuKernelsTest::PagedAttention(bool q8, int64_t chunk) {
   const int64_t n_head = 4, n_kv = 2, hd = 64, bs = 4, n_blocks = 5, n_pos = 11;
   const int64_t n_rows = n_blocks * bs, max_blocks = 3, max_len = max_blocks * bs;
   const std::vector<int32_t> table = {3, 0, 4};  // sequence 0's blocks
@@ -315,6 +321,7 @@ void GpuKernelsTest::PagedAttention(bool q8) {
   as.max_blocks = max_blocks;
   as.max_len = max_len;
   as.q8 = q8;
+  as.chunk = chunk;
   Buffer cache = Empty(2 * n_kv * n_rows * row_words * 4), kb = Empty(n_pos * n_kv * hd * 4),
          vb = Empty(n_pos * n_kv * hd * 4);
   std::vector<float> ks = Random(n_pos * n_kv * hd, 100), vs = Random(n_pos * n_kv * hd, 200);
@@ -322,12 +329,12 @@ void GpuKernelsTest::PagedAttention(bool q8) {
     std::vector<std::array<uint32_t, 4> > rows;
     for (int64_t p = first; p < first + count; ++p) rows.push_back({0, uint32_t(p), row_of(p), 0});
     Buffer tok = Tok(rows);
-    ASSERT_TRUE(ctx_->Upload(kb, 0, ks.data() + first * n_kv * hd, count * n_kv * hd * 4).ok());
-    ASSERT_TRUE(ctx_->Upload(vb, 0, vs.data() + first * n_kv * hd, count * n_kv * hd * 4).ok());
+    EXPECT_TRUE(ctx_->Upload(kb, 0, ks.data() + first * n_kv * hd, count * n_kv * hd * 4).ok());
+    EXPECT_TRUE(ctx_->Upload(vb, 0, vs.data() + first * n_kv * hd, count * n_kv * hd * 4).ok());
     Recorder rec(ctx_);
     kernels_->KvStore(&rec, kb, vb, cache, tok, count, as);
-    ASSERT_TRUE(rec.Finish().ok());
-    ASSERT_TRUE(rec.Run().ok());
+    EXPECT_TRUE(rec.Finish().ok());
+    EXPECT_TRUE(rec.Run().ok());
   }
   const std::vector<uint32_t> positions = {10, 4, 0, 7};
   std::vector<std::array<uint32_t, 4> > rows;
@@ -339,10 +346,11 @@ void GpuKernelsTest::PagedAttention(bool q8) {
   const std::vector<float> q = Random(nq * n_head * hd, 9);
   Buffer qb = Floats(q), scores = Empty(nq * n_head * max_len * 4),
          out = Empty(nq * n_head * hd * 4);
+  Buffer part = Empty(nq * n_head * as.part_floats() * 4);
   Recorder rec(ctx_);
-  kernels_->Attention(&rec, qb, cache, scores, out, tok, bt, nq, as);
-  ASSERT_TRUE(rec.Finish().ok());
-  ASSERT_TRUE(rec.Run().ok());
+  kernels_->Attention(&rec, qb, cache, scores, out, tok, bt, nq, as, &part);
+  EXPECT_TRUE(rec.Finish().ok());
+  EXPECT_TRUE(rec.Run().ok());
   // The cache's rounding of every head row, by the CPU's own conversion (F16, or Q8_0 blocks).
   const auto stored = [&](std::vector<float> x) {
     const GgmlType type = q8 ? GgmlType::kQ8_0 : GgmlType::kF16;
@@ -378,6 +386,7 @@ void GpuKernelsTest::PagedAttention(bool q8) {
       }
     }
   }
+  return got;
 }
 
 // The embedding rows of each table type are the CPU dequantization of those rows (exactly, but
@@ -454,6 +463,104 @@ TEST_F(GpuKernelsTest, ArgMaxMatchesSampler) {
   EXPECT_EQ(got[1], 999u);
   EXPECT_EQ(got[2], 0u);
   EXPECT_EQ(got[3], 0u);
+}
+
+// The sampler's order of a row's tokens: higher logit, then lower id; NaN ranks as -inf.
+std::vector<int32_t> BestFirst(const float* l, int64_t n) {
+  std::vector<int32_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(i);
+  const auto v = [&](int32_t i) { return std::isnan(l[i]) ? -INFINITY : l[i]; };
+  std::sort(ids.begin(), ids.end(),
+            [&](int32_t a, int32_t b) { return v(a) > v(b) || (v(a) == v(b) && a < b); });
+  return ids;
+}
+
+// The device's best tokens of each row are the sampler's top-k set in its order (ties by id at
+// and across the cut, NaN as -inf, -0 tied with +0, a row shorter than k padded), with the raw
+// logits, the max and the log-sum-exp; and a sampler given only them draws, seed for seed, the
+// token it draws from the whole row (Sampler::SampleTop against Sample).
+TEST_F(GpuKernelsTest, TopKMatchesSamplerAndSamplesTheSameTokens) {
+  const int64_t n_vocab = 3000, rows = 6, k = Kernels::kMaxTopK;
+  std::vector<float> l = Random(rows * n_vocab, 50, 2.0f);
+  float* r1 = l.data() + 1 * n_vocab;  // quarter steps: ties everywhere, across the cut too
+  for (int64_t i = 0; i < n_vocab; ++i) r1[i] = std::round(r1[i] * 4.0f) / 4.0f;
+  float* r2 = l.data() + 2 * n_vocab;  // all equal but a NaN and signed zeros below
+  std::fill(r2, r2 + n_vocab, 1.0f);
+  r2[7] = std::nanf("");
+  float* r3 = l.data() + 3 * n_vocab;  // -inf but for 10 values and a NaN: fewer than k finite
+  std::fill(r3, r3 + n_vocab, -INFINITY);
+  for (int i = 0; i < 10; ++i) r3[i * 271 + 5] = static_cast<float>(i % 4);
+  r3[100] = std::nanf("");
+  float* r4 = l.data() + 4 * n_vocab;  // all -inf
+  std::fill(r4, r4 + n_vocab, -INFINITY);
+  float* r5 = l.data() + 5 * n_vocab;  // the best are +0 and -0, interleaved
+  for (int64_t i = 0; i < n_vocab; ++i) r5[i] = -std::fabs(r5[i]) - 0.5f;
+  for (int i = 0; i < 100; ++i) r5[i * 29] = i % 2 == 0 ? 0.0f : -0.0f;
+  Buffer lb = Floats(l);
+  Buffer out = std::move(*ctx_->CreateBuffer(rows * (2 * k + 2) * 4, Memory::kHost));
+  Recorder rec(ctx_);
+  kernels_->TopK(&rec, lb, out, n_vocab, rows, k);
+  ASSERT_TRUE(rec.Finish().ok());
+  ASSERT_TRUE(rec.Run().ok());
+  const auto* w = static_cast<const uint32_t*>(out.mapped());
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = l.data() + r * n_vocab;
+    const uint32_t* o = w + r * (2 * k + 2);
+    const auto* ids = reinterpret_cast<const int32_t*>(o);
+    const auto* vals = reinterpret_cast<const float*>(o + k);
+    const std::vector<int32_t> want = BestFirst(row, n_vocab);
+    for (int64_t i = 0; i < k; ++i) {
+      ASSERT_EQ(ids[i], want[i]) << "row " << r << " rank " << i;
+      ASSERT_EQ(std::memcmp(&vals[i], &row[want[i]], 4), 0) << "row " << r << " rank " << i;
+    }
+    float max, lse;
+    std::memcpy(&max, o + 2 * k, 4);
+    std::memcpy(&lse, o + 2 * k + 1, 4);
+    const float want_max = std::isnan(row[want[0]]) ? -INFINITY : row[want[0]];
+    EXPECT_EQ(max, want_max) << "row " << r;
+    if (want_max == -INFINITY) {
+      EXPECT_EQ(lse, -INFINITY) << "row " << r;
+    } else {
+      double z = 0.0;
+      for (int64_t i = 0; i < n_vocab; ++i) {
+        if (row[i] > -INFINITY) z += std::exp(static_cast<double>(row[i]) - want_max);
+      }
+      EXPECT_NEAR(lse, want_max + std::log(z), 1e-4) << "row " << r;
+    }
+    // Seed for seed, the same tokens from the best k as from the whole row.
+    std::vector<sampling::SamplingParams> settings(6);
+    settings[0].temperature = 0.0f;
+    settings[1].top_k = 1;
+    settings[2].top_k = 5, settings[2].top_p = 1.0f, settings[2].min_p = 0.0f;
+    settings[2].temperature = 0.7f;
+    settings[3].top_k = 40, settings[3].top_p = 0.9f, settings[3].min_p = 0.05f;
+    settings[3].temperature = 1.3f;
+    settings[4].top_k = 64, settings[4].top_p = 0.5f, settings[4].min_p = 0.0f;
+    settings[5].top_k = 64, settings[5].top_p = 1.0f, settings[5].min_p = 0.0f;
+    settings[5].temperature = 5.0f;
+    for (size_t si = 0; si < settings.size(); ++si) {
+      sampling::SamplingParams p = settings[si];
+      p.seed = 1000 + si + 10 * r;
+      sampling::Sampler full(p, static_cast<int32_t>(n_vocab)),
+          top(p, static_cast<int32_t>(n_vocab));
+      ASSERT_TRUE(top.CanSampleTop(static_cast<int32_t>(k)));
+      for (int draw = 0; draw < 64; ++draw) {
+        ASSERT_EQ(top.SampleTop(ids, vals, static_cast<int32_t>(k)), full.Sample(row))
+            << "row " << r << " settings " << si << " draw " << draw;
+      }
+    }
+  }
+  // A row shorter than k: all of it, then padding.
+  const int64_t short_n = 40;
+  Buffer sb = Floats(std::vector<float>(l.begin() + n_vocab, l.begin() + n_vocab + short_n));
+  Recorder rec2(ctx_);
+  kernels_->TopK(&rec2, sb, out, short_n, 1, k);
+  ASSERT_TRUE(rec2.Finish().ok());
+  ASSERT_TRUE(rec2.Run().ok());
+  const std::vector<int32_t> want = BestFirst(l.data() + n_vocab, short_n);
+  for (int64_t i = 0; i < k; ++i) {
+    EXPECT_EQ(static_cast<int32_t>(w[i]), i < short_n ? want[i] : -1) << "rank " << i;
+  }
 }
 
 #endif  // UF_HAVE_VULKAN

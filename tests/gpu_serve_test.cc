@@ -8,13 +8,16 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
+#include "base/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/service.h"
 #include "gpu/backend.h"
 #include "model/batch.h"
+#include "model/decoder.h"
 #include "sampling/sampler.h"
 #include "service_test_util.h"
 #include "shared_data.h"
@@ -291,6 +294,145 @@ TEST(GpuService, GreedyTextEqualsCpuWithBatchingAndSpeculation) {
   EXPECT_GT(gpu_stats.spec_accepted, 0) << "speculation never verified a draft";
   EXPECT_GT(gpu_stats.prefix_hit_tokens, 0) << "the repeats did not reuse the prefix cache";
   EXPECT_EQ(gpu_stats.kv_blocks_used, 0) << "finished sequences must free their blocks";
+}
+
+// Decode at a depth of 1,500 positions with attention split over positions (chunks of 256: 6
+// chunks per head, combined by attention_combine.comp): the rows of a verify batch equal their
+// decode steps bit for bit, and the logits stay within golden_test.cc's tolerance for this
+// model with f16 K/V (1.5e-2 of max(1, |logit|)) of the CPU decoder's at the same depth.
+TEST(GpuForward, SplitAttentionAtDepthIsBatchIndependentAndClose) {
+  const std::string skip = SkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  UF_REQUIRE_SHARED();
+  const Loaded& l = *testing_models::LoadOrDie("../shared/models/tiny-llama-256-f16.gguf");
+  const model::Model& m = *l.model;
+  const int64_t n_vocab = m.config().n_vocab, ctx = 1536, depth = 1500, n = 4;
+  std::vector<int32_t> tokens(depth + n);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>((i * 37 + 11) % n_vocab);
+  }
+  model::Batch b;
+  const auto prefill = [&](model::BatchForward& f) {
+    for (int64_t i = 0; i < depth; i += 64) {
+      b.Clear();
+      for (int64_t t = i; t < std::min(depth, i + 64); ++t) b.Add(tokens[t], int32_t(t), 0, false);
+      ASSERT_TRUE(f.Forward(b).ok());
+    }
+  };
+  // The last n tokens one step each: their rows.
+  const auto decode = [&](model::BatchForward& f, std::vector<float>* rows) {
+    for (int64_t t = depth; t < depth + n; ++t) {
+      b.Clear();
+      b.Add(tokens[t], int32_t(t), 0, true);
+      ASSERT_TRUE(f.Forward(b).ok());
+      rows->insert(rows->end(), f.logits(0), f.logits(0) + n_vocab);
+    }
+  };
+  auto cache = engine::KvCache::Create(CacheFor(m, 1, ctx));
+  ASSERT_TRUE(cache.ok());
+  auto fwd =
+      gpu::GpuForward::Create(m, kVulkan, cache->get(), {.max_batch = 64, .attention_chunk = 256});
+  ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
+  prefill(**fwd);
+  std::vector<float> steps, cpu;
+  decode(**fwd, &steps);
+  (*cache)->Truncate(0, depth);
+  b.Clear();
+  for (int64_t t = depth; t < depth + n; ++t) b.Add(tokens[t], int32_t(t), 0, true);
+  ASSERT_TRUE((*fwd)->Forward(b).ok());
+  EXPECT_EQ(std::memcmp((*fwd)->logits(0), steps.data(), steps.size() * 4), 0)
+      << "split attention made a verify row differ from its decode step";
+
+  engine::KvCacheOptions co = CacheFor(m, 1, ctx);
+  co.host_storage = true;
+  auto cpu_cache = engine::KvCache::Create(co);
+  ASSERT_TRUE(cpu_cache.ok());
+  ThreadPool pool(2);
+  auto dec = model::Decoder::Create(m, cpu_cache->get(), {.max_batch = 64}, &pool);
+  ASSERT_TRUE(dec.ok()) << dec.status().ToString();
+  prefill(**dec);
+  decode(**dec, &cpu);
+  float worst = 0.0f;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    worst = std::max(worst, std::fabs(steps[i] - cpu[i]) / std::max(1.0f, std::fabs(cpu[i])));
+  }
+  EXPECT_LT(worst, 1.5e-2f);
+  std::printf("[gpu split attention] depth %lld: max error against the CPU %.3g\n",
+              static_cast<long long>(depth), worst);
+}
+
+// Seeded top-k sampling through the serving engine on the device: rows that need only their
+// best tokens come back as the device's top-64 (topk.comp) and are sampled from them, the rest
+// (logprobs asked) whole; the text equals, request for request, the same engine's with the
+// reduction off (every row copied back and sampled by the full-row sampler), speculation and
+// batching included.
+TEST(GpuService, TopKSamplingFromDeviceCandidatesEqualsFullRows) {
+  const std::string skip = SkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  const Loaded& demo = testing_models::DemoModel();
+  const std::vector<std::string> prompts = {"ROMEO:", "JULIET:\nO Romeo, Romeo!", "First Citizen:",
+                                            "KING RICHARD II:\nWhat says my lord?"};
+  const auto run = [&](int32_t top_k, int64_t* reduced, int64_t* tokens_0_1) {
+    engine::ServiceOptions o;
+    o.max_seqs = 4;
+    o.ctx = 128;
+    o.n_threads = 2;
+    o.spec_cost = engine::SpecCostModel{};
+    gpu::GpuForward* fwd = nullptr;
+    o.make_forward = [&demo, &fwd, top_k](engine::KvCache* cache, const model::DecoderOptions& d)
+        -> StatusOr<std::unique_ptr<model::BatchForward>> {
+      UF_ASSIGN_OR_RETURN(
+          std::unique_ptr<gpu::GpuForward> f,
+          gpu::GpuForward::Create(
+              *demo.model, kVulkan, cache,
+              {.max_batch = d.max_batch, .max_outputs = d.max_outputs, .top_k = top_k}));
+      fwd = f.get();
+      return std::unique_ptr<model::BatchForward>(std::move(f));
+    };
+    auto s = engine::Service::Create(*demo.model, *demo.tokenizer, o);
+    UF_CHECK(s.ok()) << s.status().ToString();
+    std::vector<std::shared_ptr<engine::RequestChannel>> chans;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      engine::GenerationRequest r;
+      r.prompt = demo.tokenizer->Encode(prompts[i], true, false);
+      r.max_tokens = 32;
+      r.sampling.temperature = 0.9f;
+      r.sampling.top_k = i == 2 ? 64 : 40;
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = 100 + i;
+      r.ignore_eos = i == 2;           // bans the end tokens: whole rows
+      if (i == 3) r.top_logprobs = 1;  // whole rows
+      r.speculation =
+          engine::SpeculationRequest{i == 0 ? engine::SpecMode::kNgram : engine::SpecMode::kOff, 4};
+      auto ch = (*s)->Submit(std::move(r));
+      UF_CHECK(ch.ok()) << ch.status().ToString();
+      chans.push_back(*ch);
+    }
+    std::vector<std::string> out;
+    *tokens_0_1 = 0;
+    for (size_t i = 0; i < chans.size(); ++i) {
+      const engine::testing_service::Output got = engine::testing_service::Collect(*chans[i]);
+      out.push_back(got.text);
+      if (i < 2) *tokens_0_1 += got.completion_tokens;
+    }
+    engine::testing_service::SettledStats(**s);
+    *reduced = fwd->rows_reduced();
+    return out;
+  };
+  int64_t reduced = 0, none = 0, tokens = 0, tokens_full = 0;
+  const auto top = run(64, &reduced, &tokens);
+  const auto full = run(0, &none, &tokens_full);
+  ASSERT_EQ(top.size(), full.size());
+  for (size_t i = 0; i < top.size(); ++i) {
+    EXPECT_EQ(top[i], full[i]) << "request " << i;
+    EXPECT_FALSE(top[i].empty()) << "request " << i;
+  }
+  EXPECT_EQ(none, 0);
+  EXPECT_EQ(tokens, tokens_full);
+  // Every token of requests 0 and 1 was sampled from a reduced row (plus rejected drafts').
+  EXPECT_GE(reduced, tokens) << "rows of requests 0 and 1 came back whole";
+  std::printf("[gpu serve] %lld rows sampled from device candidates\n",
+              static_cast<long long>(reduced));
 }
 
 }  // namespace

@@ -622,5 +622,48 @@ TEST(SamplerIsa, EveryTierKeepsTheSameSet) {
   }
 }
 
+// SampleTop, given a row's best tokens in the sampler's order (as a GPU reduces them), draws
+// seed for seed what Sample draws from the whole row, over every shape of row (ties and holes
+// included) and the top-k settings it accepts; bias, bans and penalties refuse it.
+TEST(Sampler, SampleTopDrawsWhatTheWholeRowDraws) {
+  std::mt19937 rng(91);
+  constexpr int32_t kN = 2000, kTop = 64;
+  for (int shape = 0; shape < 4; ++shape) {
+    const std::vector<float> l = MakeLogits(kN, static_cast<Shape>(shape), rng);
+    std::vector<int32_t> ids(kN);
+    for (int32_t i = 0; i < kN; ++i) ids[i] = i;
+    const auto v = [&](int32_t i) { return std::isnan(l[i]) ? -INFINITY : l[i]; };
+    std::sort(ids.begin(), ids.end(),
+              [&](int32_t a, int32_t b) { return v(a) > v(b) || (v(a) == v(b) && a < b); });
+    std::vector<float> vals(kTop);
+    for (int32_t i = 0; i < kTop; ++i) vals[i] = l[ids[i]];
+    for (int32_t top_k : {0, 1, 3, 40, 64}) {
+      SamplingParams p;
+      p.temperature = top_k == 0 ? 0.0f : 0.5f + 0.3f * shape;
+      p.top_k = top_k;
+      p.top_p = top_k == 3 ? 1.0f : 0.9f;
+      p.seed = 7 * top_k + shape;
+      Sampler full(p, kN), top(p, kN);
+      ASSERT_TRUE(top.CanSampleTop(kTop));
+      for (int draw = 0; draw < 100; ++draw) {
+        ASSERT_EQ(top.SampleTop(ids.data(), vals.data(), kTop), full.Sample(l.data()))
+            << "shape " << shape << " top_k " << top_k << " draw " << draw;
+      }
+    }
+  }
+  SamplingParams p;
+  p.top_k = 40;
+  Sampler s(p, kN);
+  EXPECT_TRUE(s.CanSampleTop(40));
+  EXPECT_FALSE(s.CanSampleTop(39));  // fewer than top_k
+  s.SetBanned({5});
+  EXPECT_FALSE(s.CanSampleTop(64));
+  p.top_k = 0;  // the whole distribution
+  EXPECT_FALSE(Sampler(p, kN).CanSampleTop(64));
+  p.top_k = 40;
+  p.repeat_penalty = 1.1f;
+  EXPECT_FALSE(Sampler(p, kN).CanSampleTop(64));
+}
+
 }  // namespace
 }  // namespace uf::sampling

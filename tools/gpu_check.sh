@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU check of the Vulkan backend (docs/gpu.md), in two halves:
 #   tools/gpu_check.sh prepare       here (Debian 12): build, collect the runtime .debs, fill .gpu/
+#   tools/gpu_check.sh dry-run       here: the same run with build/ultrafast on a local device
+#                                    (lavapipe), the tiny models standing in for the presets
 #   bash .gpu/gpu_check.sh run [all] on the GPU machine (device tool, carry [".gpu"]): make the
 #                                    synthetic models with `synth`, run `bench --device vulkan` on
-#                                    each, print one table, then 1B F16 batched decode at 1, 4,
-#                                    16 and 64 streams. Default: the 1B shapes (a few minutes);
+#                                    each and 1B F16 batched decode at 1, 4, 16 and 64 streams,
+#                                    print one table. Default: the 1B shapes (a few minutes);
 #                                    `all` adds 8B F16 and Q4_0 (16 + 4.5 GB to write).
 # UF_GPU_MODELS=DIR keeps the models elsewhere (default /tmp/uf_gpu_models); UF_GPU_DEPTH=N
 # changes the depth of the depth run (default 4096).
@@ -26,55 +28,69 @@ case "${1:-}" in
     du -sh .gpu
     echo 'now, with the device tool: carry [".gpu"], command: bash .gpu/gpu_check.sh run'
     ;;
-  run)
-    [ -x .gpu/ultrafast ] || { echo "run from the repository root with .gpu/ carried"; exit 2; }
-    uf() { bash .gpu/on-device.sh .gpu/ultrafast "$@"; }
+  run | dry-run)
+    if [ "$1" = dry-run ]; then
+      # Here (lavapipe or any local device): the built binary, the shared tiny models standing
+      # in for the synthetic presets, short runs. Checks the script, not the speed.
+      cd "$(dirname "$0")/.."
+      [ -x build/ultrafast ] || { echo "build the ultrafast target first"; exit 2; }
+      uf() { build/ultrafast "$@"; }
+      dir=$(mktemp -d)
+      trap 'rm -rf "$dir"' EXIT
+      for t in f16 q8_0 q4_0; do
+        ln -s "$PWD/../shared/models/tiny-llama-256-$t.gguf" "$dir/llama-3.2-1b-$t.gguf"
+      done
+      n_gen=8 n_prompt=32 depth=${UF_GPU_DEPTH:-512} streams=1,4
+    else
+      [ -x .gpu/ultrafast ] || { echo "run from the repository root with .gpu/ carried"; exit 2; }
+      uf() { bash .gpu/on-device.sh .gpu/ultrafast "$@"; }
+      dir=${UF_GPU_MODELS:-/tmp/uf_gpu_models}
+      mkdir -p "$dir"
+      n_gen=64 n_prompt=512 depth=${UF_GPU_DEPTH:-4096} streams=1,4,16,64
+    fi
     uf devices
-    dir=${UF_GPU_MODELS:-/tmp/uf_gpu_models}
-    mkdir -p "$dir"
     runs=("llama-3.2-1b f16 0" "llama-3.2-1b q8_0 0" "llama-3.2-1b q4_0 0"
-          "llama-3.2-1b f16 ${UF_GPU_DEPTH:-4096}")
+          "llama-3.2-1b f16 $depth")
     [ "${2:-}" = all ] && runs+=("llama-3.1-8b f16 0" "llama-3.1-8b q4_0 0")
     results=()
     for r in "${runs[@]}"; do
-      read -r preset type depth <<<"$r"
+      read -r preset type d <<<"$r"
       model="$dir/$preset-$type.gguf"
       [ -f "$model" ] || uf synth --preset "$preset" --type "$type" -o "$model" >/dev/null
-      line=$(uf bench --device vulkan -m "$model" -p 0 -n 64 --reps 1 --depth "$depth" --json |
+      line=$(uf bench --device vulkan -m "$model" -p 0 -n "$n_gen" --reps 1 --depth "$d" --json |
              tail -n 1)
       echo "$line"
-      results+=("$preset $type $depth $line")
+      results+=("$preset $type $d $line")
     done
-    echo
-    printf '%-14s %-6s %6s %10s %10s %12s %10s\n' model type depth "tok/s" "GPU tok/s" \
-      "read GB/s" roofline
-    for r in "${results[@]}"; do
-      read -r preset type depth json <<<"$r"
-      python3 - "$preset" "$type" "$depth" "$json" <<'PY'
-import json, sys
-p, t, d, j = sys.argv[1:5]
-j = json.loads(j)
-print(f"{p:<14} {t:<6} {d:>6} {j['tg_tok_s']:>10.1f} {j['tg_gpu_tok_s']:>10.1f} "
-      f"{j['read_bw_gb_s']:>12.0f} {100 * j['roofline']:>9.1f}%")
-PY
-    done
-    # Batched decode (the serving engine's steps): 1B F16, N streams after 512-token prompts,
-    # aggregate tok/s; the prompts also give the batched prefill figure.
+    # Batched decode (the serving engine's steps): 1B F16, N streams after n_prompt-token
+    # prompts, aggregate tok/s; the prompts also give the batched prefill figure.
     model="$dir/llama-3.2-1b-f16.gguf"
-    line=$(uf bench --device vulkan -m "$model" -p 512 -n 32 --reps 1 --batch 1,4,16,64 --json |
-           tail -n 1)
+    line=$(uf bench --device vulkan -m "$model" -p "$n_prompt" -n 32 --reps 1 --batch "$streams" \
+             --json | tail -n 1)
     echo "$line"
-    python3 - "$line" <<'PY'
+    results+=("llama-3.2-1b f16 0 $line")
+    echo
+    # One table: decode per model (streams 1), then the batched runs (aggregate over streams).
+    python3 - "${results[@]}" <<'PY'
 import json, sys
-j = json.loads(sys.argv[1])
-print(f"\nllama-3.2-1b f16: prefill pp512 {j['pp_tok_s']:.0f} tok/s (batches of 512)")
-print(f"{'streams':>8} {'tok/s':>10} {'GPU tok/s':>10}")
-for b in j.get("batch", []):
-    print(f"{b['streams']:>8} {b['tok_s']:>10.1f} {b['gpu_tok_s']:>10.1f}")
+print(f"{'model':<14} {'type':<6} {'depth':>6} {'streams':>7} {'tok/s':>10} {'GPU tok/s':>10} "
+      f"{'read GB/s':>10} {'roofline':>9}")
+for arg in sys.argv[1:]:
+    p, t, d, j = arg.split(" ", 3)
+    j = json.loads(j)
+    bw = j["read_bw_gb_s"]
+    if "batch" not in j:
+        print(f"{p:<14} {t:<6} {d:>6} {1:>7} {j['tg_tok_s']:>10.1f} {j['tg_gpu_tok_s']:>10.1f} "
+              f"{bw:>10.0f} {100 * j['roofline']:>8.1f}%")
+        continue
+    for b in j["batch"]:
+        print(f"{p:<14} {t:<6} {d:>6} {b['streams']:>7} {b['tok_s']:>10.1f} "
+              f"{b['gpu_tok_s']:>10.1f} {bw:>10.0f} {100 * b['roofline']:>8.1f}%")
+    print(f"prefill (the batched runs' prompts, batches of up to 512): {j['pp_tok_s']:.0f} tok/s")
 PY
     ;;
   *)
-    sed -n 2,10p "$0"
+    sed -n 2,12p "$0"
     exit 2
     ;;
 esac

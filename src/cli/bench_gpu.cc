@@ -121,6 +121,16 @@ int GpuBench(const GpuBenchOptions& o) {
       2.0 * 2 * m.config().n_layer * m.config().kv_dim() * (o.depth + o.n_prompt + o.n_gen / 2.0);
   const double bytes_per_token = static_cast<double>(m.bytes_per_token()) + kv_bytes;
   const double roofline = bw_bytes > 0 ? tg_tok_s * bytes_per_token / bw_bytes : 0.0;
+  // A batched step reads the weights once and each stream's K/V (from position 0: the batched
+  // runs have no --depth) up to its mean decode position.
+  const auto step_bytes = [&](int streams) {
+    return static_cast<double>(m.bytes_per_token()) + streams * 2.0 * 2 * m.config().n_layer *
+                                                          m.config().kv_dim() *
+                                                          (o.n_prompt + o.n_gen / 2.0);
+  };
+  const auto batch_roofline = [&](int streams, double tok_s) {
+    return bw_bytes > 0 ? tok_s / streams * step_bytes(streams) / bw_bytes : 0.0;
+  };
   if (o.json) {
     nlohmann::json j;
     j["model"] = o.model;
@@ -137,7 +147,11 @@ int GpuBench(const GpuBenchOptions& o) {
     j["read_bw_gb_s"] = bw_bytes / 1e9;
     j["roofline"] = roofline;
     for (const auto& [streams, tok_s, gpu_tok_s] : batched) {
-      j["batch"].push_back({{"streams", streams}, {"tok_s", tok_s}, {"gpu_tok_s", gpu_tok_s}});
+      j["batch"].push_back({{"streams", streams},
+                            {"tok_s", tok_s},
+                            {"gpu_tok_s", gpu_tok_s},
+                            {"step_bytes", step_bytes(streams)},
+                            {"roofline", batch_roofline(streams, tok_s)}});
     }
     std::printf("%s\n", j.dump().c_str());
     return 0;
@@ -169,10 +183,11 @@ int GpuBench(const GpuBenchOptions& o) {
   }
   for (const auto& [streams, tok_s, gpu_tok_s] : batched) {
     std::printf(
-        "%-8d %-12s %14.1f   (aggregate of %d streams after %lld-token prompts; GPU time "
-        "alone %.1f)\n",
+        "%-8d %-12s %14.1f %16.0f %12.1f %9.1f%%   (aggregate of %d streams after "
+        "%lld-token prompts, bytes per step; GPU time alone %.1f)\n",
         0, ("tg" + std::to_string(o.n_gen) + " x" + std::to_string(streams)).c_str(), tok_s,
-        streams, static_cast<long long>(o.n_prompt), gpu_tok_s);
+        step_bytes(streams), bw_bytes / 1e9, 100.0 * batch_roofline(streams, tok_s), streams,
+        static_cast<long long>(o.n_prompt), gpu_tok_s);
   }
   std::printf(
       "pp runs the prompt in batches of up to 512 tokens; tok/s is wall clock around each "

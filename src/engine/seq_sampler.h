@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "engine/request.h"
+#include "model/batch.h"
 #include "sampling/sampler.h"
 
 namespace uf::engine {
@@ -27,6 +28,12 @@ class SequenceSampler {
   // sampling::Sampler::Sample.
   int32_t Sample(const float* logits, ThreadPool* pool = nullptr) {
     return sampler_.Sample(logits, pool);
+  }
+  // Sample() given only the row's best tokens (a device's reduction), when CanSampleTop(top.n):
+  // the same token, the same RNG draws.
+  bool CanSampleTop(int32_t n) const { return sampler_.CanSampleTop(n); }
+  int32_t SampleTop(const model::TopRow& top) {
+    return sampler_.SampleTop(top.ids, top.logits, top.n);
   }
   // Records a generated token (for the penalties).
   void Accept(int32_t token) { sampler_.Accept(token); }

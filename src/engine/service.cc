@@ -53,6 +53,7 @@ struct Service::Sequence {
   std::vector<int32_t> proposal;  // this step's proposal (PrepareDrafts)
   int64_t drafts = 0;             // drafts wanted, then (BuildBatch) granted this step
   bool decoding = false;          // this step feeds it one token (plus drafts), not a prompt
+  bool top_only = false;          // this step's rows come back as their best tokens only
   SpecStats spec_stats;
 
   // Constrained decoding (request.grammar): the automaton state after the generated tokens,
@@ -340,6 +341,7 @@ bool Service::Step() {
   }
   Apply(plan);
   const scheduler::BatchComposition composition = BuildBatch(plan);
+  MarkTopOnly();
   if (batch_.size() == 0) {
     PublishStats();
     return false;
@@ -599,6 +601,24 @@ void Service::PrepareDrafts() {
   }
 }
 
+void Service::MarkTopOnly() {
+  const int32_t k = decoder_->top_capacity();
+  if (k == 0) return;
+  // A grammar mask, logprobs, bias, bans or penalties need the whole row.
+  for (Sequence* seq : batch_outputs_) {
+    seq->top_only = !seq->constraint && seq->request.top_logprobs < 0 && seq->sampler &&
+                    seq->sampler->CanSampleTop(k);
+  }
+  batch_.top_only.assign(batch_.size(), 0);
+  size_t i = 0;  // the output sequence of each row: rows batch_first_row_[i] + 0..drafts
+  for (int64_t t = 0, row = 0; t < batch_.size(); ++t) {
+    if (batch_.want_logits[t] == 0) continue;
+    while (i + 1 < batch_outputs_.size() && batch_first_row_[i + 1] <= row) ++i;
+    batch_.top_only[t] = batch_outputs_[i]->top_only ? 1 : 0;
+    ++row;
+  }
+}
+
 void Service::SampleOutputs(double step_seconds) {
   const size_t n = batch_outputs_.size();
   const int32_t n_vocab = static_cast<int32_t>(model_.config().n_vocab);
@@ -626,14 +646,16 @@ void Service::SampleOutputs(double step_seconds) {
     // the first token that differs from its draft. See engine/speculative.h: lossless.
     const int64_t drafts = seq.drafts;
     for (int64_t j = 0; j <= drafts; ++j) {
-      const float* logits = decoder_->logits(batch_first_row_[i] + j);
+      const int64_t r = batch_first_row_[i] + j;
+      const float* logits = seq.top_only ? nullptr : decoder_->logits(r);
       const float* row = logits;
       if (seq.constraint) {
         seq.masked_logits.resize(n_vocab);
         grammar::TokenConstraint::Apply(seq.mask.data(), logits, n_vocab, seq.masked_logits.data());
         row = seq.masked_logits.data();
       }
-      const int32_t token = seq.sampler->Sample(row, row_pool);
+      const int32_t token = seq.top_only ? seq.sampler->SampleTop(decoder_->top(r))
+                                         : seq.sampler->Sample(row, row_pool);
       seq.sampler->Accept(token);
       out.tokens.push_back(token);
       if (seq.request.top_logprobs >= 0) {

@@ -154,6 +154,9 @@ class Service {
   // Samples every sequence's rows of the step (sequences in parallel when it pays), then emits
   // them in order and rolls back the KV of rejected drafts.
   void SampleOutputs(double step_seconds);
+  // Marks the batch's rows whose sequence samples from the row's best tokens alone
+  // (Batch::top_only), when the forward reduces rows on its device.
+  void MarkTopOnly();
   // Appends the token to the sequence and sends its text (or the final event) to the client.
   void Emit(Sequence& seq, int32_t token, TokenLogprob* logprob);
   void Finish(Sequence& seq, FinishReason reason, Status error = OkStatus());

@@ -62,6 +62,13 @@ StatusOr<double> MeasureReadBandwidth(const DeviceSpec& device, uint64_t bytes, 
 struct GpuForwardOptions {
   int64_t max_batch = 64;   // tokens per Forward
   int64_t max_outputs = 0;  // rows per Forward that may want logits; 0 = max_batch
+  // Best tokens a logits row can be reduced to on the device (Batch::top_only, top()); at most
+  // 64; 0 turns the reduction off (every row comes back whole).
+  int32_t top_k = 64;
+  // Attention split over positions (flash-decoding) in chunks of this many positions when the
+  // cache's context is longer than one chunk: at depth a decode step then runs n_head * depth /
+  // chunk workgroups instead of n_head. 0: never split.
+  int64_t attention_chunk = 256;
 };
 class GpuForward : public model::BatchForward {
  public:
@@ -74,6 +81,8 @@ class GpuForward : public model::BatchForward {
   // that wants logits (sampling::ArgMax's choice) is taken on the device and only the tokens come
   // back (tokens: n_outputs() of them); logits() is not updated.
   virtual Status ForwardGreedy(const model::Batch& batch, int32_t* tokens) = 0;
+  // Rows that came back reduced to their best tokens (Batch::top_only), since Create.
+  virtual int64_t rows_reduced() const = 0;
   // GPU time of the last Forward from device timestamps (no submit or wait); 0 if unavailable.
   virtual double last_step_gpu_seconds() const = 0;
   virtual const DeviceInfo& device() const = 0;

@@ -23,6 +23,10 @@ struct LayerBuffers {
 // Recordings kept at once; past this the oldest shapes are recorded again when they come back.
 constexpr size_t kMaxRecordings = 64;
 
+// What a recording leaves behind: every row in host-visible memory, each row's arg-max, or each
+// row's best tokens (topk.comp) and the rows flagged in full_ (copy_rows.comp).
+enum class Out { kLogits, kGreedy, kTop };
+
 class VulkanForward final : public GpuForward {
  public:
   VulkanForward(const model::Model& model, engine::KvCache* cache, const GpuForwardOptions& o)
@@ -39,6 +43,18 @@ class VulkanForward final : public GpuForward {
   }
   const float* logits(int64_t i) const override { return logits_.data() + i * c_.n_vocab; }
   int64_t n_outputs() const override { return n_outputs_; }
+  int32_t top_capacity() const override { return o_.top_k; }
+  model::TopRow top(int64_t i) const override {
+    const uint32_t* w = top_host_.data() + i * (2 * o_.top_k + 2);
+    model::TopRow t;
+    t.n = static_cast<int32_t>(std::min<int64_t>(o_.top_k, c_.n_vocab));
+    t.ids = reinterpret_cast<const int32_t*>(w);
+    t.logits = reinterpret_cast<const float*>(w + o_.top_k);
+    std::memcpy(&t.max, w + 2 * o_.top_k, 4);
+    std::memcpy(&t.log_sum_exp, w + 2 * o_.top_k + 1, 4);
+    return t;
+  }
+  int64_t rows_reduced() const override { return rows_reduced_; }
   double last_step_gpu_seconds() const override {
     return last_ != nullptr ? last_->last_gpu_seconds() : 0.0;
   }
@@ -51,8 +67,8 @@ class VulkanForward final : public GpuForward {
   Status Prepare(const model::Batch& batch);
   // The forward; with greedy set, the rows' arg-max into greedy[] instead of logits_.
   Status Run(const model::Batch& batch, int32_t* greedy);
-  StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, bool greedy);
-  Status Record(Recorder* r, int64_t n, int64_t n_out, bool greedy);
+  StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out);
+  Status Record(Recorder* r, int64_t n, int64_t n_out, Out out);
   // y = W x for n tokens, quantizing x into xq_ first when W takes Q8_0 activations and xq_
   // does not hold x yet.
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y);
@@ -73,10 +89,15 @@ class VulkanForward final : public GpuForward {
   // block tables [max_seqs][max_blocks], outs_ the batch rows that want logits.
   Buffer tok_, bt_, outs_;
   Buffer cs_, x_, xn_, xq_, q_, kbuf_, vbuf_, attn_, y_, gate_, up_, scores_, cache_dev_, xo_;
+  Buffer part_;          // split attention's partial sums (o_.attention_chunk)
+  int64_t chunk_ = 0;    // positions per attention workgroup; 0: unsplit
   Buffer logits_dev_;    // host-visible: the rows Forward copies out
   Buffer logits_local_;  // device-local: the rows ForwardGreedy reduces on the device
   Buffer argmax_;        // host-visible: ForwardGreedy's tokens
-  std::map<std::tuple<int64_t, int64_t, bool>, std::unique_ptr<Recorder>> recordings_;
+  Buffer top_, full_;    // host-visible: the rows' best tokens; flags of the rows copied whole
+  std::vector<uint32_t> top_host_;  // top_ of the last Forward
+  int64_t rows_reduced_ = 0;
+  std::map<std::tuple<int64_t, int64_t, Out>, std::unique_ptr<Recorder>> recordings_;
   Recorder* last_ = nullptr;
   const Buffer* xq_holds_ = nullptr;  // while recording: the buffer xq_ is the quantization of
   std::vector<float> logits_;
@@ -114,6 +135,9 @@ Status VulkanForward::Init(const DeviceSpec& device) {
     return InvalidArgumentError("gpu forward: max_batch must be in [1, 65535]");
   }
   if (o_.max_outputs <= 0 || o_.max_outputs > o_.max_batch) o_.max_outputs = o_.max_batch;
+  if (o_.top_k < 0 || o_.top_k > Kernels::kMaxTopK) {
+    return InvalidArgumentError("gpu forward: top_k must be in [0, 64]");
+  }
   if (c_.head_dim % 2 != 0 || c_.n_embd % 32 != 0) {
     return UnimplementedError(
         "the Vulkan backend needs an even head dim and n_embd a multiple of 32");
@@ -203,10 +227,22 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   UF_ASSIGN_OR_RETURN(up_, dev(mb * c_.n_ff * 4));
   UF_ASSIGN_OR_RETURN(scores_, dev(static_cast<uint64_t>(mb) * c_.n_head * max_len_ * 4));
   UF_ASSIGN_OR_RETURN(cache_dev_, dev(cache_words * 4));
+  if (o_.attention_chunk < 0) return InvalidArgumentError("gpu forward: attention_chunk < 0");
+  if (o_.attention_chunk > 0 && max_len_ > o_.attention_chunk) {
+    chunk_ = o_.attention_chunk;
+    const int64_t n_chunks = (max_len_ + chunk_ - 1) / chunk_;
+    UF_ASSIGN_OR_RETURN(
+        part_, dev(static_cast<uint64_t>(mb) * c_.n_head * n_chunks * (c_.head_dim + 2) * 4));
+  }
   UF_ASSIGN_OR_RETURN(xo_, dev(mo * c_.n_embd * 4));
   UF_ASSIGN_OR_RETURN(logits_dev_, ctx_->CreateBuffer(mo * c_.n_vocab * 4, Memory::kHost));
   UF_ASSIGN_OR_RETURN(logits_local_, dev(mo * c_.n_vocab * 4));
   UF_ASSIGN_OR_RETURN(argmax_, ctx_->CreateBuffer(mo * 4, Memory::kHost));
+  if (o_.top_k > 0) {
+    UF_ASSIGN_OR_RETURN(top_, ctx_->CreateBuffer(mo * (2 * o_.top_k + 2) * 4, Memory::kHost));
+    UF_ASSIGN_OR_RETURN(full_, ctx_->CreateBuffer(mo * 4, Memory::kHost));
+    top_host_.resize(mo * (2 * o_.top_k + 2));
+  }
   logits_.resize(mo * c_.n_vocab);
   seq_next_.assign(co.max_seqs, -1);
   seq_first_.assign(co.max_seqs, 0);
@@ -226,7 +262,7 @@ void VulkanForward::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64
   k_.Gemm(r, w, xq_, n, y);
 }
 
-Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, bool greedy) {
+Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
   const int64_t e = c_.n_embd, hd = c_.head_dim;
   const bool neox = c_.rope_type == model::RopeType::kNeox;
   AttentionShape as;
@@ -239,6 +275,7 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, bool greedy)
   as.block_size = cache_->block_size();
   as.max_blocks = max_blocks_;
   as.max_len = max_len_;
+  as.chunk = chunk_;
   const uint64_t layer_words = 2 * c_.n_head_kv * n_rows_ * as.row_words();
   xq_holds_ = nullptr;
   k_.Embed(r, *embd_table_, x_, tok_, n);
@@ -263,7 +300,8 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, bool greedy)
     as.k_off = static_cast<uint32_t>(il * layer_words);
     as.v_off = static_cast<uint32_t>(il * layer_words + layer_words / 2);
     k_.KvStore(r, kbuf_, vbuf_, cache_dev_, tok_, n, as);
-    k_.Attention(r, q_, cache_dev_, scores_, attn_, tok_, bt_, n, as);
+    k_.Attention(r, q_, cache_dev_, scores_, attn_, tok_, bt_, n, as,
+                 chunk_ > 0 ? &part_ : nullptr);
     Gemm(r, l.wo, attn_, n, y_);
     k_.Add(r, y_, 0, x_, 0, n * e);
     k_.RmsNorm(r, x_, 0, l.ffn_norm, xn_, 0, n, e, c_.rms_eps);
@@ -279,20 +317,24 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, bool greedy)
     k_.Gather(r, x_, xo_, outs_, e, n_out);
     k_.RmsNorm(r, xo_, 0, output_norm_, xo_, 0, n_out, e, c_.rms_eps);
     xq_holds_ = nullptr;
-    Gemm(r, output_, xo_, n_out, greedy ? logits_local_ : logits_dev_);
-    if (greedy) k_.ArgMax(r, logits_local_, argmax_, c_.n_vocab, n_out);
+    Gemm(r, output_, xo_, n_out, out == Out::kLogits ? logits_dev_ : logits_local_);
+    if (out == Out::kGreedy) k_.ArgMax(r, logits_local_, argmax_, c_.n_vocab, n_out);
+    if (out == Out::kTop) {
+      k_.TopK(r, logits_local_, top_, c_.n_vocab, n_out, o_.top_k);
+      k_.CopyRows(r, logits_local_, logits_dev_, full_, c_.n_vocab, n_out);
+    }
   }
   xq_holds_ = nullptr;
   return r->Finish();
 }
 
-StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, bool greedy) {
-  const auto key = std::make_tuple(n, n_out, greedy);
+StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, Out out) {
+  const auto key = std::make_tuple(n, n_out, out);
   auto it = recordings_.find(key);
   if (it != recordings_.end()) return it->second.get();
   if (recordings_.size() >= kMaxRecordings) recordings_.clear();  // every run has finished
   auto r = std::make_unique<Recorder>(ctx_.get());
-  UF_RETURN_IF_ERROR(Record(r.get(), n, n_out, greedy));
+  UF_RETURN_IF_ERROR(Record(r.get(), n, n_out, out));
   Recorder* p = r.get();
   recordings_.emplace(key, std::move(r));
   return p;
@@ -370,7 +412,11 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
   const int64_t n = batch.size(), bs = cache_->block_size();
   auto* tok = static_cast<uint32_t*>(tok_.mapped());
   auto* outs = static_cast<uint32_t*>(outs_.mapped());
-  int64_t j = 0;
+  // Reduce the rows on the device when some output row wants only its best tokens.
+  const bool reduce =
+      greedy == nullptr && o_.top_k > 0 && batch.top_only.size() == batch.tokens.size();
+  auto* full = reduce ? static_cast<uint32_t*>(full_.mapped()) : nullptr;
+  int64_t j = 0, n_top = 0;
   for (int64_t t = 0; t < n; ++t) {
     const int32_t seq = batch.seq_ids[t], pos = batch.positions[t];
     const int32_t block = cache_->BlockTable(seq)[pos / bs];
@@ -378,19 +424,33 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
     tok[4 * t + 1] = static_cast<uint32_t>(pos);
     tok[4 * t + 2] = static_cast<uint32_t>(block * bs + pos % bs);
     tok[4 * t + 3] = static_cast<uint32_t>(seq);
-    if (batch.want_logits[t] != 0) outs[j++] = static_cast<uint32_t>(t);
+    if (batch.want_logits[t] == 0) continue;
+    if (full != nullptr) {
+      full[j] = batch.top_only[t] != 0 ? 0 : 1;
+      n_top += batch.top_only[t] != 0;
+    }
+    outs[j++] = static_cast<uint32_t>(t);
   }
+  const Out mode = greedy != nullptr ? Out::kGreedy : n_top > 0 ? Out::kTop : Out::kLogits;
   auto* bt = static_cast<int32_t*>(bt_.mapped());
   for (int32_t s : touched_) {
     const int64_t blocks = (seq_next_[s] + bs - 1) / bs;
     std::memcpy(bt + s * max_blocks_, cache_->BlockTable(s), blocks * 4);
   }
-  auto rec = RecordingFor(n, n_outputs_, greedy != nullptr);
+  auto rec = RecordingFor(n, n_outputs_, mode);
   Status status = rec.ok() ? (*rec)->Run() : rec.status();
   if (status.ok()) {
     last_ = *rec;
     if (greedy != nullptr) {
       std::memcpy(greedy, argmax_.mapped(), n_outputs_ * 4);
+    } else if (mode == Out::kTop) {
+      std::memcpy(top_host_.data(), top_.mapped(), n_outputs_ * (2 * o_.top_k + 2) * 4);
+      const auto* src = static_cast<const float*>(logits_dev_.mapped());
+      for (int64_t r = 0; r < n_outputs_; ++r) {
+        if (full[r] == 0) continue;
+        std::memcpy(logits_.data() + r * c_.n_vocab, src + r * c_.n_vocab, c_.n_vocab * 4);
+      }
+      rows_reduced_ += n_top;
     } else {
       std::memcpy(logits_.data(), logits_dev_.mapped(), n_outputs_ * c_.n_vocab * 4);
     }

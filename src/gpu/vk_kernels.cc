@@ -185,10 +185,13 @@ StatusOr<Kernels> Kernels::Create(Context* ctx) {
   UF_ASSIGN_OR_RETURN(k.swiglu_, ctx->GetPipeline("swiglu", 3));
   UF_ASSIGN_OR_RETURN(k.rope_, ctx->GetPipeline("rope", 3));
   UF_ASSIGN_OR_RETURN(k.kv_store_, ctx->GetPipeline("kv_store", 4));
-  UF_ASSIGN_OR_RETURN(k.attention_, ctx->GetPipeline("attention", 6));
+  UF_ASSIGN_OR_RETURN(k.attention_, ctx->GetPipeline("attention", 7));
+  UF_ASSIGN_OR_RETURN(k.attention_combine_, ctx->GetPipeline("attention_combine", 3));
   UF_ASSIGN_OR_RETURN(k.embed_, ctx->GetPipeline("embed", 3));
   UF_ASSIGN_OR_RETURN(k.gather_, ctx->GetPipeline("gather", 3));
   UF_ASSIGN_OR_RETURN(k.argmax_, ctx->GetPipeline("argmax", 2));
+  UF_ASSIGN_OR_RETURN(k.topk_, ctx->GetPipeline("topk", 2));
+  UF_ASSIGN_OR_RETURN(k.copy_rows_, ctx->GetPipeline("copy_rows", 3));
   return k;
 }
 
@@ -291,11 +294,12 @@ void Kernels::KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffe
 
 void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,
                         const Buffer& out, const Buffer& tok, const Buffer& bt, int64_t n,
-                        const AttentionShape& s) const {
+                        const AttentionShape& s, const Buffer* part) const {
+  UF_CHECK(s.chunk == 0 || part != nullptr) << "split attention needs its partial sums' buffer";
   struct {
     uint32_t n_head, n_head_kv, head_dim, n_rows, k_off, v_off;
     float scale;
-    uint32_t block_size, max_blocks, max_len, row_words, q8;
+    uint32_t block_size, max_blocks, max_len, row_words, q8, chunk, n_chunks;
   } push{static_cast<uint32_t>(s.n_head),
          static_cast<uint32_t>(s.n_head_kv),
          static_cast<uint32_t>(s.head_dim),
@@ -307,8 +311,18 @@ void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const
          static_cast<uint32_t>(s.max_blocks),
          static_cast<uint32_t>(s.max_len),
          static_cast<uint32_t>(s.row_words()),
-         s.q8 ? 1u : 0u};
-  r->Dispatch(*attention_, {q, cache, scores, out, tok, bt}, push, static_cast<uint32_t>(s.n_head),
+         s.q8 ? 1u : 0u,
+         static_cast<uint32_t>(s.chunk),
+         static_cast<uint32_t>(s.n_chunks())};
+  // Without a split, binding 6 (the partial sums) is never written: any buffer will do.
+  r->Dispatch(*attention_, {q, cache, scores, out, tok, bt, part != nullptr ? *part : out}, push,
+              static_cast<uint32_t>(s.n_head * s.n_chunks()), static_cast<uint32_t>(n));
+  if (s.chunk == 0) return;
+  const struct {
+    uint32_t n_head, head_dim, chunk, n_chunks;
+  } combine{static_cast<uint32_t>(s.n_head), static_cast<uint32_t>(s.head_dim),
+            static_cast<uint32_t>(s.chunk), static_cast<uint32_t>(s.n_chunks())};
+  r->Dispatch(*attention_combine_, {*part, out, tok}, combine, static_cast<uint32_t>(s.n_head),
               static_cast<uint32_t>(n));
 }
 
@@ -357,6 +371,21 @@ void Kernels::ArgMax(Recorder* r, const Buffer& logits, const Buffer& out, int64
                      int64_t rows) const {
   const auto push = static_cast<uint32_t>(n_vocab);
   r->Dispatch(*argmax_, {logits, out}, push, static_cast<uint32_t>(rows));
+}
+
+void Kernels::TopK(Recorder* r, const Buffer& logits, const Buffer& out, int64_t n_vocab,
+                   int64_t rows, int64_t k) const {
+  UF_CHECK(k >= 1 && k <= kMaxTopK);
+  const struct {
+    uint32_t n_vocab, k;
+  } push = {static_cast<uint32_t>(n_vocab), static_cast<uint32_t>(k)};
+  r->Dispatch(*topk_, {logits, out}, push, static_cast<uint32_t>(rows));
+}
+
+void Kernels::CopyRows(Recorder* r, const Buffer& x, const Buffer& y, const Buffer& flags,
+                       int64_t cols, int64_t n_rows) const {
+  const auto push = static_cast<uint32_t>(cols);
+  r->Dispatch(*copy_rows_, {x, y, flags}, push, Groups64(cols), static_cast<uint32_t>(n_rows));
 }
 
 }  // namespace uf::gpu

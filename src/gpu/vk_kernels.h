@@ -44,6 +44,12 @@ struct AttentionShape {
   int64_t block_size = 0, max_blocks = 0;  // block table: [max_seqs][max_blocks]
   int64_t max_len = 0;                     // positions per sequence (the scores' stride)
   bool q8 = false;                         // Q8_0 rows (9 words per 32 values) instead of f16 pairs
+  // Split over positions (flash-decoding): positions per workgroup, 0 for the whole context in
+  // one. The split depends on a token's position only, so rows stay batch-independent.
+  int64_t chunk = 0;
+  int64_t n_chunks() const { return chunk == 0 ? 1 : (max_len + chunk - 1) / chunk; }
+  // Floats of the split's partial sums per (token, query head).
+  int64_t part_floats() const { return n_chunks() * (head_dim + 2); }
   // Words of one head's row of K or V in the cache.
   int64_t row_words() const { return q8 ? head_dim / 32 * 9 : head_dim / 2; }
 };
@@ -80,16 +86,25 @@ class Kernels {
   void KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffer& cache,
                const Buffer& tok, int64_t n, const AttentionShape& s) const;
   // Causal attention of the n tokens' queries (block tables bt); scores: n * n_head * max_len
-  // floats of scratch.
+  // floats of scratch; with s.chunk > 0 two dispatches (the chunks, then their combination) and
+  // part: n * n_head * s.part_floats() floats of scratch.
   void Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,
                  const Buffer& out, const Buffer& tok, const Buffer& bt, int64_t n,
-                 const AttentionShape& s) const;
+                 const AttentionShape& s, const Buffer* part = nullptr) const;
   // x[t] = table row of token t, for the n tokens.
   void Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& tok,
              int64_t n) const;
   // out[r] = the first index of row r's maximum (sampling::ArgMax), rows of n_vocab logits.
   void ArgMax(Recorder* r, const Buffer& logits, const Buffer& out, int64_t n_vocab,
               int64_t rows) const;
+  // The best k (<= kMaxTopK) tokens of each of rows rows of n_vocab logits, sorted, with the
+  // row's max and log-sum-exp: out[r * (2k + 2) + ...] = [k ids][k logits][max][lse] (topk.comp).
+  static constexpr int64_t kMaxTopK = 64;
+  void TopK(Recorder* r, const Buffer& logits, const Buffer& out, int64_t n_vocab, int64_t rows,
+            int64_t k) const;
+  // y[j] = x[j] for the rows j < n_rows (of cols floats) with flags[j] != 0.
+  void CopyRows(Recorder* r, const Buffer& x, const Buffer& y, const Buffer& flags, int64_t cols,
+                int64_t n_rows) const;
   // y[j] = x[idx[j]] for j < n_rows rows of cols floats.
   void Gather(Recorder* r, const Buffer& x, const Buffer& y, const Buffer& idx, int64_t cols,
               int64_t n_rows) const;
@@ -107,9 +122,12 @@ class Kernels {
   const Pipeline* rope_ = nullptr;
   const Pipeline* kv_store_ = nullptr;
   const Pipeline* attention_ = nullptr;
+  const Pipeline* attention_combine_ = nullptr;
   const Pipeline* embed_ = nullptr;
   const Pipeline* gather_ = nullptr;
   const Pipeline* argmax_ = nullptr;
+  const Pipeline* topk_ = nullptr;
+  const Pipeline* copy_rows_ = nullptr;
 };
 
 }  // namespace uf::gpu

@@ -15,6 +15,9 @@ struct Batch {
   std::vector<int32_t> positions;    // [n] position of each token in its sequence
   std::vector<int32_t> seq_ids;      // [n] KV cache sequence of each token
   std::vector<uint8_t> want_logits;  // [n] 1 when the token's logits are needed
+  // [n] or empty: 1 when a token's logits are needed only as its row's best tokens
+  // (BatchForward::top); a forward without that reduction ignores it. Add() leaves it alone.
+  std::vector<uint8_t> top_only;
 
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   // Keeps capacity, so a reused Batch does not allocate per step.
@@ -23,6 +26,7 @@ struct Batch {
     positions.clear();
     seq_ids.clear();
     want_logits.clear();
+    top_only.clear();
   }
   void Reserve(int64_t n) {
     tokens.reserve(n);
@@ -38,6 +42,16 @@ struct Batch {
   }
 };
 
+// A logits row reduced where it was computed (a GPU): its n best tokens, best first (higher
+// logit, then lower id; NaN ranks as -inf), with their raw logits, the row's maximum and its
+// log-sum-exp.
+struct TopRow {
+  int32_t n = 0;
+  const int32_t* ids = nullptr;
+  const float* logits = nullptr;
+  float max = 0.0f, log_sum_exp = 0.0f;
+};
+
 // A forward pass over batches: what the serving engine steps (the CPU Decoder, or a device's).
 class BatchForward {
  public:
@@ -51,6 +65,12 @@ class BatchForward {
   // Logits of the i-th token of the last batch that wanted logits (batch order). [n_vocab]
   virtual const float* logits(int64_t i) const = 0;
   virtual int64_t n_outputs() const = 0;
+  // Best tokens per row this forward can reduce a row to (Batch::top_only); 0: none, every
+  // row comes back whole.
+  virtual int32_t top_capacity() const { return 0; }
+  // The i-th output row of the last batch reduced to its best top_capacity() tokens (rows of
+  // top_only tokens; logits(i) is then not valid).
+  virtual TopRow top(int64_t i) const { return {}; }
 };
 
 }  // namespace uf::model

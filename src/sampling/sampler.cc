@@ -214,8 +214,16 @@ float Sampler::ValueAt(int32_t id) const {
 
 float Sampler::TopKCandidates() {
   cand_.clear();
-  const SamplingParams& p = params_;
   TopKHeap();
+  // Best first: the draw then walks a canonical order, so a device that returns the row's best
+  // tokens sorted (SampleTop) draws exactly the same token.
+  std::sort_heap(cand_.begin(), cand_.end(), Higher);
+  work_.sorted += static_cast<int64_t>(cand_.size());
+  return FilterTopK();
+}
+
+float Sampler::FilterTopK() {
+  const SamplingParams& p = params_;
   float max = -INFINITY;
   for (const Candidate& c : cand_) max = std::max(max, c.logit);
   if (max == -INFINITY) return max;
@@ -324,42 +332,12 @@ int32_t Sampler::DrawKept(float max) {
   return last;
 }
 
-size_t Sampler::TopPCut(double need) {
-  // Weighted quickselect: partition around a pivot; if the better side already holds the mass
-  // the cut is inside it, otherwise keep it whole and continue below. Expected linear, where the
-  // full sort it replaces cost ~20 ns per token of a 152k vocabulary.
-  Candidate* c = cand_.data();
-  size_t lo = 0, hi = cand_.size();
-  while (hi - lo > 32) {
-    const Candidate& a = c[lo];
-    const Candidate& b = c[lo + (hi - lo) / 2];
-    const Candidate& d = c[hi - 1];
-    const Candidate pivot = Higher(a, b) ? (Higher(b, d) ? b : (Higher(a, d) ? d : a))
-                                         : (Higher(a, d) ? a : (Higher(b, d) ? d : b));
-    Candidate* split =
-        std::partition(c + lo, c + hi, [&](const Candidate& x) { return Higher(x, pivot); });
-    const size_t mid = static_cast<size_t>(split - c);
-    double mass = 0.0;
-    for (size_t i = lo; i < mid; ++i) mass += c[i].p;
-    if (mass >= need) {
-      hi = mid;
-      continue;
-    }
-    need -= mass;
-    // The pivot is the best of [mid, hi): keep it next, so every round makes progress.
-    std::swap(c[mid],
-              *std::find_if(c + mid, c + hi, [&](const Candidate& x) { return x.id == pivot.id; }));
-    need -= c[mid].p;
-    if (need <= 0.0) return mid + 1;
-    lo = mid + 1;
-  }
-  std::sort(c + lo, c + hi, Higher);
-  work_.sorted += static_cast<int64_t>(hi - lo);
-  for (size_t i = lo; i < hi; ++i) {
-    need -= c[i].p;
+size_t Sampler::TopPCut(double need) const {
+  for (size_t i = 0; i < cand_.size(); ++i) {
+    need -= cand_[i].p;
     if (need <= 0.0) return i + 1;
   }
-  return hi;  // rounding: everything up to hi
+  return cand_.size();  // rounding: all of them
 }
 
 int64_t Sampler::FindBlock(double target, double* cum) const {
@@ -440,7 +418,27 @@ int32_t Sampler::Sample(const float* logits, ThreadPool* pool) {
     RowCut(max);
     return DrawKept(max);
   }
-  const float max = TopKCandidates();
+  return DrawTopK(TopKCandidates());
+}
+
+bool Sampler::CanSampleTop(int32_t n) const {
+  if (!bias_.empty() || !banned_.empty() || params_.penalties() || n < 1) return false;
+  return params_.greedy() || (params_.top_k > 0 && params_.top_k <= n && params_.top_k < n_vocab_);
+}
+
+int32_t Sampler::SampleTop(const int32_t* ids, const float* logits, int32_t n) {
+  UF_CHECK(CanSampleTop(n));
+  work_ = Work();
+  // Greedy: sampling::ArgMax's choice is the best token, or 0 when nothing is above -inf.
+  if (params_.greedy()) return logits[0] > -INFINITY ? ids[0] : 0;
+  cand_.clear();
+  for (int32_t i = 0; i < params_.top_k; ++i) {
+    cand_.push_back({ids[i], std::isnan(logits[i]) ? -INFINITY : logits[i], 0.0f});
+  }
+  return DrawTopK(FilterTopK());
+}
+
+int32_t Sampler::DrawTopK(float max) {
   if (max == -INFINITY) return 0;
   if (cand_.size() == 1) return cand_[0].id;
   const size_t m = cand_.size();

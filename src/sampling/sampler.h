@@ -18,7 +18,7 @@
 //                      are sorted; the draw sums the kept weights per 64-token block as above.
 //                      A flat distribution whose top-p set is most of the vocabulary costs about
 //                      as much as a peaked one.
-//   top-k + top-p      a weighted quickselect over the k candidates (expected linear in k).
+//   top-k + top-p      the k candidates sorted (k log k), then a prefix sum.
 // After the first call with given settings, Sample() allocates nothing.
 #pragma once
 
@@ -95,6 +95,14 @@ class Sampler {
   // same with or without it.
   int32_t Sample(const float* logits, ThreadPool* pool = nullptr);
 
+  // True when SampleTop can pick from the n best tokens of a row alone: no bias, bans or
+  // penalties, and greedy or top-k with top_k <= n (and below the vocabulary).
+  bool CanSampleTop(int32_t n) const;
+  // Sample(row) given only the row's n best tokens (CanSampleTop(n)): ids and their raw logits,
+  // best first (higher logit, then lower id; NaN ranks as -inf), e.g. reduced on a GPU. Picks
+  // the token Sample(row) picks, with the same RNG draws.
+  int32_t SampleTop(const int32_t* ids, const float* logits, int32_t n);
+
   // Applies bias, bans, penalties, filters and temperature, leaving the surviving candidates
   // (highest first, probabilities summing to 1) in candidates(). Sample() draws from the same
   // distribution without sorting or listing the survivors. In greedy mode the only candidate is
@@ -126,18 +134,21 @@ class Sampler {
   int32_t ArgMaxOfRuns();
   float MaxOfRuns();
   float ValueAt(int32_t id) const;
-  // Top-k path: leaves the survivors of top-k, min-p and top-p in cand_ (in no order); returns
+  // Top-k path: leaves the survivors of top-k, min-p and top-p in cand_ (best first); returns
   // their best logit (-inf when every token is masked).
   float TopKCandidates();
+  // The filters of the top-k path over cand_ (the top-k set, best first).
+  float FilterTopK();
+  // The draw among cand_ (FilterTopK's survivors) at the sampling temperature.
+  int32_t DrawTopK(float max);
   // Row path (min-p / top-p without top-k), given the row's max: fills weights_ with
   // e^(l - max) and decides the kept set: weights_[i] >= keep_ or one of extras_.
   void RowCut(float max);
   // Draws from the kept set of RowCut at the sampling temperature.
   int32_t DrawKept(float max);
   void TopKHeap();
-  // Reorders cand_ so that its first m entries are the m best, where m is the fewest whose
-  // weights (in .p) reach `need`; returns m.
-  size_t TopPCut(double need);
+  // The fewest m best entries of cand_ (best first) whose weights (in .p) reach `need`.
+  size_t TopPCut(double need) const;
   // Fills block_sums_ (and out, if not null) with e^((l - max) * scale) over the row; returns
   // the total, summed in block order so that it does not depend on how the row was split.
   double RowExpSum(float max, float scale, float* out);

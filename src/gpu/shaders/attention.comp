@@ -7,7 +7,12 @@
 // heads (GQA). Scores go to scratch ([n][n_head][max_len]) so any depth fits; softmax with the
 // max subtracted, then each invocation sums its dims of the values. Each (token, head) is
 // computed the same way whatever else is in the batch, so decode rows equal verify rows bit for
-// bit. Simple and exact, not fast: a tiled, split-over-positions kernel is the next step.
+// bit.
+// Split over positions (flash-decoding; chunk > 0): workgroup (head, c) covers positions
+// [c * chunk, (c + 1) * chunk) only and writes its unnormalised sums with its max and exp-sum to
+// part ([n][n_head][n_chunks][head_dim + 2]); attention_combine.comp rescales and adds them. The
+// chunks depend only on the token's position, never on the batch, so a decode row still equals
+// its verify row; with one chunk the result is the unsplit kernel's to the bit.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -18,10 +23,12 @@ layout(std430, binding = 2) buffer S { float scores[]; };
 layout(std430, binding = 3) writeonly buffer O { float o[]; };
 layout(std430, binding = 4) readonly buffer Tok { uint tok[]; };
 layout(std430, binding = 5) readonly buffer BT { int bt[]; };
+layout(std430, binding = 6) writeonly buffer Part { float part[]; };
 layout(push_constant) uniform P {
   uint n_head, n_head_kv, head_dim, n_rows, k_off, v_off;
   float scale;
   uint block_size, max_blocks, max_len, row_words, q8;
+  uint chunk, n_chunks;  // chunk 0: the whole context in one workgroup, written to o
 } p;
 
 // Values 2i and 2i + 1 of the cache row at word rb.
@@ -39,17 +46,20 @@ uint Row(uint seq, uint pos) {
 }
 
 void main() {
-  const uint h = gl_WorkGroupID.x;
+  const uint nc = p.chunk == 0 ? 1 : p.n_chunks;
+  const uint h = gl_WorkGroupID.x / nc, c = gl_WorkGroupID.x % nc;
   const uint token = gl_WorkGroupID.y;
   const uint lid = gl_LocalInvocationID.x;
   const uint n_keys = tok[4 * token + 1] + 1, seq = tok[4 * token + 3];
+  const uint t0 = c * p.chunk, t1 = p.chunk == 0 ? n_keys : min(t0 + p.chunk, n_keys);
+  if (t0 >= t1) return;  // past this token's positions (the whole workgroup)
   const uint kvh = h / (p.n_head / p.n_head_kv);
   const uint hp = p.head_dim / 2;
   const uint qb = (token * p.n_head + h) * p.head_dim;
   const uint sb = (token * p.n_head + h) * p.max_len;
   const uint hb = kvh * p.n_rows;
   float mx = -1.0 / 0.0;
-  for (uint t = lid; t < n_keys; t += 64) {
+  for (uint t = t0 + lid; t < t1; t += 64) {
     const uint kb = p.k_off + (hb + Row(seq, t)) * p.row_words;
     float dot = 0.0;
     for (uint i = 0; i < hp; ++i) {
@@ -62,7 +72,7 @@ void main() {
   }
   mx = WorkgroupMax(mx);
   float sum = 0.0;
-  for (uint t = lid; t < n_keys; t += 64) {
+  for (uint t = t0 + lid; t < t1; t += 64) {
     const float e = exp(scores[sb + t] - mx);
     scores[sb + t] = e;
     sum += e;
@@ -72,12 +82,22 @@ void main() {
   memoryBarrierBuffer();
   barrier();
   const float inv = 1.0 / sum;
+  const uint pb = ((token * p.n_head + h) * nc + c) * (p.head_dim + 2);
   for (uint i = lid; i < hp; i += 64) {
     vec2 acc = vec2(0.0);
-    for (uint t = 0; t < n_keys; ++t) {
+    for (uint t = t0; t < t1; ++t) {
       acc += scores[sb + t] * Pair(p.v_off + (hb + Row(seq, t)) * p.row_words, i);
     }
-    o[qb + 2 * i] = acc.x * inv;
-    o[qb + 2 * i + 1] = acc.y * inv;
+    if (p.chunk == 0) {
+      o[qb + 2 * i] = acc.x * inv;
+      o[qb + 2 * i + 1] = acc.y * inv;
+    } else {
+      part[pb + 2 * i] = acc.x;
+      part[pb + 2 * i + 1] = acc.y;
+    }
+  }
+  if (p.chunk != 0 && lid == 0) {
+    part[pb + p.head_dim] = mx;
+    part[pb + p.head_dim + 1] = sum;
   }
 }
