@@ -61,9 +61,12 @@ json Stats(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   double sum = 0;
   for (double x : v) sum += x;
-  return json{{"n", v.size()},    {"mean", sum / static_cast<double>(v.size())},
-              {"p50", Percentile(v, 0.5)},  {"p90", Percentile(v, 0.9)},
-              {"p99", Percentile(v, 0.99)}, {"min", v.front()},
+  return json{{"n", v.size()},
+              {"mean", sum / static_cast<double>(v.size())},
+              {"p50", Percentile(v, 0.5)},
+              {"p90", Percentile(v, 0.9)},
+              {"p99", Percentile(v, 0.99)},
+              {"min", v.front()},
               {"max", v.back()}};
 }
 

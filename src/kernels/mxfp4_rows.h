@@ -13,8 +13,8 @@
 namespace uf::kernels {
 
 // NR weight rows (w[r], nb blocks each) against NT activation rows: out[r * NT + t].
-using Mxfp4RowsKernel = void (*)(const BlockMxfp4* const* w, int64_t nb,
-                                 const ActQ8_0* const* act, float* out);
+using Mxfp4RowsKernel = void (*)(const BlockMxfp4* const* w, int64_t nb, const ActQ8_0* const* act,
+                                 float* out);
 
 // Rows on NR weight rows from r0 against NT tokens from t0, written into t.y.
 template <int NR, int NT, Mxfp4RowsKernel Rows>
