@@ -25,7 +25,11 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
+
 namespace {
+
+using uf::bench::Percentile;
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -55,17 +59,14 @@ struct Result {
 json Stats(std::vector<double> v) {
   if (v.empty()) return json{{"n", 0}};
   std::sort(v.begin(), v.end());
-  auto pct = [&](double p) {
-    const double idx = p * static_cast<double>(v.size() - 1);
-    const size_t i = static_cast<size_t>(idx);
-    const double f = idx - static_cast<double>(i);
-    return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
-  };
   double sum = 0;
   for (double x : v) sum += x;
-  return json{{"n", v.size()},    {"mean", sum / static_cast<double>(v.size())},
-              {"p50", pct(0.5)},  {"p90", pct(0.9)},
-              {"p99", pct(0.99)}, {"min", v.front()},
+  return json{{"n", v.size()},
+              {"mean", sum / static_cast<double>(v.size())},
+              {"p50", Percentile(v, 0.5)},
+              {"p90", Percentile(v, 0.9)},
+              {"p99", Percentile(v, 0.99)},
+              {"min", v.front()},
               {"max", v.back()}};
 }
 
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
       cli.set_keep_alive(true);
       for (int i; (i = next.fetch_add(1)) < requests;) {
         Result& r = results[static_cast<size_t>(i)];
-        std::string pending;  // bytes of an SSE event not yet terminated
+        uf::bench::SseChunks sse;
         httplib::Request req;
         req.method = "POST";
         req.path = "/v1/completions";
@@ -139,17 +140,10 @@ int main(int argc, char** argv) {
         req.set_header("Content-Type", "application/json");
         if (!api_key.empty()) req.set_header("Authorization", "Bearer " + api_key);
         req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
-          pending.append(data, len);
-          size_t end;
-          while ((end = pending.find("\n\n")) != std::string::npos) {
-            const std::string ev = pending.substr(0, end);
-            pending.erase(0, end + 2);
-            if (ev.rfind("data: ", 0) != 0 || ev == "data: [DONE]") continue;
-            const json j = json::parse(ev.substr(6), nullptr, false);
-            if (j.is_discarded()) continue;
+          sse.Feed(data, len, [&](const json& j) {
             if (j.contains("error")) {
               r.error = j["error"].value("message", "error");
-              continue;
+              return;
             }
             if (j.contains("usage") && j["usage"].is_object()) {
               r.output_tokens = j["usage"].value("completion_tokens", 0);
@@ -164,7 +158,7 @@ int main(int argc, char** argv) {
               }
               r.last = now;
             }
-          }
+          });
           return true;
         };
         r.start = since();

@@ -39,6 +39,7 @@
 
 #include "base/check.h"
 #include "base/clock.h"
+#include "bench_util.h"
 #include "engine/service.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -47,6 +48,7 @@ namespace uf {
 namespace {
 
 using json = nlohmann::json;
+using bench::Percentile;
 using engine::GenerationEvent;
 using engine::GenerationRequest;
 using engine::RequestChannel;
@@ -67,15 +69,6 @@ struct Config {
   std::vector<int> curve = {1, 2, 3, 4, 6, 8, 12, 17};
   int64_t prompt_tokens = 16;
 };
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double idx = p * static_cast<double>(v.size() - 1);
-  const size_t i = static_cast<size_t>(idx);
-  const double f = idx - static_cast<double>(i);
-  return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
-}
 
 // Token times of one request, drained after the fact: the engine stamps each event when the token
 // is sampled, so when the bench reads the channel does not matter.

@@ -31,9 +31,12 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
+
 namespace {
 
 using json = nlohmann::json;
+using uf::bench::Percentile;
 using Clock = std::chrono::steady_clock;
 
 struct Config {
@@ -51,15 +54,6 @@ struct Config {
 
 const Clock::time_point kStart = Clock::now();
 double Now() { return std::chrono::duration<double>(Clock::now() - kStart).count(); }
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const double idx = p * static_cast<double>(v.size() - 1);
-  const size_t i = static_cast<size_t>(idx);
-  const double f = idx - static_cast<double>(i);
-  return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
-}
 
 // One streamed request on its own thread; token arrival times as the client reads them.
 class Stream {
@@ -98,21 +92,14 @@ class Stream {
   void Run(const Config& c) {
     httplib::Client cli(c.host, c.port);
     cli.set_read_timeout(600, 0);
-    std::string pending;
+    uf::bench::SseChunks sse;
     httplib::Request req;
     req.method = "POST";
     req.path = "/v1/completions";
     req.body = body_;
     req.set_header("Content-Type", "application/json");
     req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
-      pending.append(data, len);
-      size_t end;
-      while ((end = pending.find("\n\n")) != std::string::npos) {
-        const std::string ev = pending.substr(0, end);
-        pending.erase(0, end + 2);
-        if (ev.rfind("data: ", 0) != 0 || ev == "data: [DONE]") continue;
-        const json j = json::parse(ev.substr(6), nullptr, false);
-        if (j.is_discarded()) continue;
+      sse.Feed(data, len, [&](const json& j) {
         if (j.contains("error")) error_ = j["error"].value("message", "error");
         if (j.contains("service_tier") && j["service_tier"].is_string()) tier_ = j["service_tier"];
         if (j.contains("choices") && !j["choices"].empty() &&
@@ -120,7 +107,7 @@ class Stream {
           times_.push_back(Now());
           ++count_;
         }
-      }
+      });
       return !stop_.load();  // false closes the connection: the server cancels the request
     };
     auto res = cli.send(req);

@@ -1,7 +1,5 @@
 #include "cli/run_gpu.h"
 
-#include <vector>
-
 #include "base/clock.h"
 #include "sampling/sampler.h"
 
@@ -15,22 +13,10 @@ Status GenerateOnGpu(gpu::GpuDecoder& decoder, const Tokenizer& tokenizer,
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   const int64_t ctx = decoder.max_ctx();
   if (n_prompt == 0) return InvalidArgumentError("generate: the prompt has no tokens");
-  if (n_prompt + std::max<int64_t>(options.max_tokens, 0) > ctx) {
-    return OutOfRangeError("generate: prompt (" + std::to_string(n_prompt) + " tokens) + " +
-                           std::to_string(options.max_tokens) +
-                           " tokens to generate exceeds the context size of " +
-                           std::to_string(ctx) + " tokens");
-  }
+  UF_RETURN_IF_ERROR(engine::CheckPromptFits(n_prompt, options.max_tokens, ctx));
   const auto n_vocab = static_cast<int32_t>(decoder.n_vocab());
   sampling::Sampler sampler(options.sampling, n_vocab);
-  if (options.ignore_eos) {
-    std::vector<int32_t> eog;
-    for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
-      if (tokenizer.IsEndOfGeneration(id)) eog.push_back(id);
-    }
-    sampler.SetBanned(eog);
-  }
-  for (int32_t t : prompt) sampler.Accept(t);
+  engine::PrimeSampler(options, tokenizer, prompt, &sampler);
   StreamingDecoder text(tokenizer);
   for (int32_t t : prompt) text.Push(t);
 

@@ -20,6 +20,28 @@ std::string_view StopReasonName(StopReason r) {
   return "?";
 }
 
+Status CheckPromptFits(int64_t n_prompt, int64_t max_tokens, int64_t ctx) {
+  if (n_prompt + std::max<int64_t>(max_tokens, 0) > ctx) {
+    return OutOfRangeError("generate: prompt (" + std::to_string(n_prompt) + " tokens) + " +
+                           std::to_string(max_tokens) +
+                           " tokens to generate exceeds the context size of " +
+                           std::to_string(ctx) + " tokens");
+  }
+  return OkStatus();
+}
+
+void PrimeSampler(const GenerateOptions& options, const Tokenizer& tokenizer,
+                  std::span<const int32_t> prompt, sampling::Sampler* sampler) {
+  if (options.ignore_eos) {
+    std::vector<int32_t> eog;
+    for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+      if (tokenizer.IsEndOfGeneration(id)) eog.push_back(id);
+    }
+    sampler->SetBanned(eog);
+  }
+  for (int32_t t : prompt) sampler->Accept(t);
+}
+
 Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
                 std::span<const int32_t> prompt, const GenerateOptions& options,
                 const TextCallback& on_text, GenerateStats* stats, const TokenCallback& on_token) {
@@ -37,12 +59,7 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
   if (options.drafter != nullptr && options.spec_k < 0) {
     return InvalidArgumentError("generate: spec_k must be >= 0");
   }
-  if (n_prompt + std::max<int64_t>(options.max_tokens, 0) > ctx) {
-    return OutOfRangeError("generate: prompt (" + std::to_string(n_prompt) + " tokens) + " +
-                           std::to_string(options.max_tokens) +
-                           " tokens to generate exceeds the context size of " +
-                           std::to_string(ctx) + " tokens");
-  }
+  UF_RETURN_IF_ERROR(CheckPromptFits(n_prompt, options.max_tokens, ctx));
   for (int32_t t : prompt) {
     if (t < 0 || t >= n_vocab) {
       return InvalidArgumentError("generate: prompt token " + std::to_string(t) +
@@ -53,14 +70,7 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
   const int seq = options.seq_id;
   cache.Remove(seq);
   sampling::Sampler sampler(options.sampling, static_cast<int32_t>(n_vocab));
-  if (options.ignore_eos) {
-    std::vector<int32_t> eog;
-    for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
-      if (tokenizer.IsEndOfGeneration(id)) eog.push_back(id);
-    }
-    sampler.SetBanned(eog);
-  }
-  for (int32_t t : prompt) sampler.Accept(t);
+  PrimeSampler(options, tokenizer, prompt, &sampler);
   // Primed with the prompt so the first generated piece keeps its leading space (a fresh decoder
   // drops it, as detokenizing a whole sequence does).
   StreamingDecoder text(tokenizer);

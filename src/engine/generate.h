@@ -64,4 +64,12 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
                 const TextCallback& on_text, GenerateStats* stats,
                 const TokenCallback& on_token = nullptr);
 
+// The pieces every generation loop starts with (Generate, and cli/run_gpu.cc's on the GPU).
+// OutOfRange when n_prompt tokens and max_tokens more (none when < 0) exceed ctx.
+Status CheckPromptFits(int64_t n_prompt, int64_t max_tokens, int64_t ctx);
+// Makes `sampler` see the prompt (its penalties count it); with options.ignore_eos it never
+// samples an end-of-generation token.
+void PrimeSampler(const GenerateOptions& options, const Tokenizer& tokenizer,
+                  std::span<const int32_t> prompt, sampling::Sampler* sampler);
+
 }  // namespace uf::engine

@@ -14,6 +14,7 @@
 #include "kernels/avx2_rows.h"
 #include "kernels/blocks.h"
 #include "kernels/dispatch.h"
+#include "kernels/mxfp4_rows.h"
 #include "kernels/packed.h"
 
 namespace uf::kernels {
@@ -80,21 +81,7 @@ void RowsMxfp4(const BlockMxfp4* const* w, int64_t nb, const ActQ8_0* const* act
 
 template <int NR, int NT>
 void Run(const GemmTask& t, int64_t nb, int64_t r0, int64_t t0) {
-  const BlockMxfp4* w[NR];
-  UF_UNROLL
-  for (int r = 0; r < NR; ++r) {
-    w[r] = reinterpret_cast<const BlockMxfp4*>(t.w + (r0 + r) * t.w_row_bytes);
-  }
-  const ActQ8_0* act[NT];
-  UF_UNROLL
-  for (int i = 0; i < NT; ++i) {
-    act[i] = reinterpret_cast<const ActQ8_0*>(t.act + (t0 + i) * t.act_row_bytes);
-  }
-  float out[NR * NT];
-  RowsMxfp4<NR, NT>(w, nb, act, out);
-  for (int r = 0; r < NR; ++r) {
-    for (int i = 0; i < NT; ++i) t.y[(t0 + i) * t.ldy + r0 + r] = out[r * NT + i];
-  }
+  RunMxfp4Rows<NR, NT, RowsMxfp4<NR, NT>>(t, nb, r0, t0);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -123,19 +123,10 @@ std::string AnthropicWriter::Stream(int, const engine::GenerationEvent& event) {
                                        {"cache_read_input_tokens", 0},
                                        {"output_tokens", 0}}}}}});
   }
-  if (Failed(event)) {
-    return out + StreamError(ServerError(
-                     500, event.error.ok() ? "generation was cancelled" : event.error.message()));
-  }
-  ReplyPiece piece = parser_.Push(event.text);
+  if (Failed(event)) return out + StreamError(FailureOf(event));
   const bool last = event.finish != engine::FinishReason::kNone && !done_;
   std::vector<ToolCall> calls;
-  if (last) {
-    ReplyEnd end = parser_.Finish();
-    piece.reasoning += end.reasoning;
-    piece.content += end.content;
-    calls = std::move(end.calls);
-  }
+  const ReplyPiece piece = PushEvent(parser_, event, last, &calls);
   StreamThinking(piece.reasoning, &out);
   if (!piece.content.empty()) {
     CloseThinking(&out);

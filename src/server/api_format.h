@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/request.h"
 #include "server/openai_request.h"
@@ -34,6 +35,14 @@ std::string RandomId(std::string_view prefix);
 inline bool Failed(const engine::GenerationEvent& e) {
   return e.finish == engine::FinishReason::kError || e.finish == engine::FinishReason::kCancelled;
 }
+
+// The error a stream ends with after a Failed event (500, server_error).
+ApiError FailureOf(const engine::GenerationEvent& e);
+
+// One streamed event's part of the reply: its text through `parser`, and on the last event
+// (`last`) what the parser still held too, with the reply's tool calls in *calls.
+ReplyPiece PushEvent(ReplyParser& parser, const engine::GenerationEvent& e, bool last,
+                     std::vector<ToolCall>* calls);
 
 struct ResponseOptions;  // openai_response.h
 

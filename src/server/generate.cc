@@ -256,6 +256,22 @@ ReplyFormat ReplyFormatOf(const ResponseOptions& options) {
   return f;
 }
 
+ApiError FailureOf(const engine::GenerationEvent& e) {
+  return ServerError(500, e.error.ok() ? "generation was cancelled" : e.error.message());
+}
+
+ReplyPiece PushEvent(ReplyParser& parser, const engine::GenerationEvent& e, bool last,
+                     std::vector<ToolCall>* calls) {
+  ReplyPiece piece = parser.Push(e.text, e.n_tokens);
+  if (last) {
+    ReplyEnd end = parser.Finish();
+    piece.reasoning += end.reasoning;
+    piece.content += end.content;
+    *calls = std::move(end.calls);
+  }
+  return piece;
+}
+
 std::string ErrorBodyFor(ErrorStyle style, const ApiError& error) {
   if (style == ErrorStyle::kOpenAI) return ErrorBody(error);
   // Anthropic's error types by status (its documented set; 503 is its "overloaded").

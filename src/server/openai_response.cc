@@ -160,14 +160,7 @@ std::string ResponseBuilder::Stream(int index, const engine::GenerationEvent& ev
       out += SseData(Chunk(ChoiceDelta(index, options_.echo, {}, nullptr)));
     }
   }
-  if (event.finish == engine::FinishReason::kError ||
-      event.finish == engine::FinishReason::kCancelled) {
-    ApiError e;
-    e.status = 500;
-    e.type = "server_error";
-    e.message = event.error.ok() ? "generation was cancelled" : event.error.message();
-    return out + StreamError(e);
-  }
+  if (Failed(event)) return out + StreamError(FailureOf(event));
   ReplyPiece piece;
   if (c.parser) {
     piece = c.parser->Push(event.text, event.n_tokens);

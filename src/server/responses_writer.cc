@@ -193,19 +193,10 @@ std::string ResponsesWriter::Stream(int, const engine::GenerationEvent& event) {
     out += Event({{"type", "response.created"}, {"response", r}});
     out += Event({{"type", "response.in_progress"}, {"response", r}});
   }
-  if (Failed(event)) {
-    return out + StreamError(ServerError(
-                     500, event.error.ok() ? "generation was cancelled" : event.error.message()));
-  }
-  ReplyPiece piece = parser_.Push(event.text, event.n_tokens);
+  if (Failed(event)) return out + StreamError(FailureOf(event));
   const bool last = event.finish != engine::FinishReason::kNone && !done_;
   std::vector<ToolCall> calls;
-  if (last) {
-    ReplyEnd end = parser_.Finish();
-    piece.reasoning += end.reasoning;
-    piece.content += end.content;
-    calls = std::move(end.calls);
-  }
+  const ReplyPiece piece = PushEvent(parser_, event, last, &calls);
   const bool thinking = parser_.had_reasoning() && !parser_.answer_started() && !last;
   if (!piece.reasoning.empty() || thinking) StreamReasoning(piece.reasoning, &out);
   if (!thinking) CloseReasoning(&out);

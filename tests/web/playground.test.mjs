@@ -6,6 +6,7 @@
 // UF_SCREENSHOTS=1 also writes docs/playground.png and docs/playground-race.png.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import puppeteer from 'puppeteer-core';
@@ -254,5 +255,196 @@ describe('the playground in headless chromium', () => {
     assert.ok((await page.$eval('#race-b .reply', (e) => e.textContent)).length > 0);
     // The 401 and 429 are console errors of the browser's own (failed fetches); nothing else.
     assert.deepEqual(pageErrors.filter((e) => !/status of (401|429)/.test(e)), []);
+  });
+});
+
+// A stand-in for the server in front of `serve`: every request goes through to it but the chat
+// completions, which this test answers itself, writing each chunk when it chooses. So the page's
+// state between two chunks can be waited for, which a model's own stream does not allow.
+async function scriptedChat(upstream) {
+  const streams = [];
+  let wake = null;
+  const proxy = http.createServer(async (req, res) => {
+    if (req.method === 'POST' && req.url === '/v1/chat/completions') {
+      let body = '';
+      for await (const d of req) body += d;
+      res.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
+      res.flushHeaders();
+      streams.push({ body: JSON.parse(body), res });
+      wake?.();
+      return;
+    }
+    try {
+      const r = await fetch(upstream + req.url, { method: req.method });
+      res.writeHead(r.status, { 'Content-Type': r.headers.get('content-type') ?? 'text/plain' });
+      res.end(Buffer.from(await r.arrayBuffer()));
+    } catch (e) {
+      res.writeHead(502).end(String(e));
+    }
+  });
+  await new Promise((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+  return {
+    base: `http://127.0.0.1:${proxy.address().port}`,
+    // Resolves to the next chat request: {body, res}.
+    async next() {
+      while (!streams.length) await new Promise((resolve) => { wake = resolve; });
+      return streams.shift();
+    },
+    close() {
+      proxy.closeAllConnections();
+      return new Promise((resolve) => proxy.close(resolve));
+    },
+  };
+}
+
+// One chunk of a streamed chat completion as `serve` writes it: delta fields, and one logprobs
+// entry per token (the page counts tokens by them).
+function chunk(delta, tokens, extra = {}) {
+  const content = tokens.map((t) => ({ token: t, logprob: -1, bytes: null, top_logprobs: [] }));
+  return `data: ${JSON.stringify({
+    id: 'chatcmpl-test', object: 'chat.completion.chunk', model: 'tiny', service_tier: 'default',
+    choices: [{ index: 0, delta, logprobs: tokens.length ? { content } : null, finish_reason: null }],
+    usage: null, ...extra,
+  })}\n\n`;
+}
+
+// The thinking block of the last assistant message: its summary, text and whether it is open,
+// and the answer's text; null fields when there is no block.
+const lastThinking = (page) => page.evaluate(() => {
+  const pane = document.querySelector('.msg.assistant:last-child');
+  const t = pane?.querySelector('.thinking');
+  return {
+    summary: t?.querySelector('summary').textContent ?? null,
+    text: t?.querySelector('.thinking-text').textContent ?? null,
+    open: t ? t.open : null,
+    reply: pane?.querySelector('.reply').textContent ?? null,
+    tokens: pane?.querySelector('.stat-tokens b')?.textContent ?? null,
+    done: pane?.querySelector('.stats .stat-end') != null,
+  };
+});
+
+// Waits until the last assistant message's state (lastThinking's) matches `want`'s fields.
+async function waitThinking(page, want) {
+  await page.waitForFunction((w) => {
+    const pane = document.querySelector('.msg.assistant:last-child');
+    const t = pane?.querySelector('.thinking');
+    const now = {
+      text: t?.querySelector('.thinking-text').textContent ?? null,
+      open: t ? t.open : null,
+      reply: pane?.querySelector('.reply').textContent ?? null,
+      tokens: pane?.querySelector('.stat-tokens b')?.textContent ?? null,
+    };
+    return Object.entries(w).every(([k, v]) => now[k] === v);
+  }, { timeout: 60000 }, want);
+}
+
+// A reasoning model: DeepSeek-R1's template (--chat-template-file) opens <think> in the prompt, so
+// the server streams the reply as delta.reasoning_content (the random-weight model never closes
+// the block: it is all reasoning, with an empty answer).
+describe('the playground shows a reasoning model\'s thinking', () => {
+  const TEMPLATE = path.resolve(root, '..', 'shared', 'templates',
+    'deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja');
+  let server, browser, page;
+  const pageErrors = [];
+  before(async () => {
+    server = await startServe(BIN, ['-m', MODEL, '--model-id', 'tiny', '--ctx', '4096', '-t', '2',
+      '--pace-ms', String(PACE_MS), '--chat-template-file', TEMPLATE]);
+    browser = await puppeteer.launch({
+      executablePath: CHROMIUM, headless: true,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
+    });
+    page = await browser.newPage();
+    page.on('pageerror', (e) => pageErrors.push(e.message));
+    page.on('console', (m) => { if (m.type() === 'error') pageErrors.push(m.text()); });
+  });
+  after(async () => {
+    await browser?.close();
+    await server?.stop();
+  });
+
+  test('the reasoning streams into an open Thinking block above an empty answer', async () => {
+    await page.goto(`${server.base}/`, { waitUntil: 'networkidle0' });
+    await page.waitForFunction(() => document.querySelector('#st-model').textContent === 'tiny');
+    await page.select('#tier', 'default');
+    await page.$eval('#max-tokens', (el) => { el.value = '24'; el.dispatchEvent(new Event('input')); });
+    await page.$eval('#temperature', (el) => { el.value = '0'; el.dispatchEvent(new Event('input')); });
+    // Whether the block was seen open with text before the response was over. A mutation's
+    // observer runs before the page's code after the stream's last read, so this cannot miss it.
+    await page.evaluate(() => {
+      window.seenOpenThinking = false;
+      new MutationObserver(() => {
+        const pane = document.querySelector('.msg.assistant:last-child');
+        const t = pane?.querySelector('.thinking');
+        if (t?.open && t.querySelector('.thinking-text').textContent &&
+            !pane.querySelector('.stats .stat-end')) window.seenOpenThinking = true;
+      }).observe(document.querySelector('#messages'),
+        { subtree: true, childList: true, characterData: true, attributes: true });
+    });
+    const sent = await send(page, 'What is 2+2?');
+    await waitDone(page, '.msg.assistant:last-child');
+    sent.done();
+    assert.equal(await page.$('.msg.assistant:last-child .error'), null);
+    assert.ok(await page.evaluate(() => window.seenOpenThinking), 'no open Thinking block while streaming');
+    const shown = await lastThinking(page);
+    assert.equal(shown.summary, 'Thinking');
+    assert.equal(shown.reply, '');
+    assert.equal(shown.open, true, 'no answer came: the thinking stays open');
+    // The same request again, not streamed (greedy: the same reply): the block holds exactly its
+    // reasoning_content, and the token counter counts the reasoning's tokens.
+    const { stream, stream_options, ...plain } = sent.bodies[0];
+    const r = await (await fetch(`${server.base}/v1/chat/completions`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(plain),
+    })).json();
+    assert.ok(r.choices[0].message.reasoning_content.length > 0);
+    assert.equal(shown.text, r.choices[0].message.reasoning_content);
+    assert.equal(r.usage.completion_tokens_details.reasoning_tokens, r.usage.completion_tokens);
+    assert.equal(shown.tokens, String(r.usage.completion_tokens));
+    assert.deepEqual(pageErrors, []);
+  });
+
+  test('the thinking streams, then folds away once the answer starts, and survives a reload', async () => {
+    const chat = await scriptedChat(server.base);
+    try {
+      await page.goto(`${chat.base}/`, { waitUntil: 'networkidle0' });  // a new origin: no history
+      await page.waitForFunction(() => document.querySelector('#st-model').textContent === 'tiny');
+      const sent = await send(page, 'What is 2+2?');
+      const { res } = await chat.next();
+      res.write(chunk({ role: 'assistant', content: '' }, []));
+      res.write(chunk({ reasoning_content: 'Two plus two' }, ['Two', ' plus', ' two']));
+      await waitThinking(page, { text: 'Two plus two', open: true, reply: '', tokens: '3' });
+      res.write(chunk({ reasoning_content: ' is four.' }, [' is', ' four.']));
+      await waitThinking(page, { text: 'Two plus two is four.', open: true, reply: '', tokens: '5' });
+      res.write(chunk({ content: 'Four.' }, ['Four.']));
+      await waitThinking(page, { text: 'Two plus two is four.', open: false, reply: 'Four.', tokens: '6' });
+      assert.equal((await lastThinking(page)).done, false, 'the stream is not over yet');
+      // Opened again by the reader, it stays open while the answer goes on.
+      await page.click('.msg.assistant:last-child .thinking summary');
+      await waitThinking(page, { open: true });
+      res.write(chunk({ content: ' Yes.' }, [' Yes.']));
+      await waitThinking(page, { open: true, reply: 'Four. Yes.', tokens: '7' });
+      const usage = { prompt_tokens: 9, completion_tokens: 7, total_tokens: 16,
+        completion_tokens_details: { reasoning_tokens: 5 } };
+      res.write(`data: ${JSON.stringify({ object: 'chat.completion.chunk', service_tier: 'default',
+        choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }] })}\n\n`);
+      res.write(`data: ${JSON.stringify({ object: 'chat.completion.chunk', service_tier: 'default', choices: [], usage })}\n\n`);
+      res.end('data: [DONE]\n\n');
+      await waitDone(page, '.msg.assistant:last-child');
+      sent.done();
+      assert.equal(await stat(page, '.msg.assistant:last-child', 'tokens'), '7');
+      // The turn is kept with its reasoning, shown folded after a reload; the next request sends
+      // the answer back without it.
+      await page.reload({ waitUntil: 'networkidle0' });
+      const again = await lastThinking(page);
+      assert.deepEqual([again.text, again.open, again.reply], ['Two plus two is four.', false, 'Four. Yes.']);
+      const next = await send(page, 'And 3+3?');
+      const second = await chat.next();
+      second.res.end('data: [DONE]\n\n');
+      await waitDone(page, '.msg.assistant:last-child');
+      next.done();
+      assert.deepEqual(second.body.messages[1], { role: 'assistant', content: 'Four. Yes.' });
+      assert.deepEqual(pageErrors, []);
+    } finally {
+      await chat.close();
+    }
   });
 });

@@ -1,8 +1,9 @@
 // Talks to `ultrafast serve`: a streamed chat completion over Server-Sent Events, and the errors
 // a person should be able to read (a 401 or a 429 must never leave a blank pane).
 
-// Streams one chat completion. Calls onTokens(text, nTokens, chunk) for every chunk that carries
-// output. nTokens is exact: the request asks for logprobs, whose `content` has one entry per
+// Streams one chat completion. Calls onTokens(text, nTokens, chunk, reasoning) for every chunk
+// that carries output: text is the answer's piece, reasoning the piece of a reasoning model's
+// thinking (delta.reasoning_content, which comes before the answer). nTokens is exact: the request asks for logprobs, whose `content` has one entry per
 // sampled token (a chunk can hold several: speculative decoding accepts drafts in bulk, and the
 // server coalesces tokens that come faster than it writes). Resolves to
 // {usage, tier, finishReason, error} where error is a readable string or null.
@@ -56,9 +57,10 @@ export async function streamChat({ body, key, signal, onTokens }) {
           if (!choice) continue;
           if (choice.finish_reason) out.finishReason = choice.finish_reason;
           const text = choice.delta?.content ?? '';
+          const reasoning = choice.delta?.reasoning_content ?? '';
           const lp = choice.logprobs?.content;
-          const n = Array.isArray(lp) ? lp.length : (text ? 1 : 0);
-          if (n > 0 || text) onTokens(text, n, chunk);
+          const n = Array.isArray(lp) ? lp.length : (text || reasoning ? 1 : 0);
+          if (n > 0 || text || reasoning) onTokens(text, n, chunk, reasoning);
         }
       }
     }

@@ -52,14 +52,33 @@ function requestBody(messages, tier) {
   };
 }
 
-// Streams one response into a pane (reply text, stats line, chart). Resolves to the reply text
-// and its figures, or to an error already shown in the pane.
+// A reasoning model's thinking, in a block above its answer that the reader can open and close.
+// Returns the <details>; its last child holds the text.
+function thinkingBlock(reply, text, open) {
+  const details = document.createElement('details');
+  details.className = 'thinking';
+  details.open = open;
+  const summary = document.createElement('summary');
+  summary.textContent = 'Thinking';
+  const body = document.createElement('div');
+  body.className = 'thinking-text';
+  body.textContent = text;
+  details.append(summary, body);
+  reply.before(details);
+  return details;
+}
+
+// Streams one response into a pane (thinking, reply text, stats line, chart). Resolves to the
+// reply text, its reasoning and its figures, or to an error already shown in the pane.
 async function runInto(pane, messages, tier) {
   const reply = pane.querySelector('.reply');
   const statsEl = pane.querySelector('.stats');
   const chart = pane.querySelector('.chart');
   reply.textContent = '';
   reply.classList.remove('error');
+  pane.querySelector('.thinking')?.remove();  // a race pane's previous response
+  let thinking = null;  // made when the first reasoning arrives
+  let thoughts = '';
   const stats = new LiveStats();
   const controller = new AbortController();
   running.push(controller);
@@ -71,11 +90,21 @@ async function runInto(pane, messages, tier) {
     body: requestBody(messages, tier),
     key: sessionStorage.getItem(KEY) || '',
     signal: controller.signal,
-    onTokens: (piece, n, chunk) => {
+    onTokens: (piece, n, chunk, reasoning) => {
       stats.add(n);
       servedTier = chunk.service_tier ?? servedTier;
-      text += piece;
-      reply.textContent = text;
+      if (reasoning) {
+        thoughts += reasoning;
+        // Open while the model thinks, so the reasoning can be read as it streams.
+        thinking ??= thinkingBlock(reply, '', !text);
+        thinking.lastChild.textContent = thoughts;
+      }
+      if (piece) {
+        // The answer starts: fold the thinking away, once (a reader may open it again).
+        if (thinking && !text) thinking.open = false;
+        text += piece;
+        reply.textContent = text;
+      }
       // Redraw at most once a frame: a fast stream sends hundreds of chunks a second.
       if (!frame) {
         frame = requestAnimationFrame(() => {
@@ -103,17 +132,18 @@ async function runInto(pane, messages, tier) {
     if (result.status === 401) $('api-key').focus();
   }
   return {
-    text, error: result.error,
+    text, reasoning: thoughts, error: result.error,
     stats: { ttft: stats.ttft, tps: stats.tps, tokens: result.usage?.completion_tokens ?? stats.tokens, tier: tierShown, cost },
   };
 }
 
-function messagePane(role, text = '') {
+function messagePane(role, text = '', reasoning = '') {
   const div = document.createElement('div');
   div.className = `msg ${role}`;
   if (role === 'assistant') {
     div.innerHTML = '<div class="reply"></div><div class="stats"></div><canvas class="chart" width="360" height="70"></canvas>';
     div.querySelector('.reply').textContent = text;
+    if (reasoning) thinkingBlock(div.querySelector('.reply'), reasoning, false);
   } else {
     div.textContent = text;
   }
@@ -124,7 +154,7 @@ function messagePane(role, text = '') {
 function renderHistory() {
   $('messages').innerHTML = '';
   for (const m of history) {
-    const pane = messagePane(m.role, m.content);
+    const pane = messagePane(m.role, m.content, m.reasoning);
     if (m.stats && m.role === 'assistant') {
       const el = pane.querySelector('.stats');
       el.textContent = `TTFT ${m.stats.ttft == null ? '–' : (m.stats.ttft * 1000).toFixed(0) + ' ms'} · ` +
@@ -158,7 +188,9 @@ async function send(text) {
       if (r.error && !r.text) {
         history.pop();  // a failed turn is not kept: resending should not repeat it
       } else {
-        history.push({ role: 'assistant', content: r.text, stats: r.stats });
+        // The reasoning is kept to be shown again, not sent back: the next request's turns carry
+        // the answers only, as OpenAI's clients send them.
+        history.push({ role: 'assistant', content: r.text, reasoning: r.reasoning || undefined, stats: r.stats });
       }
       localStorage.setItem(HISTORY, JSON.stringify(history));
     }
