@@ -148,6 +148,41 @@ TEST(MatrixTest, CreateValidates) {
   EXPECT_EQ(m->bytes(), 3u * 68u);
 }
 
+// Stacked matrices (expert tensors) hold the same tiles as each created alone, in one buffer,
+// and are validated as Create validates.
+TEST(MatrixTest, CreateStackedMatchesCreate) {
+  std::mt19937 rng(5);
+  for (GgmlType type : kTypes) {
+    const int64_t n = 3, rows = 40, cols = 512;  // rows not a tile multiple: padded tails
+    const size_t stride = KernelRowBytes(type, cols) * rows;
+    std::vector<uint8_t> data(stride * n);
+    for (auto& b : data) b = static_cast<uint8_t>(rng() & 0x3F);  // finite f16/bf16/f32 values
+    auto stacked = Matrix::CreateStacked(type, data.data(), stride, n, rows, cols);
+    ASSERT_TRUE(stacked.ok()) << stacked.status().ToString();
+    ASSERT_EQ(stacked->size(), static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const auto one = Matrix::Create(type, data.data() + i * stride, rows, cols);
+      ASSERT_TRUE(one.ok());
+      const Matrix& m = (*stacked)[i];
+      EXPECT_EQ(m.data(), data.data() + i * stride);
+      EXPECT_EQ(m.bytes(), one->bytes());
+      ASSERT_EQ(m.tiles() != nullptr, one->tiles() != nullptr) << GgmlTypeName(type);
+      if (m.tiles() == nullptr) continue;
+      EXPECT_EQ(m.tile_variant(), one->tile_variant());
+      EXPECT_EQ(std::memcmp(m.tiles(), one->tiles(), PackedBytes(type, rows, cols)), 0)
+          << GgmlTypeName(type) << " matrix " << i;
+      if (i > 0) EXPECT_GE(m.tiles(), (*stacked)[i - 1].tiles() + PackedBytes(type, rows, cols));
+    }
+  }
+  std::vector<uint8_t> buf(1 << 16);
+  EXPECT_EQ(Matrix::CreateStacked(GgmlType::kQ4_K, buf.data(), 0, 2, 4, 128).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Matrix::CreateStacked(GgmlType::kQ5_K, buf.data(), 0, 2, 4, 256).status().code(),
+            StatusCode::kUnimplemented);
+  EXPECT_EQ(Matrix::CreateStacked(GgmlType::kQ4_0, buf.data(), 0, 0, 4, 64).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(IsaTest, NamesAndCap) {
   EXPECT_EQ(IsaName(Isa::kScalar), "scalar");
   EXPECT_EQ(IsaName(Isa::kAvx2), "avx2");

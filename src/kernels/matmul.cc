@@ -39,6 +39,23 @@ class MatrixAccess {
     m->tiles_ = buf.get();
     m->repacked_ = std::shared_ptr<uint8_t[]>(std::move(buf));
   }
+  // Packs each of ms into its slice of one buffer (slices 64-byte aligned) that they share.
+  static void PackStacked(std::vector<Matrix>* ms) {
+    if (ms->empty()) return;
+    const Matrix& m0 = ms->front();
+    const size_t slice = (PackedBytes(m0.type_, m0.rows_, m0.cols_) + 63) / 64 * 64;
+    HugeBuffer buf = AllocateHuge(slice * ms->size());
+    const Isa isa = ActiveIsa();
+    std::shared_ptr<uint8_t[]> owner(std::move(buf));
+    for (size_t i = 0; i < ms->size(); ++i) {
+      Matrix& m = (*ms)[i];
+      uint8_t* dst = owner.get() + i * slice;
+      PackMatrix(m.type_, isa, m.data_, m.rows_, m.cols_, dst);
+      m.tile_variant_ = TileVariant(m.type_, isa);
+      m.tiles_ = dst;
+      m.repacked_ = owner;
+    }
+  }
 };
 
 namespace {
@@ -261,6 +278,28 @@ StatusOr<Matrix> Matrix::Create(GgmlType type, const void* data, int64_t rows, i
   Matrix m = MatrixAccess::Make(type, data, rows, cols);
   if (GetKernels(type, ActiveIsa()).gemm_tiles != nullptr) MatrixAccess::Pack(&m);
   return m;
+}
+
+StatusOr<std::vector<Matrix>> Matrix::CreateStacked(GgmlType type, const void* data,
+                                                    size_t stride, int64_t n, int64_t rows,
+                                                    int64_t cols) {
+  if (n <= 0) return InvalidArgumentError("matmul: no matrices to stack");
+  if (data == nullptr) return InvalidArgumentError("matmul: null weight data");
+  std::vector<Matrix> out;
+  out.reserve(n);
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  // The checks of Create, without its per-matrix copy.
+  if (GetKernels(type, Isa::kScalar).gemm == nullptr) {
+    return UnimplementedError("matmul: weight type " + std::string(GgmlTypeName(type)) +
+                              " is not supported");
+  }
+  if (rows <= 0 || cols <= 0 || cols % KernelBlockSize(type) != 0) {
+    return InvalidArgumentError("matmul: bad matrix shape " + std::to_string(rows) + "x" +
+                                std::to_string(cols));
+  }
+  for (int64_t i = 0; i < n; ++i) out.push_back(MatrixAccess::Make(type, p + i * stride, rows, cols));
+  if (GetKernels(type, ActiveIsa()).gemm_tiles != nullptr) MatrixAccess::PackStacked(&out);
+  return out;
 }
 
 void MatMul(const Matrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool* pool) {
