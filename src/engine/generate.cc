@@ -45,11 +45,26 @@ void PrimeSampler(const GenerateOptions& options, const Tokenizer& tokenizer,
 Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
                 std::span<const int32_t> prompt, const GenerateOptions& options,
                 const TextCallback& on_text, GenerateStats* stats, const TokenCallback& on_token) {
+  GenerateTarget t;
+  t.forward = &decoder;
+  t.cache = decoder.cache();
+  t.n_vocab = decoder.model().config().n_vocab;
+  t.max_batch = decoder.options().max_batch;
+  t.max_outputs = decoder.options().max_outputs;
+  t.pool = decoder.pool();
+  return Generate(t, tokenizer, prompt, options, on_text, stats, on_token);
+}
+
+Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
+                std::span<const int32_t> prompt, const GenerateOptions& options,
+                const TextCallback& on_text, GenerateStats* stats, const TokenCallback& on_token) {
   UF_CHECK(stats != nullptr);
+  UF_CHECK(target.forward != nullptr && target.cache != nullptr && target.max_batch > 0);
   *stats = GenerateStats();
   UF_RETURN_IF_ERROR(options.sampling.Validate());
-  KvCache& cache = *decoder.cache();
-  const int64_t n_vocab = decoder.model().config().n_vocab;
+  model::BatchForward& decoder = *target.forward;
+  KvCache& cache = *target.cache;
+  const int64_t n_vocab = target.n_vocab;
   const int64_t ctx = cache.max_seq_len();
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   if (n_prompt == 0) return InvalidArgumentError("generate: the prompt has no tokens");
@@ -76,11 +91,11 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
   StreamingDecoder text(tokenizer);
   for (int32_t t : prompt) text.Push(t);
   model::Batch batch;
-  batch.Reserve(decoder.options().max_batch);
+  batch.Reserve(target.max_batch);
 
   const double t0 = NowSeconds();
-  for (int64_t i = 0; i < n_prompt; i += decoder.options().max_batch) {
-    const int64_t end = std::min(n_prompt, i + decoder.options().max_batch);
+  for (int64_t i = 0; i < n_prompt; i += target.max_batch) {
+    const int64_t end = std::min(n_prompt, i + target.max_batch);
     batch.Clear();
     for (int64_t j = i; j < end; ++j) {
       batch.Add(prompt[j], static_cast<int32_t>(j), seq, j == n_prompt - 1);
@@ -97,7 +112,7 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
   }
   // Speculation: proposals for the next step, the part verified, and the controller.
   const int max_k = static_cast<int>(std::clamp<int64_t>(
-      std::min<int64_t>(options.spec_k, decoder.options().max_outputs - 1), 0, kMaxSpecK));
+      std::min<int64_t>(options.spec_k, target.max_outputs - 1), 0, kMaxSpecK));
   Drafter* drafter = max_k > 0 ? options.drafter : nullptr;
   SpecController controller(std::max(max_k, 1), options.spec_adaptive,
                             drafter != nullptr && drafter->costly());
@@ -116,7 +131,7 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
     int accepted = 0;
     int32_t first = -1;
     for (int i = 0; i <= n_drafts && !stop; ++i) {
-      const int32_t token = sampler.Sample(decoder.logits(i), decoder.pool());
+      const int32_t token = sampler.Sample(decoder.logits(i), target.pool);
       if (i == 0) first = token;
       ++stats->n_generated;
       if (stats->n_generated == 1) {

@@ -24,8 +24,9 @@ struct LayerBuffers {
 constexpr size_t kMaxRecordings = 64;
 
 // What a recording leaves behind: every row in host-visible memory, each row's arg-max, or each
-// row's best tokens (topk.comp) and the rows flagged in full_ (copy_rows.comp).
-enum class Out { kLogits, kGreedy, kTop };
+// row's best tokens (topk.comp) and the rows flagged in full_ (copy_rows.comp); kTopMasked: the
+// same after the rows' known tokens were read out and masked (mask_rows.comp).
+enum class Out { kLogits, kGreedy, kTop, kTopMasked };
 
 class VulkanForward final : public GpuForward {
  public:
@@ -52,8 +53,14 @@ class VulkanForward final : public GpuForward {
     t.logits = reinterpret_cast<const float*>(w + o_.top_k);
     std::memcpy(&t.max, w + 2 * o_.top_k, 4);
     std::memcpy(&t.log_sum_exp, w + 2 * o_.top_k + 1, 4);
+    if (i < static_cast<int64_t>(known_n_.size())) {
+      t.n_known = known_n_[i];
+      t.known_ids = known_ids_host_.data() + i * o_.max_known;
+      t.known_logits = known_raw_host_.data() + i * o_.max_known;
+    }
     return t;
   }
+  int32_t top_known_capacity() const override { return o_.top_k > 0 ? o_.max_known : 0; }
   int64_t rows_reduced() const override { return rows_reduced_; }
   double last_step_gpu_seconds() const override {
     return last_ != nullptr ? last_->last_gpu_seconds() : 0.0;
@@ -96,6 +103,11 @@ class VulkanForward final : public GpuForward {
   Buffer argmax_;        // host-visible: ForwardGreedy's tokens
   Buffer top_, full_;    // host-visible: the rows' best tokens; flags of the rows copied whole
   std::vector<uint32_t> top_host_;  // top_ of the last Forward
+  // host-visible: per output row [count][max_known ids] of known tokens; their raw logits
+  Buffer known_, known_raw_;
+  std::vector<int32_t> known_n_;  // of the last Forward's rows
+  std::vector<int32_t> known_ids_host_;
+  std::vector<float> known_raw_host_;
   int64_t rows_reduced_ = 0;
   std::map<std::tuple<int64_t, int64_t, Out>, std::unique_ptr<Recorder>> recordings_;
   Recorder* last_ = nullptr;
@@ -135,6 +147,7 @@ Status VulkanForward::Init(const DeviceSpec& device) {
     return InvalidArgumentError("gpu forward: max_batch must be in [1, 65535]");
   }
   if (o_.max_outputs <= 0 || o_.max_outputs > o_.max_batch) o_.max_outputs = o_.max_batch;
+  if (o_.max_known < 0) return InvalidArgumentError("gpu forward: max_known < 0");
   if (o_.top_k < 0 || o_.top_k > Kernels::kMaxTopK) {
     return InvalidArgumentError("gpu forward: top_k must be in [0, 64]");
   }
@@ -242,6 +255,13 @@ Status VulkanForward::Init(const DeviceSpec& device) {
     UF_ASSIGN_OR_RETURN(top_, ctx_->CreateBuffer(mo * (2 * o_.top_k + 2) * 4, Memory::kHost));
     UF_ASSIGN_OR_RETURN(full_, ctx_->CreateBuffer(mo * 4, Memory::kHost));
     top_host_.resize(mo * (2 * o_.top_k + 2));
+    if (o_.max_known > 0) {
+      UF_ASSIGN_OR_RETURN(known_,
+                          ctx_->CreateBuffer(mo * (o_.max_known + 1) * 4, Memory::kHost));
+      UF_ASSIGN_OR_RETURN(known_raw_, ctx_->CreateBuffer(mo * o_.max_known * 4, Memory::kHost));
+      known_ids_host_.resize(mo * o_.max_known);
+      known_raw_host_.resize(mo * o_.max_known);
+    }
   }
   logits_.resize(mo * c_.n_vocab);
   seq_next_.assign(co.max_seqs, -1);
@@ -319,7 +339,10 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
     xq_holds_ = nullptr;
     Gemm(r, output_, xo_, n_out, out == Out::kLogits ? logits_dev_ : logits_local_);
     if (out == Out::kGreedy) k_.ArgMax(r, logits_local_, argmax_, c_.n_vocab, n_out);
-    if (out == Out::kTop) {
+    if (out == Out::kTopMasked) {
+      k_.MaskRows(r, logits_local_, known_, known_raw_, c_.n_vocab, n_out, o_.max_known);
+    }
+    if (out == Out::kTop || out == Out::kTopMasked) {
       k_.TopK(r, logits_local_, top_, c_.n_vocab, n_out, o_.top_k);
       k_.CopyRows(r, logits_local_, logits_dev_, full_, c_.n_vocab, n_out);
     }
@@ -408,6 +431,26 @@ Status VulkanForward::Prepare(const model::Batch& batch) {
 }
 
 Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
+  if (!batch.known_begin.empty()) {  // checked before Prepare reserves any blocks
+    if (static_cast<int64_t>(batch.known_begin.size()) != batch.size() + 1 ||
+        batch.known_begin[0] != 0 ||
+        batch.known_begin.back() != static_cast<int32_t>(batch.known_ids.size())) {
+      return InvalidArgumentError("gpu forward: known_begin does not match the batch");
+    }
+    for (int64_t t = 0; t < batch.size(); ++t) {
+      const int32_t c = batch.known_begin[t + 1] - batch.known_begin[t];
+      if (c < 0 || c > o_.max_known) {
+        return InvalidArgumentError("gpu forward: a row lists " + std::to_string(c) +
+                                    " known tokens; max_known is " + std::to_string(o_.max_known));
+      }
+    }
+    for (int32_t id : batch.known_ids) {
+      if (id < 0 || id >= c_.n_vocab) {
+        return InvalidArgumentError("gpu forward: known token " + std::to_string(id) +
+                                    " is outside the vocabulary");
+      }
+    }
+  }
   UF_RETURN_IF_ERROR(Prepare(batch));
   const int64_t n = batch.size(), bs = cache_->block_size();
   auto* tok = static_cast<uint32_t*>(tok_.mapped());
@@ -416,7 +459,11 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
   const bool reduce =
       greedy == nullptr && o_.top_k > 0 && batch.top_only.size() == batch.tokens.size();
   auto* full = reduce ? static_cast<uint32_t*>(full_.mapped()) : nullptr;
-  int64_t j = 0, n_top = 0;
+  const bool with_known = reduce && o_.max_known > 0 &&
+                          static_cast<int64_t>(batch.known_begin.size()) == n + 1;
+  auto* known = with_known ? static_cast<uint32_t*>(known_.mapped()) : nullptr;
+  known_n_.clear();
+  int64_t j = 0, n_top = 0, n_known = 0;
   for (int64_t t = 0; t < n; ++t) {
     const int32_t seq = batch.seq_ids[t], pos = batch.positions[t];
     const int32_t block = cache_->BlockTable(seq)[pos / bs];
@@ -429,9 +476,25 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
       full[j] = batch.top_only[t] != 0 ? 0 : 1;
       n_top += batch.top_only[t] != 0;
     }
+    if (known != nullptr) {
+      // Only a reduced row's: a row that comes back whole is not masked.
+      const int32_t b = batch.known_begin[t];
+      const int32_t c = batch.top_only[t] != 0 ? batch.known_begin[t + 1] - b : 0;
+      uint32_t* dst = known + j * (o_.max_known + 1);
+      dst[0] = static_cast<uint32_t>(c);
+      for (int32_t i = 0; i < c; ++i) {
+        const int32_t id = batch.known_ids[b + i];
+        dst[1 + i] = static_cast<uint32_t>(id);
+        known_ids_host_[j * o_.max_known + i] = id;
+      }
+      known_n_.push_back(c);
+      n_known += c;
+    }
     outs[j++] = static_cast<uint32_t>(t);
   }
-  const Out mode = greedy != nullptr ? Out::kGreedy : n_top > 0 ? Out::kTop : Out::kLogits;
+  const Out mode = greedy != nullptr ? Out::kGreedy
+                   : n_top > 0       ? (n_known > 0 ? Out::kTopMasked : Out::kTop)
+                                     : Out::kLogits;
   auto* bt = static_cast<int32_t*>(bt_.mapped());
   for (int32_t s : touched_) {
     const int64_t blocks = (seq_next_[s] + bs - 1) / bs;
@@ -443,8 +506,13 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
     last_ = *rec;
     if (greedy != nullptr) {
       std::memcpy(greedy, argmax_.mapped(), n_outputs_ * 4);
-    } else if (mode == Out::kTop) {
+    } else if (mode == Out::kTop || mode == Out::kTopMasked) {
       std::memcpy(top_host_.data(), top_.mapped(), n_outputs_ * (2 * o_.top_k + 2) * 4);
+      const auto* raw = static_cast<const float*>(known_raw_.mapped());
+      for (int64_t r = 0; mode == Out::kTopMasked && r < n_outputs_; ++r) {
+        std::memcpy(known_raw_host_.data() + r * o_.max_known, raw + r * o_.max_known,
+                    known_n_[r] * 4);
+      }
       const auto* src = static_cast<const float*>(logits_dev_.mapped());
       for (int64_t r = 0; r < n_outputs_; ++r) {
         if (full[r] == 0) continue;

@@ -192,6 +192,7 @@ StatusOr<Kernels> Kernels::Create(Context* ctx) {
   UF_ASSIGN_OR_RETURN(k.argmax_, ctx->GetPipeline("argmax", 2));
   UF_ASSIGN_OR_RETURN(k.topk_, ctx->GetPipeline("topk", 2));
   UF_ASSIGN_OR_RETURN(k.copy_rows_, ctx->GetPipeline("copy_rows", 3));
+  UF_ASSIGN_OR_RETURN(k.mask_rows_, ctx->GetPipeline("mask_rows", 3));
   return k;
 }
 
@@ -380,6 +381,16 @@ void Kernels::TopK(Recorder* r, const Buffer& logits, const Buffer& out, int64_t
     uint32_t n_vocab, k;
   } push = {static_cast<uint32_t>(n_vocab), static_cast<uint32_t>(k)};
   r->Dispatch(*topk_, {logits, out}, push, static_cast<uint32_t>(rows));
+}
+
+void Kernels::MaskRows(Recorder* r, const Buffer& logits, const Buffer& known, const Buffer& raw,
+                       int64_t n_vocab, int64_t rows, int64_t cap) const {
+  UF_CHECK(cap >= 1);
+  const struct {
+    uint32_t n_vocab, cap;
+  } push = {static_cast<uint32_t>(n_vocab), static_cast<uint32_t>(cap)};
+  r->Dispatch(*mask_rows_, {logits, known, raw}, push, Groups64(cap),
+              static_cast<uint32_t>(rows));
 }
 
 void Kernels::CopyRows(Recorder* r, const Buffer& x, const Buffer& y, const Buffer& flags,

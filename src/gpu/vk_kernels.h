@@ -102,6 +102,11 @@ class Kernels {
   static constexpr int64_t kMaxTopK = 64;
   void TopK(Recorder* r, const Buffer& logits, const Buffer& out, int64_t n_vocab, int64_t rows,
             int64_t k) const;
+  // Row j of rows rows of n_vocab logits: the known[j * (cap + 1)] tokens listed after it read
+  // into raw[j * cap + ...] and set to -inf (mask_rows.comp: the sampler's edits, applied on the
+  // host to the raw values, so that TopK then reduces the tokens it leaves alone).
+  void MaskRows(Recorder* r, const Buffer& logits, const Buffer& known, const Buffer& raw,
+                int64_t n_vocab, int64_t rows, int64_t cap) const;
   // y[j] = x[j] for the rows j < n_rows (of cols floats) with flags[j] != 0.
   void CopyRows(Recorder* r, const Buffer& x, const Buffer& y, const Buffer& flags, int64_t cols,
                 int64_t n_rows) const;
@@ -128,6 +133,7 @@ class Kernels {
   const Pipeline* argmax_ = nullptr;
   const Pipeline* topk_ = nullptr;
   const Pipeline* copy_rows_ = nullptr;
+  const Pipeline* mask_rows_ = nullptr;
 };
 
 }  // namespace uf::gpu
