@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -25,6 +26,7 @@
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
+#include "engine/seq_sampler.h"
 #include "sampling/sampler.h"
 #endif
 
@@ -561,6 +563,104 @@ TEST_F(GpuKernelsTest, TopKMatchesSamplerAndSamplesTheSameTokens) {
   for (int64_t i = 0; i < k; ++i) {
     EXPECT_EQ(static_cast<int32_t>(w[i]), i < short_n ? want[i] : -1) << "rank " << i;
   }
+}
+
+// The device path of a row whose sampler edits logits: mask_rows.comp reads the edited tokens
+// (bias with a repeated id and a -inf bias, banned tokens, the penalty window) out raw and masks
+// them, topk.comp reduces the rest; Sampler::SampleTop applies the edits on the host. Over
+// seeded draws on four rows (one with ties everywhere), greedy and top-k 1..64 with top-p and
+// min-p, each penalty alone and all together, each drawn token accepted into the window: the
+// same token as the full-row sampler in every draw, and the logprobs (the token's and the top
+// 20) those of the whole row, ids exactly and values within 1e-5.
+TEST_F(GpuKernelsTest, MaskedTopKSamplesWithEditsAsTheWholeRow) {
+  const int64_t n_vocab = 3000, rows = 4, k = Kernels::kMaxTopK, cap = 256;
+  std::vector<float> l = Random(rows * n_vocab, 77, 2.0f);
+  for (int64_t i = 0; i < n_vocab; ++i) l[n_vocab + i] = std::round(l[n_vocab + i] * 4.0f) / 4.0f;
+  for (int64_t i = 0; i < n_vocab; ++i) l[3 * n_vocab + i] *= 3.0f;  // peaked
+  Buffer lb = Floats(l);
+  Buffer known = std::move(*ctx_->CreateBuffer(rows * (cap + 1) * 4, Memory::kHost));
+  Buffer raw = std::move(*ctx_->CreateBuffer(rows * cap * 4, Memory::kHost));
+  Buffer out = std::move(*ctx_->CreateBuffer(rows * (2 * k + 2) * 4, Memory::kHost));
+  Recorder rec(ctx_);
+  kernels_->MaskRows(&rec, lb, known, raw, n_vocab, rows, cap);
+  kernels_->TopK(&rec, lb, out, n_vocab, rows, k);
+  ASSERT_TRUE(rec.Finish().ok());
+  int draws = 0, edited_draws = 0;
+  double max_err = 0.0;
+  for (int setting = 0; setting < 6; ++setting) {
+    sampling::SamplingParams p;
+    p.temperature = setting == 0 ? 0.0f : 0.6f + 0.25f * setting;
+    p.top_k = std::array<int32_t, 6>{0, 1, 5, 40, 64, 20}[setting];
+    p.top_p = setting == 5 ? 1.0f : 0.9f;
+    p.min_p = setting == 4 ? 0.0f : 0.03f;
+    p.penalty_last_n = 24;
+    p.repeat_penalty = setting % 3 == 0 || setting == 5 ? 1.4f : 1.0f;
+    p.frequency_penalty = setting % 3 == 1 || setting == 5 ? 0.6f : 0.0f;
+    p.presence_penalty = setting % 3 == 2 || setting == 5 ? 0.9f : 0.0f;
+    std::vector<sampling::Sampler> full, top;
+    for (int64_t r = 0; r < rows; ++r) {
+      p.seed = 10 * setting + r;
+      full.emplace_back(p, static_cast<int32_t>(n_vocab));
+      top.emplace_back(p, static_cast<int32_t>(n_vocab));
+      for (sampling::Sampler* s : {&full.back(), &top.back()}) {
+        s->SetLogitBias({{11, 3.0f}, {12, -0.5f}, {11, 0.125f}, {2999, 4.0f}, {500, -INFINITY}});
+        s->SetBanned({0, 1, 2});
+      }
+    }
+    std::vector<std::vector<int32_t>> known_ids(rows);
+    for (int step = 0; step < 25; ++step) {
+      ASSERT_TRUE(ctx_->Upload(lb, 0, l.data(), l.size() * 4).ok());  // unmasked again
+      auto* kw = static_cast<uint32_t*>(known.mapped());
+      for (int64_t r = 0; r < rows; ++r) {
+        top[r].EditedTokens({}, &known_ids[r]);
+        ASSERT_LE(static_cast<int64_t>(known_ids[r].size()), cap);
+        kw[r * (cap + 1)] = static_cast<uint32_t>(known_ids[r].size());
+        for (size_t i = 0; i < known_ids[r].size(); ++i) kw[r * (cap + 1) + 1 + i] = known_ids[r][i];
+      }
+      ASSERT_TRUE(rec.Run().ok());
+      const auto* w = static_cast<const uint32_t*>(out.mapped());
+      const auto* rw = static_cast<const float*>(raw.mapped());
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = l.data() + r * n_vocab;
+        const uint32_t* o = w + r * (2 * k + 2);
+        model::TopRow t;
+        t.n = static_cast<int32_t>(k);
+        t.ids = reinterpret_cast<const int32_t*>(o);
+        t.logits = reinterpret_cast<const float*>(o + k);
+        std::memcpy(&t.max, o + 2 * k, 4);
+        std::memcpy(&t.log_sum_exp, o + 2 * k + 1, 4);
+        t.n_known = static_cast<int32_t>(known_ids[r].size());
+        t.known_ids = known_ids[r].data();
+        t.known_logits = rw + r * cap;
+        for (int32_t i = 0; i < t.n_known; ++i) {
+          ASSERT_EQ(std::memcmp(&t.known_logits[i], &row[t.known_ids[i]], 4), 0);
+        }
+        const int32_t want = full[r].Sample(row);
+        const int32_t got =
+            top[r].SampleTop(t.ids, t.logits, t.n, t.known_ids, t.known_logits, t.n_known);
+        ASSERT_EQ(got, want) << "setting " << setting << " step " << step << " row " << r;
+        ++draws;
+        edited_draws += std::find(known_ids[r].begin(), known_ids[r].end(), got) !=
+                        known_ids[r].end();
+        const engine::TokenLogprob a =
+            engine::SequenceSampler::Logprobs(row, static_cast<int32_t>(n_vocab), got, 20);
+        const engine::TokenLogprob b = engine::SequenceSampler::Logprobs(t, got, 20);
+        EXPECT_NEAR(a.logprob, b.logprob, 1e-5);
+        max_err = std::max(max_err, std::abs(static_cast<double>(a.logprob) - b.logprob));
+        ASSERT_EQ(a.top.size(), b.top.size());
+        for (size_t i = 0; i < a.top.size(); ++i) {
+          EXPECT_EQ(a.top[i].first, b.top[i].first) << "rank " << i;
+          EXPECT_NEAR(a.top[i].second, b.top[i].second, 1e-5) << "rank " << i;
+        }
+        full[r].Accept(got);
+        top[r].Accept(got);
+      }
+    }
+  }
+  EXPECT_GT(edited_draws, 10) << "the edits should matter to some draws";
+  std::printf("[gpu kernels] %d draws with edits (%d of an edited token): all equal to the "
+              "whole row's; logprob error <= %.2g\n",
+              draws, edited_draws, max_err);
 }
 
 #endif  // UF_HAVE_VULKAN

@@ -162,6 +162,7 @@ TEST(GpuForward, RefusesBadBatches) {
 struct Generated {
   std::vector<int32_t> tokens;
   std::vector<float> gaps;  // logprob of the chosen token minus the best other's
+  std::vector<float> logprobs;  // of the chosen token
   std::string text;
   engine::FinishReason finish = engine::FinishReason::kNone;
 };
@@ -178,6 +179,7 @@ Generated CollectWithGaps(engine::RequestChannel& ch) {
       g.text += e.text;
       for (const engine::TokenLogprob& lp : e.logprobs) {
         g.tokens.push_back(lp.token);
+        g.logprobs.push_back(lp.logprob);
         float other = -1e30f;
         for (const auto& [id, v] : lp.top) {
           if (id != lp.token) other = std::max(other, v);
@@ -433,6 +435,111 @@ TEST(GpuService, TopKSamplingFromDeviceCandidatesEqualsFullRows) {
   EXPECT_GE(reduced, tokens) << "rows of requests 0 and 1 came back whole";
   std::printf("[gpu serve] %lld rows sampled from device candidates\n",
               static_cast<long long>(reduced));
+}
+
+}  // namespace
+}  // namespace uf
+
+namespace uf {
+namespace {
+
+// Requests whose samplers edit logits (logit bias, ignore_eos's banned end tokens, repetition,
+// frequency and presence penalties) and ask for logprobs (top 5), greedy and seeded top-k, with
+// n-gram speculation on one: with the device reduction (the edited tokens read out raw and
+// masked by mask_rows.comp, the rest reduced to its best 64) every row comes back reduced and
+// the tokens equal, request for request, those of the same engine with every row copied back
+// whole (the full-row sampler), and the logprobs equal within 1e-4 (the device's float
+// log-sum-exp against the host's double one). Against the CPU engine the tokens agree until
+// the first near-tie of the CPU's logits, if they part at all (as the greedy test above; the
+// penalties change which ties matter, so only the share of equal tokens is bounded).
+TEST(GpuService, PenaltiesBiasAndLogprobsFromDeviceCandidatesEqualFullRows) {
+  const std::string skip = SkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  const Loaded& demo = testing_models::DemoModel();
+  const std::vector<std::string> prompts = {"ROMEO:", "JULIET:\nO Romeo, Romeo!", "First Citizen:",
+                                            "KING RICHARD II:\nWhat says my lord?"};
+  const auto run = [&](bool gpu, int32_t top_k, int64_t* reduced) {
+    engine::ServiceOptions o;
+    o.max_seqs = 4;
+    o.ctx = 128;
+    o.n_threads = 2;
+    o.spec_cost = engine::SpecCostModel{};
+    gpu::GpuForward* fwd = nullptr;
+    if (gpu) {
+      o.make_forward = [&demo, &fwd, top_k](engine::KvCache* cache,
+                                            const model::DecoderOptions& d)
+          -> StatusOr<std::unique_ptr<model::BatchForward>> {
+        UF_ASSIGN_OR_RETURN(
+            std::unique_ptr<gpu::GpuForward> f,
+            gpu::GpuForward::Create(
+                *demo.model, kVulkan, cache,
+                {.max_batch = d.max_batch, .max_outputs = d.max_outputs, .top_k = top_k}));
+        fwd = f.get();
+        return std::unique_ptr<model::BatchForward>(std::move(f));
+      };
+    }
+    auto s = engine::Service::Create(*demo.model, *demo.tokenizer, o);
+    UF_CHECK(s.ok()) << s.status().ToString();
+    std::vector<std::shared_ptr<engine::RequestChannel>> chans;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      engine::GenerationRequest r;
+      r.prompt = demo.tokenizer->Encode(prompts[i], true, false);
+      r.max_tokens = 32;
+      r.sampling.temperature = i % 2 == 0 ? 0.0f : 0.9f;  // greedy, top-k sampling
+      r.sampling.top_k = i == 3 ? 64 : 40;
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = 200 + i;
+      r.sampling.repeat_penalty = i == 0 || i == 3 ? 1.3f : 1.0f;
+      r.sampling.frequency_penalty = i == 1 || i == 3 ? 0.5f : 0.0f;
+      r.sampling.presence_penalty = i == 2 || i == 3 ? 0.8f : 0.0f;
+      r.sampling.logit_bias = {{demo.tokenizer->Encode(" the", false, false).at(0), 1.5f},
+                               {demo.tokenizer->Encode("e", false, false).at(0), -2.0f}};
+      r.ignore_eos = true;
+      r.top_logprobs = 5;
+      r.speculation =
+          engine::SpeculationRequest{i == 0 ? engine::SpecMode::kNgram : engine::SpecMode::kOff, 4};
+      auto ch = (*s)->Submit(std::move(r));
+      UF_CHECK(ch.ok()) << ch.status().ToString();
+      chans.push_back(*ch);
+    }
+    std::vector<Generated> out;
+    for (auto& ch : chans) out.push_back(CollectWithGaps(*ch));
+    engine::testing_service::SettledStats(**s);
+    *reduced = fwd != nullptr ? fwd->rows_reduced() : 0;
+    return out;
+  };
+  int64_t reduced = 0, none = 0, cpu_none = 0;
+  const auto top = run(true, 64, &reduced);
+  const auto full = run(true, 0, &none);
+  const auto cpu = run(false, 0, &cpu_none);
+  ASSERT_EQ(top.size(), full.size());
+  size_t tokens = 0, compared = 0;
+  float max_err = 0.0f;
+  for (size_t i = 0; i < top.size(); ++i) {
+    EXPECT_EQ(top[i].tokens, full[i].tokens) << "request " << i;
+    EXPECT_EQ(top[i].text, full[i].text) << "request " << i;
+    EXPECT_EQ(top[i].tokens.size(), 32u) << "request " << i;
+    ASSERT_EQ(top[i].logprobs.size(), full[i].logprobs.size()) << "request " << i;
+    for (size_t j = 0; j < top[i].logprobs.size(); ++j) {
+      EXPECT_NEAR(top[i].logprobs[j], full[i].logprobs[j], 1e-4) << "request " << i << " " << j;
+      EXPECT_NEAR(top[i].gaps[j], full[i].gaps[j], 1e-4) << "request " << i << " token " << j;
+      max_err = std::max(max_err, std::abs(top[i].logprobs[j] - full[i].logprobs[j]));
+    }
+    tokens += top[i].tokens.size();
+    for (size_t j = 0; j < cpu[i].tokens.size() && j < top[i].tokens.size(); ++j) {
+      if (cpu[i].tokens[j] != top[i].tokens[j]) {
+        std::printf("[gpu serve] penalties: request %zu parts from the CPU at token %zu\n", i, j);
+        break;
+      }
+      ++compared;
+    }
+  }
+  EXPECT_EQ(none, 0);
+  EXPECT_GE(reduced, static_cast<int64_t>(tokens)) << "rows with edits came back whole";
+  EXPECT_GE(compared, tokens / 2) << "too many partings from the CPU engine to mean anything";
+  std::printf("[gpu serve] penalties: %lld rows sampled from device candidates; %zu of %zu "
+              "tokens equal to the CPU engine's; logprob difference to whole rows <= %.2g\n",
+              static_cast<long long>(reduced), compared, tokens, max_err);
 }
 
 }  // namespace
