@@ -238,15 +238,21 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   UF_ASSIGN_OR_RETURN(y_, dev(mb * c_.n_embd * 4));
   UF_ASSIGN_OR_RETURN(gate_, dev(mb * c_.n_ff * 4));
   UF_ASSIGN_OR_RETURN(up_, dev(mb * c_.n_ff * 4));
-  UF_ASSIGN_OR_RETURN(scores_, dev(static_cast<uint64_t>(mb) * c_.n_head * max_len_ * 4));
   UF_ASSIGN_OR_RETURN(cache_dev_, dev(cache_words * 4));
-  if (o_.attention_chunk < 0) return InvalidArgumentError("gpu forward: attention_chunk < 0");
+  if (o_.attention_chunk < 0 || o_.attention_chunk > Kernels::kMaxAttentionChunk) {
+    return InvalidArgumentError("gpu forward: attention_chunk must be in [0, " +
+                                std::to_string(Kernels::kMaxAttentionChunk) + "]");
+  }
   if (o_.attention_chunk > 0 && max_len_ > o_.attention_chunk) {
     chunk_ = o_.attention_chunk;
     const int64_t n_chunks = (max_len_ + chunk_ - 1) / chunk_;
     UF_ASSIGN_OR_RETURN(
         part_, dev(static_cast<uint64_t>(mb) * c_.n_head * n_chunks * (c_.head_dim + 2) * 4));
   }
+  // Unsplit, the scores of every position; split, a chunk's stay in the workgroup's shared
+  // memory and this is a placeholder: the scratch is then bounded by the chunk, not the context.
+  UF_ASSIGN_OR_RETURN(
+      scores_, dev(chunk_ > 0 ? 16 : static_cast<uint64_t>(mb) * c_.n_head * max_len_ * 4));
   UF_ASSIGN_OR_RETURN(xo_, dev(mo * c_.n_embd * 4));
   UF_ASSIGN_OR_RETURN(logits_dev_, ctx_->CreateBuffer(mo * c_.n_vocab * 4, Memory::kHost));
   UF_ASSIGN_OR_RETURN(logits_local_, dev(mo * c_.n_vocab * 4));

@@ -297,6 +297,7 @@ void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const
                         const Buffer& out, const Buffer& tok, const Buffer& bt, int64_t n,
                         const AttentionShape& s, const Buffer* part) const {
   UF_CHECK(s.chunk == 0 || part != nullptr) << "split attention needs its partial sums' buffer";
+  UF_CHECK(s.chunk <= kMaxAttentionChunk) << "a split chunk's scores live in shared memory";
   struct {
     uint32_t n_head, n_head_kv, head_dim, n_rows, k_off, v_off;
     float scale;

@@ -86,8 +86,10 @@ class Kernels {
   void KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffer& cache,
                const Buffer& tok, int64_t n, const AttentionShape& s) const;
   // Causal attention of the n tokens' queries (block tables bt); scores: n * n_head * max_len
-  // floats of scratch; with s.chunk > 0 two dispatches (the chunks, then their combination) and
-  // part: n * n_head * s.part_floats() floats of scratch.
+  // floats of scratch when s.chunk == 0 (unused otherwise: a chunk's scores stay in shared
+  // memory); with s.chunk > 0 (<= kMaxAttentionChunk) two dispatches (the chunks, then their
+  // combination) and part: n * n_head * s.part_floats() floats of scratch.
+  static constexpr int64_t kMaxAttentionChunk = 1024;  // attention.comp's kMaxChunk
   void Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,
                  const Buffer& out, const Buffer& tok, const Buffer& bt, int64_t n,
                  const AttentionShape& s, const Buffer* part = nullptr) const;

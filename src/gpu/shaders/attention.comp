@@ -4,8 +4,10 @@
 // sequence seq attends to that sequence's positions 0..pos, found through its block table
 // (bt[seq][max_blocks]); a batch's own K/V are stored before this runs, so a prefill or a
 // verify batch attends within itself. The head's KV head is shared by n_head / n_head_kv query
-// heads (GQA). Scores go to scratch ([n][n_head][max_len]) so any depth fits; softmax with the
-// max subtracted, then each invocation sums its dims of the values. Each (token, head) is
+// heads (GQA). Unsplit, scores go to scratch ([n][n_head][max_len]) so any depth fits; split,
+// a workgroup's chunk of scores stays in shared memory (chunk <= kMaxChunk), so the scratch
+// does not grow with the context. Softmax with the max subtracted, then each invocation sums
+// its dims of the values. Each (token, head) is
 // computed the same way whatever else is in the batch, so decode rows equal verify rows bit for
 // bit.
 // Split over positions (flash-decoding; chunk > 0): workgroup (head, c) covers positions
@@ -41,6 +43,19 @@ vec2 Pair(uint rb, uint i) {
          vec2(float(bitfieldExtract(word, sh, 8)), float(bitfieldExtract(word, sh + 8, 8)));
 }
 
+// A split workgroup's scores (positions t0 + i); the same float values as the global scratch.
+const uint kMaxChunk = 1024;
+shared float s_sc[kMaxChunk];
+
+float Score(uint sb, uint t, uint t0) { return p.chunk == 0 ? scores[sb + t] : s_sc[t - t0]; }
+void SetScore(uint sb, uint t, uint t0, float v) {
+  if (p.chunk == 0) {
+    scores[sb + t] = v;
+  } else {
+    s_sc[t - t0] = v;
+  }
+}
+
 uint Row(uint seq, uint pos) {
   return uint(bt[seq * p.max_blocks + pos / p.block_size]) * p.block_size + pos % p.block_size;
 }
@@ -67,26 +82,27 @@ void main() {
       dot += q[qb + 2 * i] * kv.x + q[qb + 2 * i + 1] * kv.y;
     }
     dot *= p.scale;
-    scores[sb + t] = dot;
+    SetScore(sb, t, t0, dot);
     mx = max(mx, dot);
   }
   mx = WorkgroupMax(mx);
   float sum = 0.0;
   for (uint t = t0 + lid; t < t1; t += 64) {
-    const float e = exp(scores[sb + t] - mx);
-    scores[sb + t] = e;
+    const float e = exp(Score(sb, t, t0) - mx);
+    SetScore(sb, t, t0, e);
     sum += e;
   }
   sum = WorkgroupSum(sum);
   // The exponentials written above by other invocations must be visible before they are read.
   memoryBarrierBuffer();
+  memoryBarrierShared();
   barrier();
   const float inv = 1.0 / sum;
   const uint pb = ((token * p.n_head + h) * nc + c) * (p.head_dim + 2);
   for (uint i = lid; i < hp; i += 64) {
     vec2 acc = vec2(0.0);
     for (uint t = t0; t < t1; ++t) {
-      acc += scores[sb + t] * Pair(p.v_off + (hb + Row(seq, t)) * p.row_words, i);
+      acc += Score(sb, t, t0) * Pair(p.v_off + (hb + Row(seq, t)) * p.row_words, i);
     }
     if (p.chunk == 0) {
       o[qb + 2 * i] = acc.x * inv;
