@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "base/thread_pool.h"
+#include "engine/generate.h"
 #include "engine/kv_cache.h"
 #include "engine/service.h"
 #include "gpu/backend.h"
@@ -590,6 +591,54 @@ TEST(GpuService, PenaltiesBiasAndLogprobsFromDeviceCandidatesEqualFullRows) {
   std::printf("[gpu serve] penalties: %lld rows sampled from device candidates; %zu of %zu "
               "tokens equal to the CPU engine's; logprob difference to whole rows <= %.2g\n",
               static_cast<long long>(reduced), compared, tokens, max_err);
+}
+
+// engine::Generate (bench --device vulkan --spec/--serve's engine alone) on a device forward:
+// rows come back reduced when the sampler can draw from them (greedy and top-k, with penalties,
+// bias and banned end tokens, n-gram speculation on) and the tokens equal those with every row
+// copied back whole.
+TEST(GpuService, GenerateOnTheDeviceSamplesReducedRowsAsWholeRows) {
+  const std::string skip = SkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  const Loaded& demo = testing_models::DemoModel();
+  const model::Model& m = *demo.model;
+  const std::vector<int32_t> prompt = demo.tokenizer->Encode("ROMEO:\nWhat", true, false);
+  for (int setting = 0; setting < 2; ++setting) {
+    std::vector<int32_t> out[2];
+    int64_t reduced[2] = {0, 0};
+    for (int top_k : {64, 0}) {
+      auto cache = engine::KvCache::Create(CacheFor(m, 1, 96));
+      ASSERT_TRUE(cache.ok());
+      auto fwd = gpu::GpuForward::Create(m, kVulkan, cache->get(),
+                                         {.max_batch = 16, .max_outputs = 9, .top_k = top_k});
+      ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
+      engine::GenerateTarget t{.forward = fwd->get(), .cache = cache->get(),
+                               .n_vocab = m.config().n_vocab, .max_batch = 16,
+                               .max_outputs = 9};
+      engine::GenerateOptions g;
+      g.max_tokens = 40;
+      g.ignore_eos = true;
+      g.sampling.temperature = setting == 0 ? 0.0f : 0.8f;
+      g.sampling.top_k = 40;
+      g.sampling.seed = 5;
+      g.sampling.repeat_penalty = 1.2f;
+      g.sampling.presence_penalty = 0.3f;
+      engine::NgramDrafter drafter;
+      g.drafter = &drafter;
+      g.spec_k = 4;
+      engine::GenerateStats st;
+      std::vector<int32_t>& tokens = out[top_k == 0];
+      ASSERT_TRUE(engine::Generate(
+                      t, *demo.tokenizer, prompt, g, [](std::string_view) { return true; }, &st,
+                      [&tokens](int32_t tok) { tokens.push_back(tok); })
+                      .ok());
+      reduced[top_k == 0] = (*fwd)->rows_reduced();
+    }
+    EXPECT_EQ(out[0], out[1]) << "setting " << setting;
+    EXPECT_EQ(out[0].size(), 40u);
+    EXPECT_GE(reduced[0], 39) << "setting " << setting;
+    EXPECT_EQ(reduced[1], 0);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "engine/generate.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "base/clock.h"
 
@@ -92,6 +93,31 @@ Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
   for (int32_t t : prompt) text.Push(t);
   model::Batch batch;
   batch.Reserve(target.max_batch);
+  // A forward that reduces rows on its device (a GPU's top-k) sends back only the best tokens
+  // and the raw logits of those the sampler edits, when the sampler can draw from them.
+  const int32_t top_cap = decoder.top_capacity();
+  const bool reduce = top_cap > 0 && sampler.CanSampleTop(top_cap);
+  std::vector<uint8_t> reduced;  // per output row of the last forward
+  std::vector<int32_t> known;
+  const auto mark = [&](std::span<const int32_t> row_drafts) {
+    reduced.clear();
+    if (!reduce) return;
+    batch.top_only.assign(batch.size(), 0);
+    batch.known_begin.assign(1, 0);
+    batch.known_ids.clear();
+    for (int64_t t = 0, row = 0; t < batch.size(); ++t) {
+      if (batch.want_logits[t] != 0) {
+        // Row `row` is sampled after the drafts before it were accepted.
+        sampler.EditedTokens(row_drafts.first(std::min<size_t>(row, row_drafts.size())), &known);
+        const bool fits = static_cast<int64_t>(known.size()) <= decoder.top_known_capacity();
+        batch.top_only[t] = fits ? 1 : 0;
+        if (fits) batch.known_ids.insert(batch.known_ids.end(), known.begin(), known.end());
+        reduced.push_back(fits ? 1 : 0);
+        ++row;
+      }
+      batch.known_begin.push_back(static_cast<int32_t>(batch.known_ids.size()));
+    }
+  };
 
   const double t0 = NowSeconds();
   for (int64_t i = 0; i < n_prompt; i += target.max_batch) {
@@ -100,6 +126,7 @@ Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
     for (int64_t j = i; j < end; ++j) {
       batch.Add(prompt[j], static_cast<int32_t>(j), seq, j == n_prompt - 1);
     }
+    if (end == n_prompt) mark({});
     UF_RETURN_IF_ERROR(decoder.Forward(batch));
   }
   stats->n_prompt = n_prompt;
@@ -131,7 +158,14 @@ Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
     int accepted = 0;
     int32_t first = -1;
     for (int i = 0; i <= n_drafts && !stop; ++i) {
-      const int32_t token = sampler.Sample(decoder.logits(i), target.pool);
+      int32_t token = 0;
+      if (i < static_cast<int>(reduced.size()) && reduced[i] != 0) {
+        const model::TopRow top = decoder.top(i);
+        token = sampler.SampleTop(top.ids, top.logits, top.n, top.known_ids, top.known_logits,
+                                  top.n_known);
+      } else {
+        token = sampler.Sample(decoder.logits(i), target.pool);
+      }
       if (i == 0) first = token;
       ++stats->n_generated;
       if (stats->n_generated == 1) {
@@ -203,6 +237,7 @@ Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
     for (size_t i = 0; i < drafts.size(); ++i) {
       batch.Add(drafts[i], static_cast<int32_t>(pos + 1 + i), seq, true);
     }
+    mark(drafts);
     const double s0 = NowSeconds();
     UF_RETURN_IF_ERROR(decoder.Forward(batch));
     step_seconds = NowSeconds() - s0;
