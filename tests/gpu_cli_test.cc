@@ -67,8 +67,8 @@ TEST_F(GpuBenchCliTest, SpecRunsOnTheDevice) {
   const fs::path text = dir_ / "text.txt";
   // A short held-out tail (after 90% of the text) keeps the prompts, and the test, small.
   Write(text, std::string(400, '-') + "\n\nROMEO:\nBut soft, what light.\nJULIET:\nAy me.\n");
-  const json j = Bench("--spec -n 8 --reps 1 --spec-k 4 --spec-text " + text.string() +
-                       " -m " + kModel);
+  const json j =
+      Bench("--spec -n 8 --reps 1 --spec-k 4 --spec-text " + text.string() + " -m " + kModel);
   ASSERT_TRUE(j.contains("workloads")) << j.dump();
   EXPECT_NE(j.value("device", "").find("vulkan"), std::string::npos) << j.dump();
   EXPECT_GT(j.value("bandwidth_gb_s", 0.0), 0.0);

@@ -20,13 +20,13 @@
 
 #if UF_HAVE_VULKAN
 #include "base/thread_pool.h"
+#include "engine/seq_sampler.h"
 #include "gpu/vk_context.h"
 #include "gpu/vk_kernels.h"
 #include "kernels/blocks.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
-#include "engine/seq_sampler.h"
 #include "sampling/sampler.h"
 #endif
 
@@ -607,7 +607,7 @@ TEST_F(GpuKernelsTest, MaskedTopKSamplesWithEditsAsTheWholeRow) {
         s->SetBanned({0, 1, 2});
       }
     }
-    std::vector<std::vector<int32_t>> known_ids(rows);
+    std::vector<std::vector<int32_t> > known_ids(rows);
     for (int step = 0; step < 25; ++step) {
       ASSERT_TRUE(ctx_->Upload(lb, 0, l.data(), l.size() * 4).ok());  // unmasked again
       auto* kw = static_cast<uint32_t*>(known.mapped());
@@ -615,7 +615,8 @@ TEST_F(GpuKernelsTest, MaskedTopKSamplesWithEditsAsTheWholeRow) {
         top[r].EditedTokens({}, &known_ids[r]);
         ASSERT_LE(static_cast<int64_t>(known_ids[r].size()), cap);
         kw[r * (cap + 1)] = static_cast<uint32_t>(known_ids[r].size());
-        for (size_t i = 0; i < known_ids[r].size(); ++i) kw[r * (cap + 1) + 1 + i] = known_ids[r][i];
+        for (size_t i = 0; i < known_ids[r].size(); ++i)
+          kw[r * (cap + 1) + 1 + i] = known_ids[r][i];
       }
       ASSERT_TRUE(rec.Run().ok());
       const auto* w = static_cast<const uint32_t*>(out.mapped());
@@ -640,8 +641,8 @@ TEST_F(GpuKernelsTest, MaskedTopKSamplesWithEditsAsTheWholeRow) {
             top[r].SampleTop(t.ids, t.logits, t.n, t.known_ids, t.known_logits, t.n_known);
         ASSERT_EQ(got, want) << "setting " << setting << " step " << step << " row " << r;
         ++draws;
-        edited_draws += std::find(known_ids[r].begin(), known_ids[r].end(), got) !=
-                        known_ids[r].end();
+        edited_draws +=
+            std::find(known_ids[r].begin(), known_ids[r].end(), got) != known_ids[r].end();
         const engine::TokenLogprob a =
             engine::SequenceSampler::Logprobs(row, static_cast<int32_t>(n_vocab), got, 20);
         const engine::TokenLogprob b = engine::SequenceSampler::Logprobs(t, got, 20);
@@ -658,9 +659,10 @@ TEST_F(GpuKernelsTest, MaskedTopKSamplesWithEditsAsTheWholeRow) {
     }
   }
   EXPECT_GT(edited_draws, 10) << "the edits should matter to some draws";
-  std::printf("[gpu kernels] %d draws with edits (%d of an edited token): all equal to the "
-              "whole row's; logprob error <= %.2g\n",
-              draws, edited_draws, max_err);
+  std::printf(
+      "[gpu kernels] %d draws with edits (%d of an edited token): all equal to the "
+      "whole row's; logprob error <= %.2g\n",
+      draws, edited_draws, max_err);
 }
 
 #endif  // UF_HAVE_VULKAN

@@ -405,13 +405,15 @@ TEST(GpuForward, LongContextScratchIsBoundedByTheChunks) {
       << "the split forward still holds a context-sized score scratch";
   float worst = 0.0f;
   for (int64_t i = 0; i < n_vocab; ++i) {
-    worst = std::max(worst, std::fabs(rows[1][i] - rows[0][i]) / std::max(1.0f, std::fabs(rows[0][i])));
+    worst =
+        std::max(worst, std::fabs(rows[1][i] - rows[0][i]) / std::max(1.0f, std::fabs(rows[0][i])));
   }
   EXPECT_LT(worst, 2e-3f);
-  std::printf("[gpu long context] %lld positions: %.1f MiB held split, %.1f MiB unsplit; depth "
-              "%lld split against unsplit %.3g\n",
-              static_cast<long long>(ctx), bytes[1] / 1048576.0, bytes[0] / 1048576.0,
-              static_cast<long long>(depth), worst);
+  std::printf(
+      "[gpu long context] %lld positions: %.1f MiB held split, %.1f MiB unsplit; depth "
+      "%lld split against unsplit %.3g\n",
+      static_cast<long long>(ctx), bytes[1] / 1048576.0, bytes[0] / 1048576.0,
+      static_cast<long long>(depth), worst);
 }
 
 // Seeded top-k sampling through the serving engine on the device: rows that need only their
@@ -517,8 +519,7 @@ TEST(GpuService, PenaltiesBiasAndLogprobsFromDeviceCandidatesEqualFullRows) {
     o.spec_cost = engine::SpecCostModel{};
     gpu::GpuForward* fwd = nullptr;
     if (gpu) {
-      o.make_forward = [&demo, &fwd, top_k](engine::KvCache* cache,
-                                            const model::DecoderOptions& d)
+      o.make_forward = [&demo, &fwd, top_k](engine::KvCache* cache, const model::DecoderOptions& d)
           -> StatusOr<std::unique_ptr<model::BatchForward>> {
         UF_ASSIGN_OR_RETURN(
             std::unique_ptr<gpu::GpuForward> f,
@@ -588,9 +589,10 @@ TEST(GpuService, PenaltiesBiasAndLogprobsFromDeviceCandidatesEqualFullRows) {
   EXPECT_EQ(none, 0);
   EXPECT_GE(reduced, static_cast<int64_t>(tokens)) << "rows with edits came back whole";
   EXPECT_GE(compared, tokens / 2) << "too many partings from the CPU engine to mean anything";
-  std::printf("[gpu serve] penalties: %lld rows sampled from device candidates; %zu of %zu "
-              "tokens equal to the CPU engine's; logprob difference to whole rows <= %.2g\n",
-              static_cast<long long>(reduced), compared, tokens, max_err);
+  std::printf(
+      "[gpu serve] penalties: %lld rows sampled from device candidates; %zu of %zu "
+      "tokens equal to the CPU engine's; logprob difference to whole rows <= %.2g\n",
+      static_cast<long long>(reduced), compared, tokens, max_err);
 }
 
 // engine::Generate (bench --device vulkan --spec/--serve's engine alone) on a device forward:
@@ -612,8 +614,10 @@ TEST(GpuService, GenerateOnTheDeviceSamplesReducedRowsAsWholeRows) {
       auto fwd = gpu::GpuForward::Create(m, kVulkan, cache->get(),
                                          {.max_batch = 16, .max_outputs = 9, .top_k = top_k});
       ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
-      engine::GenerateTarget t{.forward = fwd->get(), .cache = cache->get(),
-                               .n_vocab = m.config().n_vocab, .max_batch = 16,
+      engine::GenerateTarget t{.forward = fwd->get(),
+                               .cache = cache->get(),
+                               .n_vocab = m.config().n_vocab,
+                               .max_batch = 16,
                                .max_outputs = 9};
       engine::GenerateOptions g;
       g.max_tokens = 40;

@@ -2,15 +2,15 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <random>
 #include <vector>
 
 #include "alloc_counter.h"
-#include "kernels/matmul.h"
 #include "engine/seq_sampler.h"
+#include "kernels/matmul.h"
 #include "sampling/sampler.h"
 
 namespace uf::sampling {

@@ -9,11 +9,11 @@
 namespace uf::cli {
 
 decltype(engine::ServiceOptions::make_forward) GpuForwardFactory(const model::Model& model,
-                                                                  const gpu::DeviceSpec& device,
-                                                                  std::string_view who) {
-  return [&model, device, who = std::string(who)](engine::KvCache* cache,
-                                                  const model::DecoderOptions& d)
-             -> StatusOr<std::unique_ptr<model::BatchForward>> {
+                                                                 const gpu::DeviceSpec& device,
+                                                                 std::string_view who) {
+  return [&model, device, who = std::string(who)](
+             engine::KvCache* cache,
+             const model::DecoderOptions& d) -> StatusOr<std::unique_ptr<model::BatchForward>> {
     UF_ASSIGN_OR_RETURN(
         std::unique_ptr<gpu::GpuForward> f,
         gpu::GpuForward::Create(model, device, cache,
@@ -25,19 +25,18 @@ decltype(engine::ServiceOptions::make_forward) GpuForwardFactory(const model::Mo
 }
 
 StatusOr<std::unique_ptr<BenchForward>> MakeBenchForward(const model::Model& model,
-                                                         const gpu::DeviceSpec& device,
-                                                         int64_t ctx, engine::KvType kv_type,
-                                                         int64_t max_batch, int64_t max_outputs,
-                                                         ThreadPool* pool) {
+                                                         const gpu::DeviceSpec& device, int64_t ctx,
+                                                         engine::KvType kv_type, int64_t max_batch,
+                                                         int64_t max_outputs, ThreadPool* pool) {
   auto f = std::make_unique<BenchForward>();
   engine::KvCacheOptions co = CacheOptionsFor(model.config(), ctx, kv_type);
   co.host_storage = !device.vulkan;
   UF_ASSIGN_OR_RETURN(f->cache, engine::KvCache::Create(co));
   engine::GenerateTarget& t = f->target;
   if (device.vulkan) {
-    UF_ASSIGN_OR_RETURN(f->gpu, gpu::GpuForward::Create(
-                                    model, device, f->cache.get(),
-                                    {.max_batch = max_batch, .max_outputs = max_outputs}));
+    UF_ASSIGN_OR_RETURN(
+        f->gpu, gpu::GpuForward::Create(model, device, f->cache.get(),
+                                        {.max_batch = max_batch, .max_outputs = max_outputs}));
     t.forward = f->gpu.get();
   } else {
     model::DecoderOptions d;

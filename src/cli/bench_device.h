@@ -22,8 +22,8 @@ namespace uf::cli {
 // ServiceOptions::make_forward for a Vulkan device (serve and bench): a gpu::GpuForward with the
 // engine's batch sizes; logs the device and its memory under `who`.
 decltype(engine::ServiceOptions::make_forward) GpuForwardFactory(const model::Model& model,
-                                                                  const gpu::DeviceSpec& device,
-                                                                  std::string_view who);
+                                                                 const gpu::DeviceSpec& device,
+                                                                 std::string_view who);
 
 // One sequence's forward for engine::Generate: the CPU decoder over a host cache, or a
 // gpu::GpuForward over a cache of block tables only (K/V on the device). kv_type f32 is refused
@@ -36,10 +36,9 @@ struct BenchForward {
   model::BatchForward& forward() { return *target.forward; }
 };
 StatusOr<std::unique_ptr<BenchForward>> MakeBenchForward(const model::Model& model,
-                                                         const gpu::DeviceSpec& device,
-                                                         int64_t ctx, engine::KvType kv_type,
-                                                         int64_t max_batch, int64_t max_outputs,
-                                                         ThreadPool* pool);
+                                                         const gpu::DeviceSpec& device, int64_t ctx,
+                                                         engine::KvType kv_type, int64_t max_batch,
+                                                         int64_t max_outputs, ThreadPool* pool);
 
 // The read bandwidth (GB/s) that a bench on `device` compares against: the CPU's DRAM (a probe
 // of 512 MiB over the pool) or the device memory's (gpu::MeasureReadBandwidth). 0 on failure.

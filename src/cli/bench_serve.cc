@@ -67,8 +67,8 @@ class Bench {
     threads_ = ResolveThreads(o_.threads);
 
     pool_ = std::make_unique<ThreadPool>(threads_);
-    UF_ASSIGN_OR_RETURN(forward_, MakeBenchForward(model_, o_.device, ctx, o_.kv_type, 512, 1,
-                                                   pool_.get()));
+    UF_ASSIGN_OR_RETURN(forward_,
+                        MakeBenchForward(model_, o_.device, ctx, o_.kv_type, 512, 1, pool_.get()));
 
     engine::ServiceOptions so;
     so.ctx = ctx;

@@ -296,8 +296,8 @@ int SpecBench(const SpecBenchOptions& o) {
               kernels::IsaName(kernels::ActiveIsa()).c_str(), threads);
   std::printf("forward    %s%s\n", BenchDeviceLine(target).c_str(),
               draft_drafter && target.gpu ? "; the draft model's forward runs on the CPU" : "");
-  std::printf("bandwidth  %.1f GB/s (%s, median of %zu probes); %.1f MB of weights per token\n",
-              bw, target.gpu ? "device memory" : "DRAM", bandwidth.size(), bytes_per_token / 1e6);
+  std::printf("bandwidth  %.1f GB/s (%s, median of %zu probes); %.1f MB of weights per token\n", bw,
+              target.gpu ? "device memory" : "DRAM", bandwidth.size(), bytes_per_token / 1e6);
   std::printf("verify step of n positions / decode step:");
   for (size_t i = 0; i < verify_sizes.size(); ++i) {
     std::printf(" n=%d %.2fx", verify_sizes[i], verify_seconds[i] / verify_seconds[0]);

@@ -138,8 +138,8 @@ Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
     return OkStatus();
   }
   // Speculation: proposals for the next step, the part verified, and the controller.
-  const int max_k = static_cast<int>(std::clamp<int64_t>(
-      std::min<int64_t>(options.spec_k, target.max_outputs - 1), 0, kMaxSpecK));
+  const int max_k = static_cast<int>(
+      std::clamp<int64_t>(std::min<int64_t>(options.spec_k, target.max_outputs - 1), 0, kMaxSpecK));
   Drafter* drafter = max_k > 0 ? options.drafter : nullptr;
   SpecController controller(std::max(max_k, 1), options.spec_adaptive,
                             drafter != nullptr && drafter->costly());

@@ -70,8 +70,8 @@ struct GenerateTarget {
   model::BatchForward* forward = nullptr;
   KvCache* cache = nullptr;  // the forward's
   int64_t n_vocab = 0;
-  int64_t max_batch = 0;    // tokens per Forward
-  int64_t max_outputs = 0;  // rows per Forward that may want logits
+  int64_t max_batch = 0;       // tokens per Forward
+  int64_t max_outputs = 0;     // rows per Forward that may want logits
   ThreadPool* pool = nullptr;  // for the sampler's exp-sums; may be null
 };
 Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,

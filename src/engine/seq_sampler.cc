@@ -69,7 +69,9 @@ TokenLogprob SequenceSampler::Logprobs(const model::TopRow& top, int32_t token, 
   // Candidates of the raw row: the known tokens, then the reduced list without them.
   std::vector<std::pair<float, int32_t>> cand;
   cand.reserve(top.n + top.n_known);
-  for (int32_t k = 0; k < top.n_known; ++k) cand.emplace_back(top.known_logits[k], top.known_ids[k]);
+  for (int32_t k = 0; k < top.n_known; ++k) {
+    cand.emplace_back(top.known_logits[k], top.known_ids[k]);
+  }
   const int32_t* known_end = top.known_ids + top.n_known;
   for (int32_t i = 0; i < top.n; ++i) {
     const int32_t id = top.ids[i];

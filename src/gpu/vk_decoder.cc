@@ -251,8 +251,8 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   }
   // Unsplit, the scores of every position; split, a chunk's stay in the workgroup's shared
   // memory and this is a placeholder: the scratch is then bounded by the chunk, not the context.
-  UF_ASSIGN_OR_RETURN(
-      scores_, dev(chunk_ > 0 ? 16 : static_cast<uint64_t>(mb) * c_.n_head * max_len_ * 4));
+  UF_ASSIGN_OR_RETURN(scores_,
+                      dev(chunk_ > 0 ? 16 : static_cast<uint64_t>(mb) * c_.n_head * max_len_ * 4));
   UF_ASSIGN_OR_RETURN(xo_, dev(mo * c_.n_embd * 4));
   UF_ASSIGN_OR_RETURN(logits_dev_, ctx_->CreateBuffer(mo * c_.n_vocab * 4, Memory::kHost));
   UF_ASSIGN_OR_RETURN(logits_local_, dev(mo * c_.n_vocab * 4));
@@ -262,8 +262,7 @@ Status VulkanForward::Init(const DeviceSpec& device) {
     UF_ASSIGN_OR_RETURN(full_, ctx_->CreateBuffer(mo * 4, Memory::kHost));
     top_host_.resize(mo * (2 * o_.top_k + 2));
     if (o_.max_known > 0) {
-      UF_ASSIGN_OR_RETURN(known_,
-                          ctx_->CreateBuffer(mo * (o_.max_known + 1) * 4, Memory::kHost));
+      UF_ASSIGN_OR_RETURN(known_, ctx_->CreateBuffer(mo * (o_.max_known + 1) * 4, Memory::kHost));
       UF_ASSIGN_OR_RETURN(known_raw_, ctx_->CreateBuffer(mo * o_.max_known * 4, Memory::kHost));
       known_ids_host_.resize(mo * o_.max_known);
       known_raw_host_.resize(mo * o_.max_known);
@@ -465,8 +464,8 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
   const bool reduce =
       greedy == nullptr && o_.top_k > 0 && batch.top_only.size() == batch.tokens.size();
   auto* full = reduce ? static_cast<uint32_t*>(full_.mapped()) : nullptr;
-  const bool with_known = reduce && o_.max_known > 0 &&
-                          static_cast<int64_t>(batch.known_begin.size()) == n + 1;
+  const bool with_known =
+      reduce && o_.max_known > 0 && static_cast<int64_t>(batch.known_begin.size()) == n + 1;
   auto* known = with_known ? static_cast<uint32_t*>(known_.mapped()) : nullptr;
   known_n_.clear();
   int64_t j = 0, n_top = 0, n_known = 0;

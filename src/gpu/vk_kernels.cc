@@ -390,8 +390,7 @@ void Kernels::MaskRows(Recorder* r, const Buffer& logits, const Buffer& known, c
   const struct {
     uint32_t n_vocab, cap;
   } push = {static_cast<uint32_t>(n_vocab), static_cast<uint32_t>(cap)};
-  r->Dispatch(*mask_rows_, {logits, known, raw}, push, Groups64(cap),
-              static_cast<uint32_t>(rows));
+  r->Dispatch(*mask_rows_, {logits, known, raw}, push, Groups64(cap), static_cast<uint32_t>(rows));
 }
 
 void Kernels::CopyRows(Recorder* r, const Buffer& x, const Buffer& y, const Buffer& flags,

@@ -468,7 +468,8 @@ int32_t Sampler::SampleTop(const int32_t* ids, const float* logits, int32_t n,
     for (const Edit& e : edits_) known_vals_[known_slot_[e.id]] = e.value;
   }
   auto clean = [](float x) { return std::isnan(x) ? -INFINITY : x; };
-  for (int32_t k = 0; k < n_known; ++k) cand_.push_back({known_ids[k], clean(known_vals_[k]), 0.0f});
+  for (int32_t k = 0; k < n_known; ++k)
+    cand_.push_back({known_ids[k], clean(known_vals_[k]), 0.0f});
   for (int32_t i = 0; i < n; ++i) {
     const int32_t id = ids[i];
     if (id < 0 || id >= n_vocab_ || (n_known > 0 && known_slot_[id] >= 0)) continue;
