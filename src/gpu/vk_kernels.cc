@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,9 +36,22 @@ float HalfToFloat(uint16_t h) {
   return f;
 }
 
+// The rows of one or several matrices of the same type and shape (stacked experts: matrix i's
+// rows follow matrix i - 1's on the device).
+struct Rows {
+  std::span<const kernels::Matrix> mats;
+  GgmlType type() const { return mats[0].type(); }
+  int64_t rows() const { return mats[0].rows() * static_cast<int64_t>(mats.size()); }
+  int64_t cols() const { return mats[0].cols(); }
+  const uint8_t* Row(int64_t r) const {
+    const kernels::Matrix& m = mats[r / mats[0].rows()];
+    return m.data() + (r % m.rows()) * m.row_bytes();
+  }
+};
+
 // Q6_K: each block's ql, qh and scales as 52 words (they are 208 bytes, whole words, but the
 // blocks are 210 bytes apart in the file), the f32 super-block scales after all of them.
-StatusOr<GpuMatrix> UploadQ6K(Context* ctx, const kernels::Matrix& w) {
+StatusOr<GpuMatrix> UploadQ6K(Context* ctx, const Rows& w) {
   GpuMatrix m;
   m.type = GgmlType::kQ6_K;
   m.rows = w.rows();
@@ -50,7 +64,7 @@ StatusOr<GpuMatrix> UploadQ6K(Context* ctx, const kernels::Matrix& w) {
   m.d_off = static_cast<uint32_t>(total_blocks * 52);
   std::vector<uint32_t> host(total_blocks * 53);
   for (int64_t r = 0; r < w.rows(); ++r) {
-    const auto* row = reinterpret_cast<const kernels::BlockQ6_K*>(w.data() + r * w.row_bytes());
+    const auto* row = reinterpret_cast<const kernels::BlockQ6_K*>(w.Row(r));
     for (int64_t b = 0; b < blocks; ++b) {
       const uint64_t i = r * blocks + b;
       auto* dst = reinterpret_cast<uint8_t*>(&host[i * 52]);
@@ -70,7 +84,7 @@ StatusOr<GpuMatrix> UploadQ6K(Context* ctx, const kernels::Matrix& w) {
 
 // Q4_K: each block's qs and packed scales as 35 words (144 bytes in the file, 140 of them
 // word-aligned here), then d and dmin of every block as f32 pairs.
-StatusOr<GpuMatrix> UploadQ4K(Context* ctx, const kernels::Matrix& w) {
+StatusOr<GpuMatrix> UploadQ4K(Context* ctx, const Rows& w) {
   GpuMatrix m;
   m.type = GgmlType::kQ4_K;
   m.rows = w.rows();
@@ -83,7 +97,7 @@ StatusOr<GpuMatrix> UploadQ4K(Context* ctx, const kernels::Matrix& w) {
   m.d_off = static_cast<uint32_t>(total_blocks * 35);
   std::vector<uint32_t> host(total_blocks * 37);
   for (int64_t r = 0; r < w.rows(); ++r) {
-    const auto* row = reinterpret_cast<const kernels::BlockQ4_K*>(w.data() + r * w.row_bytes());
+    const auto* row = reinterpret_cast<const kernels::BlockQ4_K*>(w.Row(r));
     for (int64_t b = 0; b < blocks; ++b) {
       const uint64_t i = r * blocks + b;
       auto* dst = reinterpret_cast<uint8_t*>(&host[i * 35]);
@@ -109,7 +123,9 @@ bool GpuSupportsType(GgmlType type) {
          type == GgmlType::kQ4_K;
 }
 
-StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
+namespace {
+
+StatusOr<GpuMatrix> UploadRows(Context* ctx, const Rows& w) {
   if (!GpuSupportsType(w.type())) {
     return UnimplementedError("the Vulkan backend has no kernel for weights of type " +
                               std::string(GgmlTypeName(w.type())) +
@@ -119,14 +135,16 @@ StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
   m.type = w.type();
   m.rows = w.rows();
   m.cols = w.cols();
-  const uint8_t* src = w.data();
   if (w.type() == GgmlType::kF32 || w.type() == GgmlType::kF16 || w.type() == GgmlType::kBF16) {
     if (w.type() != GgmlType::kF32 && w.cols() % 2 != 0) {
       return UnimplementedError("the Vulkan backend needs an even number of F16/BF16 columns");
     }
-    const uint64_t bytes = w.rows() * w.row_bytes();
-    UF_ASSIGN_OR_RETURN(m.buffer, ctx->CreateBuffer(bytes, Memory::kDevice));
-    UF_RETURN_IF_ERROR(ctx->Upload(m.buffer, 0, src, bytes));
+    // Each matrix's rows are contiguous (GGUF rows): one upload per matrix.
+    const uint64_t bytes = w.mats[0].rows() * w.mats[0].row_bytes();
+    UF_ASSIGN_OR_RETURN(m.buffer, ctx->CreateBuffer(bytes * w.mats.size(), Memory::kDevice));
+    for (size_t i = 0; i < w.mats.size(); ++i) {
+      UF_RETURN_IF_ERROR(ctx->Upload(m.buffer, i * bytes, w.mats[i].data(), bytes));
+    }
     return m;
   }
   if (w.type() == GgmlType::kQ6_K) return UploadQ6K(ctx, w);
@@ -141,7 +159,7 @@ StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
   m.d_off = static_cast<uint32_t>(total_blocks * qwords);
   std::vector<uint32_t> host(total_blocks * (qwords + 1));
   for (int64_t r = 0; r < w.rows(); ++r) {
-    const uint8_t* row = src + r * w.row_bytes();
+    const uint8_t* row = w.Row(r);
     for (int64_t b = 0; b < blocks; ++b) {
       const uint64_t i = r * blocks + b;
       uint16_t d;
@@ -165,6 +183,26 @@ StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
   return m;
 }
 
+}  // namespace
+
+StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
+  return UploadRows(ctx, Rows{std::span<const kernels::Matrix>(&w, 1)});
+}
+
+StatusOr<GpuMatrix> UploadExperts(Context* ctx, std::span<const kernels::Matrix> experts) {
+  if (experts.empty()) return InvalidArgumentError("gpu: no experts to upload");
+  for (const kernels::Matrix& e : experts) {
+    if (e.type() != experts[0].type() || e.rows() != experts[0].rows() ||
+        e.cols() != experts[0].cols()) {
+      return UnimplementedError("the Vulkan backend needs a layer's experts of one type and shape");
+    }
+  }
+  UF_ASSIGN_OR_RETURN(GpuMatrix m, UploadRows(ctx, Rows{experts}));
+  m.rows = experts[0].rows();
+  m.n_experts = static_cast<int64_t>(experts.size());
+  return m;
+}
+
 StatusOr<Kernels> Kernels::Create(Context* ctx) {
   Kernels k;
   k.rows_per_group_ = 64 / ctx->info().subgroup_size;
@@ -178,6 +216,7 @@ StatusOr<Kernels> Kernels::Create(Context* ctx) {
                                                                {GgmlType::kQ4_K, "q4_k"}}) {
     UF_ASSIGN_OR_RETURN(k.gemm_[0][type], ctx->GetPipeline(std::string("gemm1_") + name, 3));
     UF_ASSIGN_OR_RETURN(k.gemm_[1][type], ctx->GetPipeline(std::string("gemm8_") + name, 3));
+    UF_ASSIGN_OR_RETURN(k.gemmx_[type], ctx->GetPipeline(std::string("gemmx_") + name, 4));
   }
   UF_ASSIGN_OR_RETURN(k.quantize_, ctx->GetPipeline("quantize_q8_0", 2));
   UF_ASSIGN_OR_RETURN(k.rmsnorm_, ctx->GetPipeline("rmsnorm", 3));
@@ -192,6 +231,8 @@ StatusOr<Kernels> Kernels::Create(Context* ctx) {
   UF_ASSIGN_OR_RETURN(k.argmax_, ctx->GetPipeline("argmax", 2));
   UF_ASSIGN_OR_RETURN(k.topk_, ctx->GetPipeline("topk", 2));
   UF_ASSIGN_OR_RETURN(k.copy_rows_, ctx->GetPipeline("copy_rows", 3));
+  UF_ASSIGN_OR_RETURN(k.route_, ctx->GetPipeline("route", 4));
+  UF_ASSIGN_OR_RETURN(k.moe_sum_, ctx->GetPipeline("moe_sum", 3));
   return k;
 }
 
@@ -223,6 +264,58 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
   constexpr int64_t kTile = 8;
   r->Dispatch(*GemmPipeline(w.type, n > 1), {w.buffer, x, y}, push, gx, gy,
               static_cast<uint32_t>((n + kTile - 1) / kTile));
+}
+
+void Kernels::GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, const Buffer& ids,
+                          int64_t n_slots, int64_t x_div, const Buffer& y) const {
+  UF_CHECK(n_slots >= 1 && n_slots <= 65535 && x_div >= 1) << "expert slots " << n_slots;
+  uint32_t gx, gy;
+  Grid((w.rows + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
+  const bool k_quant = w.type == GgmlType::kQ6_K || w.type == GgmlType::kQ4_K;
+  const bool q8 = TakesQ8Activation(w.type);
+  const auto blocks = static_cast<uint32_t>(w.cols / (k_quant ? 256 : 32));
+  const uint32_t n_x = static_cast<uint32_t>((n_slots + x_div - 1) / x_div);  // activation rows
+  struct {
+    uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, x_div;
+  } push{static_cast<uint32_t>(w.rows),
+         k_quant || q8 ? blocks : static_cast<uint32_t>(w.cols),
+         w.d_off,
+         static_cast<uint32_t>(n_slots),
+         q8 ? blocks * 8 : static_cast<uint32_t>(w.cols),
+         q8 ? n_x * blocks * 8 : 0u,
+         0u,
+         static_cast<uint32_t>(w.rows),
+         static_cast<uint32_t>(x_div)};
+  const auto it = gemmx_.find(w.type);
+  UF_CHECK(it != gemmx_.end()) << "no expert GEMM for " << GgmlTypeName(w.type);
+  r->Dispatch(*it->second, {w.buffer, x, y, ids}, push, gx, gy, static_cast<uint32_t>(n_slots));
+}
+
+void Kernels::Route(Recorder* r, const Buffer& logits, const Buffer* bias, const Buffer& ids,
+                    const Buffer& weights, int64_t n, const RouteParams& rp) const {
+  struct {
+    uint32_t n, n_expert, k, softmax_all, norm, has_bias;
+    float scale;
+  } push{static_cast<uint32_t>(n),
+         static_cast<uint32_t>(rp.n_expert),
+         static_cast<uint32_t>(rp.k),
+         rp.softmax_all ? 1u : 0u,
+         rp.norm ? 1u : 0u,
+         bias != nullptr ? 1u : 0u,
+         rp.scale};
+  // Without a bias, binding 1 is never read: any buffer will do.
+  r->Dispatch(*route_, {logits, bias != nullptr ? *bias : logits, ids, weights}, push,
+              Groups64(n));
+}
+
+void Kernels::MoeSum(Recorder* r, const Buffer& out, const Buffer& weights, const Buffer& y,
+                     int64_t n, int64_t k, int64_t cols) const {
+  struct {
+    uint32_t n, k, cols;
+  } push{static_cast<uint32_t>(n * cols), static_cast<uint32_t>(k), static_cast<uint32_t>(cols)};
+  uint32_t gx, gy;
+  Grid((n * cols + 63) / 64, &gx, &gy);
+  r->Dispatch(*moe_sum_, {out, weights, y}, push, gx, gy);
 }
 
 void Kernels::Quantize(Recorder* r, const Buffer& x, uint32_t x_off, int64_t values,

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 
 #include "base/status.h"
 #include "gpu/vk_context.h"
@@ -20,6 +21,9 @@ struct GpuMatrix {
   GgmlType type = GgmlType::kF32;  // as stored on the device (the file's type)
   int64_t rows = 0, cols = 0;
   uint32_t d_off = 0;  // quantized types: word offset of the scales
+  // Stacked experts (UploadExperts): n_experts matrices of `rows` rows each, expert x's rows
+  // at x * rows of the stack.
+  int64_t n_experts = 1;
   Buffer buffer;
 };
 
@@ -31,6 +35,9 @@ inline bool TakesQ8Activation(GgmlType type) {
 }
 // Uploads w (its GGUF rows). Unimplemented for types without a kernel.
 StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w);
+
+// Uploads a layer's experts (one type and shape) as one stacked matrix for GemmExperts.
+StatusOr<GpuMatrix> UploadExperts(Context* ctx, std::span<const kernels::Matrix> experts);
 
 // Bytes of scratch a Q8_0 activation of `values` values takes (quantize_q8_0's output).
 inline uint64_t Q8ActivationBytes(int64_t values) { return (values / 32) * (32 + 4); }
@@ -66,6 +73,27 @@ class Kernels {
   // all n rows). Each (row, token) result is the same bits whatever n is (gemm.glsl).
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
             uint32_t y_off = 0, int64_t y_stride = 0) const;
+  // The products of selected experts (gemmx_*): for each of n_slots slots s,
+  // y[s * w.rows + row] = expert ids[s]'s W x[s / x_div] (x as in Gemm, token-major). Reads only
+  // the selected experts' rows; each slot's sum is formed as gemm1_* forms a token's, so a slot
+  // does not depend on what else the batch holds. No reuse of an expert's weights across the
+  // slots that share it (each slot reads its rows again).
+  void GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, const Buffer& ids,
+                   int64_t n_slots, int64_t x_div, const Buffer& y) const;
+  // The router (route.comp): for each of n tokens, from its n_expert logits (plus bias when
+  // has_bias), its k experts (best first, ties to the lower index) into ids[t * k + i] and their
+  // weights into weights[t * k + i], as model::Decoder::Route computes them.
+  struct RouteParams {
+    int64_t n_expert = 0, k = 0;
+    bool softmax_all = true;  // ExpertGating::kSoftmax, else a softmax over the k (gpt-oss)
+    bool norm = false;
+    float scale = 0.0f;  // 0 or 1: none
+  };
+  void Route(Recorder* r, const Buffer& logits, const Buffer* bias, const Buffer& ids,
+             const Buffer& weights, int64_t n, const RouteParams& rp) const;
+  // y[t][i] = sum over r < k of weights[t * k + r] * out[(t * k + r) * cols + i], r in order.
+  void MoeSum(Recorder* r, const Buffer& out, const Buffer& weights, const Buffer& y, int64_t n,
+              int64_t k, int64_t cols) const;
   // q = x[x_off..+values) as Q8_0 blocks (values a multiple of 32; n rows quantize as one).
   void Quantize(Recorder* r, const Buffer& x, uint32_t x_off, int64_t values,
                 const Buffer& q) const;
@@ -115,6 +143,9 @@ class Kernels {
   uint32_t rows_per_group_ = 1;  // GEMM rows per workgroup: 64 / subgroup size
   // [0]: one token (gemm1_*), [1]: tiles of 8 (gemm8_*), per weight type.
   std::map<GgmlType, const Pipeline*> gemm_[2];
+  std::map<GgmlType, const Pipeline*> gemmx_;  // stacked experts, one slot per z
+  const Pipeline* route_ = nullptr;
+  const Pipeline* moe_sum_ = nullptr;
   const Pipeline* quantize_ = nullptr;
   const Pipeline* rmsnorm_ = nullptr;
   const Pipeline* add_ = nullptr;

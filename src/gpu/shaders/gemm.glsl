@@ -21,9 +21,23 @@
 #define kTile 8
 #endif
 
+#ifdef EXPERTS
+// Stacked experts (gemmx_*, kTile 1): z is a slot, ids[slot] its expert, whose rows start at
+// ids[slot] * rows of the stack; the slot reads activation row slot / x_div (a token's row for
+// gate and up, the slot's own for down) and writes y row slot.
+layout(push_constant) uniform P {
+  uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, x_div;
+} p;
+layout(std430, binding = 3) readonly buffer Ids { uint ids[]; };
+uint WRow(uint row) { return ids[gl_WorkGroupID.z] * p.rows + row; }
+uint XTok(uint t) { return t / p.x_div; }
+#else
 layout(push_constant) uniform P {
   uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride;
 } p;
+uint WRow(uint row) { return row; }
+uint XTok(uint t) { return t; }
+#endif
 
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
 
