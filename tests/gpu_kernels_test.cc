@@ -120,7 +120,7 @@ TEST_F(GpuKernelsTest, DeviceIsListed) {
 
 constexpr GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
                                   GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K,
-                                  GgmlType::kQ6_K};
+                                  GgmlType::kQ6_K, GgmlType::kMXFP4};
 
 // Each weight type's GEMM over 3 tokens against kernels::MatMul on the same weights (rows not a
 // multiple of the rows per workgroup, so the tail is covered), and the recorder replayed. F32,

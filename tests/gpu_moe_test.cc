@@ -99,12 +99,19 @@ DeviceRows RunDevice(gpu::GpuDecoder* dec, int64_t n, int64_t batch) {
 // f32; the device keeps them in f16, which is inside the same mean tolerance here (printed).
 constexpr double kMeanTolerance = 2.5e-3;
 
-class GpuMoeReferenceTest : public ::testing::TestWithParam<std::string> {};
+struct RefCase {
+  std::string preset;
+  model::SynthFileType type;
+  std::string data;  // tests/data/moe/<data>.json
+};
+void PrintTo(const RefCase& c, std::ostream* os) { *os << c.data; }
+
+class GpuMoeReferenceTest : public ::testing::TestWithParam<RefCase> {};
 
 TEST_P(GpuMoeReferenceTest, LogitsMatchReference) {
-  const std::string preset = GetParam();
-  std::ifstream in("tests/data/moe/" + preset + ".json");
-  ASSERT_TRUE(in) << "missing reference data for " << preset;
+  const std::string preset = GetParam().preset;
+  std::ifstream in("tests/data/moe/" + GetParam().data + ".json");
+  ASSERT_TRUE(in) << "missing reference data for " << GetParam().data;
   const nlohmann::json ref = nlohmann::json::parse(in);
   const int64_t n = ref.at("n_tokens").get<int64_t>();
   std::map<int64_t, std::vector<std::pair<int32_t, float>>> want;
@@ -112,7 +119,7 @@ TEST_P(GpuMoeReferenceTest, LogitsMatchReference) {
     auto& top = want[p.at("pos").get<int64_t>()];
     for (const auto& e : p.at("top")) top.emplace_back(e.at(0).get<int32_t>(), e.at(1).get<float>());
   }
-  SynthFile f(preset, model::SynthFileType::kQ8_0);
+  SynthFile f(preset, GetParam().type);
   auto m = model::Model::Load(f.path);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   std::string skip;
@@ -140,16 +147,20 @@ TEST_P(GpuMoeReferenceTest, LogitsMatchReference) {
   std::printf(
       "[gpu moe] %s on %s: difference from the reference: largest %.5f, mean %.5f; batched rows "
       "bit-identical %lld/%lld\n",
-      preset.c_str(), (*dec)->device().name.c_str(), worst, mean,
+      GetParam().data.c_str(), (*dec)->device().name.c_str(), worst, mean,
       static_cast<long long>(rows.batched_equal), static_cast<long long>(n));
   EXPECT_LT(mean, kMeanTolerance) << preset;
   EXPECT_EQ(rows.batched_equal, n) << preset << ": batched rows differ from single steps";
 }
 
-INSTANTIATE_TEST_SUITE_P(Reference, GpuMoeReferenceTest,
-                         ::testing::Values("tiny-qwen3moe", "tiny-mixtral"),
-                         [](const auto& info) {
-                           std::string s = info.param;
+INSTANTIATE_TEST_SUITE_P(
+    Reference, GpuMoeReferenceTest,
+    ::testing::Values(RefCase{"tiny-qwen3moe", model::SynthFileType::kQ8_0, "tiny-qwen3moe"},
+                      RefCase{"tiny-mixtral", model::SynthFileType::kQ8_0, "tiny-mixtral"},
+                      RefCase{"tiny-gpt-oss", model::SynthFileType::kQ8_0, "tiny-gpt-oss"},
+                      RefCase{"tiny-gpt-oss", model::SynthFileType::kMXFP4, "tiny-gpt-oss-mxfp4"}),
+    [](const auto& info) {
+                           std::string s = info.param.data;
                            std::replace(s.begin(), s.end(), '-', '_');
                            return s;
                          });
@@ -254,26 +265,16 @@ INSTANTIATE_TEST_SUITE_P(
                       TypeCase{"tiny-qwen3moe", model::SynthFileType::kF16},
                       TypeCase{"tiny-qwen3moe", model::SynthFileType::kBF16},
                       TypeCase{"tiny-mixtral", model::SynthFileType::kQ4_K_M},
-                      TypeCase{"tiny-mixtral", model::SynthFileType::kF16}),
+                      TypeCase{"tiny-mixtral", model::SynthFileType::kF16},
+                      TypeCase{"tiny-gpt-oss", model::SynthFileType::kMXFP4},
+                      TypeCase{"tiny-gpt-oss", model::SynthFileType::kQ4_K_M},
+                      TypeCase{"tiny-gpt-oss", model::SynthFileType::kBF16}),
     [](const auto& info) {
       std::string s = info.param.preset + "_" +
                       std::string(model::SynthFileTypeName(info.param.type));
       std::replace(s.begin(), s.end(), '-', '_');
       return s;
     });
-
-// gpt-oss is not on the device yet: a clear Unimplemented naming it, not a crash.
-TEST(GpuMoe, GptOssIsRefusedClearly) {
-  SynthFile f("tiny-gpt-oss", model::SynthFileType::kMXFP4);
-  auto m = model::Model::Load(f.path);
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  std::string skip;
-  auto dec = MakeDecoder(**m, 64, &skip);
-  if (!skip.empty()) GTEST_SKIP() << skip;
-  ASSERT_FALSE(dec.ok());
-  EXPECT_EQ(dec.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(dec.status().message().find("gpt-oss"), std::string::npos) << dec.status().ToString();
-}
 
 }  // namespace
 }  // namespace uf

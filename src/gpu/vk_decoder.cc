@@ -1,6 +1,6 @@
-// GpuForward and GpuDecoder on Vulkan: the llama / qwen2 / qwen3 / qwen3moe / Mixtral forward
-// for a batch of tokens, recorded once per batch shape (about 14 dispatches per layer, 18 with
-// experts) and replayed.
+// GpuForward and GpuDecoder on Vulkan: the llama / qwen2 / qwen3 / qwen3moe / Mixtral / gpt-oss
+// forward for a batch of tokens, recorded once per batch shape (about 14 dispatches per layer,
+// 18 with experts) and replayed.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -18,6 +18,8 @@ namespace {
 
 struct LayerBuffers {
   Buffer attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
+  // gpt-oss: the output projection's bias, the sink logits, the router's and experts' biases.
+  Buffer bo, sinks, router_b, exp_gate_b, exp_up_b, exp_down_b;
   GpuMatrix wq, wk, wv, wo, gate, up, down;
   // Mixture of experts: the router and each of gate, up and down as one stacked matrix.
   GpuMatrix router, exp_gate, exp_up, exp_down;
@@ -142,11 +144,6 @@ StatusOr<GpuMatrix> VulkanForward::Experts(const std::vector<kernels::Matrix>& w
 
 Status VulkanForward::Init(const DeviceSpec& device) {
   const engine::KvCacheOptions& co = cache_->options();
-  if (c_.architecture == model::Architecture::kGptOss) {
-    return UnimplementedError(
-        "the Vulkan backend does not run gpt-oss yet (MXFP4 experts, attention sinks, sliding "
-        "windows, biases); qwen3moe and Mixtral run (use --device cpu for gpt-oss)");
-  }
   if (co.n_layer != c_.n_layer || co.n_head_kv != c_.n_head_kv || co.head_dim != c_.head_dim) {
     return InvalidArgumentError("gpu forward: kv cache shape does not match the model");
   }
@@ -182,6 +179,17 @@ Status VulkanForward::Init(const DeviceSpec& device) {
       UF_ASSIGN_OR_RETURN(b.bk, Vector(l.bk));
       UF_ASSIGN_OR_RETURN(b.bv, Vector(l.bv));
     }
+    const auto optional = [&](const std::vector<float>& v, Buffer* out) -> Status {
+      if (v.empty()) return OkStatus();
+      UF_ASSIGN_OR_RETURN(*out, Vector(v));
+      return OkStatus();
+    };
+    UF_RETURN_IF_ERROR(optional(l.bo, &b.bo));
+    UF_RETURN_IF_ERROR(optional(l.attn_sinks, &b.sinks));
+    UF_RETURN_IF_ERROR(optional(l.router_b, &b.router_b));
+    UF_RETURN_IF_ERROR(optional(l.exp_gate_b, &b.exp_gate_b));
+    UF_RETURN_IF_ERROR(optional(l.exp_up_b, &b.exp_up_b));
+    UF_RETURN_IF_ERROR(optional(l.exp_down_b, &b.exp_down_b));
     if (!l.q_norm.empty()) {
       UF_ASSIGN_OR_RETURN(b.q_norm, Vector(l.q_norm));
       UF_ASSIGN_OR_RETURN(b.k_norm, Vector(l.k_norm));
@@ -331,13 +339,20 @@ void VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n) {
   rp.softmax_all = c_.expert_gating == model::ExpertGating::kSoftmax;
   rp.norm = c_.expert_weights_norm;
   rp.scale = c_.expert_weights_scale;
-  k_.Route(r, moe_logits_, nullptr, moe_ids_, moe_weights_, n, rp);
+  k_.Route(r, moe_logits_, l.router_b.valid() ? &l.router_b : nullptr, moe_ids_, moe_weights_, n,
+           rp);
   GemmExperts(r, l.exp_gate, xn_, n, n * k, k, moe_gate_);
   GemmExperts(r, l.exp_up, xn_, n, n * k, k, moe_up_);
-  k_.SwiGlu(r, moe_gate_, moe_up_, moe_gate_, n * k * c_.n_ff_exp);
+  if (l.exp_gate_b.valid()) {
+    k_.SwiGluOai(r, moe_gate_, moe_up_, l.exp_gate_b, l.exp_up_b, moe_ids_, n * k, c_.n_ff_exp);
+  } else {
+    k_.SwiGlu(r, moe_gate_, moe_up_, moe_gate_, n * k * c_.n_ff_exp);
+  }
   xq_holds_ = nullptr;  // xq_ is the down product's activation from here
   GemmExperts(r, l.exp_down, moe_gate_, n * k, n * k, 1, moe_out_);
-  k_.MoeSum(r, moe_out_, moe_weights_, y_, n, k, c_.n_embd);
+  const bool down_b = l.exp_down_b.valid();
+  k_.MoeSum(r, moe_out_, moe_weights_, y_, n, k, c_.n_embd, down_b ? &l.exp_down_b : nullptr,
+            down_b ? &moe_ids_ : nullptr);
 }
 
 Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
@@ -377,10 +392,12 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
     k_.Rope(r, kbuf_, cs_, tok_, n, c_.n_head_kv, hd, c_.rope_dim, neox);
     as.k_off = static_cast<uint32_t>(il * layer_words);
     as.v_off = static_cast<uint32_t>(il * layer_words + layer_words / 2);
+    as.window = c_.IsSwaLayer(il) ? c_.n_swa : 0;
     k_.KvStore(r, kbuf_, vbuf_, cache_dev_, tok_, n, as);
     k_.Attention(r, q_, cache_dev_, scores_, attn_, tok_, bt_, n, as,
-                 chunk_ > 0 ? &part_ : nullptr);
+                 chunk_ > 0 ? &part_ : nullptr, l.sinks.valid() ? &l.sinks : nullptr);
     Gemm(r, l.wo, attn_, n, y_);
+    if (l.bo.valid()) k_.Add(r, l.bo, 0, y_, 0, n * e, e);
     k_.Add(r, y_, 0, x_, 0, n * e);
     k_.RmsNorm(r, x_, 0, l.ffn_norm, xn_, 0, n, e, c_.rms_eps);
     xq_holds_ = nullptr;

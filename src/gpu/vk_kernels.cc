@@ -120,7 +120,7 @@ StatusOr<GpuMatrix> UploadQ4K(Context* ctx, const Rows& w) {
 bool GpuSupportsType(GgmlType type) {
   return type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16 ||
          type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ6_K ||
-         type == GgmlType::kQ4_K;
+         type == GgmlType::kQ4_K || type == GgmlType::kMXFP4;
 }
 
 namespace {
@@ -129,7 +129,7 @@ StatusOr<GpuMatrix> UploadRows(Context* ctx, const Rows& w) {
   if (!GpuSupportsType(w.type())) {
     return UnimplementedError("the Vulkan backend has no kernel for weights of type " +
                               std::string(GgmlTypeName(w.type())) +
-                              " (it has F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K)");
+                              " (it has F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K and MXFP4)");
   }
   GpuMatrix m;
   m.type = w.type();
@@ -149,7 +149,11 @@ StatusOr<GpuMatrix> UploadRows(Context* ctx, const Rows& w) {
   }
   if (w.type() == GgmlType::kQ6_K) return UploadQ6K(ctx, w);
   if (w.type() == GgmlType::kQ4_K) return UploadQ4K(ctx, w);
+  // Q8_0, Q4_0 and MXFP4: 32 values a block, the quants in 8 or 4 words (MXFP4's nibbles are
+  // laid out as Q4_0's), the scale as f32 (MXFP4: half its E8M0 scale, as the CPU's integer
+  // dot of doubled E2M1 values takes it).
   const bool q8 = w.type() == GgmlType::kQ8_0;
+  const bool mx = w.type() == GgmlType::kMXFP4;
   const int64_t blocks = w.cols() / 32;
   const uint32_t qwords = q8 ? 8 : 4;
   const uint64_t total_blocks = static_cast<uint64_t>(w.rows()) * blocks;
@@ -164,6 +168,13 @@ StatusOr<GpuMatrix> UploadRows(Context* ctx, const Rows& w) {
       const uint64_t i = r * blocks + b;
       uint16_t d;
       const uint8_t* qs;
+      if (mx) {
+        const auto* blk = reinterpret_cast<const kernels::BlockMxfp4*>(row) + b;
+        std::memcpy(&host[i * qwords], blk->qs, qwords * 4);
+        const float df = kernels::E8M0Half(blk->e);
+        std::memcpy(&host[m.d_off + i], &df, 4);
+        continue;
+      }
       if (q8) {
         const auto* blk = reinterpret_cast<const kernels::BlockQ8_0*>(row) + b;
         std::memcpy(&d, &blk->d, 2);
@@ -213,7 +224,8 @@ StatusOr<Kernels> Kernels::Create(Context* ctx) {
                                                                {GgmlType::kQ8_0, "q8_0"},
                                                                {GgmlType::kQ4_0, "q4_0"},
                                                                {GgmlType::kQ6_K, "q6_k"},
-                                                               {GgmlType::kQ4_K, "q4_k"}}) {
+                                                               {GgmlType::kQ4_K, "q4_k"},
+                                                               {GgmlType::kMXFP4, "mxfp4"}}) {
     UF_ASSIGN_OR_RETURN(k.gemm_[0][type], ctx->GetPipeline(std::string("gemm1_") + name, 3));
     UF_ASSIGN_OR_RETURN(k.gemm_[1][type], ctx->GetPipeline(std::string("gemm8_") + name, 3));
     UF_ASSIGN_OR_RETURN(k.gemmx_[type], ctx->GetPipeline(std::string("gemmx_") + name, 4));
@@ -224,15 +236,16 @@ StatusOr<Kernels> Kernels::Create(Context* ctx) {
   UF_ASSIGN_OR_RETURN(k.swiglu_, ctx->GetPipeline("swiglu", 3));
   UF_ASSIGN_OR_RETURN(k.rope_, ctx->GetPipeline("rope", 3));
   UF_ASSIGN_OR_RETURN(k.kv_store_, ctx->GetPipeline("kv_store", 4));
-  UF_ASSIGN_OR_RETURN(k.attention_, ctx->GetPipeline("attention", 7));
-  UF_ASSIGN_OR_RETURN(k.attention_combine_, ctx->GetPipeline("attention_combine", 3));
+  UF_ASSIGN_OR_RETURN(k.attention_, ctx->GetPipeline("attention", 8));
+  UF_ASSIGN_OR_RETURN(k.attention_combine_, ctx->GetPipeline("attention_combine", 4));
   UF_ASSIGN_OR_RETURN(k.embed_, ctx->GetPipeline("embed", 3));
   UF_ASSIGN_OR_RETURN(k.gather_, ctx->GetPipeline("gather", 3));
   UF_ASSIGN_OR_RETURN(k.argmax_, ctx->GetPipeline("argmax", 2));
   UF_ASSIGN_OR_RETURN(k.topk_, ctx->GetPipeline("topk", 2));
   UF_ASSIGN_OR_RETURN(k.copy_rows_, ctx->GetPipeline("copy_rows", 3));
   UF_ASSIGN_OR_RETURN(k.route_, ctx->GetPipeline("route", 4));
-  UF_ASSIGN_OR_RETURN(k.moe_sum_, ctx->GetPipeline("moe_sum", 3));
+  UF_ASSIGN_OR_RETURN(k.moe_sum_, ctx->GetPipeline("moe_sum", 5));
+  UF_ASSIGN_OR_RETURN(k.swiglu_oai_, ctx->GetPipeline("swiglu_oai", 5));
   return k;
 }
 
@@ -309,13 +322,29 @@ void Kernels::Route(Recorder* r, const Buffer& logits, const Buffer* bias, const
 }
 
 void Kernels::MoeSum(Recorder* r, const Buffer& out, const Buffer& weights, const Buffer& y,
-                     int64_t n, int64_t k, int64_t cols) const {
+                     int64_t n, int64_t k, int64_t cols, const Buffer* bias,
+                     const Buffer* ids) const {
+  UF_CHECK((bias == nullptr) == (ids == nullptr));
   struct {
-    uint32_t n, k, cols;
-  } push{static_cast<uint32_t>(n * cols), static_cast<uint32_t>(k), static_cast<uint32_t>(cols)};
+    uint32_t n, k, cols, has_bias;
+  } push{static_cast<uint32_t>(n * cols), static_cast<uint32_t>(k), static_cast<uint32_t>(cols),
+         bias != nullptr ? 1u : 0u};
   uint32_t gx, gy;
   Grid((n * cols + 63) / 64, &gx, &gy);
-  r->Dispatch(*moe_sum_, {out, weights, y}, push, gx, gy);
+  // Without a bias, bindings 3 and 4 are never read: any buffer will do.
+  r->Dispatch(*moe_sum_,
+              {out, weights, y, bias != nullptr ? *bias : out, ids != nullptr ? *ids : out}, push,
+              gx, gy);
+}
+
+void Kernels::SwiGluOai(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& gate_b,
+                        const Buffer& up_b, const Buffer& ids, int64_t slots, int64_t ff) const {
+  struct {
+    uint32_t n, ff;
+  } push{static_cast<uint32_t>(slots * ff), static_cast<uint32_t>(ff)};
+  uint32_t gx, gy;
+  Grid((slots * ff + 63) / 64, &gx, &gy);
+  r->Dispatch(*swiglu_oai_, {gate, up, gate_b, up_b, ids}, push, gx, gy);
 }
 
 void Kernels::Quantize(Recorder* r, const Buffer& x, uint32_t x_off, int64_t values,
@@ -387,12 +416,12 @@ void Kernels::KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffe
 
 void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,
                         const Buffer& out, const Buffer& tok, const Buffer& bt, int64_t n,
-                        const AttentionShape& s, const Buffer* part) const {
+                        const AttentionShape& s, const Buffer* part, const Buffer* sinks) const {
   UF_CHECK(s.chunk == 0 || part != nullptr) << "split attention needs its partial sums' buffer";
   struct {
     uint32_t n_head, n_head_kv, head_dim, n_rows, k_off, v_off;
     float scale;
-    uint32_t block_size, max_blocks, max_len, row_words, q8, chunk, n_chunks;
+    uint32_t block_size, max_blocks, max_len, row_words, q8, chunk, n_chunks, window, has_sinks;
   } push{static_cast<uint32_t>(s.n_head),
          static_cast<uint32_t>(s.n_head_kv),
          static_cast<uint32_t>(s.head_dim),
@@ -406,16 +435,22 @@ void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const
          static_cast<uint32_t>(s.row_words()),
          s.q8 ? 1u : 0u,
          static_cast<uint32_t>(s.chunk),
-         static_cast<uint32_t>(s.n_chunks())};
-  // Without a split, binding 6 (the partial sums) is never written: any buffer will do.
-  r->Dispatch(*attention_, {q, cache, scores, out, tok, bt, part != nullptr ? *part : out}, push,
+         static_cast<uint32_t>(s.n_chunks()),
+         static_cast<uint32_t>(s.window),
+         sinks != nullptr ? 1u : 0u};
+  // Without a split, binding 6 (the partial sums) is never written, without sinks binding 7
+  // never read: any buffer will do.
+  const Buffer& sink_buf = sinks != nullptr ? *sinks : q;
+  r->Dispatch(*attention_,
+              {q, cache, scores, out, tok, bt, part != nullptr ? *part : out, sink_buf}, push,
               static_cast<uint32_t>(s.n_head * s.n_chunks()), static_cast<uint32_t>(n));
   if (s.chunk == 0) return;
   const struct {
-    uint32_t n_head, head_dim, chunk, n_chunks;
-  } combine{static_cast<uint32_t>(s.n_head), static_cast<uint32_t>(s.head_dim),
-            static_cast<uint32_t>(s.chunk), static_cast<uint32_t>(s.n_chunks())};
-  r->Dispatch(*attention_combine_, {*part, out, tok}, combine, static_cast<uint32_t>(s.n_head),
+    uint32_t n_head, head_dim, chunk, n_chunks, window, has_sinks;
+  } combine{static_cast<uint32_t>(s.n_head),  static_cast<uint32_t>(s.head_dim),
+            static_cast<uint32_t>(s.chunk),   static_cast<uint32_t>(s.n_chunks()),
+            static_cast<uint32_t>(s.window), sinks != nullptr ? 1u : 0u};
+  r->Dispatch(*attention_combine_, {*part, out, tok, sink_buf}, combine, static_cast<uint32_t>(s.n_head),
               static_cast<uint32_t>(n));
 }
 
@@ -443,6 +478,9 @@ void Kernels::Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const 
       break;
     case GgmlType::kQ4_K:
       type = 6;
+      break;
+    case GgmlType::kMXFP4:
+      type = 7;
       break;
     default:
       UF_CHECK(false) << "no embedding kernel for " << GgmlTypeName(table.type);

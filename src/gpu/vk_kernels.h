@@ -13,8 +13,8 @@
 
 namespace uf::gpu {
 
-// A weight matrix in device memory. F32, F16 and BF16 rows as in GGUF; Q8_0, Q4_0, Q6_K and Q4_K
-// split into the quants of every block (word-aligned: 8, 4, 52 and 35 words per block) followed
+// A weight matrix in device memory. F32, F16 and BF16 rows as in GGUF; Q8_0, Q4_0, MXFP4, Q6_K and
+// Q4_K split into the quants of every block (word-aligned: 8, 4, 4, 52 and 35 words) followed
 // by the blocks' scales as f32 at word d_off (Q4_K: d and dmin, two words a block), so the
 // shaders read whole words and never an f16 at an odd address.
 struct GpuMatrix {
@@ -27,11 +27,11 @@ struct GpuMatrix {
   Buffer buffer;
 };
 
-// True for the weight types the GPU kernels have (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K).
+// True for the weight types the GPU kernels have (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4).
 bool GpuSupportsType(GgmlType type);
 // True when the type's GEMM takes a Q8_0 activation (Quantize) instead of f32 values.
 inline bool TakesQ8Activation(GgmlType type) {
-  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0;
+  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kMXFP4;
 }
 // Uploads w (its GGUF rows). Unimplemented for types without a kernel.
 StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w);
@@ -54,6 +54,7 @@ struct AttentionShape {
   // Split over positions (flash-decoding): positions per workgroup, 0 for the whole context in
   // one. The split depends on a token's position only, so rows stay batch-independent.
   int64_t chunk = 0;
+  int64_t window = 0;  // a sliding-window layer's positions (gpt-oss); 0: the whole context
   int64_t n_chunks() const { return chunk == 0 ? 1 : (max_len + chunk - 1) / chunk; }
   // Floats of the split's partial sums per (token, query head).
   int64_t part_floats() const { return n_chunks() * (head_dim + 2); }
@@ -91,9 +92,15 @@ class Kernels {
   };
   void Route(Recorder* r, const Buffer& logits, const Buffer* bias, const Buffer& ids,
              const Buffer& weights, int64_t n, const RouteParams& rp) const;
-  // y[t][i] = sum over r < k of weights[t * k + r] * out[(t * k + r) * cols + i], r in order.
+  // y[t][i] = sum over r < k of weights[t * k + r] * out[(t * k + r) * cols + i], r in order;
+  // with bias ([n_expert][cols], gpt-oss) each out row plus its expert's (ids) bias row first.
   void MoeSum(Recorder* r, const Buffer& out, const Buffer& weights, const Buffer& y, int64_t n,
-              int64_t k, int64_t cols) const;
+              int64_t k, int64_t cols, const Buffer* bias = nullptr,
+              const Buffer* ids = nullptr) const;
+  // gpt-oss's clamped SwiGLU in place in gate ([slots][ff]), each slot's expert (ids) biases
+  // added to gate and up first (swiglu_oai.comp).
+  void SwiGluOai(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& gate_b,
+                 const Buffer& up_b, const Buffer& ids, int64_t slots, int64_t ff) const;
   // q = x[x_off..+values) as Q8_0 blocks (values a multiple of 32; n rows quantize as one).
   void Quantize(Recorder* r, const Buffer& x, uint32_t x_off, int64_t values,
                 const Buffer& q) const;
@@ -115,10 +122,11 @@ class Kernels {
                const Buffer& tok, int64_t n, const AttentionShape& s) const;
   // Causal attention of the n tokens' queries (block tables bt); scores: n * n_head * max_len
   // floats of scratch; with s.chunk > 0 two dispatches (the chunks, then their combination) and
-  // part: n * n_head * s.part_floats() floats of scratch.
+  // part: n * n_head * s.part_floats() floats of scratch. sinks: n_head sink logits (gpt-oss).
   void Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,
                  const Buffer& out, const Buffer& tok, const Buffer& bt, int64_t n,
-                 const AttentionShape& s, const Buffer* part = nullptr) const;
+                 const AttentionShape& s, const Buffer* part = nullptr,
+                 const Buffer* sinks = nullptr) const;
   // x[t] = table row of token t, for the n tokens.
   void Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& tok,
              int64_t n) const;
@@ -146,6 +154,7 @@ class Kernels {
   std::map<GgmlType, const Pipeline*> gemmx_;  // stacked experts, one slot per z
   const Pipeline* route_ = nullptr;
   const Pipeline* moe_sum_ = nullptr;
+  const Pipeline* swiglu_oai_ = nullptr;
   const Pipeline* quantize_ = nullptr;
   const Pipeline* rmsnorm_ = nullptr;
   const Pipeline* add_ = nullptr;

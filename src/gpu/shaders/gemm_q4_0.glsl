@@ -1,12 +1,21 @@
 // GEMM (gemm.glsl) for Q4_0 weights against Q8_0 activations (quantize_q8_0). Weights as
 // uploaded (vk_kernels.cc): each block's 16 nibble bytes in 4 words ([rows][blocks][4]; byte j
 // holds value j in its low nibble and value j + 16 in its high one, each stored + 8), then the
-// f32 scales [rows][blocks] at word w_d_off.
+// f32 scales [rows][blocks] at word w_d_off. With MXFP4 defined, the nibbles are E2M1 codes
+// taken as twice their value (kernels::kMxfp4Doubled) and the scale is half the E8M0 one: the
+// CPU's integer dot (kernels::DotMxfp4).
 #extension GL_GOOGLE_include_directive : require
 #include "gemm.glsl"
 
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
 layout(std430, binding = 1) readonly buffer X { uint xq[]; };
+
+#ifdef MXFP4
+const int kDoubled[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+int Nib(uint v) { return kDoubled[v]; }
+#else
+int Nib(uint v) { return int(v) - 8; }
+#endif
 
 void main() {
   const uint row = SubgroupRow();
@@ -28,8 +37,8 @@ void main() {
         for (uint k = 0; k < 4; ++k) {
           const int lo = int(xq[xb + k]), hi = int(xq[xb + 4 + k]);
           for (uint j = 0; j < 4; ++j) {
-            const int q_lo = int((wv[k] >> (8 * j)) & 15u) - 8;
-            const int q_hi = int((wv[k] >> (8 * j + 4)) & 15u) - 8;
+            const int q_lo = Nib((wv[k] >> (8 * j)) & 15u);
+            const int q_hi = Nib((wv[k] >> (8 * j + 4)) & 15u);
             s += q_lo * bitfieldExtract(lo, int(8 * j), 8) +
                  q_hi * bitfieldExtract(hi, int(8 * j), 8);
           }
