@@ -20,6 +20,7 @@
 #include "base/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "gpu/backend.h"
+#include "kernels/matmul.h"
 #include "model/batch.h"
 #include "model/decoder.h"
 #include "model/model.h"
@@ -95,9 +96,13 @@ DeviceRows RunDevice(gpu::GpuDecoder* dec, int64_t n, int64_t batch) {
 
 // moe_test.cc's check against the reference engine: each of its top-8 logits within
 // 0.03 x max(1, |logit|), the same arg-max where its best leads by 2%, and the mean difference
-// (the check that catches a wrong routing rule) under kMeanTolerance. The CPU test keeps K/V in
-// f32; the device keeps them in f16, which is inside the same mean tolerance here (printed).
-constexpr double kMeanTolerance = 2.5e-3;
+// (the check that catches a wrong routing rule) bounded. moe_test bounds the mean by 2.5e-3 with
+// f32 K/V; the device keeps K/V in f16, which alone adds ~2e-3: the CPU path with f16 K/V
+// measures 2.02e-3 (qwen3moe), 2.08e-3 (Mixtral), 2.37e-3 (gpt-oss Q8_0) and 2.54e-3 (gpt-oss
+// MXFP4, past 2.5e-3), the device 2.09e-3, 2.15e-3, 2.37e-3 and 2.43e-3. Hence 3.5e-3 here; the
+// faults moe_test measured sit above it (weights unnormalised: 4.8e-3 qwen3moe, 2.6e-2 Mixtral),
+// as does the device with gpt-oss's window left out (2.4e-2, tried while writing this test).
+constexpr double kMeanTolerance = 3.5e-3;
 
 struct RefCase {
   std::string preset;
@@ -275,6 +280,95 @@ INSTANTIATE_TEST_SUITE_P(
       std::replace(s.begin(), s.end(), '-', '_');
       return s;
     });
+
+// gpt-oss's sliding-window layers and sinks with attention split over positions (chunks of 16
+// positions: the 32-position window of the even layer covers 2-3 chunks and skips the earlier
+// ones, the odd layer's full context up to 7), over a paged cache of 4-position blocks: decode
+// steps against the CPU decoder (Q8_0 weights, which the device multiplies as the CPU does), and
+// the same positions again as batches of 19 beside nothing else, every row bit-identical to its
+// decode step.
+TEST(GpuMoe, GptOssSplitWindowedAttention) {
+  constexpr int64_t kTokens = 100;
+  SynthFile f("tiny-gpt-oss", model::SynthFileType::kQ8_0);
+  auto loaded = model::Model::Load(f.path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  const model::Model& m = **loaded;
+  std::string skip;
+  if (!gpu::VulkanCompiledIn()) GTEST_SKIP() << "built without the Vulkan backend";
+  if (auto d = gpu::ListDevices(); !d.ok()) GTEST_SKIP() << d.status().ToString();
+  ASSERT_GT(m.config().n_swa, 0);
+  engine::KvCacheOptions co;
+  co.n_layer = m.config().n_layer;
+  co.n_head_kv = m.config().n_head_kv;
+  co.head_dim = m.config().head_dim;
+  co.block_size = 4;
+  co.max_seq_len = kTokens;
+  co.n_blocks = engine::KvCacheOptions::BlocksFor(kTokens, 1, co.block_size);
+  co.type = engine::KvType::kF16;
+  co.host_storage = false;
+  auto cache = engine::KvCache::Create(co);
+  ASSERT_TRUE(cache.ok());
+  auto fwd = gpu::GpuForward::Create(m, gpu::DeviceSpec{.vulkan = true, .index = -1}, cache->get(),
+                                     {.max_batch = 32, .attention_chunk = 16});
+  ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
+  const int64_t v = m.config().n_vocab;
+  std::vector<float> steps(kTokens * v);
+  model::Batch b;
+  for (int64_t p = 0; p < kTokens; ++p) {
+    b.Clear();
+    b.Add(TokenAt(p), static_cast<int32_t>(p), 0, true);
+    ASSERT_TRUE((*fwd)->Forward(b).ok());
+    std::memcpy(steps.data() + p * v, (*fwd)->logits(0), v * 4);
+  }
+  (*cache)->Truncate(0, 0);
+  int64_t equal = 0;
+  for (int64_t p0 = 0; p0 < kTokens; p0 += 19) {
+    b.Clear();
+    for (int64_t p = p0; p < std::min(kTokens, p0 + 19); ++p) {
+      b.Add(TokenAt(p), static_cast<int32_t>(p), 0, true);
+    }
+    ASSERT_TRUE((*fwd)->Forward(b).ok());
+    for (int64_t i = 0; i < b.size(); ++i) {
+      equal += std::memcmp((*fwd)->logits(i), steps.data() + (p0 + i) * v, v * 4) == 0;
+    }
+  }
+  EXPECT_EQ(equal, kTokens) << "batched rows differ from decode steps with split attention";
+
+  engine::KvCacheOptions cco = co;
+  cco.host_storage = true;
+  auto cpu_cache = engine::KvCache::Create(cco);
+  ASSERT_TRUE(cpu_cache.ok());
+  // The scalar tier: its Q8_0 activations are the device's (the AVX2 tier's round differently
+  // and alone move this model's rows by up to 1e-2 from pos 69 on).
+  const kernels::Isa isa = kernels::ActiveIsa();
+  kernels::SetIsaForTesting(kernels::Isa::kScalar);
+  ThreadPool pool(2);
+  auto dec = model::Decoder::Create(m, cpu_cache->get(), model::DecoderOptions{}, &pool);
+  ASSERT_TRUE(dec.ok()) << dec.status().ToString();
+  double worst = 0;
+  int64_t off = 0;
+  for (int64_t p = 0; p < kTokens; ++p) {
+    b.Clear();
+    b.Add(TokenAt(p), static_cast<int32_t>(p), 0, true);
+    ASSERT_TRUE((*dec)->Forward(b).ok());
+    double row = 0;
+    for (int64_t i = 0; i < v; ++i) {
+      const float want = (*dec)->logits(0)[i], got = steps[p * v + i];
+      row = std::max<double>(row, std::fabs(got - want) / std::max(1.0f, std::fabs(want)));
+    }
+    worst = std::max(worst, row);
+    off += row > 1e-4;
+  }
+  kernels::SetIsaForTesting(isa);
+  std::printf("[gpu moe] tiny-gpt-oss q8_0, attention in chunks of 16: max error against the CPU "
+              "%.2e (%lld rows past 1e-4), batched rows bit-identical %lld/%lld\n",
+              worst, static_cast<long long>(off), static_cast<long long>(equal),
+              static_cast<long long>(kTokens));
+  // Measured on lavapipe: every row equal to the CPU's bits but position 1's (1.5e-3; a
+  // rounding amplified, not a rule: a wrong window or sink moves rows by ~0.1 from position 32).
+  EXPECT_LT(worst, 3e-3);
+  EXPECT_LE(off, 3);
+}
 
 }  // namespace
 }  // namespace uf
