@@ -14,17 +14,21 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "base/thread_pool.h"
 #include "engine/kv_cache.h"
+#include "engine/service.h"
 #include "gpu/backend.h"
 #include "kernels/matmul.h"
 #include "model/batch.h"
 #include "model/decoder.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "service_test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace uf {
 namespace {
@@ -368,6 +372,80 @@ TEST(GpuMoe, GptOssSplitWindowedAttention) {
   // rounding amplified, not a rule: a wrong window or sink moves rows by ~0.1 from position 32).
   EXPECT_LT(worst, 3e-3);
   EXPECT_LE(off, 3);
+}
+
+// The serving engine on the device with a MoE model (tiny-gpt-oss in MXFP4: experts, sinks, a
+// 32-position window the requests run past): 3 requests together with n-gram speculation
+// (multi-token verify steps beside other sequences' decode rows) give, token for token, the
+// device's own one-request-at-a-time run without speculation.
+TEST(GpuMoe, ServeGreedyIsTheSameBatchedAndSpeculated) {
+  if (!gpu::VulkanCompiledIn()) GTEST_SKIP() << "built without the Vulkan backend";
+  if (auto d = gpu::ListDevices(); !d.ok()) GTEST_SKIP() << d.status().ToString();
+  SynthFile f("tiny-gpt-oss", model::SynthFileType::kMXFP4);
+  auto m = model::Model::Load(f.path);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto tok = Tokenizer::FromGguf((*m)->file());
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  const std::vector<std::string> prompts = {
+      "First Citizen: speak, speak. First Citizen: speak,", "ROMEO: what light", "to be or not to"};
+  const auto run = [&](bool speculate, bool together, engine::EngineStats* stats) {
+    engine::ServiceOptions o;
+    o.max_seqs = 3;
+    o.ctx = 96;
+    o.n_threads = 2;
+    o.spec_cost = engine::SpecCostModel{};  // drafts follow acceptance, not measured times
+    engine::testing_service::StepGate gate;
+    if (together) o.step_hook = gate.Hook();
+    o.make_forward = [&m](engine::KvCache* cache, const model::DecoderOptions& d)
+        -> StatusOr<std::unique_ptr<model::BatchForward>> {
+      UF_ASSIGN_OR_RETURN(std::unique_ptr<gpu::GpuForward> fwd,
+                          gpu::GpuForward::Create(**m, gpu::DeviceSpec{.vulkan = true, .index = -1},
+                                                  cache,
+                                                  {.max_batch = d.max_batch,
+                                                   .max_outputs = d.max_outputs}));
+      return std::unique_ptr<model::BatchForward>(std::move(fwd));
+    };
+    auto s = engine::Service::Create(**m, **tok, o);
+    UF_CHECK(s.ok()) << s.status().ToString();
+    std::vector<std::shared_ptr<engine::RequestChannel>> chans;
+    std::vector<engine::testing_service::Output> out;
+    for (const std::string& p : prompts) {
+      engine::GenerationRequest r;
+      r.prompt = (*tok)->Encode(p, true, false);
+      r.max_tokens = 48;
+      r.sampling.temperature = 0.0f;
+      r.ignore_eos = true;
+      r.top_logprobs = 0;
+      r.speculation = engine::SpeculationRequest{
+          speculate ? engine::SpecMode::kNgram : engine::SpecMode::kOff, 6};
+      auto ch = (*s)->Submit(std::move(r));
+      UF_CHECK(ch.ok()) << ch.status().ToString();
+      if (together) {
+        chans.push_back(*ch);
+      } else {
+        out.push_back(engine::testing_service::Collect(**ch));
+      }
+    }
+    gate.Open();
+    for (auto& ch : chans) out.push_back(engine::testing_service::Collect(*ch));
+    *stats = engine::testing_service::SettledStats(**s);
+    return out;
+  };
+  engine::EngineStats plain_stats, spec_stats;
+  const auto plain = run(false, false, &plain_stats);
+  const auto spec = run(true, true, &spec_stats);
+  ASSERT_EQ(plain.size(), spec.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(plain[i].tokens.size(), 48u) << "request " << i;
+    EXPECT_EQ(spec[i].tokens, plain[i].tokens) << "request " << i;
+    EXPECT_EQ(spec[i].text, plain[i].text) << "request " << i;
+  }
+  std::printf("[gpu moe] serve tiny-gpt-oss mxfp4: %zu requests together, speculation drafted "
+              "%lld accepted %lld\n",
+              spec.size(), static_cast<long long>(spec_stats.spec_drafted),
+              static_cast<long long>(spec_stats.spec_accepted));
+  EXPECT_GT(spec_stats.spec_drafted, 0) << "no verify step ran";
+  EXPECT_EQ(spec_stats.kv_blocks_used, 0);
 }
 
 }  // namespace
