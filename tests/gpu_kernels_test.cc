@@ -208,6 +208,58 @@ TEST_F(GpuKernelsTest, GemmRowsDoNotDependOnBatchSize) {
   }
 }
 
+// The expert GEMM (gemmx_*) over a stacked upload of 3 experts: each (token, rank) slot's row
+// is bit for bit the one-token GEMM (gemm1_*) of its expert's matrix alone on its token's
+// activation, for every weight type; gate/up (x_div = k: the token's row) and down (x_div = 1:
+// the slot's own row).
+TEST_F(GpuKernelsTest, ExpertGemmEqualsEachExpertsGemm) {
+  const int64_t rows = 37, cols = 256, n_exp = 3, n = 5, k = 2;
+  const std::vector<uint32_t> ids = {2, 0, 1, 2, 0, 0, 2, 1, 1, 0};  // [n][k]
+  const std::vector<float> x = Random(n * k * cols, 32);
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    std::vector<std::vector<uint8_t> > data(n_exp);
+    std::vector<kernels::Matrix> experts;
+    for (int64_t e = 0; e < n_exp; ++e) {
+      experts.push_back(Quantized(type, Random(rows * cols, 40 + e, 0.5f), rows, cols, &data[e]));
+    }
+    auto stacked = UploadExperts(ctx_, experts);
+    ASSERT_TRUE(stacked.ok()) << stacked.status().ToString();
+    EXPECT_EQ(stacked->rows, rows);
+    EXPECT_EQ(stacked->n_experts, n_exp);
+    const bool q8 = TakesQ8Activation(type);
+    Buffer idb = Empty(ids.size() * 4);
+    ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), ids.size() * 4).ok());
+    for (int64_t x_div : {k, int64_t{1}}) {
+      const int64_t n_x = n * k / x_div;
+      Buffer xb = Floats(std::vector<float>(x.begin(), x.begin() + n_x * cols));
+      Buffer xq = Empty(Q8ActivationBytes(n_x * cols)), y = Empty(n * k * rows * 4);
+      Recorder rec(ctx_);
+      if (q8) kernels_->Quantize(&rec, xb, 0, n_x * cols, xq);
+      kernels_->GemmExperts(&rec, *stacked, q8 ? xq : xb, idb, n * k, x_div, y);
+      ASSERT_TRUE(rec.Finish().ok());
+      ASSERT_TRUE(rec.Run().ok());
+      const std::vector<float> got = Read(y, n * k * rows);
+      for (int64_t slot = 0; slot < n * k; ++slot) {
+        auto one = UploadMatrix(ctx_, experts[ids[slot]]);
+        ASSERT_TRUE(one.ok());
+        const int64_t row = slot / x_div;
+        Buffer x1 =
+            Floats(std::vector<float>(x.begin() + row * cols, x.begin() + (row + 1) * cols));
+        Buffer x1q = Empty(Q8ActivationBytes(cols)), y1 = Empty(rows * 4);
+        Recorder r1(ctx_);
+        if (q8) kernels_->Quantize(&r1, x1, 0, cols, x1q);
+        kernels_->Gemm(&r1, *one, q8 ? x1q : x1, 1, y1);
+        ASSERT_TRUE(r1.Finish().ok());
+        ASSERT_TRUE(r1.Run().ok());
+        const std::vector<float> want = Read(y1, rows);
+        EXPECT_EQ(std::memcmp(got.data() + slot * rows, want.data(), rows * 4), 0)
+            << "slot " << slot << " x_div " << x_div;
+      }
+    }
+  }
+}
+
 // The activation quantizer gives the CPU reference quantizer's blocks.
 TEST_F(GpuKernelsTest, QuantizeMatchesCpu) {
   const int64_t cols = 128;

@@ -102,7 +102,7 @@ class VulkanForward final : public GpuForward {
   // block tables [max_seqs][max_blocks], outs_ the batch rows that want logits.
   Buffer tok_, bt_, outs_;
   Buffer cs_, x_, xn_, xq_, q_, kbuf_, vbuf_, attn_, y_, gate_, up_, scores_, cache_dev_, xo_;
-  Buffer part_;          // split attention's partial sums (o_.attention_chunk)
+  Buffer part_;  // split attention's partial sums (o_.attention_chunk)
   // Mixture of experts: router logits [max_batch][n_expert]; per (token, rank) slot the expert
   // and its weight [max_batch][k]; per slot the gate/up rows [.][n_ff_exp] and the output [.][e].
   Buffer moe_logits_, moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_out_;
@@ -394,8 +394,8 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
     as.v_off = static_cast<uint32_t>(il * layer_words + layer_words / 2);
     as.window = c_.IsSwaLayer(il) ? c_.n_swa : 0;
     k_.KvStore(r, kbuf_, vbuf_, cache_dev_, tok_, n, as);
-    k_.Attention(r, q_, cache_dev_, scores_, attn_, tok_, bt_, n, as,
-                 chunk_ > 0 ? &part_ : nullptr, l.sinks.valid() ? &l.sinks : nullptr);
+    k_.Attention(r, q_, cache_dev_, scores_, attn_, tok_, bt_, n, as, chunk_ > 0 ? &part_ : nullptr,
+                 l.sinks.valid() ? &l.sinks : nullptr);
     Gemm(r, l.wo, attn_, n, y_);
     if (l.bo.valid()) k_.Add(r, l.bo, 0, y_, 0, n * e, e);
     k_.Add(r, y_, 0, x_, 0, n * e);

@@ -317,8 +317,7 @@ void Kernels::Route(Recorder* r, const Buffer& logits, const Buffer* bias, const
          bias != nullptr ? 1u : 0u,
          rp.scale};
   // Without a bias, binding 1 is never read: any buffer will do.
-  r->Dispatch(*route_, {logits, bias != nullptr ? *bias : logits, ids, weights}, push,
-              Groups64(n));
+  r->Dispatch(*route_, {logits, bias != nullptr ? *bias : logits, ids, weights}, push, Groups64(n));
 }
 
 void Kernels::MoeSum(Recorder* r, const Buffer& out, const Buffer& weights, const Buffer& y,
@@ -447,11 +446,11 @@ void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const
   if (s.chunk == 0) return;
   const struct {
     uint32_t n_head, head_dim, chunk, n_chunks, window, has_sinks;
-  } combine{static_cast<uint32_t>(s.n_head),  static_cast<uint32_t>(s.head_dim),
-            static_cast<uint32_t>(s.chunk),   static_cast<uint32_t>(s.n_chunks()),
+  } combine{static_cast<uint32_t>(s.n_head), static_cast<uint32_t>(s.head_dim),
+            static_cast<uint32_t>(s.chunk),  static_cast<uint32_t>(s.n_chunks()),
             static_cast<uint32_t>(s.window), sinks != nullptr ? 1u : 0u};
-  r->Dispatch(*attention_combine_, {*part, out, tok, sink_buf}, combine, static_cast<uint32_t>(s.n_head),
-              static_cast<uint32_t>(n));
+  r->Dispatch(*attention_combine_, {*part, out, tok, sink_buf}, combine,
+              static_cast<uint32_t>(s.n_head), static_cast<uint32_t>(n));
 }
 
 void Kernels::Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& tok,

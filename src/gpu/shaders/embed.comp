@@ -1,6 +1,6 @@
 // x[t] = the dequantized row tok[t].token of an embedding table in its uploaded layout
-// (vk_kernels.cc): type 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q6_K, 5 BF16, 6 Q4_K, 7 MXFP4 (the layouts the
-// GEMMs read). One invocation per value; the grid's y is the token.
+// (vk_kernels.cc): type 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q6_K, 5 BF16, 6 Q4_K, 7 MXFP4 (the
+// layouts the GEMMs read). One invocation per value; the grid's y is the token.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 64) in;
