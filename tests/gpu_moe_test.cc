@@ -21,6 +21,7 @@
 #include "base/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/service.h"
+#include "gguf/gguf.h"
 #include "gpu/backend.h"
 #include "kernels/matmul.h"
 #include "model/batch.h"
@@ -448,6 +449,49 @@ TEST(GpuMoe, ServeGreedyIsTheSameBatchedAndSpeculated) {
       static_cast<long long>(spec_stats.spec_accepted));
   EXPECT_GT(spec_stats.spec_drafted, 0) << "no verify step ran";
   EXPECT_EQ(spec_stats.kv_blocks_used, 0);
+}
+
+// Mixtral files converted before the 3-D expert tensors hold one 2-D tensor per expert
+// (blk.N.ffn_gate.E.weight): uploaded into the same stacked layout, they give the same bits.
+TEST(GpuMoe, PerExpertTensorsGiveTheSameLogits) {
+  SynthFile f("tiny-mixtral", model::SynthFileType::kQ4_K_M);
+  const std::string split_path = f.path + ".split.gguf";
+  {
+    auto g = gguf::GgufFile::Open(f.path);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    gguf::GgufWriter w;
+    for (const auto& [key, value] : (*g)->metadata()) w.Set(key, value);
+    for (const gguf::TensorInfo& t : (*g)->tensors()) {
+      const size_t pos = t.name.find("_exps.weight");
+      if (pos == std::string::npos) {
+        const std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+        ASSERT_TRUE(w.AddTensor(t.name, t.type, ne, t.data).ok());
+        continue;
+      }
+      const size_t slice = t.n_bytes / t.ne[2];
+      for (int64_t x = 0; x < t.ne[2]; ++x) {
+        const std::string name = t.name.substr(0, pos) + "." + std::to_string(x) + ".weight";
+        ASSERT_TRUE(w.AddTensor(name, t.type, {t.ne[0], t.ne[1]}, t.data + x * slice).ok());
+      }
+    }
+    ASSERT_TRUE(w.WriteToFile(split_path).ok());
+  }
+  std::vector<std::vector<float>> rows[2];
+  for (int i = 0; i < 2; ++i) {
+    auto m = model::Model::Load(i == 0 ? f.path : split_path);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    std::string skip;
+    auto dec = MakeDecoder(**m, 16, &skip);
+    if (!skip.empty()) {
+      std::filesystem::remove(split_path);
+      GTEST_SKIP() << skip;
+    }
+    ASSERT_TRUE(dec.ok()) << dec.status().ToString();
+    rows[i] = RunDevice(dec->get(), 16, 16).stepped;
+  }
+  std::filesystem::remove(split_path);
+  ASSERT_EQ(rows[0].size(), rows[1].size());
+  for (size_t i = 0; i < rows[0].size(); ++i) EXPECT_EQ(rows[0][i], rows[1][i]) << "position " << i;
 }
 
 }  // namespace
