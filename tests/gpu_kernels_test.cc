@@ -211,10 +211,15 @@ TEST_F(GpuKernelsTest, GemmRowsDoNotDependOnBatchSize) {
 // The expert GEMM (gemmx_*) over a stacked upload of 3 experts: each (token, rank) slot's row
 // is bit for bit the one-token GEMM (gemm1_*) of its expert's matrix alone on its token's
 // activation, for every weight type; gate/up (x_div = k: the token's row) and down (x_div = 1:
-// the slot's own row).
+// the slot's own row). The grouped form (GroupSlots, gemmg_*: 22 slots, 6-9 per expert, so
+// full and partial tiles of 8) gives the same bits.
 TEST_F(GpuKernelsTest, ExpertGemmEqualsEachExpertsGemm) {
-  const int64_t rows = 37, cols = 256, n_exp = 3, n = 5, k = 2;
-  const std::vector<uint32_t> ids = {2, 0, 1, 2, 0, 0, 2, 1, 1, 0};  // [n][k]
+  const int64_t rows = 37, cols = 256, n_exp = 3, n = 11, k = 2;
+  std::vector<uint32_t> ids(n * k);  // [n][k], the two of a token different
+  for (int64_t t = 0; t < n; ++t) {
+    ids[t * k] = static_cast<uint32_t>((5 * t + 1) % n_exp);
+    ids[t * k + 1] = static_cast<uint32_t>((ids[t * k] + 1 + t % 2) % n_exp);
+  }
   const std::vector<float> x = Random(n * k * cols, 32);
   for (GgmlType type : kAllTypes) {
     SCOPED_TRACE(GgmlTypeName(type));
@@ -240,6 +245,16 @@ TEST_F(GpuKernelsTest, ExpertGemmEqualsEachExpertsGemm) {
       ASSERT_TRUE(rec.Finish().ok());
       ASSERT_TRUE(rec.Run().ok());
       const std::vector<float> got = Read(y, n * k * rows);
+      Buffer order = Empty(n * k * 4), tiles = Empty(Kernels::MaxExpertTiles(n * k, n_exp) * 12);
+      Buffer yg = Empty(n * k * rows * 4);
+      Recorder rg(ctx_);
+      if (q8) kernels_->Quantize(&rg, xb, 0, n_x * cols, xq);
+      kernels_->GroupSlots(&rg, idb, order, tiles, n * k, n_exp);
+      kernels_->GemmExpertsGrouped(&rg, *stacked, q8 ? xq : xb, tiles, order, n * k, x_div, yg);
+      ASSERT_TRUE(rg.Finish().ok());
+      ASSERT_TRUE(rg.Run().ok());
+      EXPECT_EQ(std::memcmp(Read(yg, n * k * rows).data(), got.data(), got.size() * 4), 0)
+          << "grouped slots differ, x_div " << x_div;
       for (int64_t slot = 0; slot < n * k; ++slot) {
         auto one = UploadMatrix(ctx_, experts[ids[slot]]);
         ASSERT_TRUE(one.ok());

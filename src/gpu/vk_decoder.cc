@@ -106,6 +106,8 @@ class VulkanForward final : public GpuForward {
   // Mixture of experts: router logits [max_batch][n_expert]; per (token, rank) slot the expert
   // and its weight [max_batch][k]; per slot the gate/up rows [.][n_ff_exp] and the output [.][e].
   Buffer moe_logits_, moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_out_;
+  // Batches of several tokens: the slots sorted by expert and their tiles (GroupSlots).
+  Buffer moe_order_, moe_tiles_;
   int64_t chunk_ = 0;    // positions per attention workgroup; 0: unsplit
   Buffer logits_dev_;    // host-visible: the rows Forward copies out
   Buffer logits_local_;  // device-local: the rows ForwardGreedy reduces on the device
@@ -251,8 +253,11 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   const int64_t widest = std::max({c_.n_embd, c_.q_dim(), c_.n_ff});
   const int64_t n_ff = std::max<int64_t>(c_.n_ff, 1);  // a MoE model may have no dense FFN
   const int64_t slots = c_.is_moe() ? mb * c_.n_expert_used : 0;
-  if (slots > 65535) {
+  if (slots > 65535 || Kernels::MaxExpertTiles(slots, c_.n_expert) > 65535) {
     return InvalidArgumentError("gpu forward: max_batch x experts used must be at most 65535");
+  }
+  if (c_.n_expert > Kernels::kMaxExperts) {
+    return UnimplementedError("the Vulkan backend runs at most 512 experts a layer");
   }
   const auto dev = [&](uint64_t bytes) { return ctx_->CreateBuffer(bytes, Memory::kDevice); };
   UF_ASSIGN_OR_RETURN(tok_, ctx_->CreateBuffer(mb * 16, Memory::kHost));
@@ -276,6 +281,8 @@ Status VulkanForward::Init(const DeviceSpec& device) {
     UF_ASSIGN_OR_RETURN(moe_gate_, dev(slots * c_.n_ff_exp * 4));
     UF_ASSIGN_OR_RETURN(moe_up_, dev(slots * c_.n_ff_exp * 4));
     UF_ASSIGN_OR_RETURN(moe_out_, dev(slots * c_.n_embd * 4));
+    UF_ASSIGN_OR_RETURN(moe_order_, dev(slots * 4));
+    UF_ASSIGN_OR_RETURN(moe_tiles_, dev(Kernels::MaxExpertTiles(slots, c_.n_expert) * 12));
   }
   UF_ASSIGN_OR_RETURN(scores_, dev(static_cast<uint64_t>(mb) * c_.n_head * max_len_ * 4));
   UF_ASSIGN_OR_RETURN(cache_dev_, dev(cache_words * 4));
@@ -316,20 +323,26 @@ void VulkanForward::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64
 
 void VulkanForward::GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n_x,
                                 int64_t n_slots, int64_t x_div, const Buffer& y) {
-  if (!TakesQ8Activation(w.type)) {
-    k_.GemmExperts(r, w, x, moe_ids_, n_slots, x_div, y);
-    return;
+  const Buffer* in = &x;
+  if (TakesQ8Activation(w.type)) {
+    if (xq_holds_ != &x) {
+      k_.Quantize(r, x, 0, n_x * w.cols, xq_);
+      xq_holds_ = &x;
+    }
+    in = &xq_;
   }
-  if (xq_holds_ != &x) {
-    k_.Quantize(r, x, 0, n_x * w.cols, xq_);
-    xq_holds_ = &x;
+  // One token: its k slots have k different experts, nothing to group.
+  if (n_slots > c_.n_expert_used) {
+    k_.GemmExpertsGrouped(r, w, *in, moe_tiles_, moe_order_, n_slots, x_div, y);
+  } else {
+    k_.GemmExperts(r, w, *in, moe_ids_, n_slots, x_div, y);
   }
-  k_.GemmExperts(r, w, xq_, moe_ids_, n_slots, x_div, y);
 }
 
-// Every step per token or per slot, so a token's row does not depend on its batch. Each slot
-// reads its expert's rows itself: tokens of a batch that chose the same expert do not share
-// the read (no grouping by expert yet; a prefill reads n x k experts' rows).
+// Every step per token or per slot, so a token's row does not depend on its batch. A batch of
+// several tokens groups its slots by expert (GroupSlots) and the expert GEMMs read each
+// selected expert's rows once per tile of up to 8 slots that chose it; a slot's result is the
+// same bits either way (gemm.glsl).
 void VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n) {
   const int64_t k = c_.n_expert_used;
   Gemm(r, l.router, xn_, n, moe_logits_);
@@ -341,6 +354,7 @@ void VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n) {
   rp.scale = c_.expert_weights_scale;
   k_.Route(r, moe_logits_, l.router_b.valid() ? &l.router_b : nullptr, moe_ids_, moe_weights_, n,
            rp);
+  if (n * k > k) k_.GroupSlots(r, moe_ids_, moe_order_, moe_tiles_, n * k, c_.n_expert);
   GemmExperts(r, l.exp_gate, xn_, n, n * k, k, moe_gate_);
   GemmExperts(r, l.exp_up, xn_, n, n * k, k, moe_up_);
   if (l.exp_gate_b.valid()) {

@@ -229,6 +229,7 @@ StatusOr<Kernels> Kernels::Create(Context* ctx) {
     UF_ASSIGN_OR_RETURN(k.gemm_[0][type], ctx->GetPipeline(std::string("gemm1_") + name, 3));
     UF_ASSIGN_OR_RETURN(k.gemm_[1][type], ctx->GetPipeline(std::string("gemm8_") + name, 3));
     UF_ASSIGN_OR_RETURN(k.gemmx_[type], ctx->GetPipeline(std::string("gemmx_") + name, 4));
+    UF_ASSIGN_OR_RETURN(k.gemmg_[type], ctx->GetPipeline(std::string("gemmg_") + name, 5));
   }
   UF_ASSIGN_OR_RETURN(k.quantize_, ctx->GetPipeline("quantize_q8_0", 2));
   UF_ASSIGN_OR_RETURN(k.rmsnorm_, ctx->GetPipeline("rmsnorm", 3));
@@ -244,6 +245,7 @@ StatusOr<Kernels> Kernels::Create(Context* ctx) {
   UF_ASSIGN_OR_RETURN(k.topk_, ctx->GetPipeline("topk", 2));
   UF_ASSIGN_OR_RETURN(k.copy_rows_, ctx->GetPipeline("copy_rows", 3));
   UF_ASSIGN_OR_RETURN(k.route_, ctx->GetPipeline("route", 4));
+  UF_ASSIGN_OR_RETURN(k.moe_group_, ctx->GetPipeline("moe_group", 3));
   UF_ASSIGN_OR_RETURN(k.moe_sum_, ctx->GetPipeline("moe_sum", 5));
   UF_ASSIGN_OR_RETURN(k.swiglu_oai_, ctx->GetPipeline("swiglu_oai", 5));
   return k;
@@ -279,29 +281,62 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
               static_cast<uint32_t>((n + kTile - 1) / kTile));
 }
 
+namespace {
+
+// The push constants of gemmx_* and gemmg_*.
+struct ExpertPush {
+  uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, x_div;
+};
+ExpertPush MakeExpertPush(const GpuMatrix& w, int64_t n_slots, int64_t x_div) {
+  const bool k_quant = w.type == GgmlType::kQ6_K || w.type == GgmlType::kQ4_K;
+  const bool q8 = TakesQ8Activation(w.type);
+  const auto blocks = static_cast<uint32_t>(w.cols / (k_quant ? 256 : 32));
+  const uint32_t n_x = static_cast<uint32_t>((n_slots + x_div - 1) / x_div);  // activation rows
+  return {static_cast<uint32_t>(w.rows),
+          k_quant || q8 ? blocks : static_cast<uint32_t>(w.cols),
+          w.d_off,
+          static_cast<uint32_t>(n_slots),
+          q8 ? blocks * 8 : static_cast<uint32_t>(w.cols),
+          q8 ? n_x * blocks * 8 : 0u,
+          0u,
+          static_cast<uint32_t>(w.rows),
+          static_cast<uint32_t>(x_div)};
+}
+
+}  // namespace
+
+void Kernels::GroupSlots(Recorder* r, const Buffer& ids, const Buffer& order, const Buffer& tiles,
+                         int64_t n_slots, int64_t n_expert) const {
+  UF_CHECK(n_expert <= kMaxExperts) << n_expert << " experts";
+  const struct {
+    uint32_t n_slots, n_expert, max_tiles;
+  } push{static_cast<uint32_t>(n_slots), static_cast<uint32_t>(n_expert),
+         static_cast<uint32_t>(MaxExpertTiles(n_slots, n_expert))};
+  r->Dispatch(*moe_group_, {ids, order, tiles}, push, 1);
+}
+
+void Kernels::GemmExpertsGrouped(Recorder* r, const GpuMatrix& w, const Buffer& x,
+                                 const Buffer& tiles, const Buffer& order, int64_t n_slots,
+                                 int64_t x_div, const Buffer& y) const {
+  const int64_t max_tiles = MaxExpertTiles(n_slots, w.n_experts);
+  UF_CHECK(n_slots >= 1 && max_tiles <= 65535 && x_div >= 1) << "expert slots " << n_slots;
+  uint32_t gx, gy;
+  Grid((w.rows + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
+  const auto it = gemmg_.find(w.type);
+  UF_CHECK(it != gemmg_.end()) << "no grouped expert GEMM for " << GgmlTypeName(w.type);
+  r->Dispatch(*it->second, {w.buffer, x, y, tiles, order}, MakeExpertPush(w, n_slots, x_div), gx,
+              gy, static_cast<uint32_t>(max_tiles));
+}
+
 void Kernels::GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, const Buffer& ids,
                           int64_t n_slots, int64_t x_div, const Buffer& y) const {
   UF_CHECK(n_slots >= 1 && n_slots <= 65535 && x_div >= 1) << "expert slots " << n_slots;
   uint32_t gx, gy;
   Grid((w.rows + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
-  const bool k_quant = w.type == GgmlType::kQ6_K || w.type == GgmlType::kQ4_K;
-  const bool q8 = TakesQ8Activation(w.type);
-  const auto blocks = static_cast<uint32_t>(w.cols / (k_quant ? 256 : 32));
-  const uint32_t n_x = static_cast<uint32_t>((n_slots + x_div - 1) / x_div);  // activation rows
-  struct {
-    uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, x_div;
-  } push{static_cast<uint32_t>(w.rows),
-         k_quant || q8 ? blocks : static_cast<uint32_t>(w.cols),
-         w.d_off,
-         static_cast<uint32_t>(n_slots),
-         q8 ? blocks * 8 : static_cast<uint32_t>(w.cols),
-         q8 ? n_x * blocks * 8 : 0u,
-         0u,
-         static_cast<uint32_t>(w.rows),
-         static_cast<uint32_t>(x_div)};
   const auto it = gemmx_.find(w.type);
   UF_CHECK(it != gemmx_.end()) << "no expert GEMM for " << GgmlTypeName(w.type);
-  r->Dispatch(*it->second, {w.buffer, x, y, ids}, push, gx, gy, static_cast<uint32_t>(n_slots));
+  r->Dispatch(*it->second, {w.buffer, x, y, ids}, MakeExpertPush(w, n_slots, x_div), gx, gy,
+              static_cast<uint32_t>(n_slots));
 }
 
 void Kernels::Route(Recorder* r, const Buffer& logits, const Buffer* bias, const Buffer& ids,

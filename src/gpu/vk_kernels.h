@@ -3,6 +3,7 @@
 // src/kernels that tests/gpu_kernels_test.cc compares it with.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <span>
@@ -81,6 +82,20 @@ class Kernels {
   // slots that share it (each slot reads its rows again).
   void GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, const Buffer& ids,
                    int64_t n_slots, int64_t x_div, const Buffer& y) const;
+  // The slots of a batch grouped by expert (moe_group.comp): order = the n_slots slots sorted by
+  // expert, tiles = max_tiles (expert, first index into order, count <= 8) triples, unused ones
+  // with count 0. max_tiles: MaxExpertTiles.
+  static constexpr int64_t kMaxExperts = 512;
+  static int64_t MaxExpertTiles(int64_t n_slots, int64_t n_expert) {
+    return (n_slots + 7) / 8 + std::min(n_slots, n_expert);
+  }
+  void GroupSlots(Recorder* r, const Buffer& ids, const Buffer& order, const Buffer& tiles,
+                  int64_t n_slots, int64_t n_expert) const;
+  // GemmExperts over the tiles of GroupSlots (gemmg_*): each expert's rows are read once per
+  // tile of up to 8 slots that chose it; every slot's row the same bits as GemmExperts gives.
+  void GemmExpertsGrouped(Recorder* r, const GpuMatrix& w, const Buffer& x, const Buffer& tiles,
+                          const Buffer& order, int64_t n_slots, int64_t x_div,
+                          const Buffer& y) const;
   // The router (route.comp): for each of n tokens, from its n_expert logits (plus bias when
   // has_bias), its k experts (best first, ties to the lower index) into ids[t * k + i] and their
   // weights into weights[t * k + i], as model::Decoder::Route computes them.
@@ -152,6 +167,8 @@ class Kernels {
   // [0]: one token (gemm1_*), [1]: tiles of 8 (gemm8_*), per weight type.
   std::map<GgmlType, const Pipeline*> gemm_[2];
   std::map<GgmlType, const Pipeline*> gemmx_;  // stacked experts, one slot per z
+  std::map<GgmlType, const Pipeline*> gemmg_;  // stacked experts, a tile of one expert per z
+  const Pipeline* moe_group_ = nullptr;
   const Pipeline* route_ = nullptr;
   const Pipeline* moe_sum_ = nullptr;
   const Pipeline* swiglu_oai_ = nullptr;

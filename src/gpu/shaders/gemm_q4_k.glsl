@@ -13,7 +13,7 @@ uint W4(uint i) { return w[i]; }
 
 void main() {
   const uint row = SubgroupRow();
-  if (row >= p.rows) return;
+  if (row >= p.rows || Skip()) return;
   const uint wrow = WRow(row);  // the weight row (its expert's, for gemmx_*)
   const uint blocks = p.cols;
   const uint t0 = TileStart();
@@ -34,7 +34,7 @@ void main() {
       wq[2 * g + 1] = (d * sc) * float(q >> 4) - dmin * m;
     }
     [[unroll]] for (uint t = 0; t < kTile; ++t) {
-      if (t0 + t < p.n) {
+      if (InBatch(t0 + t)) {
         const uint xb = XTok(t0 + t) * p.x_stride + b * 256 + l;
         float s = 0.0;
         for (uint g = 0; g < 4; ++g) {

@@ -10,7 +10,7 @@ layout(std430, binding = 1) readonly buffer X { uint xq[]; };
 
 void main() {
   const uint row = SubgroupRow();
-  if (row >= p.rows) return;
+  if (row >= p.rows || Skip()) return;
   const uint wrow = WRow(row);  // the weight row (its expert's, for gemmx_*)
   const uint blocks = p.cols;
   const uint t0 = TileStart();
@@ -22,7 +22,7 @@ void main() {
     for (uint k = 0; k < 8; ++k) wv[k] = int(w[wb + k]);
     const float wd = uintBitsToFloat(w[p.w_d_off + wrow * blocks + b]);
     [[unroll]] for (uint t = 0; t < kTile; ++t) {
-      if (t0 + t < p.n) {
+      if (InBatch(t0 + t)) {
         const uint xb = XTok(t0 + t) * p.x_stride + b * 8;
         int s = 0;
         for (uint k = 0; k < 8; ++k) {
