@@ -122,7 +122,7 @@ TEST_F(GpuKernelsTest, DeviceIsListed) {
 
 constexpr GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
                                   GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K,
-                                  GgmlType::kQ6_K};
+                                  GgmlType::kQ6_K, GgmlType::kMXFP4};
 
 // Each weight type's GEMM over 3 tokens against kernels::MatMul on the same weights (rows not a
 // multiple of the rows per workgroup, so the tail is covered), and the recorder replayed. F32,
@@ -206,6 +206,73 @@ TEST_F(GpuKernelsTest, GemmRowsDoNotDependOnBatchSize) {
       EXPECT_EQ(std::memcmp(by_n[i].data(), by_n[0].data(), rows * 4), 0) << "batch " << i;
       const size_t common = std::min(by_n[i].size(), by_n[i - 1].size());
       EXPECT_EQ(std::memcmp(by_n[i].data(), by_n[i - 1].data(), common * 4), 0) << "batch " << i;
+    }
+  }
+}
+
+// The expert GEMM (gemmx_*) over a stacked upload of 3 experts: each (token, rank) slot's row
+// is bit for bit the one-token GEMM (gemm1_*) of its expert's matrix alone on its token's
+// activation, for every weight type; gate/up (x_div = k: the token's row) and down (x_div = 1:
+// the slot's own row). The grouped form (GroupSlots, gemmg_*: 22 slots, 6-9 per expert, so
+// full and partial tiles of 8) gives the same bits.
+TEST_F(GpuKernelsTest, ExpertGemmEqualsEachExpertsGemm) {
+  const int64_t rows = 37, cols = 256, n_exp = 3, n = 11, k = 2;
+  std::vector<uint32_t> ids(n * k);  // [n][k], the two of a token different
+  for (int64_t t = 0; t < n; ++t) {
+    ids[t * k] = static_cast<uint32_t>((5 * t + 1) % n_exp);
+    ids[t * k + 1] = static_cast<uint32_t>((ids[t * k] + 1 + t % 2) % n_exp);
+  }
+  const std::vector<float> x = Random(n * k * cols, 32);
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    std::vector<std::vector<uint8_t> > data(n_exp);
+    std::vector<kernels::Matrix> experts;
+    for (int64_t e = 0; e < n_exp; ++e) {
+      experts.push_back(Quantized(type, Random(rows * cols, 40 + e, 0.5f), rows, cols, &data[e]));
+    }
+    auto stacked = UploadExperts(ctx_, experts);
+    ASSERT_TRUE(stacked.ok()) << stacked.status().ToString();
+    EXPECT_EQ(stacked->rows, rows);
+    EXPECT_EQ(stacked->n_experts, n_exp);
+    const bool q8 = TakesQ8Activation(type);
+    Buffer idb = Empty(ids.size() * 4);
+    ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), ids.size() * 4).ok());
+    for (int64_t x_div : {k, int64_t{1}}) {
+      const int64_t n_x = n * k / x_div;
+      Buffer xb = Floats(std::vector<float>(x.begin(), x.begin() + n_x * cols));
+      Buffer xq = Empty(Q8ActivationBytes(n_x * cols)), y = Empty(n * k * rows * 4);
+      Recorder rec(ctx_);
+      if (q8) kernels_->Quantize(&rec, xb, 0, n_x * cols, xq);
+      kernels_->GemmExperts(&rec, *stacked, q8 ? xq : xb, idb, n * k, x_div, y);
+      ASSERT_TRUE(rec.Finish().ok());
+      ASSERT_TRUE(rec.Run().ok());
+      const std::vector<float> got = Read(y, n * k * rows);
+      Buffer order = Empty(n * k * 4), tiles = Empty(Kernels::MaxExpertTiles(n * k, n_exp) * 12);
+      Buffer yg = Empty(n * k * rows * 4);
+      Recorder rg(ctx_);
+      if (q8) kernels_->Quantize(&rg, xb, 0, n_x * cols, xq);
+      kernels_->GroupSlots(&rg, idb, order, tiles, n * k, n_exp);
+      kernels_->GemmExpertsGrouped(&rg, *stacked, q8 ? xq : xb, tiles, order, n * k, x_div, yg);
+      ASSERT_TRUE(rg.Finish().ok());
+      ASSERT_TRUE(rg.Run().ok());
+      EXPECT_EQ(std::memcmp(Read(yg, n * k * rows).data(), got.data(), got.size() * 4), 0)
+          << "grouped slots differ, x_div " << x_div;
+      for (int64_t slot = 0; slot < n * k; ++slot) {
+        auto one = UploadMatrix(ctx_, experts[ids[slot]]);
+        ASSERT_TRUE(one.ok());
+        const int64_t row = slot / x_div;
+        Buffer x1 =
+            Floats(std::vector<float>(x.begin() + row * cols, x.begin() + (row + 1) * cols));
+        Buffer x1q = Empty(Q8ActivationBytes(cols)), y1 = Empty(rows * 4);
+        Recorder r1(ctx_);
+        if (q8) kernels_->Quantize(&r1, x1, 0, cols, x1q);
+        kernels_->Gemm(&r1, *one, q8 ? x1q : x1, 1, y1);
+        ASSERT_TRUE(r1.Finish().ok());
+        ASSERT_TRUE(r1.Run().ok());
+        const std::vector<float> want = Read(y1, rows);
+        EXPECT_EQ(std::memcmp(got.data() + slot * rows, want.data(), rows * 4), 0)
+            << "slot " << slot << " x_div " << x_div;
+      }
     }
   }
 }

@@ -1,5 +1,6 @@
-// GpuForward and GpuDecoder on Vulkan: the llama / qwen2 / qwen3 forward for a batch of tokens,
-// recorded once per batch shape (about 14 dispatches per layer) and replayed.
+// GpuForward and GpuDecoder on Vulkan: the llama / qwen2 / qwen3 / qwen3moe / Mixtral / gpt-oss
+// forward for a batch of tokens, recorded once per batch shape (about 14 dispatches per layer,
+// 18 with experts) and replayed.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,7 +18,11 @@ namespace {
 
 struct LayerBuffers {
   Buffer attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
+  // gpt-oss: the output projection's bias, the sink logits, the router's and experts' biases.
+  Buffer bo, sinks, router_b, exp_gate_b, exp_up_b, exp_down_b;
   GpuMatrix wq, wk, wv, wo, gate, up, down;
+  // Mixture of experts: the router and each of gate, up and down as one stacked matrix.
+  GpuMatrix router, exp_gate, exp_up, exp_down;
 };
 
 // Recordings kept at once; past this the oldest shapes are recorded again when they come back.
@@ -71,6 +76,7 @@ class VulkanForward final : public GpuForward {
  private:
   StatusOr<Buffer> Vector(const std::vector<float>& v);
   StatusOr<GpuMatrix> Matrix(const kernels::Matrix& w, const std::string& name);
+  StatusOr<GpuMatrix> Experts(const std::vector<kernels::Matrix>& w, const std::string& name);
   Status Prepare(const model::Batch& batch);
   // The forward; with greedy set, the rows' arg-max into greedy[] instead of logits_.
   Status Run(const model::Batch& batch, int32_t* greedy);
@@ -79,6 +85,13 @@ class VulkanForward final : public GpuForward {
   // y = W x for n tokens, quantizing x into xq_ first when W takes Q8_0 activations and xq_
   // does not hold x yet.
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y);
+  // The same for stacked experts: n_slots slots reading activation rows slot / x_div of x
+  // (n_x rows in all), experts from ids_.
+  void GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n_x, int64_t n_slots,
+                   int64_t x_div, const Buffer& y);
+  // The mixture-of-experts FFN of layer il from xn_ into y_: router product, routing, the
+  // selected experts' gate/up, SwiGLU, down, the weighted sum; no host round trip.
+  void RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n);
 
   const model::Model& model_;
   const model::ModelConfig& c_;
@@ -96,7 +109,12 @@ class VulkanForward final : public GpuForward {
   // block tables [max_seqs][max_blocks], outs_ the batch rows that want logits.
   Buffer tok_, bt_, outs_;
   Buffer cs_, x_, xn_, xq_, q_, kbuf_, vbuf_, attn_, y_, gate_, up_, scores_, cache_dev_, xo_;
-  Buffer part_;          // split attention's partial sums (o_.attention_chunk)
+  Buffer part_;  // split attention's partial sums (o_.attention_chunk)
+  // Mixture of experts: router logits [max_batch][n_expert]; per (token, rank) slot the expert
+  // and its weight [max_batch][k]; per slot the gate/up rows [.][n_ff_exp] and the output [.][e].
+  Buffer moe_logits_, moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_out_;
+  // Batches of several tokens: the slots sorted by expert and their tiles (GroupSlots).
+  Buffer moe_order_, moe_tiles_;
   int64_t chunk_ = 0;    // positions per attention workgroup; 0: unsplit
   Buffer logits_dev_;    // host-visible: the rows Forward copies out
   Buffer logits_local_;  // device-local: the rows ForwardGreedy reduces on the device
@@ -131,11 +149,15 @@ StatusOr<GpuMatrix> VulkanForward::Matrix(const kernels::Matrix& w, const std::s
   return std::move(*m);
 }
 
+StatusOr<GpuMatrix> VulkanForward::Experts(const std::vector<kernels::Matrix>& w,
+                                           const std::string& name) {
+  auto m = UploadExperts(ctx_.get(), w);
+  if (!m.ok()) return Status(m.status().code(), name + ": " + m.status().message());
+  return std::move(*m);
+}
+
 Status VulkanForward::Init(const DeviceSpec& device) {
   const engine::KvCacheOptions& co = cache_->options();
-  if (c_.is_moe()) {
-    return UnimplementedError("the Vulkan backend does not run mixture-of-experts models yet");
-  }
   if (co.n_layer != c_.n_layer || co.n_head_kv != c_.n_head_kv || co.head_dim != c_.head_dim) {
     return InvalidArgumentError("gpu forward: kv cache shape does not match the model");
   }
@@ -172,6 +194,17 @@ Status VulkanForward::Init(const DeviceSpec& device) {
       UF_ASSIGN_OR_RETURN(b.bk, Vector(l.bk));
       UF_ASSIGN_OR_RETURN(b.bv, Vector(l.bv));
     }
+    const auto optional = [&](const std::vector<float>& v, Buffer* out) -> Status {
+      if (v.empty()) return OkStatus();
+      UF_ASSIGN_OR_RETURN(*out, Vector(v));
+      return OkStatus();
+    };
+    UF_RETURN_IF_ERROR(optional(l.bo, &b.bo));
+    UF_RETURN_IF_ERROR(optional(l.attn_sinks, &b.sinks));
+    UF_RETURN_IF_ERROR(optional(l.router_b, &b.router_b));
+    UF_RETURN_IF_ERROR(optional(l.exp_gate_b, &b.exp_gate_b));
+    UF_RETURN_IF_ERROR(optional(l.exp_up_b, &b.exp_up_b));
+    UF_RETURN_IF_ERROR(optional(l.exp_down_b, &b.exp_down_b));
     if (!l.q_norm.empty()) {
       UF_ASSIGN_OR_RETURN(b.q_norm, Vector(l.q_norm));
       UF_ASSIGN_OR_RETURN(b.k_norm, Vector(l.k_norm));
@@ -180,9 +213,16 @@ Status VulkanForward::Init(const DeviceSpec& device) {
     UF_ASSIGN_OR_RETURN(b.wk, Matrix(l.wk, p + "attn_k.weight"));
     UF_ASSIGN_OR_RETURN(b.wv, Matrix(l.wv, p + "attn_v.weight"));
     UF_ASSIGN_OR_RETURN(b.wo, Matrix(l.wo, p + "attn_output.weight"));
-    UF_ASSIGN_OR_RETURN(b.gate, Matrix(l.gate, p + "ffn_gate.weight"));
-    UF_ASSIGN_OR_RETURN(b.up, Matrix(l.up, p + "ffn_up.weight"));
-    UF_ASSIGN_OR_RETURN(b.down, Matrix(l.down, p + "ffn_down.weight"));
+    if (!l.exp_gate.empty()) {
+      UF_ASSIGN_OR_RETURN(b.router, Matrix(l.router, p + "ffn_gate_inp.weight"));
+      UF_ASSIGN_OR_RETURN(b.exp_gate, Experts(l.exp_gate, p + "ffn_gate_exps.weight"));
+      UF_ASSIGN_OR_RETURN(b.exp_up, Experts(l.exp_up, p + "ffn_up_exps.weight"));
+      UF_ASSIGN_OR_RETURN(b.exp_down, Experts(l.exp_down, p + "ffn_down_exps.weight"));
+    } else {
+      UF_ASSIGN_OR_RETURN(b.gate, Matrix(l.gate, p + "ffn_gate.weight"));
+      UF_ASSIGN_OR_RETURN(b.up, Matrix(l.up, p + "ffn_up.weight"));
+      UF_ASSIGN_OR_RETURN(b.down, Matrix(l.down, p + "ffn_down.weight"));
+    }
     layers_.push_back(std::move(b));
   }
   UF_ASSIGN_OR_RETURN(output_norm_, Vector(w.output_norm));
@@ -224,20 +264,39 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   }
   const int64_t mb = o_.max_batch, mo = o_.max_outputs;
   const int64_t widest = std::max({c_.n_embd, c_.q_dim(), c_.n_ff});
+  const int64_t n_ff = std::max<int64_t>(c_.n_ff, 1);  // a MoE model may have no dense FFN
+  const int64_t slots = c_.is_moe() ? mb * c_.n_expert_used : 0;
+  if (slots > 65535 || Kernels::MaxExpertTiles(slots, c_.n_expert) > 65535) {
+    return InvalidArgumentError("gpu forward: max_batch x experts used must be at most 65535");
+  }
+  if (c_.n_expert > Kernels::kMaxExperts) {
+    return UnimplementedError("the Vulkan backend runs at most 512 experts a layer");
+  }
   const auto dev = [&](uint64_t bytes) { return ctx_->CreateBuffer(bytes, Memory::kDevice); };
   UF_ASSIGN_OR_RETURN(tok_, ctx_->CreateBuffer(mb * 16, Memory::kHost));
   UF_ASSIGN_OR_RETURN(bt_, ctx_->CreateBuffer(co.max_seqs * max_blocks_ * 4, Memory::kHost));
   UF_ASSIGN_OR_RETURN(outs_, ctx_->CreateBuffer(mo * 4, Memory::kHost));
   UF_ASSIGN_OR_RETURN(x_, dev(mb * c_.n_embd * 4));
   UF_ASSIGN_OR_RETURN(xn_, dev(mb * c_.n_embd * 4));
-  UF_ASSIGN_OR_RETURN(xq_, dev(Q8ActivationBytes(mb * (widest + 31))));
+  UF_ASSIGN_OR_RETURN(
+      xq_, dev(Q8ActivationBytes(std::max(mb * (widest + 31), slots * c_.n_ff_exp + 31))));
   UF_ASSIGN_OR_RETURN(q_, dev(mb * c_.q_dim() * 4));
   UF_ASSIGN_OR_RETURN(kbuf_, dev(mb * c_.kv_dim() * 4));
   UF_ASSIGN_OR_RETURN(vbuf_, dev(mb * c_.kv_dim() * 4));
   UF_ASSIGN_OR_RETURN(attn_, dev(mb * c_.q_dim() * 4));
   UF_ASSIGN_OR_RETURN(y_, dev(mb * c_.n_embd * 4));
-  UF_ASSIGN_OR_RETURN(gate_, dev(mb * c_.n_ff * 4));
-  UF_ASSIGN_OR_RETURN(up_, dev(mb * c_.n_ff * 4));
+  UF_ASSIGN_OR_RETURN(gate_, dev(mb * n_ff * 4));
+  UF_ASSIGN_OR_RETURN(up_, dev(mb * n_ff * 4));
+  if (c_.is_moe()) {
+    UF_ASSIGN_OR_RETURN(moe_logits_, dev(mb * c_.n_expert * 4));
+    UF_ASSIGN_OR_RETURN(moe_ids_, dev(slots * 4));
+    UF_ASSIGN_OR_RETURN(moe_weights_, dev(slots * 4));
+    UF_ASSIGN_OR_RETURN(moe_gate_, dev(slots * c_.n_ff_exp * 4));
+    UF_ASSIGN_OR_RETURN(moe_up_, dev(slots * c_.n_ff_exp * 4));
+    UF_ASSIGN_OR_RETURN(moe_out_, dev(slots * c_.n_embd * 4));
+    UF_ASSIGN_OR_RETURN(moe_order_, dev(slots * 4));
+    UF_ASSIGN_OR_RETURN(moe_tiles_, dev(Kernels::MaxExpertTiles(slots, c_.n_expert) * 12));
+  }
   UF_ASSIGN_OR_RETURN(cache_dev_, dev(cache_words * 4));
   if (o_.attention_chunk < 0 || o_.attention_chunk > Kernels::kMaxAttentionChunk) {
     return InvalidArgumentError("gpu forward: attention_chunk must be in [0, " +
@@ -287,6 +346,54 @@ void VulkanForward::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64
   k_.Gemm(r, w, xq_, n, y);
 }
 
+void VulkanForward::GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n_x,
+                                int64_t n_slots, int64_t x_div, const Buffer& y) {
+  const Buffer* in = &x;
+  if (TakesQ8Activation(w.type)) {
+    if (xq_holds_ != &x) {
+      k_.Quantize(r, x, 0, n_x * w.cols, xq_);
+      xq_holds_ = &x;
+    }
+    in = &xq_;
+  }
+  // One token: its k slots have k different experts, nothing to group.
+  if (n_slots > c_.n_expert_used) {
+    k_.GemmExpertsGrouped(r, w, *in, moe_tiles_, moe_order_, n_slots, x_div, y);
+  } else {
+    k_.GemmExperts(r, w, *in, moe_ids_, n_slots, x_div, y);
+  }
+}
+
+// Every step per token or per slot, so a token's row does not depend on its batch. A batch of
+// several tokens groups its slots by expert (GroupSlots) and the expert GEMMs read each
+// selected expert's rows once per tile of up to 8 slots that chose it; a slot's result is the
+// same bits either way (gemm.glsl).
+void VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n) {
+  const int64_t k = c_.n_expert_used;
+  Gemm(r, l.router, xn_, n, moe_logits_);
+  Kernels::RouteParams rp;
+  rp.n_expert = c_.n_expert;
+  rp.k = k;
+  rp.softmax_all = c_.expert_gating == model::ExpertGating::kSoftmax;
+  rp.norm = c_.expert_weights_norm;
+  rp.scale = c_.expert_weights_scale;
+  k_.Route(r, moe_logits_, l.router_b.valid() ? &l.router_b : nullptr, moe_ids_, moe_weights_, n,
+           rp);
+  if (n * k > k) k_.GroupSlots(r, moe_ids_, moe_order_, moe_tiles_, n * k, c_.n_expert);
+  GemmExperts(r, l.exp_gate, xn_, n, n * k, k, moe_gate_);
+  GemmExperts(r, l.exp_up, xn_, n, n * k, k, moe_up_);
+  if (l.exp_gate_b.valid()) {
+    k_.SwiGluOai(r, moe_gate_, moe_up_, l.exp_gate_b, l.exp_up_b, moe_ids_, n * k, c_.n_ff_exp);
+  } else {
+    k_.SwiGlu(r, moe_gate_, moe_up_, moe_gate_, n * k * c_.n_ff_exp);
+  }
+  xq_holds_ = nullptr;  // xq_ is the down product's activation from here
+  GemmExperts(r, l.exp_down, moe_gate_, n * k, n * k, 1, moe_out_);
+  const bool down_b = l.exp_down_b.valid();
+  k_.MoeSum(r, moe_out_, moe_weights_, y_, n, k, c_.n_embd, down_b ? &l.exp_down_b : nullptr,
+            down_b ? &moe_ids_ : nullptr);
+}
+
 Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
   const int64_t e = c_.n_embd, hd = c_.head_dim;
   const bool neox = c_.rope_type == model::RopeType::kNeox;
@@ -324,18 +431,24 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
     k_.Rope(r, kbuf_, cs_, tok_, n, c_.n_head_kv, hd, c_.rope_dim, neox);
     as.k_off = static_cast<uint32_t>(il * layer_words);
     as.v_off = static_cast<uint32_t>(il * layer_words + layer_words / 2);
+    as.window = c_.IsSwaLayer(il) ? c_.n_swa : 0;
     k_.KvStore(r, kbuf_, vbuf_, cache_dev_, tok_, n, as);
-    k_.Attention(r, q_, cache_dev_, scores_, attn_, tok_, bt_, n, as,
-                 chunk_ > 0 ? &part_ : nullptr);
+    k_.Attention(r, q_, cache_dev_, scores_, attn_, tok_, bt_, n, as, chunk_ > 0 ? &part_ : nullptr,
+                 l.sinks.valid() ? &l.sinks : nullptr);
     Gemm(r, l.wo, attn_, n, y_);
+    if (l.bo.valid()) k_.Add(r, l.bo, 0, y_, 0, n * e, e);
     k_.Add(r, y_, 0, x_, 0, n * e);
     k_.RmsNorm(r, x_, 0, l.ffn_norm, xn_, 0, n, e, c_.rms_eps);
     xq_holds_ = nullptr;
-    Gemm(r, l.gate, xn_, n, gate_);
-    Gemm(r, l.up, xn_, n, up_);
-    k_.SwiGlu(r, gate_, up_, gate_, n * c_.n_ff);
-    xq_holds_ = nullptr;  // gate_ was rewritten
-    Gemm(r, l.down, gate_, n, y_);
+    if (l.exp_gate.buffer.valid()) {
+      RecordMoe(r, l, n);
+    } else {
+      Gemm(r, l.gate, xn_, n, gate_);
+      Gemm(r, l.up, xn_, n, up_);
+      k_.SwiGlu(r, gate_, up_, gate_, n * c_.n_ff);
+      xq_holds_ = nullptr;  // gate_ was rewritten
+      Gemm(r, l.down, gate_, n, y_);
+    }
     k_.Add(r, y_, 0, x_, 0, n * e);
   }
   if (n_out > 0) {

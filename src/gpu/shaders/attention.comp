@@ -15,6 +15,10 @@
 // part ([n][n_head][n_chunks][head_dim + 2]); attention_combine.comp rescales and adds them. The
 // chunks depend only on the token's position, never on the batch, so a decode row still equals
 // its verify row; with one chunk the result is the unsplit kernel's to the bit.
+// gpt-oss: with window > 0 (a sliding-window layer) a token at pos sees positions
+// pos - window + 1..pos only (chunks wholly before them do nothing; the combine skips them);
+// with has_sinks, head h's learned sink logit sinks[h] is a key with no value: e^(sink - max)
+// joins the softmax's denominator (here unsplit, in the combine when split).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -26,11 +30,13 @@ layout(std430, binding = 3) writeonly buffer O { float o[]; };
 layout(std430, binding = 4) readonly buffer Tok { uint tok[]; };
 layout(std430, binding = 5) readonly buffer BT { int bt[]; };
 layout(std430, binding = 6) writeonly buffer Part { float part[]; };
+layout(std430, binding = 7) readonly buffer Sinks { float sinks[]; };
 layout(push_constant) uniform P {
   uint n_head, n_head_kv, head_dim, n_rows, k_off, v_off;
   float scale;
   uint block_size, max_blocks, max_len, row_words, q8;
   uint chunk, n_chunks;  // chunk 0: the whole context in one workgroup, written to o
+  uint window, has_sinks;
 } p;
 
 // Values 2i and 2i + 1 of the cache row at word rb.
@@ -66,7 +72,9 @@ void main() {
   const uint token = gl_WorkGroupID.y;
   const uint lid = gl_LocalInvocationID.x;
   const uint n_keys = tok[4 * token + 1] + 1, seq = tok[4 * token + 3];
-  const uint t0 = c * p.chunk, t1 = p.chunk == 0 ? n_keys : min(t0 + p.chunk, n_keys);
+  const uint first = p.window != 0 && n_keys > p.window ? n_keys - p.window : 0;
+  const uint t0 = max(c * p.chunk, first);
+  const uint t1 = p.chunk == 0 ? n_keys : min(c * p.chunk + p.chunk, n_keys);
   if (t0 >= t1) return;  // past this token's positions (the whole workgroup)
   const uint kvh = h / (p.n_head / p.n_head_kv);
   const uint hp = p.head_dim / 2;
@@ -93,11 +101,12 @@ void main() {
     sum += e;
   }
   sum = WorkgroupSum(sum);
+  const float denom = p.chunk == 0 && p.has_sinks != 0 ? sum + exp(sinks[h] - mx) : sum;
   // The exponentials written above by other invocations must be visible before they are read.
   memoryBarrierBuffer();
   memoryBarrierShared();
   barrier();
-  const float inv = 1.0 / sum;
+  const float inv = 1.0 / denom;
   const uint pb = ((token * p.n_head + h) * nc + c) * (p.head_dim + 2);
   for (uint i = lid; i < hp; i += 64) {
     vec2 acc = vec2(0.0);
