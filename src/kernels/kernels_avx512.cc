@@ -34,9 +34,13 @@ inline __m512 LoadHalf16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// Requests the tile `ahead` tiles further on. The K-quant tiles carry so much arithmetic that
-// the hardware prefetcher fell behind: one thread streamed Q4_K at ~55% and Q6_K at ~46% of the
-// read bandwidth without this, ~95% and ~85% with it. (No gain measured for Q4_0 / Q8_0.)
+// Requests the tile two tiles further on (Q4_K only). On the Zen 4 VM this project measures on,
+// kernels_bench --threads=1 --clock=cpu on 768x2048 / 2048x768 matrices (the experts of
+// Qwen3-30B-A3B) streams Q4_K at 0.77-0.83 of the read bandwidth with it and 0.80-0.83 without
+// (kept: it was measured to help on an earlier host); Q6_K at 0.41-0.44 with it and 0.87-0.88
+// without: its 53 requests at the top of each tile stall on the core's miss buffers, and the
+// hardware prefetcher alone keeps up with Q6_K's front-to-back tile order. Per-line requests tied
+// to each load (as the AVX2 tier does) gave Q6_K 0.48-0.56 and Q4_K 0.57-0.66.
 template <typename Tile>
 inline void PrefetchAhead(const Tile* t) {
   const char* p = reinterpret_cast<const char*>(t + 2);
@@ -231,8 +235,7 @@ void RowTileQ6_K(const TileQ6_K* tiles, int64_t nb, const ActQ8_K* const* act, _
   const __m512i lo_mask = _mm512_set1_epi8(0x0F);
   const __m512i two_bits = _mm512_set1_epi8(0x33);
   for (int64_t b = 0; b < nb; ++b) {
-    const TileQ6_K& tl = tiles[b];
-    PrefetchAhead(&tl);
+    const TileQ6_K& tl = tiles[b];  // no software prefetch: see PrefetchAhead
     __m512i isum[NT];
     UF_UNROLL
     for (int t = 0; t < NT; ++t) isum[t] = _mm512_setzero_si512();
