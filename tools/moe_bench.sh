@@ -21,11 +21,11 @@ while getopts "t:r:n:p:h" opt; do
     r) rounds=$OPTARG ;;
     n) n_gen=$OPTARG ;;
     p) n_prompt=$OPTARG ;;
-    *) sed -n '2,15p' "$0"; exit 2 ;;
+    *) sed -n '2,14p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-[[ $# -ge 1 ]] || { sed -n '2,15p' "$0"; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,14p' "$0"; exit 2; }
 
 uf=${UF:-build/ultrafast}
 lb=${LLAMA_BENCH:-/tmp/llama.cpp/build/bin/llama-bench}
@@ -36,49 +36,56 @@ export LD_LIBRARY_PATH="$(dirname "$lb")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# One line "uf_tok_s roofline cpu_share" from `ultrafast bench --json`.
-uf_run() {  # model n_prompt n_gen
-  "$uf" bench -m "$1" -p "$2" -n "$3" -t "$threads" --reps 1 --json 2>/dev/null |
+# "tg_tok_s pp_tok_s roofline cpu_share" from one `ultrafast bench --json` (one load for both
+# halves: a full-size file takes many seconds to load and repack).
+uf_run() {  # model
+  "$uf" bench -m "$1" -p "$n_prompt" -n "$n_gen" -t "$threads" --reps 1 --json 2>/dev/null |
     python3 -c 'import json,sys; j=json.loads(sys.stdin.read().strip().splitlines()[-1])
-tg = j["tg_tok_s"]; pp = j["pp_tok_s"]
-print(pp if tg == 0 else tg, j.get("roofline_fraction", 0), j.get("tg_cpu_share", 0))'
+print(j["tg_tok_s"], j["pp_tok_s"], j.get("roofline_fraction", 0), j.get("tg_cpu_share", 0))'
 }
-# tok/s of one llama-bench test.
-lb_run() {  # model n_prompt n_gen
-  "$lb" -m "$1" -p "$2" -n "$3" -t "$threads" -r 1 -o json 2>/dev/null |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["avg_ts"])'
+# "tg_tok_s pp_tok_s" from one llama-bench run (0 for a half not run).
+lb_run() {  # model
+  "$lb" -m "$1" -p "$n_prompt" -n "$n_gen" -t "$threads" -r 1 -o json 2>/dev/null |
+    python3 -c 'import json,sys
+tg = pp = 0
+for r in json.load(sys.stdin):
+    if r["n_gen"] > 0: tg = r["avg_ts"]
+    else: pp = r["avg_ts"]
+print(tg, pp)'
 }
 
-printf '%-32s %9s %9s %6s %9s %6s | %9s %9s %6s\n' model uf_tg lcpp_tg ratio roofline cpu uf_pp$n_prompt \
-  lcpp_pp ratio
-for model in "$@"; do
-  : >"$tmp/tg" && : >"$tmp/pp"
-  for ((i = 0; i < rounds; ++i)); do
-    if ((n_gen > 0)); then
-      read -r u roof cpu < <(uf_run "$model" 0 "$n_gen")
-      l=$(lb_run "$model" 0 "$n_gen")
-      echo "$u $l $roof $cpu" >>"$tmp/tg"
-      printf "  round %d decode: ultrafast %.2f, llama.cpp %.2f tok/s\n" $((i + 1)) "$u" "$l" >&2
-    fi
-    if ((n_prompt > 0)); then
-      l=$(lb_run "$model" "$n_prompt" 0)  # the other engine first this time
-      read -r u _ _ < <(uf_run "$model" "$n_prompt" 0)
-      echo "$u $l" >>"$tmp/pp"
-      printf "  round %d prefill: ultrafast %.1f, llama.cpp %.1f tok/s\n" $((i + 1)) "$u" "$l" >&2
-    fi
-  done
-  python3 - "$model" "$tmp/tg" "$tmp/pp" <<'EOF'
+# Medians of the rounds in file $2 ("uf_tg lcpp_tg roofline cpu uf_pp lcpp_pp" per line).
+summarize() {  # model rounds_file
+  python3 -c '
 import os, statistics as st, sys
-model, tg, pp = sys.argv[1], sys.argv[2], sys.argv[3]
-def rows(p):
-    return [list(map(float, l.split())) for l in open(p) if l.strip()]
-def med(xs):
+rows = [list(map(float, l.split())) for l in open(sys.argv[2]) if l.strip()]
+def med(f):
+    xs = [x for x in map(f, rows) if x == x]
     return st.median(xs) if xs else float("nan")
-t, p = rows(tg), rows(pp)
-cols = [med([r[0] for r in t]), med([r[1] for r in t]), med([r[0] / r[1] for r in t]),
-        med([r[2] for r in t]), med([r[3] for r in t]),
-        med([r[0] for r in p]), med([r[1] for r in p]), med([r[0] / r[1] for r in p])]
+ratio = lambda a, b: a / b if b > 0 else float("nan")
+cols = (med(lambda r: r[0]), med(lambda r: r[1]), med(lambda r: ratio(r[0], r[1])),
+        med(lambda r: r[2]), med(lambda r: r[3]),
+        med(lambda r: r[4]), med(lambda r: r[5]), med(lambda r: ratio(r[4], r[5])))
 print("%-32s %9.2f %9.2f %6.2f %9.2f %6.2f | %9.1f %9.1f %6.2f" %
-      ((os.path.basename(model)[-32:],) + tuple(cols)))
-EOF
+      ((os.path.basename(sys.argv[1])[-32:],) + cols))' "$1" "$2"
+}
+
+printf '%-32s %9s %9s %6s %9s %6s | %9s %9s %6s\n' model uf_tg lcpp_tg ratio roofline cpu \
+  "uf_pp$n_prompt" lcpp_pp ratio
+for model in "$@"; do
+  : >"$tmp/rounds"
+  for ((i = 0; i < rounds; ++i)); do
+    # Alternate which engine goes first, so neither always runs right after the other.
+    if ((i % 2 == 0)); then
+      read -r ut up roof cpu < <(uf_run "$model")
+      read -r lt lp < <(lb_run "$model")
+    else
+      read -r lt lp < <(lb_run "$model")
+      read -r ut up roof cpu < <(uf_run "$model")
+    fi
+    echo "$ut $lt $roof $cpu $up $lp" >>"$tmp/rounds"
+    printf '  round %d: decode ultrafast %.2f, llama.cpp %.2f; prefill ultrafast %.1f, llama.cpp %.1f tok/s\n' \
+      $((i + 1)) "$ut" "$lt" "$up" "$lp" >&2
+  done
+  summarize "$model" "$tmp/rounds"
 done
