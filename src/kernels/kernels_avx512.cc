@@ -34,15 +34,16 @@ inline __m512 LoadHalf16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// Requests the tile `ahead` tiles further on. The K-quant tiles carry so much arithmetic that
-// the hardware prefetcher fell behind: one thread streamed Q4_K at ~55% and Q6_K at ~46% of the
-// read bandwidth without this, ~95% and ~85% with it. (No gain measured for Q4_0 / Q8_0.)
-template <typename Tile>
-inline void PrefetchAhead(const Tile* t) {
-  const char* p = reinterpret_cast<const char*>(t + 2);
-  UF_UNROLL
-  for (size_t i = 0; i < sizeof(Tile); i += 64) _mm_prefetch(p + i, _MM_HINT_T0);
-}
+// No software prefetch in the K-quant kernels. On the Zen 4 VM this project measures on,
+// kernels_bench --threads=1 --clock=cpu on 768x2048 / 2048x768 matrices (the experts of
+// Qwen3-30B-A3B) streamed Q6_K at 0.41-0.44 of the read bandwidth with a request for the tile
+// two tiles ahead at the top of each tile and 0.87-0.88 without (4096x4096: 0.45 -> 0.85; its
+// 53 requests at once stall on the core's miss buffers, and the hardware prefetcher alone keeps
+// up with the tiles' front-to-back order); Q4_K at 0.77-0.83 with it and 0.80-0.83 without, and
+// a cut-down Qwen3-30B-A3B decode went from 36-38 to 40-42 tokens per CPU-second without it
+// (its expert chunks are 37 KiB runs: requests past a chunk's end fetch lines another thread
+// reads). Per-line requests tied to each load, as the AVX2 tier makes, gave Q6_K 0.48-0.56 and
+// Q4_K 0.57-0.66. (An earlier host measured the opposite: ~55% -> ~95% for Q4_K with them.)
 
 // c ? a : b, bitwise.
 inline __m512i Select(__m512i c, __m512i a, __m512i b) {
@@ -166,7 +167,6 @@ void RowTileQ4_K(const TileQ4_K* tiles, int64_t nb, const ActQ8_K* const* act, _
   }
   for (int64_t b = 0; b < nb; ++b) {
     const TileQ4_K& tl = tiles[b];
-    PrefetchAhead(&tl);
     const __m512i d0 = Load(tl.scales[0]), d1 = Load(tl.scales[1]), d2 = Load(tl.scales[2]);
     const __m512i sc03 = _mm512_and_si512(d0, six_bits);
     const __m512i m03 = _mm512_and_si512(d1, six_bits);
@@ -232,7 +232,6 @@ void RowTileQ6_K(const TileQ6_K* tiles, int64_t nb, const ActQ8_K* const* act, _
   const __m512i two_bits = _mm512_set1_epi8(0x33);
   for (int64_t b = 0; b < nb; ++b) {
     const TileQ6_K& tl = tiles[b];
-    PrefetchAhead(&tl);
     __m512i isum[NT];
     UF_UNROLL
     for (int t = 0; t < NT; ++t) isum[t] = _mm512_setzero_si512();
