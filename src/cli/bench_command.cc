@@ -262,12 +262,14 @@ Status RunBench(const BenchOptions& o, const LoadedModel& loaded, ThreadPool* po
                                 " positions exceed the model's context of " +
                                 std::to_string(c.n_ctx_train));
   }
-  const engine::KvCacheOptions co =
-      CacheOptionsFor(c, seq_len, KvTypeOrDie("bench", o.kv_type), max_seqs);
-  UF_ASSIGN_OR_RETURN(std::unique_ptr<engine::KvCache> cache, engine::KvCache::Create(co));
   model::DecoderOptions dopts;
   // The depth is filled in chunks of up to 512 tokens.
   dopts.max_batch = std::max<int64_t>({o.n_prompt, max_seqs, o.depth > 0 ? 512 : 1});
+  engine::KvCacheOptions co =
+      CacheOptionsFor(c, seq_len, KvTypeOrDie("bench", o.kv_type), max_seqs);
+  // Every rep is rewound to the depth: the windowed layers keep what lies past it.
+  model::UseSlidingWindowPool(c, dopts.max_batch + seq_len - o.depth, &co);
+  UF_ASSIGN_OR_RETURN(std::unique_ptr<engine::KvCache> cache, engine::KvCache::Create(co));
   dopts.max_outputs = max_seqs;
   UF_ASSIGN_OR_RETURN(std::unique_ptr<model::Decoder> decoder,
                       model::Decoder::Create(m, cache.get(), dopts, pool));
