@@ -207,6 +207,7 @@ EngineStats Service::Stats() const {
   s.running = running_count_.load();
   s.kv_blocks_total = cache_->n_blocks();
   s.kv_block_bytes = static_cast<int64_t>(cache_->bytes_per_token()) * cache_->block_size();
+  s.kv_window_bytes = static_cast<int64_t>(cache_->swa_bytes());
   s.kv_blocks_used = kv_used_.load();
   s.kv_blocks_cached = kv_cached_.load();
   s.kv_blocks_free = kv_free_.load();
