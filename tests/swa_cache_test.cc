@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -15,6 +16,9 @@
 
 #include "base/thread_pool.h"
 #include "engine/kv_cache.h"
+#include "engine/service.h"
+#include "service_test_util.h"
+#include "tokenizer/tokenizer.h"
 #include "model/batch.h"
 #include "model/decoder.h"
 #include "model/model.h"
@@ -317,6 +321,68 @@ TEST_F(SwaCacheTest, ReuseWhoseWindowIsGoneRecomputes) {
     e.Run(b, {&rows});
   }
   for (int64_t p = got; p < n; ++p) ExpectSame(rows[p - got], want[p], "position " + std::to_string(p));
+}
+
+// The serving engine (its own slack: prefill chunks, drafts, rollback) with prefix reuse and
+// n-gram speculation gives the tokens it gives with every position kept (UF_SWA_CACHE=0), one
+// request at a time (each prompt's second request attaches the first's prefix) and all at once.
+TEST_F(SwaCacheTest, ServiceOutputIsTheFullCacheOutput) {
+  auto tok = Tokenizer::FromGguf(model_->file());
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  auto run = [&](bool windowed, bool together, engine::EngineStats* stats) {
+    if (!windowed) setenv("UF_SWA_CACHE", "0", 1);
+    engine::ServiceOptions o;
+    o.max_seqs = 3;
+    o.ctx = 320;
+    o.prefill_chunk = 24;
+    o.n_threads = 2;
+    o.spec_cost = engine::SpecCostModel{};
+    auto s = engine::Service::Create(*model_, **tok, o);
+    unsetenv("UF_SWA_CACHE");
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ((*s)->Stats().kv_window_bytes > 0, windowed);
+    std::vector<std::vector<int32_t>> out;
+    std::vector<std::shared_ptr<engine::RequestChannel>> chans;
+    for (int p = 0; p < 3; ++p) {
+      // A 20-token phrase twice: n-gram drafts find something to propose.
+      std::vector<int32_t> prompt = Stream(10 + p, 20);
+      prompt.insert(prompt.end(), prompt.begin(), prompt.end());
+      for (int rep = 0; rep < 2; ++rep) {
+        engine::GenerationRequest r;
+        r.prompt = prompt;
+        r.max_tokens = 200;
+        r.sampling.temperature = 0.0f;
+        r.ignore_eos = true;
+        r.top_logprobs = 0;
+        r.speculation = engine::SpeculationRequest{engine::SpecMode::kNgram, 8};
+        r.service_tier = scheduler::ServiceTier::kDefault;
+        auto ch = (*s)->Submit(std::move(r));
+        EXPECT_TRUE(ch.ok()) << ch.status().ToString();
+        if (!ch.ok()) continue;
+        if (together) {
+          chans.push_back(*ch);
+        } else {
+          out.push_back(engine::testing_service::Collect(**ch).tokens);
+        }
+      }
+    }
+    for (auto& ch : chans) out.push_back(engine::testing_service::Collect(*ch).tokens);
+    *stats = engine::testing_service::SettledStats(**s);
+    return out;
+  };
+  for (bool together : {false, true}) {
+    engine::EngineStats full_stats, win_stats;
+    const auto full = run(false, together, &full_stats);
+    const auto win = run(true, together, &win_stats);
+    ASSERT_EQ(full.size(), 6u);
+    ASSERT_EQ(win.size(), 6u);
+    for (size_t i = 0; i < full.size(); ++i) {
+      EXPECT_EQ(full[i].size(), 200u);
+      EXPECT_EQ(win[i], full[i]) << "request " << i << (together ? " (together)" : " (alone)");
+    }
+    EXPECT_GT(win_stats.spec_drafted, 0);
+    if (!together) EXPECT_GT(win_stats.prefix_hit_tokens, 0);
+  }
 }
 
 // Without host storage (a device's cache) the windowed options change nothing.
