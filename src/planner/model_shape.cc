@@ -162,6 +162,8 @@ StatusOr<ModelCost> CostFromShape(const ModelShape& s, std::string_view weight_t
   const int64_t windowed = WindowedLayers(s.n_layer, s.n_swa, s.swa_period);
   c.kv_bytes_per_position = 2.0 * static_cast<double>(s.n_layer - windowed) * kv_dim * kv_bytes;
   c.kv_window_bytes = 2.0 * static_cast<double>(windowed * s.n_swa) * kv_dim * kv_bytes;
+  c.windowed_layers = windowed;
+  c.n_swa = windowed > 0 ? s.n_swa : 0;
   c.q_dim = s.n_head * s.head_dim;
   return c;
 }
@@ -204,6 +206,8 @@ StatusOr<ModelCost> CostFromGguf(const std::string& path, std::string_view kv_ty
       static_cast<double>((n_layer - windowed) * n_head_kv * (head_dim + value_dim)) * kv_bytes;
   c.kv_window_bytes =
       static_cast<double>(windowed * n_swa * n_head_kv * (head_dim + value_dim)) * kv_bytes;
+  c.windowed_layers = windowed;
+  c.n_swa = windowed > 0 ? n_swa : 0;
 
   const gguf::TensorInfo* embd = f.FindTensor("token_embd.weight");
   const bool tied = f.FindTensor("output.weight") == nullptr;

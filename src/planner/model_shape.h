@@ -53,6 +53,8 @@ struct ModelCost {
   // K and V the sliding-window layers of one sequence hold (their window, the engine keeps no
   // more) and a decode step reads, whatever the context; 0 without such layers.
   double kv_window_bytes = 0;
+  int64_t windowed_layers = 0;  // of n_layer, attending to the last n_swa positions only
+  int64_t n_swa = 0;
   int64_t q_dim = 0;                 // n_head x head_dim: attention's multiply-adds per position
   int64_t n_ctx_train = 0;           // 0 when unknown
 

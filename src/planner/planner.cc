@@ -26,9 +26,13 @@ StepParts StepTime(const ModelCost& m, const HardwareProfile& hw, int64_t tokens
   const double bytes =
       m.StepWeightBytes(tokens) + static_cast<double>(context_tokens) * m.kv_bytes_per_position +
       static_cast<double>(tokens) * m.kv_window_bytes;
+  // Sliding-window layers attend to their window only (about n_swa positions per token).
   const double flops =
       2.0 * m.active_params * static_cast<double>(tokens) +
-      4.0 * static_cast<double>(m.n_layer * m.q_dim) * static_cast<double>(context_tokens);
+      4.0 * static_cast<double>((m.n_layer - m.windowed_layers) * m.q_dim) *
+          static_cast<double>(context_tokens) +
+      4.0 * static_cast<double>(m.windowed_layers * m.q_dim) *
+          static_cast<double>(tokens * m.n_swa);
   const double rate = m.quantized ? hw.quantized_ops_s : hw.bf16_flops;
   StepParts s;
   s.memory = bytes / (spread * hw.bandwidth_bytes_s * hw.bandwidth_efficiency);
