@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -19,6 +20,7 @@
 
 #if UF_HAVE_VULKAN
 #include "base/thread_pool.h"
+#include "engine/seq_sampler.h"
 #include "gpu/vk_context.h"
 #include "gpu/vk_kernels.h"
 #include "kernels/blocks.h"
@@ -120,7 +122,7 @@ TEST_F(GpuKernelsTest, DeviceIsListed) {
 
 constexpr GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16,
                                   GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_K,
-                                  GgmlType::kQ6_K};
+                                  GgmlType::kQ6_K, GgmlType::kMXFP4};
 
 // Each weight type's GEMM over 3 tokens against kernels::MatMul on the same weights (rows not a
 // multiple of the rows per workgroup, so the tail is covered), and the recorder replayed. F32,
@@ -204,6 +206,73 @@ TEST_F(GpuKernelsTest, GemmRowsDoNotDependOnBatchSize) {
       EXPECT_EQ(std::memcmp(by_n[i].data(), by_n[0].data(), rows * 4), 0) << "batch " << i;
       const size_t common = std::min(by_n[i].size(), by_n[i - 1].size());
       EXPECT_EQ(std::memcmp(by_n[i].data(), by_n[i - 1].data(), common * 4), 0) << "batch " << i;
+    }
+  }
+}
+
+// The expert GEMM (gemmx_*) over a stacked upload of 3 experts: each (token, rank) slot's row
+// is bit for bit the one-token GEMM (gemm1_*) of its expert's matrix alone on its token's
+// activation, for every weight type; gate/up (x_div = k: the token's row) and down (x_div = 1:
+// the slot's own row). The grouped form (GroupSlots, gemmg_*: 22 slots, 6-9 per expert, so
+// full and partial tiles of 8) gives the same bits.
+TEST_F(GpuKernelsTest, ExpertGemmEqualsEachExpertsGemm) {
+  const int64_t rows = 37, cols = 256, n_exp = 3, n = 11, k = 2;
+  std::vector<uint32_t> ids(n * k);  // [n][k], the two of a token different
+  for (int64_t t = 0; t < n; ++t) {
+    ids[t * k] = static_cast<uint32_t>((5 * t + 1) % n_exp);
+    ids[t * k + 1] = static_cast<uint32_t>((ids[t * k] + 1 + t % 2) % n_exp);
+  }
+  const std::vector<float> x = Random(n * k * cols, 32);
+  for (GgmlType type : kAllTypes) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    std::vector<std::vector<uint8_t> > data(n_exp);
+    std::vector<kernels::Matrix> experts;
+    for (int64_t e = 0; e < n_exp; ++e) {
+      experts.push_back(Quantized(type, Random(rows * cols, 40 + e, 0.5f), rows, cols, &data[e]));
+    }
+    auto stacked = UploadExperts(ctx_, experts);
+    ASSERT_TRUE(stacked.ok()) << stacked.status().ToString();
+    EXPECT_EQ(stacked->rows, rows);
+    EXPECT_EQ(stacked->n_experts, n_exp);
+    const bool q8 = TakesQ8Activation(type);
+    Buffer idb = Empty(ids.size() * 4);
+    ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), ids.size() * 4).ok());
+    for (int64_t x_div : {k, int64_t{1}}) {
+      const int64_t n_x = n * k / x_div;
+      Buffer xb = Floats(std::vector<float>(x.begin(), x.begin() + n_x * cols));
+      Buffer xq = Empty(Q8ActivationBytes(n_x * cols)), y = Empty(n * k * rows * 4);
+      Recorder rec(ctx_);
+      if (q8) kernels_->Quantize(&rec, xb, 0, n_x * cols, xq);
+      kernels_->GemmExperts(&rec, *stacked, q8 ? xq : xb, idb, n * k, x_div, y);
+      ASSERT_TRUE(rec.Finish().ok());
+      ASSERT_TRUE(rec.Run().ok());
+      const std::vector<float> got = Read(y, n * k * rows);
+      Buffer order = Empty(n * k * 4), tiles = Empty(Kernels::MaxExpertTiles(n * k, n_exp) * 12);
+      Buffer yg = Empty(n * k * rows * 4);
+      Recorder rg(ctx_);
+      if (q8) kernels_->Quantize(&rg, xb, 0, n_x * cols, xq);
+      kernels_->GroupSlots(&rg, idb, order, tiles, n * k, n_exp);
+      kernels_->GemmExpertsGrouped(&rg, *stacked, q8 ? xq : xb, tiles, order, n * k, x_div, yg);
+      ASSERT_TRUE(rg.Finish().ok());
+      ASSERT_TRUE(rg.Run().ok());
+      EXPECT_EQ(std::memcmp(Read(yg, n * k * rows).data(), got.data(), got.size() * 4), 0)
+          << "grouped slots differ, x_div " << x_div;
+      for (int64_t slot = 0; slot < n * k; ++slot) {
+        auto one = UploadMatrix(ctx_, experts[ids[slot]]);
+        ASSERT_TRUE(one.ok());
+        const int64_t row = slot / x_div;
+        Buffer x1 =
+            Floats(std::vector<float>(x.begin() + row * cols, x.begin() + (row + 1) * cols));
+        Buffer x1q = Empty(Q8ActivationBytes(cols)), y1 = Empty(rows * 4);
+        Recorder r1(ctx_);
+        if (q8) kernels_->Quantize(&r1, x1, 0, cols, x1q);
+        kernels_->Gemm(&r1, *one, q8 ? x1q : x1, 1, y1);
+        ASSERT_TRUE(r1.Finish().ok());
+        ASSERT_TRUE(r1.Run().ok());
+        const std::vector<float> want = Read(y1, rows);
+        EXPECT_EQ(std::memcmp(got.data() + slot * rows, want.data(), rows * 4), 0)
+            << "slot " << slot << " x_div " << x_div;
+      }
     }
   }
 }
@@ -561,6 +630,106 @@ TEST_F(GpuKernelsTest, TopKMatchesSamplerAndSamplesTheSameTokens) {
   for (int64_t i = 0; i < k; ++i) {
     EXPECT_EQ(static_cast<int32_t>(w[i]), i < short_n ? want[i] : -1) << "rank " << i;
   }
+}
+
+// The device path of a row whose sampler edits logits: mask_rows.comp reads the edited tokens
+// (bias with a repeated id and a -inf bias, banned tokens, the penalty window) out raw and masks
+// them, topk.comp reduces the rest; Sampler::SampleTop applies the edits on the host. Over
+// seeded draws on four rows (one with ties everywhere), greedy and top-k 1..64 with top-p and
+// min-p, each penalty alone and all together, each drawn token accepted into the window: the
+// same token as the full-row sampler in every draw, and the logprobs (the token's and the top
+// 20) those of the whole row, ids exactly and values within 1e-5.
+TEST_F(GpuKernelsTest, MaskedTopKSamplesWithEditsAsTheWholeRow) {
+  const int64_t n_vocab = 3000, rows = 4, k = Kernels::kMaxTopK, cap = 256;
+  std::vector<float> l = Random(rows * n_vocab, 77, 2.0f);
+  for (int64_t i = 0; i < n_vocab; ++i) l[n_vocab + i] = std::round(l[n_vocab + i] * 4.0f) / 4.0f;
+  for (int64_t i = 0; i < n_vocab; ++i) l[3 * n_vocab + i] *= 3.0f;  // peaked
+  Buffer lb = Floats(l);
+  Buffer known = std::move(*ctx_->CreateBuffer(rows * (cap + 1) * 4, Memory::kHost));
+  Buffer raw = std::move(*ctx_->CreateBuffer(rows * cap * 4, Memory::kHost));
+  Buffer out = std::move(*ctx_->CreateBuffer(rows * (2 * k + 2) * 4, Memory::kHost));
+  Recorder rec(ctx_);
+  kernels_->MaskRows(&rec, lb, known, raw, n_vocab, rows, cap);
+  kernels_->TopK(&rec, lb, out, n_vocab, rows, k);
+  ASSERT_TRUE(rec.Finish().ok());
+  int draws = 0, edited_draws = 0;
+  double max_err = 0.0;
+  for (int setting = 0; setting < 6; ++setting) {
+    sampling::SamplingParams p;
+    p.temperature = setting == 0 ? 0.0f : 0.6f + 0.25f * setting;
+    p.top_k = std::array<int32_t, 6>{0, 1, 5, 40, 64, 20}[setting];
+    p.top_p = setting == 5 ? 1.0f : 0.9f;
+    p.min_p = setting == 4 ? 0.0f : 0.03f;
+    p.penalty_last_n = 24;
+    p.repeat_penalty = setting % 3 == 0 || setting == 5 ? 1.4f : 1.0f;
+    p.frequency_penalty = setting % 3 == 1 || setting == 5 ? 0.6f : 0.0f;
+    p.presence_penalty = setting % 3 == 2 || setting == 5 ? 0.9f : 0.0f;
+    std::vector<sampling::Sampler> full, top;
+    for (int64_t r = 0; r < rows; ++r) {
+      p.seed = 10 * setting + r;
+      full.emplace_back(p, static_cast<int32_t>(n_vocab));
+      top.emplace_back(p, static_cast<int32_t>(n_vocab));
+      for (sampling::Sampler* s : {&full.back(), &top.back()}) {
+        s->SetLogitBias({{11, 3.0f}, {12, -0.5f}, {11, 0.125f}, {2999, 4.0f}, {500, -INFINITY}});
+        s->SetBanned({0, 1, 2});
+      }
+    }
+    std::vector<std::vector<int32_t> > known_ids(rows);
+    for (int step = 0; step < 25; ++step) {
+      ASSERT_TRUE(ctx_->Upload(lb, 0, l.data(), l.size() * 4).ok());  // unmasked again
+      auto* kw = static_cast<uint32_t*>(known.mapped());
+      for (int64_t r = 0; r < rows; ++r) {
+        top[r].EditedTokens({}, &known_ids[r]);
+        ASSERT_LE(static_cast<int64_t>(known_ids[r].size()), cap);
+        kw[r * (cap + 1)] = static_cast<uint32_t>(known_ids[r].size());
+        for (size_t i = 0; i < known_ids[r].size(); ++i)
+          kw[r * (cap + 1) + 1 + i] = known_ids[r][i];
+      }
+      ASSERT_TRUE(rec.Run().ok());
+      const auto* w = static_cast<const uint32_t*>(out.mapped());
+      const auto* rw = static_cast<const float*>(raw.mapped());
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = l.data() + r * n_vocab;
+        const uint32_t* o = w + r * (2 * k + 2);
+        model::TopRow t;
+        t.n = static_cast<int32_t>(k);
+        t.ids = reinterpret_cast<const int32_t*>(o);
+        t.logits = reinterpret_cast<const float*>(o + k);
+        std::memcpy(&t.max, o + 2 * k, 4);
+        std::memcpy(&t.log_sum_exp, o + 2 * k + 1, 4);
+        t.n_known = static_cast<int32_t>(known_ids[r].size());
+        t.known_ids = known_ids[r].data();
+        t.known_logits = rw + r * cap;
+        for (int32_t i = 0; i < t.n_known; ++i) {
+          ASSERT_EQ(std::memcmp(&t.known_logits[i], &row[t.known_ids[i]], 4), 0);
+        }
+        const int32_t want = full[r].Sample(row);
+        const int32_t got =
+            top[r].SampleTop(t.ids, t.logits, t.n, t.known_ids, t.known_logits, t.n_known);
+        ASSERT_EQ(got, want) << "setting " << setting << " step " << step << " row " << r;
+        ++draws;
+        edited_draws +=
+            std::find(known_ids[r].begin(), known_ids[r].end(), got) != known_ids[r].end();
+        const engine::TokenLogprob a =
+            engine::SequenceSampler::Logprobs(row, static_cast<int32_t>(n_vocab), got, 20);
+        const engine::TokenLogprob b = engine::SequenceSampler::Logprobs(t, got, 20);
+        EXPECT_NEAR(a.logprob, b.logprob, 1e-5);
+        max_err = std::max(max_err, std::abs(static_cast<double>(a.logprob) - b.logprob));
+        ASSERT_EQ(a.top.size(), b.top.size());
+        for (size_t i = 0; i < a.top.size(); ++i) {
+          EXPECT_EQ(a.top[i].first, b.top[i].first) << "rank " << i;
+          EXPECT_NEAR(a.top[i].second, b.top[i].second, 1e-5) << "rank " << i;
+        }
+        full[r].Accept(got);
+        top[r].Accept(got);
+      }
+    }
+  }
+  EXPECT_GT(edited_draws, 10) << "the edits should matter to some draws";
+  std::printf(
+      "[gpu kernels] %d draws with edits (%d of an edited token): all equal to the "
+      "whole row's; logprob error <= %.2g\n",
+      draws, edited_draws, max_err);
 }
 
 #endif  // UF_HAVE_VULKAN

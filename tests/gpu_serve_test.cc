@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "base/thread_pool.h"
+#include "engine/generate.h"
 #include "engine/kv_cache.h"
 #include "engine/service.h"
 #include "gpu/backend.h"
@@ -162,6 +163,7 @@ TEST(GpuForward, RefusesBadBatches) {
 struct Generated {
   std::vector<int32_t> tokens;
   std::vector<float> gaps;  // logprob of the chosen token minus the best other's
+  std::vector<float> logprobs;  // of the chosen token
   std::string text;
   engine::FinishReason finish = engine::FinishReason::kNone;
 };
@@ -178,6 +180,7 @@ Generated CollectWithGaps(engine::RequestChannel& ch) {
       g.text += e.text;
       for (const engine::TokenLogprob& lp : e.logprobs) {
         g.tokens.push_back(lp.token);
+        g.logprobs.push_back(lp.logprob);
         float other = -1e30f;
         for (const auto& [id, v] : lp.top) {
           if (id != lp.token) other = std::max(other, v);
@@ -361,6 +364,58 @@ TEST(GpuForward, SplitAttentionAtDepthIsBatchIndependentAndClose) {
               static_cast<long long>(depth), worst);
 }
 
+// A long context (65,536 positions) on a tiny model: with attention split into chunks the
+// scores stay in each workgroup's shared memory, so the forward holds none of the unsplit
+// kernel's max_batch x heads x context scratch (64 MiB here), only the chunks' partial sums; and
+// decode at depth 600 in chunks of 128 (5 chunks) gives the unsplit kernel's logits within 2e-3.
+TEST(GpuForward, LongContextScratchIsBoundedByTheChunks) {
+  const std::string skip = SkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  UF_REQUIRE_SHARED();
+  const Loaded& l = *testing_models::LoadOrDie("../shared/models/tiny-llama-256-f16.gguf");
+  const model::Model& m = *l.model;
+  const int64_t n_vocab = m.config().n_vocab, ctx = 65536, depth = 600, mb = 64;
+  const int64_t chunk = 128, n_head = m.config().n_head, head_dim = m.config().head_dim;
+  std::vector<int32_t> tokens(depth + 1);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>((i * 53 + 5) % n_vocab);
+  }
+  std::vector<float> rows[2];
+  uint64_t bytes[2] = {0, 0};
+  for (int split = 0; split < 2; ++split) {
+    auto cache = engine::KvCache::Create(CacheFor(m, 1, ctx));
+    ASSERT_TRUE(cache.ok());
+    auto fwd = gpu::GpuForward::Create(m, kVulkan, cache->get(),
+                                       {.max_batch = mb, .attention_chunk = split ? chunk : 0});
+    ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
+    bytes[split] = (*fwd)->device_bytes();
+    model::Batch b;
+    for (int64_t i = 0; i <= depth; i += mb) {
+      b.Clear();
+      for (int64_t t = i; t <= std::min(depth, i + mb - 1); ++t) {
+        b.Add(tokens[t], int32_t(t), 0, t == depth);
+      }
+      ASSERT_TRUE((*fwd)->Forward(b).ok());
+    }
+    rows[split].assign((*fwd)->logits(0), (*fwd)->logits(0) + n_vocab);
+  }
+  const uint64_t scratch = static_cast<uint64_t>(mb) * n_head * ctx * 4;
+  const uint64_t part = static_cast<uint64_t>(mb) * n_head * (ctx / chunk) * (head_dim + 2) * 4;
+  EXPECT_LE(bytes[1] + scratch, bytes[0] + part + (1 << 20))
+      << "the split forward still holds a context-sized score scratch";
+  float worst = 0.0f;
+  for (int64_t i = 0; i < n_vocab; ++i) {
+    worst =
+        std::max(worst, std::fabs(rows[1][i] - rows[0][i]) / std::max(1.0f, std::fabs(rows[0][i])));
+  }
+  EXPECT_LT(worst, 2e-3f);
+  std::printf(
+      "[gpu long context] %lld positions: %.1f MiB held split, %.1f MiB unsplit; depth "
+      "%lld split against unsplit %.3g\n",
+      static_cast<long long>(ctx), bytes[1] / 1048576.0, bytes[0] / 1048576.0,
+      static_cast<long long>(depth), worst);
+}
+
 // Seeded top-k sampling through the serving engine on the device: rows that need only their
 // best tokens come back as the device's top-64 (topk.comp) and are sampled from them, the rest
 // (logprobs asked) whole; the text equals, request for request, the same engine's with the
@@ -433,6 +488,161 @@ TEST(GpuService, TopKSamplingFromDeviceCandidatesEqualsFullRows) {
   EXPECT_GE(reduced, tokens) << "rows of requests 0 and 1 came back whole";
   std::printf("[gpu serve] %lld rows sampled from device candidates\n",
               static_cast<long long>(reduced));
+}
+
+}  // namespace
+}  // namespace uf
+
+namespace uf {
+namespace {
+
+// Requests whose samplers edit logits (logit bias, ignore_eos's banned end tokens, repetition,
+// frequency and presence penalties) and ask for logprobs (top 5), greedy and seeded top-k, with
+// n-gram speculation on one: with the device reduction (the edited tokens read out raw and
+// masked by mask_rows.comp, the rest reduced to its best 64) every row comes back reduced and
+// the tokens equal, request for request, those of the same engine with every row copied back
+// whole (the full-row sampler), and the logprobs equal within 1e-4 (the device's float
+// log-sum-exp against the host's double one). Against the CPU engine the tokens agree until
+// the first near-tie of the CPU's logits, if they part at all (as the greedy test above; the
+// penalties change which ties matter, so only the share of equal tokens is bounded).
+TEST(GpuService, PenaltiesBiasAndLogprobsFromDeviceCandidatesEqualFullRows) {
+  const std::string skip = SkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  const Loaded& demo = testing_models::DemoModel();
+  const std::vector<std::string> prompts = {"ROMEO:", "JULIET:\nO Romeo, Romeo!", "First Citizen:",
+                                            "KING RICHARD II:\nWhat says my lord?"};
+  const auto run = [&](bool gpu, int32_t top_k, int64_t* reduced) {
+    engine::ServiceOptions o;
+    o.max_seqs = 4;
+    o.ctx = 128;
+    o.n_threads = 2;
+    o.spec_cost = engine::SpecCostModel{};
+    gpu::GpuForward* fwd = nullptr;
+    if (gpu) {
+      o.make_forward = [&demo, &fwd, top_k](engine::KvCache* cache, const model::DecoderOptions& d)
+          -> StatusOr<std::unique_ptr<model::BatchForward>> {
+        UF_ASSIGN_OR_RETURN(
+            std::unique_ptr<gpu::GpuForward> f,
+            gpu::GpuForward::Create(
+                *demo.model, kVulkan, cache,
+                {.max_batch = d.max_batch, .max_outputs = d.max_outputs, .top_k = top_k}));
+        fwd = f.get();
+        return std::unique_ptr<model::BatchForward>(std::move(f));
+      };
+    }
+    auto s = engine::Service::Create(*demo.model, *demo.tokenizer, o);
+    UF_CHECK(s.ok()) << s.status().ToString();
+    std::vector<std::shared_ptr<engine::RequestChannel>> chans;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      engine::GenerationRequest r;
+      r.prompt = demo.tokenizer->Encode(prompts[i], true, false);
+      r.max_tokens = 32;
+      r.sampling.temperature = i % 2 == 0 ? 0.0f : 0.9f;  // greedy, top-k sampling
+      r.sampling.top_k = i == 3 ? 64 : 40;
+      r.sampling.top_p = 0.95f;
+      r.sampling.seed = 200 + i;
+      r.sampling.repeat_penalty = i == 0 || i == 3 ? 1.3f : 1.0f;
+      r.sampling.frequency_penalty = i == 1 || i == 3 ? 0.5f : 0.0f;
+      r.sampling.presence_penalty = i == 2 || i == 3 ? 0.8f : 0.0f;
+      r.sampling.logit_bias = {{demo.tokenizer->Encode(" the", false, false).at(0), 1.5f},
+                               {demo.tokenizer->Encode("e", false, false).at(0), -2.0f}};
+      r.ignore_eos = true;
+      r.top_logprobs = 5;
+      r.speculation =
+          engine::SpeculationRequest{i == 0 ? engine::SpecMode::kNgram : engine::SpecMode::kOff, 4};
+      auto ch = (*s)->Submit(std::move(r));
+      UF_CHECK(ch.ok()) << ch.status().ToString();
+      chans.push_back(*ch);
+    }
+    std::vector<Generated> out;
+    for (auto& ch : chans) out.push_back(CollectWithGaps(*ch));
+    engine::testing_service::SettledStats(**s);
+    *reduced = fwd != nullptr ? fwd->rows_reduced() : 0;
+    return out;
+  };
+  int64_t reduced = 0, none = 0, cpu_none = 0;
+  const auto top = run(true, 64, &reduced);
+  const auto full = run(true, 0, &none);
+  const auto cpu = run(false, 0, &cpu_none);
+  ASSERT_EQ(top.size(), full.size());
+  size_t tokens = 0, compared = 0;
+  float max_err = 0.0f;
+  for (size_t i = 0; i < top.size(); ++i) {
+    EXPECT_EQ(top[i].tokens, full[i].tokens) << "request " << i;
+    EXPECT_EQ(top[i].text, full[i].text) << "request " << i;
+    EXPECT_EQ(top[i].tokens.size(), 32u) << "request " << i;
+    ASSERT_EQ(top[i].logprobs.size(), full[i].logprobs.size()) << "request " << i;
+    for (size_t j = 0; j < top[i].logprobs.size(); ++j) {
+      EXPECT_NEAR(top[i].logprobs[j], full[i].logprobs[j], 1e-4) << "request " << i << " " << j;
+      EXPECT_NEAR(top[i].gaps[j], full[i].gaps[j], 1e-4) << "request " << i << " token " << j;
+      max_err = std::max(max_err, std::abs(top[i].logprobs[j] - full[i].logprobs[j]));
+    }
+    tokens += top[i].tokens.size();
+    for (size_t j = 0; j < cpu[i].tokens.size() && j < top[i].tokens.size(); ++j) {
+      if (cpu[i].tokens[j] != top[i].tokens[j]) {
+        std::printf("[gpu serve] penalties: request %zu parts from the CPU at token %zu\n", i, j);
+        break;
+      }
+      ++compared;
+    }
+  }
+  EXPECT_EQ(none, 0);
+  EXPECT_GE(reduced, static_cast<int64_t>(tokens)) << "rows with edits came back whole";
+  EXPECT_GE(compared, tokens / 2) << "too many partings from the CPU engine to mean anything";
+  std::printf(
+      "[gpu serve] penalties: %lld rows sampled from device candidates; %zu of %zu "
+      "tokens equal to the CPU engine's; logprob difference to whole rows <= %.2g\n",
+      static_cast<long long>(reduced), compared, tokens, max_err);
+}
+
+// engine::Generate (bench --device vulkan --spec/--serve's engine alone) on a device forward:
+// rows come back reduced when the sampler can draw from them (greedy and top-k, with penalties,
+// bias and banned end tokens, n-gram speculation on) and the tokens equal those with every row
+// copied back whole.
+TEST(GpuService, GenerateOnTheDeviceSamplesReducedRowsAsWholeRows) {
+  const std::string skip = SkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  const Loaded& demo = testing_models::DemoModel();
+  const model::Model& m = *demo.model;
+  const std::vector<int32_t> prompt = demo.tokenizer->Encode("ROMEO:\nWhat", true, false);
+  for (int setting = 0; setting < 2; ++setting) {
+    std::vector<int32_t> out[2];
+    int64_t reduced[2] = {0, 0};
+    for (int top_k : {64, 0}) {
+      auto cache = engine::KvCache::Create(CacheFor(m, 1, 96));
+      ASSERT_TRUE(cache.ok());
+      auto fwd = gpu::GpuForward::Create(m, kVulkan, cache->get(),
+                                         {.max_batch = 16, .max_outputs = 9, .top_k = top_k});
+      ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
+      engine::GenerateTarget t{.forward = fwd->get(),
+                               .cache = cache->get(),
+                               .n_vocab = m.config().n_vocab,
+                               .max_batch = 16,
+                               .max_outputs = 9};
+      engine::GenerateOptions g;
+      g.max_tokens = 40;
+      g.ignore_eos = true;
+      g.sampling.temperature = setting == 0 ? 0.0f : 0.8f;
+      g.sampling.top_k = 40;
+      g.sampling.seed = 5;
+      g.sampling.repeat_penalty = 1.2f;
+      g.sampling.presence_penalty = 0.3f;
+      engine::NgramDrafter drafter;
+      g.drafter = &drafter;
+      g.spec_k = 4;
+      engine::GenerateStats st;
+      std::vector<int32_t>& tokens = out[top_k == 0];
+      ASSERT_TRUE(engine::Generate(
+                      t, *demo.tokenizer, prompt, g, [](std::string_view) { return true; }, &st,
+                      [&tokens](int32_t tok) { tokens.push_back(tok); })
+                      .ok());
+      reduced[top_k == 0] = (*fwd)->rows_reduced();
+    }
+    EXPECT_EQ(out[0], out[1]) << "setting " << setting;
+    EXPECT_EQ(out[0].size(), 40u);
+    EXPECT_GE(reduced[0], 39) << "setting " << setting;
+    EXPECT_EQ(reduced[1], 0);
+  }
 }
 
 }  // namespace

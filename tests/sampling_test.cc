@@ -1,12 +1,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <random>
 #include <vector>
 
 #include "alloc_counter.h"
+#include "engine/seq_sampler.h"
 #include "kernels/matmul.h"
 #include "sampling/sampler.h"
 
@@ -624,7 +627,7 @@ TEST(SamplerIsa, EveryTierKeepsTheSameSet) {
 
 // SampleTop, given a row's best tokens in the sampler's order (as a GPU reduces them), draws
 // seed for seed what Sample draws from the whole row, over every shape of row (ties and holes
-// included) and the top-k settings it accepts; bias, bans and penalties refuse it.
+// included) and the top-k settings it accepts (bias, bans and penalties: see the next test).
 TEST(Sampler, SampleTopDrawsWhatTheWholeRowDraws) {
   std::mt19937 rng(91);
   constexpr int32_t kN = 2000, kTop = 64;
@@ -657,12 +660,130 @@ TEST(Sampler, SampleTopDrawsWhatTheWholeRowDraws) {
   EXPECT_TRUE(s.CanSampleTop(40));
   EXPECT_FALSE(s.CanSampleTop(39));  // fewer than top_k
   s.SetBanned({5});
-  EXPECT_FALSE(s.CanSampleTop(64));
+  EXPECT_TRUE(s.CanSampleTop(64));  // given the banned token's raw logit (known)
   p.top_k = 0;  // the whole distribution
   EXPECT_FALSE(Sampler(p, kN).CanSampleTop(64));
-  p.top_k = 40;
-  p.repeat_penalty = 1.1f;
+  p.top_k = 65;
   EXPECT_FALSE(Sampler(p, kN).CanSampleTop(64));
+}
+
+// What a device returns for a row whose sampler edits `known` (mask_rows.comp, then topk.comp):
+// the known tokens' raw logits, and the best n of the row with them at -inf, in the sampler's
+// order, with that row's max and log-sum-exp (summed in float, as the device does).
+struct DeviceRow {
+  std::vector<int32_t> ids, known;
+  std::vector<float> vals, known_raw;
+  float max = -INFINITY, lse = -INFINITY;
+  model::TopRow Row() const {
+    model::TopRow t;
+    t.n = static_cast<int32_t>(ids.size());
+    t.ids = ids.data();
+    t.logits = vals.data();
+    t.max = max;
+    t.log_sum_exp = lse;
+    t.n_known = static_cast<int32_t>(known.size());
+    t.known_ids = known.data();
+    t.known_logits = known_raw.data();
+    return t;
+  }
+};
+
+DeviceRow Reduce(const std::vector<float>& l, const std::vector<int32_t>& known, int32_t n) {
+  DeviceRow d;
+  d.known = known;
+  std::vector<float> masked = l;
+  for (int32_t id : known) {
+    d.known_raw.push_back(l[id]);
+    masked[id] = -INFINITY;
+  }
+  const auto v = [&](int32_t i) { return std::isnan(masked[i]) ? -INFINITY : masked[i]; };
+  std::vector<int32_t> order(l.size());
+  for (size_t i = 0; i < l.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return v(a) > v(b) || (v(a) == v(b) && a < b); });
+  for (int32_t i = 0; i < n; ++i) {
+    d.ids.push_back(order[i]);
+    d.vals.push_back(masked[order[i]]);
+  }
+  d.max = v(order[0]);
+  if (d.max > -INFINITY) {
+    // As topk.comp sums: 256 strided partial sums, then a tree.
+    std::vector<float> part(256, 0.0f);
+    for (size_t i = 0; i < l.size(); ++i) {
+      if (v(static_cast<int32_t>(i)) > -INFINITY) part[i % 256] += std::exp(masked[i] - d.max);
+    }
+    for (int w = 128; w > 0; w >>= 1) {
+      for (int i = 0; i < w; ++i) part[i] += part[i + w];
+    }
+    d.lse = d.max + std::log(part[0]);
+  }
+  return d;
+}
+
+// Rows with logit bias (repeated ids), banned tokens and each penalty, sampled from a device's
+// reduction (the edited tokens' raw logits beside the best 64 of the rest) and from the whole
+// row, token by token with each drawn token accepted into the penalty window: the same token in
+// every draw, seed for seed, greedy and top-k 1..64 with top-p and min-p; and the logprobs of
+// the drawn token and the top 20 from the reduction equal the whole row's (ids and order
+// exactly, values within 1e-5: the device's float log-sum-exp against the CPU's double one).
+TEST(Sampler, SampleTopWithEditsDrawsWhatTheWholeRowDraws) {
+  std::mt19937 rng(2026);
+  constexpr int32_t kN = 3000, kTop = 64;
+  int draws = 0, edited_draws = 0;
+  double max_err = 0.0;
+  for (int shape = 0; shape < 4; ++shape) {
+    for (int setting = 0; setting < 6; ++setting) {
+      SamplingParams p;
+      p.temperature = setting == 0 ? 0.0f : 0.6f + 0.2f * setting;
+      p.top_k = std::array<int32_t, 6>{0, 1, 5, 40, 64, 20}[setting];
+      p.top_p = setting == 5 ? 1.0f : 0.92f;
+      p.min_p = setting == 4 ? 0.0f : 0.02f;
+      p.seed = 100 * shape + setting;
+      p.penalty_last_n = 16;
+      // Each penalty alone, then all of them (a repetition penalty on negative logits too).
+      p.repeat_penalty = setting % 3 == 0 || setting == 5 ? 1.3f : 1.0f;
+      p.frequency_penalty = setting % 3 == 1 || setting == 5 ? 0.4f : 0.0f;
+      p.presence_penalty = setting % 3 == 2 || setting == 5 ? 0.7f : 0.0f;
+      Sampler full(p, kN), top(p, kN);
+      const std::vector<std::pair<int32_t, float>> bias = {
+          {3, 2.5f}, {17, -1.0f}, {3, 0.25f}, {kN - 1, 5.0f}, {900, -INFINITY}};
+      full.SetLogitBias(bias);
+      top.SetLogitBias(bias);
+      full.SetBanned({0, 42});
+      top.SetBanned({0, 42});
+      for (int step = 0; step < 40; ++step) {
+        std::vector<float> l = MakeLogits(kN, static_cast<Shape>(shape), rng);
+        std::vector<int32_t> known;
+        top.EditedTokens({}, &known);
+        const DeviceRow d = Reduce(l, known, kTop);
+        ASSERT_TRUE(top.CanSampleTop(kTop));
+        const int32_t want = full.Sample(l.data());
+        const int32_t got = top.SampleTop(d.ids.data(), d.vals.data(), kTop, d.known.data(),
+                                          d.known_raw.data(), static_cast<int32_t>(known.size()));
+        ASSERT_EQ(got, want) << "shape " << shape << " setting " << setting << " step " << step;
+        ++draws;
+        edited_draws += std::find(known.begin(), known.end(), got) != known.end();
+        if (shape != static_cast<int>(Shape::kHoles)) {  // logprobs of rows without NaN
+          const engine::TokenLogprob a = engine::SequenceSampler::Logprobs(l.data(), kN, got, 20);
+          const engine::TokenLogprob b = engine::SequenceSampler::Logprobs(d.Row(), got, 20);
+          ASSERT_EQ(a.token, b.token);
+          EXPECT_NEAR(a.logprob, b.logprob, 1e-5);
+          max_err = std::max(max_err, std::abs(double(a.logprob) - b.logprob));
+          ASSERT_EQ(a.top.size(), b.top.size());
+          for (size_t i = 0; i < a.top.size(); ++i) {
+            EXPECT_EQ(a.top[i].first, b.top[i].first) << i;
+            EXPECT_NEAR(a.top[i].second, b.top[i].second, 1e-5) << i;
+          }
+        }
+        full.Accept(got);
+        top.Accept(got);
+      }
+    }
+  }
+  EXPECT_EQ(draws, 4 * 6 * 40);
+  EXPECT_GT(edited_draws, 20) << "the edits should matter to some draws";
+  std::printf("%d draws (%d of an edited token), logprob error <= %.2g\n", draws, edited_draws,
+              max_err);
 }
 
 }  // namespace

@@ -7,7 +7,10 @@
 #                                    synthetic models with `synth`, run `bench --device vulkan` on
 #                                    each and 1B F16 batched decode at 1, 4, 16 and 64 streams,
 #                                    print one table. Default: the 1B shapes (a few minutes);
-#                                    `all` adds 8B F16 and Q4_0 (16 + 4.5 GB to write).
+#                                    `all` adds 8B F16 and Q4_0 (16 + 4.5 GB to write); `moe`
+#                                    (or `all`) adds cut-down mixtures of experts: Qwen3-30B-A3B
+#                                    Q4_K_M at 12 of its 48 layers and gpt-oss-20b MXFP4 at 8 of
+#                                    24 (~4 + ~4 GB), decode only.
 # UF_GPU_MODELS=DIR keeps the models elsewhere (default /tmp/uf_gpu_models); UF_GPU_DEPTH=N
 # changes the depth of the depth run (default 4096).
 # The figures are wall clock per step (submit + wait included), the GPU time alone (timestamps),
@@ -40,6 +43,9 @@ case "${1:-}" in
       for t in f16 q8_0 q4_0; do
         ln -s "$PWD/../shared/models/tiny-llama-256-$t.gguf" "$dir/llama-3.2-1b-$t.gguf"
       done
+      # The tiny MoE presets (a few MiB) standing in for the cut-down MoE shapes.
+      uf synth --preset tiny-qwen3moe --type q4_k_m -o "$dir/qwen3-30b-a3b-q4_k_m-12.gguf" >/dev/null
+      uf synth --preset tiny-gpt-oss --type mxfp4 -o "$dir/gpt-oss-20b-mxfp4-8.gguf" >/dev/null
       n_gen=8 n_prompt=32 depth=${UF_GPU_DEPTH:-512} streams=1,4
     else
       [ -x .gpu/ultrafast ] || { echo "run from the repository root with .gpu/ carried"; exit 2; }
@@ -52,15 +58,20 @@ case "${1:-}" in
     runs=("llama-3.2-1b f16 0" "llama-3.2-1b q8_0 0" "llama-3.2-1b q4_0 0"
           "llama-3.2-1b f16 $depth")
     [ "${2:-}" = all ] && runs+=("llama-3.1-8b f16 0" "llama-3.1-8b q4_0 0")
+    # Mixtures of experts, cut down to a few layers (the 4th field) to fit the session.
+    [ "${2:-}" = all ] || [ "${2:-}" = moe ] &&
+      runs+=("qwen3-30b-a3b q4_k_m 0 12" "gpt-oss-20b mxfp4 0 8")
     results=()
     for r in "${runs[@]}"; do
-      read -r preset type d <<<"$r"
-      model="$dir/$preset-$type.gguf"
-      [ -f "$model" ] || uf synth --preset "$preset" --type "$type" -o "$model" >/dev/null
+      read -r preset type d layers <<<"$r"
+      name=$preset${layers:+-${layers}L}
+      model="$dir/$preset-$type${layers:+-$layers}.gguf"
+      [ -f "$model" ] || uf synth --preset "$preset" --type "$type" ${layers:+--layers "$layers"} \
+        -o "$model" >/dev/null
       line=$(uf bench --device vulkan -m "$model" -p 0 -n "$n_gen" --reps 1 --depth "$d" --json |
              tail -n 1)
       echo "$line"
-      results+=("$preset $type $d $line")
+      results+=("$name $type $d $line")
     done
     # Batched decode (the serving engine's steps): 1B F16, N streams after n_prompt-token
     # prompts, aggregate tok/s; the prompts also give the batched prefill figure.
@@ -73,24 +84,24 @@ case "${1:-}" in
     # One table: decode per model (streams 1), then the batched runs (aggregate over streams).
     python3 - "${results[@]}" <<'PY'
 import json, sys
-print(f"{'model':<14} {'type':<6} {'depth':>6} {'streams':>7} {'tok/s':>10} {'GPU tok/s':>10} "
+print(f"{'model':<18} {'type':<6} {'depth':>6} {'streams':>7} {'tok/s':>10} {'GPU tok/s':>10} "
       f"{'read GB/s':>10} {'roofline':>9}")
 for arg in sys.argv[1:]:
     p, t, d, j = arg.split(" ", 3)
     j = json.loads(j)
     bw = j["read_bw_gb_s"]
     if "batch" not in j:
-        print(f"{p:<14} {t:<6} {d:>6} {1:>7} {j['tg_tok_s']:>10.1f} {j['tg_gpu_tok_s']:>10.1f} "
+        print(f"{p:<18} {t:<6} {d:>6} {1:>7} {j['tg_tok_s']:>10.1f} {j['tg_gpu_tok_s']:>10.1f} "
               f"{bw:>10.0f} {100 * j['roofline']:>8.1f}%")
         continue
     for b in j["batch"]:
-        print(f"{p:<14} {t:<6} {d:>6} {b['streams']:>7} {b['tok_s']:>10.1f} "
+        print(f"{p:<18} {t:<6} {d:>6} {b['streams']:>7} {b['tok_s']:>10.1f} "
               f"{b['gpu_tok_s']:>10.1f} {bw:>10.0f} {100 * b['roofline']:>8.1f}%")
     print(f"prefill (the batched runs' prompts, batches of up to 512): {j['pp_tok_s']:.0f} tok/s")
 PY
     ;;
   *)
-    sed -n 2,12p "$0"
+    sed -n 2,17p "$0"
     exit 2
     ;;
 esac

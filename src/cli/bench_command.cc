@@ -547,10 +547,7 @@ void AddBenchCommand(CLI::App& app) {
                   "({\"type\": \"json_object\"} for JSON mode), temperature 1 (-n default 128)");
   cmd->callback([o, cmd] {
     const gpu::DeviceSpec device = DeviceOrDie("bench", o->device);
-    if (device.vulkan) {
-      if (!o->grammar.empty() || o->spec || o->serve) {
-        RequireCpuDevice("bench --spec/--serve/--grammar", o->device);
-      }
+    if (device.vulkan && o->grammar.empty() && !o->spec && !o->serve) {
       GpuBenchOptions go;
       go.model = o->model;
       go.device = device;
@@ -573,6 +570,7 @@ void AddBenchCommand(CLI::App& app) {
       go.reps = o->reps;
       go.json = o->json;
       go.kv_type = KvTypeOrDie("bench", o->kv_type);
+      go.device = device;
       std::exit(GrammarBench(go));
     }
     if (o->spec) {
@@ -586,6 +584,7 @@ void AddBenchCommand(CLI::App& app) {
       so.reps = o->reps;
       so.json = o->json;
       so.kv_type = KvTypeOrDie("bench", o->kv_type);
+      so.device = device;
       std::exit(SpecBench(so));
     }
     if (!o->serve) return BenchCommand(*o);
@@ -597,6 +596,7 @@ void AddBenchCommand(CLI::App& app) {
     so.reps = cmd->count("--reps") ? o->reps : so.reps;
     so.json = o->json;
     so.kv_type = KvTypeOrDie("bench", o->kv_type);
+    so.device = device;
     std::exit(ServeBench(so));
   });
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/kv_cache.h"
+#include "gpu/backend.h"
 
 namespace uf::cli {
 
@@ -18,6 +19,9 @@ struct GrammarBenchOptions {
   int reps = 3;
   bool json = false;
   engine::KvType kv_type = engine::KvType::kF16;
+  // vulkan: the serving engine's forward on the device; the mask is found and applied on the
+  // host, so a constrained row comes back whole every token.
+  gpu::DeviceSpec device;
 };
 
 // Prints the table (or JSON); returns the exit code. Fails the command on errors.

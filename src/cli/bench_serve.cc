@@ -29,6 +29,7 @@
 
 #include "base/clock.h"
 #include "base/thread_pool.h"
+#include "cli/bench_device.h"
 #include "engine/generate.h"
 #include "engine/kv_cache.h"
 #include "engine/seq_sampler.h"
@@ -65,13 +66,9 @@ class Bench {
     const int64_t ctx = o_.n_prompt + o_.n_gen + 16;
     threads_ = ResolveThreads(o_.threads);
 
-    const engine::KvCacheOptions co = CacheOptionsFor(model_.config(), ctx, o_.kv_type);
-    UF_ASSIGN_OR_RETURN(cache_, engine::KvCache::Create(co));
     pool_ = std::make_unique<ThreadPool>(threads_);
-    model::DecoderOptions dopts;
-    dopts.max_batch = 512;
-    dopts.max_outputs = 1;
-    UF_ASSIGN_OR_RETURN(decoder_, model::Decoder::Create(model_, cache_.get(), dopts, pool_.get()));
+    UF_ASSIGN_OR_RETURN(forward_,
+                        MakeBenchForward(model_, o_.device, ctx, o_.kv_type, 512, 1, pool_.get()));
 
     engine::ServiceOptions so;
     so.ctx = ctx;
@@ -79,6 +76,7 @@ class Bench {
     so.prefix_cache = false;
     so.kv_type = o_.kv_type;
     so.n_threads = threads_;
+    if (o_.device.vulkan) so.make_forward = GpuForwardFactory(model_, o_.device, "bench --serve");
     UF_ASSIGN_OR_RETURN(service_, engine::Service::Create(model_, tokenizer_, so));
     server::ServerOptions ho;
     ho.port = 0;
@@ -111,7 +109,7 @@ class Bench {
     g.ignore_eos = true;
     engine::GenerateStats st;
     UF_RETURN_IF_ERROR(engine::Generate(
-        *decoder_, tokenizer_, prompt_, g, [](std::string_view) { return true; }, &st));
+        forward_->target, tokenizer_, prompt_, g, [](std::string_view) { return true; }, &st));
     return Sample{st.first_token_seconds, st.first_token_seconds + st.decode_seconds,
                   st.n_generated};
   }
@@ -198,6 +196,7 @@ class Bench {
   }
 
   int threads() const { return threads_; }
+  std::string device_line() const { return BenchDeviceLine(*forward_); }
 
  private:
   // Exactly what the server makes of a request that sets only `temperature` (RequestSampling's
@@ -214,9 +213,8 @@ class Bench {
   const Tokenizer& tokenizer_;
   std::vector<int32_t> prompt_;
   int threads_ = 1;
-  std::unique_ptr<engine::KvCache> cache_;
   std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<model::Decoder> decoder_;
+  std::unique_ptr<BenchForward> forward_;  // the engine alone's (the service has its own)
   std::unique_ptr<engine::Service> service_;
   std::unique_ptr<server::KeyStore> keys_;
   server::Metrics metrics_;
@@ -255,6 +253,7 @@ int ServeBench(const ServeBenchOptions& o) {
   json out = {{"model", o.model},
               {"threads", bench.threads()},
               {"isa", kernels::IsaName(kernels::ActiveIsa())},
+              {"device", bench.device_line()},
               {"prompt_tokens", o.n_prompt},
               {"gen_tokens", o.n_gen},
               {"reps", o.reps}};
@@ -295,6 +294,8 @@ int ServeBench(const ServeBenchOptions& o) {
   }
   std::printf("model      %s, %d threads, %s kernels\n", o.model.c_str(), bench.threads(),
               out["isa"].get<std::string>().c_str());
+  std::printf("forward    %s%s\n", bench.device_line().c_str(),
+              o.device.vulkan ? " (every path; sampling, detokenizing and HTTP on the host)" : "");
   std::printf("request    %lld prompt tokens, %lld generated, median of %d alternating reps\n\n",
               static_cast<long long>(o.n_prompt), static_cast<long long>(o.n_gen), o.reps);
   std::printf("%-5s %-12s %13s %10s %12s %13s %10s %10s\n", "temp", "path", "decode tok/s",

@@ -18,6 +18,8 @@ struct ServeBenchOptions {
   int reps = 5;
   bool json = false;
   engine::KvType kv_type = engine::KvType::kF16;
+  // vulkan: every path's forward (the engine alone, the serving engine, HTTP) on the device.
+  gpu::DeviceSpec device;
 };
 
 // Prints the table (or JSON); returns the exit code. Fails the command on errors.

@@ -30,6 +30,7 @@
 
 #include "base/clock.h"
 #include "base/thread_pool.h"
+#include "cli/bench_device.h"
 #include "cli/common.h"
 #include "engine/generate.h"
 #include "engine/kv_cache.h"
@@ -137,13 +138,10 @@ int SpecBench(const SpecBenchOptions& o) {
   if (builtin) source = kBuiltinPassage;
   const std::vector<Workload> workloads = MakeWorkloads(tok, source, budget);
 
-  auto cache = engine::KvCache::Create(CacheOptionsFor(m.config(), ctx, o.kv_type));
-  if (!cache.ok()) Fail("bench", cache.status());
-  model::DecoderOptions dopt;
-  dopt.max_batch = 512;
-  dopt.max_outputs = engine::kMaxSpecK + 1;
-  auto decoder = model::Decoder::Create(m, cache->get(), dopt, &pool);
-  if (!decoder.ok()) Fail("bench", decoder.status());
+  constexpr int64_t kMaxBatch = 512;
+  auto fwd = MakeBenchForward(m, o.device, ctx, o.kv_type, kMaxBatch, engine::kMaxSpecK + 1, &pool);
+  if (!fwd.ok()) Fail("bench", fwd.status());
+  BenchForward& target = **fwd;
   std::unique_ptr<engine::DraftModelDrafter> draft_drafter;
   if (draft.model) {
     auto d = engine::DraftModelDrafter::Create(*draft.model, m.config().n_vocab, ctx, &pool);
@@ -151,9 +149,9 @@ int SpecBench(const SpecBenchOptions& o) {
     draft_drafter = std::move(*d);
   }
 
-  kernels::ReadBandwidthProbe probe(size_t{512} << 20);
-  std::vector<double> bandwidth;  // GB/s, probed between repetitions
-  bandwidth.push_back(probe.BestGBs(&pool, 3));
+  // GB/s, probed between repetitions: the CPU's DRAM, or the device memory's.
+  std::vector<double> bandwidth;
+  bandwidth.push_back(BenchBandwidthGBs(o.device, &pool));
   const double bytes_per_token =
       static_cast<double>(m.bytes_per_token() + m.weights().token_embd_row_bytes);
 
@@ -175,7 +173,7 @@ int SpecBench(const SpecBenchOptions& o) {
     g.spec_adaptive = adaptive;
     tokens->clear();
     const Status s = engine::Generate(
-        **decoder, tok, w.prompt, g, [](std::string_view) { return true; }, st,
+        target.target, tok, w.prompt, g, [](std::string_view) { return true; }, st,
         [tokens](int32_t t) { tokens->push_back(t); });
     if (!s.ok()) Fail("bench", s);
   };
@@ -213,7 +211,7 @@ int SpecBench(const SpecBenchOptions& o) {
         r.spec.verify_steps += st.spec.verify_steps;
       }
     }
-    bandwidth.push_back(probe.BestGBs(&pool, 3));
+    bandwidth.push_back(BenchBandwidthGBs(o.device, &pool));
   }
 
   // What a verify step of n positions costs against a decode step, at the edit prompt's end:
@@ -223,25 +221,27 @@ int SpecBench(const SpecBenchOptions& o) {
   {
     const Workload& w = workloads[0];
     model::Batch b;
+    const int64_t np = static_cast<int64_t>(w.prompt.size());
     for (int n : verify_sizes) {
+      // The prompt once, then the n positions after it again and again (each run's K/V
+      // dropped before the next).
+      target.cache->Remove(0);
+      for (int64_t i = 0; i < np; i += kMaxBatch) {
+        b.Clear();
+        for (int64_t j = i; j < std::min(np, i + kMaxBatch); ++j) {
+          b.Add(w.prompt[j], static_cast<int32_t>(j), 0, false);
+        }
+        if (const Status s = target.forward().Forward(b); !s.ok()) Fail("bench", s);
+      }
       std::vector<double> times;
       for (int rep = 0; rep < 15; ++rep) {
-        (*cache)->Remove(0);
-        b.Clear();
-        const int64_t np = static_cast<int64_t>(w.prompt.size());
-        for (int64_t i = 0; i < np; i += dopt.max_batch) {
-          b.Clear();
-          for (int64_t j = i; j < std::min(np, i + dopt.max_batch); ++j) {
-            b.Add(w.prompt[j], static_cast<int32_t>(j), 0, false);
-          }
-          if (const Status s = (*decoder)->Forward(b); !s.ok()) Fail("bench", s);
-        }
+        target.cache->Truncate(0, np);
         b.Clear();
         for (int i = 0; i < n; ++i) {
           b.Add(w.prompt[i % np], static_cast<int32_t>(np + i), 0, true);
         }
         const double t0 = NowSeconds();
-        if (const Status s = (*decoder)->Forward(b); !s.ok()) Fail("bench", s);
+        if (const Status s = target.forward().Forward(b); !s.ok()) Fail("bench", s);
         times.push_back(NowSeconds() - t0);
       }
       verify_seconds.push_back(Median(times));
@@ -252,6 +252,8 @@ int SpecBench(const SpecBenchOptions& o) {
   json out;
   out["model"] = o.model;
   out["threads"] = threads;
+  out["device"] = BenchDeviceLine(target);
+  out["draft_forward"] = draft_drafter ? "cpu" : "none";
   out["isa"] = kernels::IsaName(kernels::ActiveIsa());
   out["spec_k"] = o.spec_k;
   out["n_gen"] = o.n_gen;
@@ -292,8 +294,10 @@ int SpecBench(const SpecBenchOptions& o) {
   }
   std::printf("model      %s (%s kernels, %d threads)\n", o.model.c_str(),
               kernels::IsaName(kernels::ActiveIsa()).c_str(), threads);
-  std::printf("bandwidth  %.1f GB/s (median of %zu probes); %.1f MB of weights per token\n", bw,
-              bandwidth.size(), bytes_per_token / 1e6);
+  std::printf("forward    %s%s\n", BenchDeviceLine(target).c_str(),
+              draft_drafter && target.gpu ? "; the draft model's forward runs on the CPU" : "");
+  std::printf("bandwidth  %.1f GB/s (%s, median of %zu probes); %.1f MB of weights per token\n", bw,
+              target.gpu ? "device memory" : "DRAM", bandwidth.size(), bytes_per_token / 1e6);
   std::printf("verify step of n positions / decode step:");
   for (size_t i = 0; i < verify_sizes.size(); ++i) {
     std::printf(" n=%d %.2fx", verify_sizes[i], verify_seconds[i] / verify_seconds[0]);

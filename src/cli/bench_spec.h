@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/kv_cache.h"
+#include "gpu/backend.h"
 
 namespace uf::cli {
 
@@ -19,6 +20,9 @@ struct SpecBenchOptions {
   int reps = 3;
   bool json = false;
   engine::KvType kv_type = engine::KvType::kF16;
+  // vulkan: the target model's forward (plain decode and every verify step) on the device; a
+  // draft model's forward stays on the CPU.
+  gpu::DeviceSpec device;
 };
 
 // Prints the table (or JSON); returns the exit code. Fails the command on errors.

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "cli/bench_device.h"
 #include "cli/common.h"
 #include "engine/service.h"
 #include "gpu/backend.h"
@@ -124,16 +125,7 @@ int RunServe(const ServeArgs& args) {
     // The engine steps a gpu::GpuForward: the whole batch on the device, K/V in device memory
     // paged by the engine's block tables; everything above the step is the CPU path's.
     // (f32 K/V is refused by GpuForward::Create: the device cache is f16 or q8_0.)
-    so.make_forward = [&model, device](engine::KvCache* cache, const model::DecoderOptions& d)
-        -> StatusOr<std::unique_ptr<model::BatchForward>> {
-      UF_ASSIGN_OR_RETURN(
-          std::unique_ptr<gpu::GpuForward> f,
-          gpu::GpuForward::Create(model, device, cache,
-                                  {.max_batch = d.max_batch, .max_outputs = d.max_outputs}));
-      UF_LOG(INFO) << "serve: forward on " << f->device().name << " ("
-                   << f->device_bytes() / (1 << 20) << " MiB of device memory)";
-      return std::unique_ptr<model::BatchForward>(std::move(f));
-    };
+    so.make_forward = GpuForwardFactory(model, device, "serve");
   }
   auto service = engine::Service::Create(model, tokenizer, so);
   if (!service.ok()) return Report("serve", service.status());

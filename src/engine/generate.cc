@@ -1,6 +1,7 @@
 #include "engine/generate.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "base/clock.h"
 
@@ -45,11 +46,26 @@ void PrimeSampler(const GenerateOptions& options, const Tokenizer& tokenizer,
 Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
                 std::span<const int32_t> prompt, const GenerateOptions& options,
                 const TextCallback& on_text, GenerateStats* stats, const TokenCallback& on_token) {
+  GenerateTarget t;
+  t.forward = &decoder;
+  t.cache = decoder.cache();
+  t.n_vocab = decoder.model().config().n_vocab;
+  t.max_batch = decoder.options().max_batch;
+  t.max_outputs = decoder.options().max_outputs;
+  t.pool = decoder.pool();
+  return Generate(t, tokenizer, prompt, options, on_text, stats, on_token);
+}
+
+Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
+                std::span<const int32_t> prompt, const GenerateOptions& options,
+                const TextCallback& on_text, GenerateStats* stats, const TokenCallback& on_token) {
   UF_CHECK(stats != nullptr);
+  UF_CHECK(target.forward != nullptr && target.cache != nullptr && target.max_batch > 0);
   *stats = GenerateStats();
   UF_RETURN_IF_ERROR(options.sampling.Validate());
-  KvCache& cache = *decoder.cache();
-  const int64_t n_vocab = decoder.model().config().n_vocab;
+  model::BatchForward& decoder = *target.forward;
+  KvCache& cache = *target.cache;
+  const int64_t n_vocab = target.n_vocab;
   const int64_t ctx = cache.max_seq_len();
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   if (n_prompt == 0) return InvalidArgumentError("generate: the prompt has no tokens");
@@ -76,15 +92,41 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
   StreamingDecoder text(tokenizer);
   for (int32_t t : prompt) text.Push(t);
   model::Batch batch;
-  batch.Reserve(decoder.options().max_batch);
+  batch.Reserve(target.max_batch);
+  // A forward that reduces rows on its device (a GPU's top-k) sends back only the best tokens
+  // and the raw logits of those the sampler edits, when the sampler can draw from them.
+  const int32_t top_cap = decoder.top_capacity();
+  const bool reduce = top_cap > 0 && sampler.CanSampleTop(top_cap);
+  std::vector<uint8_t> reduced;  // per output row of the last forward
+  std::vector<int32_t> known;
+  const auto mark = [&](std::span<const int32_t> row_drafts) {
+    reduced.clear();
+    if (!reduce) return;
+    batch.top_only.assign(batch.size(), 0);
+    batch.known_begin.assign(1, 0);
+    batch.known_ids.clear();
+    for (int64_t t = 0, row = 0; t < batch.size(); ++t) {
+      if (batch.want_logits[t] != 0) {
+        // Row `row` is sampled after the drafts before it were accepted.
+        sampler.EditedTokens(row_drafts.first(std::min<size_t>(row, row_drafts.size())), &known);
+        const bool fits = static_cast<int64_t>(known.size()) <= decoder.top_known_capacity();
+        batch.top_only[t] = fits ? 1 : 0;
+        if (fits) batch.known_ids.insert(batch.known_ids.end(), known.begin(), known.end());
+        reduced.push_back(fits ? 1 : 0);
+        ++row;
+      }
+      batch.known_begin.push_back(static_cast<int32_t>(batch.known_ids.size()));
+    }
+  };
 
   const double t0 = NowSeconds();
-  for (int64_t i = 0; i < n_prompt; i += decoder.options().max_batch) {
-    const int64_t end = std::min(n_prompt, i + decoder.options().max_batch);
+  for (int64_t i = 0; i < n_prompt; i += target.max_batch) {
+    const int64_t end = std::min(n_prompt, i + target.max_batch);
     batch.Clear();
     for (int64_t j = i; j < end; ++j) {
       batch.Add(prompt[j], static_cast<int32_t>(j), seq, j == n_prompt - 1);
     }
+    if (end == n_prompt) mark({});
     UF_RETURN_IF_ERROR(decoder.Forward(batch));
   }
   stats->n_prompt = n_prompt;
@@ -96,8 +138,8 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
     return OkStatus();
   }
   // Speculation: proposals for the next step, the part verified, and the controller.
-  const int max_k = static_cast<int>(std::clamp<int64_t>(
-      std::min<int64_t>(options.spec_k, decoder.options().max_outputs - 1), 0, kMaxSpecK));
+  const int max_k = static_cast<int>(
+      std::clamp<int64_t>(std::min<int64_t>(options.spec_k, target.max_outputs - 1), 0, kMaxSpecK));
   Drafter* drafter = max_k > 0 ? options.drafter : nullptr;
   SpecController controller(std::max(max_k, 1), options.spec_adaptive,
                             drafter != nullptr && drafter->costly());
@@ -116,7 +158,14 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
     int accepted = 0;
     int32_t first = -1;
     for (int i = 0; i <= n_drafts && !stop; ++i) {
-      const int32_t token = sampler.Sample(decoder.logits(i), decoder.pool());
+      int32_t token = 0;
+      if (i < static_cast<int>(reduced.size()) && reduced[i] != 0) {
+        const model::TopRow top = decoder.top(i);
+        token = sampler.SampleTop(top.ids, top.logits, top.n, top.known_ids, top.known_logits,
+                                  top.n_known);
+      } else {
+        token = sampler.Sample(decoder.logits(i), target.pool);
+      }
       if (i == 0) first = token;
       ++stats->n_generated;
       if (stats->n_generated == 1) {
@@ -188,6 +237,7 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
     for (size_t i = 0; i < drafts.size(); ++i) {
       batch.Add(drafts[i], static_cast<int32_t>(pos + 1 + i), seq, true);
     }
+    mark(drafts);
     const double s0 = NowSeconds();
     UF_RETURN_IF_ERROR(decoder.Forward(batch));
     step_seconds = NowSeconds() - s0;

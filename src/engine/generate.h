@@ -64,6 +64,21 @@ Status Generate(model::Decoder& decoder, const Tokenizer& tokenizer,
                 const TextCallback& on_text, GenerateStats* stats,
                 const TokenCallback& on_token = nullptr);
 
+// What Generate steps when it is not the CPU decoder: any forward over a cache of its own (a
+// gpu::GpuForward for `bench --device vulkan --spec/--serve`). Every row comes back whole.
+struct GenerateTarget {
+  model::BatchForward* forward = nullptr;
+  KvCache* cache = nullptr;  // the forward's
+  int64_t n_vocab = 0;
+  int64_t max_batch = 0;       // tokens per Forward
+  int64_t max_outputs = 0;     // rows per Forward that may want logits
+  ThreadPool* pool = nullptr;  // for the sampler's exp-sums; may be null
+};
+Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
+                std::span<const int32_t> prompt, const GenerateOptions& options,
+                const TextCallback& on_text, GenerateStats* stats,
+                const TokenCallback& on_token = nullptr);
+
 // The pieces every generation loop starts with (Generate, and cli/run_gpu.cc's on the GPU).
 // OutOfRange when n_prompt tokens and max_tokens more (none when < 0) exceed ctx.
 Status CheckPromptFits(int64_t n_prompt, int64_t max_tokens, int64_t ctx);

@@ -53,4 +53,46 @@ TokenLogprob SequenceSampler::Logprobs(const float* logits, int32_t n_vocab, int
   return out;
 }
 
+TokenLogprob SequenceSampler::Logprobs(const model::TopRow& top, int32_t token, int top_n) {
+  // The row without its known tokens (max, log-sum-exp), then the known tokens' raw logits.
+  float max_logit = top.max;
+  for (int32_t k = 0; k < top.n_known; ++k) max_logit = std::max(max_logit, top.known_logits[k]);
+  double sum = 0.0;
+  if (max_logit > -INFINITY) {
+    if (top.max > -INFINITY) sum += std::exp(static_cast<double>(top.log_sum_exp) - max_logit);
+    for (int32_t k = 0; k < top.n_known; ++k) {
+      const float x = top.known_logits[k];
+      if (x > -INFINITY) sum += std::exp(static_cast<double>(x) - max_logit);
+    }
+  }
+  const float log_z = max_logit + static_cast<float>(std::log(sum));
+  // Candidates of the raw row: the known tokens, then the reduced list without them.
+  std::vector<std::pair<float, int32_t>> cand;
+  cand.reserve(top.n + top.n_known);
+  for (int32_t k = 0; k < top.n_known; ++k) {
+    cand.emplace_back(top.known_logits[k], top.known_ids[k]);
+  }
+  const int32_t* known_end = top.known_ids + top.n_known;
+  for (int32_t i = 0; i < top.n; ++i) {
+    const int32_t id = top.ids[i];
+    if (id < 0 || std::find(top.known_ids, known_end, id) != known_end) continue;
+    cand.emplace_back(top.logits[i], id);
+  }
+  TokenLogprob out;
+  out.token = token;
+  out.logprob = -INFINITY;
+  for (const auto& [l, id] : cand) {
+    if (id == token) out.logprob = l - log_z;
+  }
+  if (top_n > 0) {
+    // Best first, ties by id (as the whole-row Logprobs orders them).
+    const size_t m = std::min(cand.size(), static_cast<size_t>(top_n));
+    std::partial_sort(cand.begin(), cand.begin() + m, cand.end(), [](const auto& a, const auto& b) {
+      return a.first > b.first || (a.first == b.first && a.second < b.second);
+    });
+    for (size_t i = 0; i < m; ++i) out.top.emplace_back(cand[i].second, cand[i].first - log_z);
+  }
+  return out;
+}
+
 }  // namespace uf::engine

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "base/status.h"
@@ -33,7 +34,12 @@ class SequenceSampler {
   // the same token, the same RNG draws.
   bool CanSampleTop(int32_t n) const { return sampler_.CanSampleTop(n); }
   int32_t SampleTop(const model::TopRow& top) {
-    return sampler_.SampleTop(top.ids, top.logits, top.n);
+    return sampler_.SampleTop(top.ids, top.logits, top.n, top.known_ids, top.known_logits,
+                              top.n_known);
+  }
+  // The tokens a device must read out raw (Batch::known_ids) for the row after `pending`.
+  void EditedTokens(std::span<const int32_t> pending, std::vector<int32_t>* out) const {
+    sampler_.EditedTokens(pending, out);
   }
   // Records a generated token (for the penalties).
   void Accept(int32_t token) { sampler_.Accept(token); }
@@ -42,6 +48,11 @@ class SequenceSampler {
   // Log-probability of token under softmax(logits) and the top_n most likely tokens (best first,
   // ties by id): the model's own distribution, before bias, penalties or temperature.
   static TokenLogprob Logprobs(const float* logits, int32_t n_vocab, int32_t token, int top_n);
+  // The same from a reduced row (top_n <= top.n; token one the row's sampler drew from it): the
+  // row's log-sum-exp combined with its known tokens' raw logits. The top list and the token's
+  // logit are the whole row's exactly; log_z differs from the whole row's by the device's
+  // float summation (~1e-6 relative).
+  static TokenLogprob Logprobs(const model::TopRow& top, int32_t token, int top_n);
 
  private:
   sampling::Sampler sampler_;

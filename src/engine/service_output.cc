@@ -13,18 +13,45 @@ namespace uf::engine {
 void Service::MarkTopOnly() {
   const int32_t k = decoder_->top_capacity();
   if (k == 0) return;
-  // A grammar mask, logprobs, bias, bans or penalties need the whole row.
+  const int32_t known_cap = decoder_->top_known_capacity();
+  // A grammar mask, or a sampler that draws beyond the best k (no top-k, or top-k > k), needs
+  // the whole row. Bias, bans and penalties are applied to the best tokens and the raw logits of
+  // the tokens they edit (Batch::known_ids); logprobs (top_logprobs <= k) come from those too.
+  std::vector<int32_t> row_known;
   for (Sequence* seq : batch_outputs_) {
-    seq->top_only = !seq->constraint && seq->request.top_logprobs < 0 && seq->sampler &&
+    seq->top_only = !seq->constraint && seq->request.top_logprobs <= k && seq->sampler &&
                     seq->sampler->CanSampleTop(k);
+    seq->known.clear();
+    seq->known_begin.clear();
+    for (int64_t j = 0; seq->top_only && j <= seq->drafts; ++j) {
+      // Row j is sampled after the drafts before it were accepted into the penalty window.
+      seq->sampler->EditedTokens(std::span<const int32_t>(seq->proposal.data(), j), &row_known);
+      if (static_cast<int64_t>(row_known.size()) > known_cap) {
+        seq->top_only = false;
+        break;
+      }
+      seq->known_begin.push_back(static_cast<int32_t>(seq->known.size()));
+      seq->known.insert(seq->known.end(), row_known.begin(), row_known.end());
+    }
+    seq->known_begin.push_back(static_cast<int32_t>(seq->known.size()));
   }
   batch_.top_only.assign(batch_.size(), 0);
+  batch_.known_begin.assign(1, 0);
+  batch_.known_ids.clear();
   size_t i = 0;  // the output sequence of each row: rows batch_first_row_[i] + 0..drafts
   for (int64_t t = 0, row = 0; t < batch_.size(); ++t) {
-    if (batch_.want_logits[t] == 0) continue;
-    while (i + 1 < batch_outputs_.size() && batch_first_row_[i + 1] <= row) ++i;
-    batch_.top_only[t] = batch_outputs_[i]->top_only ? 1 : 0;
-    ++row;
+    if (batch_.want_logits[t] != 0) {
+      while (i + 1 < batch_outputs_.size() && batch_first_row_[i + 1] <= row) ++i;
+      const Sequence& seq = *batch_outputs_[i];
+      batch_.top_only[t] = seq.top_only ? 1 : 0;
+      const int64_t j = row - batch_first_row_[i];
+      if (seq.top_only && j + 1 < static_cast<int64_t>(seq.known_begin.size())) {
+        batch_.known_ids.insert(batch_.known_ids.end(), seq.known.begin() + seq.known_begin[j],
+                                seq.known.begin() + seq.known_begin[j + 1]);
+      }
+      ++row;
+    }
+    batch_.known_begin.push_back(static_cast<int32_t>(batch_.known_ids.size()));
   }
 }
 
@@ -69,7 +96,9 @@ void Service::SampleOutputs(double step_seconds) {
       out.tokens.push_back(token);
       if (seq.request.top_logprobs >= 0) {
         out.logprobs.push_back(
-            SequenceSampler::Logprobs(logits, n_vocab, token, seq.request.top_logprobs));
+            seq.top_only
+                ? SequenceSampler::Logprobs(decoder_->top(r), token, seq.request.top_logprobs)
+                : SequenceSampler::Logprobs(logits, n_vocab, token, seq.request.top_logprobs));
       }
       if (j == drafts || token != seq.proposal[j]) break;
       if (!seq.request.ignore_eos && tokenizer_.IsEndOfGeneration(token)) break;

@@ -65,6 +65,10 @@ struct GpuForwardOptions {
   // Best tokens a logits row can be reduced to on the device (Batch::top_only, top()); at most
   // 64; 0 turns the reduction off (every row comes back whole).
   int32_t top_k = 64;
+  // Known tokens per reduced row (Batch::known_ids: the tokens a request's bias, bans and
+  // penalties edit, read out raw and masked before the reduction); 0: rows with edits come back
+  // whole.
+  int32_t max_known = 1024;
   // Attention split over positions (flash-decoding) in chunks of this many positions when the
   // cache's context is longer than one chunk: at depth a decode step then runs n_head * depth /
   // chunk workgroups instead of n_head. 0: never split.

@@ -1,5 +1,6 @@
-// GpuForward and GpuDecoder on Vulkan: the llama / qwen2 / qwen3 forward for a batch of tokens,
-// recorded once per batch shape (about 14 dispatches per layer) and replayed.
+// GpuForward and GpuDecoder on Vulkan: the llama / qwen2 / qwen3 / qwen3moe / Mixtral / gpt-oss
+// forward for a batch of tokens, recorded once per batch shape (about 14 dispatches per layer,
+// 18 with experts) and replayed.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,15 +18,20 @@ namespace {
 
 struct LayerBuffers {
   Buffer attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
+  // gpt-oss: the output projection's bias, the sink logits, the router's and experts' biases.
+  Buffer bo, sinks, router_b, exp_gate_b, exp_up_b, exp_down_b;
   GpuMatrix wq, wk, wv, wo, gate, up, down;
+  // Mixture of experts: the router and each of gate, up and down as one stacked matrix.
+  GpuMatrix router, exp_gate, exp_up, exp_down;
 };
 
 // Recordings kept at once; past this the oldest shapes are recorded again when they come back.
 constexpr size_t kMaxRecordings = 64;
 
 // What a recording leaves behind: every row in host-visible memory, each row's arg-max, or each
-// row's best tokens (topk.comp) and the rows flagged in full_ (copy_rows.comp).
-enum class Out { kLogits, kGreedy, kTop };
+// row's best tokens (topk.comp) and the rows flagged in full_ (copy_rows.comp); kTopMasked: the
+// same after the rows' known tokens were read out and masked (mask_rows.comp).
+enum class Out { kLogits, kGreedy, kTop, kTopMasked };
 
 class VulkanForward final : public GpuForward {
  public:
@@ -52,8 +58,14 @@ class VulkanForward final : public GpuForward {
     t.logits = reinterpret_cast<const float*>(w + o_.top_k);
     std::memcpy(&t.max, w + 2 * o_.top_k, 4);
     std::memcpy(&t.log_sum_exp, w + 2 * o_.top_k + 1, 4);
+    if (i < static_cast<int64_t>(known_n_.size())) {
+      t.n_known = known_n_[i];
+      t.known_ids = known_ids_host_.data() + i * o_.max_known;
+      t.known_logits = known_raw_host_.data() + i * o_.max_known;
+    }
     return t;
   }
+  int32_t top_known_capacity() const override { return o_.top_k > 0 ? o_.max_known : 0; }
   int64_t rows_reduced() const override { return rows_reduced_; }
   double last_step_gpu_seconds() const override {
     return last_ != nullptr ? last_->last_gpu_seconds() : 0.0;
@@ -64,6 +76,7 @@ class VulkanForward final : public GpuForward {
  private:
   StatusOr<Buffer> Vector(const std::vector<float>& v);
   StatusOr<GpuMatrix> Matrix(const kernels::Matrix& w, const std::string& name);
+  StatusOr<GpuMatrix> Experts(const std::vector<kernels::Matrix>& w, const std::string& name);
   Status Prepare(const model::Batch& batch);
   // The forward; with greedy set, the rows' arg-max into greedy[] instead of logits_.
   Status Run(const model::Batch& batch, int32_t* greedy);
@@ -72,6 +85,13 @@ class VulkanForward final : public GpuForward {
   // y = W x for n tokens, quantizing x into xq_ first when W takes Q8_0 activations and xq_
   // does not hold x yet.
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y);
+  // The same for stacked experts: n_slots slots reading activation rows slot / x_div of x
+  // (n_x rows in all), experts from ids_.
+  void GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n_x, int64_t n_slots,
+                   int64_t x_div, const Buffer& y);
+  // The mixture-of-experts FFN of layer il from xn_ into y_: router product, routing, the
+  // selected experts' gate/up, SwiGLU, down, the weighted sum; no host round trip.
+  void RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n);
 
   const model::Model& model_;
   const model::ModelConfig& c_;
@@ -89,13 +109,23 @@ class VulkanForward final : public GpuForward {
   // block tables [max_seqs][max_blocks], outs_ the batch rows that want logits.
   Buffer tok_, bt_, outs_;
   Buffer cs_, x_, xn_, xq_, q_, kbuf_, vbuf_, attn_, y_, gate_, up_, scores_, cache_dev_, xo_;
-  Buffer part_;          // split attention's partial sums (o_.attention_chunk)
+  Buffer part_;  // split attention's partial sums (o_.attention_chunk)
+  // Mixture of experts: router logits [max_batch][n_expert]; per (token, rank) slot the expert
+  // and its weight [max_batch][k]; per slot the gate/up rows [.][n_ff_exp] and the output [.][e].
+  Buffer moe_logits_, moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_out_;
+  // Batches of several tokens: the slots sorted by expert and their tiles (GroupSlots).
+  Buffer moe_order_, moe_tiles_;
   int64_t chunk_ = 0;    // positions per attention workgroup; 0: unsplit
   Buffer logits_dev_;    // host-visible: the rows Forward copies out
   Buffer logits_local_;  // device-local: the rows ForwardGreedy reduces on the device
   Buffer argmax_;        // host-visible: ForwardGreedy's tokens
   Buffer top_, full_;    // host-visible: the rows' best tokens; flags of the rows copied whole
   std::vector<uint32_t> top_host_;  // top_ of the last Forward
+  // host-visible: per output row [count][max_known ids] of known tokens; their raw logits
+  Buffer known_, known_raw_;
+  std::vector<int32_t> known_n_;  // of the last Forward's rows
+  std::vector<int32_t> known_ids_host_;
+  std::vector<float> known_raw_host_;
   int64_t rows_reduced_ = 0;
   std::map<std::tuple<int64_t, int64_t, Out>, std::unique_ptr<Recorder>> recordings_;
   Recorder* last_ = nullptr;
@@ -119,11 +149,15 @@ StatusOr<GpuMatrix> VulkanForward::Matrix(const kernels::Matrix& w, const std::s
   return std::move(*m);
 }
 
+StatusOr<GpuMatrix> VulkanForward::Experts(const std::vector<kernels::Matrix>& w,
+                                           const std::string& name) {
+  auto m = UploadExperts(ctx_.get(), w);
+  if (!m.ok()) return Status(m.status().code(), name + ": " + m.status().message());
+  return std::move(*m);
+}
+
 Status VulkanForward::Init(const DeviceSpec& device) {
   const engine::KvCacheOptions& co = cache_->options();
-  if (c_.is_moe()) {
-    return UnimplementedError("the Vulkan backend does not run mixture-of-experts models yet");
-  }
   if (co.n_layer != c_.n_layer || co.n_head_kv != c_.n_head_kv || co.head_dim != c_.head_dim) {
     return InvalidArgumentError("gpu forward: kv cache shape does not match the model");
   }
@@ -135,6 +169,7 @@ Status VulkanForward::Init(const DeviceSpec& device) {
     return InvalidArgumentError("gpu forward: max_batch must be in [1, 65535]");
   }
   if (o_.max_outputs <= 0 || o_.max_outputs > o_.max_batch) o_.max_outputs = o_.max_batch;
+  if (o_.max_known < 0) return InvalidArgumentError("gpu forward: max_known < 0");
   if (o_.top_k < 0 || o_.top_k > Kernels::kMaxTopK) {
     return InvalidArgumentError("gpu forward: top_k must be in [0, 64]");
   }
@@ -159,6 +194,17 @@ Status VulkanForward::Init(const DeviceSpec& device) {
       UF_ASSIGN_OR_RETURN(b.bk, Vector(l.bk));
       UF_ASSIGN_OR_RETURN(b.bv, Vector(l.bv));
     }
+    const auto optional = [&](const std::vector<float>& v, Buffer* out) -> Status {
+      if (v.empty()) return OkStatus();
+      UF_ASSIGN_OR_RETURN(*out, Vector(v));
+      return OkStatus();
+    };
+    UF_RETURN_IF_ERROR(optional(l.bo, &b.bo));
+    UF_RETURN_IF_ERROR(optional(l.attn_sinks, &b.sinks));
+    UF_RETURN_IF_ERROR(optional(l.router_b, &b.router_b));
+    UF_RETURN_IF_ERROR(optional(l.exp_gate_b, &b.exp_gate_b));
+    UF_RETURN_IF_ERROR(optional(l.exp_up_b, &b.exp_up_b));
+    UF_RETURN_IF_ERROR(optional(l.exp_down_b, &b.exp_down_b));
     if (!l.q_norm.empty()) {
       UF_ASSIGN_OR_RETURN(b.q_norm, Vector(l.q_norm));
       UF_ASSIGN_OR_RETURN(b.k_norm, Vector(l.k_norm));
@@ -167,9 +213,16 @@ Status VulkanForward::Init(const DeviceSpec& device) {
     UF_ASSIGN_OR_RETURN(b.wk, Matrix(l.wk, p + "attn_k.weight"));
     UF_ASSIGN_OR_RETURN(b.wv, Matrix(l.wv, p + "attn_v.weight"));
     UF_ASSIGN_OR_RETURN(b.wo, Matrix(l.wo, p + "attn_output.weight"));
-    UF_ASSIGN_OR_RETURN(b.gate, Matrix(l.gate, p + "ffn_gate.weight"));
-    UF_ASSIGN_OR_RETURN(b.up, Matrix(l.up, p + "ffn_up.weight"));
-    UF_ASSIGN_OR_RETURN(b.down, Matrix(l.down, p + "ffn_down.weight"));
+    if (!l.exp_gate.empty()) {
+      UF_ASSIGN_OR_RETURN(b.router, Matrix(l.router, p + "ffn_gate_inp.weight"));
+      UF_ASSIGN_OR_RETURN(b.exp_gate, Experts(l.exp_gate, p + "ffn_gate_exps.weight"));
+      UF_ASSIGN_OR_RETURN(b.exp_up, Experts(l.exp_up, p + "ffn_up_exps.weight"));
+      UF_ASSIGN_OR_RETURN(b.exp_down, Experts(l.exp_down, p + "ffn_down_exps.weight"));
+    } else {
+      UF_ASSIGN_OR_RETURN(b.gate, Matrix(l.gate, p + "ffn_gate.weight"));
+      UF_ASSIGN_OR_RETURN(b.up, Matrix(l.up, p + "ffn_up.weight"));
+      UF_ASSIGN_OR_RETURN(b.down, Matrix(l.down, p + "ffn_down.weight"));
+    }
     layers_.push_back(std::move(b));
   }
   UF_ASSIGN_OR_RETURN(output_norm_, Vector(w.output_norm));
@@ -211,29 +264,54 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   }
   const int64_t mb = o_.max_batch, mo = o_.max_outputs;
   const int64_t widest = std::max({c_.n_embd, c_.q_dim(), c_.n_ff});
+  const int64_t n_ff = std::max<int64_t>(c_.n_ff, 1);  // a MoE model may have no dense FFN
+  const int64_t slots = c_.is_moe() ? mb * c_.n_expert_used : 0;
+  if (slots > 65535 || Kernels::MaxExpertTiles(slots, c_.n_expert) > 65535) {
+    return InvalidArgumentError("gpu forward: max_batch x experts used must be at most 65535");
+  }
+  if (c_.n_expert > Kernels::kMaxExperts) {
+    return UnimplementedError("the Vulkan backend runs at most 512 experts a layer");
+  }
   const auto dev = [&](uint64_t bytes) { return ctx_->CreateBuffer(bytes, Memory::kDevice); };
   UF_ASSIGN_OR_RETURN(tok_, ctx_->CreateBuffer(mb * 16, Memory::kHost));
   UF_ASSIGN_OR_RETURN(bt_, ctx_->CreateBuffer(co.max_seqs * max_blocks_ * 4, Memory::kHost));
   UF_ASSIGN_OR_RETURN(outs_, ctx_->CreateBuffer(mo * 4, Memory::kHost));
   UF_ASSIGN_OR_RETURN(x_, dev(mb * c_.n_embd * 4));
   UF_ASSIGN_OR_RETURN(xn_, dev(mb * c_.n_embd * 4));
-  UF_ASSIGN_OR_RETURN(xq_, dev(Q8ActivationBytes(mb * (widest + 31))));
+  UF_ASSIGN_OR_RETURN(
+      xq_, dev(Q8ActivationBytes(std::max(mb * (widest + 31), slots * c_.n_ff_exp + 31))));
   UF_ASSIGN_OR_RETURN(q_, dev(mb * c_.q_dim() * 4));
   UF_ASSIGN_OR_RETURN(kbuf_, dev(mb * c_.kv_dim() * 4));
   UF_ASSIGN_OR_RETURN(vbuf_, dev(mb * c_.kv_dim() * 4));
   UF_ASSIGN_OR_RETURN(attn_, dev(mb * c_.q_dim() * 4));
   UF_ASSIGN_OR_RETURN(y_, dev(mb * c_.n_embd * 4));
-  UF_ASSIGN_OR_RETURN(gate_, dev(mb * c_.n_ff * 4));
-  UF_ASSIGN_OR_RETURN(up_, dev(mb * c_.n_ff * 4));
-  UF_ASSIGN_OR_RETURN(scores_, dev(static_cast<uint64_t>(mb) * c_.n_head * max_len_ * 4));
+  UF_ASSIGN_OR_RETURN(gate_, dev(mb * n_ff * 4));
+  UF_ASSIGN_OR_RETURN(up_, dev(mb * n_ff * 4));
+  if (c_.is_moe()) {
+    UF_ASSIGN_OR_RETURN(moe_logits_, dev(mb * c_.n_expert * 4));
+    UF_ASSIGN_OR_RETURN(moe_ids_, dev(slots * 4));
+    UF_ASSIGN_OR_RETURN(moe_weights_, dev(slots * 4));
+    UF_ASSIGN_OR_RETURN(moe_gate_, dev(slots * c_.n_ff_exp * 4));
+    UF_ASSIGN_OR_RETURN(moe_up_, dev(slots * c_.n_ff_exp * 4));
+    UF_ASSIGN_OR_RETURN(moe_out_, dev(slots * c_.n_embd * 4));
+    UF_ASSIGN_OR_RETURN(moe_order_, dev(slots * 4));
+    UF_ASSIGN_OR_RETURN(moe_tiles_, dev(Kernels::MaxExpertTiles(slots, c_.n_expert) * 12));
+  }
   UF_ASSIGN_OR_RETURN(cache_dev_, dev(cache_words * 4));
-  if (o_.attention_chunk < 0) return InvalidArgumentError("gpu forward: attention_chunk < 0");
+  if (o_.attention_chunk < 0 || o_.attention_chunk > Kernels::kMaxAttentionChunk) {
+    return InvalidArgumentError("gpu forward: attention_chunk must be in [0, " +
+                                std::to_string(Kernels::kMaxAttentionChunk) + "]");
+  }
   if (o_.attention_chunk > 0 && max_len_ > o_.attention_chunk) {
     chunk_ = o_.attention_chunk;
     const int64_t n_chunks = (max_len_ + chunk_ - 1) / chunk_;
     UF_ASSIGN_OR_RETURN(
         part_, dev(static_cast<uint64_t>(mb) * c_.n_head * n_chunks * (c_.head_dim + 2) * 4));
   }
+  // Unsplit, the scores of every position; split, a chunk's stay in the workgroup's shared
+  // memory and this is a placeholder: the scratch is then bounded by the chunk, not the context.
+  UF_ASSIGN_OR_RETURN(scores_,
+                      dev(chunk_ > 0 ? 16 : static_cast<uint64_t>(mb) * c_.n_head * max_len_ * 4));
   UF_ASSIGN_OR_RETURN(xo_, dev(mo * c_.n_embd * 4));
   UF_ASSIGN_OR_RETURN(logits_dev_, ctx_->CreateBuffer(mo * c_.n_vocab * 4, Memory::kHost));
   UF_ASSIGN_OR_RETURN(logits_local_, dev(mo * c_.n_vocab * 4));
@@ -242,6 +320,12 @@ Status VulkanForward::Init(const DeviceSpec& device) {
     UF_ASSIGN_OR_RETURN(top_, ctx_->CreateBuffer(mo * (2 * o_.top_k + 2) * 4, Memory::kHost));
     UF_ASSIGN_OR_RETURN(full_, ctx_->CreateBuffer(mo * 4, Memory::kHost));
     top_host_.resize(mo * (2 * o_.top_k + 2));
+    if (o_.max_known > 0) {
+      UF_ASSIGN_OR_RETURN(known_, ctx_->CreateBuffer(mo * (o_.max_known + 1) * 4, Memory::kHost));
+      UF_ASSIGN_OR_RETURN(known_raw_, ctx_->CreateBuffer(mo * o_.max_known * 4, Memory::kHost));
+      known_ids_host_.resize(mo * o_.max_known);
+      known_raw_host_.resize(mo * o_.max_known);
+    }
   }
   logits_.resize(mo * c_.n_vocab);
   seq_next_.assign(co.max_seqs, -1);
@@ -260,6 +344,54 @@ void VulkanForward::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64
     xq_holds_ = &x;
   }
   k_.Gemm(r, w, xq_, n, y);
+}
+
+void VulkanForward::GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n_x,
+                                int64_t n_slots, int64_t x_div, const Buffer& y) {
+  const Buffer* in = &x;
+  if (TakesQ8Activation(w.type)) {
+    if (xq_holds_ != &x) {
+      k_.Quantize(r, x, 0, n_x * w.cols, xq_);
+      xq_holds_ = &x;
+    }
+    in = &xq_;
+  }
+  // One token: its k slots have k different experts, nothing to group.
+  if (n_slots > c_.n_expert_used) {
+    k_.GemmExpertsGrouped(r, w, *in, moe_tiles_, moe_order_, n_slots, x_div, y);
+  } else {
+    k_.GemmExperts(r, w, *in, moe_ids_, n_slots, x_div, y);
+  }
+}
+
+// Every step per token or per slot, so a token's row does not depend on its batch. A batch of
+// several tokens groups its slots by expert (GroupSlots) and the expert GEMMs read each
+// selected expert's rows once per tile of up to 8 slots that chose it; a slot's result is the
+// same bits either way (gemm.glsl).
+void VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n) {
+  const int64_t k = c_.n_expert_used;
+  Gemm(r, l.router, xn_, n, moe_logits_);
+  Kernels::RouteParams rp;
+  rp.n_expert = c_.n_expert;
+  rp.k = k;
+  rp.softmax_all = c_.expert_gating == model::ExpertGating::kSoftmax;
+  rp.norm = c_.expert_weights_norm;
+  rp.scale = c_.expert_weights_scale;
+  k_.Route(r, moe_logits_, l.router_b.valid() ? &l.router_b : nullptr, moe_ids_, moe_weights_, n,
+           rp);
+  if (n * k > k) k_.GroupSlots(r, moe_ids_, moe_order_, moe_tiles_, n * k, c_.n_expert);
+  GemmExperts(r, l.exp_gate, xn_, n, n * k, k, moe_gate_);
+  GemmExperts(r, l.exp_up, xn_, n, n * k, k, moe_up_);
+  if (l.exp_gate_b.valid()) {
+    k_.SwiGluOai(r, moe_gate_, moe_up_, l.exp_gate_b, l.exp_up_b, moe_ids_, n * k, c_.n_ff_exp);
+  } else {
+    k_.SwiGlu(r, moe_gate_, moe_up_, moe_gate_, n * k * c_.n_ff_exp);
+  }
+  xq_holds_ = nullptr;  // xq_ is the down product's activation from here
+  GemmExperts(r, l.exp_down, moe_gate_, n * k, n * k, 1, moe_out_);
+  const bool down_b = l.exp_down_b.valid();
+  k_.MoeSum(r, moe_out_, moe_weights_, y_, n, k, c_.n_embd, down_b ? &l.exp_down_b : nullptr,
+            down_b ? &moe_ids_ : nullptr);
 }
 
 Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
@@ -299,18 +431,24 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
     k_.Rope(r, kbuf_, cs_, tok_, n, c_.n_head_kv, hd, c_.rope_dim, neox);
     as.k_off = static_cast<uint32_t>(il * layer_words);
     as.v_off = static_cast<uint32_t>(il * layer_words + layer_words / 2);
+    as.window = c_.IsSwaLayer(il) ? c_.n_swa : 0;
     k_.KvStore(r, kbuf_, vbuf_, cache_dev_, tok_, n, as);
-    k_.Attention(r, q_, cache_dev_, scores_, attn_, tok_, bt_, n, as,
-                 chunk_ > 0 ? &part_ : nullptr);
+    k_.Attention(r, q_, cache_dev_, scores_, attn_, tok_, bt_, n, as, chunk_ > 0 ? &part_ : nullptr,
+                 l.sinks.valid() ? &l.sinks : nullptr);
     Gemm(r, l.wo, attn_, n, y_);
+    if (l.bo.valid()) k_.Add(r, l.bo, 0, y_, 0, n * e, e);
     k_.Add(r, y_, 0, x_, 0, n * e);
     k_.RmsNorm(r, x_, 0, l.ffn_norm, xn_, 0, n, e, c_.rms_eps);
     xq_holds_ = nullptr;
-    Gemm(r, l.gate, xn_, n, gate_);
-    Gemm(r, l.up, xn_, n, up_);
-    k_.SwiGlu(r, gate_, up_, gate_, n * c_.n_ff);
-    xq_holds_ = nullptr;  // gate_ was rewritten
-    Gemm(r, l.down, gate_, n, y_);
+    if (l.exp_gate.buffer.valid()) {
+      RecordMoe(r, l, n);
+    } else {
+      Gemm(r, l.gate, xn_, n, gate_);
+      Gemm(r, l.up, xn_, n, up_);
+      k_.SwiGlu(r, gate_, up_, gate_, n * c_.n_ff);
+      xq_holds_ = nullptr;  // gate_ was rewritten
+      Gemm(r, l.down, gate_, n, y_);
+    }
     k_.Add(r, y_, 0, x_, 0, n * e);
   }
   if (n_out > 0) {
@@ -319,7 +457,10 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
     xq_holds_ = nullptr;
     Gemm(r, output_, xo_, n_out, out == Out::kLogits ? logits_dev_ : logits_local_);
     if (out == Out::kGreedy) k_.ArgMax(r, logits_local_, argmax_, c_.n_vocab, n_out);
-    if (out == Out::kTop) {
+    if (out == Out::kTopMasked) {
+      k_.MaskRows(r, logits_local_, known_, known_raw_, c_.n_vocab, n_out, o_.max_known);
+    }
+    if (out == Out::kTop || out == Out::kTopMasked) {
       k_.TopK(r, logits_local_, top_, c_.n_vocab, n_out, o_.top_k);
       k_.CopyRows(r, logits_local_, logits_dev_, full_, c_.n_vocab, n_out);
     }
@@ -408,6 +549,26 @@ Status VulkanForward::Prepare(const model::Batch& batch) {
 }
 
 Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
+  if (!batch.known_begin.empty()) {  // checked before Prepare reserves any blocks
+    if (static_cast<int64_t>(batch.known_begin.size()) != batch.size() + 1 ||
+        batch.known_begin[0] != 0 ||
+        batch.known_begin.back() != static_cast<int32_t>(batch.known_ids.size())) {
+      return InvalidArgumentError("gpu forward: known_begin does not match the batch");
+    }
+    for (int64_t t = 0; t < batch.size(); ++t) {
+      const int32_t c = batch.known_begin[t + 1] - batch.known_begin[t];
+      if (c < 0 || c > o_.max_known) {
+        return InvalidArgumentError("gpu forward: a row lists " + std::to_string(c) +
+                                    " known tokens; max_known is " + std::to_string(o_.max_known));
+      }
+    }
+    for (int32_t id : batch.known_ids) {
+      if (id < 0 || id >= c_.n_vocab) {
+        return InvalidArgumentError("gpu forward: known token " + std::to_string(id) +
+                                    " is outside the vocabulary");
+      }
+    }
+  }
   UF_RETURN_IF_ERROR(Prepare(batch));
   const int64_t n = batch.size(), bs = cache_->block_size();
   auto* tok = static_cast<uint32_t*>(tok_.mapped());
@@ -416,7 +577,11 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
   const bool reduce =
       greedy == nullptr && o_.top_k > 0 && batch.top_only.size() == batch.tokens.size();
   auto* full = reduce ? static_cast<uint32_t*>(full_.mapped()) : nullptr;
-  int64_t j = 0, n_top = 0;
+  const bool with_known =
+      reduce && o_.max_known > 0 && static_cast<int64_t>(batch.known_begin.size()) == n + 1;
+  auto* known = with_known ? static_cast<uint32_t*>(known_.mapped()) : nullptr;
+  known_n_.clear();
+  int64_t j = 0, n_top = 0, n_known = 0;
   for (int64_t t = 0; t < n; ++t) {
     const int32_t seq = batch.seq_ids[t], pos = batch.positions[t];
     const int32_t block = cache_->BlockTable(seq)[pos / bs];
@@ -429,9 +594,25 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
       full[j] = batch.top_only[t] != 0 ? 0 : 1;
       n_top += batch.top_only[t] != 0;
     }
+    if (known != nullptr) {
+      // Only a reduced row's: a row that comes back whole is not masked.
+      const int32_t b = batch.known_begin[t];
+      const int32_t c = batch.top_only[t] != 0 ? batch.known_begin[t + 1] - b : 0;
+      uint32_t* dst = known + j * (o_.max_known + 1);
+      dst[0] = static_cast<uint32_t>(c);
+      for (int32_t i = 0; i < c; ++i) {
+        const int32_t id = batch.known_ids[b + i];
+        dst[1 + i] = static_cast<uint32_t>(id);
+        known_ids_host_[j * o_.max_known + i] = id;
+      }
+      known_n_.push_back(c);
+      n_known += c;
+    }
     outs[j++] = static_cast<uint32_t>(t);
   }
-  const Out mode = greedy != nullptr ? Out::kGreedy : n_top > 0 ? Out::kTop : Out::kLogits;
+  const Out mode = greedy != nullptr ? Out::kGreedy
+                   : n_top > 0       ? (n_known > 0 ? Out::kTopMasked : Out::kTop)
+                                     : Out::kLogits;
   auto* bt = static_cast<int32_t*>(bt_.mapped());
   for (int32_t s : touched_) {
     const int64_t blocks = (seq_next_[s] + bs - 1) / bs;
@@ -443,8 +624,13 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
     last_ = *rec;
     if (greedy != nullptr) {
       std::memcpy(greedy, argmax_.mapped(), n_outputs_ * 4);
-    } else if (mode == Out::kTop) {
+    } else if (mode == Out::kTop || mode == Out::kTopMasked) {
       std::memcpy(top_host_.data(), top_.mapped(), n_outputs_ * (2 * o_.top_k + 2) * 4);
+      const auto* raw = static_cast<const float*>(known_raw_.mapped());
+      for (int64_t r = 0; mode == Out::kTopMasked && r < n_outputs_; ++r) {
+        std::memcpy(known_raw_host_.data() + r * o_.max_known, raw + r * o_.max_known,
+                    known_n_[r] * 4);
+      }
       const auto* src = static_cast<const float*>(logits_dev_.mapped());
       for (int64_t r = 0; r < n_outputs_; ++r) {
         if (full[r] == 0) continue;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,9 +36,22 @@ float HalfToFloat(uint16_t h) {
   return f;
 }
 
+// The rows of one or several matrices of the same type and shape (stacked experts: matrix i's
+// rows follow matrix i - 1's on the device).
+struct Rows {
+  std::span<const kernels::Matrix> mats;
+  GgmlType type() const { return mats[0].type(); }
+  int64_t rows() const { return mats[0].rows() * static_cast<int64_t>(mats.size()); }
+  int64_t cols() const { return mats[0].cols(); }
+  const uint8_t* Row(int64_t r) const {
+    const kernels::Matrix& m = mats[r / mats[0].rows()];
+    return m.data() + (r % m.rows()) * m.row_bytes();
+  }
+};
+
 // Q6_K: each block's ql, qh and scales as 52 words (they are 208 bytes, whole words, but the
 // blocks are 210 bytes apart in the file), the f32 super-block scales after all of them.
-StatusOr<GpuMatrix> UploadQ6K(Context* ctx, const kernels::Matrix& w) {
+StatusOr<GpuMatrix> UploadQ6K(Context* ctx, const Rows& w) {
   GpuMatrix m;
   m.type = GgmlType::kQ6_K;
   m.rows = w.rows();
@@ -50,7 +64,7 @@ StatusOr<GpuMatrix> UploadQ6K(Context* ctx, const kernels::Matrix& w) {
   m.d_off = static_cast<uint32_t>(total_blocks * 52);
   std::vector<uint32_t> host(total_blocks * 53);
   for (int64_t r = 0; r < w.rows(); ++r) {
-    const auto* row = reinterpret_cast<const kernels::BlockQ6_K*>(w.data() + r * w.row_bytes());
+    const auto* row = reinterpret_cast<const kernels::BlockQ6_K*>(w.Row(r));
     for (int64_t b = 0; b < blocks; ++b) {
       const uint64_t i = r * blocks + b;
       auto* dst = reinterpret_cast<uint8_t*>(&host[i * 52]);
@@ -70,7 +84,7 @@ StatusOr<GpuMatrix> UploadQ6K(Context* ctx, const kernels::Matrix& w) {
 
 // Q4_K: each block's qs and packed scales as 35 words (144 bytes in the file, 140 of them
 // word-aligned here), then d and dmin of every block as f32 pairs.
-StatusOr<GpuMatrix> UploadQ4K(Context* ctx, const kernels::Matrix& w) {
+StatusOr<GpuMatrix> UploadQ4K(Context* ctx, const Rows& w) {
   GpuMatrix m;
   m.type = GgmlType::kQ4_K;
   m.rows = w.rows();
@@ -83,7 +97,7 @@ StatusOr<GpuMatrix> UploadQ4K(Context* ctx, const kernels::Matrix& w) {
   m.d_off = static_cast<uint32_t>(total_blocks * 35);
   std::vector<uint32_t> host(total_blocks * 37);
   for (int64_t r = 0; r < w.rows(); ++r) {
-    const auto* row = reinterpret_cast<const kernels::BlockQ4_K*>(w.data() + r * w.row_bytes());
+    const auto* row = reinterpret_cast<const kernels::BlockQ4_K*>(w.Row(r));
     for (int64_t b = 0; b < blocks; ++b) {
       const uint64_t i = r * blocks + b;
       auto* dst = reinterpret_cast<uint8_t*>(&host[i * 35]);
@@ -106,32 +120,40 @@ StatusOr<GpuMatrix> UploadQ4K(Context* ctx, const kernels::Matrix& w) {
 bool GpuSupportsType(GgmlType type) {
   return type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16 ||
          type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ6_K ||
-         type == GgmlType::kQ4_K;
+         type == GgmlType::kQ4_K || type == GgmlType::kMXFP4;
 }
 
-StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
+namespace {
+
+StatusOr<GpuMatrix> UploadRows(Context* ctx, const Rows& w) {
   if (!GpuSupportsType(w.type())) {
     return UnimplementedError("the Vulkan backend has no kernel for weights of type " +
                               std::string(GgmlTypeName(w.type())) +
-                              " (it has F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K)");
+                              " (it has F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K and MXFP4)");
   }
   GpuMatrix m;
   m.type = w.type();
   m.rows = w.rows();
   m.cols = w.cols();
-  const uint8_t* src = w.data();
   if (w.type() == GgmlType::kF32 || w.type() == GgmlType::kF16 || w.type() == GgmlType::kBF16) {
     if (w.type() != GgmlType::kF32 && w.cols() % 2 != 0) {
       return UnimplementedError("the Vulkan backend needs an even number of F16/BF16 columns");
     }
-    const uint64_t bytes = w.rows() * w.row_bytes();
-    UF_ASSIGN_OR_RETURN(m.buffer, ctx->CreateBuffer(bytes, Memory::kDevice));
-    UF_RETURN_IF_ERROR(ctx->Upload(m.buffer, 0, src, bytes));
+    // Each matrix's rows are contiguous (GGUF rows): one upload per matrix.
+    const uint64_t bytes = w.mats[0].rows() * w.mats[0].row_bytes();
+    UF_ASSIGN_OR_RETURN(m.buffer, ctx->CreateBuffer(bytes * w.mats.size(), Memory::kDevice));
+    for (size_t i = 0; i < w.mats.size(); ++i) {
+      UF_RETURN_IF_ERROR(ctx->Upload(m.buffer, i * bytes, w.mats[i].data(), bytes));
+    }
     return m;
   }
   if (w.type() == GgmlType::kQ6_K) return UploadQ6K(ctx, w);
   if (w.type() == GgmlType::kQ4_K) return UploadQ4K(ctx, w);
+  // Q8_0, Q4_0 and MXFP4: 32 values a block, the quants in 8 or 4 words (MXFP4's nibbles are
+  // laid out as Q4_0's), the scale as f32 (MXFP4: half its E8M0 scale, as the CPU's integer
+  // dot of doubled E2M1 values takes it).
   const bool q8 = w.type() == GgmlType::kQ8_0;
+  const bool mx = w.type() == GgmlType::kMXFP4;
   const int64_t blocks = w.cols() / 32;
   const uint32_t qwords = q8 ? 8 : 4;
   const uint64_t total_blocks = static_cast<uint64_t>(w.rows()) * blocks;
@@ -141,11 +163,18 @@ StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
   m.d_off = static_cast<uint32_t>(total_blocks * qwords);
   std::vector<uint32_t> host(total_blocks * (qwords + 1));
   for (int64_t r = 0; r < w.rows(); ++r) {
-    const uint8_t* row = src + r * w.row_bytes();
+    const uint8_t* row = w.Row(r);
     for (int64_t b = 0; b < blocks; ++b) {
       const uint64_t i = r * blocks + b;
       uint16_t d;
       const uint8_t* qs;
+      if (mx) {
+        const auto* blk = reinterpret_cast<const kernels::BlockMxfp4*>(row) + b;
+        std::memcpy(&host[i * qwords], blk->qs, qwords * 4);
+        const float df = kernels::E8M0Half(blk->e);
+        std::memcpy(&host[m.d_off + i], &df, 4);
+        continue;
+      }
       if (q8) {
         const auto* blk = reinterpret_cast<const kernels::BlockQ8_0*>(row) + b;
         std::memcpy(&d, &blk->d, 2);
@@ -165,6 +194,26 @@ StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
   return m;
 }
 
+}  // namespace
+
+StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
+  return UploadRows(ctx, Rows{std::span<const kernels::Matrix>(&w, 1)});
+}
+
+StatusOr<GpuMatrix> UploadExperts(Context* ctx, std::span<const kernels::Matrix> experts) {
+  if (experts.empty()) return InvalidArgumentError("gpu: no experts to upload");
+  for (const kernels::Matrix& e : experts) {
+    if (e.type() != experts[0].type() || e.rows() != experts[0].rows() ||
+        e.cols() != experts[0].cols()) {
+      return UnimplementedError("the Vulkan backend needs a layer's experts of one type and shape");
+    }
+  }
+  UF_ASSIGN_OR_RETURN(GpuMatrix m, UploadRows(ctx, Rows{experts}));
+  m.rows = experts[0].rows();
+  m.n_experts = static_cast<int64_t>(experts.size());
+  return m;
+}
+
 StatusOr<Kernels> Kernels::Create(Context* ctx) {
   Kernels k;
   k.rows_per_group_ = 64 / ctx->info().subgroup_size;
@@ -175,9 +224,12 @@ StatusOr<Kernels> Kernels::Create(Context* ctx) {
                                                                {GgmlType::kQ8_0, "q8_0"},
                                                                {GgmlType::kQ4_0, "q4_0"},
                                                                {GgmlType::kQ6_K, "q6_k"},
-                                                               {GgmlType::kQ4_K, "q4_k"}}) {
+                                                               {GgmlType::kQ4_K, "q4_k"},
+                                                               {GgmlType::kMXFP4, "mxfp4"}}) {
     UF_ASSIGN_OR_RETURN(k.gemm_[0][type], ctx->GetPipeline(std::string("gemm1_") + name, 3));
     UF_ASSIGN_OR_RETURN(k.gemm_[1][type], ctx->GetPipeline(std::string("gemm8_") + name, 3));
+    UF_ASSIGN_OR_RETURN(k.gemmx_[type], ctx->GetPipeline(std::string("gemmx_") + name, 4));
+    UF_ASSIGN_OR_RETURN(k.gemmg_[type], ctx->GetPipeline(std::string("gemmg_") + name, 5));
   }
   UF_ASSIGN_OR_RETURN(k.quantize_, ctx->GetPipeline("quantize_q8_0", 2));
   UF_ASSIGN_OR_RETURN(k.rmsnorm_, ctx->GetPipeline("rmsnorm", 3));
@@ -185,13 +237,18 @@ StatusOr<Kernels> Kernels::Create(Context* ctx) {
   UF_ASSIGN_OR_RETURN(k.swiglu_, ctx->GetPipeline("swiglu", 3));
   UF_ASSIGN_OR_RETURN(k.rope_, ctx->GetPipeline("rope", 3));
   UF_ASSIGN_OR_RETURN(k.kv_store_, ctx->GetPipeline("kv_store", 4));
-  UF_ASSIGN_OR_RETURN(k.attention_, ctx->GetPipeline("attention", 7));
-  UF_ASSIGN_OR_RETURN(k.attention_combine_, ctx->GetPipeline("attention_combine", 3));
+  UF_ASSIGN_OR_RETURN(k.attention_, ctx->GetPipeline("attention", 8));
+  UF_ASSIGN_OR_RETURN(k.attention_combine_, ctx->GetPipeline("attention_combine", 4));
   UF_ASSIGN_OR_RETURN(k.embed_, ctx->GetPipeline("embed", 3));
   UF_ASSIGN_OR_RETURN(k.gather_, ctx->GetPipeline("gather", 3));
   UF_ASSIGN_OR_RETURN(k.argmax_, ctx->GetPipeline("argmax", 2));
   UF_ASSIGN_OR_RETURN(k.topk_, ctx->GetPipeline("topk", 2));
   UF_ASSIGN_OR_RETURN(k.copy_rows_, ctx->GetPipeline("copy_rows", 3));
+  UF_ASSIGN_OR_RETURN(k.mask_rows_, ctx->GetPipeline("mask_rows", 3));
+  UF_ASSIGN_OR_RETURN(k.route_, ctx->GetPipeline("route", 4));
+  UF_ASSIGN_OR_RETURN(k.moe_group_, ctx->GetPipeline("moe_group", 3));
+  UF_ASSIGN_OR_RETURN(k.moe_sum_, ctx->GetPipeline("moe_sum", 5));
+  UF_ASSIGN_OR_RETURN(k.swiglu_oai_, ctx->GetPipeline("swiglu_oai", 5));
   return k;
 }
 
@@ -223,6 +280,106 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
   constexpr int64_t kTile = 8;
   r->Dispatch(*GemmPipeline(w.type, n > 1), {w.buffer, x, y}, push, gx, gy,
               static_cast<uint32_t>((n + kTile - 1) / kTile));
+}
+
+namespace {
+
+// The push constants of gemmx_* and gemmg_*.
+struct ExpertPush {
+  uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, x_div;
+};
+ExpertPush MakeExpertPush(const GpuMatrix& w, int64_t n_slots, int64_t x_div) {
+  const bool k_quant = w.type == GgmlType::kQ6_K || w.type == GgmlType::kQ4_K;
+  const bool q8 = TakesQ8Activation(w.type);
+  const auto blocks = static_cast<uint32_t>(w.cols / (k_quant ? 256 : 32));
+  const uint32_t n_x = static_cast<uint32_t>((n_slots + x_div - 1) / x_div);  // activation rows
+  return {static_cast<uint32_t>(w.rows),
+          k_quant || q8 ? blocks : static_cast<uint32_t>(w.cols),
+          w.d_off,
+          static_cast<uint32_t>(n_slots),
+          q8 ? blocks * 8 : static_cast<uint32_t>(w.cols),
+          q8 ? n_x * blocks * 8 : 0u,
+          0u,
+          static_cast<uint32_t>(w.rows),
+          static_cast<uint32_t>(x_div)};
+}
+
+}  // namespace
+
+void Kernels::GroupSlots(Recorder* r, const Buffer& ids, const Buffer& order, const Buffer& tiles,
+                         int64_t n_slots, int64_t n_expert) const {
+  UF_CHECK(n_expert <= kMaxExperts) << n_expert << " experts";
+  const struct {
+    uint32_t n_slots, n_expert, max_tiles;
+  } push{static_cast<uint32_t>(n_slots), static_cast<uint32_t>(n_expert),
+         static_cast<uint32_t>(MaxExpertTiles(n_slots, n_expert))};
+  r->Dispatch(*moe_group_, {ids, order, tiles}, push, 1);
+}
+
+void Kernels::GemmExpertsGrouped(Recorder* r, const GpuMatrix& w, const Buffer& x,
+                                 const Buffer& tiles, const Buffer& order, int64_t n_slots,
+                                 int64_t x_div, const Buffer& y) const {
+  const int64_t max_tiles = MaxExpertTiles(n_slots, w.n_experts);
+  UF_CHECK(n_slots >= 1 && max_tiles <= 65535 && x_div >= 1) << "expert slots " << n_slots;
+  uint32_t gx, gy;
+  Grid((w.rows + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
+  const auto it = gemmg_.find(w.type);
+  UF_CHECK(it != gemmg_.end()) << "no grouped expert GEMM for " << GgmlTypeName(w.type);
+  r->Dispatch(*it->second, {w.buffer, x, y, tiles, order}, MakeExpertPush(w, n_slots, x_div), gx,
+              gy, static_cast<uint32_t>(max_tiles));
+}
+
+void Kernels::GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, const Buffer& ids,
+                          int64_t n_slots, int64_t x_div, const Buffer& y) const {
+  UF_CHECK(n_slots >= 1 && n_slots <= 65535 && x_div >= 1) << "expert slots " << n_slots;
+  uint32_t gx, gy;
+  Grid((w.rows + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
+  const auto it = gemmx_.find(w.type);
+  UF_CHECK(it != gemmx_.end()) << "no expert GEMM for " << GgmlTypeName(w.type);
+  r->Dispatch(*it->second, {w.buffer, x, y, ids}, MakeExpertPush(w, n_slots, x_div), gx, gy,
+              static_cast<uint32_t>(n_slots));
+}
+
+void Kernels::Route(Recorder* r, const Buffer& logits, const Buffer* bias, const Buffer& ids,
+                    const Buffer& weights, int64_t n, const RouteParams& rp) const {
+  struct {
+    uint32_t n, n_expert, k, softmax_all, norm, has_bias;
+    float scale;
+  } push{static_cast<uint32_t>(n),
+         static_cast<uint32_t>(rp.n_expert),
+         static_cast<uint32_t>(rp.k),
+         rp.softmax_all ? 1u : 0u,
+         rp.norm ? 1u : 0u,
+         bias != nullptr ? 1u : 0u,
+         rp.scale};
+  // Without a bias, binding 1 is never read: any buffer will do.
+  r->Dispatch(*route_, {logits, bias != nullptr ? *bias : logits, ids, weights}, push, Groups64(n));
+}
+
+void Kernels::MoeSum(Recorder* r, const Buffer& out, const Buffer& weights, const Buffer& y,
+                     int64_t n, int64_t k, int64_t cols, const Buffer* bias,
+                     const Buffer* ids) const {
+  UF_CHECK((bias == nullptr) == (ids == nullptr));
+  struct {
+    uint32_t n, k, cols, has_bias;
+  } push{static_cast<uint32_t>(n * cols), static_cast<uint32_t>(k), static_cast<uint32_t>(cols),
+         bias != nullptr ? 1u : 0u};
+  uint32_t gx, gy;
+  Grid((n * cols + 63) / 64, &gx, &gy);
+  // Without a bias, bindings 3 and 4 are never read: any buffer will do.
+  r->Dispatch(*moe_sum_,
+              {out, weights, y, bias != nullptr ? *bias : out, ids != nullptr ? *ids : out}, push,
+              gx, gy);
+}
+
+void Kernels::SwiGluOai(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& gate_b,
+                        const Buffer& up_b, const Buffer& ids, int64_t slots, int64_t ff) const {
+  struct {
+    uint32_t n, ff;
+  } push{static_cast<uint32_t>(slots * ff), static_cast<uint32_t>(ff)};
+  uint32_t gx, gy;
+  Grid((slots * ff + 63) / 64, &gx, &gy);
+  r->Dispatch(*swiglu_oai_, {gate, up, gate_b, up_b, ids}, push, gx, gy);
 }
 
 void Kernels::Quantize(Recorder* r, const Buffer& x, uint32_t x_off, int64_t values,
@@ -294,12 +451,13 @@ void Kernels::KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffe
 
 void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,
                         const Buffer& out, const Buffer& tok, const Buffer& bt, int64_t n,
-                        const AttentionShape& s, const Buffer* part) const {
+                        const AttentionShape& s, const Buffer* part, const Buffer* sinks) const {
   UF_CHECK(s.chunk == 0 || part != nullptr) << "split attention needs its partial sums' buffer";
+  UF_CHECK(s.chunk <= kMaxAttentionChunk) << "a split chunk's scores live in shared memory";
   struct {
     uint32_t n_head, n_head_kv, head_dim, n_rows, k_off, v_off;
     float scale;
-    uint32_t block_size, max_blocks, max_len, row_words, q8, chunk, n_chunks;
+    uint32_t block_size, max_blocks, max_len, row_words, q8, chunk, n_chunks, window, has_sinks;
   } push{static_cast<uint32_t>(s.n_head),
          static_cast<uint32_t>(s.n_head_kv),
          static_cast<uint32_t>(s.head_dim),
@@ -313,17 +471,23 @@ void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const
          static_cast<uint32_t>(s.row_words()),
          s.q8 ? 1u : 0u,
          static_cast<uint32_t>(s.chunk),
-         static_cast<uint32_t>(s.n_chunks())};
-  // Without a split, binding 6 (the partial sums) is never written: any buffer will do.
-  r->Dispatch(*attention_, {q, cache, scores, out, tok, bt, part != nullptr ? *part : out}, push,
+         static_cast<uint32_t>(s.n_chunks()),
+         static_cast<uint32_t>(s.window),
+         sinks != nullptr ? 1u : 0u};
+  // Without a split, binding 6 (the partial sums) is never written, without sinks binding 7
+  // never read: any buffer will do.
+  const Buffer& sink_buf = sinks != nullptr ? *sinks : q;
+  r->Dispatch(*attention_,
+              {q, cache, scores, out, tok, bt, part != nullptr ? *part : out, sink_buf}, push,
               static_cast<uint32_t>(s.n_head * s.n_chunks()), static_cast<uint32_t>(n));
   if (s.chunk == 0) return;
   const struct {
-    uint32_t n_head, head_dim, chunk, n_chunks;
+    uint32_t n_head, head_dim, chunk, n_chunks, window, has_sinks;
   } combine{static_cast<uint32_t>(s.n_head), static_cast<uint32_t>(s.head_dim),
-            static_cast<uint32_t>(s.chunk), static_cast<uint32_t>(s.n_chunks())};
-  r->Dispatch(*attention_combine_, {*part, out, tok}, combine, static_cast<uint32_t>(s.n_head),
-              static_cast<uint32_t>(n));
+            static_cast<uint32_t>(s.chunk),  static_cast<uint32_t>(s.n_chunks()),
+            static_cast<uint32_t>(s.window), sinks != nullptr ? 1u : 0u};
+  r->Dispatch(*attention_combine_, {*part, out, tok, sink_buf}, combine,
+              static_cast<uint32_t>(s.n_head), static_cast<uint32_t>(n));
 }
 
 void Kernels::Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& tok,
@@ -350,6 +514,9 @@ void Kernels::Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const 
       break;
     case GgmlType::kQ4_K:
       type = 6;
+      break;
+    case GgmlType::kMXFP4:
+      type = 7;
       break;
     default:
       UF_CHECK(false) << "no embedding kernel for " << GgmlTypeName(table.type);
@@ -380,6 +547,15 @@ void Kernels::TopK(Recorder* r, const Buffer& logits, const Buffer& out, int64_t
     uint32_t n_vocab, k;
   } push = {static_cast<uint32_t>(n_vocab), static_cast<uint32_t>(k)};
   r->Dispatch(*topk_, {logits, out}, push, static_cast<uint32_t>(rows));
+}
+
+void Kernels::MaskRows(Recorder* r, const Buffer& logits, const Buffer& known, const Buffer& raw,
+                       int64_t n_vocab, int64_t rows, int64_t cap) const {
+  UF_CHECK(cap >= 1);
+  const struct {
+    uint32_t n_vocab, cap;
+  } push = {static_cast<uint32_t>(n_vocab), static_cast<uint32_t>(cap)};
+  r->Dispatch(*mask_rows_, {logits, known, raw}, push, Groups64(cap), static_cast<uint32_t>(rows));
 }
 
 void Kernels::CopyRows(Recorder* r, const Buffer& x, const Buffer& y, const Buffer& flags,

@@ -3,8 +3,10 @@
 // src/kernels that tests/gpu_kernels_test.cc compares it with.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
+#include <span>
 
 #include "base/status.h"
 #include "gpu/vk_context.h"
@@ -12,25 +14,31 @@
 
 namespace uf::gpu {
 
-// A weight matrix in device memory. F32, F16 and BF16 rows as in GGUF; Q8_0, Q4_0, Q6_K and Q4_K
-// split into the quants of every block (word-aligned: 8, 4, 52 and 35 words per block) followed
+// A weight matrix in device memory. F32, F16 and BF16 rows as in GGUF; Q8_0, Q4_0, MXFP4, Q6_K and
+// Q4_K split into the quants of every block (word-aligned: 8, 4, 4, 52 and 35 words) followed
 // by the blocks' scales as f32 at word d_off (Q4_K: d and dmin, two words a block), so the
 // shaders read whole words and never an f16 at an odd address.
 struct GpuMatrix {
   GgmlType type = GgmlType::kF32;  // as stored on the device (the file's type)
   int64_t rows = 0, cols = 0;
   uint32_t d_off = 0;  // quantized types: word offset of the scales
+  // Stacked experts (UploadExperts): n_experts matrices of `rows` rows each, expert x's rows
+  // at x * rows of the stack.
+  int64_t n_experts = 1;
   Buffer buffer;
 };
 
-// True for the weight types the GPU kernels have (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K).
+// True for the weight types the GPU kernels have (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, MXFP4).
 bool GpuSupportsType(GgmlType type);
 // True when the type's GEMM takes a Q8_0 activation (Quantize) instead of f32 values.
 inline bool TakesQ8Activation(GgmlType type) {
-  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0;
+  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kMXFP4;
 }
 // Uploads w (its GGUF rows). Unimplemented for types without a kernel.
 StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w);
+
+// Uploads a layer's experts (one type and shape) as one stacked matrix for GemmExperts.
+StatusOr<GpuMatrix> UploadExperts(Context* ctx, std::span<const kernels::Matrix> experts);
 
 // Bytes of scratch a Q8_0 activation of `values` values takes (quantize_q8_0's output).
 inline uint64_t Q8ActivationBytes(int64_t values) { return (values / 32) * (32 + 4); }
@@ -47,6 +55,7 @@ struct AttentionShape {
   // Split over positions (flash-decoding): positions per workgroup, 0 for the whole context in
   // one. The split depends on a token's position only, so rows stay batch-independent.
   int64_t chunk = 0;
+  int64_t window = 0;  // a sliding-window layer's positions (gpt-oss); 0: the whole context
   int64_t n_chunks() const { return chunk == 0 ? 1 : (max_len + chunk - 1) / chunk; }
   // Floats of the split's partial sums per (token, query head).
   int64_t part_floats() const { return n_chunks() * (head_dim + 2); }
@@ -66,6 +75,47 @@ class Kernels {
   // all n rows). Each (row, token) result is the same bits whatever n is (gemm.glsl).
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
             uint32_t y_off = 0, int64_t y_stride = 0) const;
+  // The products of selected experts (gemmx_*): for each of n_slots slots s,
+  // y[s * w.rows + row] = expert ids[s]'s W x[s / x_div] (x as in Gemm, token-major). Reads only
+  // the selected experts' rows; each slot's sum is formed as gemm1_* forms a token's, so a slot
+  // does not depend on what else the batch holds. No reuse of an expert's weights across the
+  // slots that share it (each slot reads its rows again).
+  void GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, const Buffer& ids,
+                   int64_t n_slots, int64_t x_div, const Buffer& y) const;
+  // The slots of a batch grouped by expert (moe_group.comp): order = the n_slots slots sorted by
+  // expert, tiles = max_tiles (expert, first index into order, count <= 8) triples, unused ones
+  // with count 0. max_tiles: MaxExpertTiles.
+  static constexpr int64_t kMaxExperts = 512;
+  static int64_t MaxExpertTiles(int64_t n_slots, int64_t n_expert) {
+    return (n_slots + 7) / 8 + std::min(n_slots, n_expert);
+  }
+  void GroupSlots(Recorder* r, const Buffer& ids, const Buffer& order, const Buffer& tiles,
+                  int64_t n_slots, int64_t n_expert) const;
+  // GemmExperts over the tiles of GroupSlots (gemmg_*): each expert's rows are read once per
+  // tile of up to 8 slots that chose it; every slot's row the same bits as GemmExperts gives.
+  void GemmExpertsGrouped(Recorder* r, const GpuMatrix& w, const Buffer& x, const Buffer& tiles,
+                          const Buffer& order, int64_t n_slots, int64_t x_div,
+                          const Buffer& y) const;
+  // The router (route.comp): for each of n tokens, from its n_expert logits (plus bias when
+  // has_bias), its k experts (best first, ties to the lower index) into ids[t * k + i] and their
+  // weights into weights[t * k + i], as model::Decoder::Route computes them.
+  struct RouteParams {
+    int64_t n_expert = 0, k = 0;
+    bool softmax_all = true;  // ExpertGating::kSoftmax, else a softmax over the k (gpt-oss)
+    bool norm = false;
+    float scale = 0.0f;  // 0 or 1: none
+  };
+  void Route(Recorder* r, const Buffer& logits, const Buffer* bias, const Buffer& ids,
+             const Buffer& weights, int64_t n, const RouteParams& rp) const;
+  // y[t][i] = sum over r < k of weights[t * k + r] * out[(t * k + r) * cols + i], r in order;
+  // with bias ([n_expert][cols], gpt-oss) each out row plus its expert's (ids) bias row first.
+  void MoeSum(Recorder* r, const Buffer& out, const Buffer& weights, const Buffer& y, int64_t n,
+              int64_t k, int64_t cols, const Buffer* bias = nullptr,
+              const Buffer* ids = nullptr) const;
+  // gpt-oss's clamped SwiGLU in place in gate ([slots][ff]), each slot's expert (ids) biases
+  // added to gate and up first (swiglu_oai.comp).
+  void SwiGluOai(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& gate_b,
+                 const Buffer& up_b, const Buffer& ids, int64_t slots, int64_t ff) const;
   // q = x[x_off..+values) as Q8_0 blocks (values a multiple of 32; n rows quantize as one).
   void Quantize(Recorder* r, const Buffer& x, uint32_t x_off, int64_t values,
                 const Buffer& q) const;
@@ -86,11 +136,15 @@ class Kernels {
   void KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffer& cache,
                const Buffer& tok, int64_t n, const AttentionShape& s) const;
   // Causal attention of the n tokens' queries (block tables bt); scores: n * n_head * max_len
-  // floats of scratch; with s.chunk > 0 two dispatches (the chunks, then their combination) and
-  // part: n * n_head * s.part_floats() floats of scratch.
+  // floats of scratch when s.chunk == 0 (unused otherwise: a chunk's scores stay in shared
+  // memory); with s.chunk > 0 (<= kMaxAttentionChunk) two dispatches (the chunks, then their
+  // combination) and part: n * n_head * s.part_floats() floats of scratch. sinks: n_head sink
+  // logits (gpt-oss).
+  static constexpr int64_t kMaxAttentionChunk = 1024;  // attention.comp's kMaxChunk
   void Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,
                  const Buffer& out, const Buffer& tok, const Buffer& bt, int64_t n,
-                 const AttentionShape& s, const Buffer* part = nullptr) const;
+                 const AttentionShape& s, const Buffer* part = nullptr,
+                 const Buffer* sinks = nullptr) const;
   // x[t] = table row of token t, for the n tokens.
   void Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& tok,
              int64_t n) const;
@@ -102,6 +156,11 @@ class Kernels {
   static constexpr int64_t kMaxTopK = 64;
   void TopK(Recorder* r, const Buffer& logits, const Buffer& out, int64_t n_vocab, int64_t rows,
             int64_t k) const;
+  // Row j of rows rows of n_vocab logits: the known[j * (cap + 1)] tokens listed after it read
+  // into raw[j * cap + ...] and set to -inf (mask_rows.comp: the sampler's edits, applied on the
+  // host to the raw values, so that TopK then reduces the tokens it leaves alone).
+  void MaskRows(Recorder* r, const Buffer& logits, const Buffer& known, const Buffer& raw,
+                int64_t n_vocab, int64_t rows, int64_t cap) const;
   // y[j] = x[j] for the rows j < n_rows (of cols floats) with flags[j] != 0.
   void CopyRows(Recorder* r, const Buffer& x, const Buffer& y, const Buffer& flags, int64_t cols,
                 int64_t n_rows) const;
@@ -115,6 +174,12 @@ class Kernels {
   uint32_t rows_per_group_ = 1;  // GEMM rows per workgroup: 64 / subgroup size
   // [0]: one token (gemm1_*), [1]: tiles of 8 (gemm8_*), per weight type.
   std::map<GgmlType, const Pipeline*> gemm_[2];
+  std::map<GgmlType, const Pipeline*> gemmx_;  // stacked experts, one slot per z
+  std::map<GgmlType, const Pipeline*> gemmg_;  // stacked experts, a tile of one expert per z
+  const Pipeline* moe_group_ = nullptr;
+  const Pipeline* route_ = nullptr;
+  const Pipeline* moe_sum_ = nullptr;
+  const Pipeline* swiglu_oai_ = nullptr;
   const Pipeline* quantize_ = nullptr;
   const Pipeline* rmsnorm_ = nullptr;
   const Pipeline* add_ = nullptr;
@@ -128,6 +193,7 @@ class Kernels {
   const Pipeline* argmax_ = nullptr;
   const Pipeline* topk_ = nullptr;
   const Pipeline* copy_rows_ = nullptr;
+  const Pipeline* mask_rows_ = nullptr;
 };
 
 }  // namespace uf::gpu

@@ -18,6 +18,11 @@ struct Batch {
   // [n] or empty: 1 when a token's logits are needed only as its row's best tokens
   // (BatchForward::top); a forward without that reduction ignores it. Add() leaves it alone.
   std::vector<uint8_t> top_only;
+  // Empty, or [n + 1] offsets into known_ids: a top_only token's tokens whose logits its sampler
+  // edits (sampling::Sampler::EditedTokens). The forward reduces the row without them and returns
+  // their raw logits beside it (TopRow::known_*). Add() leaves both alone.
+  std::vector<int32_t> known_begin;
+  std::vector<int32_t> known_ids;
 
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   // Keeps capacity, so a reused Batch does not allocate per step.
@@ -27,6 +32,8 @@ struct Batch {
     seq_ids.clear();
     want_logits.clear();
     top_only.clear();
+    known_begin.clear();
+    known_ids.clear();
   }
   void Reserve(int64_t n) {
     tokens.reserve(n);
@@ -44,12 +51,17 @@ struct Batch {
 
 // A logits row reduced where it was computed (a GPU): its n best tokens, best first (higher
 // logit, then lower id; NaN ranks as -inf), with their raw logits, the row's maximum and its
-// log-sum-exp.
+// log-sum-exp. With known tokens (Batch::known_ids), all of that is over the row without them
+// (they count as -inf there; ids may then list some of them at the end, to be skipped) and their
+// raw logits come beside it.
 struct TopRow {
   int32_t n = 0;
   const int32_t* ids = nullptr;
   const float* logits = nullptr;
   float max = 0.0f, log_sum_exp = 0.0f;
+  int32_t n_known = 0;
+  const int32_t* known_ids = nullptr;
+  const float* known_logits = nullptr;
 };
 
 // A forward pass over batches: what the serving engine steps (the CPU Decoder, or a device's).
@@ -71,6 +83,9 @@ class BatchForward {
   // The i-th output row of the last batch reduced to its best top_capacity() tokens (rows of
   // top_only tokens; logits(i) is then not valid).
   virtual TopRow top(int64_t i) const { return {}; }
+  // Known tokens (Batch::known_ids) a reduced row may list; 0: none (a row whose sampler edits
+  // logits then comes back whole).
+  virtual int32_t top_known_capacity() const { return 0; }
 };
 
 }  // namespace uf::model

@@ -95,21 +95,20 @@ bool Sampler::filtering() const {
          params_.min_p > 0.0f;
 }
 
-void Sampler::Prepare(const float* logits) {
-  work_ = Work();
+bool Sampler::HasEdits() const {
+  return !bias_.empty() || !banned_.empty() || (params_.penalties() && !window_.empty());
+}
+
+template <typename Raw>
+void Sampler::BuildEdits(const Raw& raw) {
   edits_.clear();
-  runs_.clear();
   const bool penalise = params_.penalties() && !window_.empty();
-  if (bias_.empty() && banned_.empty() && !penalise) {
-    runs_.push_back({logits, 0, n_vocab_});
-    return;
-  }
   if (slot_.empty()) slot_.assign(n_vocab_, -1);
   auto edit = [&](int32_t id) -> Edit& {
     int32_t& s = slot_[id];
     if (s < 0) {
       s = static_cast<int32_t>(edits_.size());
-      edits_.push_back({id, logits[id], 0});
+      edits_.push_back({id, raw(id), 0});
     }
     return edits_[s];
   };
@@ -127,6 +126,17 @@ void Sampler::Prepare(const float* logits) {
   for (int32_t id : banned_) edit(id).value = -INFINITY;
   for (const Edit& e : edits_) slot_[e.id] = -1;
   work_.edits = static_cast<int64_t>(edits_.size());
+}
+
+void Sampler::Prepare(const float* logits) {
+  work_ = Work();
+  edits_.clear();
+  runs_.clear();
+  if (!HasEdits()) {
+    runs_.push_back({logits, 0, n_vocab_});
+    return;
+  }
+  BuildEdits([logits](int32_t id) { return logits[id]; });
 
   dirty_.clear();
   for (const Edit& e : edits_) dirty_.push_back(e.id / kExpSumBlock);
@@ -421,20 +431,59 @@ int32_t Sampler::Sample(const float* logits, ThreadPool* pool) {
   return DrawTopK(TopKCandidates());
 }
 
+void Sampler::EditedTokens(std::span<const int32_t> pending, std::vector<int32_t>* out) const {
+  out->clear();
+  for (const auto& [id, b] : bias_) out->push_back(id);
+  out->insert(out->end(), banned_.begin(), banned_.end());
+  if (params_.penalties()) {
+    out->insert(out->end(), window_.begin(), window_.end());
+    for (int32_t t : pending) {
+      if (t >= 0 && t < n_vocab_) out->push_back(t);
+    }
+  }
+  std::sort(out->begin(), out->end());
+  out->erase(std::unique(out->begin(), out->end()), out->end());
+}
+
 bool Sampler::CanSampleTop(int32_t n) const {
-  if (!bias_.empty() || !banned_.empty() || params_.penalties() || n < 1) return false;
+  if (n < 1) return false;
   return params_.greedy() || (params_.top_k > 0 && params_.top_k <= n && params_.top_k < n_vocab_);
 }
 
-int32_t Sampler::SampleTop(const int32_t* ids, const float* logits, int32_t n) {
+int32_t Sampler::SampleTop(const int32_t* ids, const float* logits, int32_t n,
+                           const int32_t* known_ids, const float* known_logits, int32_t n_known) {
   UF_CHECK(CanSampleTop(n));
   work_ = Work();
-  // Greedy: sampling::ArgMax's choice is the best token, or 0 when nothing is above -inf.
-  if (params_.greedy()) return logits[0] > -INFINITY ? ids[0] : 0;
   cand_.clear();
-  for (int32_t i = 0; i < params_.top_k; ++i) {
-    cand_.push_back({ids[i], std::isnan(logits[i]) ? -INFINITY : logits[i], 0.0f});
+  if (n_known > 0 && known_slot_.empty()) known_slot_.assign(n_vocab_, -1);
+  for (int32_t k = 0; k < n_known; ++k) known_slot_[known_ids[k]] = k;
+  known_vals_.assign(known_logits, known_logits + n_known);
+  if (HasEdits()) {
+    // The raw logits of the edited tokens come from `known`; the same float operations as
+    // Sample()'s Prepare, in the same order.
+    BuildEdits([&](int32_t id) {
+      UF_CHECK(n_known > 0 && known_slot_[id] >= 0) << "edited token " << id << " is not known";
+      return known_logits[known_slot_[id]];
+    });
+    for (const Edit& e : edits_) known_vals_[known_slot_[e.id]] = e.value;
   }
+  auto clean = [](float x) { return std::isnan(x) ? -INFINITY : x; };
+  for (int32_t k = 0; k < n_known; ++k)
+    cand_.push_back({known_ids[k], clean(known_vals_[k]), 0.0f});
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t id = ids[i];
+    if (id < 0 || id >= n_vocab_ || (n_known > 0 && known_slot_[id] >= 0)) continue;
+    cand_.push_back({id, clean(logits[i]), 0.0f});
+  }
+  for (int32_t k = 0; k < n_known; ++k) known_slot_[known_ids[k]] = -1;
+  if (n_known > 0) {
+    // The edited row's best first, as the full-row sampler orders its top-k set.
+    std::sort(cand_.begin(), cand_.end(), Higher);
+    work_.sorted += static_cast<int64_t>(cand_.size());
+  }
+  // Greedy: sampling::ArgMax's choice is the best token, or 0 when nothing is above -inf.
+  if (params_.greedy()) return !cand_.empty() && cand_[0].logit > -INFINITY ? cand_[0].id : 0;
+  if (cand_.size() > static_cast<size_t>(params_.top_k)) cand_.resize(params_.top_k);
   return DrawTopK(FilterTopK());
 }
 

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <random>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -95,13 +96,22 @@ class Sampler {
   // same with or without it.
   int32_t Sample(const float* logits, ThreadPool* pool = nullptr);
 
-  // True when SampleTop can pick from the n best tokens of a row alone: no bias, bans or
-  // penalties, and greedy or top-k with top_k <= n (and below the vocabulary).
+  // The tokens whose logits bias, bans or penalties may change in the next row once `pending`
+  // tokens are Accept()ed first (a verify step's drafts, sampled row by row): sorted, distinct,
+  // appended to *out after clearing it. A superset of what the row's Sample() edits.
+  void EditedTokens(std::span<const int32_t> pending, std::vector<int32_t>* out) const;
+  // True when SampleTop can pick from a row's n best tokens: greedy, or top-k with top_k <= n
+  // (and below the vocabulary). Bias, bans and penalties are allowed: see SampleTop's known.
   bool CanSampleTop(int32_t n) const;
-  // Sample(row) given only the row's n best tokens (CanSampleTop(n)): ids and their raw logits,
-  // best first (higher logit, then lower id; NaN ranks as -inf), e.g. reduced on a GPU. Picks
-  // the token Sample(row) picks, with the same RNG draws.
-  int32_t SampleTop(const int32_t* ids, const float* logits, int32_t n);
+  // Sample(row) given only part of it (CanSampleTop(n)), e.g. reduced on a GPU: the raw logits
+  // of `known` tokens, which must include every token this row's bias, bans and penalties edit
+  // (EditedTokens), and the n best of the other tokens with their raw logits, best first
+  // (higher logit, then lower id; NaN ranks as -inf; ids of known tokens or outside the
+  // vocabulary in that list are skipped). The edits are applied here with Sample()'s own float
+  // operations, so this picks the token Sample(row) picks, with the same RNG draws.
+  int32_t SampleTop(const int32_t* ids, const float* logits, int32_t n,
+                    const int32_t* known_ids = nullptr, const float* known_logits = nullptr,
+                    int32_t n_known = 0);
 
   // Applies bias, bans, penalties, filters and temperature, leaving the surviving candidates
   // (highest first, probabilities summing to 1) in candidates(). Sample() draws from the same
@@ -131,6 +141,11 @@ class Sampler {
   bool filtering() const;
   // Builds edits_ and runs_ for this row.
   void Prepare(const float* logits);
+  // True when this row has edits (bias, bans, or penalties over a non-empty window).
+  bool HasEdits() const;
+  // edits_ for this row, raw(id) giving a token's raw logit: bias, then penalties, then bans.
+  template <typename Raw>
+  void BuildEdits(const Raw& raw);
   int32_t ArgMaxOfRuns();
   float MaxOfRuns();
   float ValueAt(int32_t id) const;
@@ -170,6 +185,8 @@ class Sampler {
 
   // Per-call scratch, sized on first use and then reused.
   std::vector<int32_t> slot_;       // [n_vocab] index in edits_, or -1 (only when edits exist)
+  std::vector<int32_t> known_slot_;  // [n_vocab] SampleTop: index in known, or -1
+  std::vector<float> known_vals_;    // [n_known] SampleTop: the known tokens' edited logits
   std::vector<Edit> edits_;         // [<= bias + banned + window]
   std::vector<int32_t> dirty_;      // [<= edits] blocks holding an edit, ascending
   std::vector<float> side_;         // [dirty * 64] patched copies of those blocks

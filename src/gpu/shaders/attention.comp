@@ -4,8 +4,10 @@
 // sequence seq attends to that sequence's positions 0..pos, found through its block table
 // (bt[seq][max_blocks]); a batch's own K/V are stored before this runs, so a prefill or a
 // verify batch attends within itself. The head's KV head is shared by n_head / n_head_kv query
-// heads (GQA). Scores go to scratch ([n][n_head][max_len]) so any depth fits; softmax with the
-// max subtracted, then each invocation sums its dims of the values. Each (token, head) is
+// heads (GQA). Unsplit, scores go to scratch ([n][n_head][max_len]) so any depth fits; split,
+// a workgroup's chunk of scores stays in shared memory (chunk <= kMaxChunk), so the scratch
+// does not grow with the context. Softmax with the max subtracted, then each invocation sums
+// its dims of the values. Each (token, head) is
 // computed the same way whatever else is in the batch, so decode rows equal verify rows bit for
 // bit.
 // Split over positions (flash-decoding; chunk > 0): workgroup (head, c) covers positions
@@ -13,6 +15,10 @@
 // part ([n][n_head][n_chunks][head_dim + 2]); attention_combine.comp rescales and adds them. The
 // chunks depend only on the token's position, never on the batch, so a decode row still equals
 // its verify row; with one chunk the result is the unsplit kernel's to the bit.
+// gpt-oss: with window > 0 (a sliding-window layer) a token at pos sees positions
+// pos - window + 1..pos only (chunks wholly before them do nothing; the combine skips them);
+// with has_sinks, head h's learned sink logit sinks[h] is a key with no value: e^(sink - max)
+// joins the softmax's denominator (here unsplit, in the combine when split).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -24,11 +30,13 @@ layout(std430, binding = 3) writeonly buffer O { float o[]; };
 layout(std430, binding = 4) readonly buffer Tok { uint tok[]; };
 layout(std430, binding = 5) readonly buffer BT { int bt[]; };
 layout(std430, binding = 6) writeonly buffer Part { float part[]; };
+layout(std430, binding = 7) readonly buffer Sinks { float sinks[]; };
 layout(push_constant) uniform P {
   uint n_head, n_head_kv, head_dim, n_rows, k_off, v_off;
   float scale;
   uint block_size, max_blocks, max_len, row_words, q8;
   uint chunk, n_chunks;  // chunk 0: the whole context in one workgroup, written to o
+  uint window, has_sinks;
 } p;
 
 // Values 2i and 2i + 1 of the cache row at word rb.
@@ -41,6 +49,19 @@ vec2 Pair(uint rb, uint i) {
          vec2(float(bitfieldExtract(word, sh, 8)), float(bitfieldExtract(word, sh + 8, 8)));
 }
 
+// A split workgroup's scores (positions t0 + i); the same float values as the global scratch.
+const uint kMaxChunk = 1024;
+shared float s_sc[kMaxChunk];
+
+float Score(uint sb, uint t, uint t0) { return p.chunk == 0 ? scores[sb + t] : s_sc[t - t0]; }
+void SetScore(uint sb, uint t, uint t0, float v) {
+  if (p.chunk == 0) {
+    scores[sb + t] = v;
+  } else {
+    s_sc[t - t0] = v;
+  }
+}
+
 uint Row(uint seq, uint pos) {
   return uint(bt[seq * p.max_blocks + pos / p.block_size]) * p.block_size + pos % p.block_size;
 }
@@ -51,7 +72,9 @@ void main() {
   const uint token = gl_WorkGroupID.y;
   const uint lid = gl_LocalInvocationID.x;
   const uint n_keys = tok[4 * token + 1] + 1, seq = tok[4 * token + 3];
-  const uint t0 = c * p.chunk, t1 = p.chunk == 0 ? n_keys : min(t0 + p.chunk, n_keys);
+  const uint first = p.window != 0 && n_keys > p.window ? n_keys - p.window : 0;
+  const uint t0 = max(c * p.chunk, first);
+  const uint t1 = p.chunk == 0 ? n_keys : min(c * p.chunk + p.chunk, n_keys);
   if (t0 >= t1) return;  // past this token's positions (the whole workgroup)
   const uint kvh = h / (p.n_head / p.n_head_kv);
   const uint hp = p.head_dim / 2;
@@ -67,26 +90,28 @@ void main() {
       dot += q[qb + 2 * i] * kv.x + q[qb + 2 * i + 1] * kv.y;
     }
     dot *= p.scale;
-    scores[sb + t] = dot;
+    SetScore(sb, t, t0, dot);
     mx = max(mx, dot);
   }
   mx = WorkgroupMax(mx);
   float sum = 0.0;
   for (uint t = t0 + lid; t < t1; t += 64) {
-    const float e = exp(scores[sb + t] - mx);
-    scores[sb + t] = e;
+    const float e = exp(Score(sb, t, t0) - mx);
+    SetScore(sb, t, t0, e);
     sum += e;
   }
   sum = WorkgroupSum(sum);
+  const float denom = p.chunk == 0 && p.has_sinks != 0 ? sum + exp(sinks[h] - mx) : sum;
   // The exponentials written above by other invocations must be visible before they are read.
   memoryBarrierBuffer();
+  memoryBarrierShared();
   barrier();
-  const float inv = 1.0 / sum;
+  const float inv = 1.0 / denom;
   const uint pb = ((token * p.n_head + h) * nc + c) * (p.head_dim + 2);
   for (uint i = lid; i < hp; i += 64) {
     vec2 acc = vec2(0.0);
     for (uint t = t0; t < t1; ++t) {
-      acc += scores[sb + t] * Pair(p.v_off + (hb + Row(seq, t)) * p.row_words, i);
+      acc += Score(sb, t, t0) * Pair(p.v_off + (hb + Row(seq, t)) * p.row_words, i);
     }
     if (p.chunk == 0) {
       o[qb + 2 * i] = acc.x * inv;

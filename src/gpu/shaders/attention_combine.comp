@@ -4,14 +4,17 @@
 // e^(m_c - M), M the largest m_c, the chunks added in order. The chunk count follows from the
 // position alone, so the result does not depend on the batch; a chunk at the maximum is weighted
 // by exactly 1, so one chunk gives the unsplit kernel's bits. One workgroup of 64 per (head,
-// token): the grid's x is the head, y the token.
+// token): the grid's x is the head, y the token. With window > 0 the chunks wholly before the
+// token's window (which attention.comp left unwritten) are skipped; with has_sinks the head's
+// sink adds e^(sink - M) to the denominator.
 #version 450
 layout(local_size_x = 64) in;
 
 layout(std430, binding = 0) readonly buffer Part { float part[]; };
 layout(std430, binding = 1) writeonly buffer O { float o[]; };
 layout(std430, binding = 2) readonly buffer Tok { uint tok[]; };
-layout(push_constant) uniform P { uint n_head, head_dim, chunk, n_chunks; } p;
+layout(std430, binding = 3) readonly buffer Sinks { float sinks[]; };
+layout(push_constant) uniform P { uint n_head, head_dim, chunk, n_chunks, window, has_sinks; } p;
 
 float Weight(float m, float mx) { return m == mx ? 1.0 : exp(m - mx); }
 
@@ -19,17 +22,19 @@ void main() {
   const uint h = gl_WorkGroupID.x, token = gl_WorkGroupID.y, lid = gl_LocalInvocationID.x;
   const uint n_keys = tok[4 * token + 1] + 1;
   const uint nc = (n_keys + p.chunk - 1) / p.chunk, stride = p.head_dim + 2;
+  const uint c0 = p.window != 0 && n_keys > p.window ? (n_keys - p.window) / p.chunk : 0;
   const uint base = (token * p.n_head + h) * p.n_chunks * stride;
   float mx = -1.0 / 0.0;
-  for (uint c = 0; c < nc; ++c) mx = max(mx, part[base + c * stride + p.head_dim]);
+  for (uint c = c0; c < nc; ++c) mx = max(mx, part[base + c * stride + p.head_dim]);
   float sum = 0.0;
-  for (uint c = 0; c < nc; ++c) {
+  for (uint c = c0; c < nc; ++c) {
     sum += part[base + c * stride + p.head_dim + 1] * Weight(part[base + c * stride + p.head_dim], mx);
   }
+  if (p.has_sinks != 0) sum += exp(sinks[h] - mx);
   const float inv = 1.0 / sum;
   for (uint i = lid; i < p.head_dim; i += 64) {
     float acc = 0.0;
-    for (uint c = 0; c < nc; ++c) {
+    for (uint c = c0; c < nc; ++c) {
       acc += part[base + c * stride + i] * Weight(part[base + c * stride + p.head_dim], mx);
     }
     o[(token * p.n_head + h) * p.head_dim + i] = acc * inv;

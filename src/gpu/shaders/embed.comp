@@ -1,6 +1,6 @@
 // x[t] = the dequantized row tok[t].token of an embedding table in its uploaded layout
-// (vk_kernels.cc): type 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q6_K, 5 BF16, 6 Q4_K (the layouts the
-// GEMMs read). One invocation per value; the grid's y is the token.
+// (vk_kernels.cc): type 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, 4 Q6_K, 5 BF16, 6 Q4_K, 7 MXFP4 (the
+// layouts the GEMMs read). One invocation per value; the grid's y is the token.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 64) in;
@@ -56,7 +56,8 @@ void main() {
       const uint byte_index = j % 16;
       const uint word = t[(row * blocks + b) * 4 + byte_index / 4];
       const uint nib = (word >> (8 * (byte_index % 4) + (j >= 16 ? 4 : 0))) & 15u;
-      v = d * float(int(nib) - 8);
+      const int kDoubled[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+      v = d * float(p.type == 7 ? kDoubled[nib] : int(nib) - 8);
     }
   }
   x[token * p.cols + c] = v;

@@ -21,21 +21,73 @@
 #define kTile 8
 #endif
 
+#if defined(GROUPED)
+// Stacked experts grouped by expert (gemmg_*, kTile 8): z is a tile of up to 8 slots that chose
+// one expert, so its rows are read once for all of them: tiles[3 z] the expert, tiles[3 z + 1]
+// the tile's first index into order (the slots sorted by expert, moe_group.comp), tiles[3 z + 2]
+// its slot count (0: an unused tile). A slot's sum is formed as gemm8_* forms a token's, which
+// is gemm1_*'s (and so gemmx_*'s) to the bit.
+layout(push_constant) uniform P {
+  uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, x_div;
+} p;
+layout(std430, binding = 3) readonly buffer Tiles { uint tiles[]; };
+layout(std430, binding = 4) readonly buffer Order { uint order[]; };
+// The tile's slots and their activation rows, read once by TileStart (the loops over a tile are
+// unrolled, so these stay in registers).
+uint g_n = 0;
+uint g_slot[kTile], g_x[kTile];
+uint WRow(uint row) { return tiles[3 * gl_WorkGroupID.z] * p.rows + row; }
+uint XTok(uint i) { return g_x[i]; }
+bool InBatch(uint i) { return i < g_n; }
+uint YRow(uint i) { return g_slot[i]; }
+bool Skip() { return tiles[3 * gl_WorkGroupID.z + 2] == 0; }
+#elif defined(EXPERTS)
+// Stacked experts (gemmx_*, kTile 1): z is a slot, ids[slot] its expert, whose rows start at
+// ids[slot] * rows of the stack; the slot reads activation row slot / x_div (a token's row for
+// gate and up, the slot's own for down) and writes y row slot.
+layout(push_constant) uniform P {
+  uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, x_div;
+} p;
+layout(std430, binding = 3) readonly buffer Ids { uint ids[]; };
+uint WRow(uint row) { return ids[gl_WorkGroupID.z] * p.rows + row; }
+uint XTok(uint t) { return t / p.x_div; }
+bool InBatch(uint t) { return t < p.n; }
+uint YRow(uint t) { return t; }
+bool Skip() { return false; }
+#else
 layout(push_constant) uniform P {
   uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride;
 } p;
+uint WRow(uint row) { return row; }
+uint XTok(uint t) { return t; }
+bool InBatch(uint t) { return t < p.n; }
+uint YRow(uint t) { return t; }
+bool Skip() { return false; }
+#endif
 
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
 
 // The first token of this workgroup's tile: tiles are the grid's z.
+#ifdef GROUPED
+uint TileStart() {
+  const uint first = tiles[3 * gl_WorkGroupID.z + 1];
+  g_n = tiles[3 * gl_WorkGroupID.z + 2];
+  [[unroll]] for (uint t = 0; t < kTile; ++t) {
+    g_slot[t] = t < g_n ? order[first + t] : 0;
+    g_x[t] = g_slot[t] / p.x_div;
+  }
+  return 0;
+}
+#else
 uint TileStart() { return gl_WorkGroupID.z * kTile; }
+#endif
 
 // Sums each token's partial over the subgroup and writes it.
 void StoreTile(float acc[kTile], uint t0, uint row) {
   [[unroll]] for (uint t = 0; t < kTile; ++t) {
-    if (t0 + t < p.n) {  // uniform: every lane has the same t0
+    if (InBatch(t0 + t)) {  // uniform: every lane has the same t0
       const float s = subgroupAdd(acc[t]);
-      if (subgroupElect()) y[p.y_off + (t0 + t) * p.y_stride + row] = s;
+      if (subgroupElect()) y[p.y_off + YRow(t0 + t) * p.y_stride + row] = s;
     }
   }
 }

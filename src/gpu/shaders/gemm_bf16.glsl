@@ -13,9 +13,10 @@ float RoundBf16(float v) {
 
 void main() {
   const uint row = SubgroupRow();
-  if (row >= p.rows) return;
+  if (row >= p.rows || Skip()) return;
+  const uint wrow = WRow(row);  // the weight row (its expert's, for gemmx_*)
   const uint pairs = p.cols / 2;
-  const uint base = row * pairs;
+  const uint base = wrow * pairs;
   const uint t0 = TileStart();
   float acc[kTile];
   [[unroll]] for (uint t = 0; t < kTile; ++t) acc[t] = 0.0;
@@ -23,8 +24,8 @@ void main() {
     const uint wv = w[base + i];
     const float w0 = uintBitsToFloat(wv << 16), w1 = uintBitsToFloat(wv & 0xFFFF0000u);
     [[unroll]] for (uint t = 0; t < kTile; ++t) {
-      if (t0 + t < p.n) {
-        const uint c = (t0 + t) * p.x_stride + 2 * i;
+      if (InBatch(t0 + t)) {
+        const uint c = XTok(t0 + t) * p.x_stride + 2 * i;
         acc[t] += w0 * RoundBf16(x[c]) + w1 * RoundBf16(x[c + 1]);
       }
     }

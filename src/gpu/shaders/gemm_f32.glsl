@@ -7,15 +7,16 @@ layout(std430, binding = 1) readonly buffer X { float x[]; };
 
 void main() {
   const uint row = SubgroupRow();
-  if (row >= p.rows) return;
-  const uint base = row * p.cols;
+  if (row >= p.rows || Skip()) return;
+  const uint wrow = WRow(row);  // the weight row (its expert's, for gemmx_*)
+  const uint base = wrow * p.cols;
   const uint t0 = TileStart();
   float acc[kTile];
   [[unroll]] for (uint t = 0; t < kTile; ++t) acc[t] = 0.0;
   for (uint c = gl_SubgroupInvocationID; c < p.cols; c += gl_SubgroupSize) {
     const float wv = w[base + c];
     [[unroll]] for (uint t = 0; t < kTile; ++t) {
-      if (t0 + t < p.n) acc[t] += wv * x[(t0 + t) * p.x_stride + c];
+      if (InBatch(t0 + t)) acc[t] += wv * x[XTok(t0 + t) * p.x_stride + c];
     }
   }
   StoreTile(acc, t0, row);

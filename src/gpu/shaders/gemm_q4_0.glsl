@@ -1,39 +1,50 @@
 // GEMM (gemm.glsl) for Q4_0 weights against Q8_0 activations (quantize_q8_0). Weights as
 // uploaded (vk_kernels.cc): each block's 16 nibble bytes in 4 words ([rows][blocks][4]; byte j
 // holds value j in its low nibble and value j + 16 in its high one, each stored + 8), then the
-// f32 scales [rows][blocks] at word w_d_off.
+// f32 scales [rows][blocks] at word w_d_off. With MXFP4 defined, the nibbles are E2M1 codes
+// taken as twice their value (kernels::kMxfp4Doubled) and the scale is half the E8M0 one: the
+// CPU's integer dot (kernels::DotMxfp4).
 #extension GL_GOOGLE_include_directive : require
 #include "gemm.glsl"
 
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
 layout(std430, binding = 1) readonly buffer X { uint xq[]; };
 
+#ifdef MXFP4
+const int kDoubled[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+int Nib(uint v) { return kDoubled[v]; }
+#else
+int Nib(uint v) { return int(v) - 8; }
+#endif
+
 void main() {
   const uint row = SubgroupRow();
-  if (row >= p.rows) return;
+  if (row >= p.rows || Skip()) return;
+  const uint wrow = WRow(row);  // the weight row (its expert's, for gemmx_*)
   const uint blocks = p.cols;
   const uint t0 = TileStart();
   float acc[kTile];
   [[unroll]] for (uint t = 0; t < kTile; ++t) acc[t] = 0.0;
   for (uint b = gl_SubgroupInvocationID; b < blocks; b += gl_SubgroupSize) {
-    const uint wb = (row * blocks + b) * 4;
+    const uint wb = (wrow * blocks + b) * 4;
     uint wv[4];
     for (uint k = 0; k < 4; ++k) wv[k] = w[wb + k];
-    const float wd = uintBitsToFloat(w[p.w_d_off + row * blocks + b]);
+    const float wd = uintBitsToFloat(w[p.w_d_off + wrow * blocks + b]);
     [[unroll]] for (uint t = 0; t < kTile; ++t) {
-      if (t0 + t < p.n) {
-        const uint xb = (t0 + t) * p.x_stride + b * 8;
+      if (InBatch(t0 + t)) {
+        const uint xb = XTok(t0 + t) * p.x_stride + b * 8;
         int s = 0;
         for (uint k = 0; k < 4; ++k) {
           const int lo = int(xq[xb + k]), hi = int(xq[xb + 4 + k]);
           for (uint j = 0; j < 4; ++j) {
-            const int q_lo = int((wv[k] >> (8 * j)) & 15u) - 8;
-            const int q_hi = int((wv[k] >> (8 * j + 4)) & 15u) - 8;
+            const int q_lo = Nib((wv[k] >> (8 * j)) & 15u);
+            const int q_hi = Nib((wv[k] >> (8 * j + 4)) & 15u);
             s += q_lo * bitfieldExtract(lo, int(8 * j), 8) +
                  q_hi * bitfieldExtract(hi, int(8 * j), 8);
           }
         }
-        acc[t] += float(s) * (wd * uintBitsToFloat(xq[p.x_d_off + (t0 + t) * blocks + b]));
+        const float xd = uintBitsToFloat(xq[p.x_d_off + XTok(t0 + t) * blocks + b]);
+        acc[t] += float(s) * (wd * xd);
       }
     }
   }

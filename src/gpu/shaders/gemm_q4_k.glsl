@@ -13,15 +13,16 @@ uint W4(uint i) { return w[i]; }
 
 void main() {
   const uint row = SubgroupRow();
-  if (row >= p.rows) return;
+  if (row >= p.rows || Skip()) return;
+  const uint wrow = WRow(row);  // the weight row (its expert's, for gemmx_*)
   const uint blocks = p.cols;
   const uint t0 = TileStart();
   float acc[kTile];
   [[unroll]] for (uint t = 0; t < kTile; ++t) acc[t] = 0.0;
   for (uint it = gl_SubgroupInvocationID; it < blocks * 32; it += gl_SubgroupSize) {
     const uint b = it / 32, l = it % 32;
-    const uint base = (row * blocks + b) * 35;
-    const uint db = p.w_d_off + 2 * (row * blocks + b);
+    const uint base = (wrow * blocks + b) * 35;
+    const uint db = p.w_d_off + 2 * (wrow * blocks + b);
     const float d = uintBitsToFloat(w[db]), dmin = uintBitsToFloat(w[db + 1]);
     float wq[8];
     for (uint g = 0; g < 4; ++g) {
@@ -33,8 +34,8 @@ void main() {
       wq[2 * g + 1] = (d * sc) * float(q >> 4) - dmin * m;
     }
     [[unroll]] for (uint t = 0; t < kTile; ++t) {
-      if (t0 + t < p.n) {
-        const uint xb = (t0 + t) * p.x_stride + b * 256 + l;
+      if (InBatch(t0 + t)) {
+        const uint xb = XTok(t0 + t) * p.x_stride + b * 256 + l;
         float s = 0.0;
         for (uint g = 0; g < 4; ++g) {
           s += wq[2 * g] * x[xb + 64 * g] + wq[2 * g + 1] * x[xb + 64 * g + 32];

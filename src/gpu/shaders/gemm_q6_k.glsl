@@ -13,20 +13,21 @@ uint W6(uint i) { return w[i]; }
 
 void main() {
   const uint row = SubgroupRow();
-  if (row >= p.rows) return;
+  if (row >= p.rows || Skip()) return;
+  const uint wrow = WRow(row);  // the weight row (its expert's, for gemmx_*)
   const uint blocks = p.cols;
   const uint t0 = TileStart();
   float acc[kTile];
   [[unroll]] for (uint t = 0; t < kTile; ++t) acc[t] = 0.0;
   for (uint it = gl_SubgroupInvocationID; it < blocks * 64; it += gl_SubgroupSize) {
     const uint b = it / 64, h = (it / 32) % 2, l = it % 32;
-    const uint base = (row * blocks + b) * 52;
-    const float d = uintBitsToFloat(w[p.w_d_off + row * blocks + b]);
+    const uint base = (wrow * blocks + b) * 52;
+    const float d = uintBitsToFloat(w[p.w_d_off + wrow * blocks + b]);
     float wq[4];
     for (uint k = 0; k < 4; ++k) wq[k] = Q6Scale(base, h, l, k) * float(Q6Quant(base, h, l, k));
     [[unroll]] for (uint t = 0; t < kTile; ++t) {
-      if (t0 + t < p.n) {
-        const uint xb = (t0 + t) * p.x_stride + b * 256 + 128 * h + l;
+      if (InBatch(t0 + t)) {
+        const uint xb = XTok(t0 + t) * p.x_stride + b * 256 + 128 * h + l;
         float s = 0.0;
         for (uint k = 0; k < 4; ++k) s += wq[k] * x[xb + 32 * k];
         acc[t] += d * s;

@@ -10,19 +10,20 @@ layout(std430, binding = 1) readonly buffer X { uint xq[]; };
 
 void main() {
   const uint row = SubgroupRow();
-  if (row >= p.rows) return;
+  if (row >= p.rows || Skip()) return;
+  const uint wrow = WRow(row);  // the weight row (its expert's, for gemmx_*)
   const uint blocks = p.cols;
   const uint t0 = TileStart();
   float acc[kTile];
   [[unroll]] for (uint t = 0; t < kTile; ++t) acc[t] = 0.0;
   for (uint b = gl_SubgroupInvocationID; b < blocks; b += gl_SubgroupSize) {
-    const uint wb = (row * blocks + b) * 8;
+    const uint wb = (wrow * blocks + b) * 8;
     int wv[8];
     for (uint k = 0; k < 8; ++k) wv[k] = int(w[wb + k]);
-    const float wd = uintBitsToFloat(w[p.w_d_off + row * blocks + b]);
+    const float wd = uintBitsToFloat(w[p.w_d_off + wrow * blocks + b]);
     [[unroll]] for (uint t = 0; t < kTile; ++t) {
-      if (t0 + t < p.n) {
-        const uint xb = (t0 + t) * p.x_stride + b * 8;
+      if (InBatch(t0 + t)) {
+        const uint xb = XTok(t0 + t) * p.x_stride + b * 8;
         int s = 0;
         for (uint k = 0; k < 8; ++k) {
           const int xv = int(xq[xb + k]);
@@ -30,7 +31,8 @@ void main() {
             s += bitfieldExtract(wv[k], j, 8) * bitfieldExtract(xv, j, 8);
           }
         }
-        acc[t] += float(s) * (wd * uintBitsToFloat(xq[p.x_d_off + (t0 + t) * blocks + b]));
+        const float xd = uintBitsToFloat(xq[p.x_d_off + XTok(t0 + t) * blocks + b]);
+        acc[t] += float(s) * (wd * xd);
       }
     }
   }

@@ -1,0 +1,8 @@
+// GEMM for MXFP4 weights over stacked experts, grouped by expert: tiles of up to 8 slots of one
+// expert (gemm.glsl with GROUPED).
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#define kTile 8
+#define GROUPED
+#define MXFP4
+#include "gemm_q4_0.glsl"

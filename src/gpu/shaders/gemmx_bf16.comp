@@ -1,0 +1,7 @@
+// GEMM for bf16 weights over stacked experts, one slot per z (gemm.glsl with EXPERTS): the
+// same arithmetic per slot as gemm1_bf16 per token.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#define kTile 1
+#define EXPERTS
+#include "gemm_bf16.glsl"

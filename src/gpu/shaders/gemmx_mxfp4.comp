@@ -1,0 +1,8 @@
+// GEMM for MXFP4 weights (gemm_q4_0.glsl with MXFP4: Q4_0's layout, E2M1 values):
+// stacked experts, one slot per z.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#define kTile 1
+#define MXFP4
+#define EXPERTS
+#include "gemm_q4_0.glsl"

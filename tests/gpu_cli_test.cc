@@ -1,0 +1,113 @@
+// `ultrafast bench --device vulkan` with --spec, --serve and --grammar on a tiny shared model:
+// each runs its workloads with the forward on the device (lavapipe in CI) and prints its figures
+// (JSON here). No timing is asserted, only that the figures exist and that speculation kept the
+// plain run's tokens. Skips, saying why, where no Vulkan device exists.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "gpu/backend.h"
+#include "shared_data.h"
+
+namespace uf {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr char kModel[] = "../shared/models/tiny-llama-256-q8_0.gguf";
+
+class GpuBenchCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    UF_REQUIRE_SHARED();
+    binary_ = fs::read_symlink("/proc/self/exe").parent_path() / "ultrafast";
+    if (!fs::exists(binary_)) GTEST_SKIP() << "ultrafast binary not built at " << binary_;
+    if (!gpu::VulkanCompiledIn()) GTEST_SKIP() << "built without the Vulkan backend";
+    auto devices = gpu::ListDevices();
+    if (!devices.ok()) GTEST_SKIP() << "no usable Vulkan device: " << devices.status().ToString();
+    dir_ = fs::temp_directory_path() / ("uf_gpu_cli_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  // Runs `ultrafast bench ARGS --json`; the parsed stdout, with exit code 0 asserted.
+  json Bench(const std::string& args) {
+    const fs::path out = dir_ / "out.json", err = dir_ / "err.txt";
+    const std::string cmd = binary_.string() + " bench --device vulkan --json " + args + " > " +
+                            out.string() + " 2> " + err.string();
+    const int status = std::system(cmd.c_str());
+    std::ifstream in(out), ein(err);
+    std::stringstream ss, es;
+    ss << in.rdbuf();
+    es << ein.rdbuf();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << es.str();
+    const json j = json::parse(ss.str(), nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << ss.str() << "\n" << es.str();
+    return j.is_discarded() ? json::object() : j;
+  }
+
+  void Write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+  fs::path binary_, dir_;
+};
+
+// Plain, n-gram and oracle decoding of three workloads through the device forward: every mode
+// gives the plain run's tokens (speculation stays lossless on the device).
+TEST_F(GpuBenchCliTest, SpecRunsOnTheDevice) {
+  const fs::path text = dir_ / "text.txt";
+  // A short held-out tail (after 90% of the text) keeps the prompts, and the test, small.
+  Write(text, std::string(400, '-') + "\n\nROMEO:\nBut soft, what light.\nJULIET:\nAy me.\n");
+  const json j =
+      Bench("--spec -n 8 --reps 1 --spec-k 4 --spec-text " + text.string() + " -m " + kModel);
+  ASSERT_TRUE(j.contains("workloads")) << j.dump();
+  EXPECT_NE(j.value("device", "").find("vulkan"), std::string::npos) << j.dump();
+  EXPECT_GT(j.value("bandwidth_gb_s", 0.0), 0.0);
+  for (const char* w : {"edit", "extract", "open"}) {
+    for (const char* mode : {"plain", "ngram", "oracle"}) {
+      SCOPED_TRACE(std::string(w) + " " + mode);
+      const json& m = j["workloads"][w][mode];
+      ASSERT_TRUE(m.is_object()) << j.dump();
+      EXPECT_TRUE(m.value("identical", false));
+      EXPECT_GT(m.value("tok_s", 0.0), 0.0);
+    }
+  }
+  EXPECT_TRUE(j["verify_step_seconds"].contains("17"));
+}
+
+// The engine alone, the serving engine and HTTP, at temperature 0 and 1, all on the device.
+TEST_F(GpuBenchCliTest, ServeRunsOnTheDevice) {
+  const json j = Bench(std::string("--serve -p 8 -n 6 --reps 1 -m ") + kModel);
+  EXPECT_NE(j.value("device", "").find("vulkan"), std::string::npos) << j.dump();
+  for (const char* t : {"temperature_0", "temperature_1"}) {
+    for (const char* mode : {"engine", "service", "http_stream", "http"}) {
+      SCOPED_TRACE(std::string(t) + " " + mode);
+      ASSERT_TRUE(j[t][mode].is_object()) << j.dump();
+      EXPECT_GT(j[t][mode].value("total_ms", 0.0), 0.0);
+    }
+    EXPECT_GT(j[t]["service"].value("decode_tok_s", 0.0), 0.0);
+  }
+}
+
+// Decoding with and without a JSON-mode mask through the serving engine on the device.
+TEST_F(GpuBenchCliTest, GrammarRunsOnTheDevice) {
+  const fs::path schema = dir_ / "schema.json";
+  Write(schema, R"({"type": "json_object"})");
+  const json j = Bench("--grammar " + schema.string() + " -n 8 --reps 1 -m " + kModel);
+  EXPECT_NE(j.value("device", "").find("vulkan"), std::string::npos) << j.dump();
+  EXPECT_GT(j.value("plain_tok_s", 0.0), 0.0) << j.dump();
+  EXPECT_GT(j.value("grammar_tok_s", 0.0), 0.0) << j.dump();
+  EXPECT_GT(j.value("grammar_mean_tokens", 0.0), 0.0) << j.dump();
+}
+
+}  // namespace
+}  // namespace uf
