@@ -17,12 +17,12 @@
 #include "base/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/service.h"
-#include "service_test_util.h"
-#include "tokenizer/tokenizer.h"
 #include "model/batch.h"
 #include "model/decoder.h"
 #include "model/model.h"
 #include "model/synth.h"
+#include "service_test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace uf {
 namespace {
@@ -214,8 +214,8 @@ TEST_F(SwaCacheTest, BatchedSequencesEqualTheFullCache) {
   }
   for (int s = 0; s < 3; ++s) {
     for (int64_t i = 0; i < n; ++i) {
-      ExpectSame(got[s][i], want[s][i], "sequence " + std::to_string(s) + " position " +
-                                            std::to_string(i));
+      ExpectSame(got[s][i], want[s][i],
+                 "sequence " + std::to_string(s) + " position " + std::to_string(i));
     }
   }
   EXPECT_LE(max_used, 3 * HeldBound(32, slack) + 3);
@@ -276,7 +276,8 @@ TEST_F(SwaCacheTest, PrefixReuseEqualsTheFullCache) {
     b.Add(bt[p], p, 1, true);
     e.Run(b, {&rows});
   }
-  for (int64_t p = got; p < n; ++p) ExpectSame(rows[p - got], want[p], "position " + std::to_string(p));
+  for (int64_t p = got; p < n; ++p)
+    ExpectSame(rows[p - got], want[p], "position " + std::to_string(p));
 }
 
 // A published prefix whose windowed blocks were given back and taken by other work is not
@@ -320,7 +321,8 @@ TEST_F(SwaCacheTest, ReuseWhoseWindowIsGoneRecomputes) {
     b.Add(a[p], p, 0, true);
     e.Run(b, {&rows});
   }
-  for (int64_t p = got; p < n; ++p) ExpectSame(rows[p - got], want[p], "position " + std::to_string(p));
+  for (int64_t p = got; p < n; ++p)
+    ExpectSame(rows[p - got], want[p], "position " + std::to_string(p));
 }
 
 // The serving engine (its own slack: prefill chunks, drafts, rollback) with prefix reuse and

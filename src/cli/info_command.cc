@@ -80,11 +80,11 @@ void Info(const InfoOptions& o) {
   const double row = 2.0 * config->kv_dim() * sizeof(float);
   std::printf("kv cache per token: %.0f bytes (F32)", row * (config->n_layer - n_windowed));
   if (n_windowed > 0) {
-    std::printf(" in %lld full-context layers; the %lld sliding-window layers hold their last %lld "
-                "positions (%.0f bytes per sequence)",
-                static_cast<long long>(config->n_layer - n_windowed),
-                static_cast<long long>(n_windowed), static_cast<long long>(config->n_swa),
-                row * n_windowed * config->n_swa);
+    std::printf(
+        " in %lld full-context layers; the %lld sliding-window layers hold their last %lld "
+        "positions (%.0f bytes per sequence)",
+        static_cast<long long>(config->n_layer - n_windowed), static_cast<long long>(n_windowed),
+        static_cast<long long>(config->n_swa), row * n_windowed * config->n_swa);
   }
   std::printf("\n");
 }

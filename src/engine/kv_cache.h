@@ -91,7 +91,9 @@ class KvCache {
   bool windowed() const { return swa_n_blocks_ > 0; }
   bool IsWindowedLayer(int64_t layer) const { return windowed() && is_swa_[layer] != 0; }
   int64_t swa_n_blocks() const { return swa_n_blocks_; }
-  int64_t swa_free_blocks() const { return static_cast<int64_t>(swa_free_.size() + swa_lru_.size()); }
+  int64_t swa_free_blocks() const {
+    return static_cast<int64_t>(swa_free_.size() + swa_lru_.size());
+  }
   // Windowed blocks of published prefixes that no sequence holds (counted as free).
   int64_t swa_cached_blocks() const { return static_cast<int64_t>(swa_lru_.size()); }
   // Windowed blocks sequences hold now (the pool less its free and cached blocks).
@@ -143,7 +145,9 @@ class KvCache {
     return options_.type != KvType::kQ8_0 && options_.block_size % 16 == 0;
   }
   // block is an id from LayerBlockTable(layer, ...).
-  void* KeySlice(int64_t layer, int32_t block, int64_t head) { return Slice(true, layer, block, head); }
+  void* KeySlice(int64_t layer, int32_t block, int64_t head) {
+    return Slice(true, layer, block, head);
+  }
   void* ValueSlice(int64_t layer, int32_t block, int64_t head) {
     return Slice(false, layer, block, head);
   }
@@ -213,9 +217,8 @@ class KvCache {
                         slice_bytes_;
     }
     uint8_t* base = key ? k_.get() : v_.get();
-    return base +
-           ((layer_slot_[layer] * options_.n_head_kv + head) * options_.n_blocks + block) *
-               slice_bytes_;
+    return base + ((layer_slot_[layer] * options_.n_head_kv + head) * options_.n_blocks + block) *
+                      slice_bytes_;
   }
   float* F32(void* p) const {
     UF_CHECK(options_.type == KvType::kF32) << "kv cache: F32 access to a non-F32 cache";

@@ -71,8 +71,8 @@ StatusOr<std::unique_ptr<Service>> Service::Create(const model::Model& model,
   ko.host_storage = !o.make_forward;
   // A step appends at most a prefill chunk or a token and its drafts to a sequence; rejected
   // drafts roll it back by up to max_draft_tokens + 1.
-  model::UseSlidingWindowPool(
-      c, o.prefill_chunk + 1 + o.max_draft_tokens + o.max_draft_tokens + 1, &ko);
+  model::UseSlidingWindowPool(c, o.prefill_chunk + 1 + o.max_draft_tokens + o.max_draft_tokens + 1,
+                              &ko);
   UF_ASSIGN_OR_RETURN(s->cache_, KvCache::Create(ko));
   s->pool_ = std::make_unique<ThreadPool>(o.n_threads);
   model::DecoderOptions dopt;

@@ -23,16 +23,15 @@ StepParts StepTime(const ModelCost& m, const HardwareProfile& hw, int64_t tokens
   const double spread =
       tensor ? static_cast<double>(devices)
              : std::max(1.0, static_cast<double>(devices) / static_cast<double>(m.n_layer));
-  const double bytes =
-      m.StepWeightBytes(tokens) + static_cast<double>(context_tokens) * m.kv_bytes_per_position +
-      static_cast<double>(tokens) * m.kv_window_bytes;
+  const double bytes = m.StepWeightBytes(tokens) +
+                       static_cast<double>(context_tokens) * m.kv_bytes_per_position +
+                       static_cast<double>(tokens) * m.kv_window_bytes;
   // Sliding-window layers attend to their window only (about n_swa positions per token).
-  const double flops =
-      2.0 * m.active_params * static_cast<double>(tokens) +
-      4.0 * static_cast<double>((m.n_layer - m.windowed_layers) * m.q_dim) *
-          static_cast<double>(context_tokens) +
-      4.0 * static_cast<double>(m.windowed_layers * m.q_dim) *
-          static_cast<double>(tokens * m.n_swa);
+  const double flops = 2.0 * m.active_params * static_cast<double>(tokens) +
+                       4.0 * static_cast<double>((m.n_layer - m.windowed_layers) * m.q_dim) *
+                           static_cast<double>(context_tokens) +
+                       4.0 * static_cast<double>(m.windowed_layers * m.q_dim) *
+                           static_cast<double>(tokens * m.n_swa);
   const double rate = m.quantized ? hw.quantized_ops_s : hw.bf16_flops;
   StepParts s;
   s.memory = bytes / (spread * hw.bandwidth_bytes_s * hw.bandwidth_efficiency);
@@ -111,10 +110,9 @@ PlanRow EstimateStep(const ModelCost& m, const HardwareProfile& hw, int64_t batc
                      double price_per_hour) {
   PlanRow r;
   r.batch = batch;
-  const double held =
-      m.held_bytes + static_cast<double>(batch) * (static_cast<double>(context) *
-                                                       m.kv_bytes_per_position +
-                                                   m.kv_window_bytes);
+  const double held = m.held_bytes + static_cast<double>(batch) *
+                                         (static_cast<double>(context) * m.kv_bytes_per_position +
+                                          m.kv_window_bytes);
   r.devices = DevicesFor(hw, held);
   r.within_domain = hw.devices_per_domain <= 0 || r.devices <= hw.devices_per_domain;
   // A pipeline of d devices runs up to d micro-batches at once, one per device: each user's
