@@ -61,6 +61,21 @@ TEST(PlannerModelTest, Llama1BCostMatchesHandCount) {
   EXPECT_NEAR(Cost("llama-3.2-1b", "q4_0").held_bytes, 1235746816.0 * 4.5 / 8, 1.0);
 }
 
+// gpt-oss-20b: 24 layers of 8 K/V heads of 64; the 12 even ones see the last 128 positions and
+// the engine keeps only that window for them. K/V per position in f16 counts the 12 others:
+// 2 x 12 x 512 x 2 = 24,576 bytes; the windowed layers hold 2 x 12 x 128 x 512 x 2 = 3,145,728
+// bytes per sequence whatever the context, and a step's attention there covers the window only.
+TEST(PlannerModelTest, SlidingWindowLayersHoldTheirWindow) {
+  const ModelCost c = Cost("gpt-oss-20b");
+  EXPECT_DOUBLE_EQ(c.kv_bytes_per_position, 24576.0);
+  EXPECT_DOUBLE_EQ(c.kv_window_bytes, 3145728.0);
+  EXPECT_EQ(c.windowed_layers, 12);
+  EXPECT_EQ(c.n_swa, 128);
+  const ModelCost dense = Cost("llama-3.2-1b");
+  EXPECT_EQ(dense.kv_window_bytes, 0.0);
+  EXPECT_EQ(dense.windowed_layers, 0);
+}
+
 // Llama-3.1-70B: per layer q,o 2 x 8192^2 = 134,217,728, k,v 2 x 8192 x 1024 = 16,777,216, FFN
 // 3 x 8192 x 28672 = 704,643,072: 855,638,016 x 80 = 68,451,041,280, plus an untied embedding
 // and output of 1,050,673,152 each: 70,552,387,584.

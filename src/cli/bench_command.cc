@@ -88,6 +88,8 @@ struct BenchResult {
   double tg_cpu_share = 0;
   size_t bytes_per_token = 0;                       // weights + K/V read per decode token
   size_t kv_bytes_per_token = 0;                    // of which K/V
+  size_t kv_cache_bytes = 0;                        // the K/V pools (KvCache::bytes)
+  size_t kv_window_bytes = 0;                       // of which the sliding-window layers'
   std::vector<std::pair<int, double>> batch_tok_s;  // (sequences, aggregate tok/s)
   // Tokens per CPU-second of the process (all threads): on a shared machine the cores are not
   // all ours, and this ratio between batch sizes is steadier than the wall-clock one.
@@ -262,12 +264,14 @@ Status RunBench(const BenchOptions& o, const LoadedModel& loaded, ThreadPool* po
                                 " positions exceed the model's context of " +
                                 std::to_string(c.n_ctx_train));
   }
-  const engine::KvCacheOptions co =
-      CacheOptionsFor(c, seq_len, KvTypeOrDie("bench", o.kv_type), max_seqs);
-  UF_ASSIGN_OR_RETURN(std::unique_ptr<engine::KvCache> cache, engine::KvCache::Create(co));
   model::DecoderOptions dopts;
   // The depth is filled in chunks of up to 512 tokens.
   dopts.max_batch = std::max<int64_t>({o.n_prompt, max_seqs, o.depth > 0 ? 512 : 1});
+  engine::KvCacheOptions co =
+      CacheOptionsFor(c, seq_len, KvTypeOrDie("bench", o.kv_type), max_seqs);
+  // Every rep is rewound to the depth: the windowed layers keep what lies past it.
+  model::UseSlidingWindowPool(c, dopts.max_batch + seq_len - o.depth, &co);
+  UF_ASSIGN_OR_RETURN(std::unique_ptr<engine::KvCache> cache, engine::KvCache::Create(co));
   dopts.max_outputs = max_seqs;
   UF_ASSIGN_OR_RETURN(std::unique_ptr<model::Decoder> decoder,
                       model::Decoder::Create(m, cache.get(), dopts, pool));
@@ -299,9 +303,15 @@ Status RunBench(const BenchOptions& o, const LoadedModel& loaded, ThreadPool* po
   // Weights of every matrix, one embedding row, and the K/V rows attention reads (a decode step
   // at position p reads p + 1 of them per layer, in the cache's type; averaged over the decode
   // run, after the depth).
+  // Sliding-window layers read at most their window (in their own pool or not).
   const double kv_row = static_cast<double>(cache->bytes_per_token());
-  const double avg_kv = kv_row * (static_cast<double>(o.depth) + (o.n_gen + 1) / 2.0);
+  const double swa_row = static_cast<double>(cache->swa_bytes_per_token());
+  const double avg_pos = static_cast<double>(o.depth) + (o.n_gen + 1) / 2.0;
+  const double avg_kv =
+      kv_row * avg_pos + swa_row * std::min(avg_pos, static_cast<double>(c.n_swa));
   r->kv_bytes_per_token = static_cast<size_t>(o.n_gen > 0 ? avg_kv : 0.0);
+  r->kv_cache_bytes = cache->bytes();
+  r->kv_window_bytes = cache->swa_bytes();
   r->bytes_per_token = m.bytes_per_token() + m.weights().token_embd_row_bytes +
                        static_cast<size_t>(o.n_gen > 0 ? avg_kv : 0.0);
 
@@ -410,6 +420,8 @@ void BenchCommand(const BenchOptions& o) {
     j["depth"] = o.depth;
     j["kv_type"] = o.kv_type;
     j["kv_bytes_per_token"] = r.kv_bytes_per_token;
+    j["kv_cache_bytes"] = r.kv_cache_bytes;
+    j["kv_window_bytes"] = r.kv_window_bytes;
     j["reps"] = o.reps;
     j["pp_tok_s"] = r.pp_tok_s;
     j["pp_gops"] = r.pp_gops;
@@ -444,6 +456,11 @@ void BenchCommand(const BenchOptions& o) {
               loaded->load_seconds);
   std::printf("depth      %lld tokens in the cache before each measurement (%s K/V)\n",
               static_cast<long long>(o.depth), o.kv_type.c_str());
+  std::printf("kv cache   %.1f MiB", r.kv_cache_bytes / (1024.0 * 1024.0));
+  if (r.kv_window_bytes > 0) {
+    std::printf(" (sliding-window layers: %.2f MiB of it)", r.kv_window_bytes / (1024.0 * 1024.0));
+  }
+  std::printf("\n");
   if (o.n_prompt > 0) {
     std::printf("prefill    %8.1f tok/s  (%lld-token prompt, median of %d)\n", r.pp_tok_s,
                 static_cast<long long>(o.n_prompt), o.reps);

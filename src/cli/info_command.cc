@@ -73,8 +73,20 @@ void Info(const InfoOptions& o) {
   std::printf("bytes read per token: %zu (%.2f MiB; layers%s + output matrix)\n", per_token,
               per_token / (1024.0 * 1024.0),
               config->is_moe() ? " with the router and the selected experts only" : "");
-  const double kv = 2.0 * config->n_layer * config->kv_dim() * sizeof(float);
-  std::printf("kv cache per token: %.0f bytes (F32)\n", kv);
+  // Sliding-window layers keep only their window (KvCacheOptions::swa_*): a fixed amount per
+  // sequence instead of one more row per position.
+  int64_t n_windowed = 0;
+  for (int64_t il = 0; il < config->n_layer; ++il) n_windowed += config->IsSwaLayer(il);
+  const double row = 2.0 * config->kv_dim() * sizeof(float);
+  std::printf("kv cache per token: %.0f bytes (F32)", row * (config->n_layer - n_windowed));
+  if (n_windowed > 0) {
+    std::printf(
+        " in %lld full-context layers; the %lld sliding-window layers hold their last %lld "
+        "positions (%.0f bytes per sequence)",
+        static_cast<long long>(config->n_layer - n_windowed), static_cast<long long>(n_windowed),
+        static_cast<long long>(config->n_swa), row * n_windowed * config->n_swa);
+  }
+  std::printf("\n");
 }
 
 }  // namespace

@@ -149,14 +149,16 @@ void Run(const RunOptions& o) {
          InvalidArgumentError("--spec must be off, ngram or draft:PATH, not '" + o.spec + "'"));
   }
 
-  const engine::KvCacheOptions co = CacheOptionsFor(m.config(), ctx, KvTypeOrDie("run", o.kv_type));
-  auto cache = engine::KvCache::Create(co);
-  if (!cache.ok()) Fail("run", cache.status());
-  ThreadPool pool(threads);
   model::DecoderOptions dopts;
   dopts.max_batch = std::clamp<int64_t>(o.batch, 1, ctx);
   dopts.max_outputs = speculate ? 1 + o.spec_k : 1;
   dopts.max_batch = std::max<int64_t>(dopts.max_batch, dopts.max_outputs);
+  engine::KvCacheOptions co = CacheOptionsFor(m.config(), ctx, KvTypeOrDie("run", o.kv_type));
+  // A forward appends at most max_batch positions; rejected drafts roll back up to spec_k + 1.
+  model::UseSlidingWindowPool(m.config(), dopts.max_batch + engine::kMaxSpecK + 1, &co);
+  auto cache = engine::KvCache::Create(co);
+  if (!cache.ok()) Fail("run", cache.status());
+  ThreadPool pool(threads);
   auto decoder = model::Decoder::Create(m, cache->get(), dopts, &pool);
   if (!decoder.ok()) Fail("run", decoder.status());
   if (draft_model.model) {

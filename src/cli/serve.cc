@@ -164,8 +164,15 @@ int RunServe(const ServeArgs& args) {
   UF_LOG(INFO) << "serving " << ho.model_id << " on http://" << ho.host << ":" << http.port()
                << " (ctx " << so.ctx << ", " << so.max_seqs << " sequences, "
                << engine::KvTypeName(so.kv_type) << " KV cache of "
-               << (*service)->Stats().kv_blocks_total * (*service)->Stats().kv_block_bytes / (1 << 20)
+               << ((*service)->Stats().kv_blocks_total * (*service)->Stats().kv_block_bytes +
+                   (*service)->Stats().kv_window_bytes) /
+                      (1 << 20)
                << " MiB"
+               << ((*service)->Stats().kv_window_bytes > 0
+                       ? " (sliding-window layers: " +
+                             std::to_string((*service)->Stats().kv_window_bytes / (1 << 20)) +
+                             " MiB of it)"
+                       : std::string())
                << (keys->enabled() ? ", API keys required" : "") << (meter ? ", usage metered" : "")
                << ")";
   UF_LOG(INFO) << "playground: open http://" << ho.host << ":" << http.port() << "/ in a browser";

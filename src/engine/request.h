@@ -107,6 +107,8 @@ struct EngineStats {
   int64_t kv_blocks_cached = 0;        // unreferenced prefix-cache blocks (reclaimable)
   int64_t kv_blocks_free = 0;          // neither (cached blocks are not counted as free)
   int64_t kv_block_bytes = 0;          // K and V of one block, all layers (the cache's type)
+                                       // but the sliding-window ones in their own pool:
+  int64_t kv_window_bytes = 0;         // K and V of that pool (KvCache::swa_bytes), 0 if none
   int64_t prefix_hit_tokens = 0;       // prompt tokens served from the prefix cache, total
   int64_t prompt_tokens_computed = 0;  // prompt tokens run through the model, total
   int64_t steps = 0;                   // forward passes, total

@@ -69,6 +69,10 @@ StatusOr<std::unique_ptr<Service>> Service::Create(const model::Model& model,
   ko.max_seq_len = o.ctx;
   ko.type = o.kv_type;
   ko.host_storage = !o.make_forward;
+  // A step appends at most a prefill chunk or a token and its drafts to a sequence; rejected
+  // drafts roll it back by up to max_draft_tokens + 1.
+  model::UseSlidingWindowPool(c, o.prefill_chunk + 1 + o.max_draft_tokens + o.max_draft_tokens + 1,
+                              &ko);
   UF_ASSIGN_OR_RETURN(s->cache_, KvCache::Create(ko));
   s->pool_ = std::make_unique<ThreadPool>(o.n_threads);
   model::DecoderOptions dopt;
@@ -203,6 +207,7 @@ EngineStats Service::Stats() const {
   s.running = running_count_.load();
   s.kv_blocks_total = cache_->n_blocks();
   s.kv_block_bytes = static_cast<int64_t>(cache_->bytes_per_token()) * cache_->block_size();
+  s.kv_window_bytes = static_cast<int64_t>(cache_->swa_bytes());
   s.kv_blocks_used = kv_used_.load();
   s.kv_blocks_cached = kv_cached_.load();
   s.kv_blocks_free = kv_free_.load();

@@ -195,9 +195,12 @@ StatusOr<std::unique_ptr<DraftModelDrafter>> DraftModelDrafter::Create(
   ko.max_seq_len = ctx + kMaxSpecK;
   ko.n_blocks = KvCacheOptions::BlocksFor(ko.max_seq_len, 1, ko.block_size);
   ko.max_seqs = 1;
-  UF_ASSIGN_OR_RETURN(d->cache_, KvCache::Create(ko));
   model::DecoderOptions dopt;
   dopt.max_batch = std::min<int64_t>(512, ko.max_seq_len);
+  // Drafting appends a context chunk or one token; a rejection rolls back up to kMaxSpecK + 1.
+  // Further back (another sequence's context) Draft starts over from 0.
+  model::UseSlidingWindowPool(c, dopt.max_batch + kMaxSpecK + 1, &ko);
+  UF_ASSIGN_OR_RETURN(d->cache_, KvCache::Create(ko));
   dopt.max_outputs = 1;
   UF_ASSIGN_OR_RETURN(d->decoder_, model::Decoder::Create(draft, d->cache_.get(), dopt, pool));
   d->batch_.Reserve(dopt.max_batch);
@@ -217,6 +220,7 @@ Status DraftModelDrafter::Draft(std::span<const int32_t> context, int max_k,
   int64_t common = 0;
   const int64_t limit = std::min<int64_t>(static_cast<int64_t>(cached_.size()), size - 1);
   while (common < limit && cached_[common] == context[common]) ++common;
+  if (common < cache_->ResumeFloor(0)) common = 0;  // its window was given back
   cache_->Truncate(0, common);
   cached_.resize(common);
   const int64_t chunk = decoder_->options().max_batch;

@@ -37,6 +37,18 @@ std::vector<std::vector<const kernels::Matrix*>> GroupByActivation(
 
 }  // namespace
 
+void UseSlidingWindowPool(const ModelConfig& c, int64_t slack, engine::KvCacheOptions* co) {
+  if (c.n_swa <= 0) return;
+  if (const char* env = std::getenv("UF_SWA_CACHE"); env != nullptr && std::string(env) == "0") {
+    return;
+  }
+  co->swa_layers.assign(c.n_layer, 0);
+  for (int64_t il = 0; il < c.n_layer; ++il) co->swa_layers[il] = c.IsSwaLayer(il);
+  co->swa_window = c.n_swa;
+  co->swa_slack = std::max<int64_t>(0, slack);
+  co->swa_blocks = 0;
+}
+
 Decoder::Decoder(const Model& model, engine::KvCache* cache, const DecoderOptions& options,
                  ThreadPool* pool)
     : model_(model), config_(model.config()), cache_(cache), options_(options), pool_(pool) {}
@@ -52,6 +64,13 @@ StatusOr<std::unique_ptr<Decoder>> Decoder::Create(const Model& model, engine::K
   }
   if (!co.host_storage) {
     return InvalidArgumentError("decoder: the kv cache has no host storage (a device's cache)");
+  }
+  for (int64_t il = 0; il < c.n_layer && cache->windowed(); ++il) {
+    // A windowed pool holds only the window: a layer that sees more would read given-back K/V.
+    if (cache->IsWindowedLayer(il) && (!c.IsSwaLayer(il) || co.swa_window < c.n_swa)) {
+      return InvalidArgumentError("decoder: the kv cache's sliding window does not match layer " +
+                                  std::to_string(il) + " of the model");
+    }
   }
   DecoderOptions o = options;
   if (o.max_batch <= 0 || o.max_batch > (int64_t{1} << 20)) {
@@ -221,6 +240,11 @@ Status Decoder::Prepare(const Batch& batch) {
                                       " starts at position " + std::to_string(pos) +
                                       " but its cache holds " +
                                       std::to_string(cache_->Length(seq)) + " tokens");
+      } else if (pos < cache_->ResumeFloor(seq)) {
+        status = InvalidArgumentError(
+            "forward: sequence " + std::to_string(seq) + " restarts at position " +
+            std::to_string(pos) + ", whose sliding window's K/V was given back (from " +
+            std::to_string(cache_->ResumeFloor(seq)) + " on it can go on; truncate it to 0)");
       } else {
         touched_seqs_.push_back(seq);
         seq_next_[seq] = pos + 1;
@@ -441,7 +465,7 @@ void Decoder::QkvToCache(int64_t il, const Batch& batch, int64_t t, int64_t h0, 
   kernels::ApplyRope(rope_, cs, k, nkv, hd);
   const int64_t bs = cache_->block_size();
   const int32_t pos = batch.positions[t];
-  const int32_t block = cache_->BlockTable(batch.seq_ids[t])[pos / bs];
+  const int32_t block = cache_->LayerBlockTable(il, batch.seq_ids[t])[pos / bs];
   const int64_t slot = pos % bs;
   // Row `slot` of head h's slice: bs rows of KvRowBytes each (keys maybe transposed).
   const size_t row = engine::KvRowBytes(kv_type_, hd);
@@ -564,11 +588,18 @@ void Decoder::Attention(int64_t il, const Batch& batch, int64_t item, int64_t c_
     c_begin = std::max<int64_t>(
         c_begin, std::max<int64_t>(0, batch.positions[t0] - c.n_swa + 1) / attn_chunk_);
   }
-  const int32_t* table = cache_->BlockTable(batch.seq_ids[t0]);
+  const int32_t* table = cache_->LayerBlockTable(il, batch.seq_ids[t0]);
   const int64_t first = c_begin * attn_chunk_ / bs, total = (keys + bs - 1) / bs;
-  for (int64_t b = first; b < total; ++b) {
-    kp[b] = cache_->KeySlice(il, table[b], kvh);
-    vp[b] = cache_->ValueSlice(il, table[b], kvh);
+  // A windowed table's given-back entries (-1) lie wholly before every row's window: the kernel
+  // may still read them (a chunk is read from its start, weights 0 before `first`), so they
+  // point at a block the sequence holds. Its values are finite, and 0 x finite adds nothing:
+  // the same bits as with the full cache.
+  int32_t held = -1;
+  for (int64_t b = total - 1; b >= first; --b) {
+    const int32_t id = table[b] >= 0 ? table[b] : held;
+    held = id;
+    kp[b] = cache_->KeySlice(il, id, kvh);
+    vp[b] = cache_->ValueSlice(il, id, kvh);
   }
   for (int64_t i = 0; i < nt; ++i) {
     std::memcpy(q + i * group * hd, q_.data() + (t0 + i) * qd + kvh * group * hd,

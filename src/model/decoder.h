@@ -37,6 +37,14 @@ struct DecoderOptions {
   bool single_dispatch = true;
 };
 
+// Gives co (a host cache for model config c) a pool of its own for c's sliding-window layers
+// that holds only their window (KvCacheOptions::swa_*). slack: positions past the window a
+// sequence keeps, at least the most one forward appends to it plus the most it may be truncated
+// back by after one (speculative rollback, a benchmark's rewind). No-op for models without
+// windowed layers, and with UF_SWA_CACHE=0 in the environment (A/B runs: every layer keeps every
+// position, as before).
+void UseSlidingWindowPool(const ModelConfig& c, int64_t slack, engine::KvCacheOptions* co);
+
 class Decoder final : public BatchForward {
  public:
   static constexpr int64_t kSingleDispatchTokens = 16;

@@ -34,6 +34,14 @@ ModelShape Shape(std::string name, int64_t n_layer, int64_t n_embd, int64_t n_he
   return s;
 }
 
+// Layers of n_layer that a sliding window of n_swa positions applies to (ModelConfig::IsSwaLayer).
+int64_t WindowedLayers(int64_t n_layer, int64_t n_swa, int64_t period) {
+  if (n_swa <= 0 || period < 1) return 0;
+  int64_t n = 0;
+  for (int64_t il = 0; il < n_layer; ++il) n += il % period < period - 1;
+  return n;
+}
+
 std::vector<ModelShape> MakePresets() {
   std::vector<ModelShape> v;
   for (const model::SynthPreset& p : model::SynthPresets()) {
@@ -43,6 +51,7 @@ std::vector<ModelShape> MakePresets() {
     s.n_expert = p.n_expert;
     s.n_expert_used = p.n_expert_used;
     s.n_ff_expert = p.n_ff_exp;
+    s.n_swa = p.sliding_window;
     v.push_back(s);
   }
   // Planning only (no synth preset: their files would be 140 GB and 810 GB in 16 bits). Shapes
@@ -150,7 +159,11 @@ StatusOr<ModelCost> CostFromShape(const ModelShape& s, std::string_view weight_t
   c.active_params =
       layers * (attn + dense_ffn) + table + layers * static_cast<double>(s.n_expert_used) * expert;
   c.quantized = !(c.weight_type == "f32" || c.weight_type == "f16" || c.weight_type == "bf16");
-  c.kv_bytes_per_position = 2.0 * layers * kv_dim * kv_bytes;
+  const int64_t windowed = WindowedLayers(s.n_layer, s.n_swa, s.swa_period);
+  c.kv_bytes_per_position = 2.0 * static_cast<double>(s.n_layer - windowed) * kv_dim * kv_bytes;
+  c.kv_window_bytes = 2.0 * static_cast<double>(windowed * s.n_swa) * kv_dim * kv_bytes;
+  c.windowed_layers = windowed;
+  c.n_swa = windowed > 0 ? s.n_swa : 0;
   c.q_dim = s.n_head * s.head_dim;
   return c;
 }
@@ -185,8 +198,16 @@ StatusOr<ModelCost> CostFromGguf(const std::string& path, std::string_view kv_ty
   c.n_expert_used = f.GetIntOr(key("expert_used_count"), 0);
   c.n_ctx_train = f.GetIntOr(key("context_length"), 0);
   c.q_dim = n_head * head_dim;
+  // gpt-oss's sliding window, read as model::ModelConfig reads it.
+  const int64_t n_swa = arch == "gpt-oss" ? f.GetIntOr(key("attention.sliding_window"), 0) : 0;
+  const int64_t windowed =
+      WindowedLayers(n_layer, n_swa, f.GetIntOr(key("attention.sliding_window_pattern"), 2));
   c.kv_bytes_per_position =
-      static_cast<double>(n_layer * n_head_kv * (head_dim + value_dim)) * kv_bytes;
+      static_cast<double>((n_layer - windowed) * n_head_kv * (head_dim + value_dim)) * kv_bytes;
+  c.kv_window_bytes =
+      static_cast<double>(windowed * n_swa * n_head_kv * (head_dim + value_dim)) * kv_bytes;
+  c.windowed_layers = windowed;
+  c.n_swa = windowed > 0 ? n_swa : 0;
 
   const gguf::TensorInfo* embd = f.FindTensor("token_embd.weight");
   const bool tied = f.FindTensor("output.weight") == nullptr;

@@ -29,6 +29,10 @@ struct ModelShape {
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
   int64_t n_ff_expert = 0;
+  // Sliding-window attention (gpt-oss): layers il with il % swa_period < swa_period - 1 see and
+  // keep only the last n_swa positions; 0 = none.
+  int64_t n_swa = 0;
+  int64_t swa_period = 2;
 };
 
 // Decode-step cost of a model in a given weight and KV type.
@@ -45,7 +49,12 @@ struct ModelCost {
   double total_params = 0;
   double active_params = 0;          // multiply-adds per token (2 flops each), embedding excluded
   bool quantized = false;            // matmuls run at the quantized rate (HardwareProfile)
-  double kv_bytes_per_position = 0;  // K and V of one cached position, all layers
+  double kv_bytes_per_position = 0;  // K and V of one cached position, all full-context layers
+  // K and V the sliding-window layers of one sequence hold (their window, the engine keeps no
+  // more) and a decode step reads, whatever the context; 0 without such layers.
+  double kv_window_bytes = 0;
+  int64_t windowed_layers = 0;  // of n_layer, attending to the last n_swa positions only
+  int64_t n_swa = 0;
   int64_t q_dim = 0;                 // n_head x head_dim: attention's multiply-adds per position
   int64_t n_ctx_train = 0;           // 0 when unknown
 

@@ -23,11 +23,15 @@ StepParts StepTime(const ModelCost& m, const HardwareProfile& hw, int64_t tokens
   const double spread =
       tensor ? static_cast<double>(devices)
              : std::max(1.0, static_cast<double>(devices) / static_cast<double>(m.n_layer));
-  const double bytes =
-      m.StepWeightBytes(tokens) + static_cast<double>(context_tokens) * m.kv_bytes_per_position;
-  const double flops =
-      2.0 * m.active_params * static_cast<double>(tokens) +
-      4.0 * static_cast<double>(m.n_layer * m.q_dim) * static_cast<double>(context_tokens);
+  const double bytes = m.StepWeightBytes(tokens) +
+                       static_cast<double>(context_tokens) * m.kv_bytes_per_position +
+                       static_cast<double>(tokens) * m.kv_window_bytes;
+  // Sliding-window layers attend to their window only (about n_swa positions per token).
+  const double flops = 2.0 * m.active_params * static_cast<double>(tokens) +
+                       4.0 * static_cast<double>((m.n_layer - m.windowed_layers) * m.q_dim) *
+                           static_cast<double>(context_tokens) +
+                       4.0 * static_cast<double>(m.windowed_layers * m.q_dim) *
+                           static_cast<double>(tokens * m.n_swa);
   const double rate = m.quantized ? hw.quantized_ops_s : hw.bf16_flops;
   StepParts s;
   s.memory = bytes / (spread * hw.bandwidth_bytes_s * hw.bandwidth_efficiency);
@@ -106,8 +110,9 @@ PlanRow EstimateStep(const ModelCost& m, const HardwareProfile& hw, int64_t batc
                      double price_per_hour) {
   PlanRow r;
   r.batch = batch;
-  const double held = m.held_bytes + static_cast<double>(batch) * static_cast<double>(context) *
-                                         m.kv_bytes_per_position;
+  const double held = m.held_bytes + static_cast<double>(batch) *
+                                         (static_cast<double>(context) * m.kv_bytes_per_position +
+                                          m.kv_window_bytes);
   r.devices = DevicesFor(hw, held);
   r.within_domain = hw.devices_per_domain <= 0 || r.devices <= hw.devices_per_domain;
   // A pipeline of d devices runs up to d micro-batches at once, one per device: each user's
@@ -211,6 +216,12 @@ std::string PlanText(const PlanReport& r) {
                 Count(m.held_bytes, " GB", " MB").c_str(), Count(m.active_params, "B", "M").c_str(),
                 m.StepWeightBytes(1) / 1e6, m.kv_bytes_per_position / 1e3);
   out += line;
+  if (m.kv_window_bytes > 0) {
+    std::snprintf(line, sizeof line,
+                  "         + sliding-window layers' K/V: %.2f MB per sequence (their window)\n",
+                  m.kv_window_bytes / 1e6);
+    out += line;
+  }
   std::snprintf(line, sizeof line, "context  %lld positions per sequence\n",
                 static_cast<long long>(r.options.context));
   out += line;
@@ -253,6 +264,7 @@ std::string PlanJson(const PlanReport& r) {
                 {"held_bytes", m.held_bytes},
                 {"bytes_per_token_batch1", m.StepWeightBytes(1)},
                 {"kv_bytes_per_position", m.kv_bytes_per_position},
+                {"kv_window_bytes", m.kv_window_bytes},
                 {"n_expert", m.n_expert},
                 {"n_expert_used", m.n_expert_used}};
   j["context"] = r.options.context;

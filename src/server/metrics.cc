@@ -201,8 +201,9 @@ std::string Metrics::Render(const engine::EngineStats& e) const {
   Metric(&out, "ultrafast_kv_blocks_free", "gauge", "Free KV cache blocks.",
          static_cast<double>(e.kv_blocks_free));
   Metric(&out, "ultrafast_kv_cache_bytes", "gauge",
-         "Bytes of the KV pool (blocks x K/V bytes per block in the cache's element type).",
-         static_cast<double>(e.kv_blocks_total * e.kv_block_bytes));
+         "Bytes of the KV pools (blocks x K/V bytes per block in the cache's element type, and the "
+         "sliding-window layers' pool).",
+         static_cast<double>(e.kv_blocks_total * e.kv_block_bytes + e.kv_window_bytes));
   Metric(&out, "ultrafast_kv_cache_used_bytes", "gauge", "Bytes of KV blocks held by sequences.",
          static_cast<double>(e.kv_blocks_used * e.kv_block_bytes));
   return out;
