@@ -166,8 +166,8 @@ TEST_F(GpuKernelsTest, GemmMatchesCpu) {
         kernels::QuantizeRow(GgmlType::kQ8_K, x.data(), xk.data(), n * cols);
         for (int64_t t = 0; t < n; ++t) {
           for (int64_t r = 0; r < rows; ++r) {
-            scalar[t * rows + r] = kernels::DotReference(
-                type, data.data() + r * m.row_bytes(), xk.data() + t * cols / 256, cols);
+            scalar[t * rows + r] = kernels::DotReference(type, data.data() + r * m.row_bytes(),
+                                                         xk.data() + t * cols / 256, cols);
           }
         }
       }

@@ -260,10 +260,12 @@ TEST_P(GpuMoeTypeTest, MatchesCpuAndBatchRowsAreExact) {
       "%lld rows within 1e-4, arg-max %lld/%lld, batched rows bit-identical %lld/%lld\n",
       c.preset.c_str(), std::string(model::SynthFileTypeName(c.type)).c_str(), worst, tol,
       static_cast<long long>(over), static_cast<long long>(close), static_cast<long long>(agree),
-      static_cast<long long>(kTokens),
-      static_cast<long long>(rows.batched_equal), static_cast<long long>(kTokens));
+      static_cast<long long>(kTokens), static_cast<long long>(rows.batched_equal),
+      static_cast<long long>(kTokens));
   EXPECT_LE(worst, tol);
-  if (k_quant) EXPECT_GE(close, kTokens - 2) << "K-quant rows past 1e-4 of the CPU's";
+  if (k_quant) {
+    EXPECT_GE(close, kTokens - 2) << "K-quant rows past 1e-4 of the CPU's";
+  }
   EXPECT_EQ(rows.batched_equal, kTokens) << "batched rows differ from single steps";
 }
 

@@ -272,7 +272,9 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
          k_quant || q8 ? blocks : static_cast<uint32_t>(w.cols),
          w.d_off,
          static_cast<uint32_t>(n),
-         k_quant ? blocks * 72 : q8 ? blocks * 8 : static_cast<uint32_t>(w.cols),
+         k_quant ? blocks * 72
+         : q8    ? blocks * 8
+                 : static_cast<uint32_t>(w.cols),
          k_quant ? static_cast<uint32_t>(n) * blocks * 72
          : q8    ? static_cast<uint32_t>(n) * blocks * 8
                  : 0u,
@@ -300,8 +302,12 @@ ExpertPush MakeExpertPush(const GpuMatrix& w, int64_t n_slots, int64_t x_div) {
           k_quant || q8 ? blocks : static_cast<uint32_t>(w.cols),
           w.d_off,
           static_cast<uint32_t>(n_slots),
-          k_quant ? blocks * 72 : q8 ? blocks * 8 : static_cast<uint32_t>(w.cols),
-          k_quant ? n_x * blocks * 72 : q8 ? n_x * blocks * 8 : 0u,
+          k_quant ? blocks * 72
+          : q8    ? blocks * 8
+                  : static_cast<uint32_t>(w.cols),
+          k_quant ? n_x * blocks * 72
+          : q8    ? n_x * blocks * 8
+                  : 0u,
           0u,
           static_cast<uint32_t>(w.rows),
           static_cast<uint32_t>(x_div)};

@@ -78,7 +78,8 @@ class Kernels {
 
   // y[t * y_stride + y_off + row] = W x[t] for the n tokens (y_stride 0: w.rows). x holds n rows
   // of w.cols f32 values, or for TakesQ8Activation(w.type) their Q8_0 activation (Quantize of
-  // all n rows), for TakesQ8KActivation(w.type) their Q8_K activation (QuantizeK). Each (row, token) result is the same bits whatever n is (gemm.glsl).
+  // all n rows), for TakesQ8KActivation(w.type) their Q8_K activation (QuantizeK). Each (row,
+  // token) result is the same bits whatever n is (gemm.glsl).
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
             uint32_t y_off = 0, int64_t y_stride = 0) const;
   // The products of selected experts (gemmx_*): for each of n_slots slots s,
