@@ -99,6 +99,24 @@ class GpuKernelsTest : public ::testing::Test {
     return *kernels::Matrix::Create(type, data->data(), rows, cols);
   }
 
+  // The activation a GEMM of `type` reads: values of x quantized into q (Q8_0 or Q8_K) as the
+  // decoder does; false (nothing recorded) when the type takes f32 values.
+  static bool QuantizeFor(Recorder* r, GgmlType type, const Buffer& x, int64_t values,
+                          const Buffer& q) {
+    if (TakesQ8KActivation(type)) {
+      kernels_->QuantizeK(r, x, 0, values, q);
+      return true;
+    }
+    if (TakesQ8Activation(type)) {
+      kernels_->Quantize(r, x, 0, values, q);
+      return true;
+    }
+    return false;
+  }
+  static uint64_t ActBytes(int64_t values) {
+    return std::max(Q8ActivationBytes(values), Q8KActivationBytes(values));
+  }
+
   // Paged attention over an f16 or Q8_0 cache (PagedAttentionMatchesReference).
   std::vector<float> PagedAttention(bool q8, int64_t chunk);
 
@@ -127,53 +145,59 @@ constexpr GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kB
 // Each weight type's GEMM over 3 tokens against kernels::MatMul on the same weights (rows not a
 // multiple of the rows per workgroup, so the tail is covered), and the recorder replayed. F32,
 // F16, BF16, Q8_0 and Q4_0 take the CPU's activations (f32, rounded to f16 / bf16, quantized to
-// Q8_0) and agree to rounding; Q4_K and Q6_K take f32 activations where the CPU quantizes them
-// to Q8_K, which errs by a few % of a typical output (norm / sqrt(cols); measured up to 2.6%),
-// a wrong layout or dequantization by all of it; they must match the exact product of their
-// dequantized weights to rounding.
+// Q8_0) and agree to rounding. Q4_K and Q6_K take Q8_K activations (quantize_q8_k) and form each
+// block's sum as the CPU's scalar tier does (kernels::DotReference), adding the blocks in the
+// same order: bit-identical to it, over 2 and 3 blocks a row.
 TEST_F(GpuKernelsTest, GemmMatchesCpu) {
-  const int64_t rows = 67, cols = 512, n = 3;
-  const std::vector<float> wf = Random(rows * cols, 1, 0.5f), x = Random(n * cols, 2);
+  const int64_t rows = 67, n = 3;
   ThreadPool pool(1);
-  for (GgmlType type : kAllTypes) {
-    SCOPED_TRACE(GgmlTypeName(type));
-    std::vector<uint8_t> data;
-    const kernels::Matrix m = Quantized(type, wf, rows, cols, &data);
-    std::vector<float> want(n * rows);
-    kernels::MatMul(m, x.data(), n, want.data(), &pool);
-    // The K-quants' GPU kernels take f32 activations: their exact product is the dequantized
-    // weights times x, in double.
-    std::vector<float> wd(rows * cols);
-    for (int64_t r = 0; r < rows; ++r) {
-      kernels::DequantizeRow(type, data.data() + r * m.row_bytes(), wd.data() + r * cols, cols);
-    }
-
-    auto gm = UploadMatrix(ctx_, m);
-    ASSERT_TRUE(gm.ok()) << gm.status().ToString();
-    EXPECT_EQ(gm->type, type);
-    Buffer xb = Floats(x), xq = Empty(Q8ActivationBytes(n * cols)), y = Empty(n * rows * 4);
-    Recorder rec(ctx_);
-    const bool q8 = TakesQ8Activation(type);
-    if (q8) kernels_->Quantize(&rec, xb, 0, n * cols, xq);
-    kernels_->Gemm(&rec, *gm, q8 ? xq : xb, n, y);
-    ASSERT_TRUE(rec.Finish().ok());
-    const bool k_quant = type == GgmlType::kQ4_K || type == GgmlType::kQ6_K;
-    for (int rep = 0; rep < 2; ++rep) {  // recorded once, replayed
-      ASSERT_TRUE(rec.Run().ok());
-      const std::vector<float> got = Read(y, n * rows);
-      for (int64_t t = 0; t < n; ++t) {
-        for (int64_t r = 0; r < rows; ++r) {
-          double norm = 0.0;
-          for (int64_t c = 0; c < cols; ++c) norm += std::fabs(wf[r * cols + c] * x[t * cols + c]);
-          if (k_quant) {
-            double exact = 0.0;
-            for (int64_t c = 0; c < cols; ++c) exact += double(wd[r * cols + c]) * x[t * cols + c];
-            ASSERT_NEAR(got[t * rows + r], exact, 1e-5 * norm) << "token " << t << " row " << r;
+  for (int64_t cols : {int64_t{512}, int64_t{768}}) {
+    const std::vector<float> wf = Random(rows * cols, 1, 0.5f), x = Random(n * cols, 2);
+    for (GgmlType type : kAllTypes) {
+      SCOPED_TRACE(std::string(GgmlTypeName(type)) + " cols " + std::to_string(cols));
+      std::vector<uint8_t> data;
+      const kernels::Matrix m = Quantized(type, wf, rows, cols, &data);
+      std::vector<float> want(n * rows);
+      kernels::MatMul(m, x.data(), n, want.data(), &pool);
+      const bool k_quant = TakesQ8KActivation(type);
+      std::vector<float> scalar(n * rows);  // the CPU's scalar tier, K-quants only
+      if (k_quant) {
+        std::vector<kernels::BlockQ8_K> xk(n * cols / 256);
+        kernels::QuantizeRow(GgmlType::kQ8_K, x.data(), xk.data(), n * cols);
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t r = 0; r < rows; ++r) {
+            scalar[t * rows + r] = kernels::DotReference(type, data.data() + r * m.row_bytes(),
+                                                         xk.data() + t * cols / 256, cols);
           }
-          const double tol = k_quant                  ? 4e-2 * norm / std::sqrt(double(cols))
-                             : type == GgmlType::kF32 ? 1e-5 * norm
-                                                      : 1e-4 * norm;
-          ASSERT_NEAR(got[t * rows + r], want[t * rows + r], tol) << "token " << t << " row " << r;
+        }
+      }
+
+      auto gm = UploadMatrix(ctx_, m);
+      ASSERT_TRUE(gm.ok()) << gm.status().ToString();
+      EXPECT_EQ(gm->type, type);
+      Buffer xb = Floats(x), xq = Empty(ActBytes(n * cols)), y = Empty(n * rows * 4);
+      Recorder rec(ctx_);
+      const bool q8 = QuantizeFor(&rec, type, xb, n * cols, xq);
+      kernels_->Gemm(&rec, *gm, q8 ? xq : xb, n, y);
+      ASSERT_TRUE(rec.Finish().ok());
+      for (int rep = 0; rep < 2; ++rep) {  // recorded once, replayed
+        ASSERT_TRUE(rec.Run().ok());
+        const std::vector<float> got = Read(y, n * rows);
+        if (k_quant) {
+          for (int64_t i = 0; i < n * rows; ++i) {
+            ASSERT_EQ(got[i], scalar[i]) << "token " << i / rows << " row " << i % rows;
+          }
+        }
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t r = 0; r < rows; ++r) {
+            double norm = 0.0;
+            for (int64_t c = 0; c < cols; ++c) {
+              norm += std::fabs(wf[r * cols + c] * x[t * cols + c]);
+            }
+            const double tol = type == GgmlType::kF32 ? 1e-5 * norm : 1e-4 * norm;
+            ASSERT_NEAR(got[t * rows + r], want[t * rows + r], tol)
+                << "token " << t << " row " << r;
+          }
         }
       }
     }
@@ -190,12 +214,11 @@ TEST_F(GpuKernelsTest, GemmRowsDoNotDependOnBatchSize) {
     std::vector<uint8_t> data;
     auto gm = UploadMatrix(ctx_, Quantized(type, wf, rows, cols, &data));
     ASSERT_TRUE(gm.ok());
-    const bool q8 = TakesQ8Activation(type);
-    Buffer xb = Floats(x), xq = Empty(Q8ActivationBytes(max_n * cols)), y = Empty(max_n * rows * 4);
+    Buffer xb = Floats(x), xq = Empty(ActBytes(max_n * cols)), y = Empty(max_n * rows * 4);
     std::vector<std::vector<float> > by_n;
     for (int64_t n : {int64_t{1}, int64_t{8}, int64_t{9}, max_n}) {
       Recorder rec(ctx_);
-      if (q8) kernels_->Quantize(&rec, xb, 0, n * cols, xq);
+      const bool q8 = QuantizeFor(&rec, type, xb, n * cols, xq);
       kernels_->Gemm(&rec, *gm, q8 ? xq : xb, n, y);
       ASSERT_TRUE(rec.Finish().ok());
       ASSERT_TRUE(rec.Run().ok());
@@ -234,15 +257,15 @@ TEST_F(GpuKernelsTest, ExpertGemmEqualsEachExpertsGemm) {
     ASSERT_TRUE(stacked.ok()) << stacked.status().ToString();
     EXPECT_EQ(stacked->rows, rows);
     EXPECT_EQ(stacked->n_experts, n_exp);
-    const bool q8 = TakesQ8Activation(type);
+    const bool q8 = TakesQ8Activation(type) || TakesQ8KActivation(type);
     Buffer idb = Empty(ids.size() * 4);
     ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), ids.size() * 4).ok());
     for (int64_t x_div : {k, int64_t{1}}) {
       const int64_t n_x = n * k / x_div;
       Buffer xb = Floats(std::vector<float>(x.begin(), x.begin() + n_x * cols));
-      Buffer xq = Empty(Q8ActivationBytes(n_x * cols)), y = Empty(n * k * rows * 4);
+      Buffer xq = Empty(ActBytes(n_x * cols)), y = Empty(n * k * rows * 4);
       Recorder rec(ctx_);
-      if (q8) kernels_->Quantize(&rec, xb, 0, n_x * cols, xq);
+      QuantizeFor(&rec, type, xb, n_x * cols, xq);
       kernels_->GemmExperts(&rec, *stacked, q8 ? xq : xb, idb, n * k, x_div, y);
       ASSERT_TRUE(rec.Finish().ok());
       ASSERT_TRUE(rec.Run().ok());
@@ -250,7 +273,7 @@ TEST_F(GpuKernelsTest, ExpertGemmEqualsEachExpertsGemm) {
       Buffer order = Empty(n * k * 4), tiles = Empty(Kernels::MaxExpertTiles(n * k, n_exp) * 12);
       Buffer yg = Empty(n * k * rows * 4);
       Recorder rg(ctx_);
-      if (q8) kernels_->Quantize(&rg, xb, 0, n_x * cols, xq);
+      QuantizeFor(&rg, type, xb, n_x * cols, xq);
       kernels_->GroupSlots(&rg, idb, order, tiles, n * k, n_exp);
       kernels_->GemmExpertsGrouped(&rg, *stacked, q8 ? xq : xb, tiles, order, n * k, x_div, yg);
       ASSERT_TRUE(rg.Finish().ok());
@@ -263,9 +286,9 @@ TEST_F(GpuKernelsTest, ExpertGemmEqualsEachExpertsGemm) {
         const int64_t row = slot / x_div;
         Buffer x1 =
             Floats(std::vector<float>(x.begin() + row * cols, x.begin() + (row + 1) * cols));
-        Buffer x1q = Empty(Q8ActivationBytes(cols)), y1 = Empty(rows * 4);
+        Buffer x1q = Empty(ActBytes(cols)), y1 = Empty(rows * 4);
         Recorder r1(ctx_);
-        if (q8) kernels_->Quantize(&r1, x1, 0, cols, x1q);
+        QuantizeFor(&r1, type, x1, cols, x1q);
         kernels_->Gemm(&r1, *one, q8 ? x1q : x1, 1, y1);
         ASSERT_TRUE(r1.Finish().ok());
         ASSERT_TRUE(r1.Run().ok());
@@ -299,6 +322,42 @@ TEST_F(GpuKernelsTest, QuantizeMatchesCpu) {
     std::memcpy(&d_got, &got[(cols / 32) * 8 + b], 4);
     EXPECT_EQ(d_got, d_want) << "block " << b;
     EXPECT_EQ(std::memcmp(&got[b * 8], want[b].qs, 32), 0) << "block " << b;
+  }
+}
+
+// The Q8_K quantizer (quantize_q8_k) gives kernels::QuantizeQ8_K's values, d and sub-block sums
+// bit for bit: a block whose largest magnitude appears with both signs (the first one sets the
+// sign), an all-zero block, a block of one value, and values exactly at half-way points.
+TEST_F(GpuKernelsTest, QuantizeQ8KMatchesCpu) {
+  const int64_t cols = 1024;
+  std::vector<float> x = Random(cols, 4);
+  x[10] = -5.0f;
+  x[20] = 5.0f;  // the same magnitude later: the block's max stays -5
+  std::fill(x.begin() + 256, x.begin() + 512, 0.0f);
+  std::fill(x.begin() + 512, x.begin() + 768, 0.0f);
+  x[600] = 0.25f;
+  // The last block: max -127/64, so iscale is 64 exactly and (k + 0.5) / 64 lands half-way.
+  for (int i = 1; i < 256; ++i) x[768 + i] = ((i % 64) - 32 + 0.5f) / 64.0f;
+  x[768] = -127.0f / 64.0f;
+  std::vector<kernels::BlockQ8_K> want(cols / 256);
+  kernels::QuantizeRow(GgmlType::kQ8_K, x.data(), want.data(), cols);
+  Buffer xb = Floats(x), q = Empty(Q8KActivationBytes(cols));
+  Recorder rec(ctx_);
+  kernels_->QuantizeK(&rec, xb, 0, cols, q);
+  ASSERT_TRUE(rec.Finish().ok());
+  ASSERT_TRUE(rec.Run().ok());
+  std::vector<uint32_t> got(Q8KActivationBytes(cols) / 4);
+  ASSERT_TRUE(ctx_->Download(q, 0, got.data(), got.size() * 4).ok());
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    float d_got;
+    std::memcpy(&d_got, &got[(cols / 256) * 72 + b], 4);
+    EXPECT_EQ(d_got, want[b].d) << "block " << b;
+    EXPECT_EQ(std::memcmp(&got[b * 72], want[b].qs, 256), 0) << "block " << b;
+    for (int j = 0; j < 8; ++j) {
+      EXPECT_EQ(static_cast<int32_t>(got[b * 72 + 64 + j]),
+                want[b].bsums[2 * j] + want[b].bsums[2 * j + 1])
+          << "block " << b << " sub-block " << j;
+    }
   }
 }
 

@@ -180,12 +180,13 @@ INSTANTIATE_TEST_SUITE_P(
 // F16 5e-3, BF16 1e-2, quantized 3e-2, of max(1, |logit|)), and batched rows bit-identical
 // to single steps (batches of 7: rows of one token see tokens of other experts beside them).
 // Q8_0, Q4_0, F16 and BF16 run the CPU's arithmetic (Q8_0 rows agree to 2e-7). Q4_K and Q6_K
-// do not: the CPU quantizes their activations to Q8_K, the device keeps them f32 (docs/gpu.md),
-// which moves every row by ~1.5e-2 and the (F32) router's input with it; a few isolated
-// rows then move by up to ~0.13, as a different expert picked at a near-tie would (not checked
-// directly; tiny-mixtral Q4_K_M: 2 of 24 rows, 0.11 and 0.125; tiny-qwen3moe Q6_K: 2 rows at
-// 0.030 and 0.037; tiny-gpt-oss Q4_K_M: 1 row at 0.038; the other rows within 2e-2, every
-// batched row exact). There, at most 3 rows may pass the tolerance, none past 0.2.
+// too: Q8_K activations and the scalar kernels' integer sums (gpu_kernels_test: their GEMMs are
+// the scalar tier's bits), so their rows agree to the float rounding of the other kernels
+// (measured against the AVX2 tier: 2.4e-7 to 5.5e-7). They must stay within 1e-4 but for at
+// most 2 of the 24 rows, and those within the quantized tolerance: an F32 router whose sum
+// order differs by CPU tier can pick another expert at a near-tie (against the scalar tier,
+// tiny-gpt-oss Q4_K_M: one row at 9.6e-3). With f32 activations every row moved by ~1.5e-2
+// and isolated rows by up to 0.125.
 struct TypeCase {
   std::string preset;
   model::SynthFileType type;
@@ -234,6 +235,7 @@ TEST_P(GpuMoeTypeTest, MatchesCpuAndBatchRowsAreExact) {
   }
   const bool k_quant =
       c.type == model::SynthFileType::kQ4_K_M || c.type == model::SynthFileType::kQ6_K;
+  int64_t close = 0;  // rows within 1e-4
   double worst = 0;
   int64_t agree = 0, over = 0;
   const int64_t v = mc.n_vocab;
@@ -249,20 +251,20 @@ TEST_P(GpuMoeTypeTest, MatchesCpuAndBatchRowsAreExact) {
     }
     worst = std::max(worst, row);
     over += row > tol;
+    close += row <= 1e-4;
     agree += std::max_element(got.begin(), got.end()) - got.begin() ==
              std::max_element(want, want + v) - want;
   }
   std::printf(
       "[gpu moe] %s %s: max error against the CPU %.2e (tol %.1e; %lld rows over), "
-      "arg-max %lld/%lld, batched rows bit-identical %lld/%lld\n",
+      "%lld rows within 1e-4, arg-max %lld/%lld, batched rows bit-identical %lld/%lld\n",
       c.preset.c_str(), std::string(model::SynthFileTypeName(c.type)).c_str(), worst, tol,
-      static_cast<long long>(over), static_cast<long long>(agree), static_cast<long long>(kTokens),
-      static_cast<long long>(rows.batched_equal), static_cast<long long>(kTokens));
+      static_cast<long long>(over), static_cast<long long>(close), static_cast<long long>(agree),
+      static_cast<long long>(kTokens), static_cast<long long>(rows.batched_equal),
+      static_cast<long long>(kTokens));
+  EXPECT_LE(worst, tol);
   if (k_quant) {
-    EXPECT_LE(over, 3);
-    EXPECT_LE(worst, 0.2);
-  } else {
-    EXPECT_LE(worst, tol);
+    EXPECT_GE(close, kTokens - 2) << "K-quant rows past 1e-4 of the CPU's";
   }
   EXPECT_EQ(rows.batched_equal, kTokens) << "batched rows differ from single steps";
 }

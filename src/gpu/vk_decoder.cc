@@ -82,9 +82,10 @@ class VulkanForward final : public GpuForward {
   Status Run(const model::Batch& batch, int32_t* greedy);
   StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out);
   Status Record(Recorder* r, int64_t n, int64_t n_out, Out out);
-  // y = W x for n tokens, quantizing x into xq_ first when W takes Q8_0 activations and xq_
-  // does not hold x yet.
+  // y = W x for n tokens, quantizing x into xq_ first when W takes Q8_0 or Q8_K activations
+  // and xq_ does not hold x in that format yet.
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y);
+  bool QuantizeFor(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n);
   // The same for stacked experts: n_slots slots reading activation rows slot / x_div of x
   // (n_x rows in all), experts from ids_.
   void GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n_x, int64_t n_slots,
@@ -130,6 +131,7 @@ class VulkanForward final : public GpuForward {
   std::map<std::tuple<int64_t, int64_t, Out>, std::unique_ptr<Recorder>> recordings_;
   Recorder* last_ = nullptr;
   const Buffer* xq_holds_ = nullptr;  // while recording: the buffer xq_ is the quantization of
+  bool xq_k_ = false;                 // ... as Q8_K (else Q8_0)
   std::vector<float> logits_;
   int64_t n_outputs_ = 0;
   std::vector<int32_t> seq_next_;   // [max_seqs] next position per sequence, -1 if not in batch
@@ -279,7 +281,8 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   UF_ASSIGN_OR_RETURN(x_, dev(mb * c_.n_embd * 4));
   UF_ASSIGN_OR_RETURN(xn_, dev(mb * c_.n_embd * 4));
   UF_ASSIGN_OR_RETURN(
-      xq_, dev(Q8ActivationBytes(std::max(mb * (widest + 31), slots * c_.n_ff_exp + 31))));
+      xq_, dev(std::max(Q8ActivationBytes(std::max(mb * (widest + 31), slots * c_.n_ff_exp + 31)),
+                        Q8KActivationBytes(std::max(mb * widest, slots * c_.n_ff_exp)))));
   UF_ASSIGN_OR_RETURN(q_, dev(mb * c_.q_dim() * 4));
   UF_ASSIGN_OR_RETURN(kbuf_, dev(mb * c_.kv_dim() * 4));
   UF_ASSIGN_OR_RETURN(vbuf_, dev(mb * c_.kv_dim() * 4));
@@ -333,29 +336,31 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   return OkStatus();
 }
 
+// Quantizes n rows of x into xq_ (Q8_0 or Q8_K, as w takes them) unless it holds them already.
+// False when w takes f32 activations.
+bool VulkanForward::QuantizeFor(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n) {
+  const bool k = TakesQ8KActivation(w.type);
+  if (!k && !TakesQ8Activation(w.type)) return false;
+  if (xq_holds_ != &x || xq_k_ != k) {
+    if (k) {
+      k_.QuantizeK(r, x, 0, n * w.cols, xq_);
+    } else {
+      k_.Quantize(r, x, 0, n * w.cols, xq_);
+    }
+    xq_holds_ = &x;
+    xq_k_ = k;
+  }
+  return true;
+}
+
 void VulkanForward::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n,
                          const Buffer& y) {
-  if (!TakesQ8Activation(w.type)) {
-    k_.Gemm(r, w, x, n, y);
-    return;
-  }
-  if (xq_holds_ != &x) {
-    k_.Quantize(r, x, 0, n * w.cols, xq_);
-    xq_holds_ = &x;
-  }
-  k_.Gemm(r, w, xq_, n, y);
+  k_.Gemm(r, w, QuantizeFor(r, w, x, n) ? xq_ : x, n, y);
 }
 
 void VulkanForward::GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n_x,
                                 int64_t n_slots, int64_t x_div, const Buffer& y) {
-  const Buffer* in = &x;
-  if (TakesQ8Activation(w.type)) {
-    if (xq_holds_ != &x) {
-      k_.Quantize(r, x, 0, n_x * w.cols, xq_);
-      xq_holds_ = &x;
-    }
-    in = &xq_;
-  }
+  const Buffer* in = QuantizeFor(r, w, x, n_x) ? &xq_ : &x;
   // One token: its k slots have k different experts, nothing to group.
   if (n_slots > c_.n_expert_used) {
     k_.GemmExpertsGrouped(r, w, *in, moe_tiles_, moe_order_, n_slots, x_div, y);

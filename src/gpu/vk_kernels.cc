@@ -232,6 +232,7 @@ StatusOr<Kernels> Kernels::Create(Context* ctx) {
     UF_ASSIGN_OR_RETURN(k.gemmg_[type], ctx->GetPipeline(std::string("gemmg_") + name, 5));
   }
   UF_ASSIGN_OR_RETURN(k.quantize_, ctx->GetPipeline("quantize_q8_0", 2));
+  UF_ASSIGN_OR_RETURN(k.quantize_k_, ctx->GetPipeline("quantize_q8_k", 2));
   UF_ASSIGN_OR_RETURN(k.rmsnorm_, ctx->GetPipeline("rmsnorm", 3));
   UF_ASSIGN_OR_RETURN(k.add_, ctx->GetPipeline("add", 2));
   UF_ASSIGN_OR_RETURN(k.swiglu_, ctx->GetPipeline("swiglu", 3));
@@ -271,8 +272,12 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
          k_quant || q8 ? blocks : static_cast<uint32_t>(w.cols),
          w.d_off,
          static_cast<uint32_t>(n),
-         q8 ? blocks * 8 : static_cast<uint32_t>(w.cols),
-         q8 ? static_cast<uint32_t>(n) * blocks * 8 : 0u,
+         k_quant ? blocks * 72
+         : q8    ? blocks * 8
+                 : static_cast<uint32_t>(w.cols),
+         k_quant ? static_cast<uint32_t>(n) * blocks * 72
+         : q8    ? static_cast<uint32_t>(n) * blocks * 8
+                 : 0u,
          y_off,
          static_cast<uint32_t>(y_stride > 0 ? y_stride : w.rows)};
   // One token: gemm1_*, else tiles of 8 tokens (the grid's z). Both compute a token's row the
@@ -297,8 +302,12 @@ ExpertPush MakeExpertPush(const GpuMatrix& w, int64_t n_slots, int64_t x_div) {
           k_quant || q8 ? blocks : static_cast<uint32_t>(w.cols),
           w.d_off,
           static_cast<uint32_t>(n_slots),
-          q8 ? blocks * 8 : static_cast<uint32_t>(w.cols),
-          q8 ? n_x * blocks * 8 : 0u,
+          k_quant ? blocks * 72
+          : q8    ? blocks * 8
+                  : static_cast<uint32_t>(w.cols),
+          k_quant ? n_x * blocks * 72
+          : q8    ? n_x * blocks * 8
+                  : 0u,
           0u,
           static_cast<uint32_t>(w.rows),
           static_cast<uint32_t>(x_div)};
@@ -392,6 +401,18 @@ void Kernels::Quantize(Recorder* r, const Buffer& x, uint32_t x_off, int64_t val
   uint32_t gx, gy;
   Grid((blocks + 63) / 64, &gx, &gy);
   r->Dispatch(*quantize_, {x, q}, push, gx, gy);
+}
+
+void Kernels::QuantizeK(Recorder* r, const Buffer& x, uint32_t x_off, int64_t values,
+                        const Buffer& q) const {
+  UF_CHECK(values % 256 == 0);
+  const auto blocks = static_cast<uint32_t>(values / 256);
+  struct {
+    uint32_t blocks, x_off, d_off;
+  } push{blocks, x_off, blocks * 72};
+  uint32_t gx, gy;
+  Grid((blocks + 63) / 64, &gx, &gy);
+  r->Dispatch(*quantize_k_, {x, q}, push, gx, gy);
 }
 
 void Kernels::RmsNorm(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer& w,

@@ -34,6 +34,10 @@ bool GpuSupportsType(GgmlType type);
 inline bool TakesQ8Activation(GgmlType type) {
   return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kMXFP4;
 }
+// True when the type's GEMM takes a Q8_K activation (QuantizeK), as the CPU's K-quant kernels do.
+inline bool TakesQ8KActivation(GgmlType type) {
+  return type == GgmlType::kQ4_K || type == GgmlType::kQ6_K;
+}
 // Uploads w (its GGUF rows). Unimplemented for types without a kernel.
 StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w);
 
@@ -42,6 +46,8 @@ StatusOr<GpuMatrix> UploadExperts(Context* ctx, std::span<const kernels::Matrix>
 
 // Bytes of scratch a Q8_0 activation of `values` values takes (quantize_q8_0's output).
 inline uint64_t Q8ActivationBytes(int64_t values) { return (values / 32) * (32 + 4); }
+// The same for a Q8_K activation (quantize_q8_k's output: 292 bytes a block of 256).
+inline uint64_t Q8KActivationBytes(int64_t values) { return (values / 256) * (256 + 32 + 4); }
 
 // The shape of a layer's attention over the paged device cache (see attention.comp).
 struct AttentionShape {
@@ -72,7 +78,8 @@ class Kernels {
 
   // y[t * y_stride + y_off + row] = W x[t] for the n tokens (y_stride 0: w.rows). x holds n rows
   // of w.cols f32 values, or for TakesQ8Activation(w.type) their Q8_0 activation (Quantize of
-  // all n rows). Each (row, token) result is the same bits whatever n is (gemm.glsl).
+  // all n rows), for TakesQ8KActivation(w.type) their Q8_K activation (QuantizeK). Each (row,
+  // token) result is the same bits whatever n is (gemm.glsl).
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
             uint32_t y_off = 0, int64_t y_stride = 0) const;
   // The products of selected experts (gemmx_*): for each of n_slots slots s,
@@ -119,6 +126,10 @@ class Kernels {
   // q = x[x_off..+values) as Q8_0 blocks (values a multiple of 32; n rows quantize as one).
   void Quantize(Recorder* r, const Buffer& x, uint32_t x_off, int64_t values,
                 const Buffer& q) const;
+  // The same as Q8_K blocks of 256 (quantize_q8_k.comp; kernels::QuantizeQ8_K's bits), for
+  // the Q4_K and Q6_K GEMMs.
+  void QuantizeK(Recorder* r, const Buffer& x, uint32_t x_off, int64_t values,
+                 const Buffer& q) const;
   // rows rows of n values: y = RmsNorm(x) * w. y may be x.
   void RmsNorm(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer& w, const Buffer& y,
                uint32_t y_off, int64_t rows, int64_t n, float eps) const;
@@ -181,6 +192,7 @@ class Kernels {
   const Pipeline* moe_sum_ = nullptr;
   const Pipeline* swiglu_oai_ = nullptr;
   const Pipeline* quantize_ = nullptr;
+  const Pipeline* quantize_k_ = nullptr;
   const Pipeline* rmsnorm_ = nullptr;
   const Pipeline* add_ = nullptr;
   const Pipeline* swiglu_ = nullptr;

@@ -44,3 +44,36 @@ uint SubgroupRow() { return GroupIndex() * gl_NumSubgroups + gl_SubgroupID; }
 
 // The index of an elementwise item when the host spreads groups of 64 over a 2-D grid.
 uint ItemIndex() { return GroupIndex() * 64 + gl_LocalInvocationID.x; }
+
+// a / b rounded to nearest even, as the CPU's division rounds it. A shader's `/` need not be
+// (Vulkan allows 2.5 ulp; lavapipe's differed from the CPU's by one ulp in some blocks), and
+// the activation quantizers' scales must be the CPU's bits. Integer long division of the
+// mantissas; for normal a, b and a normal quotient (anything else falls back to `/`).
+float DivRounded(float a, float b) {
+  const uint ua = floatBitsToUint(a), ub = floatBitsToUint(b);
+  const int ea = int((ua >> 23) & 255u), eb = int((ub >> 23) & 255u);
+  if (ea == 0 || ea == 255 || eb == 0 || eb == 255) return a / b;
+  uint ma = (ua & 0x7FFFFFu) | 0x800000u, mb = (ub & 0x7FFFFFu) | 0x800000u;
+  int e = ea - eb + 127;
+  if (ma < mb) {  // the quotient of the mantissas in [1, 2)
+    ma <<= 1;
+    e -= 1;
+  }
+  uint q = 0, r = ma;
+  for (int i = 0; i < 25; ++i) {  // 24 bits of quotient and the rounding bit
+    q <<= 1;
+    if (r >= mb) {
+      r -= mb;
+      q |= 1u;
+    }
+    r <<= 1;
+  }
+  uint m = q >> 1;
+  if ((q & 1u) != 0u && (r != 0u || (m & 1u) != 0u)) m += 1u;
+  if (m == 0x1000000u) {
+    m >>= 1;
+    e += 1;
+  }
+  if (e <= 0 || e >= 255) return a / b;
+  return uintBitsToFloat(((ua ^ ub) & 0x80000000u) | (uint(e) << 23) | (m & 0x7FFFFFu));
+}

@@ -91,3 +91,17 @@ void StoreTile(float acc[kTile], uint t0, uint row) {
     }
   }
 }
+
+// v itself, but a value the compiler cannot fuse into a following add: lavapipe contracted
+// a * b - c into one fused multiply-add despite `precise` (SPIR-V NoContraction), which the
+// CPU's scalar kernels do not do. Every lane holds the same v (a uniform value), so their max
+// is v; one subgroup reduction (arithmetic, which every kernel here needs already).
+float Unfused(float v) { return subgroupMax(v); }
+
+// Writes each token's sum when every lane already holds it (the K-quant GEMMs reduce each
+// block's integer sums over the subgroup and add the blocks in order in every lane).
+void StoreTileUniform(float acc[kTile], uint t0, uint row) {
+  [[unroll]] for (uint t = 0; t < kTile; ++t) {
+    if (InBatch(t0 + t) && subgroupElect()) y[p.y_off + YRow(t0 + t) * p.y_stride + row] = acc[t];
+  }
+}

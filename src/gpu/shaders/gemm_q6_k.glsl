@@ -1,15 +1,33 @@
-// GEMM (gemm.glsl) for Q6_K weights, dequantized in the shader (q6_k.glsl) and multiplied with
-// f32 activations (the CPU quantizes them to Q8_K; the difference is within the quantized
-// tolerance, see tests/gpu_kernels_test.cc). A lane takes one l of a block's half at a time,
-// which covers 4 values; cols counts blocks of 256.
+// GEMM (gemm.glsl) for Q6_K weights against Q8_K activations (quantize_q8_k.comp), with the
+// arithmetic of the CPU's scalar kernel (kernels::DotQ6_K) per (row, token): per block of 256
+// the integer sum of scale * (q - 32) * q8, split over the lanes and added with an integer
+// subgroupAdd (exact, so in any order), then (d * xd) * isum in f32 (not fused into the add: Unfused), added to the token's sum
+// block by block in order. Every lane holds that sum, so a row is the scalar tier's bits
+// whatever the subgroup size, and the same for every batch size.
+// A lane takes unit u < 32 of a block: half h = u / 16, c = (u / 8) % 2, word lw = u % 8 of l
+// (values l = 4 lw + 0..3): the ql word serves k = c (low nibbles) and k = c + 2 (high), the qh
+// word 8 h + lw both; 8 values.
+// Activations as quantize_q8_k writes them: x_stride words per token (72 a block), the f32 d of
+// each block at word x_d_off, token-major.
 #extension GL_GOOGLE_include_directive : require
 #include "gemm.glsl"
 
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
-layout(std430, binding = 1) readonly buffer X { float x[]; };
+layout(std430, binding = 1) readonly buffer X { uint xq[]; };
 
 uint W6(uint i) { return w[i]; }
 #include "q6_k.glsl"
+
+// The integer dot of 4 6-bit values (nibbles at bit `shift` of qlw's bytes, 2 bits at bit
+// `hshift` of qhw's bytes on top, minus 32) with 4 int8 values.
+int Dot6(uint qlw, uint shift, uint qhw, uint hshift, int xv) {
+  int s = 0;
+  [[unroll]] for (int j = 0; j < 4; ++j) {
+    const uint q = ((qlw >> (8 * j + shift)) & 15u) | (((qhw >> (8 * j + hshift)) & 3u) << 4);
+    s += (int(q) - 32) * bitfieldExtract(xv, 8 * j, 8);
+  }
+  return s;
+}
 
 void main() {
   const uint row = SubgroupRow();
@@ -17,22 +35,38 @@ void main() {
   const uint wrow = WRow(row);  // the weight row (its expert's, for gemmx_*)
   const uint blocks = p.cols;
   const uint t0 = TileStart();
-  float acc[kTile];
+  const uint lane = gl_SubgroupInvocationID;
+  precise float acc[kTile];
   [[unroll]] for (uint t = 0; t < kTile; ++t) acc[t] = 0.0;
-  for (uint it = gl_SubgroupInvocationID; it < blocks * 64; it += gl_SubgroupSize) {
-    const uint b = it / 64, h = (it / 32) % 2, l = it % 32;
+  for (uint b = 0; b < blocks; ++b) {
     const uint base = (wrow * blocks + b) * 52;
     const float d = uintBitsToFloat(w[p.w_d_off + wrow * blocks + b]);
-    float wq[4];
-    for (uint k = 0; k < 4; ++k) wq[k] = Q6Scale(base, h, l, k) * float(Q6Quant(base, h, l, k));
+    int part[kTile];  // this lane's share of the block's integer sum per token
+    [[unroll]] for (uint t = 0; t < kTile; ++t) part[t] = 0;
+    for (uint u = lane; u < 32; u += gl_SubgroupSize) {
+      const uint h = u / 16, c = (u / 8) % 2, lw = u % 8;
+      const uint qlw = w[base + 16 * h + 8 * c + lw], qhw = w[base + 32 + 8 * h + lw];
+      // scales[8 h + l / 16 + 2 k], l / 16 = lw / 4
+      const uint si = 8 * h + lw / 4 + 2 * c;
+      const int sc_a = bitfieldExtract(int(w[base + 48 + si / 4]), int(8 * (si % 4)), 8);
+      const int sc_b = bitfieldExtract(int(w[base + 48 + (si + 4) / 4]), int(8 * ((si + 4) % 4)), 8);
+      [[unroll]] for (uint t = 0; t < kTile; ++t) {
+        if (InBatch(t0 + t)) {
+          // value l + 32 k of half h: word 32 h + 8 k + lw of the block's values
+          const uint xb = XTok(t0 + t) * p.x_stride + b * 72 + 32 * h + 8 * c + lw;
+          part[t] += sc_a * Dot6(qlw, 0, qhw, 2 * c, int(xq[xb])) +
+                     sc_b * Dot6(qlw, 4, qhw, 2 * c + 4, int(xq[xb + 16]));
+        }
+      }
+    }
     [[unroll]] for (uint t = 0; t < kTile; ++t) {
-      if (InBatch(t0 + t)) {
-        const uint xb = XTok(t0 + t) * p.x_stride + b * 256 + 128 * h + l;
-        float s = 0.0;
-        for (uint k = 0; k < 4; ++k) s += wq[k] * x[xb + 32 * k];
-        acc[t] += d * s;
+      if (InBatch(t0 + t)) {  // uniform: every lane has the same t0
+        const int s = subgroupAdd(part[t]);
+        const float xd = uintBitsToFloat(xq[p.x_d_off + XTok(t0 + t) * blocks + b]);
+        precise const float dd = d * xd;
+        acc[t] += Unfused(dd * float(s));
       }
     }
   }
-  StoreTile(acc, t0, row);
+  StoreTileUniform(acc, t0, row);
 }

@@ -6,16 +6,20 @@
 uint Q4Byte(uint base, uint i) { return (W4(base + i / 4) >> (8 * (i % 4))) & 0xFFu; }
 
 // The 6-bit scale and min of sub-block j (kernels::GetScaleMinK4).
-void Q4ScaleMin(uint base, uint j, out float sc, out float m) {
+void Q4ScaleMinU(uint base, uint j, out uint sc, out uint m) {
   const uint sb = base + 32;
-  uint s, mn;
   if (j < 4) {
-    s = Q4Byte(sb, j) & 63u;
-    mn = Q4Byte(sb, j + 4) & 63u;
+    sc = Q4Byte(sb, j) & 63u;
+    m = Q4Byte(sb, j + 4) & 63u;
   } else {
-    s = (Q4Byte(sb, j + 4) & 15u) | ((Q4Byte(sb, j - 4) >> 6) << 4);
-    mn = (Q4Byte(sb, j + 4) >> 4) | ((Q4Byte(sb, j) >> 6) << 4);
+    sc = (Q4Byte(sb, j + 4) & 15u) | ((Q4Byte(sb, j - 4) >> 6) << 4);
+    m = (Q4Byte(sb, j + 4) >> 4) | ((Q4Byte(sb, j) >> 6) << 4);
   }
+}
+
+void Q4ScaleMin(uint base, uint j, out float sc, out float m) {
+  uint s, mn;
+  Q4ScaleMinU(base, j, s, mn);
   sc = float(s);
   m = float(mn);
 }
