@@ -122,7 +122,7 @@ class Sampler {
   // outside them (then no RNG draw is consumed: call Sample(row) on the whole row).
   //
   // Why this is exact. Sample() walks its kept tokens in id order: target = u * total, the token
-  // whose cumulative interval holds target. Outside the n best lies a mass R (the rows's total
+  // whose cumulative interval holds target. Outside the n best lies a mass R (the row's total
   // minus the candidates', bounded from the log-sum-exp; at temperature T < 1 by the last
   // candidate's weight, see the .cc), so candidate j's interval starts between P_j and P_j + R
   // (P_j: the candidates before it in id order). A target in [P_j + R, P_j + v_j) lands on j
