@@ -118,7 +118,8 @@ TEST_F(GpuBenchCliTest, RunSamplesReducedRowsOnTheDevice) {
     const fs::path out = dir_ / "run.txt", err = dir_ / "run_err.txt";
     const std::string cmd = binary_.string() + " run --device vulkan -m " + kModel +
                             " -p 'ROMEO:' -n 12 --temp 1 --top-k 0 --top-p 1 --min-p 0 "
-                            "--seed 3 > " + out.string() + " 2> " + err.string();
+                            "--seed 3 > " +
+                            out.string() + " 2> " + err.string();
     const int status = std::system(cmd.c_str());
     std::ifstream in(out), ein(err);
     std::stringstream ss, es;

@@ -22,8 +22,8 @@ void Service::MarkTopOnly() {
     // A sampler without top-k (no bias, bans or penalties, no logprobs) draws from the best k
     // when that provably gives the whole row's token, else the row is fetched after the step.
     const bool top = seq->sampler && seq->sampler->CanSampleTop(k);
-    seq->reduced = !top && seq->sampler && seq->sampler->CanSampleReduced() &&
-                   seq->request.top_logprobs < 0;
+    seq->reduced =
+        !top && seq->sampler && seq->sampler->CanSampleReduced() && seq->request.top_logprobs < 0;
     seq->top_only = !seq->constraint && seq->request.top_logprobs <= k && (top || seq->reduced);
     seq->reduced = seq->reduced && seq->top_only;
     seq->known.clear();
@@ -110,15 +110,14 @@ void Service::SampleOutputs(double step_seconds) {
         grammar::TokenConstraint::Apply(seq.mask.data(), logits, n_vocab, seq.masked_logits.data());
         row = seq.masked_logits.data();
       }
-      const int32_t token = !whole ? seq.sampler->SampleTop(decoder_->top(r))
-                                   : seq.sampler->Sample(row, row_pool);
+      const int32_t token =
+          !whole ? seq.sampler->SampleTop(decoder_->top(r)) : seq.sampler->Sample(row, row_pool);
       seq.sampler->Accept(token);
       out.tokens.push_back(token);
       if (seq.request.top_logprobs >= 0) {
         out.logprobs.push_back(
-            !whole
-                ? SequenceSampler::Logprobs(decoder_->top(r), token, seq.request.top_logprobs)
-                : SequenceSampler::Logprobs(logits, n_vocab, token, seq.request.top_logprobs));
+            !whole ? SequenceSampler::Logprobs(decoder_->top(r), token, seq.request.top_logprobs)
+                   : SequenceSampler::Logprobs(logits, n_vocab, token, seq.request.top_logprobs));
       }
       if (j == drafts || token != seq.proposal[j]) break;
       if (!seq.request.ignore_eos && tokenizer_.IsEndOfGeneration(token)) break;

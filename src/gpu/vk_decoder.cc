@@ -667,7 +667,8 @@ Status VulkanForward::FetchLogits(std::span<const int64_t> rows) {
   auto* full = static_cast<uint32_t*>(full_.mapped());
   std::fill(full, full + n_outputs_, 0u);
   for (int64_t r : rows) {
-    if (r < 0 || r >= n_outputs_) return OutOfRangeError("gpu forward: no output row " + std::to_string(r));
+    if (r < 0 || r >= n_outputs_)
+      return OutOfRangeError("gpu forward: no output row " + std::to_string(r));
     // A masked row's known tokens are -inf in logits_local_ now.
     if (r < static_cast<int64_t>(known_n_.size()) && known_n_[r] > 0) {
       return FailedPreconditionError("gpu forward: row " + std::to_string(r) + " was masked");

@@ -555,8 +555,8 @@ void Sampler::Filter(const float* logits) {
 namespace uf::sampling {
 
 bool Sampler::CanSampleReduced() const {
-  return !params_.greedy() && !(params_.top_k > 0 && params_.top_k < n_vocab_) &&
-         bias_.empty() && banned_.empty() && !params_.penalties();
+  return !params_.greedy() && !(params_.top_k > 0 && params_.top_k < n_vocab_) && bias_.empty() &&
+         banned_.empty() && !params_.penalties();
 }
 
 // The error budget. Sample() sums float terms of its own exp kernel in 64-token float blocks and
@@ -591,9 +591,8 @@ int32_t Sampler::SampleReduced(const int32_t* ids, const float* logits, int32_t 
   // of 256 threads sums n_vocab / 256 terms in float, then a tree of 8 levels; exp within
   // 3 + 2 * 87 ulps; log within 2^-21; lse rounded to a float; doubled for slack.
   const double ulp = 0x1.0p-24;
-  const double z_err =
-      2.0 * ((n_vocab_ / 256.0 + 8.0 + 177.0) * ulp + 0x1.0p-21 +
-             std::abs(static_cast<double>(log_sum_exp)) * 2.0 * ulp);
+  const double z_err = 2.0 * ((n_vocab_ / 256.0 + 8.0 + 177.0) * ulp + 0x1.0p-21 +
+                              std::abs(static_cast<double>(log_sum_exp)) * 2.0 * ulp);
   const double z = std::exp(static_cast<double>(log_sum_exp) - max);
   const double z_lo = z * (1.0 - z_err), z_hi = z * (1.0 + z_err);
   double s1 = 0.0;
@@ -630,8 +629,8 @@ int32_t Sampler::SampleReduced(const int32_t* ids, const float* logits, int32_t 
       if (scale > 1.0) {
         r_hi = std::min(r_hi, r1_hi * std::pow(w_last, scale - 1.0));
       } else {
-        r_hi = std::min(r_hi, std::pow(static_cast<double>(n_rest), 1.0 - scale) *
-                                  std::pow(r1_hi, scale));
+        r_hi = std::min(
+            r_hi, std::pow(static_cast<double>(n_rest), 1.0 - scale) * std::pow(r1_hi, scale));
       }
     }
     const double u = NextUniform();
