@@ -109,5 +109,30 @@ TEST_F(GpuBenchCliTest, GrammarRunsOnTheDevice) {
   EXPECT_GT(j.value("grammar_mean_tokens", 0.0), 0.0) << j.dump();
 }
 
+// `run --device vulkan` at temperature 1 without top-k samples through engine::Generate on a
+// device forward: every row reduced on the device, and the same text for the same seed (the
+// fallback to a whole row draws the same token as the reduced draw would).
+TEST_F(GpuBenchCliTest, RunSamplesReducedRowsOnTheDevice) {
+  std::string texts[2];
+  for (int rep = 0; rep < 2; ++rep) {
+    const fs::path out = dir_ / "run.txt", err = dir_ / "run_err.txt";
+    const std::string cmd = binary_.string() + " run --device vulkan -m " + kModel +
+                            " -p 'ROMEO:' -n 12 --temp 1 --top-k 0 --top-p 1 --min-p 0 "
+                            "--seed 3 > " +
+                            out.string() + " 2> " + err.string();
+    const int status = std::system(cmd.c_str());
+    std::ifstream in(out), ein(err);
+    std::stringstream ss, es;
+    ss << in.rdbuf();
+    es << ein.rdbuf();
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << es.str();
+    EXPECT_NE(es.str().find("device rows: "), std::string::npos) << es.str();
+    EXPECT_EQ(es.str().find("device rows: 0 reduced"), std::string::npos) << es.str();
+    texts[rep] = ss.str();
+  }
+  EXPECT_EQ(texts[0], texts[1]);
+  EXPECT_GT(texts[0].size(), std::string("ROMEO:").size());
+}
+
 }  // namespace
 }  // namespace uf

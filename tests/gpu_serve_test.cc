@@ -595,6 +595,79 @@ TEST(GpuService, PenaltiesBiasAndLogprobsFromDeviceCandidatesEqualFullRows) {
       static_cast<long long>(reduced), compared, tokens, max_err);
 }
 
+// Seeded sampling without top-k (OpenAI's defaults: temperature 1, top_p 1; also top-p 0.9 and
+// min-p) through the serving engine on the device: every row comes back reduced, the sampler
+// draws from the 64 best when that provably gives the whole row's token (SampleReduced) and the
+// engine fetches the row after the step when not; the text equals, request for request, the
+// same engine's with every row whole. The fetch counter is printed and bounded.
+TEST(GpuService, SamplingWithoutTopKFromReducedRowsEqualsFullRows) {
+  const std::string skip = SkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  const Loaded& demo = testing_models::DemoModel();
+  const std::vector<std::string> prompts = {"ROMEO:", "JULIET:\nO Romeo, Romeo!", "First Citizen:",
+                                            "KING RICHARD II:\nWhat says my lord?"};
+  int64_t generated = 0;
+  const auto run = [&](int32_t top_k, int64_t* reduced, int64_t* fetched, int64_t* stat) {
+    engine::ServiceOptions o;
+    o.max_seqs = 4;
+    o.ctx = 128;
+    o.n_threads = 2;
+    o.spec_cost = engine::SpecCostModel{};
+    gpu::GpuForward* fwd = nullptr;
+    o.make_forward = [&demo, &fwd, top_k](engine::KvCache* cache, const model::DecoderOptions& d)
+        -> StatusOr<std::unique_ptr<model::BatchForward>> {
+      UF_ASSIGN_OR_RETURN(
+          std::unique_ptr<gpu::GpuForward> f,
+          gpu::GpuForward::Create(
+              *demo.model, kVulkan, cache,
+              {.max_batch = d.max_batch, .max_outputs = d.max_outputs, .top_k = top_k}));
+      fwd = f.get();
+      return std::unique_ptr<model::BatchForward>(std::move(f));
+    };
+    auto s = engine::Service::Create(*demo.model, *demo.tokenizer, o);
+    UF_CHECK(s.ok()) << s.status().ToString();
+    std::vector<std::shared_ptr<engine::RequestChannel>> chans;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      engine::GenerationRequest r;
+      r.prompt = demo.tokenizer->Encode(prompts[i], true, false);
+      r.max_tokens = 32;
+      r.sampling.temperature = i == 3 ? 0.7f : 1.0f;
+      r.sampling.top_k = 0;
+      r.sampling.top_p = i == 1 ? 0.9f : 1.0f;
+      r.sampling.min_p = i == 2 ? 0.05f : 0.0f;
+      r.sampling.seed = 300 + i;
+      r.speculation =
+          engine::SpeculationRequest{i == 0 ? engine::SpecMode::kNgram : engine::SpecMode::kOff, 4};
+      auto ch = (*s)->Submit(std::move(r));
+      UF_CHECK(ch.ok()) << ch.status().ToString();
+      chans.push_back(*ch);
+    }
+    std::vector<std::string> out;
+    generated = 0;
+    for (auto& ch : chans) {
+      const engine::testing_service::Output got = engine::testing_service::Collect(*ch);
+      out.push_back(got.text);
+      generated += got.completion_tokens;
+    }
+    *stat = engine::testing_service::SettledStats(**s).rows_fetched;
+    *reduced = fwd->rows_reduced();
+    *fetched = fwd->rows_fetched();
+    return out;
+  };
+  int64_t reduced = 0, fetched = 0, stat = 0, none = 0, none_fetched = 0, none_stat = 0;
+  const auto top = run(64, &reduced, &fetched, &stat);
+  const auto full = run(0, &none, &none_fetched, &none_stat);
+  ASSERT_EQ(top.size(), full.size());
+  for (size_t i = 0; i < top.size(); ++i) EXPECT_EQ(top[i], full[i]) << "request " << i;
+  std::printf("[gpu serve] no top-k: %lld rows reduced, %lld of them fetched whole after the step\n",
+              static_cast<long long>(reduced), static_cast<long long>(fetched));
+  EXPECT_EQ(none, 0);
+  EXPECT_EQ(none_fetched, 0);
+  EXPECT_EQ(stat, fetched);
+  EXPECT_GE(reduced, generated) << "rows came back whole";
+  EXPECT_LT(fetched * 2, reduced) << "most rows should be drawn from the device's candidates";
+}
+
 // engine::Generate (bench --device vulkan --spec/--serve's engine alone) on a device forward:
 // rows come back reduced when the sampler can draw from them (greedy and top-k, with penalties,
 // bias and banned end tokens, n-gram speculation on) and the tokens equal those with every row
@@ -643,6 +716,45 @@ TEST(GpuService, GenerateOnTheDeviceSamplesReducedRowsAsWholeRows) {
     EXPECT_GE(reduced[0], 39) << "setting " << setting;
     EXPECT_EQ(reduced[1], 0);
   }
+  // At temperature 1 without top-k (run --device vulkan's sampling at a temperature): reduced
+  // rows, fetched whole when the draw needs it, and the same tokens as whole rows.
+  std::vector<int32_t> out[2];
+  int64_t reduced[2] = {0, 0}, fetched[2] = {0, 0};
+  for (int top_k : {64, 0}) {
+    auto cache = engine::KvCache::Create(CacheFor(m, 1, 96));
+    ASSERT_TRUE(cache.ok());
+    auto fwd = gpu::GpuForward::Create(m, kVulkan, cache->get(),
+                                       {.max_batch = 16, .max_outputs = 9, .top_k = top_k});
+    ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
+    engine::GenerateTarget t{.forward = fwd->get(),
+                             .cache = cache->get(),
+                             .n_vocab = m.config().n_vocab,
+                             .max_batch = 16,
+                             .max_outputs = 9};
+    engine::GenerateOptions g;
+    g.max_tokens = 40;
+    g.ignore_eos = false;
+    g.sampling.temperature = 1.0f;
+    g.sampling.top_k = 0;
+    g.sampling.top_p = 1.0f;
+    g.sampling.min_p = 0.0f;
+    g.sampling.seed = 9;
+    engine::GenerateStats st;
+    std::vector<int32_t>& tokens = out[top_k == 0];
+    ASSERT_TRUE(engine::Generate(
+                    t, *demo.tokenizer, prompt, g, [](std::string_view) { return true; }, &st,
+                    [&tokens](int32_t tok) { tokens.push_back(tok); })
+                    .ok());
+    reduced[top_k == 0] = (*fwd)->rows_reduced();
+    fetched[top_k == 0] = (*fwd)->rows_fetched();
+    EXPECT_EQ(st.rows_fetched, fetched[top_k == 0]);
+  }
+  EXPECT_EQ(out[0], out[1]);
+  EXPECT_EQ(reduced[0], static_cast<int64_t>(out[0].size()));
+  EXPECT_EQ(reduced[1], 0);
+  std::printf("[gpu serve] Generate at T = 1: %lld rows reduced, %lld fetched whole\n",
+              static_cast<long long>(reduced[0]), static_cast<long long>(fetched[0]));
+  EXPECT_LT(fetched[0] * 2, reduced[0]);
 }
 
 }  // namespace

@@ -625,6 +625,89 @@ TEST(SamplerIsa, EveryTierKeepsTheSameSet) {
   }
 }
 
+// SampleReduced (a GPU's 64 best tokens, max and log-sum-exp) with its fallback to the whole
+// row draws seed for seed what Sample draws from the whole row, over thousands of draws on flat,
+// peaked, tied, holed and LLM-like rows (a few tokens far above the rest), temperatures 0.3..2,
+// top-p 0.5..1 and min-p; the log-sum-exp is perturbed by 2e-6 (a device's rounding). The
+// fallback must not be the rule on peaked rows: it is counted.
+TEST(Sampler, SampleReducedWithFallbackDrawsWhatTheWholeRowDraws) {
+  std::mt19937 rng(2812);
+  constexpr int32_t kTop = 64;
+  int64_t draws = 0, fallbacks = 0, llm_draws = 0, llm_fallbacks = 0;
+  for (int32_t n_vocab : {300, 5000, 32000}) {
+    for (int shape = 0; shape < 5; ++shape) {
+      std::vector<float> l;
+      if (shape < 4) {
+        l = MakeLogits(n_vocab, static_cast<Shape>(shape), rng);
+      } else {
+        std::normal_distribution<float> g(0.0f, 2.0f);
+        l.resize(n_vocab);
+        for (float& x : l) x = g(rng);
+        for (int k = 0; k < 4; ++k) l[rng() % n_vocab] = 14.0f + 2.0f * g(rng);
+      }
+      std::vector<int32_t> ids(n_vocab);
+      for (int32_t i = 0; i < n_vocab; ++i) ids[i] = i;
+      const auto v = [&](int32_t i) { return std::isnan(l[i]) ? -INFINITY : l[i]; };
+      std::sort(ids.begin(), ids.end(),
+                [&](int32_t a, int32_t b) { return v(a) > v(b) || (v(a) == v(b) && a < b); });
+      std::vector<float> vals(kTop);
+      for (int32_t i = 0; i < kTop; ++i) vals[i] = l[ids[i]];
+      const float max = vals[0];
+      double z = 0.0;
+      for (float x : l) {
+        if (x > -INFINITY) z += std::exp(static_cast<double>(x) - max);
+      }
+      for (float temp : {0.3f, 0.7f, 1.0f, 1.0f, 1.4f, 2.0f}) {
+        for (float top_p : {0.5f, 0.9f, 1.0f}) {
+          for (float min_p : {0.0f, 0.05f}) {
+            SamplingParams p = Plain();
+            p.temperature = temp;
+            p.top_p = top_p;
+            p.min_p = min_p;
+            p.seed = rng();
+            const float lse = static_cast<float>(
+                max + std::log(z) * (1.0 + ((rng() % 2) ? 2e-6 : -2e-6)));
+            Sampler full(p, n_vocab), reduced(p, n_vocab);
+            ASSERT_TRUE(reduced.CanSampleReduced());
+            ASSERT_FALSE(reduced.CanSampleTop(kTop));
+            for (int draw = 0; draw < 25; ++draw) {
+              int32_t got = reduced.SampleReduced(ids.data(), vals.data(), kTop, max, lse);
+              ++draws;
+              if (shape == 4 && temp == 1.0f) ++llm_draws;
+              if (got < 0) {
+                ++fallbacks;
+                if (shape == 4 && temp == 1.0f) ++llm_fallbacks;
+                got = reduced.Sample(l.data());
+              }
+              ASSERT_EQ(got, full.Sample(l.data()))
+                  << "vocab " << n_vocab << " shape " << shape << " T " << temp << " top_p "
+                  << top_p << " min_p " << min_p << " draw " << draw;
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("SampleReduced: %lld of %lld draws fell back; LLM-like rows at T = 1: %lld of %lld\n",
+              static_cast<long long>(fallbacks), static_cast<long long>(draws),
+              static_cast<long long>(llm_fallbacks), static_cast<long long>(llm_draws));
+  EXPECT_LT(fallbacks, draws);
+  EXPECT_LT(llm_fallbacks * 5, llm_draws);  // peaked rows are mostly reduced
+  SamplingParams p = Plain();
+  p.top_k = 40;
+  EXPECT_FALSE(Sampler(p, 1000).CanSampleReduced());  // top-k: SampleTop's
+  p = Plain();
+  p.temperature = 0.0f;
+  EXPECT_FALSE(Sampler(p, 1000).CanSampleReduced());
+  p = Plain();
+  p.presence_penalty = 0.5f;
+  EXPECT_FALSE(Sampler(p, 1000).CanSampleReduced());
+  p = Plain();
+  Sampler banned(p, 1000);
+  banned.SetBanned({3});
+  EXPECT_FALSE(banned.CanSampleReduced());
+}
+
 // SampleTop, given a row's best tokens in the sampler's order (as a GPU reduces them), draws
 // seed for seed what Sample draws from the whole row, over every shape of row (ties and holes
 // included) and the top-k settings it accepts (bias, bans and penalties: see the next test).

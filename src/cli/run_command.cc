@@ -68,15 +68,59 @@ void RunOnGpu(const RunOptions& o, const gpu::DeviceSpec& device, const LoadedMo
     Fail("run", UnimplementedError("--spec with --device vulkan is not implemented yet"));
   }
   const double t0 = NowSeconds();
-  // f32 K/V is refused there (the device cache is f16 or q8_0).
-  auto decoder = gpu::GpuDecoder::Create(*loaded.model, device, ctx, /*max_batch=*/64,
-                                         KvTypeOrDie("run", o.kv_type));
-  if (!decoder.ok()) Fail("run", decoder.status());
   engine::GenerateOptions g;
   g.max_tokens = o.n_predict;
   g.sampling = o.sampling;
   g.ignore_eos = o.ignore_eos;
   g.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
+  if (!g.sampling.greedy()) {
+    // Sampling: engine::Generate on a device forward, whose rows come back as their 64 best
+    // tokens (fetched whole only when the sampler's draw needs it) instead of n_vocab floats.
+    const model::ModelConfig& c = loaded.model->config();
+    engine::KvCacheOptions co;
+    co.n_layer = c.n_layer;
+    co.n_head_kv = c.n_head_kv;
+    co.head_dim = c.head_dim;
+    co.max_seqs = 1;
+    co.max_seq_len = ctx;
+    co.n_blocks = engine::KvCacheOptions::BlocksFor(ctx, 1, co.block_size);
+    co.type = KvTypeOrDie("run", o.kv_type);
+    co.host_storage = false;
+    auto cache = engine::KvCache::Create(co);
+    if (!cache.ok()) Fail("run", cache.status());
+    auto fwd = gpu::GpuForward::Create(*loaded.model, device, cache->get(),
+                                       {.max_batch = 64, .max_outputs = 1});
+    if (!fwd.ok()) Fail("run", fwd.status());
+    std::fprintf(stderr,
+                 "load: %.1f ms (%s, %s) + %.1f ms to the GPU (Vulkan device %d: %s, %.1f MiB "
+                 "of device memory; seed %llu)\n",
+                 loaded.load_seconds * 1e3, path.c_str(), c.architecture_name.c_str(),
+                 (NowSeconds() - t0) * 1e3, (*fwd)->device().index, (*fwd)->device().name.c_str(),
+                 static_cast<double>((*fwd)->device_bytes()) / (1 << 20),
+                 static_cast<unsigned long long>(g.sampling.seed));
+    std::fputs(prompt.c_str(), stdout);
+    std::fflush(stdout);
+    engine::GenerateTarget t{.forward = fwd->get(),
+                             .cache = cache->get(),
+                             .n_vocab = c.n_vocab,
+                             .max_batch = 64,
+                             .max_outputs = 1};
+    engine::GenerateStats st;
+    const Status s = engine::Generate(t, *loaded.tokenizer, tokens, g, WriteText, &st);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    if (!s.ok()) Fail("run", s);
+    PrintStats(st);
+    std::fprintf(stderr, "device rows: %lld reduced to the best 64, %lld of them fetched whole\n",
+                 static_cast<long long>((*fwd)->rows_reduced()),
+                 static_cast<long long>((*fwd)->rows_fetched()));
+    PrintFinish(st);
+    return;
+  }
+  // f32 K/V is refused there (the device cache is f16 or q8_0).
+  auto decoder = gpu::GpuDecoder::Create(*loaded.model, device, ctx, /*max_batch=*/64,
+                                         KvTypeOrDie("run", o.kv_type));
+  if (!decoder.ok()) Fail("run", decoder.status());
   std::fprintf(stderr,
                "load: %.1f ms (%s, %s) + %.1f ms to the GPU (Vulkan device %d: %s, %.1f MiB "
                "of device memory; seed %llu)\n",

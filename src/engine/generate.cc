@@ -96,7 +96,10 @@ Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
   // A forward that reduces rows on its device (a GPU's top-k) sends back only the best tokens
   // and the raw logits of those the sampler edits, when the sampler can draw from them.
   const int32_t top_cap = decoder.top_capacity();
-  const bool reduce = top_cap > 0 && sampler.CanSampleTop(top_cap);
+  // A sampler without top-k draws from the best tokens when it provably can (SampleReduced) and
+  // fetches the row whole from the device when it cannot.
+  const bool top_only = top_cap > 0 && sampler.CanSampleTop(top_cap);
+  const bool reduce = top_only || (top_cap > 0 && sampler.CanSampleReduced());
   std::vector<uint8_t> reduced;  // per output row of the last forward
   std::vector<int32_t> known;
   const auto mark = [&](std::span<const int32_t> row_drafts) {
@@ -161,8 +164,18 @@ Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
       int32_t token = 0;
       if (i < static_cast<int>(reduced.size()) && reduced[i] != 0) {
         const model::TopRow top = decoder.top(i);
-        token = sampler.SampleTop(top.ids, top.logits, top.n, top.known_ids, top.known_logits,
-                                  top.n_known);
+        if (top_only) {
+          token = sampler.SampleTop(top.ids, top.logits, top.n, top.known_ids, top.known_logits,
+                                    top.n_known);
+        } else {
+          token = sampler.SampleReduced(top.ids, top.logits, top.n, top.max, top.log_sum_exp);
+          if (token < 0) {
+            const int64_t row = i;
+            UF_RETURN_IF_ERROR(decoder.FetchLogits(std::span<const int64_t>(&row, 1)));
+            ++stats->rows_fetched;
+            token = sampler.Sample(decoder.logits(i), target.pool);
+          }
+        }
       } else {
         token = sampler.Sample(decoder.logits(i), target.pool);
       }

@@ -45,6 +45,8 @@ struct GenerateStats {
   StopReason stop_reason = StopReason::kMaxTokens;
   SpecStats spec;              // drafts verified and accepted (all zero without a drafter)
   double draft_seconds = 0.0;  // time spent drafting (inside decode_seconds)
+  // Rows a device reduced but the sampler needed whole (Sampler::SampleReduced's fallback).
+  int64_t rows_fetched = 0;
 
   // Tokens per second after the first token (speculation emits several per forward).
   double decode_tokens_per_second() const {

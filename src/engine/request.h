@@ -117,6 +117,9 @@ struct EngineStats {
   // token must not wait for the step in flight, ServiceOptions::preempt_for_ultrafast), totals:
   // the steps, the layers they had run and the seconds those took (work thrown away).
   int64_t abandoned_steps = 0;
+  // Rows a device reduced to their best tokens for a sampler without top-k, whose draw then
+  // needed the whole row (Sampler::SampleReduced's fallback; fetched after the step), total.
+  int64_t rows_fetched = 0;
   int64_t abandoned_layers = 0;
   double abandoned_seconds = 0.0;
 

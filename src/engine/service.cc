@@ -216,6 +216,7 @@ EngineStats Service::Stats() const {
   s.steps = steps_.load();
   s.preemptions = preemptions_.load();
   s.abandoned_steps = abandoned_steps_.load();
+  s.rows_fetched = rows_fetched_.load();
   s.abandoned_layers = abandoned_layers_.load();
   s.abandoned_seconds = abandoned_seconds_.load();
   for (int t = 0; t < scheduler::kNumServiceTiers; ++t) {

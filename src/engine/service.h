@@ -148,6 +148,7 @@ class Service {
     std::vector<int32_t> tokens;
     std::vector<TokenLogprob> logprobs;
     int accepted = 0;  // drafts confirmed
+    int64_t fetch = -1;  // the row to fetch whole before sampling resumes there (SampleReduced)
   };
   // Proposes drafts for every decoding sequence that speculates (before the plan).
   void PrepareDrafts();
@@ -211,6 +212,8 @@ class Service {
   std::atomic<int64_t> prefix_hit_tokens_{0}, prompt_tokens_computed_{0};
   std::atomic<int64_t> steps_{0}, preemptions_{0};
   std::atomic<int64_t> abandoned_steps_{0}, abandoned_layers_{0};
+  std::atomic<int64_t> rows_fetched_{0};
+  std::vector<int64_t> fetch_rows_;  // SampleOutputs: reduced rows to copy back whole
   std::atomic<double> abandoned_seconds_{0.0};
   std::array<std::atomic<int64_t>, scheduler::kNumServiceTiers> tier_running_{}, tier_tokens_{},
       tier_paused_{};

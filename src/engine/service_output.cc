@@ -19,8 +19,13 @@ void Service::MarkTopOnly() {
   // the tokens they edit (Batch::known_ids); logprobs (top_logprobs <= k) come from those too.
   std::vector<int32_t> row_known;
   for (Sequence* seq : batch_outputs_) {
-    seq->top_only = !seq->constraint && seq->request.top_logprobs <= k && seq->sampler &&
-                    seq->sampler->CanSampleTop(k);
+    // A sampler without top-k (no bias, bans or penalties, no logprobs) draws from the best k
+    // when that provably gives the whole row's token, else the row is fetched after the step.
+    const bool top = seq->sampler && seq->sampler->CanSampleTop(k);
+    seq->reduced =
+        !top && seq->sampler && seq->sampler->CanSampleReduced() && seq->request.top_logprobs < 0;
+    seq->top_only = !seq->constraint && seq->request.top_logprobs <= k && (top || seq->reduced);
+    seq->reduced = seq->reduced && seq->top_only;
     seq->known.clear();
     seq->known_begin.clear();
     for (int64_t j = 0; seq->top_only && j <= seq->drafts; ++j) {
@@ -71,39 +76,61 @@ void Service::SampleOutputs(double step_seconds) {
                                        options_.ctx - static_cast<int64_t>(seq.tokens.size()));
     seq.constraint->Mask(seq.grammar_state, remaining, &seq.mask);
   }
-  auto pick = [&](size_t i) {
+  // Samples sequence i's rows from out.tokens.size() on: from the first, or from the row a
+  // reduced draw stopped at (out.fetch) once that row was fetched whole.
+  auto resume = [&](size_t i, ThreadPool* row_pool) {
     Sequence& seq = *batch_outputs_[i];
     Sampled& out = sampled_[i];
-    out.tokens.clear();
-    out.logprobs.clear();
-    out.accepted = 0;
     // Rows of the pending token, then of each draft: sampled in order exactly as plain decoding
     // would sample them (each token accepted into the sampler before the next row), stopping at
     // the first token that differs from its draft. See engine/speculative.h: lossless.
     const int64_t drafts = seq.drafts;
-    for (int64_t j = 0; j <= drafts; ++j) {
+    for (int64_t j = static_cast<int64_t>(out.tokens.size()); j <= drafts; ++j) {
       const int64_t r = batch_first_row_[i] + j;
-      const float* logits = seq.top_only ? nullptr : decoder_->logits(r);
+      const bool fetched = out.fetch == r;
+      out.fetch = -1;
+      if (seq.reduced && !fetched) {
+        const int32_t token = seq.sampler->SampleReduced(decoder_->top(r));
+        if (token < 0) {  // the draw needs the whole row: fetch it after this pass
+          out.fetch = r;
+          return;
+        }
+        seq.sampler->Accept(token);
+        out.tokens.push_back(token);
+        if (j == drafts || token != seq.proposal[j]) break;
+        if (!seq.request.ignore_eos && tokenizer_.IsEndOfGeneration(token)) break;
+        ++out.accepted;
+        continue;
+      }
+      const bool whole = !seq.top_only || fetched;
+      const float* logits = whole ? decoder_->logits(r) : nullptr;
       const float* row = logits;
       if (seq.constraint) {
         seq.masked_logits.resize(n_vocab);
         grammar::TokenConstraint::Apply(seq.mask.data(), logits, n_vocab, seq.masked_logits.data());
         row = seq.masked_logits.data();
       }
-      const int32_t token = seq.top_only ? seq.sampler->SampleTop(decoder_->top(r))
-                                         : seq.sampler->Sample(row, row_pool);
+      const int32_t token =
+          !whole ? seq.sampler->SampleTop(decoder_->top(r)) : seq.sampler->Sample(row, row_pool);
       seq.sampler->Accept(token);
       out.tokens.push_back(token);
       if (seq.request.top_logprobs >= 0) {
         out.logprobs.push_back(
-            seq.top_only
-                ? SequenceSampler::Logprobs(decoder_->top(r), token, seq.request.top_logprobs)
-                : SequenceSampler::Logprobs(logits, n_vocab, token, seq.request.top_logprobs));
+            !whole ? SequenceSampler::Logprobs(decoder_->top(r), token, seq.request.top_logprobs)
+                   : SequenceSampler::Logprobs(logits, n_vocab, token, seq.request.top_logprobs));
       }
       if (j == drafts || token != seq.proposal[j]) break;
       if (!seq.request.ignore_eos && tokenizer_.IsEndOfGeneration(token)) break;
       ++out.accepted;
     }
+  };
+  auto pick = [&](size_t i) {
+    Sampled& out = sampled_[i];
+    out.tokens.clear();
+    out.logprobs.clear();
+    out.accepted = 0;
+    out.fetch = -1;
+    resume(i, row_pool);
   };
   // Each sequence's sampler reads only its own logits rows and state, so sequences can go to
   // different threads. That pays once there are several large rows: a pool dispatch costs 1-2 us,
@@ -115,6 +142,28 @@ void Service::SampleOutputs(double step_seconds) {
     });
   } else {
     for (size_t i = 0; i < n; ++i) pick(i);
+  }
+  // Reduced rows whose draw fell outside their candidates: copied back together in one small
+  // transfer (the rows stay on the device until the next step), then sampled on; a later
+  // draft's row may stop a sequence again.
+  for (;;) {
+    fetch_rows_.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (sampled_[i].fetch >= 0) fetch_rows_.push_back(sampled_[i].fetch);
+    }
+    if (fetch_rows_.empty()) break;
+    const Status status = decoder_->FetchLogits(fetch_rows_);
+    rows_fetched_ += static_cast<int64_t>(fetch_rows_.size());
+    for (size_t i = 0; i < n; ++i) {
+      if (sampled_[i].fetch < 0) continue;
+      if (status.ok()) {
+        resume(i, pool_.get());
+        continue;
+      }
+      UF_LOG(ERROR) << "serve: fetching a logits row failed: " << status.ToString();
+      sampled_[i].fetch = -1;
+      Finish(*batch_outputs_[i], FinishReason::kError, status);
+    }
   }
   for (size_t i = 0; i < n; ++i) {
     Sequence& seq = *batch_outputs_[i];
@@ -132,7 +181,7 @@ void Service::SampleOutputs(double step_seconds) {
     if (seq.controller && seq.decoding) {
       seq.controller->ObserveStep(static_cast<int>(drafts), out.accepted, step_seconds);
       // A proposal left unverified still says whether drafting would have paid.
-      if (drafts == 0 && !seq.proposal.empty()) {
+      if (drafts == 0 && !seq.proposal.empty() && !out.tokens.empty()) {
         seq.controller->ObserveShadow(1, out.tokens[0] == seq.proposal[0] ? 1 : 0);
       }
     }

@@ -87,6 +87,8 @@ class GpuForward : public model::BatchForward {
   virtual Status ForwardGreedy(const model::Batch& batch, int32_t* tokens) = 0;
   // Rows that came back reduced to their best tokens (Batch::top_only), since Create.
   virtual int64_t rows_reduced() const = 0;
+  // Reduced rows copied back whole afterwards (FetchLogits), since Create.
+  virtual int64_t rows_fetched() const = 0;
   // GPU time of the last Forward from device timestamps (no submit or wait); 0 if unavailable.
   virtual double last_step_gpu_seconds() const = 0;
   virtual const DeviceInfo& device() const = 0;

@@ -67,6 +67,8 @@ class VulkanForward final : public GpuForward {
   }
   int32_t top_known_capacity() const override { return o_.top_k > 0 ? o_.max_known : 0; }
   int64_t rows_reduced() const override { return rows_reduced_; }
+  int64_t rows_fetched() const override { return rows_fetched_; }
+  Status FetchLogits(std::span<const int64_t> rows) override;
   double last_step_gpu_seconds() const override {
     return last_ != nullptr ? last_->last_gpu_seconds() : 0.0;
   }
@@ -127,7 +129,11 @@ class VulkanForward final : public GpuForward {
   std::vector<int32_t> known_n_;  // of the last Forward's rows
   std::vector<int32_t> known_ids_host_;
   std::vector<float> known_raw_host_;
-  int64_t rows_reduced_ = 0;
+  int64_t rows_reduced_ = 0, rows_fetched_ = 0;
+  Out last_mode_ = Out::kLogits;
+  // FetchLogits: copy_rows over the last Forward's n_outputs_ rows (re-recorded when it changes).
+  std::unique_ptr<Recorder> fetch_;
+  int64_t fetch_rows_ = -1;
   std::map<std::tuple<int64_t, int64_t, Out>, std::unique_ptr<Recorder>> recordings_;
   Recorder* last_ = nullptr;
   const Buffer* xq_holds_ = nullptr;  // while recording: the buffer xq_ is the quantization of
@@ -625,6 +631,7 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
   }
   auto rec = RecordingFor(n, n_outputs_, mode);
   Status status = rec.ok() ? (*rec)->Run() : rec.status();
+  last_mode_ = status.ok() ? mode : Out::kLogits;
   if (status.ok()) {
     last_ = *rec;
     if (greedy != nullptr) {
@@ -654,6 +661,39 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
     cache_->SetLength(s, keep);
   }
   return status;
+}
+
+// The rows stay in logits_local_ until the next Forward; copy_rows.comp brings the flagged ones
+// to the host-visible rows, as a Forward does for its whole rows.
+Status VulkanForward::FetchLogits(std::span<const int64_t> rows) {
+  if (last_mode_ != Out::kTop && last_mode_ != Out::kTopMasked) {
+    return FailedPreconditionError("gpu forward: the last forward reduced no rows");
+  }
+  auto* full = static_cast<uint32_t*>(full_.mapped());
+  std::fill(full, full + n_outputs_, 0u);
+  for (int64_t r : rows) {
+    if (r < 0 || r >= n_outputs_)
+      return OutOfRangeError("gpu forward: no output row " + std::to_string(r));
+    // A masked row's known tokens are -inf in logits_local_ now.
+    if (r < static_cast<int64_t>(known_n_.size()) && known_n_[r] > 0) {
+      return FailedPreconditionError("gpu forward: row " + std::to_string(r) + " was masked");
+    }
+    full[r] = 1;
+  }
+  if (rows.empty()) return OkStatus();
+  if (fetch_ == nullptr || fetch_rows_ != n_outputs_) {
+    fetch_ = std::make_unique<Recorder>(ctx_.get());
+    k_.CopyRows(fetch_.get(), logits_local_, logits_dev_, full_, c_.n_vocab, n_outputs_);
+    UF_RETURN_IF_ERROR(fetch_->Finish());
+    fetch_rows_ = n_outputs_;
+  }
+  UF_RETURN_IF_ERROR(fetch_->Run());
+  const auto* src = static_cast<const float*>(logits_dev_.mapped());
+  for (int64_t r : rows) {
+    std::memcpy(logits_.data() + r * c_.n_vocab, src + r * c_.n_vocab, c_.n_vocab * 4);
+  }
+  rows_fetched_ += static_cast<int64_t>(rows.size());
+  return OkStatus();
 }
 
 // GpuDecoder: one sequence over a cache of its own (block tables only; K/V on the device).

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "base/status.h"
@@ -86,6 +87,12 @@ class BatchForward {
   // Known tokens (Batch::known_ids) a reduced row may list; 0: none (a row whose sampler edits
   // logits then comes back whole).
   virtual int32_t top_known_capacity() const { return 0; }
+  // After a Forward that reduced rows without known tokens: copies those output rows back whole
+  // (one small transfer), so that logits(i) is valid for each i in rows until the next Forward.
+  // For a sampler whose draw fell outside a reduced row's candidates (Sampler::SampleReduced).
+  virtual Status FetchLogits(std::span<const int64_t> /*rows*/) {
+    return UnimplementedError("this forward does not reduce rows");
+  }
 };
 
 }  // namespace uf::model

@@ -113,6 +113,28 @@ class Sampler {
                     const int32_t* known_ids = nullptr, const float* known_logits = nullptr,
                     int32_t n_known = 0);
 
+  // True when SampleReduced may try a reduced row: a draw beyond any top-k set (no top-k; top-p,
+  // min-p and temperature allowed) on a row without bias, bans or penalties.
+  bool CanSampleReduced() const;
+  // Sample(row) given only the row's n best tokens (raw logits, best first as for SampleTop), its
+  // maximum and log-sum-exp (TopRow), when that is provably enough: returns the token Sample(row)
+  // draws, or -1 when the draw may land on a token outside the n or the nucleus may close
+  // outside them (then no RNG draw is consumed: call Sample(row) on the whole row).
+  //
+  // Why this is exact. Sample() walks its kept tokens in id order: target = u * total, the token
+  // whose cumulative interval holds target. Outside the n best lies a mass R (the row's total
+  // minus the candidates', bounded from the log-sum-exp; at temperature T < 1 by the last
+  // candidate's weight, see the .cc), so candidate j's interval starts between P_j and P_j + R
+  // (P_j: the candidates before it in id order). A target in [P_j + R, P_j + v_j) lands on j
+  // whatever the other tokens are; with top-p the kept set is the best prefix reaching top_p of
+  // the total, known when that prefix closes within the n; with min-p, when a candidate falls
+  // below it. Every comparison keeps a margin of kReducedMargin of the total (see .cc): a draw
+  // that close to a boundary falls back to the whole row.
+  int32_t SampleReduced(const int32_t* ids, const float* logits, int32_t n, float max,
+                        float log_sum_exp);
+  // Relative margin of SampleReduced's decisions (of the row's or the kept set's mass).
+  static constexpr double kReducedMargin = 1e-4;
+
   // Applies bias, bans, penalties, filters and temperature, leaving the surviving candidates
   // (highest first, probabilities summing to 1) in candidates(). Sample() draws from the same
   // distribution without sorting or listing the survivors. In greedy mode the only candidate is
@@ -200,6 +222,7 @@ class Sampler {
   std::vector<Candidate> extras_;   // [<= 256 typically] ... and these (the top-p boundary)
   std::vector<Candidate> cand_;     // [<= n_vocab] candidates, then survivors
   std::vector<float> vals_, exps_;  // [<= n_vocab] survivors' logits and weights, for the kernel
+  std::vector<std::pair<int32_t, double>> reduced_;  // [<= n] SampleReduced: kept (id, weight)
 };
 
 }  // namespace uf::sampling

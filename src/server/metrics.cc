@@ -168,6 +168,10 @@ std::string Metrics::Render(const engine::EngineStats& e) const {
          static_cast<double>(e.abandoned_layers));
   Metric(&out, "ultrafast_abandoned_seconds_total", "counter",
          "Engine time spent in abandoned steps.", e.abandoned_seconds);
+  Metric(&out, "ultrafast_rows_fetched_total", "counter",
+         "Logits rows a device reduced whose draw needed the whole row, copied back after the "
+         "step.",
+         static_cast<double>(e.rows_fetched));
   Metric(&out, "ultrafast_spec_drafted_tokens_total", "counter",
          "Speculative drafts verified by the model.", static_cast<double>(e.spec_drafted));
   Metric(&out, "ultrafast_spec_accepted_tokens_total", "counter",
