@@ -192,27 +192,75 @@ float Sampler::MaxOfRuns() {
   return max;
 }
 
-void Sampler::TopKHeap() {
+void Sampler::TopKHeap(size_t k, std::vector<Candidate>* heap) {
   // One scan with a k-entry heap whose top is the worst kept candidate: once it is full, the
   // kernel skips to the next token that beats it (16-64 tokens per compare).
-  const size_t k = static_cast<size_t>(params_.top_k);
+  std::vector<Candidate>& h = *heap;
   for (const Run& r : runs_) {
     const float* l = r.x;
     int32_t i = 0;
-    for (; i < r.n && cand_.size() < k; ++i) {
-      cand_.push_back({r.begin + i, std::isnan(l[i]) ? -INFINITY : l[i], 0.0f});
-      std::push_heap(cand_.begin(), cand_.end(), Higher);
+    for (; i < r.n && h.size() < k; ++i) {
+      h.push_back({r.begin + i, std::isnan(l[i]) ? -INFINITY : l[i], 0.0f});
+      std::push_heap(h.begin(), h.end(), Higher);
     }
     while (i < r.n) {
-      i += static_cast<int32_t>(kernels::FirstAbove(l + i, r.n - i, cand_.front().logit));
+      i += static_cast<int32_t>(kernels::FirstAbove(l + i, r.n - i, h.front().logit));
       if (i >= r.n) break;
-      std::pop_heap(cand_.begin(), cand_.end(), Higher);
-      cand_.back() = {r.begin + i, l[i], 0.0f};
-      std::push_heap(cand_.begin(), cand_.end(), Higher);
+      std::pop_heap(h.begin(), h.end(), Higher);
+      h.back() = {r.begin + i, l[i], 0.0f};
+      std::push_heap(h.begin(), h.end(), Higher);
       ++i;
     }
     work_.row_reads += r.n;
   }
+}
+
+void Sampler::SelectHead() {
+  head_.clear();
+  TopKHeap(static_cast<size_t>(std::min(kHead, n_vocab_)), &head_);
+  std::sort_heap(head_.begin(), head_.end(), Higher);
+  head_ids_.clear();
+  for (const Candidate& c : head_) head_ids_.push_back(c.id);
+  std::sort(head_ids_.begin(), head_ids_.end());
+}
+
+template <typename Fill>
+int32_t Sampler::WalkRest(double rest, int32_t fallback, const Fill& fill) {
+  // block_sums_ hold the rest's mass per block (the head's terms subtracted; rounding can leave
+  // a sliver, positive or negative, where a block's mass is all in the head).
+  const int64_t n_blocks = static_cast<int64_t>(block_sums_.size());
+  int64_t b = 0;
+  for (; b < n_blocks; ++b) {
+    const double s = std::max(0.0, block_sums_[b]);
+    if (rest < s) break;
+    rest -= s;
+  }
+  if (b == n_blocks) {  // rounding: the last rest token with mass
+    b = n_blocks - 1;
+    while (b > 0 && !(block_sums_[b] > 0.0)) --b;
+    rest = INFINITY;
+  }
+  int32_t last = -1;
+  for (; b < n_blocks; ++b) {
+    const int32_t first = static_cast<int32_t>(b * kExpSumBlock);
+    const int32_t n = std::min<int32_t>(kExpSumBlock, n_vocab_ - first);
+    if (!(block_sums_[b] > 0.0) && rest != INFINITY) continue;
+    fill(first, n, block_exps_.data());
+    work_.row_reads += n;
+    auto h = std::lower_bound(head_ids_.begin(), head_ids_.end(), first);
+    for (int32_t i = 0; i < n; ++i) {
+      if (h != head_ids_.end() && *h == first + i) {
+        ++h;
+        continue;
+      }
+      if (!(block_exps_[i] > 0.0f)) continue;
+      last = first + i;
+      rest -= block_exps_[i];
+      if (rest < 0.0) return last;
+    }
+    if (last >= 0 && rest != INFINITY) return last;  // rounding within the block
+  }
+  return last >= 0 ? last : fallback;
 }
 
 float Sampler::ValueAt(int32_t id) const {
@@ -224,7 +272,7 @@ float Sampler::ValueAt(int32_t id) const {
 
 float Sampler::TopKCandidates() {
   cand_.clear();
-  TopKHeap();
+  TopKHeap(static_cast<size_t>(params_.top_k), &cand_);
   // Best first: the draw then walks a canonical order, so a device that returns the row's best
   // tokens sorted (SampleTop) draws exactly the same token.
   std::sort_heap(cand_.begin(), cand_.end(), Higher);
@@ -324,22 +372,27 @@ int32_t Sampler::DrawKept(float max) {
     block_sums_[e.id / kExpSumBlock] += v[e.id];
     total += v[e.id];
   }
+  auto kept = [&](int32_t i) {
+    bool k = w[i] >= keep_;
+    for (size_t e = 0; !k && e < extras_.size(); ++e) k = extras_[e].id == i;
+    return k;
+  };
+  // The kept set is a best-first prefix of the row, so its part of the head is the head's
+  // prefix: walked first, best first, then the rest of the kept set in id order.
+  SelectHead();
   const double target = NextUniform() * total;
   double cum = 0.0;
-  const int64_t b = FindBlock(target, &cum);
-  const int32_t first = static_cast<int32_t>(b * kExpSumBlock);
-  const int32_t end = std::min<int32_t>(first + kExpSumBlock, n_vocab_);
-  double rest = target - cum;
-  int32_t last = first;
-  for (int32_t i = first; i < end; ++i) {
-    bool kept = w[i] >= keep_;
-    for (size_t e = 0; !kept && e < extras_.size(); ++e) kept = extras_[e].id == i;
-    if (!kept || !(v[i] > 0.0f)) continue;
-    last = i;
-    rest -= v[i];
-    if (rest < 0.0) return i;
+  int32_t last_head = 0;
+  for (const Candidate& c : head_) {
+    if (!kept(c.id) || !(v[c.id] > 0.0f)) continue;
+    last_head = c.id;
+    cum += v[c.id];
+    if (target < cum) return c.id;
+    block_sums_[c.id / kExpSumBlock] -= v[c.id];
   }
-  return last;
+  return WalkRest(target - cum, last_head, [&](int32_t first, int32_t n, float* out) {
+    for (int32_t i = 0; i < n; ++i) out[i] = kept(first + i) ? v[first + i] : 0.0f;
+  });
 }
 
 size_t Sampler::TopPCut(double need) const {
@@ -348,23 +401,6 @@ size_t Sampler::TopPCut(double need) const {
     if (need <= 0.0) return i + 1;
   }
   return cand_.size();  // rounding: all of them
-}
-
-int64_t Sampler::FindBlock(double target, double* cum) const {
-  const int64_t n_blocks = static_cast<int64_t>(block_sums_.size());
-  double c = 0.0;
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    if (target < c + block_sums_[b]) {
-      *cum = c;
-      return b;
-    }
-    c += block_sums_[b];
-  }
-  // Rounding: the last block with mass, and (cum = -inf) its last token with mass.
-  int64_t b = n_blocks - 1;
-  while (b > 0 && !(block_sums_[b] > 0.0)) --b;
-  *cum = -INFINITY;
-  return b;
 }
 
 double Sampler::RowExpSum(float max, float scale, float* out) {
@@ -392,29 +428,33 @@ double Sampler::RowExpSum(float max, float scale, float* out) {
 int32_t Sampler::DrawFromRow(float max) {
   const float inv_t = 1.0f / params_.temperature;
   const double total = RowExpSum(max, inv_t, nullptr);
+  // The head's terms from the same kernel as the block sums they are taken out of.
+  SelectHead();
+  const size_t h = head_.size();
+  vals_.resize(h);
+  exps_.resize(h);
+  for (size_t i = 0; i < h; ++i) vals_[i] = head_[i].logit;
+  kernels::ExpSum(vals_.data(), static_cast<int64_t>(h), max, inv_t, exps_.data(), nullptr);
   const double target = NextUniform() * total;
   double cum = 0.0;
-  const int64_t b = FindBlock(target, &cum);
-  const int32_t first = static_cast<int32_t>(b * kExpSumBlock);
-  const Run* run = &runs_.back();
-  for (const Run& r : runs_) {
-    if (first < r.begin + r.n) {
-      run = &r;
-      break;
+  int32_t last_head = 0;
+  for (size_t i = 0; i < h; ++i) {
+    if (!(exps_[i] > 0.0f)) continue;
+    last_head = head_[i].id;
+    cum += exps_[i];
+    if (target < cum) return head_[i].id;
+    block_sums_[head_[i].id / kExpSumBlock] -= exps_[i];
+  }
+  return WalkRest(target - cum, last_head, [&](int32_t first, int32_t n, float* out) {
+    const Run* run = &runs_.back();
+    for (const Run& r : runs_) {
+      if (first < r.begin + r.n) {
+        run = &r;
+        break;
+      }
     }
-  }
-  const int32_t n = std::min<int32_t>(kExpSumBlock, n_vocab_ - first);
-  kernels::ExpSum(run->x + (first - run->begin), n, max, inv_t, block_exps_.data(), nullptr);
-  work_.row_reads += n;
-  double rest = target - cum;
-  int32_t last = 0;
-  for (int32_t i = 0; i < n; ++i) {
-    if (!(block_exps_[i] > 0.0f)) continue;
-    last = i;
-    rest -= block_exps_[i];
-    if (rest < 0.0) return first + i;
-  }
-  return first + last;
+    kernels::ExpSum(run->x + (first - run->begin), n, max, inv_t, out, nullptr);
+  });
 }
 
 int32_t Sampler::Sample(const float* logits, ThreadPool* pool) {
@@ -548,138 +588,6 @@ void Sampler::Filter(const float* logits) {
   for (Candidate& c : cand_) {
     c.p = static_cast<float>(std::exp(static_cast<double>(c.logit) - max * inv_t) / total);
   }
-}
-
-}  // namespace uf::sampling
-
-namespace uf::sampling {
-
-bool Sampler::CanSampleReduced() const {
-  return !params_.greedy() && !(params_.top_k > 0 && params_.top_k < n_vocab_) && bias_.empty() &&
-         banned_.empty() && !params_.penalties();
-}
-
-// The error budget. Sample() sums float terms of its own exp kernel in 64-token float blocks and
-// double across them: against the exact sum in double that is off by under ~70 float ulps
-// (4.2e-6) of the total. The host's weights here come from std::exp in double. So any two ways of
-// computing the same cumulative agree within 1e-5 of the total; kReducedMargin (1e-4) keeps 10x
-// over that. The device's log-sum-exp is held to a separate, explicit bound (z_err below),
-// because a GPU's exp is only specified to 3 + 2|x| ulps and its per-thread sums are sequential.
-int32_t Sampler::SampleReduced(const int32_t* ids, const float* logits, int32_t n, float max,
-                               float log_sum_exp) {
-  UF_CHECK(CanSampleReduced());
-  work_ = Work();
-  const SamplingParams& p = params_;
-  if (n < 1 || !std::isfinite(max) || !std::isfinite(log_sum_exp) || !(logits[0] == max)) {
-    return -1;
-  }
-  // The candidates, best first, with their weights e^(l - max) (w) and e^((l - max) / T) (v, in
-  // Sample()'s float scale).
-  const double scale = static_cast<double>(1.0f / p.temperature);
-  reduced_.clear();
-  cand_.clear();
-  for (int32_t i = 0; i < n; ++i) {
-    if (ids[i] < 0 || ids[i] >= n_vocab_) return -1;
-    const float l = std::isnan(logits[i]) ? -INFINITY : logits[i];
-    const double d = static_cast<double>(l) - max;
-    cand_.push_back({ids[i], l, static_cast<float>(std::exp(d))});
-    reduced_.emplace_back(ids[i], std::exp(d * scale));
-  }
-  const int64_t n_rest = n_vocab_ - n;
-  const double w_last = n_rest > 0 ? std::exp(static_cast<double>(cand_.back().logit) - max) : 0;
-  // The row's mass at T = 1 from the device: z = e^(lse - max), relative error under z_err: each
-  // of 256 threads sums n_vocab / 256 terms in float, then a tree of 8 levels; exp within
-  // 3 + 2 * 87 ulps; log within 2^-21; lse rounded to a float; doubled for slack.
-  const double ulp = 0x1.0p-24;
-  const double z_err = 2.0 * ((n_vocab_ / 256.0 + 8.0 + 177.0) * ulp + 0x1.0p-21 +
-                              std::abs(static_cast<double>(log_sum_exp)) * 2.0 * ulp);
-  const double z = std::exp(static_cast<double>(log_sum_exp) - max);
-  const double z_lo = z * (1.0 - z_err), z_hi = z * (1.0 + z_err);
-  double s1 = 0.0;
-  for (const Candidate& c : cand_) s1 += c.p;
-  // The mass outside the candidates, at T = 1: the row's minus theirs, and at most n_rest tokens
-  // no heavier than the last candidate.
-  const double r1_lo = std::max(0.0, z_lo - s1);
-  const double r1_hi = std::min(std::max(0.0, z_hi - s1), static_cast<double>(n_rest) * w_last);
-
-  const std::mt19937_64 saved = rng_;
-  // The token of [P_j, P_j + v_j) in id order holding every target in [t_lo, t_hi] whatever the
-  // slack r (in [0, r_hi]) that tokens outside `reduced_` add before each, or -1.
-  auto walk = [&](double t_lo, double t_hi, double r_hi, double margin) -> int32_t {
-    std::sort(reduced_.begin(), reduced_.end());
-    double cum = 0.0;
-    for (const auto& [id, v] : reduced_) {
-      if (cum + r_hi + margin <= t_lo && t_hi + margin < cum + v) return id;
-      cum += v;
-    }
-    rng_ = saved;  // not drawn: Sample(row) draws this u again
-    return -1;
-  };
-
-  if (!filtering()) {
-    // DrawFromRow: the whole row in id order at temperature T.
-    double v_sum = 0.0;
-    for (const auto& [id, v] : reduced_) v_sum += v;
-    double r_lo = r1_lo, r_hi = r1_hi;
-    if (scale != 1.0) {
-      // A rest token's weight w <= w_last gives v = w^s: for s > 1, v <= w * w_last^(s - 1);
-      // for s < 1 (Hoelder), the rest's sum is at most n_rest^(1 - s) * r1^s.
-      r_lo = 0.0;
-      r_hi = static_cast<double>(n_rest) * std::pow(w_last, scale);
-      if (scale > 1.0) {
-        r_hi = std::min(r_hi, r1_hi * std::pow(w_last, scale - 1.0));
-      } else {
-        r_hi = std::min(
-            r_hi, std::pow(static_cast<double>(n_rest), 1.0 - scale) * std::pow(r1_hi, scale));
-      }
-    }
-    const double u = NextUniform();
-    const double margin = kReducedMargin * (v_sum + r_hi);
-    return walk(u * (v_sum + r_lo), u * (v_sum + r_hi), r_hi, margin);
-  }
-
-  // RowCut: how many of the best (m) Sample() keeps. With min-p only: those with w >= min_p,
-  // known once a candidate falls below it. With top-p: lo = max(min_p, z (1 - top_p) / n_vocab
-  // * 0.99); the best prefix whose mass reaches top_p * z when the tokens at or above lo weigh
-  // more than that, else all of those.
-  const double w_err = 1e-5;  // host exp vs Sample()'s kernel, relative
-  double lo_lo = p.min_p, lo_hi = p.min_p;
-  if (p.top_p < 1.0f) {
-    const double f = (1.0 - p.top_p) / n_vocab_ * 0.99;
-    lo_lo = std::max<double>(lo_lo, static_cast<float>(z_lo * f));
-    lo_hi = std::max<double>(lo_hi, static_cast<float>(z_hi * f));
-  }
-  size_t above = 0;  // candidates surely at or above lo
-  while (above < cand_.size() && cand_[above].p >= lo_hi * (1.0 + w_err)) ++above;
-  // Whether every token at or above lo is among the first `above`.
-  const bool closed = above < cand_.size() ? cand_[above].p < lo_lo * (1.0 - w_err) : n_rest == 0;
-  size_t m = 0;
-  if (!(p.top_p < 1.0f)) {
-    if (!closed) return -1;
-    m = above;
-  } else {
-    const double margin = kReducedMargin * z_hi;
-    const double need_lo = p.top_p * z_lo, need_hi = p.top_p * z_hi;
-    double cum = 0.0;
-    size_t cut = 0;
-    while (cut < above && cum + cand_[cut].p < need_hi + margin) cum += cand_[cut++].p;
-    if (cut < above) {  // the prefix reaches top_p at cut + 1, if the prefix before stays under
-      if (!(cum <= need_lo - margin)) return -1;
-      m = cut + 1;
-    } else if (closed && cum <= need_lo - margin) {  // min-p kept less than top_p: all of it
-      m = above;
-    } else {
-      return -1;
-    }
-  }
-  if (m == 0) return -1;
-  // DrawKept: the kept set in id order at temperature T; nothing outside it counts.
-  reduced_.resize(m);
-  work_.gathered = static_cast<int64_t>(m);
-  double total = 0.0;
-  for (const auto& [id, v] : reduced_) total += v;
-  const double t = NextUniform() * total;
-  return walk(t, t, 0.0, kReducedMargin * total);
 }
 
 }  // namespace uf::sampling

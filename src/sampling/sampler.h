@@ -121,17 +121,24 @@ class Sampler {
   // draws, or -1 when the draw may land on a token outside the n or the nucleus may close
   // outside them (then no RNG draw is consumed: call Sample(row) on the whole row).
   //
-  // Why this is exact. Sample() walks its kept tokens in id order: target = u * total, the token
-  // whose cumulative interval holds target. Outside the n best lies a mass R (the row's total
-  // minus the candidates', bounded from the log-sum-exp; at temperature T < 1 by the last
-  // candidate's weight, see the .cc), so candidate j's interval starts between P_j and P_j + R
-  // (P_j: the candidates before it in id order). A target in [P_j + R, P_j + v_j) lands on j
-  // whatever the other tokens are; with top-p the kept set is the best prefix reaching top_p of
-  // the total, known when that prefix closes within the n; with min-p, when a candidate falls
-  // below it. Every comparison keeps a margin of kReducedMargin of the total (see .cc): a draw
-  // that close to a boundary falls back to the whole row.
+  // Why this is exact. Sample() walks the row's kHead best tokens first, best first, then the
+  // rest in id order: target = u * total, the token whose cumulative interval holds target. With
+  // no filter the candidates' intervals [P_j, P_j + v_j) are known exactly; only the total is
+  // not: outside the n best lies a mass R (the row's total minus the candidates', bounded from
+  // the log-sum-exp; at temperature T != 1 by the last candidate's weight, see the .cc), so the
+  // target lies in [u (V + R_lo), u (V + R_hi)], and a candidate holding all of that is the draw.
+  // A draw landing past the head (in the tail's mass) falls back. With top-p the kept set is the
+  // best prefix reaching top_p of the total, known when that prefix closes within the n; with
+  // min-p, when a candidate falls below it; then the whole walk is known. Every comparison keeps
+  // a margin of kReducedMargin of the total (see the .cc): a draw that close to a boundary falls
+  // back to the whole row.
   int32_t SampleReduced(const int32_t* ids, const float* logits, int32_t n, float max,
                         float log_sum_exp);
+  // Sample()'s draws without top-k walk the row's kHead best tokens first (best first: higher
+  // logit, then lower id, NaN as -inf, as SampleTop's list and the device's reduction order
+  // them), then the other tokens in id order. The distribution does not depend on the order;
+  // this one lets a reduced row decide every draw that lands in its best tokens.
+  static constexpr int32_t kHead = 64;
   // Relative margin of SampleReduced's decisions (of the row's or the kept set's mass).
   static constexpr double kReducedMargin = 1e-4;
 
@@ -183,14 +190,20 @@ class Sampler {
   void RowCut(float max);
   // Draws from the kept set of RowCut at the sampling temperature.
   int32_t DrawKept(float max);
-  void TopKHeap();
+  // The k best of the row (runs_) into *heap, as a heap under Higher.
+  void TopKHeap(size_t k, std::vector<Candidate>* heap);
+  // head_ = the row's kHead best, best first; head_ids_ = their ids, ascending.
+  void SelectHead();
+  // The draw among the tokens outside the head in id order: rest is the target less the head's
+  // mass, block_sums_ the rest's mass per block, fill(first, n, out) a block's terms (0 for
+  // tokens not drawable). Returns fallback if nothing outside the head has mass.
+  template <typename Fill>
+  int32_t WalkRest(double rest, int32_t fallback, const Fill& fill);
   // The fewest m best entries of cand_ (best first) whose weights (in .p) reach `need`.
   size_t TopPCut(double need) const;
   // Fills block_sums_ (and out, if not null) with e^((l - max) * scale) over the row; returns
   // the total, summed in block order so that it does not depend on how the row was split.
   double RowExpSum(float max, float scale, float* out);
-  // The block of block_sums_ where the running sum passes target; *cum = the sum before it.
-  int64_t FindBlock(double target, double* cum) const;
   // Draw over the whole row at temperature T with max logit m (no filter active).
   int32_t DrawFromRow(float max);
 
@@ -222,6 +235,8 @@ class Sampler {
   std::vector<Candidate> extras_;   // [<= 256 typically] ... and these (the top-p boundary)
   std::vector<Candidate> cand_;     // [<= n_vocab] candidates, then survivors
   std::vector<float> vals_, exps_;  // [<= n_vocab] survivors' logits and weights, for the kernel
+  std::vector<Candidate> head_;     // [kHead] the row's best, best first (temperature draws)
+  std::vector<int32_t> head_ids_;   // [kHead] their ids, ascending
   std::vector<std::pair<int32_t, double>> reduced_;  // [<= n] SampleReduced: kept (id, weight)
 };
 

@@ -1,0 +1,144 @@
+// Sampler::SampleReduced: a draw from a row reduced on a device to its best tokens, its max and
+// its log-sum-exp, decided only where that provably gives Sample()'s token.
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "sampling/sampler.h"
+
+namespace uf::sampling {
+
+bool Sampler::CanSampleReduced() const {
+  return !params_.greedy() && !(params_.top_k > 0 && params_.top_k < n_vocab_) && bias_.empty() &&
+         banned_.empty() && !params_.penalties();
+}
+
+// The error budget. Sample() sums float terms of its own exp kernel in 64-token float blocks and
+// double across them: against the exact sum in double that is off by under ~70 float ulps
+// (4.2e-6) of the total. The host's weights here come from std::exp in double. So any two ways of
+// computing the same cumulative agree within 1e-5 of the total; kReducedMargin (1e-4) keeps 10x
+// over that. The device's log-sum-exp is held to a separate, explicit bound (z_err below),
+// because a GPU's exp is only specified to 3 + 2|x| ulps and its per-thread sums are sequential.
+int32_t Sampler::SampleReduced(const int32_t* ids, const float* logits, int32_t n, float max,
+                               float log_sum_exp) {
+  UF_CHECK(CanSampleReduced());
+  work_ = Work();
+  const SamplingParams& p = params_;
+  if (n < 1 || !std::isfinite(max) || !std::isfinite(log_sum_exp) || !(logits[0] == max)) {
+    return -1;
+  }
+  // The candidates, best first, with their weights e^(l - max) (w) and e^((l - max) / T) (v, in
+  // Sample()'s float scale).
+  const double scale = static_cast<double>(1.0f / p.temperature);
+  reduced_.clear();
+  cand_.clear();
+  for (int32_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= n_vocab_) return -1;
+    const float l = std::isnan(logits[i]) ? -INFINITY : logits[i];
+    const double d = static_cast<double>(l) - max;
+    cand_.push_back({ids[i], l, static_cast<float>(std::exp(d))});
+    reduced_.emplace_back(ids[i], std::exp(d * scale));
+  }
+  const int64_t n_rest = n_vocab_ - n;
+  const double w_last = n_rest > 0 ? std::exp(static_cast<double>(cand_.back().logit) - max) : 0;
+  // The row's mass at T = 1 from the device: z = e^(lse - max), relative error under z_err: each
+  // of 256 threads sums n_vocab / 256 terms in float, then a tree of 8 levels; exp within
+  // 3 + 2 * 87 ulps; log within 2^-21; lse rounded to a float; doubled for slack.
+  const double ulp = 0x1.0p-24;
+  const double z_err = 2.0 * ((n_vocab_ / 256.0 + 8.0 + 177.0) * ulp + 0x1.0p-21 +
+                              std::abs(static_cast<double>(log_sum_exp)) * 2.0 * ulp);
+  const double z = std::exp(static_cast<double>(log_sum_exp) - max);
+  const double z_lo = z * (1.0 - z_err), z_hi = z * (1.0 + z_err);
+  double s1 = 0.0;
+  for (const Candidate& c : cand_) s1 += c.p;
+  // The mass outside the candidates, at T = 1: the row's minus theirs, and at most n_rest tokens
+  // no heavier than the last candidate.
+  const double r1_lo = std::max(0.0, z_lo - s1);
+  const double r1_hi = std::min(std::max(0.0, z_hi - s1), static_cast<double>(n_rest) * w_last);
+
+  const std::mt19937_64 saved = rng_;
+  // Sample() walks the row's kHead best first, best first, then the rest in id order. `order` of
+  // reduced_ (the candidates, best first) are known to lead that walk; tokens outside them add
+  // an unknown mass in [0, r_hi] after those. The token whose interval [P_j, P_j + v_j) holds
+  // every target in [t_lo, t_hi] (with the margin), or -1.
+  auto walk = [&](size_t order, double t_lo, double t_hi, double margin) -> int32_t {
+    double cum = 0.0;
+    for (size_t j = 0; j < order; ++j) {
+      const auto& [id, v] = reduced_[j];
+      if (cum + margin <= t_lo && t_hi + margin < cum + v) return id;
+      cum += v;
+    }
+    rng_ = saved;  // not drawn: Sample(row) draws this u again
+    return -1;
+  };
+  const size_t head = std::min<size_t>(reduced_.size(), kHead);
+
+  if (!filtering()) {
+    // DrawFromRow: the whole row in id order at temperature T.
+    double v_sum = 0.0;
+    for (const auto& [id, v] : reduced_) v_sum += v;
+    double r_lo = r1_lo, r_hi = r1_hi;
+    if (scale != 1.0) {
+      // A rest token's weight w <= w_last gives v = w^s: for s > 1, v <= w * w_last^(s - 1);
+      // for s < 1 (Hoelder), the rest's sum is at most n_rest^(1 - s) * r1^s.
+      r_lo = 0.0;
+      r_hi = static_cast<double>(n_rest) * std::pow(w_last, scale);
+      if (scale > 1.0) {
+        r_hi = std::min(r_hi, r1_hi * std::pow(w_last, scale - 1.0));
+      } else {
+        r_hi = std::min(
+            r_hi, std::pow(static_cast<double>(n_rest), 1.0 - scale) * std::pow(r1_hi, scale));
+      }
+    }
+    const double u = NextUniform();
+    const double margin = kReducedMargin * (v_sum + r_hi);
+    return walk(head, u * (v_sum + r_lo), u * (v_sum + r_hi), margin);
+  }
+
+  // RowCut: how many of the best (m) Sample() keeps. With min-p only: those with w >= min_p,
+  // known once a candidate falls below it. With top-p: lo = max(min_p, z (1 - top_p) / n_vocab
+  // * 0.99); the best prefix whose mass reaches top_p * z when the tokens at or above lo weigh
+  // more than that, else all of those.
+  const double w_err = 1e-5;  // host exp vs Sample()'s kernel, relative
+  double lo_lo = p.min_p, lo_hi = p.min_p;
+  if (p.top_p < 1.0f) {
+    const double f = (1.0 - p.top_p) / n_vocab_ * 0.99;
+    lo_lo = std::max<double>(lo_lo, static_cast<float>(z_lo * f));
+    lo_hi = std::max<double>(lo_hi, static_cast<float>(z_hi * f));
+  }
+  size_t above = 0;  // candidates surely at or above lo
+  while (above < cand_.size() && cand_[above].p >= lo_hi * (1.0 + w_err)) ++above;
+  // Whether every token at or above lo is among the first `above`.
+  const bool closed = above < cand_.size() ? cand_[above].p < lo_lo * (1.0 - w_err) : n_rest == 0;
+  size_t m = 0;
+  if (!(p.top_p < 1.0f)) {
+    if (!closed) return -1;
+    m = above;
+  } else {
+    const double margin = kReducedMargin * z_hi;
+    const double need_lo = p.top_p * z_lo, need_hi = p.top_p * z_hi;
+    double cum = 0.0;
+    size_t cut = 0;
+    while (cut < above && cum + cand_[cut].p < need_hi + margin) cum += cand_[cut++].p;
+    if (cut < above) {  // the prefix reaches top_p at cut + 1, if the prefix before stays under
+      if (!(cum <= need_lo - margin)) return -1;
+      m = cut + 1;
+    } else if (closed && cum <= need_lo - margin) {  // min-p kept less than top_p: all of it
+      m = above;
+    } else {
+      return -1;
+    }
+  }
+  if (m == 0) return -1;
+  // DrawKept: the kept set (a best-first prefix: the first m) at temperature T, its head best
+  // first and the rest in id order; nothing outside it counts, so the order is fully known.
+  reduced_.resize(m);
+  if (m > kHead) std::sort(reduced_.begin() + kHead, reduced_.end());
+  work_.gathered = static_cast<int64_t>(m);
+  double total = 0.0;
+  for (const auto& [id, v] : reduced_) total += v;
+  const double t = NextUniform() * total;
+  return walk(m, t, t, kReducedMargin * total);
+}
+
+}  // namespace uf::sampling
