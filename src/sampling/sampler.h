@@ -10,12 +10,14 @@
 // vocabulary-wide passes read the caller's row elsewhere. Each pass is a vectorized kernel
 // (kernels/ops.h: max, exp-sum, threshold gather), and nothing sorts more than the survivors of
 // the filters:
-//   temperature only   max + exp-sum over the row, then the draw re-reads one 64-token block;
+//   temperature only   max + exp-sum over the row + a scan for the 64 best (the draw walks them
+//                      first, then the rest in id order: kHead), then it re-reads one block;
 //   top-k              one scan with a k-entry heap (a kernel skips what cannot enter it);
 //   min-p / top-p      max and the weights e^(l - max) over the row; min-p is a threshold on the
 //     (no top-k)       weights; the top-p cut is found by bisecting the threshold with masked
 //                      sums over the weights until at most 256 tokens straddle it, which alone
-//                      are sorted; the draw sums the kept weights per 64-token block as above.
+//                      are sorted; the draw sums the kept weights per 64-token block and
+//                      walks the kept best 64 first, as above.
 //                      A flat distribution whose top-p set is most of the vocabulary costs about
 //                      as much as a peaked one.
 //   top-k + top-p      the k candidates sorted (k log k), then a prefix sum.
