@@ -82,8 +82,8 @@ TEST(Sampler, SampleReducedWithFallbackDrawsWhatTheWholeRowDraws) {
             p.top_p = top_p;
             p.min_p = min_p;
             p.seed = rng();
-            const float lse = static_cast<float>(
-                max + std::log(z) * (1.0 + ((rng() % 2) ? 2e-6 : -2e-6)));
+            const float lse =
+                static_cast<float>(max + std::log(z) * (1.0 + ((rng() % 2) ? 2e-6 : -2e-6)));
             Sampler full(p, n_vocab), reduced(p, n_vocab);
             ASSERT_TRUE(reduced.CanSampleReduced());
             ASSERT_FALSE(reduced.CanSampleTop(kTop));
@@ -161,7 +161,7 @@ TEST(Sampler, SampleTopDrawsWhatTheWholeRowDraws) {
   EXPECT_FALSE(s.CanSampleTop(39));  // fewer than top_k
   s.SetBanned({5});
   EXPECT_TRUE(s.CanSampleTop(64));  // given the banned token's raw logit (known)
-  p.top_k = 0;  // the whole distribution
+  p.top_k = 0;                      // the whole distribution
   EXPECT_FALSE(Sampler(p, kN).CanSampleTop(64));
   p.top_k = 65;
   EXPECT_FALSE(Sampler(p, kN).CanSampleTop(64));
@@ -308,9 +308,8 @@ TEST(SampleReduced, FallsBackOnlyInTheTailOnLlmLikeRows) {
     const float t = top(rng), s = slope(rng);
     for (int k = 0; k < 40; ++k) l[rng() % kVocab] = t - s * static_cast<float>(k);
     for (int32_t i = 0; i < kVocab; ++i) ids[i] = i;
-    std::partial_sort(ids.begin(), ids.begin() + kTop, ids.end(), [&](int32_t a, int32_t b) {
-      return l[a] > l[b] || (l[a] == l[b] && a < b);
-    });
+    std::partial_sort(ids.begin(), ids.begin() + kTop, ids.end(),
+                      [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
     std::vector<float> vals(kTop);
     for (int32_t i = 0; i < kTop; ++i) vals[i] = l[ids[i]];
     const float max = vals[0];

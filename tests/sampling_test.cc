@@ -309,6 +309,51 @@ TEST(Sampler, KnownSequenceForSeed) {
   EXPECT_EQ(s.NextUniform(), static_cast<double>(ref() >> 11) * 0x1.0p-53);
 }
 
+// Draws without top-k map the uniform u onto the row's 64 best tokens first (best first: higher
+// logit, then lower id), then onto the others in id order: a reference walk in double, on a row
+// of 1,000 with ties, gives the same token for u away (1e-6) from the interval ends.
+TEST(Sampler, DrawWalksTheBestSixtyFourFirstThenIdOrder) {
+  std::mt19937 rng(64);
+  std::normal_distribution<float> g(0.0f, 1.5f);
+  std::vector<float> l(1000);
+  for (float& x : l) x = std::round(g(rng) * 8.0f) / 8.0f;  // ties
+  std::vector<int32_t> order(l.size());
+  for (size_t i = 0; i < l.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+  std::sort(order.begin() + 64, order.end());
+  const float max = l[order[0]];
+  for (float temp : {1.0f, 0.7f}) {
+    std::vector<double> w(l.size());
+    double z = 0.0;
+    for (size_t i = 0; i < l.size(); ++i) z += w[i] = std::exp((l[i] - max) / temp);
+    int checked = 0;
+    for (uint64_t seed = 0; seed < 300; ++seed) {
+      SamplingParams p = Plain();
+      p.temperature = temp;
+      p.seed = seed;
+      std::mt19937_64 ref(seed);
+      const double target = static_cast<double>(ref() >> 11) * 0x1.0p-53 * z;
+      double cum = 0.0;
+      int32_t want = -1;
+      bool near_end = false;
+      for (int32_t id : order) {
+        near_end |= std::abs(target - cum) < 1e-6 * z;
+        cum += w[id];
+        if (target < cum) {
+          want = id;
+          near_end |= cum - target < 1e-6 * z;
+          break;
+        }
+      }
+      if (near_end || want < 0) continue;
+      ++checked;
+      EXPECT_EQ(Sampler(p, 1000).Sample(l.data()), want) << "T " << temp << " seed " << seed;
+    }
+    EXPECT_GT(checked, 290);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The chain against a reference that does everything the slow, obvious way: a copy of the
 // logits with bias, bans and penalties applied, a full sort, top-k, min-p on the logits, top-p

@@ -221,24 +221,24 @@ class Sampler {
   size_t window_next_ = 0;       // ring write position once full
 
   // Per-call scratch, sized on first use and then reused.
-  std::vector<int32_t> slot_;       // [n_vocab] index in edits_, or -1 (only when edits exist)
+  std::vector<int32_t> slot_;        // [n_vocab] index in edits_, or -1 (only when edits exist)
   std::vector<int32_t> known_slot_;  // [n_vocab] SampleTop: index in known, or -1
   std::vector<float> known_vals_;    // [n_known] SampleTop: the known tokens' edited logits
-  std::vector<Edit> edits_;         // [<= bias + banned + window]
-  std::vector<int32_t> dirty_;      // [<= edits] blocks holding an edit, ascending
-  std::vector<float> side_;         // [dirty * 64] patched copies of those blocks
-  std::vector<Run> runs_;           // [<= 2 * dirty + 1] the row, in order
-  std::vector<double> block_sums_;  // [n_vocab / 64] exp-sum per block (temperature-only draw)
-  std::vector<float> block_exps_;   // [64] the drawn block's terms
-  std::vector<int32_t> ids_;        // [<= n_vocab] threshold gather output
-  std::vector<float> weights_;      // [n_vocab] row path: e^(l - max)
-  std::vector<float> tempered_;     // [n_vocab] row path: e^((l - max) / T) when T != 1
-  float keep_ = 0.0f;               // row path: weights at or above it are kept ...
-  std::vector<Candidate> extras_;   // [<= 256 typically] ... and these (the top-p boundary)
-  std::vector<Candidate> cand_;     // [<= n_vocab] candidates, then survivors
-  std::vector<float> vals_, exps_;  // [<= n_vocab] survivors' logits and weights, for the kernel
-  std::vector<Candidate> head_;     // [kHead] the row's best, best first (temperature draws)
-  std::vector<int32_t> head_ids_;   // [kHead] their ids, ascending
+  std::vector<Edit> edits_;          // [<= bias + banned + window]
+  std::vector<int32_t> dirty_;       // [<= edits] blocks holding an edit, ascending
+  std::vector<float> side_;          // [dirty * 64] patched copies of those blocks
+  std::vector<Run> runs_;            // [<= 2 * dirty + 1] the row, in order
+  std::vector<double> block_sums_;   // [n_vocab / 64] exp-sum per block (temperature-only draw)
+  std::vector<float> block_exps_;    // [64] the drawn block's terms
+  std::vector<int32_t> ids_;         // [<= n_vocab] threshold gather output
+  std::vector<float> weights_;       // [n_vocab] row path: e^(l - max)
+  std::vector<float> tempered_;      // [n_vocab] row path: e^((l - max) / T) when T != 1
+  float keep_ = 0.0f;                // row path: weights at or above it are kept ...
+  std::vector<Candidate> extras_;    // [<= 256 typically] ... and these (the top-p boundary)
+  std::vector<Candidate> cand_;      // [<= n_vocab] candidates, then survivors
+  std::vector<float> vals_, exps_;   // [<= n_vocab] survivors' logits and weights, for the kernel
+  std::vector<Candidate> head_;      // [kHead] the row's best, best first (temperature draws)
+  std::vector<int32_t> head_ids_;    // [kHead] their ids, ascending
   std::vector<std::pair<int32_t, double>> reduced_;  // [<= n] SampleReduced: kept (id, weight)
 };
 

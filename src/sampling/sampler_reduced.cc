@@ -57,10 +57,11 @@ int32_t Sampler::SampleReduced(const int32_t* ids, const float* logits, int32_t 
   const double r1_hi = std::min(std::max(0.0, z_hi - s1), static_cast<double>(n_rest) * w_last);
 
   const std::mt19937_64 saved = rng_;
-  // Sample() walks the row's kHead best first, best first, then the rest in id order. `order` of
-  // reduced_ (the candidates, best first) are known to lead that walk; tokens outside them add
-  // an unknown mass in [0, r_hi] after those. The token whose interval [P_j, P_j + v_j) holds
-  // every target in [t_lo, t_hi] (with the margin), or -1.
+  // Sample() walks the row's kHead best first, best first, then the rest in id order. The first
+  // `order` of reduced_ (the candidates, best first) lead that walk, so their intervals
+  // [P_j, P_j + v_j) are known; what follows them only changes the total, which the caller
+  // brackets in [t_lo, t_hi] (u times its bounds). The token whose interval holds every target
+  // there, a margin inside both ends, or -1.
   auto walk = [&](size_t order, double t_lo, double t_hi, double margin) -> int32_t {
     double cum = 0.0;
     for (size_t j = 0; j < order; ++j) {
@@ -74,7 +75,7 @@ int32_t Sampler::SampleReduced(const int32_t* ids, const float* logits, int32_t 
   const size_t head = std::min<size_t>(reduced_.size(), kHead);
 
   if (!filtering()) {
-    // DrawFromRow: the whole row in id order at temperature T.
+    // DrawFromRow: the best 64 first, then the rest of the row in id order, at temperature T.
     double v_sum = 0.0;
     for (const auto& [id, v] : reduced_) v_sum += v;
     double r_lo = r1_lo, r_hi = r1_hi;
