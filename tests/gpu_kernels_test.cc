@@ -164,7 +164,8 @@ constexpr GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kB
 // F16, BF16, Q8_0 and Q4_0 take the CPU's activations (f32, rounded to f16 / bf16, quantized to
 // Q8_0) and agree to rounding. Q4_K and Q6_K take Q8_K activations (quantize_q8_k) and form each
 // block's sum as the CPU's scalar tier does (kernels::DotReference), adding the blocks in the
-// same order: bit-identical to it, over 2 and 3 blocks a row.
+// same order: bit-identical to it, over 2 and 3 blocks a row. F16, Q8_0 and Q4_0 run with both
+// GEMV variants (GemvVariant: basic and wide), to the same tolerances.
 TEST_F(GpuKernelsTest, GemmMatchesCpu) {
   const int64_t rows = 67, n = 3;
   ThreadPool pool(1);
@@ -225,7 +226,9 @@ TEST_F(GpuKernelsTest, GemmMatchesCpu) {
 }
 
 // The property speculation rests on: a token's row of an n-token GEMM is bit-identical to the
-// same token alone, for every weight type and for batch sizes around the token tile (8).
+// same token alone, for every weight type and for batch sizes around the token tile (8); for
+// F16, Q8_0 and Q4_0 under both GEMV variants (the wide one-token kernels against the batched
+// kernels of the same variant).
 TEST_F(GpuKernelsTest, GemmRowsDoNotDependOnBatchSize) {
   const int64_t rows = 37, cols = 256, max_n = 17;
   const std::vector<float> wf = Random(rows * cols, 21, 0.5f), x = Random(max_n * cols, 22);
@@ -306,7 +309,7 @@ TEST_F(GpuKernelsTest, WideGemvMatchesBasicAndCpu) {
 // is bit for bit the one-token GEMM (gemm1_*) of its expert's matrix alone on its token's
 // activation, for every weight type; gate/up (x_div = k: the token's row) and down (x_div = 1:
 // the slot's own row). The grouped form (GroupSlots, gemmg_*: 22 slots, 6-9 per expert, so
-// full and partial tiles of 8) gives the same bits.
+// full and partial tiles of 8) gives the same bits. F16, Q8_0 and Q4_0 under both GEMV variants.
 TEST_F(GpuKernelsTest, ExpertGemmEqualsEachExpertsGemm) {
   const int64_t rows = 37, cols = 256, n_exp = 3, n = 11, k = 2;
   std::vector<uint32_t> ids(n * k);  // [n][k], the two of a token different
