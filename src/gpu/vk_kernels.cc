@@ -222,7 +222,9 @@ GemvVariant ResolveGemv(GemvVariant gemv) {
   if (env == nullptr || *env == '\0') return GemvVariant::kBasic;
   const std::string v(env);
   if (v == "wide") return GemvVariant::kWide;
-  if (v != "basic") UF_LOG(WARNING) << "UF_GPU_GEMV=" << v << " is not wide or basic: basic";
+  if (v != "basic") {
+    UF_LOG(WARNING) << "UF_GPU_GEMV=" << v << " is not wide or basic: basic";
+  }
   return GemvVariant::kBasic;
 }
 
