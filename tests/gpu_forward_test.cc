@@ -72,7 +72,8 @@ std::vector<Golden> LoadGolden(const std::string& path) {
 // error (a weight type without a kernel) is returned as such.
 StatusOr<std::unique_ptr<gpu::GpuDecoder>> MakeDecoder(
     const model::Model& m, int64_t ctx, std::string* skip, int64_t max_batch = 64,
-    engine::KvType kv_type = engine::KvType::kF16) {
+    engine::KvType kv_type = engine::KvType::kF16,
+    gpu::GemvVariant gemv = gpu::GemvVariant::kDefault) {
   if (!gpu::VulkanCompiledIn()) {
     *skip = "built without the Vulkan backend";
     return UnavailableError(*skip);
@@ -83,7 +84,7 @@ StatusOr<std::unique_ptr<gpu::GpuDecoder>> MakeDecoder(
     return devices.status();
   }
   return gpu::GpuDecoder::Create(m, gpu::DeviceSpec{.vulkan = true, .index = -1}, ctx, max_batch,
-                                 kv_type);
+                                 kv_type, gemv);
 }
 
 double FamilyTolerance(const model::Model& m) {
@@ -99,11 +100,9 @@ double FamilyTolerance(const model::Model& m) {
   return tol;
 }
 
-class GpuGoldenTest : public ::testing::TestWithParam<std::tuple<std::string, engine::KvType>> {};
-
-TEST_P(GpuGoldenTest, LogitsMatchReference) {
-  const std::string name = std::get<0>(GetParam());
-  const engine::KvType kv_type = std::get<1>(GetParam());
+// One shared model's logits on the device against its goldens (GpuGoldenTest), stepped and as
+// one batch (bit-identical rows).
+void CheckGolden(const std::string& name, engine::KvType kv_type, gpu::GemvVariant gemv) {
   const bool q8_kv = kv_type == engine::KvType::kQ8_0;
   const std::string path = "../shared/models/" + name + ".gguf";
   const std::string golden_path = "../shared/golden/" + name + ".jsonl";
@@ -116,7 +115,7 @@ TEST_P(GpuGoldenTest, LogitsMatchReference) {
   int64_t max_len = 0;
   for (const auto& g : golden) max_len = std::max<int64_t>(max_len, g.tokens.size());
   std::string skip;
-  auto dec = MakeDecoder(m, max_len, &skip, max_len, kv_type);
+  auto dec = MakeDecoder(m, max_len, &skip, max_len, kv_type, gemv);
   if (!skip.empty()) GTEST_SKIP() << skip;
   if (q8_kv && m.config().head_dim % 32 != 0) {
     // Q8_0 rows are whole 32-value blocks: such a model is refused, as on the CPU.
@@ -166,15 +165,40 @@ TEST_P(GpuGoldenTest, LogitsMatchReference) {
   }
   const double agreement = static_cast<double>(agree) / positions;
   std::printf(
-      "[gpu golden] %-24s %s K/V on %s: positions=%zu argmax=%.2f%% clear=%zu/%zu "
+      "[gpu golden] %-24s %s K/V%s on %s: positions=%zu argmax=%.2f%% clear=%zu/%zu "
       "max_err=%.2e (tol %.1e), batch rows bit-identical %zu/%zu\n",
-      name.c_str(), engine::KvTypeName(kv_type), (*dec)->device().name.c_str(), positions,
-      100.0 * agreement, clear_agree, clear, max_err, tol, batch_equal, batch_rows);
+      name.c_str(), engine::KvTypeName(kv_type),
+      gemv == gpu::GemvVariant::kWide ? ", wide GEMV" : "", (*dec)->device().name.c_str(),
+      positions, 100.0 * agreement, clear_agree, clear, max_err, tol, batch_equal, batch_rows);
   EXPECT_EQ(batch_equal, batch_rows) << "batched rows differ from single-token steps";
   EXPECT_GE(agreement, q8_kv ? (quantized ? 0.85 : 0.95) : (quantized ? 0.90 : 0.98));
   EXPECT_EQ(clear_agree, clear);
   EXPECT_EQ(over, 0u) << "logits past tolerance " << tol << ", max relative error " << max_err;
 }
+
+class GpuGoldenTest : public ::testing::TestWithParam<std::tuple<std::string, engine::KvType>> {};
+
+TEST_P(GpuGoldenTest, LogitsMatchReference) {
+  CheckGolden(std::get<0>(GetParam()), std::get<1>(GetParam()), gpu::GemvVariant::kBasic);
+}
+
+// The wide GEMV (gpu::GemvVariant::kWide) on the models with F16, Q8_0 and Q4_0 weights (the
+// types it has kernels for), with the same tolerances and batch rows bit-identical to steps.
+class GpuGoldenWideTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuGoldenWideTest, LogitsMatchReference) {
+  CheckGolden(GetParam(), engine::KvType::kF16, gpu::GemvVariant::kWide);
+}
+INSTANTIATE_TEST_SUITE_P(WideGemv, GpuGoldenWideTest,
+                         ::testing::Values("tiny-llama-256-f16", "tiny-llama-256-q8_0",
+                                           "tiny-llama-256-q4_0", "tiny-qwen3-256-q8_0"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string s = info.param;
+                           for (char& c : s) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return s;
+                         });
 
 std::vector<std::string> Models() {
   std::vector<std::string> names;

@@ -54,12 +54,17 @@ class GpuKernelsTest : public ::testing::Test {
       return;
     }
     ctx_ = ctx->release();
-    auto k = Kernels::Create(ctx_);
+    auto k = Kernels::Create(ctx_, GemvVariant::kBasic);
     ASSERT_TRUE(k.ok()) << k.status().ToString();
     kernels_ = new Kernels(*k);
+    auto w = Kernels::Create(ctx_, GemvVariant::kWide);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    wide_ = new Kernels(*w);
   }
   static void TearDownTestSuite() {
     delete kernels_;
+    delete wide_;
+    wide_ = nullptr;
     delete ctx_;
     kernels_ = nullptr;
     ctx_ = nullptr;
@@ -120,12 +125,24 @@ class GpuKernelsTest : public ::testing::Test {
   // Paged attention over an f16 or Q8_0 cache (PagedAttentionMatchesReference).
   std::vector<float> PagedAttention(bool q8, int64_t chunk);
 
+  // The GEMV variants that differ for `type`: the basic kernels, and the wide ones (GemvVariant)
+  // for the types that have them (F16, Q8_0, Q4_0).
+  static std::vector<const Kernels*> Variants(GgmlType type) {
+    if (type == GgmlType::kF16 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0) {
+      return {kernels_, wide_};
+    }
+    return {kernels_};
+  }
+  static const char* VariantName(const Kernels* k) { return k == wide_ ? "wide" : "basic"; }
+
   static Context* ctx_;
   static Kernels* kernels_;
+  static Kernels* wide_;  // GemvVariant::kWide
   static std::string* skip_reason_;
 };
 Context* GpuKernelsTest::ctx_ = nullptr;
 Kernels* GpuKernelsTest::kernels_ = nullptr;
+Kernels* GpuKernelsTest::wide_ = nullptr;
 std::string* GpuKernelsTest::skip_reason_ = nullptr;
 
 TEST_F(GpuKernelsTest, DeviceIsListed) {
@@ -147,7 +164,8 @@ constexpr GgmlType kAllTypes[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kB
 // F16, BF16, Q8_0 and Q4_0 take the CPU's activations (f32, rounded to f16 / bf16, quantized to
 // Q8_0) and agree to rounding. Q4_K and Q6_K take Q8_K activations (quantize_q8_k) and form each
 // block's sum as the CPU's scalar tier does (kernels::DotReference), adding the blocks in the
-// same order: bit-identical to it, over 2 and 3 blocks a row.
+// same order: bit-identical to it, over 2 and 3 blocks a row. F16, Q8_0 and Q4_0 run with both
+// GEMV variants (GemvVariant: basic and wide), to the same tolerances.
 TEST_F(GpuKernelsTest, GemmMatchesCpu) {
   const int64_t rows = 67, n = 3;
   ThreadPool pool(1);
@@ -175,28 +193,31 @@ TEST_F(GpuKernelsTest, GemmMatchesCpu) {
       auto gm = UploadMatrix(ctx_, m);
       ASSERT_TRUE(gm.ok()) << gm.status().ToString();
       EXPECT_EQ(gm->type, type);
-      Buffer xb = Floats(x), xq = Empty(ActBytes(n * cols)), y = Empty(n * rows * 4);
-      Recorder rec(ctx_);
-      const bool q8 = QuantizeFor(&rec, type, xb, n * cols, xq);
-      kernels_->Gemm(&rec, *gm, q8 ? xq : xb, n, y);
-      ASSERT_TRUE(rec.Finish().ok());
-      for (int rep = 0; rep < 2; ++rep) {  // recorded once, replayed
-        ASSERT_TRUE(rec.Run().ok());
-        const std::vector<float> got = Read(y, n * rows);
-        if (k_quant) {
-          for (int64_t i = 0; i < n * rows; ++i) {
-            ASSERT_EQ(got[i], scalar[i]) << "token " << i / rows << " row " << i % rows;
-          }
-        }
-        for (int64_t t = 0; t < n; ++t) {
-          for (int64_t r = 0; r < rows; ++r) {
-            double norm = 0.0;
-            for (int64_t c = 0; c < cols; ++c) {
-              norm += std::fabs(wf[r * cols + c] * x[t * cols + c]);
+      for (const Kernels* kern : Variants(type)) {
+        SCOPED_TRACE(VariantName(kern));
+        Buffer xb = Floats(x), xq = Empty(ActBytes(n * cols)), y = Empty(n * rows * 4);
+        Recorder rec(ctx_);
+        const bool q8 = QuantizeFor(&rec, type, xb, n * cols, xq);
+        kern->Gemm(&rec, *gm, q8 ? xq : xb, n, y);
+        ASSERT_TRUE(rec.Finish().ok());
+        for (int rep = 0; rep < 2; ++rep) {  // recorded once, replayed
+          ASSERT_TRUE(rec.Run().ok());
+          const std::vector<float> got = Read(y, n * rows);
+          if (k_quant) {
+            for (int64_t i = 0; i < n * rows; ++i) {
+              ASSERT_EQ(got[i], scalar[i]) << "token " << i / rows << " row " << i % rows;
             }
-            const double tol = type == GgmlType::kF32 ? 1e-5 * norm : 1e-4 * norm;
-            ASSERT_NEAR(got[t * rows + r], want[t * rows + r], tol)
-                << "token " << t << " row " << r;
+          }
+          for (int64_t t = 0; t < n; ++t) {
+            for (int64_t r = 0; r < rows; ++r) {
+              double norm = 0.0;
+              for (int64_t c = 0; c < cols; ++c) {
+                norm += std::fabs(wf[r * cols + c] * x[t * cols + c]);
+              }
+              const double tol = type == GgmlType::kF32 ? 1e-5 * norm : 1e-4 * norm;
+              ASSERT_NEAR(got[t * rows + r], want[t * rows + r], tol)
+                  << "token " << t << " row " << r;
+            }
           }
         }
       }
@@ -205,7 +226,9 @@ TEST_F(GpuKernelsTest, GemmMatchesCpu) {
 }
 
 // The property speculation rests on: a token's row of an n-token GEMM is bit-identical to the
-// same token alone, for every weight type and for batch sizes around the token tile (8).
+// same token alone, for every weight type and for batch sizes around the token tile (8); for
+// F16, Q8_0 and Q4_0 under both GEMV variants (the wide one-token kernels against the batched
+// kernels of the same variant).
 TEST_F(GpuKernelsTest, GemmRowsDoNotDependOnBatchSize) {
   const int64_t rows = 37, cols = 256, max_n = 17;
   const std::vector<float> wf = Random(rows * cols, 21, 0.5f), x = Random(max_n * cols, 22);
@@ -214,21 +237,70 @@ TEST_F(GpuKernelsTest, GemmRowsDoNotDependOnBatchSize) {
     std::vector<uint8_t> data;
     auto gm = UploadMatrix(ctx_, Quantized(type, wf, rows, cols, &data));
     ASSERT_TRUE(gm.ok());
-    Buffer xb = Floats(x), xq = Empty(ActBytes(max_n * cols)), y = Empty(max_n * rows * 4);
-    std::vector<std::vector<float> > by_n;
-    for (int64_t n : {int64_t{1}, int64_t{8}, int64_t{9}, max_n}) {
-      Recorder rec(ctx_);
-      const bool q8 = QuantizeFor(&rec, type, xb, n * cols, xq);
-      kernels_->Gemm(&rec, *gm, q8 ? xq : xb, n, y);
-      ASSERT_TRUE(rec.Finish().ok());
-      ASSERT_TRUE(rec.Run().ok());
-      by_n.push_back(Read(y, n * rows));
+    for (const Kernels* kern : Variants(type)) {
+      SCOPED_TRACE(VariantName(kern));
+      Buffer xb = Floats(x), xq = Empty(ActBytes(max_n * cols)), y = Empty(max_n * rows * 4);
+      std::vector<std::vector<float> > by_n;
+      for (int64_t n : {int64_t{1}, int64_t{8}, int64_t{9}, max_n}) {
+        Recorder rec(ctx_);
+        const bool q8 = QuantizeFor(&rec, type, xb, n * cols, xq);
+        kern->Gemm(&rec, *gm, q8 ? xq : xb, n, y);
+        ASSERT_TRUE(rec.Finish().ok());
+        ASSERT_TRUE(rec.Run().ok());
+        by_n.push_back(Read(y, n * rows));
+      }
+      for (size_t i = 1; i < by_n.size(); ++i) {
+        // Row 0 of every batch is token 0; the larger batches share their first 8 and 9 tokens.
+        EXPECT_EQ(std::memcmp(by_n[i].data(), by_n[0].data(), rows * 4), 0) << "batch " << i;
+        const size_t common = std::min(by_n[i].size(), by_n[i - 1].size());
+        EXPECT_EQ(std::memcmp(by_n[i].data(), by_n[i - 1].data(), common * 4), 0) << "batch " << i;
+      }
     }
-    for (size_t i = 1; i < by_n.size(); ++i) {
-      // Row 0 of every batch is token 0; the larger batches share their first 8 and 9 tokens.
-      EXPECT_EQ(std::memcmp(by_n[i].data(), by_n[0].data(), rows * 4), 0) << "batch " << i;
-      const size_t common = std::min(by_n[i].size(), by_n[i - 1].size());
-      EXPECT_EQ(std::memcmp(by_n[i].data(), by_n[i - 1].data(), common * 4), 0) << "batch " << i;
+  }
+}
+
+// The wide GEMV (GemvVariant::kWide) on one token over odd shapes: row counts that leave a
+// partial workgroup, rows shorter than a subgroup's lanes and rows long enough for the unrolled
+// loop (4 x subgroup-size chunks or blocks) plus a tail. Q8_0 and Q4_0 give the basic kernel's
+// bits; F16 sums in another order and agrees with the CPU to GemmMatchesCpu's F16 bound (1e-4 of
+// the sum of |terms|); an F16 matrix whose columns are not a multiple of 8 runs the basic kernel
+// (the same bits).
+TEST_F(GpuKernelsTest, WideGemvMatchesBasicAndCpu) {
+  ThreadPool pool(1);
+  for (int64_t rows : {int64_t{1}, int64_t{3}, int64_t{67}}) {
+    for (int64_t cols : {int64_t{32}, int64_t{1056}, int64_t{4128}, int64_t{1030}}) {
+      const std::vector<float> wf = Random(rows * cols, 50 + static_cast<uint32_t>(cols), 0.5f);
+      const std::vector<float> x = Random(cols, 51);
+      for (GgmlType type : {GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kQ4_0}) {
+        if (type != GgmlType::kF16 && cols % 32 != 0) continue;
+        SCOPED_TRACE(std::string(GgmlTypeName(type)) + " rows " + std::to_string(rows) + " cols " +
+                     std::to_string(cols));
+        std::vector<uint8_t> data;
+        const kernels::Matrix m = Quantized(type, wf, rows, cols, &data);
+        std::vector<float> want(rows);
+        kernels::MatMul(m, x.data(), 1, want.data(), &pool);
+        auto gm = UploadMatrix(ctx_, m);
+        ASSERT_TRUE(gm.ok()) << gm.status().ToString();
+        std::vector<float> got[2];
+        for (int v = 0; v < 2; ++v) {
+          const Kernels* kern = v == 0 ? kernels_ : wide_;
+          Buffer xb = Floats(x), xq = Empty(ActBytes(cols)), y = Empty(rows * 4);
+          Recorder rec(ctx_);
+          const bool q8 = QuantizeFor(&rec, type, xb, cols, xq);
+          kern->Gemm(&rec, *gm, q8 ? xq : xb, 1, y);
+          ASSERT_TRUE(rec.Finish().ok());
+          ASSERT_TRUE(rec.Run().ok());
+          got[v] = Read(y, rows);
+        }
+        if (type != GgmlType::kF16 || cols % 8 != 0) {
+          EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), rows * 4), 0);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          double norm = 0.0;
+          for (int64_t c = 0; c < cols; ++c) norm += std::fabs(wf[r * cols + c] * x[c]);
+          ASSERT_NEAR(got[1][r], want[r], 1e-4 * norm) << "row " << r;
+        }
+      }
     }
   }
 }
@@ -237,7 +309,7 @@ TEST_F(GpuKernelsTest, GemmRowsDoNotDependOnBatchSize) {
 // is bit for bit the one-token GEMM (gemm1_*) of its expert's matrix alone on its token's
 // activation, for every weight type; gate/up (x_div = k: the token's row) and down (x_div = 1:
 // the slot's own row). The grouped form (GroupSlots, gemmg_*: 22 slots, 6-9 per expert, so
-// full and partial tiles of 8) gives the same bits.
+// full and partial tiles of 8) gives the same bits. F16, Q8_0 and Q4_0 under both GEMV variants.
 TEST_F(GpuKernelsTest, ExpertGemmEqualsEachExpertsGemm) {
   const int64_t rows = 37, cols = 256, n_exp = 3, n = 11, k = 2;
   std::vector<uint32_t> ids(n * k);  // [n][k], the two of a token different
@@ -260,43 +332,45 @@ TEST_F(GpuKernelsTest, ExpertGemmEqualsEachExpertsGemm) {
     const bool q8 = TakesQ8Activation(type) || TakesQ8KActivation(type);
     Buffer idb = Empty(ids.size() * 4);
     ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), ids.size() * 4).ok());
-    for (int64_t x_div : {k, int64_t{1}}) {
-      const int64_t n_x = n * k / x_div;
-      Buffer xb = Floats(std::vector<float>(x.begin(), x.begin() + n_x * cols));
-      Buffer xq = Empty(ActBytes(n_x * cols)), y = Empty(n * k * rows * 4);
-      Recorder rec(ctx_);
-      QuantizeFor(&rec, type, xb, n_x * cols, xq);
-      kernels_->GemmExperts(&rec, *stacked, q8 ? xq : xb, idb, n * k, x_div, y);
-      ASSERT_TRUE(rec.Finish().ok());
-      ASSERT_TRUE(rec.Run().ok());
-      const std::vector<float> got = Read(y, n * k * rows);
-      Buffer order = Empty(n * k * 4), tiles = Empty(Kernels::MaxExpertTiles(n * k, n_exp) * 12);
-      Buffer yg = Empty(n * k * rows * 4);
-      Recorder rg(ctx_);
-      QuantizeFor(&rg, type, xb, n_x * cols, xq);
-      kernels_->GroupSlots(&rg, idb, order, tiles, n * k, n_exp);
-      kernels_->GemmExpertsGrouped(&rg, *stacked, q8 ? xq : xb, tiles, order, n * k, x_div, yg);
-      ASSERT_TRUE(rg.Finish().ok());
-      ASSERT_TRUE(rg.Run().ok());
-      EXPECT_EQ(std::memcmp(Read(yg, n * k * rows).data(), got.data(), got.size() * 4), 0)
-          << "grouped slots differ, x_div " << x_div;
-      for (int64_t slot = 0; slot < n * k; ++slot) {
-        auto one = UploadMatrix(ctx_, experts[ids[slot]]);
-        ASSERT_TRUE(one.ok());
-        const int64_t row = slot / x_div;
-        Buffer x1 =
-            Floats(std::vector<float>(x.begin() + row * cols, x.begin() + (row + 1) * cols));
-        Buffer x1q = Empty(ActBytes(cols)), y1 = Empty(rows * 4);
-        Recorder r1(ctx_);
-        QuantizeFor(&r1, type, x1, cols, x1q);
-        kernels_->Gemm(&r1, *one, q8 ? x1q : x1, 1, y1);
-        ASSERT_TRUE(r1.Finish().ok());
-        ASSERT_TRUE(r1.Run().ok());
-        const std::vector<float> want = Read(y1, rows);
-        EXPECT_EQ(std::memcmp(got.data() + slot * rows, want.data(), rows * 4), 0)
-            << "slot " << slot << " x_div " << x_div;
+    for (const Kernels* kern : Variants(type))
+      for (int64_t x_div : {k, int64_t{1}}) {
+        SCOPED_TRACE(VariantName(kern));
+        const int64_t n_x = n * k / x_div;
+        Buffer xb = Floats(std::vector<float>(x.begin(), x.begin() + n_x * cols));
+        Buffer xq = Empty(ActBytes(n_x * cols)), y = Empty(n * k * rows * 4);
+        Recorder rec(ctx_);
+        QuantizeFor(&rec, type, xb, n_x * cols, xq);
+        kern->GemmExperts(&rec, *stacked, q8 ? xq : xb, idb, n * k, x_div, y);
+        ASSERT_TRUE(rec.Finish().ok());
+        ASSERT_TRUE(rec.Run().ok());
+        const std::vector<float> got = Read(y, n * k * rows);
+        Buffer order = Empty(n * k * 4), tiles = Empty(Kernels::MaxExpertTiles(n * k, n_exp) * 12);
+        Buffer yg = Empty(n * k * rows * 4);
+        Recorder rg(ctx_);
+        QuantizeFor(&rg, type, xb, n_x * cols, xq);
+        kern->GroupSlots(&rg, idb, order, tiles, n * k, n_exp);
+        kern->GemmExpertsGrouped(&rg, *stacked, q8 ? xq : xb, tiles, order, n * k, x_div, yg);
+        ASSERT_TRUE(rg.Finish().ok());
+        ASSERT_TRUE(rg.Run().ok());
+        EXPECT_EQ(std::memcmp(Read(yg, n * k * rows).data(), got.data(), got.size() * 4), 0)
+            << "grouped slots differ, x_div " << x_div;
+        for (int64_t slot = 0; slot < n * k; ++slot) {
+          auto one = UploadMatrix(ctx_, experts[ids[slot]]);
+          ASSERT_TRUE(one.ok());
+          const int64_t row = slot / x_div;
+          Buffer x1 =
+              Floats(std::vector<float>(x.begin() + row * cols, x.begin() + (row + 1) * cols));
+          Buffer x1q = Empty(ActBytes(cols)), y1 = Empty(rows * 4);
+          Recorder r1(ctx_);
+          QuantizeFor(&r1, type, x1, cols, x1q);
+          kern->Gemm(&r1, *one, q8 ? x1q : x1, 1, y1);
+          ASSERT_TRUE(r1.Finish().ok());
+          ASSERT_TRUE(r1.Run().ok());
+          const std::vector<float> want = Read(y1, rows);
+          EXPECT_EQ(std::memcmp(got.data() + slot * rows, want.data(), rows * 4), 0)
+              << "slot " << slot << " x_div " << x_div;
+        }
       }
-    }
   }
 }
 

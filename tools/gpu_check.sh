@@ -6,7 +6,11 @@
 #   bash .gpu/gpu_check.sh run [all] on the GPU machine (device tool, carry [".gpu"]): make the
 #                                    synthetic models with `synth`, run `bench --device vulkan` on
 #                                    each and 1B F16 batched decode at 1, 4, 16 and 64 streams,
-#                                    print one table. Default: the 1B shapes (a few minutes);
+#                                    print one table; the 1B F16, Q8_0 and Q4_0 decode runs
+#                                    twice, with the basic and the wide GEMV (UF_GPU_GEMV, the
+#                                    `gemv` column), and the GEMV kernel tests (bit-identity of
+#                                    rows across batch sizes, both variants) run first when
+#                                    prepare carried them. Default: the 1B shapes (a few minutes);
 #                                    `all` adds 8B F16 and Q4_0 (16 + 4.5 GB to write); `moe`
 #                                    (or `all`) adds cut-down mixtures of experts: Qwen3-30B-A3B
 #                                    Q4_K_M at 12 of its 48 layers and gpt-oss-20b MXFP4 at 8 of
@@ -25,9 +29,13 @@ case "${1:-}" in
     grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo /.gpu/ >> "$exclude"
     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
     cmake --build build --target ultrafast
+    # The GEMV kernel tests travel too (1.5 MB, the same libraries as ultrafast): run first on
+    # the GPU, they check the GEMMs' bit-identity under the driver's own compiler.
+    cmake --build build --target gpu_kernels_test || echo "no gpu_kernels_test (UF_BUILD_TESTS?)"
     mkdir -p .gpu
     [ -d .gpu/debs ] || ../shared/gpu/collect-debs.sh .gpu/debs
     cp build/ultrafast ../shared/gpu/on-device.sh tools/gpu_check.sh .gpu/
+    [ -x build/gpu_kernels_test ] && cp build/gpu_kernels_test .gpu/
     du -sh .gpu
     echo 'now, with the device tool: carry [".gpu"], command: bash .gpu/gpu_check.sh run'
     ;;
@@ -55,23 +63,31 @@ case "${1:-}" in
       n_gen=64 n_prompt=512 depth=${UF_GPU_DEPTH:-4096} streams=1,4,16,64
     fi
     uf devices
-    runs=("llama-3.2-1b f16 0" "llama-3.2-1b q8_0 0" "llama-3.2-1b q4_0 0"
-          "llama-3.2-1b f16 $depth")
-    [ "${2:-}" = all ] && runs+=("llama-3.1-8b f16 0" "llama-3.1-8b q4_0 0")
-    # Mixtures of experts, cut down to a few layers (the 4th field) to fit the session.
+    # The GEMV kernels against the CPU and across batch sizes, both variants (a few seconds).
+    if [ "$1" = run ] && [ -x .gpu/gpu_kernels_test ]; then
+      bash .gpu/on-device.sh .gpu/gpu_kernels_test --gtest_filter='*Gemm*:*Gemv*' 2>&1 |
+        grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure|gpu\]' || true
+    fi
+    # Fields: preset, weight type, depth, GEMV variant (UF_GPU_GEMV), layers (cut-down MoE).
+    runs=("llama-3.2-1b f16 0 basic" "llama-3.2-1b f16 0 wide" "llama-3.2-1b q8_0 0 basic"
+          "llama-3.2-1b q8_0 0 wide" "llama-3.2-1b q4_0 0 basic" "llama-3.2-1b q4_0 0 wide"
+          "llama-3.2-1b f16 $depth basic")
+    [ "${2:-}" = all ] && runs+=("llama-3.1-8b f16 0 basic" "llama-3.1-8b f16 0 wide"
+                                 "llama-3.1-8b q4_0 0 basic" "llama-3.1-8b q4_0 0 wide")
+    # Mixtures of experts, cut down to a few layers (the 5th field) to fit the session.
     [ "${2:-}" = all ] || [ "${2:-}" = moe ] &&
-      runs+=("qwen3-30b-a3b q4_k_m 0 12" "gpt-oss-20b mxfp4 0 8")
+      runs+=("qwen3-30b-a3b q4_k_m 0 basic 12" "gpt-oss-20b mxfp4 0 basic 8")
     results=()
     for r in "${runs[@]}"; do
-      read -r preset type d layers <<<"$r"
+      read -r preset type d gemv layers <<<"$r"
       name=$preset${layers:+-${layers}L}
       model="$dir/$preset-$type${layers:+-$layers}.gguf"
       [ -f "$model" ] || uf synth --preset "$preset" --type "$type" ${layers:+--layers "$layers"} \
         -o "$model" >/dev/null
-      line=$(uf bench --device vulkan -m "$model" -p 0 -n "$n_gen" --reps 1 --depth "$d" --json |
-             tail -n 1)
+      line=$(UF_GPU_GEMV=$gemv uf bench --device vulkan -m "$model" -p 0 -n "$n_gen" --reps 1 \
+             --depth "$d" --json | tail -n 1)
       echo "$line"
-      results+=("$name $type $d $line")
+      results+=("$name $type $d $gemv $line")
     done
     # Batched decode (the serving engine's steps): 1B F16, N streams after n_prompt-token
     # prompts, aggregate tok/s; the prompts also give the batched prefill figure.
@@ -79,23 +95,23 @@ case "${1:-}" in
     line=$(uf bench --device vulkan -m "$model" -p "$n_prompt" -n 32 --reps 1 --batch "$streams" \
              --json | tail -n 1)
     echo "$line"
-    results+=("llama-3.2-1b f16 0 $line")
+    results+=("llama-3.2-1b f16 0 basic $line")
     echo
     # One table: decode per model (streams 1), then the batched runs (aggregate over streams).
     python3 - "${results[@]}" <<'PY'
 import json, sys
-print(f"{'model':<18} {'type':<6} {'depth':>6} {'streams':>7} {'tok/s':>10} {'GPU tok/s':>10} "
-      f"{'read GB/s':>10} {'roofline':>9}")
+print(f"{'model':<18} {'type':<6} {'depth':>6} {'gemv':<5} {'streams':>7} {'tok/s':>10} "
+      f"{'GPU tok/s':>10} {'read GB/s':>10} {'roofline':>9}")
 for arg in sys.argv[1:]:
-    p, t, d, j = arg.split(" ", 3)
+    p, t, d, g, j = arg.split(" ", 4)
     j = json.loads(j)
     bw = j["read_bw_gb_s"]
     if "batch" not in j:
-        print(f"{p:<18} {t:<6} {d:>6} {1:>7} {j['tg_tok_s']:>10.1f} {j['tg_gpu_tok_s']:>10.1f} "
-              f"{bw:>10.0f} {100 * j['roofline']:>8.1f}%")
+        print(f"{p:<18} {t:<6} {d:>6} {g:<5} {1:>7} {j['tg_tok_s']:>10.1f} "
+              f"{j['tg_gpu_tok_s']:>10.1f} {bw:>10.0f} {100 * j['roofline']:>8.1f}%")
         continue
     for b in j["batch"]:
-        print(f"{p:<18} {t:<6} {d:>6} {b['streams']:>7} {b['tok_s']:>10.1f} "
+        print(f"{p:<18} {t:<6} {d:>6} {g:<5} {b['streams']:>7} {b['tok_s']:>10.1f} "
               f"{b['gpu_tok_s']:>10.1f} {bw:>10.0f} {100 * b['roofline']:>8.1f}%")
     print(f"prefill (the batched runs' prompts, batches of up to 512): {j['pp_tok_s']:.0f} tok/s")
 PY

@@ -50,6 +50,13 @@ StatusOr<std::vector<DeviceInfo>> ListDevices();
 // around its submit (so a submit's fixed cost, ~40 us on an H200, is spread over the passes).
 StatusOr<double> MeasureReadBandwidth(const DeviceSpec& device, uint64_t bytes, int passes);
 
+// Which one-token GEMV kernels the Vulkan backend runs (docs/gpu.md "The wide GEMV"). kBasic:
+// one subgroup per row, word loads (gemm1_*). kWide: 16-byte loads per lane, several in flight
+// (F16: gemm*w_f16 for every batch size, a different summation order than kBasic; Q8_0 and Q4_0:
+// gemm1w_*, the same bits as kBasic). kDefault: the environment's UF_GPU_GEMV=wide|basic, else
+// kBasic (the wide kernels' speed on a GPU is not yet measured).
+enum class GemvVariant { kDefault, kBasic, kWide };
+
 // The batched forward on one Vulkan device, behind the same step interface as the CPU decoder
 // (model::BatchForward), for the serving engine: a batch of tokens of several sequences (prefill
 // chunks, decode tokens, speculative verify rows) in one pass over the weights (GEMM kernels
@@ -73,6 +80,7 @@ struct GpuForwardOptions {
   // cache's context is longer than one chunk: at depth a decode step then runs n_head * depth /
   // chunk workgroups instead of n_head. 0: never split.
   int64_t attention_chunk = 256;
+  GemvVariant gemv = GemvVariant::kDefault;
 };
 class GpuForward : public model::BatchForward {
  public:
@@ -105,9 +113,11 @@ class GpuDecoder {
   virtual ~GpuDecoder() = default;
   // max_ctx: positions the device cache holds; max_batch: tokens per Prefill pass; kv_type: f16
   // or q8_0.
-  static StatusOr<std::unique_ptr<GpuDecoder>> Create(
-      const model::Model& model, const DeviceSpec& device, int64_t max_ctx, int64_t max_batch = 64,
-      engine::KvType kv_type = engine::KvType::kF16);
+  static StatusOr<std::unique_ptr<GpuDecoder>> Create(const model::Model& model,
+                                                      const DeviceSpec& device, int64_t max_ctx,
+                                                      int64_t max_batch = 64,
+                                                      engine::KvType kv_type = engine::KvType::kF16,
+                                                      GemvVariant gemv = GemvVariant::kDefault);
 
   // Runs token `token` at position `pos` (0 <= pos <= previous pos + 1; a smaller pos rewinds the
   // sequence) and leaves its logits in logits().

@@ -20,7 +20,8 @@ StatusOr<std::vector<DeviceInfo>> ListDevices() { return NotBuilt(); }
 StatusOr<double> MeasureReadBandwidth(const DeviceSpec&, uint64_t, int) { return NotBuilt(); }
 
 StatusOr<std::unique_ptr<GpuDecoder>> GpuDecoder::Create(const model::Model&, const DeviceSpec&,
-                                                         int64_t, int64_t, engine::KvType) {
+                                                         int64_t, int64_t, engine::KvType,
+                                                         GemvVariant) {
   return NotBuilt();
 }
 

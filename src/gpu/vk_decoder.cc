@@ -189,7 +189,7 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   max_blocks_ = (max_len_ + co.block_size - 1) / co.block_size;
   n_rows_ = co.n_blocks * co.block_size;
   UF_ASSIGN_OR_RETURN(ctx_, Context::Create(device.index));
-  UF_ASSIGN_OR_RETURN(k_, Kernels::Create(ctx_.get()));
+  UF_ASSIGN_OR_RETURN(k_, Kernels::Create(ctx_.get(), o_.gemv));
   const model::ModelWeights& w = model_.weights();
   for (int64_t il = 0; il < c_.n_layer; ++il) {
     const model::LayerWeights& l = w.layers[il];
@@ -700,7 +700,7 @@ Status VulkanForward::FetchLogits(std::span<const int64_t> rows) {
 class VulkanDecoder final : public GpuDecoder {
  public:
   Status Init(const model::Model& model, const DeviceSpec& device, int64_t max_ctx,
-              int64_t max_batch, engine::KvType kv_type) {
+              int64_t max_batch, engine::KvType kv_type, GemvVariant gemv) {
     if (max_ctx <= 0) return InvalidArgumentError("GpuDecoder: max_ctx must be positive");
     const model::ModelConfig& c = model.config();
     engine::KvCacheOptions co;
@@ -715,8 +715,8 @@ class VulkanDecoder final : public GpuDecoder {
     max_ctx_ = max_ctx;
     max_batch_ = std::clamp<int64_t>(max_batch, 1, max_ctx);
     n_vocab_ = c.n_vocab;
-    UF_ASSIGN_OR_RETURN(fwd_,
-                        GpuForward::Create(model, device, cache_.get(), {.max_batch = max_batch_}));
+    UF_ASSIGN_OR_RETURN(fwd_, GpuForward::Create(model, device, cache_.get(),
+                                                 {.max_batch = max_batch_, .gemv = gemv}));
     return OkStatus();
   }
 
@@ -790,10 +790,10 @@ StatusOr<std::unique_ptr<GpuForward>> GpuForward::Create(const model::Model& mod
 
 StatusOr<std::unique_ptr<GpuDecoder>> GpuDecoder::Create(const model::Model& model,
                                                          const DeviceSpec& device, int64_t max_ctx,
-                                                         int64_t max_batch,
-                                                         engine::KvType kv_type) {
+                                                         int64_t max_batch, engine::KvType kv_type,
+                                                         GemvVariant gemv) {
   auto d = std::make_unique<VulkanDecoder>();
-  UF_RETURN_IF_ERROR(d->Init(model, device, max_ctx, max_batch, kv_type));
+  UF_RETURN_IF_ERROR(d->Init(model, device, max_ctx, max_batch, kv_type, gemv));
   return std::unique_ptr<GpuDecoder>(std::move(d));
 }
 

@@ -1,6 +1,7 @@
 #include "gpu/vk_kernels.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <span>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/log.h"
 #include "kernels/blocks.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
@@ -214,9 +216,32 @@ StatusOr<GpuMatrix> UploadExperts(Context* ctx, std::span<const kernels::Matrix>
   return m;
 }
 
-StatusOr<Kernels> Kernels::Create(Context* ctx) {
+GemvVariant ResolveGemv(GemvVariant gemv) {
+  if (gemv != GemvVariant::kDefault) return gemv;
+  const char* env = std::getenv("UF_GPU_GEMV");
+  if (env == nullptr || *env == '\0') return GemvVariant::kBasic;
+  const std::string v(env);
+  if (v == "wide") return GemvVariant::kWide;
+  if (v != "basic") {
+    UF_LOG(WARNING) << "UF_GPU_GEMV=" << v << " is not wide or basic: basic";
+  }
+  return GemvVariant::kBasic;
+}
+
+StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv) {
   Kernels k;
   k.rows_per_group_ = 64 / ctx->info().subgroup_size;
+  k.wide_ = ResolveGemv(gemv) == GemvVariant::kWide;
+  if (k.wide_) {
+    // F16: every batch size (the wide order throughout); Q8_0 and Q4_0: one token only (the
+    // same bits as gemm1_*, so the batched kernels stay the basic ones).
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kF16], ctx->GetPipeline("gemm1w_f16", 3));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm8][GgmlType::kF16], ctx->GetPipeline("gemm8w_f16", 3));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmX][GgmlType::kF16], ctx->GetPipeline("gemmxw_f16", 4));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmG][GgmlType::kF16], ctx->GetPipeline("gemmgw_f16", 5));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ8_0], ctx->GetPipeline("gemm1w_q8_0", 3));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ4_0], ctx->GetPipeline("gemm1w_q4_0", 3));
+  }
   for (const auto& [type, name] :
        std::initializer_list<std::pair<GgmlType, const char*>>{{GgmlType::kF32, "f32"},
                                                                {GgmlType::kF16, "f16"},
@@ -259,6 +284,13 @@ const Pipeline* Kernels::GemmPipeline(GgmlType type, bool tiled) const {
   return it->second;
 }
 
+const Pipeline* Kernels::Wide(WideKind kind, const GpuMatrix& w) const {
+  if (!wide_) return nullptr;
+  if (w.type == GgmlType::kF16 && w.cols % 8 != 0) return nullptr;  // 16-byte aligned rows
+  const auto it = wide_gemm_[kind].find(w.type);
+  return it == wide_gemm_[kind].end() ? nullptr : it->second;
+}
+
 void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
                    uint32_t y_off, int64_t y_stride) const {
   uint32_t gx, gy;
@@ -283,8 +315,9 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
   // One token: gemm1_*, else tiles of 8 tokens (the grid's z). Both compute a token's row the
   // same way (tests/gpu_kernels_test.cc checks the bits).
   constexpr int64_t kTile = 8;
-  r->Dispatch(*GemmPipeline(w.type, n > 1), {w.buffer, x, y}, push, gx, gy,
-              static_cast<uint32_t>((n + kTile - 1) / kTile));
+  const Pipeline* wide = Wide(n > 1 ? kGemm8 : kGemm1, w);
+  r->Dispatch(wide != nullptr ? *wide : *GemmPipeline(w.type, n > 1), {w.buffer, x, y}, push, gx,
+              gy, static_cast<uint32_t>((n + kTile - 1) / kTile));
 }
 
 namespace {
@@ -334,8 +367,9 @@ void Kernels::GemmExpertsGrouped(Recorder* r, const GpuMatrix& w, const Buffer& 
   Grid((w.rows + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
   const auto it = gemmg_.find(w.type);
   UF_CHECK(it != gemmg_.end()) << "no grouped expert GEMM for " << GgmlTypeName(w.type);
-  r->Dispatch(*it->second, {w.buffer, x, y, tiles, order}, MakeExpertPush(w, n_slots, x_div), gx,
-              gy, static_cast<uint32_t>(max_tiles));
+  const Pipeline* wide = Wide(kGemmG, w);
+  r->Dispatch(wide != nullptr ? *wide : *it->second, {w.buffer, x, y, tiles, order},
+              MakeExpertPush(w, n_slots, x_div), gx, gy, static_cast<uint32_t>(max_tiles));
 }
 
 void Kernels::GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, const Buffer& ids,
@@ -345,8 +379,9 @@ void Kernels::GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, cons
   Grid((w.rows + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
   const auto it = gemmx_.find(w.type);
   UF_CHECK(it != gemmx_.end()) << "no expert GEMM for " << GgmlTypeName(w.type);
-  r->Dispatch(*it->second, {w.buffer, x, y, ids}, MakeExpertPush(w, n_slots, x_div), gx, gy,
-              static_cast<uint32_t>(n_slots));
+  const Pipeline* wide = Wide(kGemmX, w);
+  r->Dispatch(wide != nullptr ? *wide : *it->second, {w.buffer, x, y, ids},
+              MakeExpertPush(w, n_slots, x_div), gx, gy, static_cast<uint32_t>(n_slots));
 }
 
 void Kernels::Route(Recorder* r, const Buffer& logits, const Buffer* bias, const Buffer& ids,

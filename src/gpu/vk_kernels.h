@@ -69,12 +69,19 @@ struct AttentionShape {
   int64_t row_words() const { return q8 ? head_dim / 32 * 9 : head_dim / 2; }
 };
 
+// kBasic or kWide: gemv itself, or for kDefault the environment's UF_GPU_GEMV (wide|basic; unset
+// or anything else: kBasic, the latter with a warning).
+GemvVariant ResolveGemv(GemvVariant gemv);
+
 // The pipelines of every kernel, made once per context. Batched kernels take `tok`, the batch's
 // per-token inputs ([n][4] words: token id, position, cache row, sequence; host-written each
 // step), so a recording serves every step of its batch size.
 class Kernels {
  public:
-  static StatusOr<Kernels> Create(Context* ctx);
+  // gemv: the one-token GEMV kernels (GemvVariant; kDefault reads UF_GPU_GEMV).
+  static StatusOr<Kernels> Create(Context* ctx, GemvVariant gemv = GemvVariant::kDefault);
+  // kBasic or kWide: what Create resolved.
+  GemvVariant gemv() const { return wide_ ? GemvVariant::kWide : GemvVariant::kBasic; }
 
   // y[t * y_stride + y_off + row] = W x[t] for the n tokens (y_stride 0: w.rows). x holds n rows
   // of w.cols f32 values, or for TakesQ8Activation(w.type) their Q8_0 activation (Quantize of
@@ -181,12 +188,19 @@ class Kernels {
 
  private:
   const Pipeline* GemmPipeline(GgmlType type, bool tiled) const;
+  // The wide kernel of `kind` (kGemm1, kGemm8, kGemmX, kGemmG) for w, or nullptr when the
+  // basic one runs (wide GEMV off, no wide kernel of w's type and kind, or F16 columns not a
+  // multiple of 8). A matrix's choice depends on its type and shape only, never on the batch.
+  enum WideKind { kGemm1 = 0, kGemm8 = 1, kGemmX = 2, kGemmG = 3 };
+  const Pipeline* Wide(WideKind kind, const GpuMatrix& w) const;
 
   uint32_t rows_per_group_ = 1;  // GEMM rows per workgroup: 64 / subgroup size
   // [0]: one token (gemm1_*), [1]: tiles of 8 (gemm8_*), per weight type.
   std::map<GgmlType, const Pipeline*> gemm_[2];
   std::map<GgmlType, const Pipeline*> gemmx_;  // stacked experts, one slot per z
   std::map<GgmlType, const Pipeline*> gemmg_;  // stacked experts, a tile of one expert per z
+  bool wide_ = false;
+  std::map<GgmlType, const Pipeline*> wide_gemm_[4];  // by WideKind: the wide kernels
   const Pipeline* moe_group_ = nullptr;
   const Pipeline* route_ = nullptr;
   const Pipeline* moe_sum_ = nullptr;
