@@ -12,22 +12,12 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <memory>
 #include <random>
 #include <vector>
 
 #if UF_HAVE_VULKAN
-#include "base/thread_pool.h"
-#include "engine/seq_sampler.h"
-#include "gpu/vk_context.h"
-#include "gpu/vk_kernels.h"
-#include "kernels/blocks.h"
-#include "kernels/matmul.h"
-#include "kernels/ops.h"
-#include "kernels/quant.h"
-#include "sampling/sampler.h"
+#include "gpu_kernels_fixture.h"
 #endif
 
 namespace uf::gpu {
@@ -36,114 +26,6 @@ namespace {
 #if !UF_HAVE_VULKAN
 TEST(GpuKernels, NotBuilt) { GTEST_SKIP() << "built without the Vulkan backend"; }
 #else
-
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-class GpuKernelsTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    auto ctx = Context::Create(-1);
-    if (!ctx.ok()) {
-      skip_reason_ = new std::string(ctx.status().ToString());
-      return;
-    }
-    ctx_ = ctx->release();
-    auto k = Kernels::Create(ctx_, GemvVariant::kBasic);
-    ASSERT_TRUE(k.ok()) << k.status().ToString();
-    kernels_ = new Kernels(*k);
-    auto w = Kernels::Create(ctx_, GemvVariant::kWide);
-    ASSERT_TRUE(w.ok()) << w.status().ToString();
-    wide_ = new Kernels(*w);
-  }
-  static void TearDownTestSuite() {
-    delete kernels_;
-    delete wide_;
-    wide_ = nullptr;
-    delete ctx_;
-    kernels_ = nullptr;
-    ctx_ = nullptr;
-  }
-  void SetUp() override {
-    if (ctx_ == nullptr) {
-      GTEST_SKIP() << "no usable Vulkan device: " << (skip_reason_ ? *skip_reason_ : "");
-    }
-  }
-
-  Buffer Floats(const std::vector<float>& v) {
-    auto b = ctx_->CreateBuffer(v.size() * 4, Memory::kDevice);
-    EXPECT_TRUE(b.ok());
-    EXPECT_TRUE(ctx_->Upload(*b, 0, v.data(), v.size() * 4).ok());
-    return std::move(*b);
-  }
-  Buffer Empty(uint64_t bytes) { return std::move(*ctx_->CreateBuffer(bytes, Memory::kDevice)); }
-  std::vector<float> Read(const Buffer& b, size_t n) {
-    std::vector<float> v(n);
-    EXPECT_TRUE(ctx_->Download(b, 0, v.data(), n * 4).ok());
-    return v;
-  }
-  // The per-token inputs of a batch: {token, position, cache row, sequence} each.
-  Buffer Tok(const std::vector<std::array<uint32_t, 4> >& rows) {
-    Buffer b = std::move(*ctx_->CreateBuffer(rows.size() * 16, Memory::kHost));
-    std::memcpy(b.mapped(), rows.data(), rows.size() * 16);
-    return b;
-  }
-  // Weights of `type` quantized from wf, as a kernels::Matrix over data.
-  static kernels::Matrix Quantized(GgmlType type, const std::vector<float>& wf, int64_t rows,
-                                   int64_t cols, std::vector<uint8_t>* data) {
-    const size_t row_bytes = kernels::KernelRowBytes(type, cols);
-    data->resize(rows * row_bytes);
-    for (int64_t r = 0; r < rows; ++r) {
-      kernels::QuantizeRow(type, wf.data() + r * cols, data->data() + r * row_bytes, cols);
-    }
-    return *kernels::Matrix::Create(type, data->data(), rows, cols);
-  }
-
-  // The activation a GEMM of `type` reads: values of x quantized into q (Q8_0 or Q8_K) as the
-  // decoder does; false (nothing recorded) when the type takes f32 values.
-  static bool QuantizeFor(Recorder* r, GgmlType type, const Buffer& x, int64_t values,
-                          const Buffer& q) {
-    if (TakesQ8KActivation(type)) {
-      kernels_->QuantizeK(r, x, 0, values, q);
-      return true;
-    }
-    if (TakesQ8Activation(type)) {
-      kernels_->Quantize(r, x, 0, values, q);
-      return true;
-    }
-    return false;
-  }
-  static uint64_t ActBytes(int64_t values) {
-    return std::max(Q8ActivationBytes(values), Q8KActivationBytes(values));
-  }
-
-  // Paged attention over an f16 or Q8_0 cache (PagedAttentionMatchesReference).
-  std::vector<float> PagedAttention(bool q8, int64_t chunk);
-
-  // The GEMV variants that differ for `type`: the basic kernels, and the wide ones (GemvVariant)
-  // for the types that have them (F16, Q8_0, Q4_0).
-  static std::vector<const Kernels*> Variants(GgmlType type) {
-    if (type == GgmlType::kF16 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0) {
-      return {kernels_, wide_};
-    }
-    return {kernels_};
-  }
-  static const char* VariantName(const Kernels* k) { return k == wide_ ? "wide" : "basic"; }
-
-  static Context* ctx_;
-  static Kernels* kernels_;
-  static Kernels* wide_;  // GemvVariant::kWide
-  static std::string* skip_reason_;
-};
-Context* GpuKernelsTest::ctx_ = nullptr;
-Kernels* GpuKernelsTest::kernels_ = nullptr;
-Kernels* GpuKernelsTest::wide_ = nullptr;
-std::string* GpuKernelsTest::skip_reason_ = nullptr;
 
 TEST_F(GpuKernelsTest, DeviceIsListed) {
   auto devices = ListDevices();
@@ -504,6 +386,8 @@ TEST_F(GpuKernelsTest, PagedAttentionMatchesReference) {
   }
 }
 
+}  // namespace
+
 std::vector<float> GpuKernelsTest::PagedAttention(bool q8, int64_t chunk) {
   const int64_t n_head = 4, n_kv = 2, hd = 64, bs = 4, n_blocks = 5, n_pos = 11;
   const int64_t n_rows = n_blocks * bs, max_blocks = 3, max_len = max_blocks * bs;
@@ -591,6 +475,8 @@ std::vector<float> GpuKernelsTest::PagedAttention(bool q8, int64_t chunk) {
   return got;
 }
 
+namespace {
+
 // The embedding rows of each table type are the CPU dequantization of those rows (exactly, but
 // for Q4_K, where the shader may fuse d * q - m into one rounding).
 TEST_F(GpuKernelsTest, EmbedMatchesDequantize) {
@@ -636,233 +522,6 @@ TEST_F(GpuKernelsTest, GatherPicksRows) {
   const std::vector<float> got = Read(y, 2 * cols);
   EXPECT_TRUE(std::equal(got.begin(), got.begin() + cols, x.begin() + 3 * cols));
   EXPECT_TRUE(std::equal(got.begin() + cols, got.end(), x.begin() + cols));
-}
-
-// The device arg-max picks what sampling::ArgMax picks: the first of equal maxima, never a NaN,
-// 0 for a row of -inf.
-TEST_F(GpuKernelsTest, ArgMaxMatchesSampler) {
-  const int64_t n_vocab = 1000, rows = 5;
-  std::vector<float> l = Random(rows * n_vocab, 40);
-  l[0 * n_vocab + 700] = 9.0f;  // row 0: a tie, the first wins
-  l[0 * n_vocab + 300] = 9.0f;
-  l[1 * n_vocab + 999] = 7.0f;  // row 1: the last value, a NaN ahead of it
-  l[1 * n_vocab + 5] = std::nanf("");
-  std::fill(l.begin() + 2 * n_vocab, l.begin() + 3 * n_vocab, -INFINITY);  // row 2
-  l[3 * n_vocab + 0] = 8.0f;                                               // row 3: the first value
-  Buffer lb = Floats(l);
-  Buffer out = std::move(*ctx_->CreateBuffer(rows * 4, Memory::kHost));
-  Recorder rec(ctx_);
-  kernels_->ArgMax(&rec, lb, out, n_vocab, rows);
-  ASSERT_TRUE(rec.Finish().ok());
-  ASSERT_TRUE(rec.Run().ok());
-  const auto* got = static_cast<const uint32_t*>(out.mapped());
-  for (int64_t r = 0; r < rows; ++r) {
-    EXPECT_EQ(static_cast<int32_t>(got[r]),
-              sampling::ArgMax(l.data() + r * n_vocab, static_cast<int32_t>(n_vocab)))
-        << "row " << r;
-  }
-  EXPECT_EQ(got[0], 300u);
-  EXPECT_EQ(got[1], 999u);
-  EXPECT_EQ(got[2], 0u);
-  EXPECT_EQ(got[3], 0u);
-}
-
-// The sampler's order of a row's tokens: higher logit, then lower id; NaN ranks as -inf.
-std::vector<int32_t> BestFirst(const float* l, int64_t n) {
-  std::vector<int32_t> ids(n);
-  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(i);
-  const auto v = [&](int32_t i) { return std::isnan(l[i]) ? -INFINITY : l[i]; };
-  std::sort(ids.begin(), ids.end(),
-            [&](int32_t a, int32_t b) { return v(a) > v(b) || (v(a) == v(b) && a < b); });
-  return ids;
-}
-
-// The device's best tokens of each row are the sampler's top-k set in its order (ties by id at
-// and across the cut, NaN as -inf, -0 tied with +0, a row shorter than k padded), with the raw
-// logits, the max and the log-sum-exp; and a sampler given only them draws, seed for seed, the
-// token it draws from the whole row (Sampler::SampleTop against Sample).
-TEST_F(GpuKernelsTest, TopKMatchesSamplerAndSamplesTheSameTokens) {
-  const int64_t n_vocab = 3000, rows = 6, k = Kernels::kMaxTopK;
-  std::vector<float> l = Random(rows * n_vocab, 50, 2.0f);
-  float* r1 = l.data() + 1 * n_vocab;  // quarter steps: ties everywhere, across the cut too
-  for (int64_t i = 0; i < n_vocab; ++i) r1[i] = std::round(r1[i] * 4.0f) / 4.0f;
-  float* r2 = l.data() + 2 * n_vocab;  // all equal but a NaN and signed zeros below
-  std::fill(r2, r2 + n_vocab, 1.0f);
-  r2[7] = std::nanf("");
-  float* r3 = l.data() + 3 * n_vocab;  // -inf but for 10 values and a NaN: fewer than k finite
-  std::fill(r3, r3 + n_vocab, -INFINITY);
-  for (int i = 0; i < 10; ++i) r3[i * 271 + 5] = static_cast<float>(i % 4);
-  r3[100] = std::nanf("");
-  float* r4 = l.data() + 4 * n_vocab;  // all -inf
-  std::fill(r4, r4 + n_vocab, -INFINITY);
-  float* r5 = l.data() + 5 * n_vocab;  // the best are +0 and -0, interleaved
-  for (int64_t i = 0; i < n_vocab; ++i) r5[i] = -std::fabs(r5[i]) - 0.5f;
-  for (int i = 0; i < 100; ++i) r5[i * 29] = i % 2 == 0 ? 0.0f : -0.0f;
-  Buffer lb = Floats(l);
-  Buffer out = std::move(*ctx_->CreateBuffer(rows * (2 * k + 2) * 4, Memory::kHost));
-  Recorder rec(ctx_);
-  kernels_->TopK(&rec, lb, out, n_vocab, rows, k);
-  ASSERT_TRUE(rec.Finish().ok());
-  ASSERT_TRUE(rec.Run().ok());
-  const auto* w = static_cast<const uint32_t*>(out.mapped());
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = l.data() + r * n_vocab;
-    const uint32_t* o = w + r * (2 * k + 2);
-    const auto* ids = reinterpret_cast<const int32_t*>(o);
-    const auto* vals = reinterpret_cast<const float*>(o + k);
-    const std::vector<int32_t> want = BestFirst(row, n_vocab);
-    for (int64_t i = 0; i < k; ++i) {
-      ASSERT_EQ(ids[i], want[i]) << "row " << r << " rank " << i;
-      ASSERT_EQ(std::memcmp(&vals[i], &row[want[i]], 4), 0) << "row " << r << " rank " << i;
-    }
-    float max, lse;
-    std::memcpy(&max, o + 2 * k, 4);
-    std::memcpy(&lse, o + 2 * k + 1, 4);
-    const float want_max = std::isnan(row[want[0]]) ? -INFINITY : row[want[0]];
-    EXPECT_EQ(max, want_max) << "row " << r;
-    if (want_max == -INFINITY) {
-      EXPECT_EQ(lse, -INFINITY) << "row " << r;
-    } else {
-      double z = 0.0;
-      for (int64_t i = 0; i < n_vocab; ++i) {
-        if (row[i] > -INFINITY) z += std::exp(static_cast<double>(row[i]) - want_max);
-      }
-      EXPECT_NEAR(lse, want_max + std::log(z), 1e-4) << "row " << r;
-    }
-    // Seed for seed, the same tokens from the best k as from the whole row.
-    std::vector<sampling::SamplingParams> settings(6);
-    settings[0].temperature = 0.0f;
-    settings[1].top_k = 1;
-    settings[2].top_k = 5, settings[2].top_p = 1.0f, settings[2].min_p = 0.0f;
-    settings[2].temperature = 0.7f;
-    settings[3].top_k = 40, settings[3].top_p = 0.9f, settings[3].min_p = 0.05f;
-    settings[3].temperature = 1.3f;
-    settings[4].top_k = 64, settings[4].top_p = 0.5f, settings[4].min_p = 0.0f;
-    settings[5].top_k = 64, settings[5].top_p = 1.0f, settings[5].min_p = 0.0f;
-    settings[5].temperature = 5.0f;
-    for (size_t si = 0; si < settings.size(); ++si) {
-      sampling::SamplingParams p = settings[si];
-      p.seed = 1000 + si + 10 * r;
-      sampling::Sampler full(p, static_cast<int32_t>(n_vocab)),
-          top(p, static_cast<int32_t>(n_vocab));
-      ASSERT_TRUE(top.CanSampleTop(static_cast<int32_t>(k)));
-      for (int draw = 0; draw < 64; ++draw) {
-        ASSERT_EQ(top.SampleTop(ids, vals, static_cast<int32_t>(k)), full.Sample(row))
-            << "row " << r << " settings " << si << " draw " << draw;
-      }
-    }
-  }
-  // A row shorter than k: all of it, then padding.
-  const int64_t short_n = 40;
-  Buffer sb = Floats(std::vector<float>(l.begin() + n_vocab, l.begin() + n_vocab + short_n));
-  Recorder rec2(ctx_);
-  kernels_->TopK(&rec2, sb, out, short_n, 1, k);
-  ASSERT_TRUE(rec2.Finish().ok());
-  ASSERT_TRUE(rec2.Run().ok());
-  const std::vector<int32_t> want = BestFirst(l.data() + n_vocab, short_n);
-  for (int64_t i = 0; i < k; ++i) {
-    EXPECT_EQ(static_cast<int32_t>(w[i]), i < short_n ? want[i] : -1) << "rank " << i;
-  }
-}
-
-// The device path of a row whose sampler edits logits: mask_rows.comp reads the edited tokens
-// (bias with a repeated id and a -inf bias, banned tokens, the penalty window) out raw and masks
-// them, topk.comp reduces the rest; Sampler::SampleTop applies the edits on the host. Over
-// seeded draws on four rows (one with ties everywhere), greedy and top-k 1..64 with top-p and
-// min-p, each penalty alone and all together, each drawn token accepted into the window: the
-// same token as the full-row sampler in every draw, and the logprobs (the token's and the top
-// 20) those of the whole row, ids exactly and values within 1e-5.
-TEST_F(GpuKernelsTest, MaskedTopKSamplesWithEditsAsTheWholeRow) {
-  const int64_t n_vocab = 3000, rows = 4, k = Kernels::kMaxTopK, cap = 256;
-  std::vector<float> l = Random(rows * n_vocab, 77, 2.0f);
-  for (int64_t i = 0; i < n_vocab; ++i) l[n_vocab + i] = std::round(l[n_vocab + i] * 4.0f) / 4.0f;
-  for (int64_t i = 0; i < n_vocab; ++i) l[3 * n_vocab + i] *= 3.0f;  // peaked
-  Buffer lb = Floats(l);
-  Buffer known = std::move(*ctx_->CreateBuffer(rows * (cap + 1) * 4, Memory::kHost));
-  Buffer raw = std::move(*ctx_->CreateBuffer(rows * cap * 4, Memory::kHost));
-  Buffer out = std::move(*ctx_->CreateBuffer(rows * (2 * k + 2) * 4, Memory::kHost));
-  Recorder rec(ctx_);
-  kernels_->MaskRows(&rec, lb, known, raw, n_vocab, rows, cap);
-  kernels_->TopK(&rec, lb, out, n_vocab, rows, k);
-  ASSERT_TRUE(rec.Finish().ok());
-  int draws = 0, edited_draws = 0;
-  double max_err = 0.0;
-  for (int setting = 0; setting < 6; ++setting) {
-    sampling::SamplingParams p;
-    p.temperature = setting == 0 ? 0.0f : 0.6f + 0.25f * setting;
-    p.top_k = std::array<int32_t, 6>{0, 1, 5, 40, 64, 20}[setting];
-    p.top_p = setting == 5 ? 1.0f : 0.9f;
-    p.min_p = setting == 4 ? 0.0f : 0.03f;
-    p.penalty_last_n = 24;
-    p.repeat_penalty = setting % 3 == 0 || setting == 5 ? 1.4f : 1.0f;
-    p.frequency_penalty = setting % 3 == 1 || setting == 5 ? 0.6f : 0.0f;
-    p.presence_penalty = setting % 3 == 2 || setting == 5 ? 0.9f : 0.0f;
-    std::vector<sampling::Sampler> full, top;
-    for (int64_t r = 0; r < rows; ++r) {
-      p.seed = 10 * setting + r;
-      full.emplace_back(p, static_cast<int32_t>(n_vocab));
-      top.emplace_back(p, static_cast<int32_t>(n_vocab));
-      for (sampling::Sampler* s : {&full.back(), &top.back()}) {
-        s->SetLogitBias({{11, 3.0f}, {12, -0.5f}, {11, 0.125f}, {2999, 4.0f}, {500, -INFINITY}});
-        s->SetBanned({0, 1, 2});
-      }
-    }
-    std::vector<std::vector<int32_t> > known_ids(rows);
-    for (int step = 0; step < 25; ++step) {
-      ASSERT_TRUE(ctx_->Upload(lb, 0, l.data(), l.size() * 4).ok());  // unmasked again
-      auto* kw = static_cast<uint32_t*>(known.mapped());
-      for (int64_t r = 0; r < rows; ++r) {
-        top[r].EditedTokens({}, &known_ids[r]);
-        ASSERT_LE(static_cast<int64_t>(known_ids[r].size()), cap);
-        kw[r * (cap + 1)] = static_cast<uint32_t>(known_ids[r].size());
-        for (size_t i = 0; i < known_ids[r].size(); ++i)
-          kw[r * (cap + 1) + 1 + i] = known_ids[r][i];
-      }
-      ASSERT_TRUE(rec.Run().ok());
-      const auto* w = static_cast<const uint32_t*>(out.mapped());
-      const auto* rw = static_cast<const float*>(raw.mapped());
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* row = l.data() + r * n_vocab;
-        const uint32_t* o = w + r * (2 * k + 2);
-        model::TopRow t;
-        t.n = static_cast<int32_t>(k);
-        t.ids = reinterpret_cast<const int32_t*>(o);
-        t.logits = reinterpret_cast<const float*>(o + k);
-        std::memcpy(&t.max, o + 2 * k, 4);
-        std::memcpy(&t.log_sum_exp, o + 2 * k + 1, 4);
-        t.n_known = static_cast<int32_t>(known_ids[r].size());
-        t.known_ids = known_ids[r].data();
-        t.known_logits = rw + r * cap;
-        for (int32_t i = 0; i < t.n_known; ++i) {
-          ASSERT_EQ(std::memcmp(&t.known_logits[i], &row[t.known_ids[i]], 4), 0);
-        }
-        const int32_t want = full[r].Sample(row);
-        const int32_t got =
-            top[r].SampleTop(t.ids, t.logits, t.n, t.known_ids, t.known_logits, t.n_known);
-        ASSERT_EQ(got, want) << "setting " << setting << " step " << step << " row " << r;
-        ++draws;
-        edited_draws +=
-            std::find(known_ids[r].begin(), known_ids[r].end(), got) != known_ids[r].end();
-        const engine::TokenLogprob a =
-            engine::SequenceSampler::Logprobs(row, static_cast<int32_t>(n_vocab), got, 20);
-        const engine::TokenLogprob b = engine::SequenceSampler::Logprobs(t, got, 20);
-        EXPECT_NEAR(a.logprob, b.logprob, 1e-5);
-        max_err = std::max(max_err, std::abs(static_cast<double>(a.logprob) - b.logprob));
-        ASSERT_EQ(a.top.size(), b.top.size());
-        for (size_t i = 0; i < a.top.size(); ++i) {
-          EXPECT_EQ(a.top[i].first, b.top[i].first) << "rank " << i;
-          EXPECT_NEAR(a.top[i].second, b.top[i].second, 1e-5) << "rank " << i;
-        }
-        full[r].Accept(got);
-        top[r].Accept(got);
-      }
-    }
-  }
-  EXPECT_GT(edited_draws, 10) << "the edits should matter to some draws";
-  std::printf(
-      "[gpu kernels] %d draws with edits (%d of an edited token): all equal to the "
-      "whole row's; logprob error <= %.2g\n",
-      draws, edited_draws, max_err);
 }
 
 #endif  // UF_HAVE_VULKAN

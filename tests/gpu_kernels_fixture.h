@@ -1,0 +1,139 @@
+// The fixture of the GPU kernel tests (gpu_kernels_test.cc, gpu_topk_test.cc): a Vulkan context
+// on whatever device the loader finds first (Mesa's lavapipe in CI), the basic and wide kernels,
+// and helpers that move floats and quantized weights to the device and back. Without a device
+// every test skips, saying why. Only for tests built with UF_HAVE_VULKAN=1.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "engine/seq_sampler.h"
+#include "gpu/vk_context.h"
+#include "gpu/vk_kernels.h"
+#include "kernels/blocks.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "kernels/quant.h"
+#include "sampling/sampler.h"
+
+namespace uf::gpu {
+
+inline std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+class GpuKernelsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto ctx = Context::Create(-1);
+    if (!ctx.ok()) {
+      skip_reason_ = new std::string(ctx.status().ToString());
+      return;
+    }
+    ctx_ = ctx->release();
+    auto k = Kernels::Create(ctx_, GemvVariant::kBasic);
+    ASSERT_TRUE(k.ok()) << k.status().ToString();
+    kernels_ = new Kernels(*k);
+    auto w = Kernels::Create(ctx_, GemvVariant::kWide);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    wide_ = new Kernels(*w);
+  }
+  static void TearDownTestSuite() {
+    delete kernels_;
+    delete wide_;
+    wide_ = nullptr;
+    delete ctx_;
+    kernels_ = nullptr;
+    ctx_ = nullptr;
+  }
+  void SetUp() override {
+    if (ctx_ == nullptr) {
+      GTEST_SKIP() << "no usable Vulkan device: " << (skip_reason_ ? *skip_reason_ : "");
+    }
+  }
+
+  Buffer Floats(const std::vector<float>& v) {
+    auto b = ctx_->CreateBuffer(v.size() * 4, Memory::kDevice);
+    EXPECT_TRUE(b.ok());
+    EXPECT_TRUE(ctx_->Upload(*b, 0, v.data(), v.size() * 4).ok());
+    return std::move(*b);
+  }
+  Buffer Empty(uint64_t bytes) { return std::move(*ctx_->CreateBuffer(bytes, Memory::kDevice)); }
+  std::vector<float> Read(const Buffer& b, size_t n) {
+    std::vector<float> v(n);
+    EXPECT_TRUE(ctx_->Download(b, 0, v.data(), n * 4).ok());
+    return v;
+  }
+  // The per-token inputs of a batch: {token, position, cache row, sequence} each.
+  Buffer Tok(const std::vector<std::array<uint32_t, 4> >& rows) {
+    Buffer b = std::move(*ctx_->CreateBuffer(rows.size() * 16, Memory::kHost));
+    std::memcpy(b.mapped(), rows.data(), rows.size() * 16);
+    return b;
+  }
+  // Weights of `type` quantized from wf, as a kernels::Matrix over data.
+  static kernels::Matrix Quantized(GgmlType type, const std::vector<float>& wf, int64_t rows,
+                                   int64_t cols, std::vector<uint8_t>* data) {
+    const size_t row_bytes = kernels::KernelRowBytes(type, cols);
+    data->resize(rows * row_bytes);
+    for (int64_t r = 0; r < rows; ++r) {
+      kernels::QuantizeRow(type, wf.data() + r * cols, data->data() + r * row_bytes, cols);
+    }
+    return *kernels::Matrix::Create(type, data->data(), rows, cols);
+  }
+
+  // The activation a GEMM of `type` reads: values of x quantized into q (Q8_0 or Q8_K) as the
+  // decoder does; false (nothing recorded) when the type takes f32 values.
+  static bool QuantizeFor(Recorder* r, GgmlType type, const Buffer& x, int64_t values,
+                          const Buffer& q) {
+    if (TakesQ8KActivation(type)) {
+      kernels_->QuantizeK(r, x, 0, values, q);
+      return true;
+    }
+    if (TakesQ8Activation(type)) {
+      kernels_->Quantize(r, x, 0, values, q);
+      return true;
+    }
+    return false;
+  }
+  static uint64_t ActBytes(int64_t values) {
+    return std::max(Q8ActivationBytes(values), Q8KActivationBytes(values));
+  }
+
+  // Paged attention over an f16 or Q8_0 cache (PagedAttentionMatchesReference).
+  std::vector<float> PagedAttention(bool q8, int64_t chunk);
+
+  // The GEMV variants that differ for `type`: the basic kernels, and the wide ones (GemvVariant)
+  // for the types that have them (F16, Q8_0, Q4_0).
+  static std::vector<const Kernels*> Variants(GgmlType type) {
+    if (type == GgmlType::kF16 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0) {
+      return {kernels_, wide_};
+    }
+    return {kernels_};
+  }
+  static const char* VariantName(const Kernels* k) { return k == wide_ ? "wide" : "basic"; }
+
+  static Context* ctx_;
+  static Kernels* kernels_;
+  static Kernels* wide_;  // GemvVariant::kWide
+  static std::string* skip_reason_;
+};
+inline Context* GpuKernelsTest::ctx_ = nullptr;
+inline Kernels* GpuKernelsTest::kernels_ = nullptr;
+inline Kernels* GpuKernelsTest::wide_ = nullptr;
+inline std::string* GpuKernelsTest::skip_reason_ = nullptr;
+
+}  // namespace uf::gpu
