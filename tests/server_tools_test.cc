@@ -126,6 +126,37 @@ TEST(ToolCallsTest, GrammarForcesValidCalls) {
   EXPECT_TRUE(GrammarAccepts(*harmony, oss_call));
   EXPECT_FALSE(GrammarAccepts(*harmony, oss_call + oss_call));
   EXPECT_FALSE(GrammarAccepts(*harmony, weather));
+  // A forced harmony call may reason first: one analysis message, any text without "<|" ('<'
+  // alone, runs of it and one just before <|end|> included), then the call.
+  const std::string analysis =
+      "<|channel|>analysis<|message|>Need Rome's weather; a<b, <<x and 2 << 3 hold. <<";
+  const std::string reasoned = analysis + "<|end|><|start|>assistant" + oss_call;
+  EXPECT_TRUE(GrammarAccepts(*harmony, reasoned));
+  EXPECT_TRUE(GrammarAccepts(*harmony,
+                             "<|channel|>analysis<|message|><|end|><|start|>assistant" + oss_call));
+  EXPECT_FALSE(GrammarAccepts(*harmony, analysis + "<|end|><|start|>assistant"));  // no call
+  EXPECT_FALSE(GrammarAccepts(*harmony, "<|channel|>analysis<|message|>x<|return|>"));
+  EXPECT_FALSE(GrammarAccepts(*harmony,
+                              "<|channel|>analysis<|message|>a<|channel|>final"
+                              "<|message|>b<|end|><|start|>assistant" +
+                                  oss_call));  // a second header inside the text
+  EXPECT_FALSE(GrammarAccepts(*harmony, "<|channel|>final<|message|>Hi<|end|><|start|>assistant" +
+                                            oss_call));  // only the analysis channel
+  EXPECT_FALSE(GrammarAccepts(*harmony, reasoned + "<|end|><|start|>assistant" + reasoned));
+  // Its argument strings never hold "<|" (the parser would read a header there); '<' otherwise.
+  const std::string call_head =
+      "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"";
+  for (const char* city : {"a<b", "<<x", "x<", "<", "\\u003c|", "|<"}) {
+    EXPECT_TRUE(GrammarAccepts(*harmony, call_head + city + "\",\"unit\":\"c\"}")) << city;
+  }
+  for (const char* city : {"<|channel|>", "a<|b", "<<|", "x<|end|>"}) {
+    EXPECT_FALSE(GrammarAccepts(*harmony, call_head + city + "\",\"unit\":\"c\"}")) << city;
+  }
+  // Other formats keep every string.
+  EXPECT_TRUE(
+      GrammarAccepts(*any,
+                     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"<|x\","
+                     "\"unit\":\"f\"}}\n</tool_call>"));
   ReplyFormat f;
   f.reasoning = ReasoningFormat::kHarmony;
   f.parse_tools = true;
@@ -133,6 +164,11 @@ TEST(ToolCallsTest, GrammarForcesValidCalls) {
   const ReplyEnd parsed = ReplyParser::Parse(f, oss_call);  // what the grammar lets out parses
   ASSERT_EQ(parsed.calls.size(), 1u);
   EXPECT_EQ(parsed.calls[0].name, "get_weather");
+  const ReplyEnd parsed_reasoned = ReplyParser::Parse(f, reasoned);
+  ASSERT_EQ(parsed_reasoned.calls.size(), 1u);
+  EXPECT_EQ(parsed_reasoned.calls[0].name, "get_weather");
+  EXPECT_EQ(parsed_reasoned.reasoning, "Need Rome's weather; a<b, <<x and 2 << 3 hold. <<");
+  EXPECT_EQ(parsed_reasoned.content, "");
   ojson bad = kTools;
   bad[1]["function"]["parameters"]["properties"]["n"] = {{"type", "number"}, {"minimum", 1}};
   EXPECT_FALSE(ToolCallGrammar(bad, ToolCallFormat::kHermes, false, "", &param).ok());

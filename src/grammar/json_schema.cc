@@ -66,11 +66,24 @@ class JsonSyntax {
     return Grammar::Ref(ws_);
   }
 
+  // Strings never hold "<|" (harmony reads it as a message header, so a string with one would
+  // break the reply's structure). Unbounded strings stay otherwise unrestricted; strings with a
+  // length bound then leave out '<' (write \u003c), as a pair of characters cannot be counted
+  // as one.
+  void ExcludeTagOpen() { no_tag_open_ = true; }
+
   Element Char() {
     if (char_ >= 0) return Grammar::Ref(char_);
+    char_ = CharRule(no_tag_open_ ? "<" : "");
+    return Grammar::Ref(char_);
+  }
+
+  // A JSON string character, raw bytes in `except` left out.
+  int32_t CharRule(std::string_view except) {
     ByteSet plain = ByteRange(0x20, 0x7F);
     plain.reset('"');
     plain.reset('\\');
+    for (char c : except) plain.reset(static_cast<uint8_t>(c));
     const ByteSet cont = ByteRange(0x80, 0xBF), hex = AnyOf("0123456789abcdefABCDEF");
     auto b = [this](const ByteSet& s) { return g_.Bytes(s); };
     const Element bs = b(AnyOf("\\")), u = b(AnyOf("u")), h = b(hex);
@@ -90,15 +103,23 @@ class JsonSyntax {
         {bs, u, b(AnyOf("Dd")), b(ByteRange('0', '7')), h, h},
         {bs, u, b(AnyOf("EFef")), h, h, h},
     };
-    char_ = g_.Rule("char", std::move(alts));
-    return Grammar::Ref(char_);
+    return g_.Rule("char", std::move(alts));
   }
 
   Element String(int64_t min_len = 0, int64_t max_len = -1) {
     if (min_len == 0 && max_len < 0) {
       if (string_ < 0) {
         Seq s = g_.Literal("\"");
-        s.push_back(g_.Star({Char()}));
+        if (no_tag_open_) {
+          // (char | '<'+ char-but-'|')* '<'*: any characters without "<|".
+          const Element lt = g_.Bytes(AnyOf("<"));
+          Seq run = {g_.Repeat({lt}, 1, -1), Grammar::Ref(CharRule("<|"))};
+          const int32_t piece = g_.Rule("piece", {{Char()}, std::move(run)});
+          s.push_back(g_.Star({Grammar::Ref(piece)}));
+          s.push_back(g_.Star({lt}));
+        } else {
+          s.push_back(g_.Star({Char()}));
+        }
         s.push_back(g_.Bytes(AnyOf("\"")));
         string_ = g_.Rule("string", {std::move(s)});
       }
@@ -191,6 +212,7 @@ class JsonSyntax {
  private:
   Grammar& g_;
   int32_t ws_ = -1, char_ = -1, string_ = -1, integer_ = -1, number_ = -1, value_ = -1;
+  bool no_tag_open_ = false;
 };
 
 // Compiles one schema (its own root for "#" references) into rules of a shared grammar.
@@ -491,6 +513,7 @@ StatusOr<std::shared_ptr<const Grammar>> ToolCallsGrammar(const std::vector<Tool
   if (tools.empty()) return InvalidArgumentError("no tools to call");
   Grammar g;
   JsonSyntax js(&g);
+  if (syntax.strings_without_tag_open) js.ExcludeTagOpen();
   std::vector<Seq> calls;
   for (size_t i = 0; i < tools.size(); ++i) {
     SchemaCompiler compiler(tools[i].parameters, &g, &js);
@@ -509,7 +532,23 @@ StatusOr<std::shared_ptr<const Grammar>> ToolCallsGrammar(const std::vector<Tool
     calls.push_back(std::move(call));
   }
   const Element one = Grammar::Ref(g.Rule("call", std::move(calls)));
-  Seq root = {js.Ws(), one};
+  Seq root;
+  if (!syntax.preamble_open.empty()) {
+    // Text without "<|": chunks that are a byte other than '<', or a run of '<' then a byte
+    // other than '<' and '|'; a run of '<' may end it.
+    const Element lt = g.Bytes(AnyOf("<"));
+    const Element chunk =
+        Grammar::Ref(g.Rule("preamble_chunk", {{g.Bytes(~AnyOf("<"))},
+                                               {g.Repeat({lt}, 1, -1), g.Bytes(~AnyOf("<|"))}}));
+    Seq preamble = g.Literal(syntax.preamble_open);
+    preamble.push_back(g.Star({chunk}));
+    preamble.push_back(g.Star({lt}));
+    const Seq close = g.Literal(syntax.preamble_close);
+    preamble.insert(preamble.end(), close.begin(), close.end());
+    root.push_back(g.Optional(std::move(preamble)));
+  }
+  root.push_back(js.Ws());
+  root.push_back(one);
   if (parallel) {
     Seq more = g.Literal(syntax.separator);
     more.push_back(one);

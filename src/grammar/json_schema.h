@@ -53,7 +53,9 @@ StatusOr<std::shared_ptr<const Grammar>> JsonSchemaGrammar(const nlohmann::order
 // `}\n</tool_call>`. With bare_name the name is outside JSON and the arguments follow it:
 //   syntax.prefix <name> syntax.args_key <arguments> syntax.suffix
 // e.g. gpt-oss's harmony: prefix `<|channel|>commentary to=functions.`, args_key
-// ` <|constrain|>json<|message|>`.
+// ` <|constrain|>json<|message|>`. With preamble_open set, the calls may follow one message of
+// free text: preamble_open <text without "<|"> preamble_close (harmony's analysis channel, so a
+// forced call can still reason first; the text cannot hold a special token's spelling).
 struct ToolSchema {
   std::string name;
   nlohmann::ordered_json parameters;  // a JSON schema ({"type": "object"} when absent)
@@ -64,6 +66,10 @@ struct ToolCallSyntax {
   std::string suffix;
   std::string separator;
   bool bare_name = false;
+  std::string preamble_open = "";
+  std::string preamble_close = "";
+  // No string in the arguments holds "<|" (harmony: it would read as a message header).
+  bool strings_without_tag_open = false;
 };
 // On a bad schema: *bad_tool = its index, *error_path as for JsonSchemaGrammar.
 StatusOr<std::shared_ptr<const Grammar>> ToolCallsGrammar(const std::vector<ToolSchema>& tools,

@@ -173,10 +173,13 @@ StatusOr<std::shared_ptr<const grammar::Grammar>> ToolCallGrammar(
   if (format == ToolCallFormat::kLlama3Json) {
     syntax = {"{\"name\": ", "parameters", "}", "; "};
   } else if (format == ToolCallFormat::kHarmony) {
-    // One call per reply: <|call|> ends generation after it. The reply is the call message
-    // itself (no analysis first: the grammar holds from the first token).
+    // One call per reply: <|call|> ends generation after it. An analysis message may come
+    // first, as the model writes one unconstrained; it ends with <|end|> and the next header.
     syntax = {"<|channel|>commentary to=functions.", " <|constrain|>json<|message|>", "", ""};
     syntax.bare_name = true;
+    syntax.preamble_open = "<|channel|>analysis<|message|>";
+    syntax.preamble_close = "<|end|><|start|>assistant";
+    syntax.strings_without_tag_open = true;
     parallel = false;
   } else {
     syntax = {"<tool_call>\n{\"name\": ", "arguments", "}\n</tool_call>", "\n"};
