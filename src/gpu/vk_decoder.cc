@@ -4,7 +4,9 @@
 // shape and replayed (vk_record.cc).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "gpu/backend.h"
@@ -58,6 +60,10 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   n_rows_ = co.n_blocks * co.block_size;
   UF_ASSIGN_OR_RETURN(ctx_, Context::Create(device.index));
   UF_ASSIGN_OR_RETURN(k_, Kernels::Create(ctx_.get(), o_.gemv));
+  // UF_GPU_FUSE=0: the unfused step, for A/B runs on a device (bench, tools/gpu_check.sh).
+  if (const char* f = std::getenv("UF_GPU_FUSE"); f != nullptr && std::string(f) == "0") {
+    o_.fuse = false;
+  }
   const model::ModelWeights& w = model_.weights();
   for (int64_t il = 0; il < c_.n_layer; ++il) {
     const model::LayerWeights& l = w.layers[il];

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gpu/backend.h"
@@ -72,6 +74,8 @@ class VulkanForward final : public GpuForward {
   double last_step_gpu_seconds() const override {
     return last_ != nullptr ? last_->last_gpu_seconds() : 0.0;
   }
+  int last_step_dispatches() const override { return last_ != nullptr ? last_->dispatches() : 0; }
+  int last_step_barriers() const override { return last_ != nullptr ? last_->barriers() : 0; }
   const DeviceInfo& device() const override { return ctx_->info(); }
   uint64_t device_bytes() const override { return ctx_->allocated_bytes(); }
 
@@ -86,7 +90,17 @@ class VulkanForward final : public GpuForward {
   Status Record(Recorder* r, int64_t n, int64_t n_out, Out out);
   // y = W x for n tokens, quantizing x into xq_ first when W takes Q8_0 or Q8_K activations
   // and xq_ does not hold x in that format yet.
-  void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y);
+  // accumulate: y += W x (the residual add folded into the GEMM).
+  void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
+            bool accumulate = false);
+  // y_i = W_i x for independent (W_i, y_i): when fusing and they read one activation format, x
+  // is quantized once ahead and the products share one barrier after them.
+  void Gemms(Recorder* r, const Buffer& x, int64_t n,
+             std::initializer_list<std::pair<const GpuMatrix*, const Buffer*>> wy);
+  // RMSNorm of n rows of x into xn_ (weights w); when fusing and the GEMMs that read xn_ next
+  // (`next`) share one quantized activation format, that activation into xq_ in the same dispatch.
+  void Norm(Recorder* r, const Buffer& x, const Buffer& w, int64_t n,
+            std::initializer_list<const GpuMatrix*> next);
   bool QuantizeFor(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n);
   // The same for stacked experts: n_slots slots reading activation rows slot / x_div of x
   // (n_x rows in all), experts from ids_.
