@@ -10,6 +10,7 @@
 // numbers of dispatches and barriers of a recorded step are checked against what the model's
 // structure implies (counted here from its layer count and weight types).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include "gpu/backend.h"
 #include "model/batch.h"
 #include "model/model.h"
+#include "model/synth.h"
 #include "shared_data.h"
 
 #if UF_HAVE_VULKAN
@@ -302,8 +304,47 @@ TEST(GpuStep, DispatchAndBarrierCountsFollowTheModel) {
   }
 }
 
-// The fused step gives the unfused step's logits bit for bit on every shared model: 20 positions
-// one token at a time, then 8 more as one batch (the tiled GEMMs, several rows a kernel).
+// The fused and the unfused step of the model at `path` give the same logits bit for bit: 20
+// positions one token at a time, then 8 more as one batch (the tiled GEMMs; for experts, the
+// slots grouped by expert).
+void ExpectFusedEqualsUnfused(const std::string& path) {
+  SCOPED_TRACE(path);
+  auto m = model::Model::Load(path);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const int64_t n_vocab = (*m)->config().n_vocab;
+  std::vector<std::vector<float>> rows[2];
+  int barriers[2] = {0, 0};  // of a one-token step
+  for (int fuse = 0; fuse < 2; ++fuse) {
+    auto cache = engine::KvCache::Create(CacheFor(**m, 32));
+    ASSERT_TRUE(cache.ok());
+    auto fwd = GpuForward::Create(**m, kVulkan, cache->get(), {.max_batch = 8, .fuse = fuse != 0});
+    ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
+    model::Batch b;
+    const auto token = [&](int32_t p) { return (p * 7919 + 13) % (n_vocab - 1) + 1; };
+    for (int32_t p = 0; p < 20; ++p) {
+      b.Clear();
+      b.Add(token(p), p, 0, true);
+      ASSERT_TRUE((*fwd)->Forward(b).ok());
+      rows[fuse].emplace_back((*fwd)->logits(0), (*fwd)->logits(0) + n_vocab);
+    }
+    barriers[fuse] = (*fwd)->last_step_barriers();
+    b.Clear();
+    for (int32_t p = 20; p < 28; ++p) b.Add(token(p), p, 0, true);
+    ASSERT_TRUE((*fwd)->Forward(b).ok());
+    for (int64_t i = 0; i < 8; ++i) {
+      rows[fuse].emplace_back((*fwd)->logits(i), (*fwd)->logits(i) + n_vocab);
+    }
+  }
+  ASSERT_EQ(rows[0].size(), rows[1].size());
+  for (size_t i = 0; i < rows[0].size(); ++i) {
+    EXPECT_EQ(std::memcmp(rows[0][i].data(), rows[1][i].data(), n_vocab * 4), 0) << "row " << i;
+  }
+  // Every layer groups or fuses something (Q, K and V at least).
+  EXPECT_LE(barriers[1], barriers[0] - 2 * (*m)->config().n_layer);
+  std::printf("[gpu step] %s: %d barriers a one-token step unfused, %d fused\n",
+              std::filesystem::path(path).filename().c_str(), barriers[0], barriers[1]);
+}
+
 TEST(GpuStep, FusedStepEqualsUnfusedBitwise) {
   const std::string skip = StepSkipReason();
   if (!skip.empty()) GTEST_SKIP() << skip;
@@ -311,40 +352,36 @@ TEST(GpuStep, FusedStepEqualsUnfusedBitwise) {
   int models = 0;
   for (const auto& entry : std::filesystem::directory_iterator("../shared/models")) {
     if (entry.path().extension() != ".gguf") continue;
-    const std::string name = entry.path().stem().string();
-    SCOPED_TRACE(name);
-    auto m = model::Model::Load(entry.path().string());
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    const int64_t n_vocab = (*m)->config().n_vocab;
-    std::vector<std::vector<float>> rows[2];
-    for (int fuse = 0; fuse < 2; ++fuse) {
-      auto cache = engine::KvCache::Create(CacheFor(**m, 32));
-      ASSERT_TRUE(cache.ok());
-      auto fwd =
-          GpuForward::Create(**m, kVulkan, cache->get(), {.max_batch = 8, .fuse = fuse != 0});
-      ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
-      model::Batch b;
-      const auto token = [&](int32_t p) { return (p * 7919 + 13) % (n_vocab - 1) + 1; };
-      for (int32_t p = 0; p < 20; ++p) {
-        b.Clear();
-        b.Add(token(p), p, 0, true);
-        ASSERT_TRUE((*fwd)->Forward(b).ok());
-        rows[fuse].emplace_back((*fwd)->logits(0), (*fwd)->logits(0) + n_vocab);
-      }
-      b.Clear();
-      for (int32_t p = 20; p < 28; ++p) b.Add(token(p), p, 0, true);
-      ASSERT_TRUE((*fwd)->Forward(b).ok());
-      for (int64_t i = 0; i < 8; ++i) {
-        rows[fuse].emplace_back((*fwd)->logits(i), (*fwd)->logits(i) + n_vocab);
-      }
-    }
-    ASSERT_EQ(rows[0].size(), rows[1].size());
-    for (size_t i = 0; i < rows[0].size(); ++i) {
-      EXPECT_EQ(std::memcmp(rows[0][i].data(), rows[1][i].data(), n_vocab * 4), 0) << "row " << i;
-    }
+    ExpectFusedEqualsUnfused(entry.path().string());
     ++models;
   }
   EXPECT_GE(models, 10);
+}
+
+// The same for mixtures of experts written by synth: qwen3moe with Q4_K_M experts (Q8_K
+// activations), Mixtral in Q8_0, gpt-oss in MXFP4 (its clamped SwiGLU with the experts' biases,
+// the down biases in the weighted sum, the output bias kept out of the o GEMM).
+TEST(GpuStep, FusedMoeStepEqualsUnfusedBitwise) {
+  const std::string skip = StepSkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  for (const auto& [preset, type] : std::vector<std::pair<std::string, model::SynthFileType>>{
+           {"tiny-qwen3moe", model::SynthFileType::kQ4_K_M},
+           {"tiny-mixtral", model::SynthFileType::kQ8_0},
+           {"tiny-gpt-oss", model::SynthFileType::kMXFP4}}) {
+    auto p = model::FindSynthPreset(preset);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    auto plan = model::PlanSynth(*p, type);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              ("uf_gpufused_" + preset + "_" + std::to_string(getpid()) + ".gguf"))
+                                 .string();
+    model::SynthOptions so;
+    so.seed = 7;
+    so.n_threads = 2;
+    ASSERT_TRUE(model::WriteSynth(*plan, so, path).ok());
+    ExpectFusedEqualsUnfused(path);
+    std::filesystem::remove(path);
+  }
 }
 
 }  // namespace
