@@ -1,5 +1,7 @@
 // The step of VulkanForward as one recording per batch shape: the layers' dispatches (attention,
-// dense or mixture-of-experts FFN), the lm_head and what the step leaves behind (Out).
+// dense or mixture-of-experts FFN), the lm_head and what the step leaves behind (Out). Fused
+// (GpuForwardOptions::fuse), a llama layer with quantized weights is 15 dispatches and 11
+// barriers (unfused 20 and 20); docs/gpu.md, "One step", lists what is fused and grouped.
 #include <cmath>
 #include <initializer_list>
 #include <memory>
