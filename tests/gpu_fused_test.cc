@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -187,6 +188,55 @@ TEST_F(GpuKernelsTest, MoeSumAccumulateEqualsMoeSumThenAdd) {
   }
 }
 
+// The K/V store that rotates K itself against Rope then the store: the cache's words bit for
+// bit, f16 and Q8_0 caches, normal and NEOX pairs, the whole head rotated and half of it, 3
+// tokens at scattered positions and cache rows.
+TEST_F(GpuKernelsTest, KvStoreRopeEqualsRopeThenKvStore) {
+  const int64_t n = 3, n_kv = 2, hd = 64, n_rows = 12, max_pos = 40;
+  const std::vector<float> ks = Random(n * n_kv * hd, 29), vs = Random(n * n_kv * hd, 30);
+  std::vector<float> cs(max_pos * hd);
+  for (int64_t i = 0; i < max_pos * hd / 2; ++i) {
+    cs[2 * i] = std::cos(0.37f * static_cast<float>(i));
+    cs[2 * i + 1] = std::sin(0.37f * static_cast<float>(i));
+  }
+  const std::vector<std::array<uint32_t, 4>> tok_rows = {
+      {5, 3, 7, 0}, {9, 17, 2, 0}, {11, 39, 10, 0}};
+  for (bool q8 : {false, true}) {
+    for (bool neox : {false, true}) {
+      for (int64_t rope_dim : {hd, hd / 2}) {
+        SCOPED_TRACE(std::string(q8 ? "q8_0" : "f16") + (neox ? " neox" : " normal") +
+                     " rope_dim=" + std::to_string(rope_dim));
+        AttentionShape as;
+        as.n_head_kv = n_kv;
+        as.head_dim = hd;
+        as.n_rows = n_rows;
+        as.q8 = q8;
+        const uint64_t words = 2 * n_kv * n_rows * as.row_words();
+        as.k_off = 0;
+        as.v_off = static_cast<uint32_t>(words / 2);
+        std::vector<float> rope_cs(max_pos * rope_dim);
+        for (int64_t p = 0; p < max_pos; ++p) {
+          std::copy(cs.begin() + p * hd, cs.begin() + p * hd + rope_dim,
+                    rope_cs.begin() + p * rope_dim);
+        }
+        Buffer k1 = Floats(ks), k2 = Floats(ks), vb = Floats(vs), csb = Floats(rope_cs),
+               tok = Tok(tok_rows);
+        const std::vector<float> zeros(words, 0.0f);
+        Buffer c1 = Floats(zeros), c2 = Floats(zeros);
+        Recorder rec(ctx_);
+        kernels_->Rope(&rec, k1, csb, tok, n, n_kv, hd, rope_dim, neox);
+        kernels_->KvStore(&rec, k1, vb, c1, tok, n, as);
+        const Kernels::KvRope kr{.cs = &csb, .rope_dim = rope_dim, .neox = neox};
+        kernels_->KvStore(&rec, k2, vb, c2, tok, n, as, &kr);
+        ASSERT_TRUE(rec.Finish().ok());
+        ASSERT_TRUE(rec.Run().ok());
+        EXPECT_EQ(Words(ctx_, c1, words * 4), Words(ctx_, c2, words * 4));
+        EXPECT_EQ(Read(k2, ks.size()), ks);  // k itself is not rotated
+      }
+    }
+  }
+}
+
 // A group's dispatches share one barrier, recorded only ahead of a following dispatch, and give
 // what the same dispatches give with a barrier after each.
 TEST_F(GpuKernelsTest, RecorderGroupSharesOneBarrier) {
@@ -265,18 +315,19 @@ Counts StepCounts(const model::Model& m, bool fuse) {
 //   embed; per layer: norm, [quantize], q, k, v, rope q, rope k, kv store, attention,
 //   [quantize], o, add, norm, [quantize], gate, up, swiglu, [quantize], down, add;
 //   gather, norm, [quantize], lm_head.
-// Fused: the quantizations after a norm or SwiGLU in that kernel, the residual adds in the o and
-// down GEMMs, and one barrier after each group of independent dispatches ({q, k, v}, {rope q,
-// rope k}, {gate, up}), so the barriers are the stages less one:
-//   embed; per layer: norm+q | {q, k, v} | {rope, rope} | kv store | attention | [quantize] |
-//   o+= | norm+q | {gate, up} | swiglu+q | down+=; gather | norm+q | lm_head.
+// Fused: the quantizations after a norm or SwiGLU in that kernel, K's RoPE in the K/V store, the
+// residual adds in the o and down GEMMs, and one barrier after each group of independent
+// dispatches ({q, k, v}, {rope q, kv store}, {gate, up}), so the barriers are the stages less
+// one:
+//   embed; per layer: norm+q | {q, k, v} | {rope q, kv store rotating k} | attention |
+//   [quantize] | o+= | norm+q | {gate, up} | swiglu+q | down+=; gather | norm+q | lm_head.
 Counts Expected(int64_t layers, bool quantized, bool fuse) {
   const int q = quantized ? 1 : 0;
   if (!fuse) {
     const int d = 1 + static_cast<int>(layers) * (16 + 4 * q) + 3 + q;
     return {d, d - 1};
   }
-  const int per_layer = 14 + q, stages_per_layer = 10 + q;
+  const int per_layer = 13 + q, stages_per_layer = 9 + q;
   const int d = 1 + static_cast<int>(layers) * per_layer + 3;
   const int stages = 1 + static_cast<int>(layers) * stages_per_layer + 3;
   return {d, stages - 1};

@@ -264,7 +264,7 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv) {
   UF_ASSIGN_OR_RETURN(k.add_, ctx->GetPipeline("add", 2));
   UF_ASSIGN_OR_RETURN(k.swiglu_, ctx->GetPipeline("swiglu", 3));
   UF_ASSIGN_OR_RETURN(k.rope_, ctx->GetPipeline("rope", 3));
-  UF_ASSIGN_OR_RETURN(k.kv_store_, ctx->GetPipeline("kv_store", 4));
+  UF_ASSIGN_OR_RETURN(k.kv_store_, ctx->GetPipeline("kv_store", 5));
   UF_ASSIGN_OR_RETURN(k.attention_, ctx->GetPipeline("attention", 8));
   UF_ASSIGN_OR_RETURN(k.attention_combine_, ctx->GetPipeline("attention_combine", 4));
   UF_ASSIGN_OR_RETURN(k.embed_, ctx->GetPipeline("embed", 3));
@@ -542,18 +542,23 @@ void Kernels::Rope(Recorder* r, const Buffer& x, const Buffer& cs, const Buffer&
 }
 
 void Kernels::KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffer& cache,
-                      const Buffer& tok, int64_t n, const AttentionShape& s) const {
+                      const Buffer& tok, int64_t n, const AttentionShape& s,
+                      const KvRope* rope) const {
   struct {
-    uint32_t kv_heads, head_dim, n_rows, k_off, v_off, row_words, q8;
+    uint32_t kv_heads, head_dim, n_rows, k_off, v_off, row_words, q8, rope, rope_dim, neox;
   } push{static_cast<uint32_t>(s.n_head_kv),
          static_cast<uint32_t>(s.head_dim),
          static_cast<uint32_t>(s.n_rows),
          s.k_off,
          s.v_off,
          static_cast<uint32_t>(s.row_words()),
-         s.q8 ? 1u : 0u};
-  r->Dispatch(*kv_store_, {k, v, cache, tok}, push, Groups64(s.n_head_kv * s.head_dim / 2),
-              static_cast<uint32_t>(n));
+         s.q8 ? 1u : 0u,
+         rope != nullptr ? 1u : 0u,
+         static_cast<uint32_t>(rope != nullptr ? rope->rope_dim : 0),
+         rope != nullptr && rope->neox ? 1u : 0u};
+  // Without rope, binding 4 (the angles) is not read: any buffer will do.
+  r->Dispatch(*kv_store_, {k, v, cache, tok, rope != nullptr ? *rope->cs : tok}, push,
+              Groups64(s.n_head_kv * s.head_dim / 2), static_cast<uint32_t>(n));
 }
 
 void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,

@@ -168,8 +168,16 @@ class Kernels {
             int64_t n_heads, int64_t head_dim, int64_t rope_dim, bool neox) const;
   // The n tokens' K and V rows (n_head_kv heads) into the cache at their cache rows, in the
   // layout of s (f16 or Q8_0, at s.k_off / s.v_off).
+  // With rope, K is stored rotated as Rope(k, rope->cs, ..., rope->rope_dim, rope->neox) would
+  // rotate it first (the same bits; k itself is not changed): one dispatch and barrier fewer.
+  struct KvRope {
+    const Buffer* cs = nullptr;
+    int64_t rope_dim = 0;
+    bool neox = false;
+  };
   void KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffer& cache,
-               const Buffer& tok, int64_t n, const AttentionShape& s) const;
+               const Buffer& tok, int64_t n, const AttentionShape& s,
+               const KvRope* rope = nullptr) const;
   // Causal attention of the n tokens' queries (block tables bt); scores: n * n_head * max_len
   // floats of scratch when s.chunk == 0 (unused otherwise: a chunk's scores stay in shared
   // memory); with s.chunk > 0 (<= kMaxAttentionChunk) two dispatches (the chunks, then their

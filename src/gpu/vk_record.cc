@@ -1,6 +1,6 @@
 // The step of VulkanForward as one recording per batch shape: the layers' dispatches (attention,
 // dense or mixture-of-experts FFN), the lm_head and what the step leaves behind (Out). Fused
-// (GpuForwardOptions::fuse), a llama layer with quantized weights is 15 dispatches and 11
+// (GpuForwardOptions::fuse), a llama layer with quantized weights is 14 dispatches and 10
 // barriers (unfused 20 and 20); docs/gpu.md, "One step", lists what is fused and grouped.
 #include <cmath>
 #include <initializer_list>
@@ -205,14 +205,22 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
       k_.RmsNorm(r, kbuf_, 0, l.k_norm, kbuf_, 0, n * c_.n_head_kv, hd, c_.rms_eps);
       end();
     }
-    begin();
-    k_.Rope(r, q_, cs_, tok_, n, c_.n_head, hd, c_.rope_dim, neox);
-    k_.Rope(r, kbuf_, cs_, tok_, n, c_.n_head_kv, hd, c_.rope_dim, neox);
-    end();
     as.k_off = static_cast<uint32_t>(il * layer_words);
     as.v_off = static_cast<uint32_t>(il * layer_words + layer_words / 2);
     as.window = c_.IsSwaLayer(il) ? c_.n_swa : 0;
-    k_.KvStore(r, kbuf_, vbuf_, cache_dev_, tok_, n, as);
+    if (o_.fuse) {
+      // Q's RoPE beside the K/V store, which rotates K itself (kbuf_ stays unrotated; only the
+      // cache is read after this).
+      const Kernels::KvRope kr{.cs = &cs_, .rope_dim = c_.rope_dim, .neox = neox};
+      r->BeginGroup();
+      k_.Rope(r, q_, cs_, tok_, n, c_.n_head, hd, c_.rope_dim, neox);
+      k_.KvStore(r, kbuf_, vbuf_, cache_dev_, tok_, n, as, &kr);
+      r->EndGroup();
+    } else {
+      k_.Rope(r, q_, cs_, tok_, n, c_.n_head, hd, c_.rope_dim, neox);
+      k_.Rope(r, kbuf_, cs_, tok_, n, c_.n_head_kv, hd, c_.rope_dim, neox);
+      k_.KvStore(r, kbuf_, vbuf_, cache_dev_, tok_, n, as);
+    }
     k_.Attention(r, q_, cache_dev_, scores_, attn_, tok_, bt_, n, as, chunk_ > 0 ? &part_ : nullptr,
                  l.sinks.valid() ? &l.sinks : nullptr);
     if (o_.fuse && !l.bo.valid()) {
