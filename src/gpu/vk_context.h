@@ -174,8 +174,8 @@ class Recorder {
   int dispatches_ = 0;
   int barriers_ = 0;
   bool in_group_ = false;
-  bool pending_barrier_ =
-      false;  // a dispatch since the last barrier whose writes a later one may read
+  // A dispatch since the last barrier whose writes a later one may read.
+  bool pending_barrier_ = false;
 };
 
 }  // namespace uf::gpu
