@@ -77,7 +77,7 @@ TEST_F(GpuKernelsTest, RmsNormQuantEqualsRmsNormThenQuantize) {
 }
 
 TEST_F(GpuKernelsTest, SwiGluQuantEqualsSwiGluThenQuantize) {
-  const int64_t n = 3 * 512;
+  const int64_t n = 11 * 512;  // 2.75 spans of swiglu_q's workgroups
   const std::vector<float> g = Activation(n, 13), u = Random(n, 14);
   for (bool q8k : {false, true}) {
     SCOPED_TRACE(q8k ? "Q8_K" : "Q8_0");
@@ -99,13 +99,13 @@ TEST_F(GpuKernelsTest, SwiGluQuantEqualsSwiGluThenQuantize) {
   }
 }
 
-// gpt-oss's clamped SwiGLU over 6 slots of 256 values with 3 experts' biases (values past the
-// clamps of 7 included).
+// gpt-oss's clamped SwiGLU over 5 slots of 1,024 values with 3 experts' biases (values past
+// the clamps of 7 included).
 TEST_F(GpuKernelsTest, SwiGluOaiQuantEqualsSwiGluOaiThenQuantize) {
-  const int64_t slots = 6, ff = 256, n = slots * ff;
+  const int64_t slots = 5, ff = 1024, n = slots * ff;
   const std::vector<float> g = Random(n, 15, 4.0f), u = Random(n, 16, 4.0f),
                            gbias = Random(3 * ff, 17), ubias = Random(3 * ff, 18);
-  const std::vector<uint32_t> ids = {2, 0, 1, 1, 2, 0};
+  const std::vector<uint32_t> ids = {2, 0, 1, 1, 2};
   for (bool q8k : {false, true}) {
     SCOPED_TRACE(q8k ? "Q8_K" : "Q8_0");
     const uint64_t qbytes = ActBytes(n);

@@ -483,8 +483,9 @@ void Kernels::RmsNormQuant(Recorder* r, const Buffer& x, const Buffer& w, const 
 
 namespace {
 struct SwiGluQPush {
-  uint32_t blocks, q8k, d_off, oai, ff;
+  uint32_t n, q8k, d_off, oai, ff;
 };
+constexpr uint64_t kSwiGluSpan = 2048;  // values a workgroup of swiglu_q.comp
 }  // namespace
 
 void Kernels::SwiGluQuant(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& out,
@@ -492,9 +493,10 @@ void Kernels::SwiGluQuant(Recorder* r, const Buffer& gate, const Buffer& up, con
   const int64_t block = q8k ? 256 : 32;
   UF_CHECK(n % block == 0) << "swiglu_q: " << n << " values";
   const auto blocks = static_cast<uint32_t>(n / block);
-  const SwiGluQPush push{blocks, q8k ? 1u : 0u, blocks * (q8k ? 72u : 8u), 0u, 1u};
+  const SwiGluQPush push{static_cast<uint32_t>(n), q8k ? 1u : 0u, blocks * (q8k ? 72u : 8u), 0u,
+                         1u};
   uint32_t gx, gy;
-  Grid((blocks + 63) / 64, &gx, &gy);
+  Grid((n + kSwiGluSpan - 1) / kSwiGluSpan, &gx, &gy);
   // Bindings 4-6 (gpt-oss's biases and expert ids) are not read: any buffer will do.
   r->Dispatch(*swiglu_q_, {gate, up, out, q, gate, gate, gate}, push, gx, gy);
 }
@@ -505,10 +507,10 @@ void Kernels::SwiGluOaiQuant(Recorder* r, const Buffer& gate, const Buffer& up,
   const int64_t block = q8k ? 256 : 32;
   UF_CHECK(slots * ff % block == 0) << "swiglu_q: " << slots * ff << " values";
   const auto blocks = static_cast<uint32_t>(slots * ff / block);
-  const SwiGluQPush push{blocks, q8k ? 1u : 0u, blocks * (q8k ? 72u : 8u), 1u,
-                         static_cast<uint32_t>(ff)};
+  const SwiGluQPush push{static_cast<uint32_t>(slots * ff), q8k ? 1u : 0u,
+                         blocks * (q8k ? 72u : 8u), 1u, static_cast<uint32_t>(ff)};
   uint32_t gx, gy;
-  Grid((blocks + 63) / 64, &gx, &gy);
+  Grid((slots * ff + kSwiGluSpan - 1) / kSwiGluSpan, &gx, &gy);
   r->Dispatch(*swiglu_q_, {gate, up, gate, q, gate_b, up_b, ids}, push, gx, gy);
 }
 
