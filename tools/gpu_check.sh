@@ -10,7 +10,11 @@
 #                                    twice, with the basic and the wide GEMV (UF_GPU_GEMV, the
 #                                    `gemv` column), and the GEMV kernel tests (bit-identity of
 #                                    rows across batch sizes, both variants) run first when
-#                                    prepare carried them. Default: the 1B shapes (a few minutes);
+#                                    prepare carried them, and the fused kernels' (gpu_fused_test:
+#                                    each fusion the unfused kernels' bits). 1B Q4_0 also runs
+#                                    unfused (UF_GPU_FUSE=0; the `gemv` column says `unfused`):
+#                                    the table's dispatches and barriers per step and tok/s
+#                                    measure what the fusions save. Default: the 1B shapes (a few minutes);
 #                                    `all` adds 8B F16 and Q4_0 (16 + 4.5 GB to write); `moe`
 #                                    (or `all`) adds cut-down mixtures of experts: Qwen3-30B-A3B
 #                                    Q4_K_M at 12 of its 48 layers and gpt-oss-20b MXFP4 at 8 of
@@ -31,11 +35,13 @@ case "${1:-}" in
     cmake --build build --target ultrafast
     # The GEMV kernel tests travel too (1.5 MB, the same libraries as ultrafast): run first on
     # the GPU, they check the GEMMs' bit-identity under the driver's own compiler.
-    cmake --build build --target gpu_kernels_test || echo "no gpu_kernels_test (UF_BUILD_TESTS?)"
+    cmake --build build --target gpu_kernels_test gpu_fused_test ||
+      echo "no gpu_kernels_test / gpu_fused_test (UF_BUILD_TESTS?)"
     mkdir -p .gpu
     [ -d .gpu/debs ] || ../shared/gpu/collect-debs.sh .gpu/debs
     cp build/ultrafast ../shared/gpu/on-device.sh tools/gpu_check.sh .gpu/
     [ -x build/gpu_kernels_test ] && cp build/gpu_kernels_test .gpu/
+    [ -x build/gpu_fused_test ] && cp build/gpu_fused_test .gpu/
     du -sh .gpu
     echo 'now, with the device tool: carry [".gpu"], command: bash .gpu/gpu_check.sh run'
     ;;
@@ -68,10 +74,15 @@ case "${1:-}" in
       bash .gpu/on-device.sh .gpu/gpu_kernels_test --gtest_filter='*Gemm*:*Gemv*' 2>&1 |
         grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure|gpu\]' || true
     fi
-    # Fields: preset, weight type, depth, GEMV variant (UF_GPU_GEMV), layers (cut-down MoE).
+    if [ "$1" = run ] && [ -x .gpu/gpu_fused_test ]; then
+      bash .gpu/on-device.sh .gpu/gpu_fused_test --gtest_filter='GpuKernelsTest.*' 2>&1 |
+        grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure' || true
+    fi
+    # Fields: preset, weight type, depth, GEMV variant (UF_GPU_GEMV; `unfused`: basic with
+    # UF_GPU_FUSE=0), layers (cut-down MoE).
     runs=("llama-3.2-1b f16 0 basic" "llama-3.2-1b f16 0 wide" "llama-3.2-1b q8_0 0 basic"
-          "llama-3.2-1b q8_0 0 wide" "llama-3.2-1b q4_0 0 basic" "llama-3.2-1b q4_0 0 wide"
-          "llama-3.2-1b f16 $depth basic")
+          "llama-3.2-1b q8_0 0 wide" "llama-3.2-1b q4_0 0 basic" "llama-3.2-1b q4_0 0 unfused"
+          "llama-3.2-1b q4_0 0 wide" "llama-3.2-1b f16 $depth basic")
     [ "${2:-}" = all ] && runs+=("llama-3.1-8b f16 0 basic" "llama-3.1-8b f16 0 wide"
                                  "llama-3.1-8b q4_0 0 basic" "llama-3.1-8b q4_0 0 wide")
     # Mixtures of experts, cut down to a few layers (the 5th field) to fit the session.
@@ -84,7 +95,9 @@ case "${1:-}" in
       model="$dir/$preset-$type${layers:+-$layers}.gguf"
       [ -f "$model" ] || uf synth --preset "$preset" --type "$type" ${layers:+--layers "$layers"} \
         -o "$model" >/dev/null
-      line=$(UF_GPU_GEMV=$gemv uf bench --device vulkan -m "$model" -p 0 -n "$n_gen" --reps 1 \
+      fuse=1 g=$gemv
+      [ "$gemv" = unfused ] && fuse=0 g=basic
+      line=$(UF_GPU_FUSE=$fuse UF_GPU_GEMV=$g uf bench --device vulkan -m "$model" -p 0 -n "$n_gen" --reps 1 \
              --depth "$d" --json | tail -n 1)
       echo "$line"
       results+=("$name $type $d $gemv $line")
@@ -100,18 +113,19 @@ case "${1:-}" in
     # One table: decode per model (streams 1), then the batched runs (aggregate over streams).
     python3 - "${results[@]}" <<'PY'
 import json, sys
-print(f"{'model':<18} {'type':<6} {'depth':>6} {'gemv':<5} {'streams':>7} {'tok/s':>10} "
-      f"{'GPU tok/s':>10} {'read GB/s':>10} {'roofline':>9}")
+print(f"{'model':<18} {'type':<6} {'depth':>6} {'gemv':<7} {'streams':>7} {'tok/s':>10} "
+      f"{'GPU tok/s':>10} {'read GB/s':>10} {'roofline':>9} {'disp/step':>9} {'barr/step':>9}")
 for arg in sys.argv[1:]:
     p, t, d, g, j = arg.split(" ", 4)
     j = json.loads(j)
     bw = j["read_bw_gb_s"]
     if "batch" not in j:
-        print(f"{p:<18} {t:<6} {d:>6} {g:<5} {1:>7} {j['tg_tok_s']:>10.1f} "
-              f"{j['tg_gpu_tok_s']:>10.1f} {bw:>10.0f} {100 * j['roofline']:>8.1f}%")
+        print(f"{p:<18} {t:<6} {d:>6} {g:<7} {1:>7} {j['tg_tok_s']:>10.1f} "
+              f"{j['tg_gpu_tok_s']:>10.1f} {bw:>10.0f} {100 * j['roofline']:>8.1f}% "
+              f"{j.get('step_dispatches', 0):>9} {j.get('step_barriers', 0):>9}")
         continue
     for b in j["batch"]:
-        print(f"{p:<18} {t:<6} {d:>6} {g:<5} {b['streams']:>7} {b['tok_s']:>10.1f} "
+        print(f"{p:<18} {t:<6} {d:>6} {g:<7} {b['streams']:>7} {b['tok_s']:>10.1f} "
               f"{b['gpu_tok_s']:>10.1f} {bw:>10.0f} {100 * b['roofline']:>8.1f}%")
     print(f"prefill (the batched runs' prompts, batches of up to 512): {j['pp_tok_s']:.0f} tok/s")
 PY

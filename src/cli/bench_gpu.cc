@@ -66,6 +66,7 @@ int GpuBench(const GpuBenchOptions& o) {
   prefill(0, 0, o.depth);
   // tok/s: wall clock; GPU time alone (timestamps); wall clock with the arg-max on the device
   std::vector<double> pp, tg, tg_gpu, tg_argmax;
+  int step_dispatches = 0, step_barriers = 0;  // of a one-token decode step (logits back)
   for (int rep = 0; rep < std::max(o.reps, 1); ++rep) {
     if (o.n_prompt > 0) {
       const double t0 = NowSeconds();
@@ -82,6 +83,8 @@ int GpuBench(const GpuBenchOptions& o) {
         gpu_s += d.last_step_gpu_seconds();
       }
       tg.push_back(o.n_gen / (NowSeconds() - t0));
+      step_dispatches = d.last_step_dispatches();
+      step_barriers = d.last_step_barriers();
       tg_gpu.push_back(gpu_s > 0 ? o.n_gen / gpu_s : 0.0);
       // The same positions again, greedy with the arg-max on the device (no logits copied).
       const double t1 = NowSeconds();
@@ -143,6 +146,8 @@ int GpuBench(const GpuBenchOptions& o) {
     j["tg_tok_s"] = tg_tok_s;
     j["tg_gpu_tok_s"] = tg_gpu_tok_s;
     j["tg_argmax_tok_s"] = tg_argmax_tok_s;
+    j["step_dispatches"] = step_dispatches;
+    j["step_barriers"] = step_barriers;
     j["bytes_per_token"] = bytes_per_token;
     j["read_bw_gb_s"] = bw_bytes / 1e9;
     j["roofline"] = roofline;
@@ -180,6 +185,11 @@ int GpuBench(const GpuBenchOptions& o) {
     std::printf("%-8lld %-12s %14.1f   (greedy, the arg-max on the device: no logits copied)\n",
                 static_cast<long long>(o.depth),
                 ("tg" + std::to_string(o.n_gen) + " argmax").c_str(), tg_argmax_tok_s);
+  }
+  if (o.n_gen > 0) {
+    std::printf("%-8lld %-12s %14d   dispatches/step, %d barriers/step (one-token decode step)\n",
+                static_cast<long long>(o.depth), ("tg" + std::to_string(o.n_gen) + " step").c_str(),
+                step_dispatches, step_barriers);
   }
   for (const auto& [streams, tok_s, gpu_tok_s] : batched) {
     std::printf(

@@ -552,6 +552,17 @@ void Recorder::Dispatch(const Pipeline& p, const std::vector<BufferRange>& buffe
   const VkFns& vk = ctx_->vk();
   VkDescriptorSet set = AllocateSet(p);
   if (set == VK_NULL_HANDLE) return;
+  if (pending_barrier_) {
+    // This dispatch may read what the ones before it wrote.
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+    mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+    vk.vkCmdPipelineBarrier(cb_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                            VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0,
+                            nullptr);
+    pending_barrier_ = false;
+    ++barriers_;
+  }
   VkDescriptorBufferInfo infos[kMaxBindings];
   VkWriteDescriptorSet writes[kMaxBindings];
   for (uint32_t i = 0; i < p.n_buffers; ++i) {
@@ -572,27 +583,36 @@ void Recorder::Dispatch(const Pipeline& p, const std::vector<BufferRange>& buffe
     vk.vkCmdPushConstants(cb_, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
   }
   vk.vkCmdDispatch(cb_, groups_x, groups_y, groups_z);
-  // Each dispatch reads what the one before wrote. (Independent dispatches could share one
-  // barrier; on an H200 a barrier costs ~1.7 us, which a later session should win back.)
-  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
-  mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
-  vk.vkCmdPipelineBarrier(cb_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                          VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+  // Inside a group the barrier waits for EndGroup.
+  if (!in_group_) pending_barrier_ = true;
   ++dispatches_;
 }
 
+void Recorder::BeginGroup() {
+  UF_CHECK(!in_group_ && !finished_) << "Recorder: nested group or group after Finish";
+  in_group_ = true;
+}
+
+void Recorder::EndGroup() {
+  UF_CHECK(in_group_) << "Recorder: EndGroup without BeginGroup";
+  in_group_ = false;
+  pending_barrier_ = true;
+}
+
 Status Recorder::Finish() {
-  UF_CHECK(!finished_);
+  UF_CHECK(!finished_ && !in_group_);
   finished_ = true;
   if (!status_.ok()) return status_;
   // What the dispatches wrote into host-visible buffers (the logits) must be visible to the
-  // host after the fence.
+  // host after the fence, and everything they wrote to the dispatches of later submissions (the
+  // last dispatch had no barrier after it: nothing in this buffer follows it).
   VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
   mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
-  mb.dstAccessMask = VK_ACCESS_HOST_READ_BIT;
+  mb.dstAccessMask =
+      VK_ACCESS_HOST_READ_BIT | VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
   ctx_->vk().vkCmdPipelineBarrier(cb_, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                                  VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, nullptr, 0, nullptr);
+                                  VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                  0, 1, &mb, 0, nullptr, 0, nullptr);
   if (timestamps_ != VK_NULL_HANDLE) {
     ctx_->vk().vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamps_, 1);
   }

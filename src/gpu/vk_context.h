@@ -122,8 +122,12 @@ struct BufferRange {
   BufferRange(const Buffer& b, uint64_t off, uint64_t n) : buffer(&b), offset(off), size(n) {}
 };
 
-// Records dispatches into one command buffer, a barrier after each (every dispatch sees the
-// writes of the ones before it), then Finish; Run submits it and waits, as often as wanted.
+// Records dispatches into one command buffer, then Finish; Run submits it and waits, as often as
+// wanted. Every dispatch sees the writes of the ones before it: a full compute barrier separates
+// each from the next, except inside a group (BeginGroup .. EndGroup), whose dispatches share one
+// barrier after the group. A barrier is recorded only ahead of a following dispatch (the last
+// dispatch's writes reach the host through Finish's barrier), and costs ~1.7 us of a dependent
+// dispatch on an H200 (docs/gpu.md), so independent dispatches belong in a group.
 // Per-step values (token, position) must come from buffers, not from push constants: those are
 // fixed at record time.
 class Recorder {
@@ -143,9 +147,15 @@ class Recorder {
     static_assert(sizeof(Push) <= Pipeline::kMaxPushBytes);
     Dispatch(p, buffers, &push, sizeof(Push), groups_x, groups_y, groups_z);
   }
+  // The dispatches recorded until EndGroup are independent: none reads or writes a range another
+  // of them writes. No barrier between them; one after the group (ahead of the next dispatch).
+  void BeginGroup();
+  void EndGroup();
   Status Finish();  // ends recording; the first error of recording, if any
   Status Run();     // submits and waits; Finish first
   int dispatches() const { return dispatches_; }
+  // Compute-to-compute barriers recorded (not Finish's barrier towards the host).
+  int barriers() const { return barriers_; }
   // GPU time of the last Run between the first and the last command, from timestamps (without
   // the submit and the wait); 0 where the device has no compute timestamps.
   double last_gpu_seconds() const { return last_gpu_seconds_; }
@@ -162,6 +172,10 @@ class Recorder {
   VkQueryPool timestamps_ = VK_NULL_HANDLE;
   double last_gpu_seconds_ = 0.0;
   int dispatches_ = 0;
+  int barriers_ = 0;
+  bool in_group_ = false;
+  // A dispatch since the last barrier whose writes a later one may read.
+  bool pending_barrier_ = false;
 };
 
 }  // namespace uf::gpu

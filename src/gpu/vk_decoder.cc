@@ -1,149 +1,19 @@
 // GpuForward and GpuDecoder on Vulkan: the llama / qwen2 / qwen3 / qwen3moe / Mixtral / gpt-oss
-// forward for a batch of tokens, recorded once per batch shape (about 14 dispatches per layer,
-// 18 with experts) and replayed.
+// forward for a batch of tokens. Here the buffers, the weight upload and each step's host work
+// (batch checks, the per-token inputs, reading back); the step itself is recorded once per batch
+// shape and replayed (vk_record.cc).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
-#include <map>
-#include <tuple>
+#include <string>
 #include <utility>
 
 #include "gpu/backend.h"
-#include "gpu/vk_context.h"
-#include "gpu/vk_kernels.h"
+#include "gpu/vk_forward.h"
 #include "kernels/ops.h"
 
 namespace uf::gpu {
-namespace {
-
-struct LayerBuffers {
-  Buffer attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
-  // gpt-oss: the output projection's bias, the sink logits, the router's and experts' biases.
-  Buffer bo, sinks, router_b, exp_gate_b, exp_up_b, exp_down_b;
-  GpuMatrix wq, wk, wv, wo, gate, up, down;
-  // Mixture of experts: the router and each of gate, up and down as one stacked matrix.
-  GpuMatrix router, exp_gate, exp_up, exp_down;
-};
-
-// Recordings kept at once; past this the oldest shapes are recorded again when they come back.
-constexpr size_t kMaxRecordings = 64;
-
-// What a recording leaves behind: every row in host-visible memory, each row's arg-max, or each
-// row's best tokens (topk.comp) and the rows flagged in full_ (copy_rows.comp); kTopMasked: the
-// same after the rows' known tokens were read out and masked (mask_rows.comp).
-enum class Out { kLogits, kGreedy, kTop, kTopMasked };
-
-class VulkanForward final : public GpuForward {
- public:
-  VulkanForward(const model::Model& model, engine::KvCache* cache, const GpuForwardOptions& o)
-      : model_(model), c_(model.config()), cache_(cache), o_(o) {}
-
-  Status Init(const DeviceSpec& device);
-  // abandon is not read: a step is one submitted command buffer, too short to be worth cutting.
-  Status Forward(const model::Batch& batch,
-                 const std::atomic<bool>* /*abandon*/ = nullptr) override {
-    return Run(batch, nullptr);
-  }
-  Status ForwardGreedy(const model::Batch& batch, int32_t* tokens) override {
-    return Run(batch, tokens);
-  }
-  const float* logits(int64_t i) const override { return logits_.data() + i * c_.n_vocab; }
-  int64_t n_outputs() const override { return n_outputs_; }
-  int32_t top_capacity() const override { return o_.top_k; }
-  model::TopRow top(int64_t i) const override {
-    const uint32_t* w = top_host_.data() + i * (2 * o_.top_k + 2);
-    model::TopRow t;
-    t.n = static_cast<int32_t>(std::min<int64_t>(o_.top_k, c_.n_vocab));
-    t.ids = reinterpret_cast<const int32_t*>(w);
-    t.logits = reinterpret_cast<const float*>(w + o_.top_k);
-    std::memcpy(&t.max, w + 2 * o_.top_k, 4);
-    std::memcpy(&t.log_sum_exp, w + 2 * o_.top_k + 1, 4);
-    if (i < static_cast<int64_t>(known_n_.size())) {
-      t.n_known = known_n_[i];
-      t.known_ids = known_ids_host_.data() + i * o_.max_known;
-      t.known_logits = known_raw_host_.data() + i * o_.max_known;
-    }
-    return t;
-  }
-  int32_t top_known_capacity() const override { return o_.top_k > 0 ? o_.max_known : 0; }
-  int64_t rows_reduced() const override { return rows_reduced_; }
-  int64_t rows_fetched() const override { return rows_fetched_; }
-  Status FetchLogits(std::span<const int64_t> rows) override;
-  double last_step_gpu_seconds() const override {
-    return last_ != nullptr ? last_->last_gpu_seconds() : 0.0;
-  }
-  const DeviceInfo& device() const override { return ctx_->info(); }
-  uint64_t device_bytes() const override { return ctx_->allocated_bytes(); }
-
- private:
-  StatusOr<Buffer> Vector(const std::vector<float>& v);
-  StatusOr<GpuMatrix> Matrix(const kernels::Matrix& w, const std::string& name);
-  StatusOr<GpuMatrix> Experts(const std::vector<kernels::Matrix>& w, const std::string& name);
-  Status Prepare(const model::Batch& batch);
-  // The forward; with greedy set, the rows' arg-max into greedy[] instead of logits_.
-  Status Run(const model::Batch& batch, int32_t* greedy);
-  StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out);
-  Status Record(Recorder* r, int64_t n, int64_t n_out, Out out);
-  // y = W x for n tokens, quantizing x into xq_ first when W takes Q8_0 or Q8_K activations
-  // and xq_ does not hold x in that format yet.
-  void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y);
-  bool QuantizeFor(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n);
-  // The same for stacked experts: n_slots slots reading activation rows slot / x_div of x
-  // (n_x rows in all), experts from ids_.
-  void GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n_x, int64_t n_slots,
-                   int64_t x_div, const Buffer& y);
-  // The mixture-of-experts FFN of layer il from xn_ into y_: router product, routing, the
-  // selected experts' gate/up, SwiGLU, down, the weighted sum; no host round trip.
-  void RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n);
-
-  const model::Model& model_;
-  const model::ModelConfig& c_;
-  engine::KvCache* cache_;
-  GpuForwardOptions o_;
-  int64_t max_len_ = 0, max_blocks_ = 0, n_rows_ = 0;
-  bool q8_cache_ = false;  // Q8_0 K/V rows instead of f16
-  std::unique_ptr<Context> ctx_;
-  Kernels k_;
-  std::vector<LayerBuffers> layers_;
-  Buffer output_norm_;
-  GpuMatrix output_, embd_;
-  const GpuMatrix* embd_table_ = nullptr;  // output_ when tied, else embd_
-  // Host-written per step: tok_ [max_batch][4] (token, position, cache row, sequence), bt_ the
-  // block tables [max_seqs][max_blocks], outs_ the batch rows that want logits.
-  Buffer tok_, bt_, outs_;
-  Buffer cs_, x_, xn_, xq_, q_, kbuf_, vbuf_, attn_, y_, gate_, up_, scores_, cache_dev_, xo_;
-  Buffer part_;  // split attention's partial sums (o_.attention_chunk)
-  // Mixture of experts: router logits [max_batch][n_expert]; per (token, rank) slot the expert
-  // and its weight [max_batch][k]; per slot the gate/up rows [.][n_ff_exp] and the output [.][e].
-  Buffer moe_logits_, moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_out_;
-  // Batches of several tokens: the slots sorted by expert and their tiles (GroupSlots).
-  Buffer moe_order_, moe_tiles_;
-  int64_t chunk_ = 0;    // positions per attention workgroup; 0: unsplit
-  Buffer logits_dev_;    // host-visible: the rows Forward copies out
-  Buffer logits_local_;  // device-local: the rows ForwardGreedy reduces on the device
-  Buffer argmax_;        // host-visible: ForwardGreedy's tokens
-  Buffer top_, full_;    // host-visible: the rows' best tokens; flags of the rows copied whole
-  std::vector<uint32_t> top_host_;  // top_ of the last Forward
-  // host-visible: per output row [count][max_known ids] of known tokens; their raw logits
-  Buffer known_, known_raw_;
-  std::vector<int32_t> known_n_;  // of the last Forward's rows
-  std::vector<int32_t> known_ids_host_;
-  std::vector<float> known_raw_host_;
-  int64_t rows_reduced_ = 0, rows_fetched_ = 0;
-  Out last_mode_ = Out::kLogits;
-  // FetchLogits: copy_rows over the last Forward's n_outputs_ rows (re-recorded when it changes).
-  std::unique_ptr<Recorder> fetch_;
-  int64_t fetch_rows_ = -1;
-  std::map<std::tuple<int64_t, int64_t, Out>, std::unique_ptr<Recorder>> recordings_;
-  Recorder* last_ = nullptr;
-  const Buffer* xq_holds_ = nullptr;  // while recording: the buffer xq_ is the quantization of
-  bool xq_k_ = false;                 // ... as Q8_K (else Q8_0)
-  std::vector<float> logits_;
-  int64_t n_outputs_ = 0;
-  std::vector<int32_t> seq_next_;   // [max_seqs] next position per sequence, -1 if not in batch
-  std::vector<int32_t> seq_first_;  // [max_seqs] first position in the batch
-  std::vector<int32_t> touched_;    // sequences of the current batch
-};
 
 StatusOr<Buffer> VulkanForward::Vector(const std::vector<float>& v) {
   UF_ASSIGN_OR_RETURN(Buffer b, ctx_->CreateBuffer(v.size() * 4, Memory::kDevice));
@@ -190,6 +60,10 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   n_rows_ = co.n_blocks * co.block_size;
   UF_ASSIGN_OR_RETURN(ctx_, Context::Create(device.index));
   UF_ASSIGN_OR_RETURN(k_, Kernels::Create(ctx_.get(), o_.gemv));
+  // UF_GPU_FUSE=0: the unfused step, for A/B runs on a device (bench, tools/gpu_check.sh).
+  if (const char* f = std::getenv("UF_GPU_FUSE"); f != nullptr && std::string(f) == "0") {
+    o_.fuse = false;
+  }
   const model::ModelWeights& w = model_.weights();
   for (int64_t il = 0; il < c_.n_layer; ++il) {
     const model::LayerWeights& l = w.layers[il];
@@ -340,156 +214,6 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   seq_next_.assign(co.max_seqs, -1);
   seq_first_.assign(co.max_seqs, 0);
   return OkStatus();
-}
-
-// Quantizes n rows of x into xq_ (Q8_0 or Q8_K, as w takes them) unless it holds them already.
-// False when w takes f32 activations.
-bool VulkanForward::QuantizeFor(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n) {
-  const bool k = TakesQ8KActivation(w.type);
-  if (!k && !TakesQ8Activation(w.type)) return false;
-  if (xq_holds_ != &x || xq_k_ != k) {
-    if (k) {
-      k_.QuantizeK(r, x, 0, n * w.cols, xq_);
-    } else {
-      k_.Quantize(r, x, 0, n * w.cols, xq_);
-    }
-    xq_holds_ = &x;
-    xq_k_ = k;
-  }
-  return true;
-}
-
-void VulkanForward::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n,
-                         const Buffer& y) {
-  k_.Gemm(r, w, QuantizeFor(r, w, x, n) ? xq_ : x, n, y);
-}
-
-void VulkanForward::GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n_x,
-                                int64_t n_slots, int64_t x_div, const Buffer& y) {
-  const Buffer* in = QuantizeFor(r, w, x, n_x) ? &xq_ : &x;
-  // One token: its k slots have k different experts, nothing to group.
-  if (n_slots > c_.n_expert_used) {
-    k_.GemmExpertsGrouped(r, w, *in, moe_tiles_, moe_order_, n_slots, x_div, y);
-  } else {
-    k_.GemmExperts(r, w, *in, moe_ids_, n_slots, x_div, y);
-  }
-}
-
-// Every step per token or per slot, so a token's row does not depend on its batch. A batch of
-// several tokens groups its slots by expert (GroupSlots) and the expert GEMMs read each
-// selected expert's rows once per tile of up to 8 slots that chose it; a slot's result is the
-// same bits either way (gemm.glsl).
-void VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n) {
-  const int64_t k = c_.n_expert_used;
-  Gemm(r, l.router, xn_, n, moe_logits_);
-  Kernels::RouteParams rp;
-  rp.n_expert = c_.n_expert;
-  rp.k = k;
-  rp.softmax_all = c_.expert_gating == model::ExpertGating::kSoftmax;
-  rp.norm = c_.expert_weights_norm;
-  rp.scale = c_.expert_weights_scale;
-  k_.Route(r, moe_logits_, l.router_b.valid() ? &l.router_b : nullptr, moe_ids_, moe_weights_, n,
-           rp);
-  if (n * k > k) k_.GroupSlots(r, moe_ids_, moe_order_, moe_tiles_, n * k, c_.n_expert);
-  GemmExperts(r, l.exp_gate, xn_, n, n * k, k, moe_gate_);
-  GemmExperts(r, l.exp_up, xn_, n, n * k, k, moe_up_);
-  if (l.exp_gate_b.valid()) {
-    k_.SwiGluOai(r, moe_gate_, moe_up_, l.exp_gate_b, l.exp_up_b, moe_ids_, n * k, c_.n_ff_exp);
-  } else {
-    k_.SwiGlu(r, moe_gate_, moe_up_, moe_gate_, n * k * c_.n_ff_exp);
-  }
-  xq_holds_ = nullptr;  // xq_ is the down product's activation from here
-  GemmExperts(r, l.exp_down, moe_gate_, n * k, n * k, 1, moe_out_);
-  const bool down_b = l.exp_down_b.valid();
-  k_.MoeSum(r, moe_out_, moe_weights_, y_, n, k, c_.n_embd, down_b ? &l.exp_down_b : nullptr,
-            down_b ? &moe_ids_ : nullptr);
-}
-
-Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
-  const int64_t e = c_.n_embd, hd = c_.head_dim;
-  const bool neox = c_.rope_type == model::RopeType::kNeox;
-  AttentionShape as;
-  as.q8 = q8_cache_;
-  as.n_head = c_.n_head;
-  as.n_head_kv = c_.n_head_kv;
-  as.head_dim = hd;
-  as.n_rows = n_rows_;
-  as.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  as.block_size = cache_->block_size();
-  as.max_blocks = max_blocks_;
-  as.max_len = max_len_;
-  as.chunk = chunk_;
-  const uint64_t layer_words = 2 * c_.n_head_kv * n_rows_ * as.row_words();
-  xq_holds_ = nullptr;
-  k_.Embed(r, *embd_table_, x_, tok_, n);
-  for (int64_t il = 0; il < c_.n_layer; ++il) {
-    const LayerBuffers& l = layers_[il];
-    k_.RmsNorm(r, x_, 0, l.attn_norm, xn_, 0, n, e, c_.rms_eps);
-    xq_holds_ = nullptr;  // xn_ was rewritten
-    Gemm(r, l.wq, xn_, n, q_);
-    Gemm(r, l.wk, xn_, n, kbuf_);
-    Gemm(r, l.wv, xn_, n, vbuf_);
-    if (l.bq.valid()) {
-      k_.Add(r, l.bq, 0, q_, 0, n * c_.q_dim(), c_.q_dim());
-      k_.Add(r, l.bk, 0, kbuf_, 0, n * c_.kv_dim(), c_.kv_dim());
-      k_.Add(r, l.bv, 0, vbuf_, 0, n * c_.kv_dim(), c_.kv_dim());
-    }
-    if (l.q_norm.valid()) {
-      k_.RmsNorm(r, q_, 0, l.q_norm, q_, 0, n * c_.n_head, hd, c_.rms_eps);
-      k_.RmsNorm(r, kbuf_, 0, l.k_norm, kbuf_, 0, n * c_.n_head_kv, hd, c_.rms_eps);
-    }
-    k_.Rope(r, q_, cs_, tok_, n, c_.n_head, hd, c_.rope_dim, neox);
-    k_.Rope(r, kbuf_, cs_, tok_, n, c_.n_head_kv, hd, c_.rope_dim, neox);
-    as.k_off = static_cast<uint32_t>(il * layer_words);
-    as.v_off = static_cast<uint32_t>(il * layer_words + layer_words / 2);
-    as.window = c_.IsSwaLayer(il) ? c_.n_swa : 0;
-    k_.KvStore(r, kbuf_, vbuf_, cache_dev_, tok_, n, as);
-    k_.Attention(r, q_, cache_dev_, scores_, attn_, tok_, bt_, n, as, chunk_ > 0 ? &part_ : nullptr,
-                 l.sinks.valid() ? &l.sinks : nullptr);
-    Gemm(r, l.wo, attn_, n, y_);
-    if (l.bo.valid()) k_.Add(r, l.bo, 0, y_, 0, n * e, e);
-    k_.Add(r, y_, 0, x_, 0, n * e);
-    k_.RmsNorm(r, x_, 0, l.ffn_norm, xn_, 0, n, e, c_.rms_eps);
-    xq_holds_ = nullptr;
-    if (l.exp_gate.buffer.valid()) {
-      RecordMoe(r, l, n);
-    } else {
-      Gemm(r, l.gate, xn_, n, gate_);
-      Gemm(r, l.up, xn_, n, up_);
-      k_.SwiGlu(r, gate_, up_, gate_, n * c_.n_ff);
-      xq_holds_ = nullptr;  // gate_ was rewritten
-      Gemm(r, l.down, gate_, n, y_);
-    }
-    k_.Add(r, y_, 0, x_, 0, n * e);
-  }
-  if (n_out > 0) {
-    k_.Gather(r, x_, xo_, outs_, e, n_out);
-    k_.RmsNorm(r, xo_, 0, output_norm_, xo_, 0, n_out, e, c_.rms_eps);
-    xq_holds_ = nullptr;
-    Gemm(r, output_, xo_, n_out, out == Out::kLogits ? logits_dev_ : logits_local_);
-    if (out == Out::kGreedy) k_.ArgMax(r, logits_local_, argmax_, c_.n_vocab, n_out);
-    if (out == Out::kTopMasked) {
-      k_.MaskRows(r, logits_local_, known_, known_raw_, c_.n_vocab, n_out, o_.max_known);
-    }
-    if (out == Out::kTop || out == Out::kTopMasked) {
-      k_.TopK(r, logits_local_, top_, c_.n_vocab, n_out, o_.top_k);
-      k_.CopyRows(r, logits_local_, logits_dev_, full_, c_.n_vocab, n_out);
-    }
-  }
-  xq_holds_ = nullptr;
-  return r->Finish();
-}
-
-StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, Out out) {
-  const auto key = std::make_tuple(n, n_out, out);
-  auto it = recordings_.find(key);
-  if (it != recordings_.end()) return it->second.get();
-  if (recordings_.size() >= kMaxRecordings) recordings_.clear();  // every run has finished
-  auto r = std::make_unique<Recorder>(ctx_.get());
-  UF_RETURN_IF_ERROR(Record(r.get(), n, n_out, out));
-  Recorder* p = r.get();
-  recordings_.emplace(key, std::move(r));
-  return p;
 }
 
 // The batch checks of model::Decoder::Prepare, and the blocks reserved.
@@ -695,6 +419,8 @@ Status VulkanForward::FetchLogits(std::span<const int64_t> rows) {
   rows_fetched_ += static_cast<int64_t>(rows.size());
   return OkStatus();
 }
+
+namespace {
 
 // GpuDecoder: one sequence over a cache of its own (block tables only; K/V on the device).
 class VulkanDecoder final : public GpuDecoder {

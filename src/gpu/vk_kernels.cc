@@ -259,10 +259,12 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv) {
   UF_ASSIGN_OR_RETURN(k.quantize_, ctx->GetPipeline("quantize_q8_0", 2));
   UF_ASSIGN_OR_RETURN(k.quantize_k_, ctx->GetPipeline("quantize_q8_k", 2));
   UF_ASSIGN_OR_RETURN(k.rmsnorm_, ctx->GetPipeline("rmsnorm", 3));
+  UF_ASSIGN_OR_RETURN(k.rmsnorm_q_, ctx->GetPipeline("rmsnorm_q", 4));
+  UF_ASSIGN_OR_RETURN(k.swiglu_q_, ctx->GetPipeline("swiglu_q", 7));
   UF_ASSIGN_OR_RETURN(k.add_, ctx->GetPipeline("add", 2));
   UF_ASSIGN_OR_RETURN(k.swiglu_, ctx->GetPipeline("swiglu", 3));
   UF_ASSIGN_OR_RETURN(k.rope_, ctx->GetPipeline("rope", 3));
-  UF_ASSIGN_OR_RETURN(k.kv_store_, ctx->GetPipeline("kv_store", 4));
+  UF_ASSIGN_OR_RETURN(k.kv_store_, ctx->GetPipeline("kv_store", 5));
   UF_ASSIGN_OR_RETURN(k.attention_, ctx->GetPipeline("attention", 8));
   UF_ASSIGN_OR_RETURN(k.attention_combine_, ctx->GetPipeline("attention_combine", 4));
   UF_ASSIGN_OR_RETURN(k.embed_, ctx->GetPipeline("embed", 3));
@@ -292,14 +294,14 @@ const Pipeline* Kernels::Wide(WideKind kind, const GpuMatrix& w) const {
 }
 
 void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
-                   uint32_t y_off, int64_t y_stride) const {
+                   uint32_t y_off, int64_t y_stride, bool accumulate) const {
   uint32_t gx, gy;
   Grid((w.rows + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
   const bool k_quant = w.type == GgmlType::kQ6_K || w.type == GgmlType::kQ4_K;
   const bool q8 = TakesQ8Activation(w.type);
   const auto blocks = static_cast<uint32_t>(w.cols / (k_quant ? 256 : 32));
   struct {
-    uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride;
+    uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, acc;
   } push{static_cast<uint32_t>(w.rows),
          k_quant || q8 ? blocks : static_cast<uint32_t>(w.cols),
          w.d_off,
@@ -311,7 +313,8 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
          : q8    ? static_cast<uint32_t>(n) * blocks * 8
                  : 0u,
          y_off,
-         static_cast<uint32_t>(y_stride > 0 ? y_stride : w.rows)};
+         static_cast<uint32_t>(y_stride > 0 ? y_stride : w.rows),
+         accumulate ? 1u : 0u};
   // One token: gemm1_*, else tiles of 8 tokens (the grid's z). Both compute a token's row the
   // same way (tests/gpu_kernels_test.cc checks the bits).
   constexpr int64_t kTile = 8;
@@ -324,7 +327,7 @@ namespace {
 
 // The push constants of gemmx_* and gemmg_*.
 struct ExpertPush {
-  uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, x_div;
+  uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, x_div, acc;
 };
 ExpertPush MakeExpertPush(const GpuMatrix& w, int64_t n_slots, int64_t x_div) {
   const bool k_quant = w.type == GgmlType::kQ6_K || w.type == GgmlType::kQ4_K;
@@ -343,7 +346,8 @@ ExpertPush MakeExpertPush(const GpuMatrix& w, int64_t n_slots, int64_t x_div) {
                   : 0u,
           0u,
           static_cast<uint32_t>(w.rows),
-          static_cast<uint32_t>(x_div)};
+          static_cast<uint32_t>(x_div),
+          0u};
 }
 
 }  // namespace
@@ -401,13 +405,13 @@ void Kernels::Route(Recorder* r, const Buffer& logits, const Buffer* bias, const
 }
 
 void Kernels::MoeSum(Recorder* r, const Buffer& out, const Buffer& weights, const Buffer& y,
-                     int64_t n, int64_t k, int64_t cols, const Buffer* bias,
-                     const Buffer* ids) const {
+                     int64_t n, int64_t k, int64_t cols, const Buffer* bias, const Buffer* ids,
+                     bool accumulate) const {
   UF_CHECK((bias == nullptr) == (ids == nullptr));
   struct {
-    uint32_t n, k, cols, has_bias;
+    uint32_t n, k, cols, has_bias, acc;
   } push{static_cast<uint32_t>(n * cols), static_cast<uint32_t>(k), static_cast<uint32_t>(cols),
-         bias != nullptr ? 1u : 0u};
+         bias != nullptr ? 1u : 0u, accumulate ? 1u : 0u};
   uint32_t gx, gy;
   Grid((n * cols + 63) / 64, &gx, &gy);
   // Without a bias, bindings 3 and 4 are never read: any buffer will do.
@@ -461,6 +465,55 @@ void Kernels::RmsNorm(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer
   r->Dispatch(*rmsnorm_, {x, w, y}, push, gx, gy);
 }
 
+void Kernels::RmsNormQuant(Recorder* r, const Buffer& x, const Buffer& w, const Buffer& y,
+                           int64_t rows, int64_t n, float eps, bool q8k, const Buffer& q) const {
+  const int64_t block = q8k ? 256 : 32;
+  UF_CHECK(n % block == 0) << "rmsnorm_q: rows of " << n << " values";
+  const auto blocks = static_cast<uint32_t>(rows * n / block);
+  struct {
+    uint32_t rows, n;
+    float eps;
+    uint32_t q8k, d_off;
+  } push{static_cast<uint32_t>(rows), static_cast<uint32_t>(n), eps, q8k ? 1u : 0u,
+         blocks * (q8k ? 72u : 8u)};
+  uint32_t gx, gy;
+  Grid(rows, &gx, &gy);
+  r->Dispatch(*rmsnorm_q_, {x, w, y, q}, push, gx, gy);
+}
+
+namespace {
+struct SwiGluQPush {
+  uint32_t n, q8k, d_off, oai, ff;
+};
+constexpr uint64_t kSwiGluSpan = 2048;  // values a workgroup of swiglu_q.comp
+}  // namespace
+
+void Kernels::SwiGluQuant(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& out,
+                          int64_t n, bool q8k, const Buffer& q) const {
+  const int64_t block = q8k ? 256 : 32;
+  UF_CHECK(n % block == 0) << "swiglu_q: " << n << " values";
+  const auto blocks = static_cast<uint32_t>(n / block);
+  const SwiGluQPush push{static_cast<uint32_t>(n), q8k ? 1u : 0u, blocks * (q8k ? 72u : 8u), 0u,
+                         1u};
+  uint32_t gx, gy;
+  Grid((n + kSwiGluSpan - 1) / kSwiGluSpan, &gx, &gy);
+  // Bindings 4-6 (gpt-oss's biases and expert ids) are not read: any buffer will do.
+  r->Dispatch(*swiglu_q_, {gate, up, out, q, gate, gate, gate}, push, gx, gy);
+}
+
+void Kernels::SwiGluOaiQuant(Recorder* r, const Buffer& gate, const Buffer& up,
+                             const Buffer& gate_b, const Buffer& up_b, const Buffer& ids,
+                             int64_t slots, int64_t ff, bool q8k, const Buffer& q) const {
+  const int64_t block = q8k ? 256 : 32;
+  UF_CHECK(slots * ff % block == 0) << "swiglu_q: " << slots * ff << " values";
+  const auto blocks = static_cast<uint32_t>(slots * ff / block);
+  const SwiGluQPush push{static_cast<uint32_t>(slots * ff), q8k ? 1u : 0u,
+                         blocks * (q8k ? 72u : 8u), 1u, static_cast<uint32_t>(ff)};
+  uint32_t gx, gy;
+  Grid((slots * ff + kSwiGluSpan - 1) / kSwiGluSpan, &gx, &gy);
+  r->Dispatch(*swiglu_q_, {gate, up, gate, q, gate_b, up_b, ids}, push, gx, gy);
+}
+
 void Kernels::Add(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer& y, uint32_t y_off,
                   int64_t n, int64_t period) const {
   struct {
@@ -491,18 +544,23 @@ void Kernels::Rope(Recorder* r, const Buffer& x, const Buffer& cs, const Buffer&
 }
 
 void Kernels::KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffer& cache,
-                      const Buffer& tok, int64_t n, const AttentionShape& s) const {
+                      const Buffer& tok, int64_t n, const AttentionShape& s,
+                      const KvRope* rope) const {
   struct {
-    uint32_t kv_heads, head_dim, n_rows, k_off, v_off, row_words, q8;
+    uint32_t kv_heads, head_dim, n_rows, k_off, v_off, row_words, q8, rope, rope_dim, neox;
   } push{static_cast<uint32_t>(s.n_head_kv),
          static_cast<uint32_t>(s.head_dim),
          static_cast<uint32_t>(s.n_rows),
          s.k_off,
          s.v_off,
          static_cast<uint32_t>(s.row_words()),
-         s.q8 ? 1u : 0u};
-  r->Dispatch(*kv_store_, {k, v, cache, tok}, push, Groups64(s.n_head_kv * s.head_dim / 2),
-              static_cast<uint32_t>(n));
+         s.q8 ? 1u : 0u,
+         rope != nullptr ? 1u : 0u,
+         static_cast<uint32_t>(rope != nullptr ? rope->rope_dim : 0),
+         rope != nullptr && rope->neox ? 1u : 0u};
+  // Without rope, binding 4 (the angles) is not read: any buffer will do.
+  r->Dispatch(*kv_store_, {k, v, cache, tok, rope != nullptr ? *rope->cs : tok}, push,
+              Groups64(s.n_head_kv * s.head_dim / 2), static_cast<uint32_t>(n));
 }
 
 void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,

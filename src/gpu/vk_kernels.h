@@ -87,8 +87,10 @@ class Kernels {
   // of w.cols f32 values, or for TakesQ8Activation(w.type) their Q8_0 activation (Quantize of
   // all n rows), for TakesQ8KActivation(w.type) their Q8_K activation (QuantizeK). Each (row,
   // token) result is the same bits whatever n is (gemm.glsl).
+  // With accumulate, y[...] += W x[t] instead (a residual add folded into the GEMM: the same
+  // bits as the product followed by Add into y).
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
-            uint32_t y_off = 0, int64_t y_stride = 0) const;
+            uint32_t y_off = 0, int64_t y_stride = 0, bool accumulate = false) const;
   // The products of selected experts (gemmx_*): for each of n_slots slots s,
   // y[s * w.rows + row] = expert ids[s]'s W x[s / x_div] (x as in Gemm, token-major). Reads only
   // the selected experts' rows; each slot's sum is formed as gemm1_* forms a token's, so a slot
@@ -123,9 +125,10 @@ class Kernels {
              const Buffer& weights, int64_t n, const RouteParams& rp) const;
   // y[t][i] = sum over r < k of weights[t * k + r] * out[(t * k + r) * cols + i], r in order;
   // with bias ([n_expert][cols], gpt-oss) each out row plus its expert's (ids) bias row first.
+  // With accumulate, y[t][i] += that sum (the residual add folded in: y + sum, Add's bits).
   void MoeSum(Recorder* r, const Buffer& out, const Buffer& weights, const Buffer& y, int64_t n,
-              int64_t k, int64_t cols, const Buffer* bias = nullptr,
-              const Buffer* ids = nullptr) const;
+              int64_t k, int64_t cols, const Buffer* bias = nullptr, const Buffer* ids = nullptr,
+              bool accumulate = false) const;
   // gpt-oss's clamped SwiGLU in place in gate ([slots][ff]), each slot's expert (ids) biases
   // added to gate and up first (swiglu_oai.comp).
   void SwiGluOai(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& gate_b,
@@ -140,6 +143,20 @@ class Kernels {
   // rows rows of n values: y = RmsNorm(x) * w. y may be x.
   void RmsNorm(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer& w, const Buffer& y,
                uint32_t y_off, int64_t rows, int64_t n, float eps) const;
+  // RmsNorm of rows rows of n values (offsets 0, y not x) and y quantized into q in the same
+  // dispatch, as Quantize (q8k false) or QuantizeK (q8k true) of all rows * n values would: y and
+  // q are the two kernels' bits (rmsnorm_q.comp). n a multiple of 32 (Q8_0) or 256 (Q8_K).
+  void RmsNormQuant(Recorder* r, const Buffer& x, const Buffer& w, const Buffer& y, int64_t rows,
+                    int64_t n, float eps, bool q8k, const Buffer& q) const;
+  // SwiGlu of n values into out (out may be gate) and out quantized into q in the same dispatch,
+  // as Quantize / QuantizeK would: the two kernels' bits (swiglu_q.comp). n a multiple of 32 or
+  // 256.
+  void SwiGluQuant(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& out, int64_t n,
+                   bool q8k, const Buffer& q) const;
+  // SwiGluOai and the quantization of its slots * ff values into q, the two kernels' bits.
+  void SwiGluOaiQuant(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& gate_b,
+                      const Buffer& up_b, const Buffer& ids, int64_t slots, int64_t ff, bool q8k,
+                      const Buffer& q) const;
   // y[y_off + i] += x[x_off + i % period] (period 0: no repeat).
   void Add(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer& y, uint32_t y_off, int64_t n,
            int64_t period = 0) const;
@@ -151,8 +168,16 @@ class Kernels {
             int64_t n_heads, int64_t head_dim, int64_t rope_dim, bool neox) const;
   // The n tokens' K and V rows (n_head_kv heads) into the cache at their cache rows, in the
   // layout of s (f16 or Q8_0, at s.k_off / s.v_off).
+  // With rope, K is stored rotated as Rope(k, rope->cs, ..., rope->rope_dim, rope->neox) would
+  // rotate it first (the same bits; k itself is not changed): one dispatch and barrier fewer.
+  struct KvRope {
+    const Buffer* cs = nullptr;
+    int64_t rope_dim = 0;
+    bool neox = false;
+  };
   void KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffer& cache,
-               const Buffer& tok, int64_t n, const AttentionShape& s) const;
+               const Buffer& tok, int64_t n, const AttentionShape& s,
+               const KvRope* rope = nullptr) const;
   // Causal attention of the n tokens' queries (block tables bt); scores: n * n_head * max_len
   // floats of scratch when s.chunk == 0 (unused otherwise: a chunk's scores stay in shared
   // memory); with s.chunk > 0 (<= kMaxAttentionChunk) two dispatches (the chunks, then their
@@ -208,6 +233,8 @@ class Kernels {
   const Pipeline* quantize_ = nullptr;
   const Pipeline* quantize_k_ = nullptr;
   const Pipeline* rmsnorm_ = nullptr;
+  const Pipeline* rmsnorm_q_ = nullptr;
+  const Pipeline* swiglu_q_ = nullptr;
   const Pipeline* add_ = nullptr;
   const Pipeline* swiglu_ = nullptr;
   const Pipeline* rope_ = nullptr;

@@ -9,7 +9,9 @@
 //
 // Push constants: rows; cols (values for float weights, blocks for quantized ones); w_d_off (word
 // of the weights' block scales); n tokens; x_stride (per token: floats, or words of a Q8_0
-// activation); x_d_off (word of the Q8_0 activations' scales, token-major); y_off, y_stride.
+// activation); x_d_off (word of the Q8_0 activations' scales, token-major); y_off, y_stride;
+// acc: 1 to add the product to y (y += W x: the residual add folded into the GEMM, as add.comp
+// would add it afterwards: y + s, the same bits), 0 to write it.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
@@ -28,7 +30,7 @@
 // its slot count (0: an unused tile). A slot's sum is formed as gemm8_* forms a token's, which
 // is gemm1_*'s (and so gemmx_*'s) to the bit.
 layout(push_constant) uniform P {
-  uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, x_div;
+  uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, x_div, acc;
 } p;
 layout(std430, binding = 3) readonly buffer Tiles { uint tiles[]; };
 layout(std430, binding = 4) readonly buffer Order { uint order[]; };
@@ -46,7 +48,7 @@ bool Skip() { return tiles[3 * gl_WorkGroupID.z + 2] == 0; }
 // ids[slot] * rows of the stack; the slot reads activation row slot / x_div (a token's row for
 // gate and up, the slot's own for down) and writes y row slot.
 layout(push_constant) uniform P {
-  uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, x_div;
+  uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, x_div, acc;
 } p;
 layout(std430, binding = 3) readonly buffer Ids { uint ids[]; };
 uint WRow(uint row) { return ids[gl_WorkGroupID.z] * p.rows + row; }
@@ -56,7 +58,7 @@ uint YRow(uint t) { return t; }
 bool Skip() { return false; }
 #else
 layout(push_constant) uniform P {
-  uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride;
+  uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, acc;
 } p;
 uint WRow(uint row) { return row; }
 uint XTok(uint t) { return t; }
@@ -65,7 +67,7 @@ uint YRow(uint t) { return t; }
 bool Skip() { return false; }
 #endif
 
-layout(std430, binding = 2) writeonly buffer Y { float y[]; };
+layout(std430, binding = 2) buffer Y { float y[]; };
 
 // The first token of this workgroup's tile: tiles are the grid's z.
 #ifdef GROUPED
@@ -82,12 +84,14 @@ uint TileStart() {
 uint TileStart() { return gl_WorkGroupID.z * kTile; }
 #endif
 
+void Store(uint i, float s) { y[i] = p.acc != 0 ? y[i] + s : s; }
+
 // Sums each token's partial over the subgroup and writes it.
 void StoreTile(float acc[kTile], uint t0, uint row) {
   [[unroll]] for (uint t = 0; t < kTile; ++t) {
     if (InBatch(t0 + t)) {  // uniform: every lane has the same t0
       const float s = subgroupAdd(acc[t]);
-      if (subgroupElect()) y[p.y_off + YRow(t0 + t) * p.y_stride + row] = s;
+      if (subgroupElect()) Store(p.y_off + YRow(t0 + t) * p.y_stride + row, s);
     }
   }
 }
@@ -102,6 +106,6 @@ float Unfused(float v) { return subgroupMax(v); }
 // block's integer sums over the subgroup and add the blocks in order in every lane).
 void StoreTileUniform(float acc[kTile], uint t0, uint row) {
   [[unroll]] for (uint t = 0; t < kTile; ++t) {
-    if (InBatch(t0 + t) && subgroupElect()) y[p.y_off + YRow(t0 + t) * p.y_stride + row] = acc[t];
+    if (InBatch(t0 + t) && subgroupElect()) Store(p.y_off + YRow(t0 + t) * p.y_stride + row, acc[t]);
   }
 }

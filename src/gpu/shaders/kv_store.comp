@@ -4,7 +4,9 @@
 // v_off. A row is f16 pairs (head_dim / 2 words; one invocation per pair) or, with q8 set, Q8_0
 // blocks of 32 values as 9 words each: 8 of int8 values, then the f16-rounded scale as an f32
 // (one invocation per block; the quantizer of quantize_q8_0, i.e. the CPU cache's). The grid's
-// y is the token.
+// y is the token. With rope set, K is stored rotated as rope.comp rotates it (its pairs, angles
+// cs and operations: the same bits), so K needs no RoPE dispatch and barrier of its own; k itself
+// is left as it was.
 #version 450
 layout(local_size_x = 64) in;
 
@@ -12,17 +14,40 @@ layout(std430, binding = 0) readonly buffer K { float k[]; };
 layout(std430, binding = 1) readonly buffer V { float v[]; };
 layout(std430, binding = 2) writeonly buffer C { uint cache[]; };
 layout(std430, binding = 3) readonly buffer Tok { uint tok[]; };
-layout(push_constant) uniform P { uint kv_heads, head_dim, n_rows, k_off, v_off, row_words, q8; } p;
+layout(std430, binding = 4) readonly buffer CS { float cs[]; };
+layout(push_constant) uniform P {
+  uint kv_heads, head_dim, n_rows, k_off, v_off, row_words, q8, rope, rope_dim, neox;
+} p;
 
-void StoreBlock(uint src, uint dst, bool is_v) {
+// K value j of the head whose row starts at base (token `token`), rotated when rope is set.
+float KIn(uint token, uint base, uint j) {
+  if (p.rope == 0 || j >= p.rope_dim) return k[base + j];
+  const uint half_dim = p.rope_dim / 2;
+  const uint i = p.neox != 0 ? j % half_dim : j / 2;
+  const bool first = p.neox != 0 ? j < half_dim : j % 2 == 0;
+  const uint cb = tok[4 * token + 1] * p.rope_dim + 2 * i;
+  const float c = cs[cb], s = cs[cb + 1];
+  const uint i0 = p.neox != 0 ? base + i : base + 2 * i;
+  const uint i1 = p.neox != 0 ? base + i + half_dim : base + 2 * i + 1;
+  const float x0 = k[i0], x1 = k[i1];
+  return first ? x0 * c - x1 * s : x0 * s + x1 * c;
+}
+
+// Value j of the head row at base: V's, or K's (rotated).
+float In(bool is_v, uint token, uint base, uint j) {
+  return is_v ? v[base + j] : KIn(token, base, j);
+}
+
+// The Q8_0 block of 32 values from value j0 of the head row at base.
+void StoreBlock(uint token, uint base, uint j0, uint dst, bool is_v) {
   float amax = 0.0;
-  for (uint j = 0; j < 32; ++j) amax = max(amax, abs(is_v ? v[src + j] : k[src + j]));
+  for (uint j = 0; j < 32; ++j) amax = max(amax, abs(In(is_v, token, base, j0 + j)));
   const float d = unpackHalf2x16(packHalf2x16(vec2(amax / 127.0, 0.0))).x;
   const float id = amax != 0.0 ? 127.0 / amax : 0.0;
   for (uint w = 0; w < 8; ++w) {
     uint word = 0;
     for (uint j = 0; j < 4; ++j) {
-      const float x = is_v ? v[src + 4 * w + j] : k[src + 4 * w + j];
+      const float x = In(is_v, token, base, j0 + 4 * w + j);
       const float q = clamp(roundEven(x * id), -128.0, 127.0);
       word |= (uint(int(q)) & 0xFFu) << (8 * j);
     }
@@ -40,16 +65,16 @@ void main() {
     if (id >= p.kv_heads * bpr) return;
     const uint h = id / bpr, b = id % bpr;
     const uint dst = (h * p.n_rows + row) * p.row_words + 9 * b;
-    const uint src = token * p.kv_heads * p.head_dim + h * p.head_dim + 32 * b;
-    StoreBlock(src, p.k_off + dst, false);
-    StoreBlock(src, p.v_off + dst, true);
+    const uint base = token * p.kv_heads * p.head_dim + h * p.head_dim;
+    StoreBlock(token, base, 32 * b, p.k_off + dst, false);
+    StoreBlock(token, base, 32 * b, p.v_off + dst, true);
     return;
   }
   const uint hp = p.head_dim / 2;
   if (id >= p.kv_heads * hp) return;
   const uint h = id / hp, i = id % hp;
   const uint dst = (h * p.n_rows + row) * p.row_words + i;
-  const uint src = token * p.kv_heads * p.head_dim + h * p.head_dim + 2 * i;
-  cache[p.k_off + dst] = packHalf2x16(vec2(k[src], k[src + 1]));
-  cache[p.v_off + dst] = packHalf2x16(vec2(v[src], v[src + 1]));
+  const uint base = token * p.kv_heads * p.head_dim + h * p.head_dim;
+  cache[p.k_off + dst] = packHalf2x16(vec2(KIn(token, base, 2 * i), KIn(token, base, 2 * i + 1)));
+  cache[p.v_off + dst] = packHalf2x16(vec2(v[base + 2 * i], v[base + 2 * i + 1]));
 }

@@ -1,17 +1,18 @@
 // The weighted sum of a token's k expert outputs (model::Decoder::MoeFfn's last step):
 // y[t][i] = w[t][0] out[t k][i] + w[t][1] out[t k + 1][i] + ..., in rank order as the CPU adds
 // them. n = tokens * cols items, one invocation each. With has_bias (gpt-oss) each output first
-// gets its expert's down bias (bias[ids[slot]][i]), as the CPU adds it.
+// gets its expert's down bias (bias[ids[slot]][i]), as the CPU adds it. With acc, y[t][i] += the
+// sum (the residual add: y + sum, add.comp's bits when the sum ends in an add, k >= 2).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
 layout(std430, binding = 0) readonly buffer O { float o[]; };
 layout(std430, binding = 1) readonly buffer W { float w[]; };
-layout(std430, binding = 2) writeonly buffer Y { float y[]; };
+layout(std430, binding = 2) buffer Y { float y[]; };
 layout(std430, binding = 3) readonly buffer B { float bias[]; };
 layout(std430, binding = 4) readonly buffer Ids { uint ids[]; };
-layout(push_constant) uniform P { uint n, k, cols, has_bias; } p;
+layout(push_constant) uniform P { uint n, k, cols, has_bias, acc; } p;
 
 float Out(uint s, uint i) {
   const float v = o[s * p.cols + i];
@@ -25,5 +26,5 @@ void main() {
   const uint s0 = t * p.k;
   float acc = w[s0] * Out(s0, i);
   for (uint r = 1; r < p.k; ++r) acc += w[s0 + r] * Out(s0 + r, i);
-  y[j] = acc;
+  y[j] = p.acc != 0 ? y[j] + acc : acc;
 }

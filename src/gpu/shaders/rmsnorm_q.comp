@@ -1,0 +1,43 @@
+// rmsnorm.comp and the activation quantization after it in one dispatch: y = x / sqrt(mean(x^2)
+// + eps) * w over each of `rows` rows of n values (one workgroup per row), and y quantized into q
+// as quantize_q8_0 (q8k 0) or quantize_q8_k (q8k 1) would quantize it, block by block: each
+// invocation recomputes its blocks' values with rmsnorm's operations, so y and q are the two
+// kernels' bits without reading y back. n must be a multiple of the block (32 or 256); y may not
+// alias x.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) readonly buffer Wt { float w[]; };
+layout(std430, binding = 2) writeonly buffer Y { float y[]; };
+layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
+layout(push_constant) uniform P { uint rows, n; float eps; uint q8k, d_off; } p;
+
+float g_scale = 0.0;  // the row's 1 / rms
+uint g_row0 = 0;      // index of the row's first value
+
+float QIn(uint i) { return x[i] * g_scale * w[i - g_row0]; }
+
+#include "quant_q8.glsl"
+
+void main() {
+  const uint row = GroupIndex();
+  if (row >= p.rows) return;
+  const uint xb = row * p.n;
+  float ss = 0.0;
+  for (uint i = gl_LocalInvocationID.x; i < p.n; i += 64) ss += x[xb + i] * x[xb + i];
+  ss = WorkgroupSum(ss);
+  const float scale = 1.0 / sqrt(ss / float(p.n) + p.eps);
+  for (uint i = gl_LocalInvocationID.x; i < p.n; i += 64) y[xb + i] = x[xb + i] * scale * w[i];
+  g_scale = scale;
+  g_row0 = xb;
+  const uint per_row = p.n / (p.q8k != 0 ? 256 : 32);
+  for (uint j = gl_LocalInvocationID.x; j < per_row; j += 64) {
+    if (p.q8k != 0) {
+      QuantizeBlockQ8_K(row * per_row + j, p.d_off);
+    } else {
+      QuantizeBlockQ8_0(row * per_row + j, p.d_off);
+    }
+  }
+}

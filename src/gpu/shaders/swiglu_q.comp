@@ -1,0 +1,64 @@
+// swiglu.comp (or swiglu_oai.comp, oai 1) and the activation quantization after it in one
+// dispatch: out[i] = silu(gate[i]) * up[i], and out quantized into q as quantize_q8_0 (q8k 0) or
+// quantize_q8_k (q8k 1) would quantize it. A workgroup takes kSpan values: each invocation
+// computes values lid, lid + 64, ... with the separate kernel's operations (one each, coalesced),
+// writes them to out and to shared memory, then the invocations quantize the span's blocks (64
+// of Q8_0, 8 of Q8_K) from those exact floats, so out and q are the two kernels' bits. out may
+// alias gate (each value is read and written by one invocation). With oai, gpt-oss's clamped
+// SwiGLU with each slot's expert biases (ids[slot] its expert; ff values a slot):
+// x = min(gate + gb, 7), y = clamp(up + ub, -7, 7), out = x sigmoid(1.702 x) (y + 1). Without it
+// bindings 4-6 are not read.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(std430, binding = 0) readonly buffer G { float g[]; };
+layout(std430, binding = 1) readonly buffer U { float u[]; };
+layout(std430, binding = 2) writeonly buffer O { float o[]; };
+layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
+layout(std430, binding = 4) readonly buffer GB { float gb[]; };
+layout(std430, binding = 5) readonly buffer UB { float ub[]; };
+layout(std430, binding = 6) readonly buffer Ids { uint ids[]; };
+layout(push_constant) uniform P { uint n, q8k, d_off, oai, ff; } p;
+
+const uint kSpan = 2048;  // values a workgroup: 8 KiB of shared memory
+shared float span[kSpan];
+uint g_first = 0;  // the workgroup's first value
+
+float QIn(uint i) { return span[i - g_first]; }
+
+#include "quant_q8.glsl"
+
+float Act(uint i) {
+  if (p.oai != 0) {
+    const uint b = ids[i / p.ff] * p.ff + i % p.ff;
+    const float x = min(g[i] + gb[b], 7.0);
+    const float y = clamp(u[i] + ub[b], -7.0, 7.0);
+    return x / (1.0 + exp(-1.702 * x)) * (y + 1.0);
+  }
+  const float v = g[i];
+  return v / (1.0 + exp(-v)) * u[i];
+}
+
+void main() {
+  g_first = GroupIndex() * kSpan;
+  const uint lid = gl_LocalInvocationID.x;
+  for (uint j = lid; j < kSpan; j += 64) {
+    const uint i = g_first + j;
+    if (i < p.n) {
+      const float v = Act(i);
+      span[j] = v;
+      o[i] = v;
+    }
+  }
+  barrier();
+  const uint len = p.q8k != 0 ? 256 : 32;
+  const uint first_block = g_first / len, blocks = p.n / len;
+  for (uint b = first_block + lid; b < min(first_block + kSpan / len, blocks); b += 64) {
+    if (p.q8k != 0) {
+      QuantizeBlockQ8_K(b, p.d_off);
+    } else {
+      QuantizeBlockQ8_0(b, p.d_off);
+    }
+  }
+}

@@ -1,0 +1,162 @@
+// VulkanForward, the GpuForward of the Vulkan backend, shared by its two halves: the buffers,
+// weight upload and per-step host work (vk_decoder.cc) and the step's recording (vk_record.cc).
+// Internal to src/gpu: the rest of the engine sees backend.h only.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "gpu/backend.h"
+#include "gpu/vk_context.h"
+#include "gpu/vk_kernels.h"
+
+namespace uf::gpu {
+
+struct LayerBuffers {
+  Buffer attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
+  // gpt-oss: the output projection's bias, the sink logits, the router's and experts' biases.
+  Buffer bo, sinks, router_b, exp_gate_b, exp_up_b, exp_down_b;
+  GpuMatrix wq, wk, wv, wo, gate, up, down;
+  // Mixture of experts: the router and each of gate, up and down as one stacked matrix.
+  GpuMatrix router, exp_gate, exp_up, exp_down;
+};
+
+// What a recording leaves behind: every row in host-visible memory, each row's arg-max, or each
+// row's best tokens (topk.comp) and the rows flagged in full_ (copy_rows.comp); kTopMasked: the
+// same after the rows' known tokens were read out and masked (mask_rows.comp).
+enum class Out { kLogits, kGreedy, kTop, kTopMasked };
+
+class VulkanForward final : public GpuForward {
+ public:
+  VulkanForward(const model::Model& model, engine::KvCache* cache, const GpuForwardOptions& o)
+      : model_(model), c_(model.config()), cache_(cache), o_(o) {}
+
+  Status Init(const DeviceSpec& device);
+  // abandon is not read: a step is one submitted command buffer, too short to be worth cutting.
+  Status Forward(const model::Batch& batch,
+                 const std::atomic<bool>* /*abandon*/ = nullptr) override {
+    return Run(batch, nullptr);
+  }
+  Status ForwardGreedy(const model::Batch& batch, int32_t* tokens) override {
+    return Run(batch, tokens);
+  }
+  const float* logits(int64_t i) const override { return logits_.data() + i * c_.n_vocab; }
+  int64_t n_outputs() const override { return n_outputs_; }
+  int32_t top_capacity() const override { return o_.top_k; }
+  model::TopRow top(int64_t i) const override {
+    const uint32_t* w = top_host_.data() + i * (2 * o_.top_k + 2);
+    model::TopRow t;
+    t.n = static_cast<int32_t>(std::min<int64_t>(o_.top_k, c_.n_vocab));
+    t.ids = reinterpret_cast<const int32_t*>(w);
+    t.logits = reinterpret_cast<const float*>(w + o_.top_k);
+    std::memcpy(&t.max, w + 2 * o_.top_k, 4);
+    std::memcpy(&t.log_sum_exp, w + 2 * o_.top_k + 1, 4);
+    if (i < static_cast<int64_t>(known_n_.size())) {
+      t.n_known = known_n_[i];
+      t.known_ids = known_ids_host_.data() + i * o_.max_known;
+      t.known_logits = known_raw_host_.data() + i * o_.max_known;
+    }
+    return t;
+  }
+  int32_t top_known_capacity() const override { return o_.top_k > 0 ? o_.max_known : 0; }
+  int64_t rows_reduced() const override { return rows_reduced_; }
+  int64_t rows_fetched() const override { return rows_fetched_; }
+  Status FetchLogits(std::span<const int64_t> rows) override;
+  double last_step_gpu_seconds() const override {
+    return last_ != nullptr ? last_->last_gpu_seconds() : 0.0;
+  }
+  int last_step_dispatches() const override { return last_ != nullptr ? last_->dispatches() : 0; }
+  int last_step_barriers() const override { return last_ != nullptr ? last_->barriers() : 0; }
+  const DeviceInfo& device() const override { return ctx_->info(); }
+  uint64_t device_bytes() const override { return ctx_->allocated_bytes(); }
+
+ private:
+  StatusOr<Buffer> Vector(const std::vector<float>& v);
+  StatusOr<GpuMatrix> Matrix(const kernels::Matrix& w, const std::string& name);
+  StatusOr<GpuMatrix> Experts(const std::vector<kernels::Matrix>& w, const std::string& name);
+  Status Prepare(const model::Batch& batch);
+  // The forward; with greedy set, the rows' arg-max into greedy[] instead of logits_.
+  Status Run(const model::Batch& batch, int32_t* greedy);
+  StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out);
+  Status Record(Recorder* r, int64_t n, int64_t n_out, Out out);
+  // y = W x for n tokens, quantizing x into xq_ first when W takes Q8_0 or Q8_K activations
+  // and xq_ does not hold x in that format yet.
+  // accumulate: y += W x (the residual add folded into the GEMM).
+  void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
+            bool accumulate = false);
+  // y_i = W_i x for independent (W_i, y_i): when fusing and they read one activation format, x
+  // is quantized once ahead and the products share one barrier after them.
+  void Gemms(Recorder* r, const Buffer& x, int64_t n,
+             std::initializer_list<std::pair<const GpuMatrix*, const Buffer*>> wy);
+  // RMSNorm of n rows of x into xn_ (weights w); when fusing and the GEMMs that read xn_ next
+  // (`next`) share one quantized activation format, that activation into xq_ in the same dispatch.
+  void Norm(Recorder* r, const Buffer& x, const Buffer& w, int64_t n,
+            std::initializer_list<const GpuMatrix*> next);
+  bool QuantizeFor(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n);
+  // The same for stacked experts: n_slots slots reading activation rows slot / x_div of x
+  // (n_x rows in all), experts from ids_.
+  void GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n_x, int64_t n_slots,
+                   int64_t x_div, const Buffer& y);
+  // The mixture-of-experts FFN of layer il from xn_ into y_: router product, routing, the
+  // selected experts' gate/up, SwiGLU, down, the weighted sum; no host round trip.
+  void RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n);
+
+  const model::Model& model_;
+  const model::ModelConfig& c_;
+  engine::KvCache* cache_;
+  GpuForwardOptions o_;
+  int64_t max_len_ = 0, max_blocks_ = 0, n_rows_ = 0;
+  bool q8_cache_ = false;  // Q8_0 K/V rows instead of f16
+  std::unique_ptr<Context> ctx_;
+  Kernels k_;
+  std::vector<LayerBuffers> layers_;
+  Buffer output_norm_;
+  GpuMatrix output_, embd_;
+  const GpuMatrix* embd_table_ = nullptr;  // output_ when tied, else embd_
+  // Host-written per step: tok_ [max_batch][4] (token, position, cache row, sequence), bt_ the
+  // block tables [max_seqs][max_blocks], outs_ the batch rows that want logits.
+  Buffer tok_, bt_, outs_;
+  Buffer cs_, x_, xn_, xq_, q_, kbuf_, vbuf_, attn_, y_, gate_, up_, scores_, cache_dev_, xo_;
+  Buffer part_;  // split attention's partial sums (o_.attention_chunk)
+  // Mixture of experts: router logits [max_batch][n_expert]; per (token, rank) slot the expert
+  // and its weight [max_batch][k]; per slot the gate/up rows [.][n_ff_exp] and the output [.][e].
+  Buffer moe_logits_, moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_out_;
+  // Batches of several tokens: the slots sorted by expert and their tiles (GroupSlots).
+  Buffer moe_order_, moe_tiles_;
+  int64_t chunk_ = 0;    // positions per attention workgroup; 0: unsplit
+  Buffer logits_dev_;    // host-visible: the rows Forward copies out
+  Buffer logits_local_;  // device-local: the rows ForwardGreedy reduces on the device
+  Buffer argmax_;        // host-visible: ForwardGreedy's tokens
+  Buffer top_, full_;    // host-visible: the rows' best tokens; flags of the rows copied whole
+  std::vector<uint32_t> top_host_;  // top_ of the last Forward
+  // host-visible: per output row [count][max_known ids] of known tokens; their raw logits
+  Buffer known_, known_raw_;
+  std::vector<int32_t> known_n_;  // of the last Forward's rows
+  std::vector<int32_t> known_ids_host_;
+  std::vector<float> known_raw_host_;
+  int64_t rows_reduced_ = 0, rows_fetched_ = 0;
+  Out last_mode_ = Out::kLogits;
+  // FetchLogits: copy_rows over the last Forward's n_outputs_ rows (re-recorded when it changes).
+  std::unique_ptr<Recorder> fetch_;
+  int64_t fetch_rows_ = -1;
+  std::map<std::tuple<int64_t, int64_t, Out>, std::unique_ptr<Recorder>> recordings_;
+  Recorder* last_ = nullptr;
+  const Buffer* xq_holds_ = nullptr;  // while recording: the buffer xq_ is the quantization of
+  bool xq_k_ = false;                 // ... as Q8_K (else Q8_0)
+  std::vector<float> logits_;
+  int64_t n_outputs_ = 0;
+  std::vector<int32_t> seq_next_;   // [max_seqs] next position per sequence, -1 if not in batch
+  std::vector<int32_t> seq_first_;  // [max_seqs] first position in the batch
+  std::vector<int32_t> touched_;    // sequences of the current batch
+};
+
+}  // namespace uf::gpu

@@ -1,0 +1,300 @@
+// The step of VulkanForward as one recording per batch shape: the layers' dispatches (attention,
+// dense or mixture-of-experts FFN), the lm_head and what the step leaves behind (Out). Fused
+// (GpuForwardOptions::fuse), a llama layer with quantized weights is 14 dispatches and 10
+// barriers (unfused 20 and 20); docs/gpu.md, "One step", lists what is fused and grouped.
+#include <cmath>
+#include <initializer_list>
+#include <memory>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "gpu/vk_forward.h"
+
+namespace uf::gpu {
+
+// Recordings kept at once; past this the oldest shapes are recorded again when they come back.
+constexpr size_t kMaxRecordings = 64;
+
+// Quantizes n rows of x into xq_ (Q8_0 or Q8_K, as w takes them) unless it holds them already.
+// False when w takes f32 activations.
+bool VulkanForward::QuantizeFor(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n) {
+  const bool k = TakesQ8KActivation(w.type);
+  if (!k && !TakesQ8Activation(w.type)) return false;
+  if (xq_holds_ != &x || xq_k_ != k) {
+    if (k) {
+      k_.QuantizeK(r, x, 0, n * w.cols, xq_);
+    } else {
+      k_.Quantize(r, x, 0, n * w.cols, xq_);
+    }
+    xq_holds_ = &x;
+    xq_k_ = k;
+  }
+  return true;
+}
+
+void VulkanForward::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n,
+                         const Buffer& y, bool accumulate) {
+  k_.Gemm(r, w, QuantizeFor(r, w, x, n) ? xq_ : x, n, y, 0, 0, accumulate);
+}
+
+namespace {
+
+// The activation a GEMM of w reads: 0 f32 values, 1 Q8_0, 2 Q8_K.
+int ActivationOf(const GpuMatrix& w) {
+  return TakesQ8KActivation(w.type) ? 2 : TakesQ8Activation(w.type) ? 1 : 0;
+}
+
+// The one quantized activation the matrices read (1 or 2), 0 when none reads one, -1 when they
+// read both (xq_ holds one at a time).
+int SharedActivation(std::initializer_list<const GpuMatrix*> ws) {
+  int act = 0;
+  for (const GpuMatrix* w : ws) {
+    const int a = ActivationOf(*w);
+    if (a == 0 || a == act) continue;
+    if (act != 0) return -1;
+    act = a;
+  }
+  return act;
+}
+
+}  // namespace
+
+void VulkanForward::Norm(Recorder* r, const Buffer& x, const Buffer& w, int64_t n,
+                         std::initializer_list<const GpuMatrix*> next) {
+  const int act = o_.fuse ? SharedActivation(next) : 0;
+  if (act > 0 && c_.n_embd % (act == 2 ? 256 : 32) == 0) {
+    k_.RmsNormQuant(r, x, w, xn_, n, c_.n_embd, c_.rms_eps, act == 2, xq_);
+    xq_holds_ = &xn_;
+    xq_k_ = act == 2;
+  } else {
+    k_.RmsNorm(r, x, 0, w, xn_, 0, n, c_.n_embd, c_.rms_eps);
+    xq_holds_ = nullptr;  // xn_ was rewritten
+  }
+}
+
+void VulkanForward::Gemms(Recorder* r, const Buffer& x, int64_t n,
+                          std::initializer_list<std::pair<const GpuMatrix*, const Buffer*>> wy) {
+  int act = 0;
+  bool shared = o_.fuse;
+  for (const auto& [w, y] : wy) {
+    const int a = ActivationOf(*w);
+    if (a != 0 && act != 0 && a != act) shared = false;  // xq_ holds one format at a time
+    if (a != 0) act = a;
+  }
+  if (!shared) {
+    for (const auto& [w, y] : wy) Gemm(r, *w, x, n, *y);
+    return;
+  }
+  // Quantize once ahead of the group (nothing when xq_ holds x already), then the products,
+  // which read x or xq_ and write their own y: one barrier after them all.
+  for (const auto& [w, y] : wy) {
+    if (QuantizeFor(r, *w, x, n)) break;
+  }
+  r->BeginGroup();
+  for (const auto& [w, y] : wy) Gemm(r, *w, x, n, *y);
+  r->EndGroup();
+}
+
+void VulkanForward::GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n_x,
+                                int64_t n_slots, int64_t x_div, const Buffer& y) {
+  const Buffer* in = QuantizeFor(r, w, x, n_x) ? &xq_ : &x;
+  // One token: its k slots have k different experts, nothing to group.
+  if (n_slots > c_.n_expert_used) {
+    k_.GemmExpertsGrouped(r, w, *in, moe_tiles_, moe_order_, n_slots, x_div, y);
+  } else {
+    k_.GemmExperts(r, w, *in, moe_ids_, n_slots, x_div, y);
+  }
+}
+
+// Every step per token or per slot, so a token's row does not depend on its batch. A batch of
+// several tokens groups its slots by expert (GroupSlots) and the expert GEMMs read each
+// selected expert's rows once per tile of up to 8 slots that chose it; a slot's result is the
+// same bits either way (gemm.glsl).
+void VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n) {
+  const int64_t k = c_.n_expert_used;
+  Gemm(r, l.router, xn_, n, moe_logits_);
+  Kernels::RouteParams rp;
+  rp.n_expert = c_.n_expert;
+  rp.k = k;
+  rp.softmax_all = c_.expert_gating == model::ExpertGating::kSoftmax;
+  rp.norm = c_.expert_weights_norm;
+  rp.scale = c_.expert_weights_scale;
+  k_.Route(r, moe_logits_, l.router_b.valid() ? &l.router_b : nullptr, moe_ids_, moe_weights_, n,
+           rp);
+  if (n * k > k) k_.GroupSlots(r, moe_ids_, moe_order_, moe_tiles_, n * k, c_.n_expert);
+  // Gate and up read the same activation and write their own rows: one barrier after both when
+  // they read the same format (xq_ quantized once, ahead).
+  const bool group = o_.fuse && SharedActivation({&l.exp_gate, &l.exp_up}) >= 0;
+  if (group) {
+    if (!QuantizeFor(r, l.exp_gate, xn_, n)) QuantizeFor(r, l.exp_up, xn_, n);
+    r->BeginGroup();
+  }
+  GemmExperts(r, l.exp_gate, xn_, n, n * k, k, moe_gate_);
+  GemmExperts(r, l.exp_up, xn_, n, n * k, k, moe_up_);
+  if (group) r->EndGroup();
+  const int64_t values = n * k * c_.n_ff_exp;
+  const int act = o_.fuse ? ActivationOf(l.exp_down) : 0;
+  if (act > 0 && values % (act == 2 ? 256 : 32) == 0) {
+    // The down product's activation from the same dispatch.
+    if (l.exp_gate_b.valid()) {
+      k_.SwiGluOaiQuant(r, moe_gate_, moe_up_, l.exp_gate_b, l.exp_up_b, moe_ids_, n * k,
+                        c_.n_ff_exp, act == 2, xq_);
+    } else {
+      k_.SwiGluQuant(r, moe_gate_, moe_up_, moe_gate_, values, act == 2, xq_);
+    }
+    xq_holds_ = &moe_gate_;
+    xq_k_ = act == 2;
+  } else {
+    if (l.exp_gate_b.valid()) {
+      k_.SwiGluOai(r, moe_gate_, moe_up_, l.exp_gate_b, l.exp_up_b, moe_ids_, n * k, c_.n_ff_exp);
+    } else {
+      k_.SwiGlu(r, moe_gate_, moe_up_, moe_gate_, values);
+    }
+    xq_holds_ = nullptr;  // xq_ is the down product's activation from here
+  }
+  GemmExperts(r, l.exp_down, moe_gate_, n * k, n * k, 1, moe_out_);
+  const bool down_b = l.exp_down_b.valid();
+  // The residual add folded into the sum (x + sum, add.comp's bits) where the sum ends in an add
+  // (k >= 2): with one rank, x + w * out could be contracted into one FMA.
+  const bool into_x = o_.fuse && k >= 2;
+  k_.MoeSum(r, moe_out_, moe_weights_, into_x ? x_ : y_, n, k, c_.n_embd,
+            down_b ? &l.exp_down_b : nullptr, down_b ? &moe_ids_ : nullptr, into_x);
+  if (!into_x) k_.Add(r, y_, 0, x_, 0, n * c_.n_embd);
+}
+
+Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
+  const int64_t e = c_.n_embd, hd = c_.head_dim;
+  const bool neox = c_.rope_type == model::RopeType::kNeox;
+  AttentionShape as;
+  as.q8 = q8_cache_;
+  as.n_head = c_.n_head;
+  as.n_head_kv = c_.n_head_kv;
+  as.head_dim = hd;
+  as.n_rows = n_rows_;
+  as.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  as.block_size = cache_->block_size();
+  as.max_blocks = max_blocks_;
+  as.max_len = max_len_;
+  as.chunk = chunk_;
+  const uint64_t layer_words = 2 * c_.n_head_kv * n_rows_ * as.row_words();
+  xq_holds_ = nullptr;
+  k_.Embed(r, *embd_table_, x_, tok_, n);
+  // Independent dispatches (each writes its own buffer, none reads another's output) share one
+  // barrier when fusing.
+  const auto begin = [&] {
+    if (o_.fuse) r->BeginGroup();
+  };
+  const auto end = [&] {
+    if (o_.fuse) r->EndGroup();
+  };
+  for (int64_t il = 0; il < c_.n_layer; ++il) {
+    const LayerBuffers& l = layers_[il];
+    Norm(r, x_, l.attn_norm, n, {&l.wq, &l.wk, &l.wv});
+    Gemms(r, xn_, n, {{&l.wq, &q_}, {&l.wk, &kbuf_}, {&l.wv, &vbuf_}});
+    if (l.bq.valid()) {
+      begin();
+      k_.Add(r, l.bq, 0, q_, 0, n * c_.q_dim(), c_.q_dim());
+      k_.Add(r, l.bk, 0, kbuf_, 0, n * c_.kv_dim(), c_.kv_dim());
+      k_.Add(r, l.bv, 0, vbuf_, 0, n * c_.kv_dim(), c_.kv_dim());
+      end();
+    }
+    if (l.q_norm.valid()) {
+      begin();
+      k_.RmsNorm(r, q_, 0, l.q_norm, q_, 0, n * c_.n_head, hd, c_.rms_eps);
+      k_.RmsNorm(r, kbuf_, 0, l.k_norm, kbuf_, 0, n * c_.n_head_kv, hd, c_.rms_eps);
+      end();
+    }
+    as.k_off = static_cast<uint32_t>(il * layer_words);
+    as.v_off = static_cast<uint32_t>(il * layer_words + layer_words / 2);
+    as.window = c_.IsSwaLayer(il) ? c_.n_swa : 0;
+    if (o_.fuse) {
+      // Q's RoPE beside the K/V store, which rotates K itself (kbuf_ stays unrotated; only the
+      // cache is read after this).
+      const Kernels::KvRope kr{.cs = &cs_, .rope_dim = c_.rope_dim, .neox = neox};
+      r->BeginGroup();
+      k_.Rope(r, q_, cs_, tok_, n, c_.n_head, hd, c_.rope_dim, neox);
+      k_.KvStore(r, kbuf_, vbuf_, cache_dev_, tok_, n, as, &kr);
+      r->EndGroup();
+    } else {
+      k_.Rope(r, q_, cs_, tok_, n, c_.n_head, hd, c_.rope_dim, neox);
+      k_.Rope(r, kbuf_, cs_, tok_, n, c_.n_head_kv, hd, c_.rope_dim, neox);
+      k_.KvStore(r, kbuf_, vbuf_, cache_dev_, tok_, n, as);
+    }
+    k_.Attention(r, q_, cache_dev_, scores_, attn_, tok_, bt_, n, as, chunk_ > 0 ? &part_ : nullptr,
+                 l.sinks.valid() ? &l.sinks : nullptr);
+    if (o_.fuse && !l.bo.valid()) {
+      Gemm(r, l.wo, attn_, n, x_, /*accumulate=*/true);  // x + W attn: Add's bits
+    } else {
+      // gpt-oss's bias goes in before the residual (x + (W attn + b)), so the add stays apart.
+      Gemm(r, l.wo, attn_, n, y_);
+      if (l.bo.valid()) k_.Add(r, l.bo, 0, y_, 0, n * e, e);
+      k_.Add(r, y_, 0, x_, 0, n * e);
+    }
+    if (l.exp_gate.buffer.valid()) {
+      Norm(r, x_, l.ffn_norm, n, {&l.router, &l.exp_gate, &l.exp_up});
+      RecordMoe(r, l, n);  // adds into x_
+      continue;
+    }
+    Norm(r, x_, l.ffn_norm, n, {&l.gate, &l.up});
+    Gemms(r, xn_, n, {{&l.gate, &gate_}, {&l.up, &up_}});
+    const int act = o_.fuse ? ActivationOf(l.down) : 0;
+    if (act > 0 && c_.n_ff % (act == 2 ? 256 : 32) == 0) {
+      k_.SwiGluQuant(r, gate_, up_, gate_, n * c_.n_ff, act == 2, xq_);
+      xq_holds_ = &gate_;  // the down product's activation, from the same dispatch
+      xq_k_ = act == 2;
+    } else {
+      k_.SwiGlu(r, gate_, up_, gate_, n * c_.n_ff);
+      xq_holds_ = nullptr;  // gate_ was rewritten
+    }
+    if (o_.fuse) {
+      Gemm(r, l.down, gate_, n, x_, /*accumulate=*/true);
+    } else {
+      Gemm(r, l.down, gate_, n, y_);
+      k_.Add(r, y_, 0, x_, 0, n * e);
+    }
+  }
+  if (n_out > 0) {
+    k_.Gather(r, x_, xo_, outs_, e, n_out);
+    const Buffer& logits_in = out == Out::kLogits ? logits_dev_ : logits_local_;
+    const int act = o_.fuse ? ActivationOf(output_) : 0;
+    if (act > 0 && e % (act == 2 ? 256 : 32) == 0) {
+      // Normalized into xn_ (free by now; the fused kernel cannot work in place) with the lm_head's
+      // activation from the same dispatch.
+      k_.RmsNormQuant(r, xo_, output_norm_, xn_, n_out, e, c_.rms_eps, act == 2, xq_);
+      xq_holds_ = &xn_;
+      xq_k_ = act == 2;
+      Gemm(r, output_, xn_, n_out, logits_in);
+    } else {
+      k_.RmsNorm(r, xo_, 0, output_norm_, xo_, 0, n_out, e, c_.rms_eps);
+      xq_holds_ = nullptr;
+      Gemm(r, output_, xo_, n_out, logits_in);
+    }
+    if (out == Out::kGreedy) k_.ArgMax(r, logits_local_, argmax_, c_.n_vocab, n_out);
+    if (out == Out::kTopMasked) {
+      k_.MaskRows(r, logits_local_, known_, known_raw_, c_.n_vocab, n_out, o_.max_known);
+    }
+    if (out == Out::kTop || out == Out::kTopMasked) {
+      begin();  // both read the rows and write their own buffers
+      k_.TopK(r, logits_local_, top_, c_.n_vocab, n_out, o_.top_k);
+      k_.CopyRows(r, logits_local_, logits_dev_, full_, c_.n_vocab, n_out);
+      end();
+    }
+  }
+  xq_holds_ = nullptr;
+  return r->Finish();
+}
+
+StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, Out out) {
+  const auto key = std::make_tuple(n, n_out, out);
+  auto it = recordings_.find(key);
+  if (it != recordings_.end()) return it->second.get();
+  if (recordings_.size() >= kMaxRecordings) recordings_.clear();  // every run has finished
+  auto r = std::make_unique<Recorder>(ctx_.get());
+  UF_RETURN_IF_ERROR(Record(r.get(), n, n_out, out));
+  Recorder* p = r.get();
+  recordings_.emplace(key, std::move(r));
+  return p;
+}
+
+}  // namespace uf::gpu

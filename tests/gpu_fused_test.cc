@@ -1,0 +1,439 @@
+// The fused kernels and the shared barriers of a decode step (issue 28: fewer dispatches and
+// barriers per step), on whatever Vulkan device the loader finds first (Mesa's lavapipe in CI).
+// Without a device every test skips, saying so.
+//
+// Every fusion is meant to give the unfused kernels' bits (the same operations per element, in
+// the same order), so the comparisons here are exact, with no tolerance: RMSNorm + quantization
+// and SwiGLU (+ gpt-oss's clamped SwiGLU) + quantization against the separate kernels; a GEMM or
+// the experts' weighted sum that adds into y against the product followed by Add; the whole
+// fused step against the unfused one (GpuForwardOptions::fuse) on every shared model. The
+// numbers of dispatches and barriers of a recorded step are checked against what the model's
+// structure implies (counted here from its layer count and weight types).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "gpu/backend.h"
+#include "model/batch.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "shared_data.h"
+
+#if UF_HAVE_VULKAN
+#include "gpu_kernels_fixture.h"
+#endif
+
+namespace uf::gpu {
+namespace {
+
+#if !UF_HAVE_VULKAN
+TEST(GpuFused, NotBuilt) { GTEST_SKIP() << "built without the Vulkan backend"; }
+#else
+
+std::vector<uint32_t> Words(Context* ctx, const Buffer& b, uint64_t bytes) {
+  std::vector<uint32_t> v(bytes / 4);
+  EXPECT_TRUE(ctx->Download(b, 0, v.data(), bytes).ok());
+  return v;
+}
+
+// Rows of 512 values (two Q8_K blocks, 16 Q8_0 blocks) with a zero block and a value repeated
+// with both signs at the largest magnitude (the Q8_K quantizer keeps the first one's sign).
+std::vector<float> Activation(int64_t n, uint32_t seed) {
+  std::vector<float> x = Random(n, seed);
+  std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
+  x[300] = -4.0f;
+  x[301] = 4.0f;
+  return x;
+}
+
+TEST_F(GpuKernelsTest, RmsNormQuantEqualsRmsNormThenQuantize) {
+  const int64_t n = 512, rows = 3;
+  const std::vector<float> x = Activation(rows * n, 11), w = Random(n, 12);
+  for (bool q8k : {false, true}) {
+    SCOPED_TRACE(q8k ? "Q8_K" : "Q8_0");
+    const uint64_t qbytes = ActBytes(rows * n);
+    Buffer xb = Floats(x), wb = Floats(w), y1 = Empty(rows * n * 4), y2 = Empty(rows * n * 4),
+           q1 = Empty(qbytes), q2 = Empty(qbytes);
+    Recorder rec(ctx_);
+    kernels_->RmsNorm(&rec, xb, 0, wb, y1, 0, rows, n, 1e-5f);
+    if (q8k) {
+      kernels_->QuantizeK(&rec, y1, 0, rows * n, q1);
+    } else {
+      kernels_->Quantize(&rec, y1, 0, rows * n, q1);
+    }
+    kernels_->RmsNormQuant(&rec, xb, wb, y2, rows, n, 1e-5f, q8k, q2);
+    ASSERT_TRUE(rec.Finish().ok());
+    ASSERT_TRUE(rec.Run().ok());
+    EXPECT_EQ(Words(ctx_, y1, rows * n * 4), Words(ctx_, y2, rows * n * 4));
+    const uint64_t used = q8k ? Q8KActivationBytes(rows * n) : Q8ActivationBytes(rows * n);
+    EXPECT_EQ(Words(ctx_, q1, used), Words(ctx_, q2, used));
+  }
+}
+
+TEST_F(GpuKernelsTest, SwiGluQuantEqualsSwiGluThenQuantize) {
+  const int64_t n = 11 * 512;  // 2.75 spans of swiglu_q's workgroups
+  const std::vector<float> g = Activation(n, 13), u = Random(n, 14);
+  for (bool q8k : {false, true}) {
+    SCOPED_TRACE(q8k ? "Q8_K" : "Q8_0");
+    const uint64_t qbytes = ActBytes(n);
+    Buffer g1 = Floats(g), g2 = Floats(g), ub = Floats(u), q1 = Empty(qbytes), q2 = Empty(qbytes);
+    Recorder rec(ctx_);
+    kernels_->SwiGlu(&rec, g1, ub, g1, n);  // in place, as the decoder runs it
+    if (q8k) {
+      kernels_->QuantizeK(&rec, g1, 0, n, q1);
+    } else {
+      kernels_->Quantize(&rec, g1, 0, n, q1);
+    }
+    kernels_->SwiGluQuant(&rec, g2, ub, g2, n, q8k, q2);
+    ASSERT_TRUE(rec.Finish().ok());
+    ASSERT_TRUE(rec.Run().ok());
+    EXPECT_EQ(Words(ctx_, g1, n * 4), Words(ctx_, g2, n * 4));
+    const uint64_t used = q8k ? Q8KActivationBytes(n) : Q8ActivationBytes(n);
+    EXPECT_EQ(Words(ctx_, q1, used), Words(ctx_, q2, used));
+  }
+}
+
+// gpt-oss's clamped SwiGLU over 5 slots of 1,024 values with 3 experts' biases (values past
+// the clamps of 7 included).
+TEST_F(GpuKernelsTest, SwiGluOaiQuantEqualsSwiGluOaiThenQuantize) {
+  const int64_t slots = 5, ff = 1024, n = slots * ff;
+  const std::vector<float> g = Random(n, 15, 4.0f), u = Random(n, 16, 4.0f),
+                           gbias = Random(3 * ff, 17), ubias = Random(3 * ff, 18);
+  const std::vector<uint32_t> ids = {2, 0, 1, 1, 2};
+  for (bool q8k : {false, true}) {
+    SCOPED_TRACE(q8k ? "Q8_K" : "Q8_0");
+    const uint64_t qbytes = ActBytes(n);
+    Buffer g1 = Floats(g), g2 = Floats(g), ub = Floats(u), gb = Floats(gbias), ubb = Floats(ubias),
+           q1 = Empty(qbytes), q2 = Empty(qbytes), idb = Empty(slots * 4);
+    ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), slots * 4).ok());
+    Recorder rec(ctx_);
+    kernels_->SwiGluOai(&rec, g1, ub, gb, ubb, idb, slots, ff);
+    if (q8k) {
+      kernels_->QuantizeK(&rec, g1, 0, n, q1);
+    } else {
+      kernels_->Quantize(&rec, g1, 0, n, q1);
+    }
+    kernels_->SwiGluOaiQuant(&rec, g2, ub, gb, ubb, idb, slots, ff, q8k, q2);
+    ASSERT_TRUE(rec.Finish().ok());
+    ASSERT_TRUE(rec.Run().ok());
+    EXPECT_EQ(Words(ctx_, g1, n * 4), Words(ctx_, g2, n * 4));
+    const uint64_t used = q8k ? Q8KActivationBytes(n) : Q8ActivationBytes(n);
+    EXPECT_EQ(Words(ctx_, q1, used), Words(ctx_, q2, used));
+  }
+}
+
+// y += W x (the residual add folded into the GEMM) against W x into a scratch row followed by
+// Add, for every weight type, one token (gemm1_*) and 9 tokens (gemm8_*, a partial tile), with
+// both GEMV variants where they differ.
+TEST_F(GpuKernelsTest, GemmAccumulateEqualsGemmThenAdd) {
+  const int64_t rows = 67, cols = 512;
+  const std::vector<float> wf = Random(rows * cols, 19, 0.1f);
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
+                        GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kMXFP4}) {
+    std::vector<uint8_t> data;
+    const kernels::Matrix m = type == GgmlType::kF32
+                                  ? *kernels::Matrix::Create(type, wf.data(), rows, cols)
+                                  : Quantized(type, wf, rows, cols, &data);
+    auto gm = UploadMatrix(ctx_, m);
+    ASSERT_TRUE(gm.ok()) << gm.status().ToString();
+    for (const Kernels* k : Variants(type)) {
+      for (int64_t n : {1, 9}) {
+        SCOPED_TRACE(std::string(GgmlTypeName(type)) + " " + VariantName(k) +
+                     " n=" + std::to_string(n));
+        const std::vector<float> x = Random(n * cols, 20), y0 = Random(n * rows, 21);
+        Buffer xb = Floats(x), q = Empty(ActBytes(n * cols)), tmp = Empty(n * rows * 4),
+               y1 = Floats(y0), y2 = Floats(y0);
+        Recorder rec(ctx_);
+        const Buffer& in = QuantizeFor(&rec, type, xb, n * cols, q) ? q : xb;
+        k->Gemm(&rec, *gm, in, n, tmp);
+        k->Add(&rec, tmp, 0, y1, 0, n * rows);
+        k->Gemm(&rec, *gm, in, n, y2, 0, 0, /*accumulate=*/true);
+        ASSERT_TRUE(rec.Finish().ok());
+        ASSERT_TRUE(rec.Run().ok());
+        EXPECT_EQ(Words(ctx_, y1, n * rows * 4), Words(ctx_, y2, n * rows * 4));
+      }
+    }
+  }
+}
+
+// The experts' weighted sum added into y against the sum followed by Add: 5 tokens, k = 2 and 4,
+// with and without gpt-oss's down biases.
+TEST_F(GpuKernelsTest, MoeSumAccumulateEqualsMoeSumThenAdd) {
+  const int64_t n = 5, cols = 96, n_expert = 4;
+  for (int64_t k : {2, 4}) {
+    for (bool bias : {false, true}) {
+      SCOPED_TRACE("k=" + std::to_string(k) + (bias ? " bias" : ""));
+      const std::vector<float> out = Random(n * k * cols, 22), w = Random(n * k, 23),
+                               y0 = Random(n * cols, 24), b = Random(n_expert * cols, 25);
+      std::vector<uint32_t> ids(n * k);
+      for (int64_t s = 0; s < n * k; ++s) ids[s] = static_cast<uint32_t>((s * 3) % n_expert);
+      Buffer ob = Floats(out), wb = Floats(w), bb = Floats(b), tmp = Empty(n * cols * 4),
+             y1 = Floats(y0), y2 = Floats(y0), idb = Empty(n * k * 4);
+      ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), n * k * 4).ok());
+      Recorder rec(ctx_);
+      kernels_->MoeSum(&rec, ob, wb, tmp, n, k, cols, bias ? &bb : nullptr, bias ? &idb : nullptr);
+      kernels_->Add(&rec, tmp, 0, y1, 0, n * cols);
+      kernels_->MoeSum(&rec, ob, wb, y2, n, k, cols, bias ? &bb : nullptr, bias ? &idb : nullptr,
+                       /*accumulate=*/true);
+      ASSERT_TRUE(rec.Finish().ok());
+      ASSERT_TRUE(rec.Run().ok());
+      EXPECT_EQ(Words(ctx_, y1, n * cols * 4), Words(ctx_, y2, n * cols * 4));
+    }
+  }
+}
+
+// The K/V store that rotates K itself against Rope then the store: the cache's words bit for
+// bit, f16 and Q8_0 caches, normal and NEOX pairs, the whole head rotated and half of it, 3
+// tokens at scattered positions and cache rows.
+TEST_F(GpuKernelsTest, KvStoreRopeEqualsRopeThenKvStore) {
+  const int64_t n = 3, n_kv = 2, hd = 64, n_rows = 12, max_pos = 40;
+  const std::vector<float> ks = Random(n * n_kv * hd, 29), vs = Random(n * n_kv * hd, 30);
+  std::vector<float> cs(max_pos * hd);
+  for (int64_t i = 0; i < max_pos * hd / 2; ++i) {
+    cs[2 * i] = std::cos(0.37f * static_cast<float>(i));
+    cs[2 * i + 1] = std::sin(0.37f * static_cast<float>(i));
+  }
+  const std::vector<std::array<uint32_t, 4>> tok_rows = {
+      {5, 3, 7, 0}, {9, 17, 2, 0}, {11, 39, 10, 0}};
+  for (bool q8 : {false, true}) {
+    for (bool neox : {false, true}) {
+      for (int64_t rope_dim : {hd, hd / 2}) {
+        SCOPED_TRACE(std::string(q8 ? "q8_0" : "f16") + (neox ? " neox" : " normal") +
+                     " rope_dim=" + std::to_string(rope_dim));
+        AttentionShape as;
+        as.n_head_kv = n_kv;
+        as.head_dim = hd;
+        as.n_rows = n_rows;
+        as.q8 = q8;
+        const uint64_t words = 2 * n_kv * n_rows * as.row_words();
+        as.k_off = 0;
+        as.v_off = static_cast<uint32_t>(words / 2);
+        std::vector<float> rope_cs(max_pos * rope_dim);
+        for (int64_t p = 0; p < max_pos; ++p) {
+          std::copy(cs.begin() + p * hd, cs.begin() + p * hd + rope_dim,
+                    rope_cs.begin() + p * rope_dim);
+        }
+        Buffer k1 = Floats(ks), k2 = Floats(ks), vb = Floats(vs), csb = Floats(rope_cs),
+               tok = Tok(tok_rows);
+        const std::vector<float> zeros(words, 0.0f);
+        Buffer c1 = Floats(zeros), c2 = Floats(zeros);
+        Recorder rec(ctx_);
+        kernels_->Rope(&rec, k1, csb, tok, n, n_kv, hd, rope_dim, neox);
+        kernels_->KvStore(&rec, k1, vb, c1, tok, n, as);
+        const Kernels::KvRope kr{.cs = &csb, .rope_dim = rope_dim, .neox = neox};
+        kernels_->KvStore(&rec, k2, vb, c2, tok, n, as, &kr);
+        ASSERT_TRUE(rec.Finish().ok());
+        ASSERT_TRUE(rec.Run().ok());
+        EXPECT_EQ(Words(ctx_, c1, words * 4), Words(ctx_, c2, words * 4));
+        EXPECT_EQ(Read(k2, ks.size()), ks);  // k itself is not rotated
+      }
+    }
+  }
+}
+
+// A group's dispatches share one barrier, recorded only ahead of a following dispatch, and give
+// what the same dispatches give with a barrier after each.
+TEST_F(GpuKernelsTest, RecorderGroupSharesOneBarrier) {
+  const int64_t n = 256;
+  const std::vector<float> a = Random(n, 26), b = Random(n, 27), c = Random(n, 28);
+  std::vector<float> got[2][2];
+  for (int grouped = 0; grouped < 2; ++grouped) {
+    Buffer ab = Floats(a), bb = Floats(b), cb = Floats(c), y1 = Empty(n * 4), y2 = Empty(n * 4);
+    Recorder rec(ctx_);
+    kernels_->SwiGlu(&rec, ab, bb, y1, n);
+    if (grouped) rec.BeginGroup();
+    kernels_->SwiGlu(&rec, ab, cb, y2, n);  // reads a and c
+    kernels_->Add(&rec, ab, 0, bb, 0, n);   // writes b (read before the group), reads a
+    if (grouped) rec.EndGroup();
+    EXPECT_EQ(rec.dispatches(), 3);
+    EXPECT_EQ(rec.barriers(), grouped ? 1 : 2);
+    kernels_->Add(&rec, y1, 0, y2, 0, n);  // the group's barrier comes ahead of it
+    ASSERT_TRUE(rec.Finish().ok());
+    EXPECT_EQ(rec.barriers(), grouped ? 2 : 3);  // none after the last: Finish's covers it
+    ASSERT_TRUE(rec.Run().ok());
+    got[grouped][0] = Read(y2, n);
+    got[grouped][1] = Read(bb, n);
+  }
+  EXPECT_EQ(got[0][0], got[1][0]);
+  EXPECT_EQ(got[0][1], got[1][1]);
+}
+
+#endif  // UF_HAVE_VULKAN
+
+// --- whole steps (backend.h) ---
+
+std::string StepSkipReason() {
+  if (!VulkanCompiledIn()) return "built without the Vulkan backend";
+  auto devices = ListDevices();
+  if (!devices.ok()) return "no usable Vulkan device: " + devices.status().ToString();
+  return "";
+}
+
+constexpr DeviceSpec kVulkan{.vulkan = true, .index = -1};
+
+engine::KvCacheOptions CacheFor(const model::Model& m, int64_t ctx) {
+  engine::KvCacheOptions co;
+  co.n_layer = m.config().n_layer;
+  co.n_head_kv = m.config().n_head_kv;
+  co.head_dim = m.config().head_dim;
+  co.block_size = 4;
+  co.max_seqs = 1;
+  co.max_seq_len = ctx;
+  co.n_blocks = engine::KvCacheOptions::BlocksFor(ctx, 1, co.block_size);
+  co.type = engine::KvType::kF16;
+  co.host_storage = false;
+  return co;
+}
+
+struct Counts {
+  int dispatches = 0, barriers = 0;
+};
+
+// One one-token step (logits back) with fuse on or off: its recording's counts.
+Counts StepCounts(const model::Model& m, bool fuse) {
+  auto cache = engine::KvCache::Create(CacheFor(m, 16));
+  EXPECT_TRUE(cache.ok());
+  auto fwd = GpuForward::Create(m, kVulkan, cache->get(), {.max_batch = 8, .fuse = fuse});
+  EXPECT_TRUE(fwd.ok()) << fwd.status().ToString();
+  if (!fwd.ok()) return {};
+  model::Batch b;
+  b.Add(1, 0, 0, true);
+  EXPECT_TRUE((*fwd)->Forward(b).ok());
+  return {(*fwd)->last_step_dispatches(), (*fwd)->last_step_barriers()};
+}
+
+// The dispatches of a one-token step of a llama model (no biases, no q/k norms, attention
+// unsplit: 16 positions) whose matrices, lm_head included, all take one activation format
+// (`quantized`: Q8_0 or Q8_K, else f32 values), computed from its structure. Unfused, one
+// dispatch per operation and a barrier between each two:
+//   embed; per layer: norm, [quantize], q, k, v, rope q, rope k, kv store, attention,
+//   [quantize], o, add, norm, [quantize], gate, up, swiglu, [quantize], down, add;
+//   gather, norm, [quantize], lm_head.
+// Fused: the quantizations after a norm or SwiGLU in that kernel, K's RoPE in the K/V store, the
+// residual adds in the o and down GEMMs, and one barrier after each group of independent
+// dispatches ({q, k, v}, {rope q, kv store}, {gate, up}), so the barriers are the stages less
+// one:
+//   embed; per layer: norm+q | {q, k, v} | {rope q, kv store rotating k} | attention |
+//   [quantize] | o+= | norm+q | {gate, up} | swiglu+q | down+=; gather | norm+q | lm_head.
+Counts Expected(int64_t layers, bool quantized, bool fuse) {
+  const int q = quantized ? 1 : 0;
+  if (!fuse) {
+    const int d = 1 + static_cast<int>(layers) * (16 + 4 * q) + 3 + q;
+    return {d, d - 1};
+  }
+  const int per_layer = 13 + q, stages_per_layer = 9 + q;
+  const int d = 1 + static_cast<int>(layers) * per_layer + 3;
+  const int stages = 1 + static_cast<int>(layers) * stages_per_layer + 3;
+  return {d, stages - 1};
+}
+
+TEST(GpuStep, DispatchAndBarrierCountsFollowTheModel) {
+  const std::string skip = StepSkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  UF_REQUIRE_SHARED();
+  // Q8_0 weights and a tied Q8_0 lm_head; F16 weights and lm_head (f32 activations).
+  for (const auto& [name, quantized] : std::vector<std::pair<std::string, bool>>{
+           {"tiny-llama-256-q8_0", true}, {"tiny-llama-256-f16", false}}) {
+    SCOPED_TRACE(name);
+    auto m = model::Model::Load("../shared/models/" + name + ".gguf");
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    const int64_t layers = (*m)->config().n_layer;
+    for (bool fuse : {false, true}) {
+      const Counts got = StepCounts(**m, fuse), want = Expected(layers, quantized, fuse);
+      EXPECT_EQ(got.dispatches, want.dispatches) << (fuse ? "fused" : "unfused");
+      EXPECT_EQ(got.barriers, want.barriers) << (fuse ? "fused" : "unfused");
+      std::printf("[gpu step] %-22s %d layers, %s: %d dispatches, %d barriers\n", name.c_str(),
+                  static_cast<int>(layers), fuse ? "fused" : "unfused", got.dispatches,
+                  got.barriers);
+    }
+  }
+}
+
+// The fused and the unfused step of the model at `path` give the same logits bit for bit: 20
+// positions one token at a time, then 8 more as one batch (the tiled GEMMs; for experts, the
+// slots grouped by expert).
+void ExpectFusedEqualsUnfused(const std::string& path) {
+  SCOPED_TRACE(path);
+  auto m = model::Model::Load(path);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const int64_t n_vocab = (*m)->config().n_vocab;
+  std::vector<std::vector<float>> rows[2];
+  int barriers[2] = {0, 0};  // of a one-token step
+  for (int fuse = 0; fuse < 2; ++fuse) {
+    auto cache = engine::KvCache::Create(CacheFor(**m, 32));
+    ASSERT_TRUE(cache.ok());
+    auto fwd = GpuForward::Create(**m, kVulkan, cache->get(), {.max_batch = 8, .fuse = fuse != 0});
+    ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
+    model::Batch b;
+    const auto token = [&](int32_t p) { return (p * 7919 + 13) % (n_vocab - 1) + 1; };
+    for (int32_t p = 0; p < 20; ++p) {
+      b.Clear();
+      b.Add(token(p), p, 0, true);
+      ASSERT_TRUE((*fwd)->Forward(b).ok());
+      rows[fuse].emplace_back((*fwd)->logits(0), (*fwd)->logits(0) + n_vocab);
+    }
+    barriers[fuse] = (*fwd)->last_step_barriers();
+    b.Clear();
+    for (int32_t p = 20; p < 28; ++p) b.Add(token(p), p, 0, true);
+    ASSERT_TRUE((*fwd)->Forward(b).ok());
+    for (int64_t i = 0; i < 8; ++i) {
+      rows[fuse].emplace_back((*fwd)->logits(i), (*fwd)->logits(i) + n_vocab);
+    }
+  }
+  ASSERT_EQ(rows[0].size(), rows[1].size());
+  for (size_t i = 0; i < rows[0].size(); ++i) {
+    EXPECT_EQ(std::memcmp(rows[0][i].data(), rows[1][i].data(), n_vocab * 4), 0) << "row " << i;
+  }
+  // Every layer groups or fuses something (Q, K and V at least).
+  EXPECT_LE(barriers[1], barriers[0] - 2 * (*m)->config().n_layer);
+  std::printf("[gpu step] %s: %d barriers a one-token step unfused, %d fused\n",
+              std::filesystem::path(path).filename().c_str(), barriers[0], barriers[1]);
+}
+
+TEST(GpuStep, FusedStepEqualsUnfusedBitwise) {
+  const std::string skip = StepSkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  UF_REQUIRE_SHARED();
+  int models = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("../shared/models")) {
+    if (entry.path().extension() != ".gguf") continue;
+    ExpectFusedEqualsUnfused(entry.path().string());
+    ++models;
+  }
+  EXPECT_GE(models, 10);
+}
+
+// The same for mixtures of experts written by synth: qwen3moe with Q4_K_M experts (Q8_K
+// activations), Mixtral in Q8_0, gpt-oss in MXFP4 (its clamped SwiGLU with the experts' biases,
+// the down biases in the weighted sum, the output bias kept out of the o GEMM).
+TEST(GpuStep, FusedMoeStepEqualsUnfusedBitwise) {
+  const std::string skip = StepSkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  for (const auto& [preset, type] : std::vector<std::pair<std::string, model::SynthFileType>>{
+           {"tiny-qwen3moe", model::SynthFileType::kQ4_K_M},
+           {"tiny-mixtral", model::SynthFileType::kQ8_0},
+           {"tiny-gpt-oss", model::SynthFileType::kMXFP4}}) {
+    auto p = model::FindSynthPreset(preset);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    auto plan = model::PlanSynth(*p, type);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              ("uf_gpufused_" + preset + "_" + std::to_string(getpid()) + ".gguf"))
+                                 .string();
+    model::SynthOptions so;
+    so.seed = 7;
+    so.n_threads = 2;
+    ASSERT_TRUE(model::WriteSynth(*plan, so, path).ok());
+    ExpectFusedEqualsUnfused(path);
+    std::filesystem::remove(path);
+  }
+}
+
+}  // namespace
+}  // namespace uf::gpu
