@@ -4,10 +4,8 @@
 // thread, and each alone is too small to split well).
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "kernels/matmul.h"
@@ -40,7 +38,7 @@ struct ExpertJob {
 
 class ExpertProduct {
  public:
-  // Called when the rows [r0, r1) of every matrix of a job are finished (r0 a multiple of 16).
+  // Called after each chunk with the job and the rows [r0, r1) it finished (r0 a multiple of 16).
   using RowsDone = void (*)(void* ctx, int job, int64_t r0, int64_t r1);
 
   void Reserve(size_t jobs);  // so Add does not allocate on the hot path
@@ -55,30 +53,18 @@ class ExpertProduct {
            void* ctx = nullptr) const;
 
  private:
-  // A chunk is chunk_rows rows of one matrix. A two-matrix job's chunks are all of its first
-  // matrix's, then all of its second's: a thread's run of chunks reads each matrix front to back
-  // in one stream. Alternating gate and up every chunk (37 KiB runs of a Qwen3-30B-A3B expert)
-  // cost ~5-8% more CPU time per byte in the decode's gate/up product; making the chunks long
-  // instead (whole experts) left each thread's last chunk as coarse as the work it balances.
   struct Entry {
     ExpertJob job;
     const uint8_t* wptr[2];
     void (*fn[2])(const GemmTask&, int64_t, int64_t);
     size_t act_row_bytes;
     int64_t chunk_rows;
-    int64_t row_chunks;   // chunks per matrix
     int64_t first_chunk;  // global index of its first chunk
-    int64_t first_pair;   // index in pending_ of its first row chunk (two-matrix jobs)
   };
-  // Chunks [c0, c1), each matrix's run of them in one kernel call.
-  void RunChunks(int64_t c0, int64_t c1, RowsDone done, void* ctx) const;
+  void RunChunk(int64_t c, RowsDone done, void* ctx) const;
 
   std::vector<Entry> jobs_;
   int64_t n_chunks_ = 0;
-  int64_t n_pairs_ = 0;
-  // Per row chunk of the two-matrix jobs: matrices not yet finished (set by Reset).
-  mutable std::unique_ptr<std::atomic<int32_t>[]> pending_;
-  mutable int64_t pending_size_ = 0;
 };
 
 }  // namespace uf::kernels

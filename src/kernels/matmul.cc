@@ -151,21 +151,6 @@ int64_t ChunkRange::TakeFront() {
   return -1;
 }
 
-int64_t ChunkRange::TakeFront(int64_t max_n, int64_t* end) {
-  uint64_t v = front_back.load(std::memory_order_relaxed);
-  for (;;) {
-    const int64_t front = static_cast<int64_t>(v & 0xFFFFFFFFu);
-    const int64_t left = static_cast<int64_t>(v >> 32) - front;
-    if (left <= 0) return -1;
-    const int64_t n = std::clamp<int64_t>(left / 2, 1, max_n);
-    if (front_back.compare_exchange_weak(v, v + static_cast<uint64_t>(n),
-                                         std::memory_order_relaxed)) {
-      *end = front + n;
-      return front;
-    }
-  }
-}
-
 int64_t ChunkRange::TakeBack() {
   uint64_t v = front_back.load(std::memory_order_relaxed);
   while ((v & 0xFFFFFFFFu) < (v >> 32)) {
@@ -295,8 +280,9 @@ StatusOr<Matrix> Matrix::Create(GgmlType type, const void* data, int64_t rows, i
   return m;
 }
 
-StatusOr<std::vector<Matrix>> Matrix::CreateStacked(GgmlType type, const void* data, size_t stride,
-                                                    int64_t n, int64_t rows, int64_t cols) {
+StatusOr<std::vector<Matrix>> Matrix::CreateStacked(GgmlType type, const void* data,
+                                                    size_t stride, int64_t n, int64_t rows,
+                                                    int64_t cols) {
   if (n <= 0) return InvalidArgumentError("matmul: no matrices to stack");
   if (data == nullptr) return InvalidArgumentError("matmul: null weight data");
   std::vector<Matrix> out;
@@ -311,8 +297,7 @@ StatusOr<std::vector<Matrix>> Matrix::CreateStacked(GgmlType type, const void* d
     return InvalidArgumentError("matmul: bad matrix shape " + std::to_string(rows) + "x" +
                                 std::to_string(cols));
   }
-  for (int64_t i = 0; i < n; ++i)
-    out.push_back(MatrixAccess::Make(type, p + i * stride, rows, cols));
+  for (int64_t i = 0; i < n; ++i) out.push_back(MatrixAccess::Make(type, p + i * stride, rows, cols));
   if (GetKernels(type, ActiveIsa()).gemm_tiles != nullptr) MatrixAccess::PackStacked(&out);
   return out;
 }

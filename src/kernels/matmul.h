@@ -34,8 +34,9 @@ class Matrix {
   // n matrices of the same shape stored stride bytes apart (a 3-D expert tensor), repacked into
   // one buffer: each alone would round up to whole 2 MiB pages (Qwen3-30B-A3B's 0.9 MB experts
   // took 2 MiB each, 2.3x their bytes).
-  static StatusOr<std::vector<Matrix>> CreateStacked(GgmlType type, const void* data, size_t stride,
-                                                     int64_t n, int64_t rows, int64_t cols);
+  static StatusOr<std::vector<Matrix>> CreateStacked(GgmlType type, const void* data,
+                                                     size_t stride, int64_t n, int64_t rows,
+                                                     int64_t cols);
 
   GgmlType type() const { return type_; }
   int64_t rows() const { return rows_; }
@@ -85,10 +86,7 @@ struct alignas(64) ChunkRange {
                      std::memory_order_relaxed);
   }
   int64_t TakeFront();  // the next chunk from the front, or -1 when none is left
-  // Chunks [front, *end) from the front: half of those left, at least 1 and at most max_n (a
-  // long run for the owner while leaving the tail in single chunks for thieves); -1 when none.
-  int64_t TakeFront(int64_t max_n, int64_t* end);
-  int64_t TakeBack();  // the last chunk, or -1 when none is left
+  int64_t TakeBack();   // the last chunk, or -1 when none is left
 };
 
 // One product of up to kMaxMats matrices sharing an input (MatMulMulti), split across the threads
