@@ -43,12 +43,13 @@ inline __m512 LoadHalf16(const uint16_t* p) {
 //   buffers); Q4_K at 0.77-0.83 with it and 0.80-0.83 without. Per-line requests tied to each
 //   load, as the AVX2 tier makes, gave Q6_K 0.48-0.56 and Q4_K 0.57-0.66.
 // - On the Intel (AVX-512 VNNI/BF16, AMX) VM of 2026-12-05, Q4_K with the next tile requested a
-//   quarter per group: 0.88-0.93 -> 0.95-1.06 at 1 thread (768x2048 and 4096x4096, CPU clock,
-//   alternating binaries; above 1 where the single probe pass ran slow) and 0.82-0.89 ->
-//   0.89-0.96 at 2 threads. The same for Q6_K (the next tile, a quarter per (h, quad)) took
-//   4096x4096 from 0.79-0.84 to ~0.90 but 2048x768 from 0.76-0.80 to 0.70-0.75, and a cut-down
-//   Qwen3-30B-A3B decode 5% slower (its output matrix): Q6_K has none. The Q4_K requests are not
-//   measured on Zen 4 yet (its hardware prefetcher kept up alone there).
+//   quarter per group: medians of 5 alternating rounds 0.90-0.91 -> 0.98-1.00 at 1 thread (CPU
+//   clock; 768x2048, 2048x768, 4096x4096; above 1 where the probe pass ran slow) and 0.84-0.86
+//   -> 0.92-0.93 at 2 threads (docs/models.md, MoE speed). The same for Q6_K (the next tile, a
+//   quarter per (h, quad); 2 threads) took 4096x4096 from 0.79-0.84 to ~0.90 but 2048x768 from
+//   0.76-0.80 to 0.70-0.75, and a cut-down Qwen3-30B-A3B decode 5% slower (its output matrix): Q6_K
+//   has none. The Q4_K requests are not measured on Zen 4 yet (its hardware prefetcher kept up
+//   alone there).
 
 // A prefetch the compiler keeps where it is written: GCC gathered the 36 _mm_prefetch of a
 // Q4_K tile at its top, which streamed 4096x4096 at 0.71 of the read bandwidth (2 runs of 3)
