@@ -34,16 +34,27 @@ inline __m512 LoadHalf16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// No software prefetch in the K-quant kernels. On the Zen 4 VM this project measures on,
-// kernels_bench --threads=1 --clock=cpu on 768x2048 / 2048x768 matrices (the experts of
-// Qwen3-30B-A3B) streamed Q6_K at 0.41-0.44 of the read bandwidth with a request for the tile
-// two tiles ahead at the top of each tile and 0.87-0.88 without (4096x4096: 0.45 -> 0.85; its
-// 53 requests at once stall on the core's miss buffers, and the hardware prefetcher alone keeps
-// up with the tiles' front-to-back order); Q4_K at 0.77-0.83 with it and 0.80-0.83 without, and
-// a cut-down Qwen3-30B-A3B decode went from 36-38 to 40-42 tokens per CPU-second without it
-// (its expert chunks are 37 KiB runs: requests past a chunk's end fetch lines another thread
-// reads). Per-line requests tied to each load, as the AVX2 tier makes, gave Q6_K 0.48-0.56 and
-// Q4_K 0.57-0.66. (An earlier host measured the opposite: ~55% -> ~95% for Q4_K with them.)
+// Software prefetch in the K-quant kernels: only Q4_K's one-token path, which requests the next
+// tile a quarter per group of the current one (9 lines at a time, 2.3 KiB ahead).
+// - On the Zen 4 VM this project first measured on, kernels_bench --threads=1 --clock=cpu on
+//   768x2048 / 2048x768 matrices (the experts of Qwen3-30B-A3B) streamed Q6_K at 0.41-0.44 of
+//   the read bandwidth with a request for the tile two tiles ahead at the top of each tile and
+//   0.87-0.88 without (4096x4096: 0.45 -> 0.85; its 53 requests at once stall on the core's miss
+//   buffers); Q4_K at 0.77-0.83 with it and 0.80-0.83 without. Per-line requests tied to each
+//   load, as the AVX2 tier makes, gave Q6_K 0.48-0.56 and Q4_K 0.57-0.66.
+// - On the Intel (AVX-512 VNNI/BF16, AMX) VM of 2026-12-05, Q4_K with the next tile requested a
+//   quarter per group: medians of 5 alternating rounds 0.90-0.91 -> 0.98-1.00 at 1 thread (CPU
+//   clock; 768x2048, 2048x768, 4096x4096; above 1 where the probe pass ran slow) and 0.84-0.86
+//   -> 0.92-0.93 at 2 threads (docs/models.md, MoE speed). The same for Q6_K (the next tile, a
+//   quarter per (h, quad); 2 threads) took 4096x4096 from 0.79-0.84 to ~0.90 but 2048x768 from
+//   0.76-0.80 to 0.70-0.75, and a cut-down Qwen3-30B-A3B decode 5% slower (its output matrix): Q6_K
+//   has none. The Q4_K requests are not measured on Zen 4 yet (its hardware prefetcher kept up
+//   alone there).
+
+// A prefetch the compiler keeps where it is written: GCC gathered the 36 _mm_prefetch of a
+// Q4_K tile at its top, which streamed 4096x4096 at 0.71 of the read bandwidth (2 runs of 3)
+// against 1.01-1.06 spread over the tile (a volatile asm is not moved past the loads around it).
+inline void PrefetchInPlace(const char* p) { asm volatile("prefetcht0 %0" : : "m"(*p)); }
 
 // c ? a : b, bitwise.
 inline __m512i Select(__m512i c, __m512i a, __m512i b) {
@@ -150,6 +161,9 @@ void RowTileQ8_0(const TileQ8_0* tiles, int64_t nb, const ActQ8_0* const* act, _
 // The 6-bit scales/mins are unpacked per lane from the 3 packed dwords; the min term is two
 // int8 dots of the u8 mins with B_j split as 64 * hi + lo (ActQ8_K).
 
+constexpr int kQ4KPrefetchBytes = sizeof(TileQ4_K) / 4;
+static_assert(kQ4KPrefetchBytes % 64 == 0);
+
 template <int NT>
 void RowTileQ4_K(const TileQ4_K* tiles, int64_t nb, const ActQ8_K* const* act, __m512* acc) {
   const __m512i lo_mask = _mm512_set1_epi8(0x0F);
@@ -178,6 +192,12 @@ void RowTileQ4_K(const TileQ4_K* tiles, int64_t nb, const ActQ8_K* const* act, _
     for (int t = 0; t < NT; ++t) isum[t] = _mm512_setzero_si512();
     UF_UNROLL
     for (int g = 0; g < 4; ++g) {
+      if constexpr (NT == 1) {
+        // A quarter of the next tile per group (see the note on prefetching above).
+        const char* next = reinterpret_cast<const char*>(tiles + b + 1) + g * kQ4KPrefetchBytes;
+        UF_UNROLL
+        for (int l = 0; l < kQ4KPrefetchBytes / 64; ++l) PrefetchInPlace(next + 64 * l);
+      }
       const __m512i sc_lo = _mm512_shuffle_epi8(g < 2 ? sc03 : sc47, byte_of[(2 * g) & 3]);
       const __m512i sc_hi = _mm512_shuffle_epi8(g < 2 ? sc03 : sc47, byte_of[(2 * g + 1) & 3]);
       __m512i lo[8], hi[8];
