@@ -8,8 +8,10 @@
 // layer skips its FFN), a chunk with logits on some rows (compacted), and a step past 512
 // cached positions that splits attention into chunk partials (flash-decoding).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "model/batch.h"
 #include "model/decoder.h"
 #include "model/model.h"
+#include "model/synth.h"
 #include "shared_data.h"
 
 namespace uf {
@@ -132,6 +135,37 @@ INSTANTIATE_TEST_SUITE_P(SharedModels, SingleDispatch,
                            }
                            return name;
                          });
+
+// A mixture of experts whose attention is wider than its embedding (n_head x head_dim > n_embd,
+// as in Qwen3-30B-A3B and gpt-oss): the attention output's activations are the widest rows a
+// single dispatch converts, for batches up to its 16 tokens (a 12-16 token prefill chunk
+// overran the activation buffer, which was sized from the dense layers' products only).
+TEST(SingleDispatchMoe, WideAttentionBatchesMatch) {
+  auto p = model::FindSynthPreset("tiny-qwen3moe");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  p->n_head = 2 * p->n_embd / p->head_dim;  // q_dim = 2 x n_embd
+  auto plan = model::PlanSynth(*p, model::SynthFileType::kQ4_K_M);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("uf_wide_moe_" + std::to_string(getpid()) + ".gguf"))
+                               .string();
+  model::SynthOptions so;
+  so.seed = 3;
+  ASSERT_TRUE(model::WriteSynth(*plan, so, path).ok());
+  auto m = model::Model::Load(path);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  ASSERT_GT((*m)->config().q_dim(), (*m)->config().n_embd);
+  std::vector<Step> steps = {{0, 16, std::string(15, '0') + "1"},
+                             {0, 12, std::string(12, '1')},
+                             {0, 1, "1"},
+                             {1, 14, std::string(14, '1')},
+                             {0, 9, "111111111"}};
+  for (int threads : {2, 3}) {
+    EXPECT_EQ(Logits(**m, true, threads, steps, 128), Logits(**m, false, threads, steps, 128))
+        << threads << " threads";
+  }
+  std::filesystem::remove(path);
+}
 
 // Past 512 cached positions a decode step's attention is split into (KV head, chunk) partials
 // that are merged in the completion of a barrier.

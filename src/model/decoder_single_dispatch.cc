@@ -58,6 +58,9 @@ void Decoder::InitTasks() {
     float* y = y_.data();
     const kernels::Matrix* wo = &l.wo;
     lt.wo.Init(&wo, &y, 1);
+    // The attention output's rows are n_head x head_dim wide, wider than n_embd in some models
+    // (Qwen3-30B-A3B, gpt-oss): counted for every layer, MoE layers included.
+    act_row = std::max({act_row, lt.qkv.act_row_bytes(), lt.wo.act_row_bytes()});
     if (!l.exp_gate.empty()) continue;  // MoeFfn
     const MatGroup& ffn = ffn_groups_[il][0];
     lt.fused_swiglu = ffn.ws.size() == 2 && l.gate.type() == l.up.type() &&
@@ -65,9 +68,7 @@ void Decoder::InitTasks() {
     lt.gate_up.Init(ffn.ws.data(), ffn.ys.data(), static_cast<int>(ffn.ws.size()), lt.fused_swiglu);
     const kernels::Matrix* down = &l.down;
     lt.down.Init(&down, &y, 1);
-    for (const kernels::MatMulTask* t : {&lt.qkv, &lt.wo, &lt.gate_up, &lt.down}) {
-      act_row = std::max(act_row, t->act_row_bytes());
-    }
+    act_row = std::max({act_row, lt.gate_up.act_row_bytes(), lt.down.act_row_bytes()});
   }
   const kernels::Matrix* out = &model_.weights().output;
   float* logits = logits_.data();
