@@ -52,6 +52,23 @@ std::vector<float> Activation(int64_t n, uint32_t seed) {
   return x;
 }
 
+// The separate quantizer of the format a fused kernel writes: Q8_K or Q8_0.
+void QuantizeAs(bool q8k, Kernels* k, Recorder* rec, const Buffer& x, int64_t n, const Buffer& q) {
+  if (q8k) {
+    k->QuantizeK(rec, x, 0, n, q);
+  } else {
+    k->Quantize(rec, x, 0, n, q);
+  }
+}
+
+// The separate kernels' n floats and their activations against the fused kernel's, bitwise.
+void ExpectSameOutputs(Context* ctx, bool q8k, int64_t n, const Buffer& y1, const Buffer& y2,
+                       const Buffer& q1, const Buffer& q2) {
+  EXPECT_EQ(Words(ctx, y1, n * 4), Words(ctx, y2, n * 4));
+  const uint64_t used = q8k ? Q8KActivationBytes(n) : Q8ActivationBytes(n);
+  EXPECT_EQ(Words(ctx, q1, used), Words(ctx, q2, used));
+}
+
 TEST_F(GpuKernelsTest, RmsNormQuantEqualsRmsNormThenQuantize) {
   const int64_t n = 512, rows = 3;
   const std::vector<float> x = Activation(rows * n, 11), w = Random(n, 12);
@@ -62,17 +79,11 @@ TEST_F(GpuKernelsTest, RmsNormQuantEqualsRmsNormThenQuantize) {
            q1 = Empty(qbytes), q2 = Empty(qbytes);
     Recorder rec(ctx_);
     kernels_->RmsNorm(&rec, xb, 0, wb, y1, 0, rows, n, 1e-5f);
-    if (q8k) {
-      kernels_->QuantizeK(&rec, y1, 0, rows * n, q1);
-    } else {
-      kernels_->Quantize(&rec, y1, 0, rows * n, q1);
-    }
+    QuantizeAs(q8k, kernels_, &rec, y1, rows * n, q1);
     kernels_->RmsNormQuant(&rec, xb, wb, y2, rows, n, 1e-5f, q8k, q2);
     ASSERT_TRUE(rec.Finish().ok());
     ASSERT_TRUE(rec.Run().ok());
-    EXPECT_EQ(Words(ctx_, y1, rows * n * 4), Words(ctx_, y2, rows * n * 4));
-    const uint64_t used = q8k ? Q8KActivationBytes(rows * n) : Q8ActivationBytes(rows * n);
-    EXPECT_EQ(Words(ctx_, q1, used), Words(ctx_, q2, used));
+    ExpectSameOutputs(ctx_, q8k, rows * n, y1, y2, q1, q2);
   }
 }
 
@@ -85,17 +96,11 @@ TEST_F(GpuKernelsTest, SwiGluQuantEqualsSwiGluThenQuantize) {
     Buffer g1 = Floats(g), g2 = Floats(g), ub = Floats(u), q1 = Empty(qbytes), q2 = Empty(qbytes);
     Recorder rec(ctx_);
     kernels_->SwiGlu(&rec, g1, ub, g1, n);  // in place, as the decoder runs it
-    if (q8k) {
-      kernels_->QuantizeK(&rec, g1, 0, n, q1);
-    } else {
-      kernels_->Quantize(&rec, g1, 0, n, q1);
-    }
+    QuantizeAs(q8k, kernels_, &rec, g1, n, q1);
     kernels_->SwiGluQuant(&rec, g2, ub, g2, n, q8k, q2);
     ASSERT_TRUE(rec.Finish().ok());
     ASSERT_TRUE(rec.Run().ok());
-    EXPECT_EQ(Words(ctx_, g1, n * 4), Words(ctx_, g2, n * 4));
-    const uint64_t used = q8k ? Q8KActivationBytes(n) : Q8ActivationBytes(n);
-    EXPECT_EQ(Words(ctx_, q1, used), Words(ctx_, q2, used));
+    ExpectSameOutputs(ctx_, q8k, n, g1, g2, q1, q2);
   }
 }
 
@@ -114,17 +119,11 @@ TEST_F(GpuKernelsTest, SwiGluOaiQuantEqualsSwiGluOaiThenQuantize) {
     ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), slots * 4).ok());
     Recorder rec(ctx_);
     kernels_->SwiGluOai(&rec, g1, ub, gb, ubb, idb, slots, ff);
-    if (q8k) {
-      kernels_->QuantizeK(&rec, g1, 0, n, q1);
-    } else {
-      kernels_->Quantize(&rec, g1, 0, n, q1);
-    }
+    QuantizeAs(q8k, kernels_, &rec, g1, n, q1);
     kernels_->SwiGluOaiQuant(&rec, g2, ub, gb, ubb, idb, slots, ff, q8k, q2);
     ASSERT_TRUE(rec.Finish().ok());
     ASSERT_TRUE(rec.Run().ok());
-    EXPECT_EQ(Words(ctx_, g1, n * 4), Words(ctx_, g2, n * 4));
-    const uint64_t used = q8k ? Q8KActivationBytes(n) : Q8ActivationBytes(n);
-    EXPECT_EQ(Words(ctx_, q1, used), Words(ctx_, q2, used));
+    ExpectSameOutputs(ctx_, q8k, n, g1, g2, q1, q2);
   }
 }
 
