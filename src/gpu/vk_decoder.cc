@@ -154,6 +154,9 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   if (c_.n_expert > Kernels::kMaxExperts) {
     return UnimplementedError("the Vulkan backend runs at most 512 experts a layer");
   }
+  if (c_.is_moe() && c_.n_expert_used > Kernels::kMaxExpertsUsed) {
+    return UnimplementedError("the Vulkan backend routes a token to at most 64 experts");
+  }
   const auto dev = [&](uint64_t bytes) { return ctx_->CreateBuffer(bytes, Memory::kDevice); };
   UF_ASSIGN_OR_RETURN(tok_, ctx_->CreateBuffer(mb * 16, Memory::kHost));
   UF_ASSIGN_OR_RETURN(bt_, ctx_->CreateBuffer(co.max_seqs * max_blocks_ * 4, Memory::kHost));

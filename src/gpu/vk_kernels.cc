@@ -400,8 +400,11 @@ void Kernels::Route(Recorder* r, const Buffer& logits, const Buffer* bias, const
          rp.norm ? 1u : 0u,
          bias != nullptr ? 1u : 0u,
          rp.scale};
-  // Without a bias, binding 1 is never read: any buffer will do.
-  r->Dispatch(*route_, {logits, bias != nullptr ? *bias : logits, ids, weights}, push, Groups64(n));
+  UF_CHECK(rp.n_expert <= kMaxExperts && rp.k <= kMaxExpertsUsed) << rp.k << " of " << rp.n_expert;
+  // One workgroup per token. Without a bias, binding 1 is never read: any buffer will do.
+  uint32_t gx, gy;
+  Grid(n, &gx, &gy);
+  r->Dispatch(*route_, {logits, bias != nullptr ? *bias : logits, ids, weights}, push, gx, gy);
 }
 
 void Kernels::MoeSum(Recorder* r, const Buffer& out, const Buffer& weights, const Buffer& y,

@@ -102,6 +102,7 @@ class Kernels {
   // expert, tiles = max_tiles (expert, first index into order, count <= 8) triples, unused ones
   // with count 0. max_tiles: MaxExpertTiles.
   static constexpr int64_t kMaxExperts = 512;
+  static constexpr int64_t kMaxExpertsUsed = 64;  // route.comp's shared top list
   static int64_t MaxExpertTiles(int64_t n_slots, int64_t n_expert) {
     return (n_slots + 7) / 8 + std::min(n_slots, n_expert);
   }

@@ -4,7 +4,14 @@
 // experts' probabilities of the softmax over all experts (qwen3moe, Mixtral), else a softmax
 // over the k selected logits (gpt-oss); then divided by their sum (norm; the sum clamped below
 // at the smallest normal f16, as the reference) and multiplied by scale (0 or 1: none). One
-// invocation per token: n_expert is small (8-128) and k at most a few.
+// workgroup of 64 per token (an invocation per token walked the experts with an insertion sort
+// through device memory, a chain of dependent loads per expert: microseconds a token on a GPU,
+// per MoE layer of a decode step). Each expert's rank (the experts ahead of it: a higher logit,
+// or an equal one at a lower index) is counted from shared memory in parallel, and the experts
+// ranked below k are the CPU insertion's k in its order. The sums stay serial, in expert order,
+// over values computed in parallel (the same operations per value), so the weights keep the
+// bits of the one-invocation kernel. A NaN logit ranks as -inf (the insertion kept one it met
+// first; a NaN router is a broken model either way).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -18,35 +25,46 @@ layout(push_constant) uniform P {
   float scale;
 } p;
 
-float Logit(uint t, uint x) {
-  const float v = logits[t * p.n_expert + x];
-  return p.has_bias != 0 ? v + bias[x] : v;
-}
+const uint kMaxExperts = 512;  // checked by the host (Kernels::kMaxExperts)
+shared float lg[kMaxExperts];  // the token's logits (plus bias), NaN as -inf
+shared float ex[kMaxExperts];  // exp(logit - max) of every expert (softmax_all)
+shared uint top[64];           // the k best, best first (k <= 64: checked by the host)
 
 void main() {
-  const uint t = ItemIndex();
-  if (t >= p.n) return;
+  const uint t = GroupIndex();
+  if (t >= p.n) return;  // uniform: the whole workgroup
+  const uint lid = gl_LocalInvocationID.x;
   const uint o = t * p.k;
-  // Insertion into the sorted k best, as the CPU does (a later equal logit does not pass).
-  uint have = 0;
-  for (uint x = 0; x < p.n_expert; ++x) {
-    const float v = Logit(t, x);
-    if (have == p.k && !(v > Logit(t, ids[o + p.k - 1]))) continue;
-    uint i = have < p.k ? have++ : p.k - 1;
-    while (i > 0 && v > Logit(t, ids[o + i - 1])) {
-      ids[o + i] = ids[o + i - 1];
-      --i;
-    }
-    ids[o + i] = x;
+  for (uint x = lid; x < p.n_expert; x += 64) {
+    const float v = logits[t * p.n_expert + x];
+    const float b = p.has_bias != 0 ? v + bias[x] : v;
+    lg[x] = isnan(b) ? -1.0 / 0.0 : b;
   }
-  const float mx = Logit(t, ids[o]);
+  barrier();
+  for (uint x = lid; x < p.n_expert; x += 64) {
+    const float v = lg[x];
+    uint rank = 0;
+    for (uint y = 0; y < p.n_expert; ++y) {
+      const float u = lg[y];
+      rank += (u > v || (u == v && y < x)) ? 1u : 0u;
+    }
+    if (rank < p.k) top[rank] = x;
+  }
+  barrier();
+  const float mx = lg[top[0]];
+  if (p.softmax_all != 0) {
+    for (uint x = lid; x < p.n_expert; x += 64) ex[x] = exp(lg[x] - mx);
+  }
+  barrier();
+  if (lid != 0) return;
+  for (uint i = 0; i < p.k; ++i) ids[o + i] = top[i];
   float sum = 0.0;
   if (p.softmax_all != 0) {
-    for (uint x = 0; x < p.n_expert; ++x) sum += exp(Logit(t, x) - mx);
-    for (uint i = 0; i < p.k; ++i) weights[o + i] = exp(Logit(t, ids[o + i]) - mx) / sum;
+    for (uint x = 0; x < p.n_expert; ++x) sum += ex[x];
+    for (uint i = 0; i < p.k; ++i) weights[o + i] = ex[top[i]] / sum;
   } else {
     for (uint i = 0; i < p.k; ++i) {
-      const float e = exp(Logit(t, ids[o + i]) - mx);
+      const float e = exp(lg[top[i]] - mx);
       weights[o + i] = e;
       sum += e;
     }

@@ -1,0 +1,203 @@
+// The mixture-of-experts kernels that are not products: route.comp (Kernels::Route) against
+// model::Decoder::Route's algorithm, and moe_group.comp (Kernels::GroupSlots), the grouping of a
+// batch's (token, expert) slots by expert, against the stable counting sort it must equal.
+// Tolerances are stated in each test.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#if UF_HAVE_VULKAN
+#include "gpu_kernels_fixture.h"
+#endif
+
+namespace uf::gpu {
+namespace {
+
+#if !UF_HAVE_VULKAN
+TEST(GpuMoeGroup, NotBuilt) { GTEST_SKIP() << "built without the Vulkan backend"; }
+#else
+
+// Decoder::Route's algorithm (src/model/moe.cc) for one token: the k best by an insertion into
+// the sorted k (ties to the lower index), then the weights.
+void ReferenceRoute(const float* logits, const float* bias, int64_t ne, int64_t k,
+                    const Kernels::RouteParams& rp, uint32_t* sel, float* w) {
+  std::vector<float> l(logits, logits + ne);
+  if (bias != nullptr) {
+    for (int64_t x = 0; x < ne; ++x) l[x] += bias[x];
+  }
+  int64_t have = 0;
+  for (int64_t x = 0; x < ne; ++x) {
+    const float v = l[x];
+    if (have == k && !(v > l[sel[k - 1]])) continue;
+    int64_t i = have < k ? have++ : k - 1;
+    while (i > 0 && v > l[sel[i - 1]]) {
+      sel[i] = sel[i - 1];
+      --i;
+    }
+    sel[i] = static_cast<uint32_t>(x);
+  }
+  const float max = l[sel[0]];
+  float sum = 0.0f;
+  if (rp.softmax_all) {
+    for (int64_t x = 0; x < ne; ++x) sum += std::exp(l[x] - max);
+    for (int64_t i = 0; i < k; ++i) w[i] = std::exp(l[sel[i]] - max) / sum;
+  } else {
+    for (int64_t i = 0; i < k; ++i) sum += (w[i] = std::exp(l[sel[i]] - max));
+    for (int64_t i = 0; i < k; ++i) w[i] /= sum;
+  }
+  if (rp.norm) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < k; ++i) s += w[i];
+    s = std::max(s, 6.103515625e-5f);
+    for (int64_t i = 0; i < k; ++i) w[i] /= s;
+  }
+  if (rp.scale != 0.0f && rp.scale != 1.0f) {
+    for (int64_t i = 0; i < k; ++i) w[i] *= rp.scale;
+  }
+}
+
+// The experts exactly (ties included), the weights within 1e-6 relative + 1e-7 absolute: the
+// shader's exp is not the host's std::exp (Vulkan allows a few ulp).
+TEST_F(GpuKernelsTest, RouteMatchesDecoderRoute) {
+  struct Case {
+    int64_t ne, k;
+    bool softmax_all, norm, bias;
+    float scale;
+  };
+  const std::vector<Case> cases = {
+      {128, 8, true, true, false, 1.0f},  // qwen3moe
+      {8, 2, true, false, false, 0.0f},   // Mixtral
+      {32, 4, false, false, true, 1.0f},  // gpt-oss
+      {512, 64, true, true, true, 2.5f},  // the limits, a bias and a scale
+      {3, 3, false, true, false, 0.5f},   // k == n_expert
+      {130, 1, true, false, true, 1.0f},  // a row past 2 x 64 experts, k 1
+  };
+  const int64_t n = 37;  // tokens
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << c.k << " of " << c.ne << (c.softmax_all ? " all" : "")
+                                    << (c.norm ? " norm" : "") << (c.bias ? " bias" : ""));
+    std::vector<float> logits = Random(n * c.ne, static_cast<uint32_t>(c.ne + c.k));
+    // Ties: token 1 all equal; token 2 ties across the k-th place; token 3 one value repeated
+    // in blocks; token 4 a NaN-free row of -1 and 1 only.
+    for (int64_t x = 0; x < c.ne; ++x) {
+      logits[1 * c.ne + x] = 0.25f;
+      if (x % 3 == 0) logits[2 * c.ne + x] = 0.5f;
+      logits[3 * c.ne + x] = static_cast<float>(x / 4 % 5);
+      logits[4 * c.ne + x] = (x * 7) % 3 == 0 ? 1.0f : -1.0f;
+    }
+    const std::vector<float> bias = Random(c.ne, 5, 0.3f);
+    Kernels::RouteParams rp;
+    rp.n_expert = c.ne;
+    rp.k = c.k;
+    rp.softmax_all = c.softmax_all;
+    rp.norm = c.norm;
+    rp.scale = c.scale;
+    Buffer lb = Floats(logits), bb = Floats(bias);
+    Buffer ids = Empty(n * c.k * 4), weights = Empty(n * c.k * 4);
+    Recorder rec(ctx_);
+    kernels_->Route(&rec, lb, c.bias ? &bb : nullptr, ids, weights, n, rp);
+    ASSERT_TRUE(rec.Finish().ok());
+    ASSERT_TRUE(rec.Run().ok());
+    std::vector<uint32_t> got_ids(n * c.k);
+    ASSERT_TRUE(ctx_->Download(ids, 0, got_ids.data(), got_ids.size() * 4).ok());
+    const std::vector<float> got_w = Read(weights, n * c.k);
+    for (int64_t t = 0; t < n; ++t) {
+      std::vector<uint32_t> sel(c.k);
+      std::vector<float> w(c.k);
+      ReferenceRoute(logits.data() + t * c.ne, c.bias ? bias.data() : nullptr, c.ne, c.k, rp,
+                     sel.data(), w.data());
+      for (int64_t i = 0; i < c.k; ++i) {
+        EXPECT_EQ(got_ids[t * c.k + i], sel[i]) << "token " << t << " rank " << i;
+        EXPECT_NEAR(got_w[t * c.k + i], w[i], 1e-6f * std::abs(w[i]) + 1e-7f)
+            << "token " << t << " rank " << i;
+      }
+    }
+  }
+}
+
+// The grouping as the host would compute it, tile triples (expert, first, count).
+void ReferenceGroups(const std::vector<uint32_t>& ids, int64_t n_expert, int64_t max_tiles,
+                     std::vector<uint32_t>* order, std::vector<uint32_t>* tiles) {
+  order->clear();
+  tiles->assign(3 * max_tiles, 0xDEADBEEFu);
+  int64_t tile = 0;
+  for (uint32_t e = 0; e < n_expert; ++e) {
+    const auto first = static_cast<uint32_t>(order->size());
+    for (size_t s = 0; s < ids.size(); ++s) {
+      if (ids[s] == e) order->push_back(static_cast<uint32_t>(s));
+    }
+    const auto count = static_cast<uint32_t>(order->size()) - first;
+    for (uint32_t j = 0; j < count; j += 8, ++tile) {
+      (*tiles)[3 * tile] = e;
+      (*tiles)[3 * tile + 1] = first + j;
+      (*tiles)[3 * tile + 2] = std::min(8u, count - j);
+    }
+  }
+  for (; tile < max_tiles; ++tile) (*tiles)[3 * tile + 2] = 0;
+}
+
+TEST_F(GpuKernelsTest, GroupSlotsIsAStableCountingSort) {
+  struct Case {
+    int64_t n_slots, n_expert;
+    const char* pattern;  // how the ids are drawn
+  };
+  // Single slots; a decode batch; a 512-token prefill of a top-8 model (16 chunks of 256);
+  // up to kMaxExperts experts; one expert taking every slot (its 129 tiles written by one
+  // invocation); only the last experts, owned by the last invocations; runs of one expert.
+  const std::vector<Case> cases = {
+      {1, 8, "random"},      {7, 8, "random"},  {300, 128, "random"}, {4096, 128, "random"},
+      {2000, 512, "random"}, {1027, 32, "one"}, {256, 512, "high"},   {513, 3, "runs"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message()
+                 << c.n_slots << " slots, " << c.n_expert << " experts, " << c.pattern);
+    std::mt19937 rng(static_cast<uint32_t>(c.n_slots * 31 + c.n_expert));
+    std::vector<uint32_t> ids(c.n_slots);
+    for (int64_t s = 0; s < c.n_slots; ++s) {
+      const std::string pat = c.pattern;
+      ids[s] = pat == "one"    ? 17u
+               : pat == "high" ? static_cast<uint32_t>(c.n_expert - 1 - rng() % 3)
+               : pat == "runs" ? static_cast<uint32_t>((s / 50) % c.n_expert)
+                               : static_cast<uint32_t>(rng() % c.n_expert);
+    }
+    const int64_t max_tiles = Kernels::MaxExpertTiles(c.n_slots, c.n_expert);
+    std::vector<uint32_t> want_order, want_tiles;
+    ReferenceGroups(ids, c.n_expert, max_tiles, &want_order, &want_tiles);
+
+    Buffer idb = Empty(ids.size() * 4), order = Empty(ids.size() * 4);
+    Buffer tiles = Empty(max_tiles * 12);
+    ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), ids.size() * 4).ok());
+    // Poison the outputs, so a tile or place the kernel skips shows.
+    const std::vector<uint32_t> poison(std::max<size_t>(3 * max_tiles, ids.size()), 0xDEADBEEFu);
+    ASSERT_TRUE(ctx_->Upload(tiles, 0, poison.data(), 3 * max_tiles * 4).ok());
+    ASSERT_TRUE(ctx_->Upload(order, 0, poison.data(), ids.size() * 4).ok());
+    Recorder rec(ctx_);
+    kernels_->GroupSlots(&rec, idb, order, tiles, c.n_slots, c.n_expert);
+    ASSERT_TRUE(rec.Finish().ok());
+    ASSERT_TRUE(rec.Run().ok());
+    std::vector<uint32_t> got_order(ids.size()), got_tiles(3 * max_tiles);
+    ASSERT_TRUE(ctx_->Download(order, 0, got_order.data(), got_order.size() * 4).ok());
+    ASSERT_TRUE(ctx_->Download(tiles, 0, got_tiles.data(), got_tiles.size() * 4).ok());
+    EXPECT_EQ(got_order, want_order);
+    // Only the counts of the unused tiles are written; their other words stay as they were.
+    for (int64_t t = 0; t < max_tiles; ++t) {
+      if (want_tiles[3 * t + 2] == 0) {
+        EXPECT_EQ(got_tiles[3 * t + 2], 0u) << "tile " << t;
+      } else {
+        for (int k = 0; k < 3; ++k) {
+          EXPECT_EQ(got_tiles[3 * t + k], want_tiles[3 * t + k]) << "tile " << t << " word " << k;
+        }
+      }
+    }
+  }
+}
+
+#endif  // UF_HAVE_VULKAN
+
+}  // namespace
+}  // namespace uf::gpu
