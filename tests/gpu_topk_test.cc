@@ -24,7 +24,7 @@ TEST(GpuTopK, NotBuilt) { GTEST_SKIP() << "built without the Vulkan backend"; }
 // The device arg-max picks what sampling::ArgMax picks: the first of equal maxima, never a NaN,
 // 0 for a row of -inf.
 TEST_F(GpuKernelsTest, ArgMaxMatchesSampler) {
-  const int64_t n_vocab = 1000, rows = 5;
+  const int64_t n_vocab = 1000, rows = 6;
   std::vector<float> l = Random(rows * n_vocab, 40);
   l[0 * n_vocab + 700] = 9.0f;  // row 0: a tie, the first wins
   l[0 * n_vocab + 300] = 9.0f;
@@ -32,22 +32,35 @@ TEST_F(GpuKernelsTest, ArgMaxMatchesSampler) {
   l[1 * n_vocab + 5] = std::nanf("");
   std::fill(l.begin() + 2 * n_vocab, l.begin() + 3 * n_vocab, -INFINITY);  // row 2
   l[3 * n_vocab + 0] = 8.0f;                                               // row 3: the first value
+  l[4 * n_vocab + 130] = 6.0f;  // row 4: equal maxima in the same chunk of 64 and in later ones
+  l[4 * n_vocab + 129] = 6.0f;
+  l[4 * n_vocab + 640] = 6.0f;
+  l[4 * n_vocab + 999] = 6.0f;
+  std::fill(l.begin() + 5 * n_vocab, l.begin() + 5 * n_vocab + 500, -INFINITY);  // row 5: a
+  l[5 * n_vocab + 200] = std::nanf("");  // chunk of only -inf and a NaN ahead of the maximum
   Buffer lb = Floats(l);
-  Buffer out = std::move(*ctx_->CreateBuffer(rows * 4, Memory::kHost));
-  Recorder rec(ctx_);
-  kernels_->ArgMax(&rec, lb, out, n_vocab, rows);
-  ASSERT_TRUE(rec.Finish().ok());
-  ASSERT_TRUE(rec.Run().ok());
-  const auto* got = static_cast<const uint32_t*>(out.mapped());
-  for (int64_t r = 0; r < rows; ++r) {
-    EXPECT_EQ(static_cast<int32_t>(got[r]),
-              sampling::ArgMax(l.data() + r * n_vocab, static_cast<int32_t>(n_vocab)))
-        << "row " << r;
+  // One chunk a row (4096), several (64: chunks of one value an invocation; 100: a partial
+  // last chunk).
+  for (int64_t chunk : {Kernels::kArgMaxChunk, int64_t{64}, int64_t{100}}) {
+    SCOPED_TRACE(testing::Message() << "chunk " << chunk);
+    Buffer out = std::move(*ctx_->CreateBuffer(rows * 4, Memory::kHost));
+    Buffer part = Empty(Kernels::ArgMaxPartWords(n_vocab, rows, chunk) * 4);
+    Recorder rec(ctx_);
+    kernels_->ArgMax(&rec, lb, out, part, n_vocab, rows, chunk);
+    ASSERT_TRUE(rec.Finish().ok());
+    ASSERT_TRUE(rec.Run().ok());
+    const auto* got = static_cast<const uint32_t*>(out.mapped());
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(static_cast<int32_t>(got[r]),
+                sampling::ArgMax(l.data() + r * n_vocab, static_cast<int32_t>(n_vocab)))
+          << "row " << r;
+    }
+    EXPECT_EQ(got[0], 300u);
+    EXPECT_EQ(got[1], 999u);
+    EXPECT_EQ(got[2], 0u);
+    EXPECT_EQ(got[3], 0u);
+    EXPECT_EQ(got[4], 129u);
   }
-  EXPECT_EQ(got[0], 300u);
-  EXPECT_EQ(got[1], 999u);
-  EXPECT_EQ(got[2], 0u);
-  EXPECT_EQ(got[3], 0u);
 }
 
 // The sampler's order of a row's tokens: higher logit, then lower id; NaN ranks as -inf.

@@ -202,6 +202,7 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   UF_ASSIGN_OR_RETURN(logits_dev_, ctx_->CreateBuffer(mo * c_.n_vocab * 4, Memory::kHost));
   UF_ASSIGN_OR_RETURN(logits_local_, dev(mo * c_.n_vocab * 4));
   UF_ASSIGN_OR_RETURN(argmax_, ctx_->CreateBuffer(mo * 4, Memory::kHost));
+  UF_ASSIGN_OR_RETURN(argmax_part_, dev(Kernels::ArgMaxPartWords(c_.n_vocab, mo) * 4));
   if (o_.top_k > 0) {
     UF_ASSIGN_OR_RETURN(top_, ctx_->CreateBuffer(mo * (2 * o_.top_k + 2) * 4, Memory::kHost));
     UF_ASSIGN_OR_RETURN(full_, ctx_->CreateBuffer(mo * 4, Memory::kHost));

@@ -269,7 +269,7 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv) {
   UF_ASSIGN_OR_RETURN(k.attention_combine_, ctx->GetPipeline("attention_combine", 4));
   UF_ASSIGN_OR_RETURN(k.embed_, ctx->GetPipeline("embed", 3));
   UF_ASSIGN_OR_RETURN(k.gather_, ctx->GetPipeline("gather", 3));
-  UF_ASSIGN_OR_RETURN(k.argmax_, ctx->GetPipeline("argmax", 2));
+  UF_ASSIGN_OR_RETURN(k.argmax_, ctx->GetPipeline("argmax", 3));
   UF_ASSIGN_OR_RETURN(k.topk_, ctx->GetPipeline("topk", 2));
   UF_ASSIGN_OR_RETURN(k.copy_rows_, ctx->GetPipeline("copy_rows", 3));
   UF_ASSIGN_OR_RETURN(k.mask_rows_, ctx->GetPipeline("mask_rows", 3));
@@ -651,10 +651,18 @@ void Kernels::Gather(Recorder* r, const Buffer& x, const Buffer& y, const Buffer
   r->Dispatch(*gather_, {x, y, idx}, push, Groups64(cols), static_cast<uint32_t>(n_rows));
 }
 
-void Kernels::ArgMax(Recorder* r, const Buffer& logits, const Buffer& out, int64_t n_vocab,
-                     int64_t rows) const {
-  const auto push = static_cast<uint32_t>(n_vocab);
-  r->Dispatch(*argmax_, {logits, out}, push, static_cast<uint32_t>(rows));
+void Kernels::ArgMax(Recorder* r, const Buffer& logits, const Buffer& out, const Buffer& part,
+                     int64_t n_vocab, int64_t rows, int64_t chunk) const {
+  const int64_t n_chunks = (n_vocab + chunk - 1) / chunk;
+  UF_CHECK(chunk >= 64 && n_chunks <= 65535 && rows <= 65535) << n_vocab << " / " << chunk;
+  struct {
+    uint32_t n_vocab, chunk, n_chunks, pass;
+  } push{static_cast<uint32_t>(n_vocab), static_cast<uint32_t>(chunk),
+         static_cast<uint32_t>(n_chunks), 0};
+  r->Dispatch(*argmax_, {logits, out, part}, push, static_cast<uint32_t>(n_chunks),
+              static_cast<uint32_t>(rows));
+  push.pass = 1;
+  r->Dispatch(*argmax_, {logits, out, part}, push, static_cast<uint32_t>(rows));
 }
 
 void Kernels::TopK(Recorder* r, const Buffer& logits, const Buffer& out, int64_t n_vocab,

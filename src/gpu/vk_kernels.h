@@ -192,9 +192,15 @@ class Kernels {
   // x[t] = table row of token t, for the n tokens.
   void Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& tok,
              int64_t n) const;
-  // out[r] = the first index of row r's maximum (sampling::ArgMax), rows of n_vocab logits.
-  void ArgMax(Recorder* r, const Buffer& logits, const Buffer& out, int64_t n_vocab,
-              int64_t rows) const;
+  // out[r] = the first index of row r's maximum (sampling::ArgMax), rows of n_vocab logits:
+  // two dispatches (argmax.comp), the rows cut into chunks of `chunk` values; part holds
+  // ArgMaxPartWords(n_vocab, rows, chunk) words.
+  static constexpr int64_t kArgMaxChunk = 4096;
+  static int64_t ArgMaxPartWords(int64_t n_vocab, int64_t rows, int64_t chunk = kArgMaxChunk) {
+    return rows * ((n_vocab + chunk - 1) / chunk) * 2;
+  }
+  void ArgMax(Recorder* r, const Buffer& logits, const Buffer& out, const Buffer& part,
+              int64_t n_vocab, int64_t rows, int64_t chunk = kArgMaxChunk) const;
   // The best k (<= kMaxTopK) tokens of each of rows rows of n_vocab logits, sorted, with the
   // row's max and log-sum-exp: out[r * (2k + 2) + ...] = [k ids][k logits][max][lse] (topk.comp).
   static constexpr int64_t kMaxTopK = 64;

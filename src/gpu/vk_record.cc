@@ -270,7 +270,7 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
       xq_holds_ = nullptr;
       Gemm(r, output_, xo_, n_out, logits_in);
     }
-    if (out == Out::kGreedy) k_.ArgMax(r, logits_local_, argmax_, c_.n_vocab, n_out);
+    if (out == Out::kGreedy) k_.ArgMax(r, logits_local_, argmax_, argmax_part_, c_.n_vocab, n_out);
     if (out == Out::kTopMasked) {
       k_.MaskRows(r, logits_local_, known_, known_raw_, c_.n_vocab, n_out, o_.max_known);
     }

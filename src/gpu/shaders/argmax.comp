@@ -1,32 +1,29 @@
 // The greedy token of each row of logits, on the device so that a greedy decode step copies one
 // word back instead of the row: the first index holding the row's maximum (NaN never wins; a row
-// with no value above -inf gives 0), as sampling::ArgMax picks it. One workgroup of 64 per row:
-// each invocation scans its strided share in index order, subgroups keep the larger value (the
-// smaller index of equal ones) with subgroup operations, then the first invocation merges the
-// subgroups (one barrier: barriers are what a CPU driver pays for).
+// with no value above -inf gives 0), as sampling::ArgMax picks it. Two passes, because one
+// workgroup per row left a 128k-token row to 64 invocations of one GPU core: ~2,000 dependent
+// loop trips each, tens of microseconds a step by load latency alone (an estimate; no GPU has run
+// it), against one more dependent dispatch (~1.9 us):
+//   pass 0: a workgroup of 64 per (chunk of `chunk` values, row) writes the chunk's maximum and
+//           its first index to part[(row * n_chunks + c) * 2 ..] (index ~0u: none above -inf);
+//   pass 1: a workgroup per row merges its chunks' pairs into o[row].
+// Each invocation scans its strided share in index order keeping the first of equal values,
+// subgroups keep the larger value (the smaller index of equal ones) with subgroup operations,
+// then the first invocation merges the subgroups, so any chunking picks the same index.
 #version 450
 #extension GL_KHR_shader_subgroup_arithmetic : require
 layout(local_size_x = 64) in;
 
 layout(std430, binding = 0) readonly buffer L { float l[]; };
 layout(std430, binding = 1) writeonly buffer O { uint o[]; };
-layout(push_constant) uniform P { uint n_vocab; } p;
+layout(std430, binding = 2) buffer Part { uint part[]; };
+layout(push_constant) uniform P { uint n_vocab, chunk, n_chunks, pass; } p;
 
 shared float sub_v[64];
 shared uint sub_i[64];
 
-void main() {
-  const uint row = gl_WorkGroupID.x, lid = gl_LocalInvocationID.x;
-  const uint base = row * p.n_vocab;
-  float bv = -1.0 / 0.0;
-  uint bi = 0xFFFFFFFFu;
-  for (uint i = lid; i < p.n_vocab; i += 64) {
-    const float v = l[base + i];
-    if (v > bv) {
-      bv = v;
-      bi = i;
-    }
-  }
+// The workgroup's best (value, first index) from each invocation's; valid in invocation 0.
+void Merge(float bv, uint bi, out float v, out uint idx) {
   const float m = subgroupMax(bv);
   const uint mi = subgroupMin(bv == m ? bi : 0xFFFFFFFFu);
   if (subgroupElect()) {
@@ -34,15 +31,49 @@ void main() {
     sub_i[gl_SubgroupID] = mi;
   }
   barrier();
-  if (lid == 0) {
-    float v = sub_v[0];
-    uint idx = sub_i[0];
-    for (uint s = 1; s < gl_NumSubgroups; ++s) {
-      if (sub_v[s] > v || (sub_v[s] == v && sub_i[s] < idx)) {
-        v = sub_v[s];
-        idx = sub_i[s];
+  v = sub_v[0];
+  idx = sub_i[0];
+  for (uint s = 1; s < gl_NumSubgroups; ++s) {
+    if (sub_v[s] > v || (sub_v[s] == v && sub_i[s] < idx)) {
+      v = sub_v[s];
+      idx = sub_i[s];
+    }
+  }
+}
+
+void main() {
+  const uint lid = gl_LocalInvocationID.x;
+  float bv = -1.0 / 0.0;
+  uint bi = 0xFFFFFFFFu;
+  if (p.pass == 0) {
+    const uint c = gl_WorkGroupID.x, row = gl_WorkGroupID.y;
+    const uint base = row * p.n_vocab, end = min((c + 1) * p.chunk, p.n_vocab);
+    for (uint i = c * p.chunk + lid; i < end; i += 64) {
+      const float v = l[base + i];
+      if (v > bv) {
+        bv = v;
+        bi = i;
       }
     }
-    o[row] = idx == 0xFFFFFFFFu ? 0u : idx;
+    float v;
+    uint idx;
+    Merge(bv, bi, v, idx);
+    if (lid == 0) {
+      part[(row * p.n_chunks + c) * 2] = floatBitsToUint(v);
+      part[(row * p.n_chunks + c) * 2 + 1] = idx;
+    }
+    return;
   }
+  const uint row = gl_WorkGroupID.x;
+  for (uint c = lid; c < p.n_chunks; c += 64) {  // chunks in order: a later equal one loses
+    const float v = uintBitsToFloat(part[(row * p.n_chunks + c) * 2]);
+    if (v > bv) {
+      bv = v;
+      bi = part[(row * p.n_chunks + c) * 2 + 1];
+    }
+  }
+  float v;
+  uint idx;
+  Merge(bv, bi, v, idx);
+  if (lid == 0) o[row] = idx == 0xFFFFFFFFu ? 0u : idx;
 }
