@@ -95,69 +95,79 @@ TEST_F(GpuKernelsTest, TopKMatchesSamplerAndSamplesTheSameTokens) {
   for (int64_t i = 0; i < n_vocab; ++i) r5[i] = -std::fabs(r5[i]) - 0.5f;
   for (int i = 0; i < 100; ++i) r5[i * 29] = i % 2 == 0 ? 0.0f : -0.0f;
   Buffer lb = Floats(l);
-  Buffer out = std::move(*ctx_->CreateBuffer(rows * (2 * k + 2) * 4, Memory::kHost));
-  Recorder rec(ctx_);
-  kernels_->TopK(&rec, lb, out, n_vocab, rows, k);
-  ASSERT_TRUE(rec.Finish().ok());
-  ASSERT_TRUE(rec.Run().ok());
-  const auto* w = static_cast<const uint32_t*>(out.mapped());
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = l.data() + r * n_vocab;
-    const uint32_t* o = w + r * (2 * k + 2);
-    const auto* ids = reinterpret_cast<const int32_t*>(o);
-    const auto* vals = reinterpret_cast<const float*>(o + k);
-    const std::vector<int32_t> want = BestFirst(row, n_vocab);
-    for (int64_t i = 0; i < k; ++i) {
-      ASSERT_EQ(ids[i], want[i]) << "row " << r << " rank " << i;
-      ASSERT_EQ(std::memcmp(&vals[i], &row[want[i]], 4), 0) << "row " << r << " rank " << i;
-    }
-    float max, lse;
-    std::memcpy(&max, o + 2 * k, 4);
-    std::memcpy(&lse, o + 2 * k + 1, 4);
-    const float want_max = std::isnan(row[want[0]]) ? -INFINITY : row[want[0]];
-    EXPECT_EQ(max, want_max) << "row " << r;
-    if (want_max == -INFINITY) {
-      EXPECT_EQ(lse, -INFINITY) << "row " << r;
-    } else {
-      double z = 0.0;
-      for (int64_t i = 0; i < n_vocab; ++i) {
-        if (row[i] > -INFINITY) z += std::exp(static_cast<double>(row[i]) - want_max);
+  // One chunk a row (4096); several, with ties across them and a partial last one (256, 300);
+  // chunks of k and shorter than k (64, 37: candidates padded in every chunk).
+  for (int64_t chunk : {Kernels::kTopKChunk, int64_t{256}, int64_t{300}, k, int64_t{37}}) {
+    SCOPED_TRACE(testing::Message() << "chunk " << chunk);
+    Buffer out = std::move(*ctx_->CreateBuffer(rows * (2 * k + 2) * 4, Memory::kHost));
+    Recorder rec(ctx_);
+    Buffer part = Empty(Kernels::TopKPartWords(n_vocab, rows, k, chunk) * 4);
+    kernels_->TopK(&rec, lb, out, part, n_vocab, rows, k, chunk);
+    ASSERT_TRUE(rec.Finish().ok());
+    ASSERT_TRUE(rec.Run().ok());
+    const auto* w = static_cast<const uint32_t*>(out.mapped());
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = l.data() + r * n_vocab;
+      const uint32_t* o = w + r * (2 * k + 2);
+      const auto* ids = reinterpret_cast<const int32_t*>(o);
+      const auto* vals = reinterpret_cast<const float*>(o + k);
+      const std::vector<int32_t> want = BestFirst(row, n_vocab);
+      for (int64_t i = 0; i < k; ++i) {
+        ASSERT_EQ(ids[i], want[i]) << "row " << r << " rank " << i;
+        ASSERT_EQ(std::memcmp(&vals[i], &row[want[i]], 4), 0) << "row " << r << " rank " << i;
       }
-      EXPECT_NEAR(lse, want_max + std::log(z), 1e-4) << "row " << r;
-    }
-    // Seed for seed, the same tokens from the best k as from the whole row.
-    std::vector<sampling::SamplingParams> settings(6);
-    settings[0].temperature = 0.0f;
-    settings[1].top_k = 1;
-    settings[2].top_k = 5, settings[2].top_p = 1.0f, settings[2].min_p = 0.0f;
-    settings[2].temperature = 0.7f;
-    settings[3].top_k = 40, settings[3].top_p = 0.9f, settings[3].min_p = 0.05f;
-    settings[3].temperature = 1.3f;
-    settings[4].top_k = 64, settings[4].top_p = 0.5f, settings[4].min_p = 0.0f;
-    settings[5].top_k = 64, settings[5].top_p = 1.0f, settings[5].min_p = 0.0f;
-    settings[5].temperature = 5.0f;
-    for (size_t si = 0; si < settings.size(); ++si) {
-      sampling::SamplingParams p = settings[si];
-      p.seed = 1000 + si + 10 * r;
-      sampling::Sampler full(p, static_cast<int32_t>(n_vocab)),
-          top(p, static_cast<int32_t>(n_vocab));
-      ASSERT_TRUE(top.CanSampleTop(static_cast<int32_t>(k)));
-      for (int draw = 0; draw < 64; ++draw) {
-        ASSERT_EQ(top.SampleTop(ids, vals, static_cast<int32_t>(k)), full.Sample(row))
-            << "row " << r << " settings " << si << " draw " << draw;
+      float max, lse;
+      std::memcpy(&max, o + 2 * k, 4);
+      std::memcpy(&lse, o + 2 * k + 1, 4);
+      const float want_max = std::isnan(row[want[0]]) ? -INFINITY : row[want[0]];
+      EXPECT_EQ(max, want_max) << "row " << r;
+      if (want_max == -INFINITY) {
+        EXPECT_EQ(lse, -INFINITY) << "row " << r;
+      } else {
+        double z = 0.0;
+        for (int64_t i = 0; i < n_vocab; ++i) {
+          if (row[i] > -INFINITY) z += std::exp(static_cast<double>(row[i]) - want_max);
+        }
+        EXPECT_NEAR(lse, want_max + std::log(z), 1e-4) << "row " << r;
+      }
+      // Seed for seed, the same tokens from the best k as from the whole row.
+      std::vector<sampling::SamplingParams> settings(6);
+      settings[0].temperature = 0.0f;
+      settings[1].top_k = 1;
+      settings[2].top_k = 5, settings[2].top_p = 1.0f, settings[2].min_p = 0.0f;
+      settings[2].temperature = 0.7f;
+      settings[3].top_k = 40, settings[3].top_p = 0.9f, settings[3].min_p = 0.05f;
+      settings[3].temperature = 1.3f;
+      settings[4].top_k = 64, settings[4].top_p = 0.5f, settings[4].min_p = 0.0f;
+      settings[5].top_k = 64, settings[5].top_p = 1.0f, settings[5].min_p = 0.0f;
+      settings[5].temperature = 5.0f;
+      for (size_t si = 0; si < settings.size(); ++si) {
+        sampling::SamplingParams p = settings[si];
+        p.seed = 1000 + si + 10 * r;
+        sampling::Sampler full(p, static_cast<int32_t>(n_vocab)),
+            top(p, static_cast<int32_t>(n_vocab));
+        ASSERT_TRUE(top.CanSampleTop(static_cast<int32_t>(k)));
+        for (int draw = 0; draw < 64; ++draw) {
+          ASSERT_EQ(top.SampleTop(ids, vals, static_cast<int32_t>(k)), full.Sample(row))
+              << "row " << r << " settings " << si << " draw " << draw;
+        }
       }
     }
   }
+
   // A row shorter than k: all of it, then padding.
   const int64_t short_n = 40;
   Buffer sb = Floats(std::vector<float>(l.begin() + n_vocab, l.begin() + n_vocab + short_n));
+  Buffer out2 = std::move(*ctx_->CreateBuffer((2 * k + 2) * 4, Memory::kHost));
+  Buffer part2 = Empty(Kernels::TopKPartWords(short_n, 1, k) * 4);
   Recorder rec2(ctx_);
-  kernels_->TopK(&rec2, sb, out, short_n, 1, k);
+  kernels_->TopK(&rec2, sb, out2, part2, short_n, 1, k);
   ASSERT_TRUE(rec2.Finish().ok());
   ASSERT_TRUE(rec2.Run().ok());
   const std::vector<int32_t> want = BestFirst(l.data() + n_vocab, short_n);
+  const auto* w2 = static_cast<const uint32_t*>(out2.mapped());
   for (int64_t i = 0; i < k; ++i) {
-    EXPECT_EQ(static_cast<int32_t>(w[i]), i < short_n ? want[i] : -1) << "rank " << i;
+    EXPECT_EQ(static_cast<int32_t>(w2[i]), i < short_n ? want[i] : -1) << "rank " << i;
   }
 }
 
@@ -178,8 +188,9 @@ TEST_F(GpuKernelsTest, MaskedTopKSamplesWithEditsAsTheWholeRow) {
   Buffer raw = std::move(*ctx_->CreateBuffer(rows * cap * 4, Memory::kHost));
   Buffer out = std::move(*ctx_->CreateBuffer(rows * (2 * k + 2) * 4, Memory::kHost));
   Recorder rec(ctx_);
+  Buffer part = Empty(Kernels::TopKPartWords(n_vocab, rows, k) * 4);
   kernels_->MaskRows(&rec, lb, known, raw, n_vocab, rows, cap);
-  kernels_->TopK(&rec, lb, out, n_vocab, rows, k);
+  kernels_->TopK(&rec, lb, out, part, n_vocab, rows, k);
   ASSERT_TRUE(rec.Finish().ok());
   int draws = 0, edited_draws = 0;
   double max_err = 0.0;

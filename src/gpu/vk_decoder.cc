@@ -205,6 +205,7 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   UF_ASSIGN_OR_RETURN(argmax_part_, dev(Kernels::ArgMaxPartWords(c_.n_vocab, mo) * 4));
   if (o_.top_k > 0) {
     UF_ASSIGN_OR_RETURN(top_, ctx_->CreateBuffer(mo * (2 * o_.top_k + 2) * 4, Memory::kHost));
+    UF_ASSIGN_OR_RETURN(top_part_, dev(Kernels::TopKPartWords(c_.n_vocab, mo, o_.top_k) * 4));
     UF_ASSIGN_OR_RETURN(full_, ctx_->CreateBuffer(mo * 4, Memory::kHost));
     top_host_.resize(mo * (2 * o_.top_k + 2));
     if (o_.max_known > 0) {

@@ -138,6 +138,7 @@ class VulkanForward final : public GpuForward {
   Buffer argmax_;        // host-visible: ForwardGreedy's tokens
   Buffer argmax_part_;   // [max outputs][n_vocab / 4096 chunks][2]: the arg-max's first pass
   Buffer top_, full_;    // host-visible: the rows' best tokens; flags of the rows copied whole
+  Buffer top_part_;      // [max outputs][n_vocab / 4096 chunks][2 top_k + 2]: TopKChunks' output
   std::vector<uint32_t> top_host_;  // top_ of the last Forward
   // host-visible: per output row [count][max_known ids] of known tokens; their raw logits
   Buffer known_, known_raw_;

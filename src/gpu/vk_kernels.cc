@@ -14,6 +14,7 @@
 #include "kernels/blocks.h"
 #include "kernels/ops.h"
 #include "kernels/quant.h"
+#include "sampling/sampler.h"
 
 namespace uf::gpu {
 namespace {
@@ -270,7 +271,7 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv) {
   UF_ASSIGN_OR_RETURN(k.embed_, ctx->GetPipeline("embed", 3));
   UF_ASSIGN_OR_RETURN(k.gather_, ctx->GetPipeline("gather", 3));
   UF_ASSIGN_OR_RETURN(k.argmax_, ctx->GetPipeline("argmax", 3));
-  UF_ASSIGN_OR_RETURN(k.topk_, ctx->GetPipeline("topk", 2));
+  UF_ASSIGN_OR_RETURN(k.topk_, ctx->GetPipeline("topk", 3));
   UF_ASSIGN_OR_RETURN(k.copy_rows_, ctx->GetPipeline("copy_rows", 3));
   UF_ASSIGN_OR_RETURN(k.mask_rows_, ctx->GetPipeline("mask_rows", 3));
   UF_ASSIGN_OR_RETURN(k.route_, ctx->GetPipeline("route", 4));
@@ -665,13 +666,34 @@ void Kernels::ArgMax(Recorder* r, const Buffer& logits, const Buffer& out, const
   r->Dispatch(*argmax_, {logits, out, part}, push, static_cast<uint32_t>(rows));
 }
 
-void Kernels::TopK(Recorder* r, const Buffer& logits, const Buffer& out, int64_t n_vocab,
-                   int64_t rows, int64_t k) const {
-  UF_CHECK(k >= 1 && k <= kMaxTopK);
-  const struct {
-    uint32_t n_vocab, k;
-  } push = {static_cast<uint32_t>(n_vocab), static_cast<uint32_t>(k)};
-  r->Dispatch(*topk_, {logits, out}, push, static_cast<uint32_t>(rows));
+namespace {
+
+// SampleReduced bounds the error of the lse this summation gives.
+static_assert(Kernels::kTopKChunk == sampling::Sampler::kTopKChunk);
+
+struct TopKPush {
+  uint32_t n_vocab, k, chunk, n_chunks, pass;
+};
+TopKPush MakeTopKPush(int64_t n_vocab, int64_t rows, int64_t k, int64_t chunk, uint32_t pass) {
+  const int64_t n_chunks = (n_vocab + chunk - 1) / chunk;
+  UF_CHECK(k >= 1 && k <= Kernels::kMaxTopK && chunk >= 1 && n_chunks <= 65535 && rows <= 65535)
+      << k << " of " << n_vocab << " / " << chunk;
+  return {static_cast<uint32_t>(n_vocab), static_cast<uint32_t>(k), static_cast<uint32_t>(chunk),
+          static_cast<uint32_t>(n_chunks), pass};
+}
+
+}  // namespace
+
+void Kernels::TopKChunks(Recorder* r, const Buffer& logits, const Buffer& out, const Buffer& part,
+                         int64_t n_vocab, int64_t rows, int64_t k, int64_t chunk) const {
+  const TopKPush push = MakeTopKPush(n_vocab, rows, k, chunk, 0);
+  r->Dispatch(*topk_, {logits, out, part}, push, push.n_chunks, static_cast<uint32_t>(rows));
+}
+
+void Kernels::TopKMerge(Recorder* r, const Buffer& logits, const Buffer& out, const Buffer& part,
+                        int64_t n_vocab, int64_t rows, int64_t k, int64_t chunk) const {
+  const TopKPush push = MakeTopKPush(n_vocab, rows, k, chunk, 1);
+  r->Dispatch(*topk_, {logits, out, part}, push, static_cast<uint32_t>(rows));
 }
 
 void Kernels::MaskRows(Recorder* r, const Buffer& logits, const Buffer& known, const Buffer& raw,

@@ -203,9 +203,23 @@ class Kernels {
               int64_t n_vocab, int64_t rows, int64_t chunk = kArgMaxChunk) const;
   // The best k (<= kMaxTopK) tokens of each of rows rows of n_vocab logits, sorted, with the
   // row's max and log-sum-exp: out[r * (2k + 2) + ...] = [k ids][k logits][max][lse] (topk.comp).
+  // Two dispatches: TopKChunks (the best k of each chunk of `chunk` values into part, which holds
+  // TopKPartWords words), then TopKMerge; TopK records both with a barrier between them.
   static constexpr int64_t kMaxTopK = 64;
-  void TopK(Recorder* r, const Buffer& logits, const Buffer& out, int64_t n_vocab, int64_t rows,
-            int64_t k) const;
+  static constexpr int64_t kTopKChunk = 4096;  // sampling::Sampler's lse bound assumes it
+  static int64_t TopKPartWords(int64_t n_vocab, int64_t rows, int64_t k,
+                               int64_t chunk = kTopKChunk) {
+    return rows * ((n_vocab + chunk - 1) / chunk) * (2 * k + 2);
+  }
+  void TopKChunks(Recorder* r, const Buffer& logits, const Buffer& out, const Buffer& part,
+                  int64_t n_vocab, int64_t rows, int64_t k, int64_t chunk = kTopKChunk) const;
+  void TopKMerge(Recorder* r, const Buffer& logits, const Buffer& out, const Buffer& part,
+                 int64_t n_vocab, int64_t rows, int64_t k, int64_t chunk = kTopKChunk) const;
+  void TopK(Recorder* r, const Buffer& logits, const Buffer& out, const Buffer& part,
+            int64_t n_vocab, int64_t rows, int64_t k, int64_t chunk = kTopKChunk) const {
+    TopKChunks(r, logits, out, part, n_vocab, rows, k, chunk);
+    TopKMerge(r, logits, out, part, n_vocab, rows, k, chunk);
+  }
   // Row j of rows rows of n_vocab logits: the known[j * (cap + 1)] tokens listed after it read
   // into raw[j * cap + ...] and set to -inf (mask_rows.comp: the sampler's edits, applied on the
   // host to the raw values, so that TopK then reduces the tokens it leaves alone).

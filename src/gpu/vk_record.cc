@@ -276,9 +276,10 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
     }
     if (out == Out::kTop || out == Out::kTopMasked) {
       begin();  // both read the rows and write their own buffers
-      k_.TopK(r, logits_local_, top_, c_.n_vocab, n_out, o_.top_k);
+      k_.TopKChunks(r, logits_local_, top_, top_part_, c_.n_vocab, n_out, o_.top_k);
       k_.CopyRows(r, logits_local_, logits_dev_, full_, c_.n_vocab, n_out);
       end();
+      k_.TopKMerge(r, logits_local_, top_, top_part_, c_.n_vocab, n_out, o_.top_k);
     }
   }
   xq_holds_ = nullptr;

@@ -143,6 +143,9 @@ class Sampler {
   static constexpr int32_t kHead = 64;
   // Relative margin of SampleReduced's decisions (of the row's or the kept set's mass).
   static constexpr double kReducedMargin = 1e-4;
+  // The chunk of the device's top-64 kernel (gpu::Kernels::kTopKChunk), whose log-sum-exp
+  // SampleReduced bounds.
+  static constexpr int64_t kTopKChunk = 4096;
 
   // Applies bias, bans, penalties, filters and temperature, leaving the surviving candidates
   // (highest first, probabilities summing to 1) in candidates(). Sample() draws from the same

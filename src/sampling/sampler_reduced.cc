@@ -41,12 +41,18 @@ int32_t Sampler::SampleReduced(const int32_t* ids, const float* logits, int32_t 
   }
   const int64_t n_rest = n_vocab_ - n;
   const double w_last = n_rest > 0 ? std::exp(static_cast<double>(cand_.back().logit) - max) : 0;
-  // The row's mass at T = 1 from the device: z = e^(lse - max), relative error under z_err: each
-  // of 256 threads sums n_vocab / 256 terms in float, then a tree of 8 levels; exp within
-  // 3 + 2 * 87 ulps; log within 2^-21; lse rounded to a float; doubled for slack.
+  // The row's mass at T = 1 from the device (topk.comp): z = e^(lse - max), relative error under
+  // z_err. Per chunk of kTopKChunk values: each of 256 threads sums chunk / 256 terms in float,
+  // then a tree of 8 levels, each term's exp within 3 + 2 * 87 ulps; each chunk's sum scaled by
+  // e^(max_c - max) (another 177 ulps and a product); the chunks' terms summed by 256 threads
+  // (n_chunks / 256 each) and a tree of 8 levels; log within 2^-21; lse rounded to a float;
+  // doubled for slack.
   const double ulp = 0x1.0p-24;
-  const double z_err = 2.0 * ((n_vocab_ / 256.0 + 8.0 + 177.0) * ulp + 0x1.0p-21 +
-                              std::abs(static_cast<double>(log_sum_exp)) * 2.0 * ulp);
+  const double chunk = std::min<double>(n_vocab_, kTopKChunk);
+  const double n_chunks = std::ceil(n_vocab_ / static_cast<double>(kTopKChunk));
+  const double z_err =
+      2.0 * ((chunk / 256.0 + 8.0 + 177.0 + 178.0 + std::ceil(n_chunks / 256.0) + 8.0) * ulp +
+             0x1.0p-21 + std::abs(static_cast<double>(log_sum_exp)) * 2.0 * ulp);
   const double z = std::exp(static_cast<double>(log_sum_exp) - max);
   const double z_lo = z * (1.0 - z_err), z_hi = z * (1.0 + z_err);
   double s1 = 0.0;
