@@ -35,13 +35,13 @@ case "${1:-}" in
     cmake --build build --target ultrafast
     # The GEMV kernel tests travel too (1.5 MB, the same libraries as ultrafast): run first on
     # the GPU, they check the GEMMs' bit-identity under the driver's own compiler.
-    cmake --build build --target gpu_kernels_test gpu_fused_test ||
-      echo "no gpu_kernels_test / gpu_fused_test (UF_BUILD_TESTS?)"
+    tests="gpu_kernels_test gpu_fused_test gpu_topk_test gpu_moe_kernels_test"
+    # shellcheck disable=SC2086
+    cmake --build build --target $tests || echo "no GPU kernel tests ($tests; UF_BUILD_TESTS?)"
     mkdir -p .gpu
     [ -d .gpu/debs ] || ../shared/gpu/collect-debs.sh .gpu/debs
     cp build/ultrafast ../shared/gpu/on-device.sh tools/gpu_check.sh .gpu/
-    [ -x build/gpu_kernels_test ] && cp build/gpu_kernels_test .gpu/
-    [ -x build/gpu_fused_test ] && cp build/gpu_fused_test .gpu/
+    for t in $tests; do [ -x "build/$t" ] && cp "build/$t" .gpu/; done
     du -sh .gpu
     echo 'now, with the device tool: carry [".gpu"], command: bash .gpu/gpu_check.sh run'
     ;;
@@ -74,10 +74,14 @@ case "${1:-}" in
       bash .gpu/on-device.sh .gpu/gpu_kernels_test --gtest_filter='*Gemm*:*Gemv*' 2>&1 |
         grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure|gpu\]' || true
     fi
-    if [ "$1" = run ] && [ -x .gpu/gpu_fused_test ]; then
-      bash .gpu/on-device.sh .gpu/gpu_fused_test --gtest_filter='GpuKernelsTest.*' 2>&1 |
-        grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure' || true
-    fi
+    # The fused kernels against the unfused ones, and the sampling and MoE reductions (arg-max,
+    # top-64, router, grouping) against the host's, under the driver's own compiler.
+    for t in gpu_fused_test gpu_topk_test gpu_moe_kernels_test; do
+      if [ "$1" = run ] && [ -x ".gpu/$t" ]; then
+        bash .gpu/on-device.sh ".gpu/$t" --gtest_filter='GpuKernelsTest.*' 2>&1 |
+          grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure' || true
+      fi
+    done
     # Fields: preset, weight type, depth, GEMV variant (UF_GPU_GEMV; `unfused`: basic with
     # UF_GPU_FUSE=0), layers (cut-down MoE).
     runs=("llama-3.2-1b f16 0 basic" "llama-3.2-1b f16 0 wide" "llama-3.2-1b q8_0 0 basic"
@@ -113,20 +117,27 @@ case "${1:-}" in
     # One table: decode per model (streams 1), then the batched runs (aggregate over streams).
     python3 - "${results[@]}" <<'PY'
 import json, sys
+# tok/s: logits rows back to the host (what a sampling server step costs); argmax: greedy with
+# the arg-max on the device, one token back (`run --temp 0`); GPU tok/s: the step's GPU time.
 print(f"{'model':<18} {'type':<6} {'depth':>6} {'gemv':<7} {'streams':>7} {'tok/s':>10} "
-      f"{'GPU tok/s':>10} {'read GB/s':>10} {'roofline':>9} {'disp/step':>9} {'barr/step':>9}")
+      f"{'argmax':>10} {'GPU tok/s':>10} {'read GB/s':>10} {'roofline':>9} {'disp/step':>9} "
+      f"{'barr/step':>9}")
+first = json.loads(sys.argv[1].split(" ", 4)[4])
+print(f"device: {first.get('device', '?')} (../shared/gpu/README.md's llama.cpp figures are an "
+      f"H200's)")
 for arg in sys.argv[1:]:
     p, t, d, g, j = arg.split(" ", 4)
     j = json.loads(j)
     bw = j["read_bw_gb_s"]
     if "batch" not in j:
         print(f"{p:<18} {t:<6} {d:>6} {g:<7} {1:>7} {j['tg_tok_s']:>10.1f} "
+              f"{j.get('tg_argmax_tok_s', 0):>10.1f} "
               f"{j['tg_gpu_tok_s']:>10.1f} {bw:>10.0f} {100 * j['roofline']:>8.1f}% "
               f"{j.get('step_dispatches', 0):>9} {j.get('step_barriers', 0):>9}")
         continue
     for b in j["batch"]:
         print(f"{p:<18} {t:<6} {d:>6} {g:<7} {b['streams']:>7} {b['tok_s']:>10.1f} "
-              f"{b['gpu_tok_s']:>10.1f} {bw:>10.0f} {100 * b['roofline']:>8.1f}%")
+              f"{'':>10} {b['gpu_tok_s']:>10.1f} {bw:>10.0f} {100 * b['roofline']:>8.1f}%")
     print(f"prefill (the batched runs' prompts, batches of up to 512): {j['pp_tok_s']:.0f} tok/s")
 PY
     ;;
