@@ -1,5 +1,5 @@
-// `ultrafast devices`: the Vulkan devices `--device vulkan:N` can name, with their memory and
-// subgroup size.
+// `ultrafast devices`: the Vulkan devices `--device vulkan:N` can name, with their memory,
+// subgroup size and largest bindable buffer.
 #include <cstdio>
 
 #include "cli/common.h"
@@ -10,13 +10,15 @@ namespace {
 void Devices() {
   auto devices = gpu::ListDevices();
   if (!devices.ok()) Fail("devices", devices.status());
-  std::printf("%-3s %-40s %-10s %-8s %10s %9s  %s\n", "N", "device", "type", "vulkan", "memory",
-              "subgroup", "driver");
+  // "buffer": the largest buffer a shader may bind (maxStorageBufferRange); the K/V cache of one
+  // layer and each weight matrix must fit in it.
+  std::printf("%-3s %-40s %-10s %-8s %10s %9s %10s  %s\n", "N", "device", "type", "vulkan",
+              "memory", "subgroup", "buffer", "driver");
   for (const gpu::DeviceInfo& d : *devices) {
-    std::printf("%-3d %-40s %-10s %-8s %7.1f GiB %9u  %s\n", d.index, d.name.c_str(),
+    std::printf("%-3d %-40s %-10s %-8s %7.1f GiB %9u %6.1f GiB  %s\n", d.index, d.name.c_str(),
                 d.type.c_str(), d.api_version.c_str(),
                 static_cast<double>(d.device_local_bytes) / (1 << 30), d.subgroup_size,
-                d.driver.c_str());
+                static_cast<double>(d.max_binding_bytes) / (1 << 30), d.driver.c_str());
   }
 }
 

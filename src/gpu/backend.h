@@ -38,6 +38,9 @@ struct DeviceInfo {
   std::string driver;               // driver name and info
   uint64_t device_local_bytes = 0;  // the largest device-local memory heap
   uint32_t subgroup_size = 0;
+  // maxStorageBufferRange: the largest buffer a shader may bind (4 GiB - 1 on NVIDIA and AMD);
+  // every buffer here is bound whole, so no buffer may be larger.
+  uint64_t max_binding_bytes = 0;
   bool float16 = false;  // shaderFloat16 (not required by the current shaders)
 };
 

@@ -1,9 +1,11 @@
 #include "gpu/vk_context.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "base/check.h"
+#include "base/log.h"
 #include "gpu/spirv.h"
 
 namespace uf::gpu {
@@ -144,6 +146,7 @@ DeviceInfo Describe(const VkFns& vk, VkPhysicalDevice pd, int index) {
     }
   }
   d.subgroup_size = sub.subgroupSize;
+  d.max_binding_bytes = props.properties.limits.maxStorageBufferRange;
   d.float16 = f16.shaderFloat16 != VK_FALSE;
   return d;
 }
@@ -317,6 +320,24 @@ StatusOr<uint32_t> Context::FindMemoryType(uint32_t type_bits, VkMemoryPropertyF
 
 StatusOr<Buffer> Context::CreateBuffer(uint64_t size, Memory memory) {
   size = std::max<uint64_t>(16, (size + 15) & ~uint64_t{15});
+  // Every buffer is bound whole to a shader, which the spec allows only up to
+  // maxStorageBufferRange. A CPU driver (lavapipe: 128 MiB) binds past it in practice, so there
+  // it is a warning: the synthetic 1B shapes still run there for script checks.
+  if (size > info_.max_binding_bytes) {
+    if (info_.type != "cpu") {
+      return Status(StatusCode::kResourceExhausted,
+                    "vulkan: a buffer of " + std::to_string(size) +
+                        " bytes is larger than the largest buffer " + info_.name +
+                        " can bind to a shader (maxStorageBufferRange, " +
+                        std::to_string(info_.max_binding_bytes) + " bytes)");
+    }
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      UF_LOG(WARNING) << "vulkan: a buffer of " << size << " bytes is past " << info_.name
+                      << "'s maxStorageBufferRange (" << info_.max_binding_bytes
+                      << " bytes); a CPU driver binds it anyway";
+    }
+  }
   Buffer b;
   b.ctx_ = this;
   b.size_ = 0;

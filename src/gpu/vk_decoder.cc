@@ -139,10 +139,13 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   UF_ASSIGN_OR_RETURN(cs_, Vector(cs));
 
   const uint64_t row_words = q8_cache_ ? c_.head_dim / 32 * 9 : c_.head_dim / 2;
-  const uint64_t cache_words = c_.n_layer * 2 * c_.n_head_kv * n_rows_ * row_words;
-  if (cache_words >= (uint64_t{1} << 32)) {
-    return UnimplementedError(
-        "the Vulkan backend's K/V cache is limited to 2^32 words; lower the context");
+  const uint64_t layer_words = 2 * c_.n_head_kv * n_rows_ * row_words;
+  if (layer_words * 4 > ctx_->info().max_binding_bytes && ctx_->info().type != "cpu") {
+    return ResourceExhaustedError(
+        "the K/V cache of one layer (" + std::to_string(layer_words * 4) + " bytes for " +
+        std::to_string(n_rows_) + " positions) is larger than the largest buffer " +
+        ctx_->info().name + " can bind (" + std::to_string(ctx_->info().max_binding_bytes) +
+        " bytes); lower the context or the number of sequences");
   }
   const int64_t mb = o_.max_batch, mo = o_.max_outputs;
   const int64_t widest = std::max({c_.n_embd, c_.q_dim(), c_.n_ff});
@@ -183,7 +186,11 @@ Status VulkanForward::Init(const DeviceSpec& device) {
     UF_ASSIGN_OR_RETURN(moe_order_, dev(slots * 4));
     UF_ASSIGN_OR_RETURN(moe_tiles_, dev(Kernels::MaxExpertTiles(slots, c_.n_expert) * 12));
   }
-  UF_ASSIGN_OR_RETURN(cache_dev_, dev(cache_words * 4));
+  cache_dev_.clear();
+  for (int64_t il = 0; il < c_.n_layer; ++il) {
+    UF_ASSIGN_OR_RETURN(Buffer b, dev(layer_words * 4));
+    cache_dev_.push_back(std::move(b));
+  }
   if (o_.attention_chunk < 0 || o_.attention_chunk > Kernels::kMaxAttentionChunk) {
     return InvalidArgumentError("gpu forward: attention_chunk must be in [0, " +
                                 std::to_string(Kernels::kMaxAttentionChunk) + "]");

@@ -125,7 +125,11 @@ class VulkanForward final : public GpuForward {
   // Host-written per step: tok_ [max_batch][4] (token, position, cache row, sequence), bt_ the
   // block tables [max_seqs][max_blocks], outs_ the batch rows that want logits.
   Buffer tok_, bt_, outs_;
-  Buffer cs_, x_, xn_, xq_, q_, kbuf_, vbuf_, attn_, y_, gate_, up_, scores_, cache_dev_, xo_;
+  Buffer cs_, x_, xn_, xq_, q_, kbuf_, vbuf_, attn_, y_, gate_, up_, scores_, xo_;
+  // The K/V cache, a buffer per layer: [2 (K, V)][kv_heads][n_rows][row words]. Per layer, so
+  // that the limit on a bound buffer (maxStorageBufferRange, 4 GiB - 1 on NVIDIA and AMD)
+  // applies to one layer's K/V and not to the whole cache.
+  std::vector<Buffer> cache_dev_;
   Buffer part_;  // split attention's partial sums (o_.attention_chunk)
   // Mixture of experts: router logits [max_batch][n_expert]; per (token, rank) slot the expert
   // and its weight [max_batch][k]; per slot the gate/up rows [.][n_ff_exp] and the output [.][e].

@@ -205,8 +205,8 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
       k_.RmsNorm(r, kbuf_, 0, l.k_norm, kbuf_, 0, n * c_.n_head_kv, hd, c_.rms_eps);
       end();
     }
-    as.k_off = static_cast<uint32_t>(il * layer_words);
-    as.v_off = static_cast<uint32_t>(il * layer_words + layer_words / 2);
+    as.k_off = 0;
+    as.v_off = static_cast<uint32_t>(layer_words / 2);
     as.window = c_.IsSwaLayer(il) ? c_.n_swa : 0;
     if (o_.fuse) {
       // Q's RoPE beside the K/V store, which rotates K itself (kbuf_ stays unrotated; only the
@@ -214,15 +214,15 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
       const Kernels::KvRope kr{.cs = &cs_, .rope_dim = c_.rope_dim, .neox = neox};
       r->BeginGroup();
       k_.Rope(r, q_, cs_, tok_, n, c_.n_head, hd, c_.rope_dim, neox);
-      k_.KvStore(r, kbuf_, vbuf_, cache_dev_, tok_, n, as, &kr);
+      k_.KvStore(r, kbuf_, vbuf_, cache_dev_[il], tok_, n, as, &kr);
       r->EndGroup();
     } else {
       k_.Rope(r, q_, cs_, tok_, n, c_.n_head, hd, c_.rope_dim, neox);
       k_.Rope(r, kbuf_, cs_, tok_, n, c_.n_head_kv, hd, c_.rope_dim, neox);
-      k_.KvStore(r, kbuf_, vbuf_, cache_dev_, tok_, n, as);
+      k_.KvStore(r, kbuf_, vbuf_, cache_dev_[il], tok_, n, as);
     }
-    k_.Attention(r, q_, cache_dev_, scores_, attn_, tok_, bt_, n, as, chunk_ > 0 ? &part_ : nullptr,
-                 l.sinks.valid() ? &l.sinks : nullptr);
+    k_.Attention(r, q_, cache_dev_[il], scores_, attn_, tok_, bt_, n, as,
+                 chunk_ > 0 ? &part_ : nullptr, l.sinks.valid() ? &l.sinks : nullptr);
     if (o_.fuse && !l.bo.valid()) {
       Gemm(r, l.wo, attn_, n, x_, /*accumulate=*/true);  // x + W attn: Add's bits
     } else {
