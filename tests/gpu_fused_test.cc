@@ -420,8 +420,9 @@ TEST(GpuStep, DispatchAndBarrierCountsFollowTheModel) {
 
 // The fused and the unfused step of the model at `path` give the same logits bit for bit: 20
 // positions one token at a time, then 8 more as one batch (the tiled GEMMs; for experts, the
-// slots grouped by expert).
-void ExpectFusedEqualsUnfused(const std::string& path) {
+// slots grouped by expert). attention_chunk: GpuForwardOptions' (8 splits these positions into
+// up to 4 chunks: the combine then writes the o-projection's Q8_0 blocks).
+void ExpectFusedEqualsUnfused(const std::string& path, int64_t attention_chunk = 256) {
   SCOPED_TRACE(path);
   auto m = model::Model::Load(path);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -431,7 +432,9 @@ void ExpectFusedEqualsUnfused(const std::string& path) {
   for (int fuse = 0; fuse < 2; ++fuse) {
     auto cache = engine::KvCache::Create(CacheFor(**m, 32));
     ASSERT_TRUE(cache.ok());
-    auto fwd = GpuForward::Create(**m, kVulkan, cache->get(), {.max_batch = 8, .fuse = fuse != 0});
+    auto fwd =
+        GpuForward::Create(**m, kVulkan, cache->get(),
+                           {.max_batch = 8, .attention_chunk = attention_chunk, .fuse = fuse != 0});
     ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
     model::Batch b;
     const auto token = [&](int32_t p) { return (p * 7919 + 13) % (n_vocab - 1) + 1; };
@@ -470,6 +473,17 @@ TEST(GpuStep, FusedStepEqualsUnfusedBitwise) {
     ++models;
   }
   EXPECT_GE(models, 10);
+}
+
+// The same with attention split over positions, for the weight types whose o-projection takes
+// Q8_0 activations (written by attention_combine.comp when fused).
+TEST(GpuStep, FusedSplitStepEqualsUnfusedBitwise) {
+  const std::string skip = StepSkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  UF_REQUIRE_SHARED();
+  for (const char* name : {"tiny-llama-256-q8_0", "tiny-llama-256-q4_0"}) {
+    ExpectFusedEqualsUnfused(std::string("../shared/models/") + name + ".gguf", 8);
+  }
 }
 
 // The same for mixtures of experts written by synth: qwen3moe with Q4_K_M experts (Q8_K
