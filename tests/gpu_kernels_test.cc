@@ -343,6 +343,40 @@ TEST_F(GpuKernelsTest, QuantizeQ8KMatchesCpu) {
   }
 }
 
+// The Q8_K scales over 4,096 blocks whose largest magnitudes have random mantissas, exponents
+// from 2^-40 to 2^40 and either sign: iscale = -127 / max and d = 1 / iscale are the CPU's
+// correctly rounded divisions (DivRounded: a `/` estimate corrected by its exact remainder),
+// 8,192 divisions checked through d and the values.
+TEST_F(GpuKernelsTest, QuantizeQ8KScalesMatchCpu) {
+  const int64_t blocks = 4096, n = blocks * 256;
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f), mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> expo(-40, 40), pos(0, 255);
+  std::vector<float> x(n);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float scale = std::ldexp(mant(rng), expo(rng));
+    for (int64_t i = 0; i < 256; ++i) x[b * 256 + i] = unit(rng) * scale;
+    x[b * 256 + pos(rng)] = (rng() & 1 ? -1.0f : 1.0f) * scale * 1.0001f;
+  }
+  std::vector<kernels::BlockQ8_K> want(blocks);
+  kernels::QuantizeRow(GgmlType::kQ8_K, x.data(), want.data(), n);
+  Buffer xb = Floats(x), q = Empty(Q8KActivationBytes(n));
+  Recorder rec(ctx_);
+  kernels_->QuantizeK(&rec, xb, 0, n, q);
+  ASSERT_TRUE(rec.Finish().ok());
+  ASSERT_TRUE(rec.Run().ok());
+  std::vector<uint32_t> got(Q8KActivationBytes(n) / 4);
+  ASSERT_TRUE(ctx_->Download(q, 0, got.data(), got.size() * 4).ok());
+  int bad = 0;
+  for (int64_t b = 0; b < blocks && bad < 10; ++b) {
+    float d_got;
+    std::memcpy(&d_got, &got[blocks * 72 + b], 4);
+    const bool same = d_got == want[b].d && std::memcmp(&got[b * 72], want[b].qs, 256) == 0;
+    EXPECT_TRUE(same) << "block " << b << ": d " << d_got << " want " << want[b].d;
+    bad += same ? 0 : 1;
+  }
+}
+
 TEST_F(GpuKernelsTest, RmsNormAddSwiGluMatchCpu) {
   const int64_t n = 96, rows = 3;
   const std::vector<float> x = Random(rows * n, 4), w = Random(n, 5), g = Random(n, 6),
