@@ -20,9 +20,10 @@
 // with has_sinks, head h's learned sink logit sinks[h] is a key with no value: e^(sink - max)
 // joins the softmax's denominator (here unsplit, in the combine when split).
 // With quant (unsplit; head_dim a multiple of 32) the head's output is also written as Q8_0
-// blocks into q (binding 6, in place of part; quant_q8.glsl; blocks [n][n_head][head_dim / 32], scales at word q_d_off), the
-// bits quantize_q8_0 gives from o: the o-projection's activation without a dispatch and barrier
-// of its own. The values go through shared memory (s_sc, unused unsplit) to the subgroups.
+// blocks into q (binding 6, in place of part; quant_q8.glsl; blocks [n][n_head][head_dim / 32],
+// scales at word q_d_off), the bits quantize_q8_0 gives from o: the o-projection's activation
+// without a dispatch and barrier of its own. The values go through shared memory (s_sc, unused
+// unsplit) to the subgroups.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
