@@ -3,11 +3,11 @@
 // quantize_q8_k (q8k 1) would quantize it. A workgroup takes kSpan values: each invocation computes
 // values lid, lid + 64, ... with the separate kernel's operations (one each, coalesced), writes
 // them to out and to shared memory, then the subgroups quantize the span's blocks (64 of Q8_0, 8 of
-// Q8_K; quant_q8.glsl spreads them over the subgroups) from those exact floats, so out and q are the two
-// kernels' bits. out may alias gate (each value is read and written by one invocation). With oai,
-// gpt-oss's clamped SwiGLU with each slot's expert biases (ids[slot] its expert; ff values a slot):
-// x = min(gate + gb, 7), y = clamp(up + ub, -7, 7), out = x sigmoid(1.702 x) (y + 1). Without it
-// bindings 4-6 are not read.
+// Q8_K; quant_q8.glsl spreads them over the subgroups) from those exact floats, so out and q are
+// the two kernels' bits. out may alias gate (each value is read and written by one invocation).
+// With oai, gpt-oss's clamped SwiGLU with each slot's expert biases (ids[slot] its expert; ff
+// values a slot): x = min(gate + gb, 7), y = clamp(up + ub, -7, 7), out = x sigmoid(1.702 x) (y +
+// 1). Without it bindings 4-6 are not read.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
