@@ -236,6 +236,66 @@ TEST_F(GpuKernelsTest, KvStoreRopeEqualsRopeThenKvStore) {
   }
 }
 
+// Attention that also writes its output's Q8_0 blocks (the o-projection's activation) against
+// attention then quantize_q8_0, bitwise: unsplit and split over positions (chunks of 4: the
+// combine writes them), f16 and Q8_0 caches, head_dim 64 and 128 (2 and 4 blocks a head), a
+// batch of 5 queries at positions 0..12 over a scrambled block table, with and without sinks.
+TEST_F(GpuKernelsTest, AttentionQuantEqualsAttentionThenQuantize) {
+  const int64_t n_head = 4, n_kv = 2, bs = 4, n_blocks = 5, n_pos = 13;
+  const int64_t n_rows = n_blocks * bs, max_blocks = 4, max_len = max_blocks * bs;
+  const std::vector<int32_t> table = {3, 0, 4, 1};
+  const auto row_of = [&](uint32_t pos) { return uint32_t(table[pos / bs] * bs + pos % bs); };
+  const std::vector<uint32_t> positions = {12, 4, 0, 7, 9};
+  const int64_t nq = static_cast<int64_t>(positions.size());
+  Buffer bt = std::move(*ctx_->CreateBuffer(max_blocks * 4, Memory::kHost));
+  std::memcpy(bt.mapped(), table.data(), max_blocks * 4);
+  for (int64_t hd : {64, 128}) {
+    for (bool q8 : {false, true}) {
+      for (int64_t chunk : {0, 4}) {
+        for (bool sinks : {false, true}) {
+          SCOPED_TRACE("head_dim " + std::to_string(hd) + (q8 ? " q8_0" : " f16") + " chunk " +
+                       std::to_string(chunk) + (sinks ? " sinks" : ""));
+          AttentionShape as;
+          as.n_head = n_head;
+          as.n_head_kv = n_kv;
+          as.head_dim = hd;
+          as.n_rows = n_rows;
+          as.q8 = q8;
+          as.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+          as.block_size = bs;
+          as.max_blocks = max_blocks;
+          as.max_len = max_len;
+          as.chunk = chunk;
+          const uint64_t words = 2 * n_kv * n_rows * as.row_words();
+          as.v_off = static_cast<uint32_t>(words / 2);
+          std::vector<std::array<uint32_t, 4>> all;
+          for (uint32_t p = 0; p < n_pos; ++p) all.push_back({0, p, row_of(p), 0});
+          Buffer cache = Empty(words * 4), kb = Floats(Random(n_pos * n_kv * hd, 31)),
+                 vb = Floats(Random(n_pos * n_kv * hd, 32)), tok_all = Tok(all);
+          std::vector<std::array<uint32_t, 4>> rows;
+          for (uint32_t p : positions) rows.push_back({0, p, row_of(p), 0});
+          const int64_t values = nq * n_head * hd;
+          Buffer tok = Tok(rows), qb = Floats(Random(values, 33)),
+                 scores = Empty(nq * n_head * max_len * 4),
+                 part1 = Empty(nq * n_head * as.part_floats() * 4),
+                 part2 = Empty(nq * n_head * as.part_floats() * 4), sk = Floats(Random(n_head, 34)),
+                 o1 = Empty(values * 4), o2 = Empty(values * 4),
+                 q1 = Empty(Q8ActivationBytes(values)), q2 = Empty(Q8ActivationBytes(values));
+          Recorder rec(ctx_);
+          kernels_->KvStore(&rec, kb, vb, cache, tok_all, n_pos, as);
+          const Buffer* sp = sinks ? &sk : nullptr;
+          kernels_->Attention(&rec, qb, cache, scores, o1, tok, bt, nq, as, &part1, sp);
+          kernels_->Quantize(&rec, o1, 0, values, q1);
+          kernels_->Attention(&rec, qb, cache, scores, o2, tok, bt, nq, as, &part2, sp, &q2);
+          ASSERT_TRUE(rec.Finish().ok());
+          ASSERT_TRUE(rec.Run().ok());
+          ExpectSameOutputs(ctx_, false, values, o1, o2, q1, q2);
+        }
+      }
+    }
+  }
+}
+
 // A group's dispatches share one barrier, recorded only ahead of a following dispatch, and give
 // what the same dispatches give with a barrier after each.
 TEST_F(GpuKernelsTest, RecorderGroupSharesOneBarrier) {
@@ -318,15 +378,18 @@ Counts StepCounts(const model::Model& m, bool fuse) {
 // residual adds in the o and down GEMMs, and one barrier after each group of independent
 // dispatches ({q, k, v}, {rope q, kv store}, {gate, up}), so the barriers are the stages less
 // one:
-//   embed; per layer: norm+q | {q, k, v} | {rope q, kv store rotating k} | attention |
-//   [quantize] | o+= | norm+q | {gate, up} | swiglu+q | down+=; gather | norm+q | lm_head.
-Counts Expected(int64_t layers, bool quantized, bool fuse) {
+//   embed; per layer: norm+q | {q, k, v} | {rope q, kv store rotating k} | attention+q |
+//   o+= | norm+q | {gate, up} | swiglu+q | down+=; gather | norm+q | lm_head.
+// (attention+q: attention writes the o-projection's Q8_0 blocks itself when head_dim is a
+// multiple of 32; else a quantize dispatch and stage of its own follow it.)
+Counts Expected(int64_t layers, bool quantized, int64_t head_dim, bool fuse) {
   const int q = quantized ? 1 : 0;
   if (!fuse) {
     const int d = 1 + static_cast<int>(layers) * (16 + 4 * q) + 3 + q;
     return {d, d - 1};
   }
-  const int per_layer = 13 + q, stages_per_layer = 9 + q;
+  const int attn_q = quantized && head_dim % 32 != 0 ? 1 : 0;
+  const int per_layer = 13 + attn_q, stages_per_layer = 9 + attn_q;
   const int d = 1 + static_cast<int>(layers) * per_layer + 3;
   const int stages = 1 + static_cast<int>(layers) * stages_per_layer + 3;
   return {d, stages - 1};
@@ -344,7 +407,8 @@ TEST(GpuStep, DispatchAndBarrierCountsFollowTheModel) {
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     const int64_t layers = (*m)->config().n_layer;
     for (bool fuse : {false, true}) {
-      const Counts got = StepCounts(**m, fuse), want = Expected(layers, quantized, fuse);
+      const Counts got = StepCounts(**m, fuse),
+                   want = Expected(layers, quantized, (*m)->config().head_dim, fuse);
       EXPECT_EQ(got.dispatches, want.dispatches) << (fuse ? "fused" : "unfused");
       EXPECT_EQ(got.barriers, want.barriers) << (fuse ? "fused" : "unfused");
       std::printf("[gpu step] %-22s %d layers, %s: %d dispatches, %d barriers\n", name.c_str(),
@@ -356,8 +420,9 @@ TEST(GpuStep, DispatchAndBarrierCountsFollowTheModel) {
 
 // The fused and the unfused step of the model at `path` give the same logits bit for bit: 20
 // positions one token at a time, then 8 more as one batch (the tiled GEMMs; for experts, the
-// slots grouped by expert).
-void ExpectFusedEqualsUnfused(const std::string& path) {
+// slots grouped by expert). attention_chunk: GpuForwardOptions' (8 splits these positions into
+// up to 4 chunks: the combine then writes the o-projection's Q8_0 blocks).
+void ExpectFusedEqualsUnfused(const std::string& path, int64_t attention_chunk = 256) {
   SCOPED_TRACE(path);
   auto m = model::Model::Load(path);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -367,7 +432,9 @@ void ExpectFusedEqualsUnfused(const std::string& path) {
   for (int fuse = 0; fuse < 2; ++fuse) {
     auto cache = engine::KvCache::Create(CacheFor(**m, 32));
     ASSERT_TRUE(cache.ok());
-    auto fwd = GpuForward::Create(**m, kVulkan, cache->get(), {.max_batch = 8, .fuse = fuse != 0});
+    auto fwd =
+        GpuForward::Create(**m, kVulkan, cache->get(),
+                           {.max_batch = 8, .attention_chunk = attention_chunk, .fuse = fuse != 0});
     ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
     model::Batch b;
     const auto token = [&](int32_t p) { return (p * 7919 + 13) % (n_vocab - 1) + 1; };
@@ -406,6 +473,17 @@ TEST(GpuStep, FusedStepEqualsUnfusedBitwise) {
     ++models;
   }
   EXPECT_GE(models, 10);
+}
+
+// The same with attention split over positions, for the weight types whose o-projection takes
+// Q8_0 activations (written by attention_combine.comp when fused).
+TEST(GpuStep, FusedSplitStepEqualsUnfusedBitwise) {
+  const std::string skip = StepSkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  UF_REQUIRE_SHARED();
+  for (const char* name : {"tiny-llama-256-q8_0", "tiny-llama-256-q4_0"}) {
+    ExpectFusedEqualsUnfused(std::string("../shared/models/") + name + ".gguf", 8);
+  }
 }
 
 // The same for mixtures of experts written by synth: qwen3moe with Q4_K_M experts (Q8_K

@@ -256,57 +256,83 @@ TEST_F(GpuKernelsTest, ExpertGemmEqualsEachExpertsGemm) {
   }
 }
 
-// The activation quantizer gives the CPU reference quantizer's blocks.
+// The activation quantizer gives the CPU reference quantizer's blocks, bit for bit: a batch of
+// 3 rows of 2,080 values (195 blocks: not a whole number of workgroups), quantized as one, with
+// an all-zero block, a block of one value, the largest magnitude with both signs (and in words
+// that different lanes of a subgroup hold), and values at half-way points of the rounding.
 TEST_F(GpuKernelsTest, QuantizeMatchesCpu) {
-  const int64_t cols = 128;
-  std::vector<float> x = Random(cols, 3);
+  const int64_t rows = 3, cols = 2080, n = rows * cols, blocks = n / 32;
+  std::vector<float> x = Random(n, 3);
   x[40] = 0.0f;
   std::fill(x.begin() + 64, x.begin() + 96, 0.0f);  // an all-zero block: scale 0
-  std::vector<kernels::BlockQ8_0> want(cols / 32);
-  kernels::QuantizeRow(GgmlType::kQ8_0, x.data(), want.data(), cols);
-  Buffer xb = Floats(x), q = Empty(Q8ActivationBytes(cols));
+  std::fill(x.begin() + 96, x.begin() + 128, 0.0f);
+  x[101] = -0.75f;      // a block of one value
+  x[cols + 4] = -3.0f;  // equal magnitudes, both signs, in words 1 and 6 of a block
+  x[cols + 25] = 3.0f;
+  x[cols + 26] = -3.0f;
+  // A block with amax 127: x * 127 / 127 lands on k + 0.5 exactly.
+  for (int i = 0; i < 32; ++i) x[2 * cols + 32 + i] = static_cast<float>(i % 16) - 7.5f;
+  x[2 * cols + 32] = 127.0f;
+  std::vector<kernels::BlockQ8_0> want(blocks);
+  kernels::QuantizeRow(GgmlType::kQ8_0, x.data(), want.data(), n);
+  Buffer xb = Floats(x), q = Empty(Q8ActivationBytes(n));
   Recorder rec(ctx_);
-  kernels_->Quantize(&rec, xb, 0, cols, q);
+  kernels_->Quantize(&rec, xb, 0, n, q);
   ASSERT_TRUE(rec.Finish().ok());
   ASSERT_TRUE(rec.Run().ok());
-  std::vector<uint32_t> got(Q8ActivationBytes(cols) / 4);
+  std::vector<uint32_t> got(Q8ActivationBytes(n) / 4);
   ASSERT_TRUE(ctx_->Download(q, 0, got.data(), got.size() * 4).ok());
-  for (int64_t b = 0; b < cols / 32; ++b) {
+  for (int64_t b = 0; b < blocks; ++b) {
     float d_want;
     kernels::DequantizeRow(GgmlType::kF16, &want[b].d, &d_want, 1);
     float d_got;
-    std::memcpy(&d_got, &got[(cols / 32) * 8 + b], 4);
+    std::memcpy(&d_got, &got[blocks * 8 + b], 4);
     EXPECT_EQ(d_got, d_want) << "block " << b;
     EXPECT_EQ(std::memcmp(&got[b * 8], want[b].qs, 32), 0) << "block " << b;
   }
 }
 
 // The Q8_K quantizer (quantize_q8_k) gives kernels::QuantizeQ8_K's values, d and sub-block sums
-// bit for bit: a block whose largest magnitude appears with both signs (the first one sets the
-// sign), an all-zero block, a block of one value, and values exactly at half-way points.
+// bit for bit over a batch of 3 rows of 1,280 values (15 blocks, quantized as one): the largest
+// magnitude with both signs (the first one sets the sign) where the first lies in a word a
+// later lane holds than the second's (words 1 and 32: lanes 1 and 0 for 8 or 32 lanes), within
+// one word, three times, and at the block's last value; all-zero blocks, a block of one value,
+// and values exactly at half-way points.
 TEST_F(GpuKernelsTest, QuantizeQ8KMatchesCpu) {
-  const int64_t cols = 1024;
-  std::vector<float> x = Random(cols, 4);
+  const int64_t rows = 3, cols = 1280, n = rows * cols, blocks = n / 256;
+  std::vector<float> x = Random(n, 4);
   x[10] = -5.0f;
   x[20] = 5.0f;  // the same magnitude later: the block's max stays -5
   std::fill(x.begin() + 256, x.begin() + 512, 0.0f);
   std::fill(x.begin() + 512, x.begin() + 768, 0.0f);
   x[600] = 0.25f;
-  // The last block: max -127/64, so iscale is 64 exactly and (k + 0.5) / 64 lands half-way.
+  // Block 3: max -127/64, so iscale is 64 exactly and (k + 0.5) / 64 lands half-way.
   for (int i = 1; i < 256; ++i) x[768 + i] = ((i % 64) - 32 + 0.5f) / 64.0f;
   x[768] = -127.0f / 64.0f;
-  std::vector<kernels::BlockQ8_K> want(cols / 256);
-  kernels::QuantizeRow(GgmlType::kQ8_K, x.data(), want.data(), cols);
-  Buffer xb = Floats(x), q = Empty(Q8KActivationBytes(cols));
+  x[1024 + 128] = 6.0f;  // block 4: +6 at index 128 (word 32), -6 first at index 4 (word 1)
+  x[1024 + 4] = -6.0f;
+  x[cols + 5] = 7.0f;  // block 5: +7 at index 5 first, then -7 at 133 and 255
+  x[cols + 133] = -7.0f;
+  x[cols + 255] = -7.0f;
+  x[cols + 256 + 2] = 8.0f;  // block 6: -8 then +8 in one word
+  x[cols + 256 + 1] = -8.0f;
+  x[cols + 512 + 255] = -9.0f;  // block 7: the largest at the last value
+  std::fill(x.begin() + 2 * cols, x.begin() + 2 * cols + 256, 0.0f);  // block 10: zero
+  std::vector<kernels::BlockQ8_K> want(blocks);
+  kernels::QuantizeRow(GgmlType::kQ8_K, x.data(), want.data(), n);
+  Buffer xb = Floats(x), q = Empty(Q8KActivationBytes(n));
   Recorder rec(ctx_);
-  kernels_->QuantizeK(&rec, xb, 0, cols, q);
+  kernels_->QuantizeK(&rec, xb, 0, n, q);
   ASSERT_TRUE(rec.Finish().ok());
   ASSERT_TRUE(rec.Run().ok());
-  std::vector<uint32_t> got(Q8KActivationBytes(cols) / 4);
+  std::vector<uint32_t> got(Q8KActivationBytes(n) / 4);
   ASSERT_TRUE(ctx_->Download(q, 0, got.data(), got.size() * 4).ok());
-  for (int64_t b = 0; b < cols / 256; ++b) {
+  // The ties' first values set d's sign (d = -max / 127): -6 in block 4, +7 in block 5.
+  EXPECT_GT(want[4].d, 0.0f);
+  EXPECT_LT(want[5].d, 0.0f);
+  for (int64_t b = 0; b < blocks; ++b) {
     float d_got;
-    std::memcpy(&d_got, &got[(cols / 256) * 72 + b], 4);
+    std::memcpy(&d_got, &got[blocks * 72 + b], 4);
     EXPECT_EQ(d_got, want[b].d) << "block " << b;
     EXPECT_EQ(std::memcmp(&got[b * 72], want[b].qs, 256), 0) << "block " << b;
     for (int j = 0; j < 8; ++j) {
@@ -314,6 +340,40 @@ TEST_F(GpuKernelsTest, QuantizeQ8KMatchesCpu) {
                 want[b].bsums[2 * j] + want[b].bsums[2 * j + 1])
           << "block " << b << " sub-block " << j;
     }
+  }
+}
+
+// The Q8_K scales over 4,096 blocks whose largest magnitudes have random mantissas, exponents
+// from 2^-40 to 2^40 and either sign: iscale = -127 / max and d = 1 / iscale are the CPU's
+// correctly rounded divisions (DivRounded: a `/` estimate corrected by its exact remainder),
+// 8,192 divisions checked through d and the values.
+TEST_F(GpuKernelsTest, QuantizeQ8KScalesMatchCpu) {
+  const int64_t blocks = 4096, n = blocks * 256;
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f), mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> expo(-40, 40), pos(0, 255);
+  std::vector<float> x(n);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float scale = std::ldexp(mant(rng), expo(rng));
+    for (int64_t i = 0; i < 256; ++i) x[b * 256 + i] = unit(rng) * scale;
+    x[b * 256 + pos(rng)] = (rng() & 1 ? -1.0f : 1.0f) * scale * 1.0001f;
+  }
+  std::vector<kernels::BlockQ8_K> want(blocks);
+  kernels::QuantizeRow(GgmlType::kQ8_K, x.data(), want.data(), n);
+  Buffer xb = Floats(x), q = Empty(Q8KActivationBytes(n));
+  Recorder rec(ctx_);
+  kernels_->QuantizeK(&rec, xb, 0, n, q);
+  ASSERT_TRUE(rec.Finish().ok());
+  ASSERT_TRUE(rec.Run().ok());
+  std::vector<uint32_t> got(Q8KActivationBytes(n) / 4);
+  ASSERT_TRUE(ctx_->Download(q, 0, got.data(), got.size() * 4).ok());
+  int bad = 0;
+  for (int64_t b = 0; b < blocks && bad < 10; ++b) {
+    float d_got;
+    std::memcpy(&d_got, &got[blocks * 72 + b], 4);
+    const bool same = d_got == want[b].d && std::memcmp(&got[b * 72], want[b].qs, 256) == 0;
+    EXPECT_TRUE(same) << "block " << b << ": d " << d_got << " want " << want[b].d;
+    bad += same ? 0 : 1;
   }
 }
 

@@ -232,6 +232,14 @@ GemvVariant ResolveGemv(GemvVariant gemv) {
 StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv) {
   Kernels k;
   k.rows_per_group_ = 64 / ctx->info().subgroup_size;
+  // The quantizers' workgroups (64 invocations) hold 64 / lanes subgroups, lanes the subgroup
+  // size up to 64 (a wider subgroup is one partly filled): Q8_K gives each subgroup one block of
+  // 256, Q8_0 a pass of min(lanes / 8, 4) blocks of 32 (quant_q8.glsl's Q8_0BlocksPerPass). The
+  // shaders take any per_group (a device whose subgroups differ from the reported size runs
+  // them correctly, only with idle or looping subgroups).
+  const uint32_t lanes = std::min<uint32_t>(ctx->info().subgroup_size, 64);
+  k.q8k_per_group_ = 64 / lanes;
+  k.q8_0_per_group_ = 64 / lanes * std::min<uint32_t>(lanes / std::min<uint32_t>(lanes, 8), 4);
   k.wide_ = ResolveGemv(gemv) == GemvVariant::kWide;
   if (k.wide_) {
     // F16: every batch size (the wide order throughout); Q8_0 and Q4_0: one token only (the
@@ -267,7 +275,7 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv) {
   UF_ASSIGN_OR_RETURN(k.rope_, ctx->GetPipeline("rope", 3));
   UF_ASSIGN_OR_RETURN(k.kv_store_, ctx->GetPipeline("kv_store", 5));
   UF_ASSIGN_OR_RETURN(k.attention_, ctx->GetPipeline("attention", 8));
-  UF_ASSIGN_OR_RETURN(k.attention_combine_, ctx->GetPipeline("attention_combine", 4));
+  UF_ASSIGN_OR_RETURN(k.attention_combine_, ctx->GetPipeline("attention_combine", 5));
   UF_ASSIGN_OR_RETURN(k.embed_, ctx->GetPipeline("embed", 3));
   UF_ASSIGN_OR_RETURN(k.gather_, ctx->GetPipeline("gather", 3));
   UF_ASSIGN_OR_RETURN(k.argmax_, ctx->GetPipeline("argmax", 3));
@@ -439,10 +447,10 @@ void Kernels::Quantize(Recorder* r, const Buffer& x, uint32_t x_off, int64_t val
   UF_CHECK(values % 32 == 0);
   const auto blocks = static_cast<uint32_t>(values / 32);
   struct {
-    uint32_t blocks, x_off, d_off;
-  } push{blocks, x_off, blocks * 8};
+    uint32_t blocks, x_off, d_off, per_group;
+  } push{blocks, x_off, blocks * 8, q8_0_per_group_};
   uint32_t gx, gy;
-  Grid((blocks + 63) / 64, &gx, &gy);
+  Grid((blocks + q8_0_per_group_ - 1) / q8_0_per_group_, &gx, &gy);
   r->Dispatch(*quantize_, {x, q}, push, gx, gy);
 }
 
@@ -451,10 +459,10 @@ void Kernels::QuantizeK(Recorder* r, const Buffer& x, uint32_t x_off, int64_t va
   UF_CHECK(values % 256 == 0);
   const auto blocks = static_cast<uint32_t>(values / 256);
   struct {
-    uint32_t blocks, x_off, d_off;
-  } push{blocks, x_off, blocks * 72};
+    uint32_t blocks, x_off, d_off, per_group;
+  } push{blocks, x_off, blocks * 72, q8k_per_group_};
   uint32_t gx, gy;
-  Grid((blocks + 63) / 64, &gx, &gy);
+  Grid((blocks + q8k_per_group_ - 1) / q8k_per_group_, &gx, &gy);
   r->Dispatch(*quantize_k_, {x, q}, push, gx, gy);
 }
 
@@ -569,13 +577,20 @@ void Kernels::KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffe
 
 void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,
                         const Buffer& out, const Buffer& tok, const Buffer& bt, int64_t n,
-                        const AttentionShape& s, const Buffer* part, const Buffer* sinks) const {
+                        const AttentionShape& s, const Buffer* part, const Buffer* sinks,
+                        const Buffer* q8_out) const {
   UF_CHECK(s.chunk == 0 || part != nullptr) << "split attention needs its partial sums' buffer";
   UF_CHECK(s.chunk <= kMaxAttentionChunk) << "a split chunk's scores live in shared memory";
+  UF_CHECK(q8_out == nullptr || (s.head_dim % 32 == 0 && s.head_dim <= kMaxAttentionChunk))
+      << "attention's Q8_0 output: whole blocks a head, the head in shared memory";
+  const uint32_t quant = q8_out != nullptr ? 1u : 0u;
+  // Words of the n tokens' Q8_0 values ahead of their scales (Quantize's layout).
+  const auto q_d_off = static_cast<uint32_t>(n * s.n_head * s.head_dim / 32 * 8);
   struct {
     uint32_t n_head, n_head_kv, head_dim, n_rows, k_off, v_off;
     float scale;
     uint32_t block_size, max_blocks, max_len, row_words, q8, chunk, n_chunks, window, has_sinks;
+    uint32_t quant, q_d_off;
   } push{static_cast<uint32_t>(s.n_head),
          static_cast<uint32_t>(s.n_head_kv),
          static_cast<uint32_t>(s.head_dim),
@@ -591,20 +606,28 @@ void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const
          static_cast<uint32_t>(s.chunk),
          static_cast<uint32_t>(s.n_chunks()),
          static_cast<uint32_t>(s.window),
-         sinks != nullptr ? 1u : 0u};
-  // Without a split, binding 6 (the partial sums) is never written, without sinks binding 7
-  // never read: any buffer will do.
+         sinks != nullptr ? 1u : 0u,
+         s.chunk == 0 ? quant : 0u,
+         q_d_off};
+  // Binding 6: the partial sums when split, the Q8_0 output when unsplit with quant, else never
+  // written; without sinks binding 7 is never read: any buffer will do.
   const Buffer& sink_buf = sinks != nullptr ? *sinks : q;
-  r->Dispatch(*attention_,
-              {q, cache, scores, out, tok, bt, part != nullptr ? *part : out, sink_buf}, push,
+  const Buffer& q_buf = q8_out != nullptr ? *q8_out : out;
+  const Buffer& b6 = part != nullptr && s.chunk != 0 ? *part : q_buf;
+  r->Dispatch(*attention_, {q, cache, scores, out, tok, bt, b6, sink_buf}, push,
               static_cast<uint32_t>(s.n_head * s.n_chunks()), static_cast<uint32_t>(n));
   if (s.chunk == 0) return;
   const struct {
-    uint32_t n_head, head_dim, chunk, n_chunks, window, has_sinks;
-  } combine{static_cast<uint32_t>(s.n_head), static_cast<uint32_t>(s.head_dim),
-            static_cast<uint32_t>(s.chunk),  static_cast<uint32_t>(s.n_chunks()),
-            static_cast<uint32_t>(s.window), sinks != nullptr ? 1u : 0u};
-  r->Dispatch(*attention_combine_, {*part, out, tok, sink_buf}, combine,
+    uint32_t n_head, head_dim, chunk, n_chunks, window, has_sinks, quant, q_d_off;
+  } combine{static_cast<uint32_t>(s.n_head),
+            static_cast<uint32_t>(s.head_dim),
+            static_cast<uint32_t>(s.chunk),
+            static_cast<uint32_t>(s.n_chunks()),
+            static_cast<uint32_t>(s.window),
+            sinks != nullptr ? 1u : 0u,
+            quant,
+            q_d_off};
+  r->Dispatch(*attention_combine_, {*part, out, tok, sink_buf, q_buf}, combine,
               static_cast<uint32_t>(s.n_head), static_cast<uint32_t>(n));
 }
 

@@ -183,12 +183,14 @@ class Kernels {
   // floats of scratch when s.chunk == 0 (unused otherwise: a chunk's scores stay in shared
   // memory); with s.chunk > 0 (<= kMaxAttentionChunk) two dispatches (the chunks, then their
   // combination) and part: n * n_head * s.part_floats() floats of scratch. sinks: n_head sink
-  // logits (gpt-oss).
+  // logits (gpt-oss). q8_out: out is also written there as Quantize(out, n * n_head * head_dim)
+  // would write it, the same bits, by the kernel that finishes a head (attention.comp unsplit,
+  // attention_combine.comp split); head_dim a multiple of 32, at most kMaxAttentionChunk.
   static constexpr int64_t kMaxAttentionChunk = 1024;  // attention.comp's kMaxChunk
   void Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,
                  const Buffer& out, const Buffer& tok, const Buffer& bt, int64_t n,
                  const AttentionShape& s, const Buffer* part = nullptr,
-                 const Buffer* sinks = nullptr) const;
+                 const Buffer* sinks = nullptr, const Buffer* q8_out = nullptr) const;
   // x[t] = table row of token t, for the n tokens.
   void Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& tok,
              int64_t n) const;
@@ -241,6 +243,8 @@ class Kernels {
   const Pipeline* Wide(WideKind kind, const GpuMatrix& w) const;
 
   uint32_t rows_per_group_ = 1;  // GEMM rows per workgroup: 64 / subgroup size
+  uint32_t q8_0_per_group_ = 8;  // Q8_0 blocks per workgroup of quantize_q8_0 (Create)
+  uint32_t q8k_per_group_ = 8;   // Q8_K blocks per workgroup of quantize_q8_k: its subgroups
   // [0]: one token (gemm1_*), [1]: tiles of 8 (gemm8_*), per weight type.
   std::map<GgmlType, const Pipeline*> gemm_[2];
   std::map<GgmlType, const Pipeline*> gemmx_;  // stacked experts, one slot per z

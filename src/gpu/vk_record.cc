@@ -1,6 +1,6 @@
 // The step of VulkanForward as one recording per batch shape: the layers' dispatches (attention,
 // dense or mixture-of-experts FFN), the lm_head and what the step leaves behind (Out). Fused
-// (GpuForwardOptions::fuse), a llama layer with quantized weights is 14 dispatches and 10
+// (GpuForwardOptions::fuse), a llama layer with Q8_0 / Q4_0 weights is 13 dispatches and 9
 // barriers (unfused 20 and 20); docs/gpu.md, "One step", lists what is fused and grouped.
 #include <cmath>
 #include <initializer_list>
@@ -221,8 +221,17 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
       k_.Rope(r, kbuf_, cs_, tok_, n, c_.n_head_kv, hd, c_.rope_dim, neox);
       k_.KvStore(r, kbuf_, vbuf_, cache_dev_[il], tok_, n, as);
     }
+    // The o-projection's Q8_0 activation written by attention itself (the bits Quantize gives):
+    // no quantize dispatch and barrier between them. Q8_K's blocks of 256 span heads: apart.
+    const bool attn_q8 =
+        o_.fuse && ActivationOf(l.wo) == 1 && hd % 32 == 0 && hd <= Kernels::kMaxAttentionChunk;
     k_.Attention(r, q_, cache_dev_[il], scores_, attn_, tok_, bt_, n, as,
-                 chunk_ > 0 ? &part_ : nullptr, l.sinks.valid() ? &l.sinks : nullptr);
+                 chunk_ > 0 ? &part_ : nullptr, l.sinks.valid() ? &l.sinks : nullptr,
+                 attn_q8 ? &xq_ : nullptr);
+    if (attn_q8) {
+      xq_holds_ = &attn_;
+      xq_k_ = false;
+    }
     if (o_.fuse && !l.bo.valid()) {
       Gemm(r, l.wo, attn_, n, x_, /*accumulate=*/true);  // x + W attn: Add's bits
     } else {

@@ -19,11 +19,16 @@
 // pos - window + 1..pos only (chunks wholly before them do nothing; the combine skips them);
 // with has_sinks, head h's learned sink logit sinks[h] is a key with no value: e^(sink - max)
 // joins the softmax's denominator (here unsplit, in the combine when split).
+// With quant (unsplit; head_dim a multiple of 32) the head's output is also written as Q8_0
+// blocks into q (binding 6, in place of part; quant_q8.glsl; blocks [n][n_head][head_dim / 32],
+// scales at word q_d_off), the bits quantize_q8_0 gives from o: the o-projection's activation
+// without a dispatch and barrier of its own. The values go through shared memory (s_sc, unused
+// unsplit) to the subgroups.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
-layout(std430, binding = 0) readonly buffer Q { float q[]; };
+layout(std430, binding = 0) readonly buffer Qry { float qry[]; };
 layout(std430, binding = 1) readonly buffer C { uint cache[]; };
 layout(std430, binding = 2) buffer S { float scores[]; };
 layout(std430, binding = 3) writeonly buffer O { float o[]; };
@@ -31,12 +36,16 @@ layout(std430, binding = 4) readonly buffer Tok { uint tok[]; };
 layout(std430, binding = 5) readonly buffer BT { int bt[]; };
 layout(std430, binding = 6) writeonly buffer Part { float part[]; };
 layout(std430, binding = 7) readonly buffer Sinks { float sinks[]; };
+// With quant, binding 6 is the Q8_0 output instead (unsplit: part is not written), so the kernel
+// stays within 8 storage buffers (some devices allow no more per stage).
+layout(std430, binding = 6) writeonly buffer QOut { uint q[]; };
 layout(push_constant) uniform P {
   uint n_head, n_head_kv, head_dim, n_rows, k_off, v_off;
   float scale;
   uint block_size, max_blocks, max_len, row_words, q8;
   uint chunk, n_chunks;  // chunk 0: the whole context in one workgroup, written to o
   uint window, has_sinks;
+  uint quant, q_d_off;  // quant 1: o's Q8_0 blocks into q too (unsplit only)
 } p;
 
 // Values 2i and 2i + 1 of the cache row at word rb.
@@ -61,6 +70,11 @@ void SetScore(uint sb, uint t, uint t0, float v) {
     s_sc[t - t0] = v;
   }
 }
+
+uint g_first = 0;  // the head's first output value, s_sc[0] (quant)
+float QIn(uint i) { return s_sc[i - g_first]; }
+
+#include "quant_q8.glsl"
 
 uint Row(uint seq, uint pos) {
   return uint(bt[seq * p.max_blocks + pos / p.block_size]) * p.block_size + pos % p.block_size;
@@ -87,7 +101,7 @@ void main() {
     float dot = 0.0;
     for (uint i = 0; i < hp; ++i) {
       const vec2 kv = Pair(kb, i);
-      dot += q[qb + 2 * i] * kv.x + q[qb + 2 * i + 1] * kv.y;
+      dot += qry[qb + 2 * i] * kv.x + qry[qb + 2 * i + 1] * kv.y;
     }
     dot *= p.scale;
     SetScore(sb, t, t0, dot);
@@ -114,8 +128,13 @@ void main() {
       acc += Score(sb, t, t0) * Pair(p.v_off + (hb + Row(seq, t)) * p.row_words, i);
     }
     if (p.chunk == 0) {
-      o[qb + 2 * i] = acc.x * inv;
-      o[qb + 2 * i + 1] = acc.y * inv;
+      const float o0 = acc.x * inv, o1 = acc.y * inv;
+      o[qb + 2 * i] = o0;
+      o[qb + 2 * i + 1] = o1;
+      if (p.quant != 0) {
+        s_sc[2 * i] = o0;
+        s_sc[2 * i + 1] = o1;
+      }
     } else {
       part[pb + 2 * i] = acc.x;
       part[pb + 2 * i + 1] = acc.y;
@@ -124,5 +143,11 @@ void main() {
   if (p.chunk != 0 && lid == 0) {
     part[pb + p.head_dim] = mx;
     part[pb + p.head_dim + 1] = sum;
+  }
+  if (p.chunk == 0 && p.quant != 0) {  // workgroup-uniform
+    barrier();
+    QuantLanes();
+    g_first = qb;
+    QuantizeRangeQ8_0(qb / 32, (qb + p.head_dim) / 32, p.q_d_off);
   }
 }

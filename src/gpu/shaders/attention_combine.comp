@@ -6,15 +6,29 @@
 // by exactly 1, so one chunk gives the unsplit kernel's bits. One workgroup of 64 per (head,
 // token): the grid's x is the head, y the token. With window > 0 the chunks wholly before the
 // token's window (which attention.comp left unwritten) are skipped; with has_sinks the head's
-// sink adds e^(sink - M) to the denominator.
+// sink adds e^(sink - M) to the denominator. With quant (head_dim a multiple of 32) the head's
+// output is also written as Q8_0 blocks into q (as attention.comp's quant: quantize_q8_0's bits
+// of o), through shared memory.
 #version 450
-layout(local_size_x = 64) in;
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
 
 layout(std430, binding = 0) readonly buffer Part { float part[]; };
 layout(std430, binding = 1) writeonly buffer O { float o[]; };
 layout(std430, binding = 2) readonly buffer Tok { uint tok[]; };
 layout(std430, binding = 3) readonly buffer Sinks { float sinks[]; };
-layout(push_constant) uniform P { uint n_head, head_dim, chunk, n_chunks, window, has_sinks; } p;
+layout(std430, binding = 4) writeonly buffer QOut { uint q[]; };
+layout(push_constant) uniform P {
+  uint n_head, head_dim, chunk, n_chunks, window, has_sinks;
+  uint quant, q_d_off;
+} p;
+
+const uint kMaxHeadDim = 1024;  // with quant (the host checks)
+shared float s_o[kMaxHeadDim];
+uint g_first = 0;  // the head's first output value, s_o[0]
+float QIn(uint i) { return s_o[i - g_first]; }
+
+#include "quant_q8.glsl"
 
 float Weight(float m, float mx) { return m == mx ? 1.0 : exp(m - mx); }
 
@@ -37,6 +51,14 @@ void main() {
     for (uint c = c0; c < nc; ++c) {
       acc += part[base + c * stride + i] * Weight(part[base + c * stride + p.head_dim], mx);
     }
-    o[(token * p.n_head + h) * p.head_dim + i] = acc * inv;
+    const float v = acc * inv;
+    o[(token * p.n_head + h) * p.head_dim + i] = v;
+    if (p.quant != 0) s_o[i] = v;
+  }
+  if (p.quant != 0) {  // workgroup-uniform
+    barrier();
+    QuantLanes();
+    g_first = (token * p.n_head + h) * p.head_dim;
+    QuantizeRangeQ8_0(g_first / 32, (g_first + p.head_dim) / 32, p.q_d_off);
   }
 }

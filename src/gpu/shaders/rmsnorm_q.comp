@@ -1,9 +1,10 @@
-// rmsnorm.comp and the activation quantization after it in one dispatch: y = x / sqrt(mean(x^2)
-// + eps) * w over each of `rows` rows of n values (one workgroup per row), and y quantized into q
-// as quantize_q8_0 (q8k 0) or quantize_q8_k (q8k 1) would quantize it, block by block: each
-// invocation recomputes its blocks' values with rmsnorm's operations, so y and q are the two
-// kernels' bits without reading y back. n must be a multiple of the block (32 or 256); y may not
-// alias x.
+// rmsnorm.comp and the activation quantization after it in one dispatch: y = x / sqrt(mean(x^2) +
+// eps) * w over each of `rows` rows of n values (one workgroup per row), and y quantized into q as
+// quantize_q8_0 (q8k 0) or quantize_q8_k (q8k 1) would quantize it, block by block: each lane
+// recomputes the values it quantizes with rmsnorm's operations, so y and q are the two kernels'
+// bits without reading y back. The row's blocks are spread over the workgroup's subgroups, each
+// block quantized by a whole subgroup (quant_q8.glsl). n must be a multiple of the block (32 or
+// 256); y may not alias x.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -33,11 +34,10 @@ void main() {
   g_scale = scale;
   g_row0 = xb;
   const uint per_row = p.n / (p.q8k != 0 ? 256 : 32);
-  for (uint j = gl_LocalInvocationID.x; j < per_row; j += 64) {
-    if (p.q8k != 0) {
-      QuantizeBlockQ8_K(row * per_row + j, p.d_off);
-    } else {
-      QuantizeBlockQ8_0(row * per_row + j, p.d_off);
-    }
+  QuantLanes();
+  if (p.q8k != 0) {
+    QuantizeRangeQ8_K(row * per_row, row * per_row + per_row, p.d_off);
+  } else {
+    QuantizeRangeQ8_0(row * per_row, row * per_row + per_row, p.d_off);
   }
 }

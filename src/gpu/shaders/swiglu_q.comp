@@ -1,13 +1,13 @@
-// swiglu.comp (or swiglu_oai.comp, oai 1) and the activation quantization after it in one
-// dispatch: out[i] = silu(gate[i]) * up[i], and out quantized into q as quantize_q8_0 (q8k 0) or
-// quantize_q8_k (q8k 1) would quantize it. A workgroup takes kSpan values: each invocation
-// computes values lid, lid + 64, ... with the separate kernel's operations (one each, coalesced),
-// writes them to out and to shared memory, then the invocations quantize the span's blocks (64
-// of Q8_0, 8 of Q8_K) from those exact floats, so out and q are the two kernels' bits. out may
-// alias gate (each value is read and written by one invocation). With oai, gpt-oss's clamped
-// SwiGLU with each slot's expert biases (ids[slot] its expert; ff values a slot):
-// x = min(gate + gb, 7), y = clamp(up + ub, -7, 7), out = x sigmoid(1.702 x) (y + 1). Without it
-// bindings 4-6 are not read.
+// swiglu.comp (or swiglu_oai.comp, oai 1) and the activation quantization after it in one dispatch:
+// out[i] = silu(gate[i]) * up[i], and out quantized into q as quantize_q8_0 (q8k 0) or
+// quantize_q8_k (q8k 1) would quantize it. A workgroup takes kSpan values: each invocation computes
+// values lid, lid + 64, ... with the separate kernel's operations (one each, coalesced), writes
+// them to out and to shared memory, then the subgroups quantize the span's blocks (64 of Q8_0, 8 of
+// Q8_K; quant_q8.glsl spreads them over the subgroups) from those exact floats, so out and q are
+// the two kernels' bits. out may alias gate (each value is read and written by one invocation).
+// With oai, gpt-oss's clamped SwiGLU with each slot's expert biases (ids[slot] its expert; ff
+// values a slot): x = min(gate + gb, 7), y = clamp(up + ub, -7, 7), out = x sigmoid(1.702 x) (y +
+// 1). Without it bindings 4-6 are not read.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -54,11 +54,11 @@ void main() {
   barrier();
   const uint len = p.q8k != 0 ? 256 : 32;
   const uint first_block = g_first / len, blocks = p.n / len;
-  for (uint b = first_block + lid; b < min(first_block + kSpan / len, blocks); b += 64) {
-    if (p.q8k != 0) {
-      QuantizeBlockQ8_K(b, p.d_off);
-    } else {
-      QuantizeBlockQ8_0(b, p.d_off);
-    }
+  const uint end = min(first_block + kSpan / len, blocks);
+  QuantLanes();
+  if (p.q8k != 0) {
+    QuantizeRangeQ8_K(first_block, end, p.d_off);
+  } else {
+    QuantizeRangeQ8_0(first_block, end, p.d_off);
   }
 }
