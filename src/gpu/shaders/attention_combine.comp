@@ -42,7 +42,8 @@ void main() {
   for (uint c = c0; c < nc; ++c) mx = max(mx, part[base + c * stride + p.head_dim]);
   float sum = 0.0;
   for (uint c = c0; c < nc; ++c) {
-    sum += part[base + c * stride + p.head_dim + 1] * Weight(part[base + c * stride + p.head_dim], mx);
+    const uint pc = base + c * stride + p.head_dim;
+    sum += part[pc + 1] * Weight(part[pc], mx);
   }
   if (p.has_sinks != 0) sum += exp(sinks[h] - mx);
   const float inv = 1.0 / sum;

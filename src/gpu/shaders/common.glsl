@@ -1,17 +1,23 @@
-// Shared by the compute shaders: 64 invocations per workgroup, a workgroup sum through shared
-// memory, the row a workgroup owns when rows are spread over a 2-D grid (a dimension holds at
+// Shared by the compute shaders: 64 invocations per workgroup (kGroupSize), a workgroup sum
+// through shared memory, the row a workgroup owns when rows are spread over a 2-D grid (a dimension holds at
 // most 65535 groups), and for the GEMVs the row a subgroup owns (one row per subgroup, summed
 // with subgroupAdd: no barriers, which on lavapipe made the lm_head 10x slower).
 #extension GL_KHR_shader_subgroup_arithmetic : require
-layout(local_size_x = 64) in;
 
-shared float uf_red[64];
+// Invocations per workgroup: 64 unless the includer defines it first (a power of two; the row
+// norms take 256, so that one row of a decode step is not left to 64 invocations of one core).
+#ifndef kGroupSize
+#define kGroupSize 64
+#endif
+layout(local_size_x = kGroupSize) in;
+
+shared float uf_red[kGroupSize];
 
 float WorkgroupSum(float v) {
   const uint lid = gl_LocalInvocationID.x;
   uf_red[lid] = v;
   barrier();
-  for (uint s = 32; s > 0; s >>= 1) {
+  for (uint s = kGroupSize / 2; s > 0; s >>= 1) {
     if (lid < s) uf_red[lid] += uf_red[lid + s];
     barrier();
   }
@@ -24,7 +30,7 @@ float WorkgroupMax(float v) {
   const uint lid = gl_LocalInvocationID.x;
   uf_red[lid] = v;
   barrier();
-  for (uint s = 32; s > 0; s >>= 1) {
+  for (uint s = kGroupSize / 2; s > 0; s >>= 1) {
     if (lid < s) uf_red[lid] = max(uf_red[lid], uf_red[lid + s]);
     barrier();
   }

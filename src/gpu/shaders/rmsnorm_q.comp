@@ -7,6 +7,9 @@
 // 256); y may not alias x.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+// 256 invocations a row: a decode step's row (2,048-8,192 values) is one workgroup, whose
+// passes over it are latency-bound; 64 left ~32-128 loop trips an invocation per pass.
+#define kGroupSize 256
 #include "common.glsl"
 
 layout(std430, binding = 0) readonly buffer X { float x[]; };
@@ -27,10 +30,11 @@ void main() {
   if (row >= p.rows) return;
   const uint xb = row * p.n;
   float ss = 0.0;
-  for (uint i = gl_LocalInvocationID.x; i < p.n; i += 64) ss += x[xb + i] * x[xb + i];
+  const uint lid = gl_LocalInvocationID.x;
+  for (uint i = lid; i < p.n; i += kGroupSize) ss += x[xb + i] * x[xb + i];
   ss = WorkgroupSum(ss);
   const float scale = 1.0 / sqrt(ss / float(p.n) + p.eps);
-  for (uint i = gl_LocalInvocationID.x; i < p.n; i += 64) y[xb + i] = x[xb + i] * scale * w[i];
+  for (uint i = lid; i < p.n; i += kGroupSize) y[xb + i] = x[xb + i] * scale * w[i];
   g_scale = scale;
   g_row0 = xb;
   const uint per_row = p.n / (p.q8k != 0 ? 256 : 32);
