@@ -497,7 +497,7 @@ namespace {
 struct SwiGluQPush {
   uint32_t n, q8k, d_off, oai, ff;
 };
-constexpr uint64_t kSwiGluSpan = 2048;  // values a workgroup of swiglu_q.comp
+constexpr uint64_t kSwiGluSpan = 512;  // values a workgroup of swiglu_q.comp (its kSpan)
 }  // namespace
 
 void Kernels::SwiGluQuant(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& out,

@@ -1,8 +1,8 @@
 // swiglu.comp (or swiglu_oai.comp, oai 1) and the activation quantization after it in one dispatch:
 // out[i] = silu(gate[i]) * up[i], and out quantized into q as quantize_q8_0 (q8k 0) or
 // quantize_q8_k (q8k 1) would quantize it. A workgroup takes kSpan values: each invocation computes
-// values lid, lid + 64, ... with the separate kernel's operations (one each, coalesced), writes
-// them to out and to shared memory, then the subgroups quantize the span's blocks (64 of Q8_0, 8 of
+// values lid, lid + 256, ... with the separate kernel's operations (one each, coalesced), writes
+// them to out and to shared memory, then the subgroups quantize the span's blocks (16 of Q8_0, 2 of
 // Q8_K; quant_q8.glsl spreads them over the subgroups) from those exact floats, so out and q are
 // the two kernels' bits. out may alias gate (each value is read and written by one invocation).
 // With oai, gpt-oss's clamped SwiGLU with each slot's expert biases (ids[slot] its expert; ff
@@ -10,6 +10,9 @@
 // 1). Without it bindings 4-6 are not read.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+// 256 invocations and 512 values a workgroup (2 each): a decode step's 8,192 FFN values are 16
+// workgroups, not 4 of 64 invocations walking 32 values each.
+#define kGroupSize 256
 #include "common.glsl"
 
 layout(std430, binding = 0) readonly buffer G { float g[]; };
@@ -21,7 +24,7 @@ layout(std430, binding = 5) readonly buffer UB { float ub[]; };
 layout(std430, binding = 6) readonly buffer Ids { uint ids[]; };
 layout(push_constant) uniform P { uint n, q8k, d_off, oai, ff; } p;
 
-const uint kSpan = 2048;  // values a workgroup: 8 KiB of shared memory
+const uint kSpan = 512;  // values a workgroup (Kernels' kSwiGluSpan): whole Q8_K blocks
 shared float span[kSpan];
 uint g_first = 0;  // the workgroup's first value
 
@@ -43,7 +46,7 @@ float Act(uint i) {
 void main() {
   g_first = GroupIndex() * kSpan;
   const uint lid = gl_LocalInvocationID.x;
-  for (uint j = lid; j < kSpan; j += 64) {
+  for (uint j = lid; j < kSpan; j += kGroupSize) {
     const uint i = g_first + j;
     if (i < p.n) {
       const float v = Act(i);
