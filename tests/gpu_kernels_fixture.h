@@ -45,10 +45,11 @@ class GpuKernelsTest : public ::testing::Test {
       return;
     }
     ctx_ = ctx->release();
-    auto k = Kernels::Create(ctx_, GemvVariant::kBasic);
+    // The widest token tile (32) whatever UF_GPU_TILE says, so the batch tests reach every tile.
+    auto k = Kernels::Create(ctx_, GemvVariant::kBasic, 32);
     ASSERT_TRUE(k.ok()) << k.status().ToString();
     kernels_ = new Kernels(*k);
-    auto w = Kernels::Create(ctx_, GemvVariant::kWide);
+    auto w = Kernels::Create(ctx_, GemvVariant::kWide, 32);
     ASSERT_TRUE(w.ok()) << w.status().ToString();
     wide_ = new Kernels(*w);
   }

@@ -14,6 +14,8 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #if UF_HAVE_VULKAN
@@ -108,35 +110,69 @@ TEST_F(GpuKernelsTest, GemmMatchesCpu) {
 }
 
 // The property speculation rests on: a token's row of an n-token GEMM is bit-identical to the
-// same token alone, for every weight type and for batch sizes around the token tile (8); for
-// F16, Q8_0 and Q4_0 under both GEMV variants (the wide one-token kernels against the batched
-// kernels of the same variant).
+// same token alone (gemm1_*), for every weight type and for batch sizes that take each token
+// tile (Kernels::GemmTile: 8, 16, 32) whole and with a partial last tile; for F16, Q8_0 and
+// Q4_0 under both GEMV variants (the wide one-token kernels against the batched kernels of the
+// same variant). 288 columns (9 blocks of 32) for the types with blocks of 32 or none, so the
+// wide F16 kernels' unrolled loop leaves a tail (36 chunks of 8); 256 for the K-quants.
 TEST_F(GpuKernelsTest, GemmRowsDoNotDependOnBatchSize) {
-  const int64_t rows = 37, cols = 256, max_n = 17;
-  const std::vector<float> wf = Random(rows * cols, 21, 0.5f), x = Random(max_n * cols, 22);
+  const int64_t rows = 37, max_n = 70;
+  const int64_t batches[] = {2, 8, 9, 16, 17, 31, 32, 33, 64, 70};
   for (GgmlType type : kAllTypes) {
     SCOPED_TRACE(GgmlTypeName(type));
+    const int64_t cols = TakesQ8KActivation(type) ? 256 : 288;
+    const std::vector<float> wf = Random(rows * cols, 21, 0.5f), x = Random(max_n * cols, 22);
     std::vector<uint8_t> data;
     auto gm = UploadMatrix(ctx_, Quantized(type, wf, rows, cols, &data));
     ASSERT_TRUE(gm.ok());
     for (const Kernels* kern : Variants(type)) {
       SCOPED_TRACE(VariantName(kern));
-      Buffer xb = Floats(x), xq = Empty(ActBytes(max_n * cols)), y = Empty(max_n * rows * 4);
-      std::vector<std::vector<float> > by_n;
-      for (int64_t n : {int64_t{1}, int64_t{8}, int64_t{9}, max_n}) {
+      Buffer xq = Empty(ActBytes(max_n * cols)), y = Empty(max_n * rows * 4);
+      // Each token alone (its own activation buffers, the one-token kernel), in one recording.
+      std::vector<Buffer> xt, xqt;
+      Recorder solo(ctx_);
+      for (int64_t t = 0; t < max_n; ++t) {
+        xt.push_back(Floats(std::vector<float>(x.begin() + t * cols, x.begin() + (t + 1) * cols)));
+        xqt.push_back(Empty(ActBytes(cols)));
+        const bool q8 = QuantizeFor(&solo, type, xt.back(), cols, xqt.back());
+        kern->Gemm(&solo, *gm, q8 ? xqt.back() : xt.back(), 1, y, static_cast<uint32_t>(t * rows));
+      }
+      ASSERT_TRUE(solo.Finish().ok());
+      ASSERT_TRUE(solo.Run().ok());
+      const std::vector<float> alone = Read(y, max_n * rows);
+      Buffer xb = Floats(x);
+      for (int64_t n : batches) {
+        SCOPED_TRACE("batch " + std::to_string(n) + ", tile " + std::to_string(kern->GemmTile(n)));
         Recorder rec(ctx_);
         const bool q8 = QuantizeFor(&rec, type, xb, n * cols, xq);
         kern->Gemm(&rec, *gm, q8 ? xq : xb, n, y);
         ASSERT_TRUE(rec.Finish().ok());
         ASSERT_TRUE(rec.Run().ok());
-        by_n.push_back(Read(y, n * rows));
+        const std::vector<float> got = Read(y, n * rows);
+        for (int64_t t = 0; t < n; ++t) {
+          ASSERT_EQ(std::memcmp(got.data() + t * rows, alone.data() + t * rows, rows * 4), 0)
+              << "token " << t;
+        }
       }
-      for (size_t i = 1; i < by_n.size(); ++i) {
-        // Row 0 of every batch is token 0; the larger batches share their first 8 and 9 tokens.
-        EXPECT_EQ(std::memcmp(by_n[i].data(), by_n[0].data(), rows * 4), 0) << "batch " << i;
-        const size_t common = std::min(by_n[i].size(), by_n[i - 1].size());
-        EXPECT_EQ(std::memcmp(by_n[i].data(), by_n[i - 1].data(), common * 4), 0) << "batch " << i;
-      }
+    }
+  }
+}
+
+// The token tile per batch size: one token alone, then the narrowest tile that needs no more
+// tiles than the widest allowed (UF_GPU_TILE / max_tile; 8 is the policy before 16 and 32).
+TEST_F(GpuKernelsTest, GemmTilePolicy) {
+  const std::vector<std::pair<int64_t, std::array<int64_t, 3> > > want = {
+      // n: the tile with max_tile 8, 16, 32
+      {1, {1, 1, 1}},    {2, {8, 8, 8}},     {8, {8, 8, 8}},    {9, {8, 16, 16}},
+      {16, {8, 16, 16}}, {17, {8, 16, 32}},  {32, {8, 16, 32}}, {33, {8, 16, 32}},
+      {64, {8, 16, 32}}, {512, {8, 16, 32}},
+  };
+  const int64_t max_tiles[] = {8, 16, 32};
+  for (int i = 0; i < 3; ++i) {
+    auto k = Kernels::Create(ctx_, GemvVariant::kBasic, max_tiles[i]);
+    ASSERT_TRUE(k.ok()) << k.status().ToString();
+    for (const auto& [n, tiles] : want) {
+      EXPECT_EQ(k->GemmTile(n), tiles[i]) << "n " << n << ", max tile " << max_tiles[i];
     }
   }
 }

@@ -14,7 +14,9 @@
 #                                    each fusion the unfused kernels' bits). 1B Q4_0 also runs
 #                                    unfused (UF_GPU_FUSE=0; the `gemv` column says `unfused`):
 #                                    the table's dispatches and barriers per step and tok/s
-#                                    measure what the fusions save. Default: the 1B shapes (a few minutes);
+#                                    measure what the fusions save. The batched run repeats at
+#                                    16 and 64 streams with token tiles of 8 (UF_GPU_TILE=8,
+#                                    gemv `tile8`): what the wider GEMM tiles save. Default: the 1B shapes (a few minutes);
 #                                    `all` adds 8B F16 and Q4_0 (16 + 4.5 GB to write); `moe`
 #                                    (or `all`) adds cut-down mixtures of experts: Qwen3-30B-A3B
 #                                    Q4_K_M at 12 of its 48 layers and gpt-oss-20b MXFP4 at 8 of
@@ -60,13 +62,13 @@ case "${1:-}" in
       # The tiny MoE presets (a few MiB) standing in for the cut-down MoE shapes.
       uf synth --preset tiny-qwen3moe --type q4_k_m -o "$dir/qwen3-30b-a3b-q4_k_m-12.gguf" >/dev/null
       uf synth --preset tiny-gpt-oss --type mxfp4 -o "$dir/gpt-oss-20b-mxfp4-8.gguf" >/dev/null
-      n_gen=8 n_prompt=32 depth=${UF_GPU_DEPTH:-512} streams=1,4
+      n_gen=8 n_prompt=32 depth=${UF_GPU_DEPTH:-512} streams=1,4 streams8=4
     else
       [ -x .gpu/ultrafast ] || { echo "run from the repository root with .gpu/ carried"; exit 2; }
       uf() { bash .gpu/on-device.sh .gpu/ultrafast "$@"; }
       dir=${UF_GPU_MODELS:-/tmp/uf_gpu_models}
       mkdir -p "$dir"
-      n_gen=64 n_prompt=512 depth=${UF_GPU_DEPTH:-4096} streams=1,4,16,64
+      n_gen=64 n_prompt=512 depth=${UF_GPU_DEPTH:-4096} streams=1,4,16,64 streams8=16,64
     fi
     uf devices
     # The GEMV kernels against the CPU and across batch sizes, both variants (a few seconds).
@@ -113,6 +115,13 @@ case "${1:-}" in
              --json | tail -n 1)
     echo "$line"
     results+=("llama-3.2-1b f16 0 basic $line")
+    # Again with the GEMMs' token tiles of 8 only (UF_GPU_TILE=8, the `gemv` column says
+    # `tile8`): what the tiles of 16 and 32 save, where they differ (16 and 64 streams, and the
+    # prefill's 512-token batches).
+    line=$(UF_GPU_TILE=8 uf bench --device vulkan -m "$model" -p "$n_prompt" -n 32 --reps 1 \
+             --batch "$streams8" --json | tail -n 1)
+    echo "$line"
+    results+=("llama-3.2-1b f16 0 tile8 $line")
     echo
     # One table: decode per model (streams 1), then the batched runs (aggregate over streams).
     python3 - "${results[@]}" <<'PY'

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <iterator>
 #include <span>
 #include <string>
 #include <utility>
@@ -229,7 +230,20 @@ GemvVariant ResolveGemv(GemvVariant gemv) {
   return GemvVariant::kBasic;
 }
 
-StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv) {
+int64_t ResolveMaxTile(int64_t max_tile) {
+  if (max_tile != 0) {
+    UF_CHECK(max_tile == 8 || max_tile == 16 || max_tile == 32) << "token tile " << max_tile;
+    return max_tile;
+  }
+  const char* env = std::getenv("UF_GPU_TILE");
+  if (env == nullptr || *env == '\0') return 32;
+  const std::string v(env);
+  if (v == "8" || v == "16" || v == "32") return std::stoi(v);
+  UF_LOG(WARNING) << "UF_GPU_TILE=" << v << " is not 8, 16 or 32: 32";
+  return 32;
+}
+
+StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_tile) {
   Kernels k;
   k.rows_per_group_ = 64 / ctx->info().subgroup_size;
   // The quantizers' workgroups (64 invocations) hold 64 / lanes subgroups, lanes the subgroup
@@ -241,11 +255,14 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv) {
   k.q8k_per_group_ = 64 / lanes;
   k.q8_0_per_group_ = 64 / lanes * std::min<uint32_t>(lanes / std::min<uint32_t>(lanes, 8), 4);
   k.wide_ = ResolveGemv(gemv) == GemvVariant::kWide;
+  k.max_tile_ = ResolveMaxTile(max_tile);
   if (k.wide_) {
     // F16: every batch size (the wide order throughout); Q8_0 and Q4_0: one token only (the
     // same bits as gemm1_*, so the batched kernels stay the basic ones).
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kF16], ctx->GetPipeline("gemm1w_f16", 3));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm8][GgmlType::kF16], ctx->GetPipeline("gemm8w_f16", 3));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm16][GgmlType::kF16], ctx->GetPipeline("gemm16w_f16", 3));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm32][GgmlType::kF16], ctx->GetPipeline("gemm32w_f16", 3));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmX][GgmlType::kF16], ctx->GetPipeline("gemmxw_f16", 4));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmG][GgmlType::kF16], ctx->GetPipeline("gemmgw_f16", 5));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ8_0], ctx->GetPipeline("gemm1w_q8_0", 3));
@@ -260,8 +277,10 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv) {
                                                                {GgmlType::kQ6_K, "q6_k"},
                                                                {GgmlType::kQ4_K, "q4_k"},
                                                                {GgmlType::kMXFP4, "mxfp4"}}) {
-    UF_ASSIGN_OR_RETURN(k.gemm_[0][type], ctx->GetPipeline(std::string("gemm1_") + name, 3));
-    UF_ASSIGN_OR_RETURN(k.gemm_[1][type], ctx->GetPipeline(std::string("gemm8_") + name, 3));
+    for (int i = 0; i < kNumTiles; ++i) {
+      UF_ASSIGN_OR_RETURN(k.gemm_[i][type],
+                          ctx->GetPipeline("gemm" + std::to_string(kTiles[i]) + "_" + name, 3));
+    }
     UF_ASSIGN_OR_RETURN(k.gemmx_[type], ctx->GetPipeline(std::string("gemmx_") + name, 4));
     UF_ASSIGN_OR_RETURN(k.gemmg_[type], ctx->GetPipeline(std::string("gemmg_") + name, 5));
   }
@@ -289,13 +308,25 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv) {
   return k;
 }
 
-const Pipeline* Kernels::GemmPipeline(GgmlType type, bool tiled) const {
-  const auto it = gemm_[tiled ? 1 : 0].find(type);
-  UF_CHECK(it != gemm_[tiled ? 1 : 0].end()) << "no GEMM for " << GgmlTypeName(type);
+const Pipeline* Kernels::GemmPipeline(GgmlType type, int tile_index) const {
+  const auto it = gemm_[tile_index].find(type);
+  UF_CHECK(it != gemm_[tile_index].end()) << "no GEMM for " << GgmlTypeName(type);
   return it->second;
 }
 
-const Pipeline* Kernels::Wide(WideKind kind, const GpuMatrix& w) const {
+int64_t Kernels::GemmTile(int64_t n) const {
+  if (n <= 1) return 1;
+  // The fewest tiles any allowed width gives is the widest's; of the widths that give that many,
+  // the narrowest, so that a partial tile carries the fewest idle token slots (a CPU driver
+  // executes them; a GPU skips them at a uniform branch but still allocates their registers).
+  const int64_t fewest = (n + max_tile_ - 1) / max_tile_;
+  for (int64_t tile : {int64_t{8}, int64_t{16}}) {
+    if (tile <= max_tile_ && (n + tile - 1) / tile == fewest) return tile;
+  }
+  return max_tile_;
+}
+
+const Pipeline* Kernels::Wide(int kind, const GpuMatrix& w) const {
   if (!wide_) return nullptr;
   if (w.type == GgmlType::kF16 && w.cols % 8 != 0) return nullptr;  // 16-byte aligned rows
   const auto it = wide_gemm_[kind].find(w.type);
@@ -324,12 +355,14 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
          y_off,
          static_cast<uint32_t>(y_stride > 0 ? y_stride : w.rows),
          accumulate ? 1u : 0u};
-  // One token: gemm1_*, else tiles of 8 tokens (the grid's z). Both compute a token's row the
-  // same way (tests/gpu_kernels_test.cc checks the bits).
-  constexpr int64_t kTile = 8;
-  const Pipeline* wide = Wide(n > 1 ? kGemm8 : kGemm1, w);
-  r->Dispatch(wide != nullptr ? *wide : *GemmPipeline(w.type, n > 1), {w.buffer, x, y}, push, gx,
-              gy, static_cast<uint32_t>((n + kTile - 1) / kTile));
+  // One token: gemm1_*, else tiles of GemmTile(n) tokens (the grid's z). All compute a token's
+  // row the same way (tests/gpu_kernels_test.cc checks the bits).
+  const int64_t tile = GemmTile(n);
+  const int index =
+      static_cast<int>(std::find(std::begin(kTiles), std::end(kTiles), tile) - std::begin(kTiles));
+  const Pipeline* wide = Wide(index, w);
+  r->Dispatch(wide != nullptr ? *wide : *GemmPipeline(w.type, index), {w.buffer, x, y}, push, gx,
+              gy, static_cast<uint32_t>((n + tile - 1) / tile));
 }
 
 namespace {

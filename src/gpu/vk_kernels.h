@@ -73,15 +73,27 @@ struct AttentionShape {
 // or anything else: kBasic, the latter with a warning).
 GemvVariant ResolveGemv(GemvVariant gemv);
 
+// The widest token tile of the batched GEMMs (8, 16 or 32): max_tile itself, or for 0 the
+// environment's UF_GPU_TILE (8 | 16 | 32; unset: 32, anything else: 32 with a warning). 8 is the
+// policy before the wide tiles (gemm8_* for every batch), for A/B runs.
+int64_t ResolveMaxTile(int64_t max_tile);
+
 // The pipelines of every kernel, made once per context. Batched kernels take `tok`, the batch's
 // per-token inputs ([n][4] words: token id, position, cache row, sequence; host-written each
 // step), so a recording serves every step of its batch size.
 class Kernels {
  public:
-  // gemv: the one-token GEMV kernels (GemvVariant; kDefault reads UF_GPU_GEMV).
-  static StatusOr<Kernels> Create(Context* ctx, GemvVariant gemv = GemvVariant::kDefault);
+  // gemv: the one-token GEMV kernels (GemvVariant; kDefault reads UF_GPU_GEMV). max_tile: the
+  // widest token tile of the batched GEMMs (ResolveMaxTile; 0 reads UF_GPU_TILE).
+  static StatusOr<Kernels> Create(Context* ctx, GemvVariant gemv = GemvVariant::kDefault,
+                                  int64_t max_tile = 0);
   // kBasic or kWide: what Create resolved.
   GemvVariant gemv() const { return wide_ ? GemvVariant::kWide : GemvVariant::kBasic; }
+  // The token tile Gemm uses for an n-token batch: 1 for one token (gemm1_*), else the
+  // narrowest of 8, 16 and 32 (up to the resolved max tile) that takes the batch in as few tiles
+  // as the widest would: 8 up to 8 tokens, 16 up to 16, 32 beyond. Every tile computes a
+  // token's row the same way, so the choice changes speed only, never bits.
+  int64_t GemmTile(int64_t n) const;
 
   // y[t * y_stride + y_off + row] = W x[t] for the n tokens (y_stride 0: w.rows). x holds n rows
   // of w.cols f32 values, or for TakesQ8Activation(w.type) their Q8_0 activation (Quantize of
@@ -235,22 +247,28 @@ class Kernels {
               int64_t n_rows) const;
 
  private:
-  const Pipeline* GemmPipeline(GgmlType type, bool tiled) const;
-  // The wide kernel of `kind` (kGemm1, kGemm8, kGemmX, kGemmG) for w, or nullptr when the
-  // basic one runs (wide GEMV off, no wide kernel of w's type and kind, or F16 columns not a
-  // multiple of 8). A matrix's choice depends on its type and shape only, never on the batch.
-  enum WideKind { kGemm1 = 0, kGemm8 = 1, kGemmX = 2, kGemmG = 3 };
-  const Pipeline* Wide(WideKind kind, const GpuMatrix& w) const;
+  // The token tiles of Gemm's kernels, in the order of gemm_ and of WideKind's first entries:
+  // gemm1_*, gemm8_*, gemm16_*, gemm32_*.
+  static constexpr int64_t kTiles[] = {1, 8, 16, 32};
+  static constexpr int kNumTiles = 4;
+  const Pipeline* GemmPipeline(GgmlType type, int tile_index) const;
+  // The wide kernel of `kind` (a tile's index into kTiles, kGemmX, kGemmG) for w, or nullptr
+  // when the basic one runs (wide GEMV off, no wide kernel of w's type and kind, or F16 columns
+  // not a multiple of 8). A matrix's choice depends on its type and shape only, never on the
+  // batch.
+  enum WideKind { kGemm1 = 0, kGemm8 = 1, kGemm16 = 2, kGemm32 = 3, kGemmX = 4, kGemmG = 5 };
+  const Pipeline* Wide(int kind, const GpuMatrix& w) const;
 
   uint32_t rows_per_group_ = 1;  // GEMM rows per workgroup: 64 / subgroup size
   uint32_t q8_0_per_group_ = 8;  // Q8_0 blocks per workgroup of quantize_q8_0 (Create)
   uint32_t q8k_per_group_ = 8;   // Q8_K blocks per workgroup of quantize_q8_k: its subgroups
-  // [0]: one token (gemm1_*), [1]: tiles of 8 (gemm8_*), per weight type.
-  std::map<GgmlType, const Pipeline*> gemm_[2];
+  int64_t max_tile_ = 32;        // the widest token tile Gemm takes (ResolveMaxTile)
+  // By token tile (kTiles: gemm1_*, gemm8_*, gemm16_*, gemm32_*), per weight type.
+  std::map<GgmlType, const Pipeline*> gemm_[kNumTiles];
   std::map<GgmlType, const Pipeline*> gemmx_;  // stacked experts, one slot per z
   std::map<GgmlType, const Pipeline*> gemmg_;  // stacked experts, a tile of one expert per z
   bool wide_ = false;
-  std::map<GgmlType, const Pipeline*> wide_gemm_[4];  // by WideKind: the wide kernels
+  std::map<GgmlType, const Pipeline*> wide_gemm_[6];  // by WideKind: the wide kernels
   const Pipeline* moe_group_ = nullptr;
   const Pipeline* route_ = nullptr;
   const Pipeline* moe_sum_ = nullptr;

@@ -14,8 +14,16 @@
 layout(std430, binding = 0) readonly buffer W { uvec4 w4[]; };
 layout(std430, binding = 1) readonly buffer X { vec4 x4[]; };
 
-// Chunks a lane has in flight per loop iteration: 4 x 16 bytes (2 KiB per 32-lane subgroup).
+// Chunks a lane has in flight per loop iteration: 4 x 16 bytes (2 KiB per 32-lane subgroup),
+// for the one-token and 8-token kernels, whose few products per chunk leave the loads' latency
+// exposed. The 16- and 32-token tiles take one chunk at a time: each chunk feeds 16-32 tokens'
+// products, which cover the next load, and 4 unrolled copies of a 32-token chunk took lavapipe
+// ~20 s to compile (1 chunk: ~2 s).
+#if kTile >= 16
+const uint kUnroll = 1;
+#else
 const uint kUnroll = 4;
+#endif
 
 // Adds chunk `c` (weights wv: 8 values) into every token's acc.
 void Chunk(inout float acc[kTile], uvec4 wv, uint c, uint t0) {
@@ -49,6 +57,8 @@ void main() {
     [[unroll]] for (uint u = 0; u < kUnroll; ++u) wv[u] = w4[base + c + u * s];
     [[unroll]] for (uint u = 0; u < kUnroll; ++u) Chunk(acc, wv[u], c + u * s, t0);
   }
-  for (; c < chunks; c += s) Chunk(acc, w4[base + c], c, t0);
+#if kTile < 16
+  for (; c < chunks; c += s) Chunk(acc, w4[base + c], c, t0);  // the tail
+#endif
   StoreTile(acc, t0, row);
 }

@@ -27,20 +27,30 @@ void main() {
   [[unroll]] for (uint t = 0; t < kTile; ++t) acc[t] = 0.0;
   for (uint b = gl_SubgroupInvocationID; b < blocks; b += gl_SubgroupSize) {
     const uint wb = (wrow * blocks + b) * 4;
-    uint wv[4];
-    for (uint k = 0; k < 4; ++k) wv[k] = w[wb + k];
+    // The block's 32 values decoded once, as int8 four to a word in the activation's order
+    // (words 0-3: values 0-15, the low nibbles; words 4-7: values 16-31, the high ones), so a
+    // token's dot is Q8_0's. Decoding per token instead made the 32-token kernels slow to
+    // compile on lavapipe (MXFP4's table: ~55 s) and repeats the work on a GPU. The dot is an
+    // integer sum, exact in any order, so the bits are the same either way.
+    uint wq[8];
+    [[unroll]] for (uint k = 0; k < 4; ++k) {
+      const uint wv = w[wb + k];
+      wq[k] = 0;
+      wq[k + 4] = 0;
+      [[unroll]] for (uint j = 0; j < 4; ++j) {
+        wq[k] = bitfieldInsert(wq[k], uint(Nib((wv >> (8 * j)) & 15u)), int(8 * j), 8);
+        wq[k + 4] = bitfieldInsert(wq[k + 4], uint(Nib((wv >> (8 * j + 4)) & 15u)), int(8 * j), 8);
+      }
+    }
     const float wd = uintBitsToFloat(w[p.w_d_off + wrow * blocks + b]);
     [[unroll]] for (uint t = 0; t < kTile; ++t) {
       if (InBatch(t0 + t)) {
         const uint xb = XTok(t0 + t) * p.x_stride + b * 8;
         int s = 0;
-        for (uint k = 0; k < 4; ++k) {
-          const int lo = int(xq[xb + k]), hi = int(xq[xb + 4 + k]);
-          for (uint j = 0; j < 4; ++j) {
-            const int q_lo = Nib((wv[k] >> (8 * j)) & 15u);
-            const int q_hi = Nib((wv[k] >> (8 * j + 4)) & 15u);
-            s += q_lo * bitfieldExtract(lo, int(8 * j), 8) +
-                 q_hi * bitfieldExtract(hi, int(8 * j), 8);
+        [[unroll]] for (uint k = 0; k < 8; ++k) {
+          const int xv = int(xq[xb + k]);
+          [[unroll]] for (int j = 0; j < 32; j += 8) {
+            s += bitfieldExtract(int(wq[k]), j, 8) * bitfieldExtract(xv, j, 8);
           }
         }
         const float xd = uintBitsToFloat(xq[p.x_d_off + XTok(t0 + t) * blocks + b]);

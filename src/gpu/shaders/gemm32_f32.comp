@@ -1,0 +1,5 @@
+// GEMM for f32 weights, tiles of 32 tokens (gemm.glsl, gemm_f32.glsl).
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#define kTile 32
+#include "gemm_f32.glsl"
