@@ -90,13 +90,17 @@ class VulkanForward final : public GpuForward {
   Status Record(Recorder* r, int64_t n, int64_t n_out, Out out);
   // y = W x for n tokens, quantizing x into xq_ first when W takes Q8_0 or Q8_K activations
   // and xq_ does not hold x in that format yet.
-  // accumulate: y += W x (the residual add folded into the GEMM).
+  // accumulate: y += W x (the residual add folded into the GEMM); bias: y = W x + bias.
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
-            bool accumulate = false);
-  // y_i = W_i x for independent (W_i, y_i): when fusing and they read one activation format, x
-  // is quantized once ahead and the products share one barrier after them.
-  void Gemms(Recorder* r, const Buffer& x, int64_t n,
-             std::initializer_list<std::pair<const GpuMatrix*, const Buffer*>> wy);
+            bool accumulate = false, const Buffer* bias = nullptr);
+  // y_i = W_i x (+ bias_i) for independent products: when fusing and they read one activation
+  // format, x is quantized once ahead and the products share one barrier after them.
+  struct Product {
+    const GpuMatrix* w;
+    const Buffer* y;
+    const Buffer* bias = nullptr;
+  };
+  void Gemms(Recorder* r, const Buffer& x, int64_t n, std::initializer_list<Product> wy);
   // RMSNorm of n rows of x into xn_ (weights w); when fusing and the GEMMs that read xn_ next
   // (`next`) share one quantized activation format, that activation into xq_ in the same dispatch.
   void Norm(Recorder* r, const Buffer& x, const Buffer& w, int64_t n,

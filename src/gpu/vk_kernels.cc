@@ -259,14 +259,14 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
   if (k.wide_) {
     // F16: every batch size (the wide order throughout); Q8_0 and Q4_0: one token only (the
     // same bits as gemm1_*, so the batched kernels stay the basic ones).
-    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kF16], ctx->GetPipeline("gemm1w_f16", 3));
-    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm8][GgmlType::kF16], ctx->GetPipeline("gemm8w_f16", 3));
-    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm16][GgmlType::kF16], ctx->GetPipeline("gemm16w_f16", 3));
-    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm32][GgmlType::kF16], ctx->GetPipeline("gemm32w_f16", 3));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kF16], ctx->GetPipeline("gemm1w_f16", 4));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm8][GgmlType::kF16], ctx->GetPipeline("gemm8w_f16", 4));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm16][GgmlType::kF16], ctx->GetPipeline("gemm16w_f16", 4));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm32][GgmlType::kF16], ctx->GetPipeline("gemm32w_f16", 4));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmX][GgmlType::kF16], ctx->GetPipeline("gemmxw_f16", 4));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmG][GgmlType::kF16], ctx->GetPipeline("gemmgw_f16", 5));
-    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ8_0], ctx->GetPipeline("gemm1w_q8_0", 3));
-    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ4_0], ctx->GetPipeline("gemm1w_q4_0", 3));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ8_0], ctx->GetPipeline("gemm1w_q8_0", 4));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ4_0], ctx->GetPipeline("gemm1w_q4_0", 4));
   }
   for (const auto& [type, name] :
        std::initializer_list<std::pair<GgmlType, const char*>>{{GgmlType::kF32, "f32"},
@@ -279,7 +279,7 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
                                                                {GgmlType::kMXFP4, "mxfp4"}}) {
     for (int i = 0; i < kNumTiles; ++i) {
       UF_ASSIGN_OR_RETURN(k.gemm_[i][type],
-                          ctx->GetPipeline("gemm" + std::to_string(kTiles[i]) + "_" + name, 3));
+                          ctx->GetPipeline("gemm" + std::to_string(kTiles[i]) + "_" + name, 4));
     }
     UF_ASSIGN_OR_RETURN(k.gemmx_[type], ctx->GetPipeline(std::string("gemmx_") + name, 4));
     UF_ASSIGN_OR_RETURN(k.gemmg_[type], ctx->GetPipeline(std::string("gemmg_") + name, 5));
@@ -334,14 +334,15 @@ const Pipeline* Kernels::Wide(int kind, const GpuMatrix& w) const {
 }
 
 void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
-                   uint32_t y_off, int64_t y_stride, bool accumulate) const {
+                   uint32_t y_off, int64_t y_stride, bool accumulate, const Buffer* bias) const {
+  UF_CHECK(!(accumulate && bias != nullptr)) << "a GEMM adds a bias or accumulates, not both";
   uint32_t gx, gy;
   Grid((w.rows + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
   const bool k_quant = w.type == GgmlType::kQ6_K || w.type == GgmlType::kQ4_K;
   const bool q8 = TakesQ8Activation(w.type);
   const auto blocks = static_cast<uint32_t>(w.cols / (k_quant ? 256 : 32));
   struct {
-    uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, acc;
+    uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, acc, bias;
   } push{static_cast<uint32_t>(w.rows),
          k_quant || q8 ? blocks : static_cast<uint32_t>(w.cols),
          w.d_off,
@@ -354,15 +355,18 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
                  : 0u,
          y_off,
          static_cast<uint32_t>(y_stride > 0 ? y_stride : w.rows),
-         accumulate ? 1u : 0u};
+         accumulate ? 1u : 0u,
+         bias != nullptr ? 1u : 0u};
   // One token: gemm1_*, else tiles of GemmTile(n) tokens (the grid's z). All compute a token's
   // row the same way (tests/gpu_kernels_test.cc checks the bits).
   const int64_t tile = GemmTile(n);
   const int index =
       static_cast<int>(std::find(std::begin(kTiles), std::end(kTiles), tile) - std::begin(kTiles));
   const Pipeline* wide = Wide(index, w);
-  r->Dispatch(wide != nullptr ? *wide : *GemmPipeline(w.type, index), {w.buffer, x, y}, push, gx,
-              gy, static_cast<uint32_t>((n + tile - 1) / tile));
+  // Without a bias, binding 3 is never read: any buffer will do.
+  r->Dispatch(wide != nullptr ? *wide : *GemmPipeline(w.type, index),
+              {w.buffer, x, y, bias != nullptr ? *bias : y}, push, gx, gy,
+              static_cast<uint32_t>((n + tile - 1) / tile));
 }
 
 namespace {

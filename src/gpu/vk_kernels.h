@@ -100,9 +100,11 @@ class Kernels {
   // all n rows), for TakesQ8KActivation(w.type) their Q8_K activation (QuantizeK). Each (row,
   // token) result is the same bits whatever n is (gemm.glsl).
   // With accumulate, y[...] += W x[t] instead (a residual add folded into the GEMM: the same
-  // bits as the product followed by Add into y).
+  // bits as the product followed by Add into y). With bias ([w.rows] floats), y[...] = W x[t] +
+  // bias[row] (the bits of the product followed by Add of the bias); not with accumulate.
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
-            uint32_t y_off = 0, int64_t y_stride = 0, bool accumulate = false) const;
+            uint32_t y_off = 0, int64_t y_stride = 0, bool accumulate = false,
+            const Buffer* bias = nullptr) const;
   // The products of selected experts (gemmx_*): for each of n_slots slots s,
   // y[s * w.rows + row] = expert ids[s]'s W x[s / x_div] (x as in Gemm, token-major). Reads only
   // the selected experts' rows; each slot's sum is formed as gemm1_* forms a token's, so a slot

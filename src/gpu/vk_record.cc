@@ -34,8 +34,8 @@ bool VulkanForward::QuantizeFor(Recorder* r, const GpuMatrix& w, const Buffer& x
 }
 
 void VulkanForward::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n,
-                         const Buffer& y, bool accumulate) {
-  k_.Gemm(r, w, QuantizeFor(r, w, x, n) ? xq_ : x, n, y, 0, 0, accumulate);
+                         const Buffer& y, bool accumulate, const Buffer* bias) {
+  k_.Gemm(r, w, QuantizeFor(r, w, x, n) ? xq_ : x, n, y, 0, 0, accumulate, bias);
 }
 
 namespace {
@@ -74,25 +74,25 @@ void VulkanForward::Norm(Recorder* r, const Buffer& x, const Buffer& w, int64_t 
 }
 
 void VulkanForward::Gemms(Recorder* r, const Buffer& x, int64_t n,
-                          std::initializer_list<std::pair<const GpuMatrix*, const Buffer*>> wy) {
+                          std::initializer_list<Product> wy) {
   int act = 0;
   bool shared = o_.fuse;
-  for (const auto& [w, y] : wy) {
-    const int a = ActivationOf(*w);
+  for (const Product& p : wy) {
+    const int a = ActivationOf(*p.w);
     if (a != 0 && act != 0 && a != act) shared = false;  // xq_ holds one format at a time
     if (a != 0) act = a;
   }
   if (!shared) {
-    for (const auto& [w, y] : wy) Gemm(r, *w, x, n, *y);
+    for (const Product& p : wy) Gemm(r, *p.w, x, n, *p.y, false, p.bias);
     return;
   }
   // Quantize once ahead of the group (nothing when xq_ holds x already), then the products,
   // which read x or xq_ and write their own y: one barrier after them all.
-  for (const auto& [w, y] : wy) {
-    if (QuantizeFor(r, *w, x, n)) break;
+  for (const Product& p : wy) {
+    if (QuantizeFor(r, *p.w, x, n)) break;
   }
   r->BeginGroup();
-  for (const auto& [w, y] : wy) Gemm(r, *w, x, n, *y);
+  for (const Product& p : wy) Gemm(r, *p.w, x, n, *p.y, false, p.bias);
   r->EndGroup();
 }
 
@@ -191,8 +191,13 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
   for (int64_t il = 0; il < c_.n_layer; ++il) {
     const LayerBuffers& l = layers_[il];
     Norm(r, x_, l.attn_norm, n, {&l.wq, &l.wk, &l.wv});
-    Gemms(r, xn_, n, {{&l.wq, &q_}, {&l.wk, &kbuf_}, {&l.wv, &vbuf_}});
-    if (l.bq.valid()) {
+    // qwen2's and gpt-oss's q/k/v biases: inside the GEMMs when fusing (s + b either way).
+    const bool fused_bias = o_.fuse && l.bq.valid() && l.bk.valid() && l.bv.valid();
+    Gemms(r, xn_, n,
+          {{&l.wq, &q_, fused_bias ? &l.bq : nullptr},
+           {&l.wk, &kbuf_, fused_bias ? &l.bk : nullptr},
+           {&l.wv, &vbuf_, fused_bias ? &l.bv : nullptr}});
+    if (l.bq.valid() && !fused_bias) {
       begin();
       k_.Add(r, l.bq, 0, q_, 0, n * c_.q_dim(), c_.q_dim());
       k_.Add(r, l.bk, 0, kbuf_, 0, n * c_.kv_dim(), c_.kv_dim());

@@ -39,6 +39,7 @@ layout(std430, binding = 4) readonly buffer Order { uint order[]; };
 uint g_n = 0;
 uint g_slot[kTile], g_x[kTile];
 uint WRow(uint row) { return tiles[3 * gl_WorkGroupID.z] * p.rows + row; }
+float Biased(float s, uint row) { return s; }
 uint XTok(uint i) { return g_x[i]; }
 bool InBatch(uint i) { return i < g_n; }
 uint YRow(uint i) { return g_slot[i]; }
@@ -52,14 +53,19 @@ layout(push_constant) uniform P {
 } p;
 layout(std430, binding = 3) readonly buffer Ids { uint ids[]; };
 uint WRow(uint row) { return ids[gl_WorkGroupID.z] * p.rows + row; }
+float Biased(float s, uint row) { return s; }
 uint XTok(uint t) { return t / p.x_div; }
 bool InBatch(uint t) { return t < p.n; }
 uint YRow(uint t) { return t; }
 bool Skip() { return false; }
 #else
+// bias: 1 to add bias[row] to each sum before it is stored (qwen2's and gpt-oss's q/k/v biases:
+// s + b, the bits of add.comp after the product); never together with acc.
 layout(push_constant) uniform P {
-  uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, acc;
+  uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, acc, bias;
 } p;
+layout(std430, binding = 3) readonly buffer B { float bias_v[]; };
+float Biased(float s, uint row) { return p.bias != 0 ? s + bias_v[row] : s; }
 uint WRow(uint row) { return row; }
 uint XTok(uint t) { return t; }
 bool InBatch(uint t) { return t < p.n; }
@@ -91,7 +97,7 @@ void StoreTile(float acc[kTile], uint t0, uint row) {
   [[unroll]] for (uint t = 0; t < kTile; ++t) {
     if (InBatch(t0 + t)) {  // uniform: every lane has the same t0
       const float s = subgroupAdd(acc[t]);
-      if (subgroupElect()) Store(p.y_off + YRow(t0 + t) * p.y_stride + row, s);
+      if (subgroupElect()) Store(p.y_off + YRow(t0 + t) * p.y_stride + row, Biased(s, row));
     }
   }
 }
@@ -106,6 +112,8 @@ float Unfused(float v) { return subgroupMax(v); }
 // block's integer sums over the subgroup and add the blocks in order in every lane).
 void StoreTileUniform(float acc[kTile], uint t0, uint row) {
   [[unroll]] for (uint t = 0; t < kTile; ++t) {
-    if (InBatch(t0 + t) && subgroupElect()) Store(p.y_off + YRow(t0 + t) * p.y_stride + row, acc[t]);
+    if (InBatch(t0 + t) && subgroupElect()) {
+      Store(p.y_off + YRow(t0 + t) * p.y_stride + row, Biased(acc[t], row));
+    }
   }
 }
