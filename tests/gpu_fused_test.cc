@@ -402,6 +402,46 @@ Counts StepCounts(const model::Model& m, bool fuse) {
   return {(*fwd)->last_step_dispatches(), (*fwd)->last_step_barriers()};
 }
 
+// GpuForwardOptions::profile: the last step's GPU time per kernel covers every dispatch of the
+// step once (the per-kernel counts add up to last_step_dispatches()), with the step's products
+// among them, and the step's logits are those of an unprofiled forward (timestamps only).
+TEST(GpuStep, ProfileCoversEveryDispatch) {
+  const std::string skip = StepSkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  UF_REQUIRE_SHARED();
+  auto m = model::Model::Load("../shared/models/tiny-llama-256-q8_0.gguf");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  std::vector<float> logits[2];
+  for (int profile = 0; profile < 2; ++profile) {
+    auto cache = engine::KvCache::Create(CacheFor(**m, 16));
+    ASSERT_TRUE(cache.ok());
+    auto fwd =
+        GpuForward::Create(**m, kVulkan, cache->get(), {.max_batch = 8, .profile = profile != 0});
+    ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
+    model::Batch b;
+    b.Add(1, 0, 0, true);
+    ASSERT_TRUE((*fwd)->Forward(b).ok());
+    const int64_t n_vocab = (*m)->config().n_vocab;
+    logits[profile].assign((*fwd)->logits(0), (*fwd)->logits(0) + n_vocab);
+    const std::vector<KernelTime> p = (*fwd)->last_step_profile();
+    if (profile == 0) {
+      EXPECT_TRUE(p.empty());
+      continue;
+    }
+    if ((*fwd)->last_step_gpu_seconds() == 0.0) GTEST_SKIP() << "no device timestamps";
+    int dispatches = 0;
+    bool gemm = false;
+    for (const KernelTime& k : p) {
+      dispatches += k.dispatches;
+      EXPECT_GE(k.seconds, 0.0) << k.name;
+      gemm = gemm || k.name.rfind("gemm1_q8_0", 0) == 0;
+    }
+    EXPECT_EQ(dispatches, (*fwd)->last_step_dispatches());
+    EXPECT_TRUE(gemm);
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+}
+
 // The dispatches of a one-token step of a llama model (no biases, no q/k norms, attention
 // unsplit: 16 positions) whose matrices, lm_head included, all take one activation format
 // (`quantized`: Q8_0 or Q8_K, else f32 values), computed from its structure. Unfused, one

@@ -14,7 +14,8 @@
 #                                    each fusion the unfused kernels' bits). 1B Q4_0 also runs
 #                                    unfused (UF_GPU_FUSE=0; the `gemv` column says `unfused`):
 #                                    the table's dispatches and barriers per step and tok/s
-#                                    measure what the fusions save. The batched run repeats at
+#                                    measure what the fusions save; then the GPU time per kernel
+#                                    of a 1B F16 and Q4_0 decode step (bench --profile). The batched run repeats at
 #                                    16 and 64 streams with token tiles of 8 (UF_GPU_TILE=8,
 #                                    gemv `tile8`): what the wider GEMM tiles save. Default: the 1B shapes (a few minutes);
 #                                    `all` adds 8B F16 and Q4_0 (16 + 4.5 GB to write); `moe`
@@ -149,6 +150,14 @@ for arg in sys.argv[1:]:
               f"{'':>10} {b['gpu_tok_s']:>10.1f} {bw:>10.0f} {100 * b['roofline']:>8.1f}%")
     print(f"prefill (the batched runs' prompts, batches of up to 512): {j['pp_tok_s']:.0f} tok/s")
 PY
+    # Where a decode step's GPU time goes, per kernel (bench --profile: a timestamp after every
+    # dispatch), for the 1B F16 and Q4_0 shapes.
+    for t in f16 q4_0; do
+      echo
+      echo "== llama-3.2-1b $t: GPU time per kernel of a one-token decode step"
+      uf bench --device vulkan -m "$dir/llama-3.2-1b-$t.gguf" -p 0 -n 16 --reps 1 --profile |
+        sed -n '/^profile:/,$p'
+    done
     ;;
   *)
     sed -n 2,17p "$0"

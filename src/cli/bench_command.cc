@@ -56,10 +56,11 @@ struct BenchOptions {
   int threads = 0;
   int reps = 3;
   bool json = false;
-  std::string batch;    // "1,2,4,8"
-  bool serve = false;   // bench_serve.cc instead
-  bool spec = false;    // bench_spec.cc instead
-  std::string grammar;  // bench_grammar.cc instead
+  bool profile = false;  // --device vulkan: GPU time per kernel of a decode step
+  std::string batch;     // "1,2,4,8"
+  bool serve = false;    // bench_serve.cc instead
+  bool spec = false;     // bench_spec.cc instead
+  std::string grammar;   // bench_grammar.cc instead
   int spec_k = 8;
   std::string spec_draft;
   std::string spec_text;
@@ -532,6 +533,9 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("--reps", o->reps, "Repetitions of each measurement (the median is printed)")
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object instead of the table");
+  cmd->add_flag("--profile", o->profile,
+                "--device vulkan: also the GPU time of each kernel in a one-token decode step "
+                "(a separate run with a timestamp after every dispatch)");
   cmd->add_flag("--serve", o->serve,
                 "One stream through the serving engine and HTTP against the engine alone, at "
                 "temperature 0 and 1 (-p default 32, --reps default 5)");
@@ -556,6 +560,7 @@ void AddBenchCommand(CLI::App& app) {
       go.depth = o->depth;
       go.reps = o->reps;
       go.json = o->json;
+      go.profile = o->profile;
       auto batch = ParseBatchList(o->batch);
       if (!batch.ok()) Fail("bench", batch.status());
       go.batch = *batch;

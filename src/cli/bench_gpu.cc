@@ -36,12 +36,12 @@ int GpuBench(const GpuBenchOptions& o) {
   if (!cache.ok()) Fail("bench", cache.status());
   const int64_t chunk = std::clamp<int64_t>(std::max(o.n_prompt, o.depth), 1, 512);
   const double t_up = NowSeconds();
-  auto fwd = gpu::GpuForward::Create(
-      m, o.device, cache->get(),
-      {.max_batch = std::max<int64_t>(chunk, max_streams), .max_outputs = max_streams});
+  const gpu::GpuForwardOptions fo{.max_batch = std::max<int64_t>(chunk, max_streams),
+                                  .max_outputs = max_streams};
+  auto fwd = gpu::GpuForward::Create(m, o.device, cache->get(), fo);
   if (!fwd.ok()) Fail("bench", fwd.status());
   const double upload_s = NowSeconds() - t_up;
-  gpu::GpuForward& d = **fwd;
+  gpu::GpuForward* d = fwd->get();  // the profiled forward replaces it at the end (--profile)
 
   // Tokens: a fixed pseudo-random walk over the vocabulary (the content does not change the
   // work of a step).
@@ -50,7 +50,7 @@ int GpuBench(const GpuBenchOptions& o) {
   };
   model::Batch batch;
   const auto run = [&] {
-    if (Status s = d.Forward(batch); !s.ok()) Fail("bench", s);
+    if (Status s = d->Forward(batch); !s.ok()) Fail("bench", s);
   };
   // Positions [from, from + n) of stream seq, in batches of `chunk`, logits for the last.
   const auto prefill = [&](int seq, int64_t from, int64_t n) {
@@ -80,11 +80,11 @@ int GpuBench(const GpuBenchOptions& o) {
         batch.Clear();
         batch.Add(token(i), static_cast<int32_t>(i), 0, true);
         run();
-        gpu_s += d.last_step_gpu_seconds();
+        gpu_s += d->last_step_gpu_seconds();
       }
       tg.push_back(o.n_gen / (NowSeconds() - t0));
-      step_dispatches = d.last_step_dispatches();
-      step_barriers = d.last_step_barriers();
+      step_dispatches = d->last_step_dispatches();
+      step_barriers = d->last_step_barriers();
       tg_gpu.push_back(gpu_s > 0 ? o.n_gen / gpu_s : 0.0);
       // The same positions again, greedy with the arg-max on the device (no logits copied).
       const double t1 = NowSeconds();
@@ -92,7 +92,7 @@ int GpuBench(const GpuBenchOptions& o) {
         batch.Clear();
         batch.Add(token(i), static_cast<int32_t>(i), 0, true);
         int32_t next = 0;
-        if (Status s = d.ForwardGreedy(batch, &next); !s.ok()) Fail("bench", s);
+        if (Status s = d->ForwardGreedy(batch, &next); !s.ok()) Fail("bench", s);
       }
       tg_argmax.push_back(o.n_gen / (NowSeconds() - t1));
     }
@@ -109,10 +109,45 @@ int GpuBench(const GpuBenchOptions& o) {
       batch.Clear();
       for (int s = 0; s < streams; ++s) batch.Add(token(i + s), static_cast<int32_t>(i), s, true);
       run();
-      gpu_s += d.last_step_gpu_seconds();
+      gpu_s += d->last_step_gpu_seconds();
     }
     const double tokens = static_cast<double>(streams) * o.n_gen;
     batched.emplace_back(streams, tokens / (NowSeconds() - t0), gpu_s > 0 ? tokens / gpu_s : 0.0);
+  }
+  const gpu::DeviceInfo dev = d->device();
+  const uint64_t dev_bytes = d->device_bytes();
+  // --profile: a second forward with a timestamp after every dispatch (the first is freed first,
+  // so the weights are held once), stream 0 prefilled again to the decode position, then up to
+  // 16 one-token steps: each kernel's GPU time per step, averaged.
+  std::vector<gpu::KernelTime> profile;
+  double profile_step_s = 0.0;
+  if (o.profile) {
+    fwd->reset();
+    gpu::GpuForwardOptions po = fo;
+    po.profile = true;
+    auto pf = gpu::GpuForward::Create(m, o.device, cache->get(), po);
+    if (!pf.ok()) Fail("bench", pf.status());
+    d = pf->get();
+    for (int s = 0; s < max_streams; ++s) (*cache)->Remove(s);
+    const int64_t at = o.depth + o.n_prompt;
+    if (at > 0) prefill(0, 0, at);
+    const int64_t steps = std::clamp<int64_t>(o.n_gen, 1, 16);
+    for (int64_t i = at; i < at + steps; ++i) {
+      batch.Clear();
+      batch.Add(token(i), static_cast<int32_t>(i), 0, true);
+      run();
+      profile_step_s += d->last_step_gpu_seconds() / steps;
+      for (const gpu::KernelTime& k : d->last_step_profile()) {
+        auto it = std::find_if(profile.begin(), profile.end(),
+                               [&](const gpu::KernelTime& p) { return p.name == k.name; });
+        if (it == profile.end()) it = profile.insert(profile.end(), {k.name, k.dispatches, 0.0});
+        it->seconds += k.seconds / steps;
+      }
+    }
+    std::stable_sort(
+        profile.begin(), profile.end(),
+        [](const gpu::KernelTime& a, const gpu::KernelTime& b) { return a.seconds > b.seconds; });
+    *fwd = std::move(*pf);
   }
   auto bw = gpu::MeasureReadBandwidth(o.device, uint64_t{1} << 30, 8);
   const double bw_bytes = bw.ok() ? *bw : 0.0;
@@ -137,10 +172,10 @@ int GpuBench(const GpuBenchOptions& o) {
   if (o.json) {
     nlohmann::json j;
     j["model"] = o.model;
-    j["device"] = d.device().name;
-    j["device_type"] = d.device().type;
+    j["device"] = dev.name;
+    j["device_type"] = dev.type;
     j["upload_s"] = upload_s;
-    j["device_bytes"] = d.device_bytes();
+    j["device_bytes"] = dev_bytes;
     j["depth"] = o.depth;
     j["pp_tok_s"] = pp_tok_s;
     j["tg_tok_s"] = tg_tok_s;
@@ -151,6 +186,11 @@ int GpuBench(const GpuBenchOptions& o) {
     j["bytes_per_token"] = bytes_per_token;
     j["read_bw_gb_s"] = bw_bytes / 1e9;
     j["roofline"] = roofline;
+    for (const gpu::KernelTime& k : profile) {
+      j["profile"].push_back(
+          {{"kernel", k.name}, {"dispatches", k.dispatches}, {"us", k.seconds * 1e6}});
+    }
+    if (o.profile) j["profile_step_us"] = profile_step_s * 1e6;
     for (const auto& [streams, tok_s, gpu_tok_s] : batched) {
       j["batch"].push_back({{"streams", streams},
                             {"tok_s", tok_s},
@@ -161,9 +201,9 @@ int GpuBench(const GpuBenchOptions& o) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("device: Vulkan %d, %s (%s), %.0f MiB held, weights uploaded in %.2f s\n",
-              d.device().index, d.device().name.c_str(), d.device().type.c_str(),
-              static_cast<double>(d.device_bytes()) / (1 << 20), upload_s);
+  std::printf("device: Vulkan %d, %s (%s), %.0f MiB held, weights uploaded in %.2f s\n", dev.index,
+              dev.name.c_str(), dev.type.c_str(), static_cast<double>(dev_bytes) / (1 << 20),
+              upload_s);
   if (!bw.ok()) std::printf("read bandwidth: not measured (%s)\n", bw.status().ToString().c_str());
   std::printf("%-8s %-12s %14s %16s %12s %10s\n", "depth", "test", "tok/s", "bytes/token",
               "GB/s read", "roofline");
@@ -202,6 +242,21 @@ int GpuBench(const GpuBenchOptions& o) {
   std::printf(
       "pp runs the prompt in batches of up to 512 tokens; tok/s is wall clock around each "
       "step's submit and wait; the roofline uses it.\n");
+  if (o.profile) {
+    double total = 0.0;
+    for (const gpu::KernelTime& k : profile) total += k.seconds;
+    std::printf(
+        "\nprofile: a one-token decode step at position %lld, GPU time per kernel (a timestamp "
+        "after every dispatch, which slows the step: %.1f us so; dispatches of a group overlap, "
+        "so their split is approximate)\n",
+        static_cast<long long>(o.depth + o.n_prompt), profile_step_s * 1e6);
+    std::printf("%-24s %10s %12s %8s\n", "kernel", "dispatches", "us/step", "share");
+    for (const gpu::KernelTime& k : profile) {
+      std::printf("%-24s %10d %12.1f %7.1f%%\n", k.name.c_str(), k.dispatches, k.seconds * 1e6,
+                  total > 0 ? 100.0 * k.seconds / total : 0.0);
+    }
+    if (profile.empty()) std::printf("(no timestamps on this device)\n");
+  }
   return 0;
 }
 

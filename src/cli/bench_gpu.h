@@ -18,6 +18,9 @@ struct GpuBenchOptions {
   int64_t depth = 0;
   int reps = 3;
   bool json = false;
+  // A second forward with a timestamp after every dispatch: the GPU time per kernel of a
+  // one-token decode step at the end of the decode figures' positions.
+  bool profile = false;
   std::vector<int> batch;  // streams of each batched-decode run (--batch)
 };
 

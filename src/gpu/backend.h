@@ -69,6 +69,14 @@ enum class GemvVariant { kDefault, kBasic, kWide };
 // KvCacheOptions::host_storage). Each token's row is computed the same way whatever else the
 // batch holds, so a row of a k + 1-token verify batch is bit-identical to the same token decoded
 // alone. One command buffer is recorded per (tokens, logits rows) shape and replayed.
+// GPU time of one kernel in a profiled step (GpuForwardOptions::profile): its dispatches and
+// the time between the completion timestamps around them.
+struct KernelTime {
+  std::string name;  // the shader, e.g. "gemm1_q4_0"
+  int dispatches = 0;
+  double seconds = 0.0;
+};
+
 struct GpuForwardOptions {
   int64_t max_batch = 64;   // tokens per Forward
   int64_t max_outputs = 0;  // rows per Forward that may want logits; 0 = max_batch
@@ -90,6 +98,9 @@ struct GpuForwardOptions {
   // records one dispatch per operation with a barrier after each (kept for the tests that compare
   // the two, and to count what the fusions save).
   bool fuse = true;
+  // A timestamp after every dispatch, for last_step_profile() (`bench --device vulkan
+  // --profile`). Timestamps wait for the work before them, so a profiled step runs slower.
+  bool profile = false;
 };
 class GpuForward : public model::BatchForward {
  public:
@@ -112,6 +123,9 @@ class GpuForward : public model::BatchForward {
   // dependent dispatch costs ~1.9 us with its barrier, ~0.2 us without); 0 before any Forward.
   virtual int last_step_dispatches() const = 0;
   virtual int last_step_barriers() const = 0;
+  // With options.profile: the last Forward's GPU time per kernel, in the order the kernels first
+  // ran; empty without it or without device timestamps.
+  virtual std::vector<KernelTime> last_step_profile() const = 0;
   virtual const DeviceInfo& device() const = 0;
   // Bytes of device memory held (weights, cache, scratch).
   virtual uint64_t device_bytes() const = 0;

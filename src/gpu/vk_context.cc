@@ -491,7 +491,7 @@ constexpr uint32_t kSetsPerPool = 256;
 constexpr uint32_t kMaxBindings = 8;
 }  // namespace
 
-Recorder::Recorder(Context* ctx) : ctx_(ctx) {
+Recorder::Recorder(Context* ctx, bool profile) : ctx_(ctx), profile_(profile) {
   const VkFns& vk = ctx_->vk();
   VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
   ai.commandPool = ctx_->command_pool();
@@ -512,9 +512,10 @@ Recorder::Recorder(Context* ctx) : ctx_(ctx) {
   if (ctx_->timestamp_period_ns() > 0.0) {
     VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
     qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
-    qi.queryCount = 2;
+    // 0: the start, 1: the end, then (profile) one after each dispatch.
+    qi.queryCount = profile_ ? 2 + kMaxProfiled : 2;
     if (vk.vkCreateQueryPool(ctx_->device(), &qi, nullptr, &timestamps_) == VK_SUCCESS) {
-      vk.vkCmdResetQueryPool(cb_, timestamps_, 0, 2);
+      vk.vkCmdResetQueryPool(cb_, timestamps_, 0, qi.queryCount);
       vk.vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, timestamps_, 0);
     } else {
       timestamps_ = VK_NULL_HANDLE;  // timing is optional
@@ -604,6 +605,11 @@ void Recorder::Dispatch(const Pipeline& p, const std::vector<BufferRange>& buffe
     vk.vkCmdPushConstants(cb_, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
   }
   vk.vkCmdDispatch(cb_, groups_x, groups_y, groups_z);
+  if (profile_ && timestamps_ != VK_NULL_HANDLE && profiled_.size() < kMaxProfiled) {
+    vk.vkCmdWriteTimestamp(cb_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, timestamps_,
+                           2 + static_cast<uint32_t>(profiled_.size()));
+    profiled_.push_back(p.name);
+  }
   // Inside a group the barrier waits for EndGroup.
   if (!in_group_) pending_barrier_ = true;
   ++dispatches_;
@@ -656,8 +662,36 @@ Status Recorder::Run() {
     if (r == VK_SUCCESS && ts[1] >= ts[0]) {
       last_gpu_seconds_ = static_cast<double>(ts[1] - ts[0]) * ctx_->timestamp_period_ns() * 1e-9;
     }
+    if (!profiled_.empty()) {
+      std::vector<uint64_t> t(profiled_.size());
+      dispatch_seconds_.assign(profiled_.size(), 0.0);
+      if (ctx_->vk().vkGetQueryPoolResults(
+              ctx_->device(), timestamps_, 2, static_cast<uint32_t>(t.size()),
+              t.size() * sizeof(uint64_t), t.data(), sizeof(uint64_t),
+              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) == VK_SUCCESS) {
+        uint64_t prev = ts[0];
+        for (size_t i = 0; i < t.size(); ++i) {
+          dispatch_seconds_[i] =
+              t[i] >= prev ? static_cast<double>(t[i] - prev) * ctx_->timestamp_period_ns() * 1e-9
+                           : 0.0;
+          prev = std::max(prev, t[i]);
+        }
+      }
+    }
   }
   return OkStatus();
+}
+
+std::vector<KernelTime> Recorder::Profile() const {
+  std::vector<KernelTime> out;
+  for (size_t i = 0; i < dispatch_seconds_.size(); ++i) {
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const KernelTime& k) { return k.name == profiled_[i]; });
+    if (it == out.end()) it = out.insert(out.end(), KernelTime{profiled_[i], 0, 0.0});
+    ++it->dispatches;
+    it->seconds += dispatch_seconds_[i];
+  }
+  return out;
 }
 
 }  // namespace uf::gpu

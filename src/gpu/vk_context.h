@@ -132,7 +132,9 @@ struct BufferRange {
 // fixed at record time.
 class Recorder {
  public:
-  explicit Recorder(Context* ctx);
+  // profile: a timestamp after every dispatch (up to kMaxProfiled), for Profile().
+  explicit Recorder(Context* ctx, bool profile = false);
+  static constexpr int kMaxProfiled = 4096;
   ~Recorder();
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
@@ -159,6 +161,10 @@ class Recorder {
   // GPU time of the last Run between the first and the last command, from timestamps (without
   // the submit and the wait); 0 where the device has no compute timestamps.
   double last_gpu_seconds() const { return last_gpu_seconds_; }
+  // With profile: the last Run's time per pipeline (the intervals between the completion
+  // timestamps after each dispatch; the dispatches of a group overlap, so the group's total is
+  // right and its split approximate), in the order the pipelines first ran.
+  std::vector<KernelTime> Profile() const;
 
  private:
   VkDescriptorSet AllocateSet(const Pipeline& p);
@@ -171,6 +177,9 @@ class Recorder {
   bool finished_ = false;
   VkQueryPool timestamps_ = VK_NULL_HANDLE;
   double last_gpu_seconds_ = 0.0;
+  bool profile_ = false;
+  std::vector<std::string> profiled_;     // the pipeline of each timestamped dispatch
+  std::vector<double> dispatch_seconds_;  // of the last Run, per timestamped dispatch
   int dispatches_ = 0;
   int barriers_ = 0;
   bool in_group_ = false;

@@ -76,6 +76,9 @@ class VulkanForward final : public GpuForward {
   }
   int last_step_dispatches() const override { return last_ != nullptr ? last_->dispatches() : 0; }
   int last_step_barriers() const override { return last_ != nullptr ? last_->barriers() : 0; }
+  std::vector<KernelTime> last_step_profile() const override {
+    return last_ != nullptr ? last_->Profile() : std::vector<KernelTime>{};
+  }
   const DeviceInfo& device() const override { return ctx_->info(); }
   uint64_t device_bytes() const override { return ctx_->allocated_bytes(); }
 

@@ -305,7 +305,7 @@ StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, Out ou
   auto it = recordings_.find(key);
   if (it != recordings_.end()) return it->second.get();
   if (recordings_.size() >= kMaxRecordings) recordings_.clear();  // every run has finished
-  auto r = std::make_unique<Recorder>(ctx_.get());
+  auto r = std::make_unique<Recorder>(ctx_.get(), o_.profile);
   UF_RETURN_IF_ERROR(Record(r.get(), n, n_out, out));
   Recorder* p = r.get();
   recordings_.emplace(key, std::move(r));
