@@ -127,46 +127,14 @@ TEST_F(GpuKernelsTest, SwiGluOaiQuantEqualsSwiGluOaiThenQuantize) {
   }
 }
 
-// y += W x (the residual add folded into the GEMM) against W x into a scratch row followed by
-// Add, for every weight type, one token (gemm1_*) and 9 tokens (gemm8_*, a partial tile), with
-// both GEMV variants where they differ.
-TEST_F(GpuKernelsTest, GemmAccumulateEqualsGemmThenAdd) {
+// The GEMM's two epilogues against the product followed by Add, for every weight type, 1, 9 and
+// 33 tokens (gemm1_*, a partial tile of 16, a partial tile of 32), with both GEMV variants where
+// they differ: y += W x (the residual add folded into the GEMM) against W x into a scratch row
+// then Add into y; y = W x + b (qwen2's and gpt-oss's q/k/v biases) against W x then Add of the
+// bias.
+TEST_F(GpuKernelsTest, GemmAccumulateAndBiasEqualGemmThenAdd) {
   const int64_t rows = 67, cols = 512;
-  const std::vector<float> wf = Random(rows * cols, 19, 0.1f);
-  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
-                        GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kMXFP4}) {
-    std::vector<uint8_t> data;
-    const kernels::Matrix m = type == GgmlType::kF32
-                                  ? *kernels::Matrix::Create(type, wf.data(), rows, cols)
-                                  : Quantized(type, wf, rows, cols, &data);
-    auto gm = UploadMatrix(ctx_, m);
-    ASSERT_TRUE(gm.ok()) << gm.status().ToString();
-    for (const Kernels* k : Variants(type)) {
-      for (int64_t n : {1, 9}) {
-        SCOPED_TRACE(std::string(GgmlTypeName(type)) + " " + VariantName(k) +
-                     " n=" + std::to_string(n));
-        const std::vector<float> x = Random(n * cols, 20), y0 = Random(n * rows, 21);
-        Buffer xb = Floats(x), q = Empty(ActBytes(n * cols)), tmp = Empty(n * rows * 4),
-               y1 = Floats(y0), y2 = Floats(y0);
-        Recorder rec(ctx_);
-        const Buffer& in = QuantizeFor(&rec, type, xb, n * cols, q) ? q : xb;
-        k->Gemm(&rec, *gm, in, n, tmp);
-        k->Add(&rec, tmp, 0, y1, 0, n * rows);
-        k->Gemm(&rec, *gm, in, n, y2, 0, 0, /*accumulate=*/true);
-        ASSERT_TRUE(rec.Finish().ok());
-        ASSERT_TRUE(rec.Run().ok());
-        EXPECT_EQ(Words(ctx_, y1, n * rows * 4), Words(ctx_, y2, n * rows * 4));
-      }
-    }
-  }
-}
-
-// y = W x + b (qwen2's and gpt-oss's q/k/v biases folded into the GEMM) against W x followed by
-// Add of the bias, for every weight type, 1, 9 and 33 tokens (gemm1_*, a partial tile of 16, a
-// partial tile of 32), with both GEMV variants where they differ.
-TEST_F(GpuKernelsTest, GemmBiasEqualsGemmThenAdd) {
-  const int64_t rows = 67, cols = 512;
-  const std::vector<float> wf = Random(rows * cols, 23, 0.1f), bias = Random(rows, 24);
+  const std::vector<float> wf = Random(rows * cols, 19, 0.1f), bias = Random(rows, 24);
   Buffer bb = Floats(bias);
   for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
                         GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kMXFP4}) {
@@ -180,17 +148,21 @@ TEST_F(GpuKernelsTest, GemmBiasEqualsGemmThenAdd) {
       for (int64_t n : {1, 9, 33}) {
         SCOPED_TRACE(std::string(GgmlTypeName(type)) + " " + VariantName(k) +
                      " n=" + std::to_string(n));
-        const std::vector<float> x = Random(n * cols, 25);
-        Buffer xb = Floats(x), q = Empty(ActBytes(n * cols)), y1 = Empty(n * rows * 4),
-               y2 = Empty(n * rows * 4);
+        const std::vector<float> x = Random(n * cols, 20), y0 = Random(n * rows, 21);
+        Buffer xb = Floats(x), q = Empty(ActBytes(n * cols)), tmp = Empty(n * rows * 4),
+               y1 = Floats(y0), y2 = Floats(y0), b1 = Empty(n * rows * 4), b2 = Empty(n * rows * 4);
         Recorder rec(ctx_);
         const Buffer& in = QuantizeFor(&rec, type, xb, n * cols, q) ? q : xb;
-        k->Gemm(&rec, *gm, in, n, y1);
-        k->Add(&rec, bb, 0, y1, 0, n * rows, rows);
-        k->Gemm(&rec, *gm, in, n, y2, 0, 0, /*accumulate=*/false, &bb);
+        k->Gemm(&rec, *gm, in, n, tmp);
+        k->Add(&rec, tmp, 0, y1, 0, n * rows);
+        k->Gemm(&rec, *gm, in, n, y2, 0, 0, /*accumulate=*/true);
+        k->Gemm(&rec, *gm, in, n, b1);
+        k->Add(&rec, bb, 0, b1, 0, n * rows, rows);
+        k->Gemm(&rec, *gm, in, n, b2, 0, 0, /*accumulate=*/false, &bb);
         ASSERT_TRUE(rec.Finish().ok());
         ASSERT_TRUE(rec.Run().ok());
-        EXPECT_EQ(Words(ctx_, y1, n * rows * 4), Words(ctx_, y2, n * rows * 4));
+        EXPECT_EQ(Words(ctx_, y1, n * rows * 4), Words(ctx_, y2, n * rows * 4)) << "accumulate";
+        EXPECT_EQ(Words(ctx_, b1, n * rows * 4), Words(ctx_, b2, n * rows * 4)) << "bias";
       }
     }
   }

@@ -110,6 +110,23 @@ class GpuKernelsTest : public ::testing::Test {
     }
     return false;
   }
+  // x quantized on the device (Q8_K with q8k, else Q8_0), as the words the GEMMs read.
+  std::vector<uint32_t> DeviceQuantize(const std::vector<float>& x, bool q8k) {
+    const auto n = static_cast<int64_t>(x.size());
+    const uint64_t bytes = q8k ? Q8KActivationBytes(n) : Q8ActivationBytes(n);
+    Buffer xb = Floats(x), q = Empty(bytes);
+    Recorder rec(ctx_);
+    if (q8k) {
+      kernels_->QuantizeK(&rec, xb, 0, n, q);
+    } else {
+      kernels_->Quantize(&rec, xb, 0, n, q);
+    }
+    EXPECT_TRUE(rec.Finish().ok());
+    EXPECT_TRUE(rec.Run().ok());
+    std::vector<uint32_t> got(bytes / 4);
+    EXPECT_TRUE(ctx_->Download(q, 0, got.data(), got.size() * 4).ok());
+    return got;
+  }
   static uint64_t ActBytes(int64_t values) {
     return std::max(Q8ActivationBytes(values), Q8KActivationBytes(values));
   }

@@ -311,13 +311,7 @@ TEST_F(GpuKernelsTest, QuantizeMatchesCpu) {
   x[2 * cols + 32] = 127.0f;
   std::vector<kernels::BlockQ8_0> want(blocks);
   kernels::QuantizeRow(GgmlType::kQ8_0, x.data(), want.data(), n);
-  Buffer xb = Floats(x), q = Empty(Q8ActivationBytes(n));
-  Recorder rec(ctx_);
-  kernels_->Quantize(&rec, xb, 0, n, q);
-  ASSERT_TRUE(rec.Finish().ok());
-  ASSERT_TRUE(rec.Run().ok());
-  std::vector<uint32_t> got(Q8ActivationBytes(n) / 4);
-  ASSERT_TRUE(ctx_->Download(q, 0, got.data(), got.size() * 4).ok());
+  const std::vector<uint32_t> got = DeviceQuantize(x, /*q8k=*/false);
   for (int64_t b = 0; b < blocks; ++b) {
     float d_want;
     kernels::DequantizeRow(GgmlType::kF16, &want[b].d, &d_want, 1);
@@ -356,13 +350,7 @@ TEST_F(GpuKernelsTest, QuantizeQ8KMatchesCpu) {
   std::fill(x.begin() + 2 * cols, x.begin() + 2 * cols + 256, 0.0f);  // block 10: zero
   std::vector<kernels::BlockQ8_K> want(blocks);
   kernels::QuantizeRow(GgmlType::kQ8_K, x.data(), want.data(), n);
-  Buffer xb = Floats(x), q = Empty(Q8KActivationBytes(n));
-  Recorder rec(ctx_);
-  kernels_->QuantizeK(&rec, xb, 0, n, q);
-  ASSERT_TRUE(rec.Finish().ok());
-  ASSERT_TRUE(rec.Run().ok());
-  std::vector<uint32_t> got(Q8KActivationBytes(n) / 4);
-  ASSERT_TRUE(ctx_->Download(q, 0, got.data(), got.size() * 4).ok());
+  const std::vector<uint32_t> got = DeviceQuantize(x, /*q8k=*/true);
   // The ties' first values set d's sign (d = -max / 127): -6 in block 4, +7 in block 5.
   EXPECT_GT(want[4].d, 0.0f);
   EXPECT_LT(want[5].d, 0.0f);
@@ -396,13 +384,7 @@ TEST_F(GpuKernelsTest, QuantizeQ8KScalesMatchCpu) {
   }
   std::vector<kernels::BlockQ8_K> want(blocks);
   kernels::QuantizeRow(GgmlType::kQ8_K, x.data(), want.data(), n);
-  Buffer xb = Floats(x), q = Empty(Q8KActivationBytes(n));
-  Recorder rec(ctx_);
-  kernels_->QuantizeK(&rec, xb, 0, n, q);
-  ASSERT_TRUE(rec.Finish().ok());
-  ASSERT_TRUE(rec.Run().ok());
-  std::vector<uint32_t> got(Q8KActivationBytes(n) / 4);
-  ASSERT_TRUE(ctx_->Download(q, 0, got.data(), got.size() * 4).ok());
+  const std::vector<uint32_t> got = DeviceQuantize(x, /*q8k=*/true);
   int bad = 0;
   for (int64_t b = 0; b < blocks && bad < 10; ++b) {
     float d_got;

@@ -1,7 +1,7 @@
 // The mixture-of-experts kernels that are not products: route.comp (Kernels::Route) against
-// model::Decoder::Route's algorithm, and moe_group.comp (Kernels::GroupSlots), the grouping of a
-// batch's (token, expert) slots by expert, against the stable counting sort it must equal.
-// Tolerances are stated in each test.
+// model::RouteExperts, the CPU decoder's router, and moe_group.comp (Kernels::GroupSlots), the
+// grouping of a batch's (token, expert) slots by expert, against the stable counting sort it must
+// equal. Tolerances are stated in each test.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 
 #if UF_HAVE_VULKAN
 #include "gpu_kernels_fixture.h"
+#include "model/decoder.h"
 #endif
 
 namespace uf::gpu {
@@ -21,45 +22,6 @@ namespace {
 #if !UF_HAVE_VULKAN
 TEST(GpuMoeGroup, NotBuilt) { GTEST_SKIP() << "built without the Vulkan backend"; }
 #else
-
-// Decoder::Route's algorithm (src/model/moe.cc) for one token: the k best by an insertion into
-// the sorted k (ties to the lower index), then the weights.
-void ReferenceRoute(const float* logits, const float* bias, int64_t ne, int64_t k,
-                    const Kernels::RouteParams& rp, uint32_t* sel, float* w) {
-  std::vector<float> l(logits, logits + ne);
-  if (bias != nullptr) {
-    for (int64_t x = 0; x < ne; ++x) l[x] += bias[x];
-  }
-  int64_t have = 0;
-  for (int64_t x = 0; x < ne; ++x) {
-    const float v = l[x];
-    if (have == k && !(v > l[sel[k - 1]])) continue;
-    int64_t i = have < k ? have++ : k - 1;
-    while (i > 0 && v > l[sel[i - 1]]) {
-      sel[i] = sel[i - 1];
-      --i;
-    }
-    sel[i] = static_cast<uint32_t>(x);
-  }
-  const float max = l[sel[0]];
-  float sum = 0.0f;
-  if (rp.softmax_all) {
-    for (int64_t x = 0; x < ne; ++x) sum += std::exp(l[x] - max);
-    for (int64_t i = 0; i < k; ++i) w[i] = std::exp(l[sel[i]] - max) / sum;
-  } else {
-    for (int64_t i = 0; i < k; ++i) sum += (w[i] = std::exp(l[sel[i]] - max));
-    for (int64_t i = 0; i < k; ++i) w[i] /= sum;
-  }
-  if (rp.norm) {
-    float s = 0.0f;
-    for (int64_t i = 0; i < k; ++i) s += w[i];
-    s = std::max(s, 6.103515625e-5f);
-    for (int64_t i = 0; i < k; ++i) w[i] /= s;
-  }
-  if (rp.scale != 0.0f && rp.scale != 1.0f) {
-    for (int64_t i = 0; i < k; ++i) w[i] *= rp.scale;
-  }
-}
 
 // The experts exactly (ties included), the weights within 1e-6 relative + 1e-7 absolute: the
 // shader's exp is not the host's std::exp (Vulkan allows a few ulp).
@@ -97,6 +59,13 @@ TEST_F(GpuKernelsTest, RouteMatchesDecoderRoute) {
     rp.softmax_all = c.softmax_all;
     rp.norm = c.norm;
     rp.scale = c.scale;
+    model::ModelConfig mc;  // the CPU router's view of the same parameters
+    mc.n_expert = c.ne;
+    mc.n_expert_used = c.k;
+    mc.expert_gating =
+        c.softmax_all ? model::ExpertGating::kSoftmax : model::ExpertGating::kSoftmaxWeight;
+    mc.expert_weights_norm = c.norm;
+    mc.expert_weights_scale = c.scale;
     Buffer lb = Floats(logits), bb = Floats(bias);
     Buffer ids = Empty(n * c.k * 4), weights = Empty(n * c.k * 4);
     Recorder rec(ctx_);
@@ -107,12 +76,16 @@ TEST_F(GpuKernelsTest, RouteMatchesDecoderRoute) {
     ASSERT_TRUE(ctx_->Download(ids, 0, got_ids.data(), got_ids.size() * 4).ok());
     const std::vector<float> got_w = Read(weights, n * c.k);
     for (int64_t t = 0; t < n; ++t) {
-      std::vector<uint32_t> sel(c.k);
+      std::vector<float> l(logits.begin() + t * c.ne, logits.begin() + (t + 1) * c.ne);
+      if (c.bias) {
+        for (int64_t x = 0; x < c.ne; ++x) l[x] += bias[x];
+      }
+      std::vector<int32_t> sel(c.k);
       std::vector<float> w(c.k);
-      ReferenceRoute(logits.data() + t * c.ne, c.bias ? bias.data() : nullptr, c.ne, c.k, rp,
-                     sel.data(), w.data());
+      model::RouteExperts(mc, l.data(), sel.data(), w.data());
       for (int64_t i = 0; i < c.k; ++i) {
-        EXPECT_EQ(got_ids[t * c.k + i], sel[i]) << "token " << t << " rank " << i;
+        EXPECT_EQ(got_ids[t * c.k + i], static_cast<uint32_t>(sel[i]))
+            << "token " << t << " rank " << i;
         EXPECT_NEAR(got_w[t * c.k + i], w[i], 1e-6f * std::abs(w[i]) + 1e-7f)
             << "token " << t << " rank " << i;
       }

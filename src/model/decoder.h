@@ -45,6 +45,12 @@ struct DecoderOptions {
 // position, as before).
 void UseSlidingWindowPool(const ModelConfig& c, int64_t slack, engine::KvCacheOptions* co);
 
+// A token's k experts (c.n_expert_used; best first, ties to the lower index) into sel and their
+// weights into w, from its c.n_expert router logits (the router's bias already added), as the
+// config's gating, renormalisation and scale say. Decoder's MoE layers use it, and the GPU
+// router's test compares against it.
+void RouteExperts(const ModelConfig& c, const float* logits, int32_t* sel, float* w);
+
 class Decoder final : public BatchForward {
  public:
   static constexpr int64_t kSingleDispatchTokens = 16;

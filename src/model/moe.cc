@@ -148,15 +148,8 @@ void MoeSwiGluDone(void* ctx, int job, int64_t r0, int64_t r1) {
 
 }  // namespace
 
-// Token t's k experts (best first) and their weights from its router logits.
-void Decoder::Route(int64_t il, int64_t t) {
-  const ModelConfig& c = config_;
+void RouteExperts(const ModelConfig& c, const float* logits, int32_t* sel, float* w) {
   const int64_t ne = c.n_expert, k = c.n_expert_used;
-  float* logits = moe_logits_.data() + t * ne;
-  const std::vector<float>& bias = model_.weights().layers[il].router_b;
-  if (!bias.empty()) kernels::AddInPlace(logits, bias.data(), ne);
-  int32_t* sel = moe_sel_.data() + t * k;
-  float* w = moe_weight_.data() + t * k;
   // Top k by logit (softmax keeps the order), ties to the lower index; insertion into the
   // sorted k best: k <= 64, and most experts fall out at the first comparison.
   int64_t have = 0;
@@ -190,6 +183,16 @@ void Decoder::Route(int64_t il, int64_t t) {
   if (c.expert_weights_scale != 0.0f && c.expert_weights_scale != 1.0f) {
     for (int64_t i = 0; i < k; ++i) w[i] *= c.expert_weights_scale;
   }
+}
+
+// Token t's k experts (best first) and their weights from its router logits.
+void Decoder::Route(int64_t il, int64_t t) {
+  const ModelConfig& c = config_;
+  const int64_t ne = c.n_expert, k = c.n_expert_used;
+  float* logits = moe_logits_.data() + t * ne;
+  const std::vector<float>& bias = model_.weights().layers[il].router_b;
+  if (!bias.empty()) kernels::AddInPlace(logits, bias.data(), ne);
+  RouteExperts(c, logits, moe_sel_.data() + t * k, moe_weight_.data() + t * k);
 }
 
 // Groups the batch's (token, expert) slots by expert and sets up the gate/up product: one job
@@ -278,8 +281,7 @@ void Decoder::MoeFfn(int64_t il, int64_t n, int ti, int nt) {
   auto gather = [&](int64_t s0, int64_t step) {
     for (int64_t s = s0; s < n * k; s += step) {
       std::memcpy(moe_slot_act_.data() + s * act_fmt.row_bytes,
-                  moe_tok_act_.data() + moe_slot_token_[s] * act_fmt.row_bytes,
-                  act_fmt.row_bytes);
+                  moe_tok_act_.data() + moe_slot_token_[s] * act_fmt.row_bytes, act_fmt.row_bytes);
     }
   };
   if (n <= kSingleDispatchTokens) {

@@ -22,7 +22,9 @@
 // ids and values for any chunking. sampling::Sampler::SampleReduced's bound on the lse assumes
 // this summation (kTopKChunk there).
 #version 450
-layout(local_size_x = 256) in;
+#extension GL_GOOGLE_include_directive : require
+#define kGroupSize 256
+#include "common.glsl"
 
 layout(std430, binding = 0) readonly buffer L { float l[]; };
 layout(std430, binding = 1) writeonly buffer O { uint o[]; };
@@ -33,7 +35,6 @@ shared uint hist[256];
 shared uint s_prefix, s_need, s_n, s_top;
 shared uint c_id[64];
 shared uint c_key[64];
-shared float red[256];
 
 // Larger logit <=> larger key; NaN is keyed as -inf and -0 as +0.
 uint Key(float x) {
@@ -59,16 +60,6 @@ uint ItemId(uint i) {
   return part[PartBase(i / p.k) + i % p.k];
 }
 
-float WorkgroupSum(float s) {
-  const uint lid = gl_LocalInvocationID.x;
-  red[lid] = s;
-  barrier();
-  for (uint w = 128u; w > 0u; w >>= 1) {
-    if (lid < w) red[lid] += red[lid + w];
-    barrier();
-  }
-  return red[0];
-}
 
 // The best kk (<= n) of the n items into c_id / c_key, best first at [rank]; s_top = the best
 // key. Every invocation calls it.
