@@ -12,7 +12,10 @@
 #                                    rows across batch sizes, both variants) run first when
 #                                    prepare carried them, and the fused kernels' (gpu_fused_test:
 #                                    each fusion the unfused kernels' bits). 1B Q4_0 also runs
-#                                    unfused (UF_GPU_FUSE=0; the `gemv` column says `unfused`):
+#                                    unfused (UF_GPU_FUSE=0; the `gemv` column says `unfused`),
+#                                    1B Q8_0 and Q4_0 without the packed int8 dot (UF_GPU_DOT4=0,
+#                                    `nodot4`; `devices` prints whether the device has it) and
+#                                    with a blocking fence wait (UF_GPU_SPIN_US=0, `nospin`):
 #                                    the table's dispatches and barriers per step and tok/s
 #                                    measure what the fusions save; then the GPU time per kernel
 #                                    of a 1B F16 and Q4_0 decode step (bench --profile). The batched run repeats at
@@ -74,7 +77,7 @@ case "${1:-}" in
     uf devices
     # The GEMV kernels against the CPU and across batch sizes, both variants (a few seconds).
     if [ "$1" = run ] && [ -x .gpu/gpu_kernels_test ]; then
-      bash .gpu/on-device.sh .gpu/gpu_kernels_test --gtest_filter='*Gemm*:*Gemv*' 2>&1 |
+      bash .gpu/on-device.sh .gpu/gpu_kernels_test --gtest_filter='*Gemm*:*Gemv*:*IntegerDot*' 2>&1 |
         grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure|gpu\]' || true
     fi
     # The fused kernels against the unfused ones, and the sampling and MoE reductions (arg-max,
@@ -86,10 +89,14 @@ case "${1:-}" in
       fi
     done
     # Fields: preset, weight type, depth, GEMV variant (UF_GPU_GEMV; `unfused`: basic with
-    # UF_GPU_FUSE=0), layers (cut-down MoE).
+    # UF_GPU_FUSE=0; `nodot4`: basic with UF_GPU_DOT4=0, the integer GEMMs by byte extracts
+    # instead of the packed int8 dot; `nospin`: basic with UF_GPU_SPIN_US=0, a blocking fence
+    # wait instead of polling), layers (cut-down MoE).
     runs=("llama-3.2-1b f16 0 basic" "llama-3.2-1b f16 0 wide" "llama-3.2-1b q8_0 0 basic"
-          "llama-3.2-1b q8_0 0 wide" "llama-3.2-1b q4_0 0 basic" "llama-3.2-1b q4_0 0 unfused"
-          "llama-3.2-1b q4_0 0 wide" "llama-3.2-1b f16 $depth basic")
+          "llama-3.2-1b q8_0 0 wide" "llama-3.2-1b q8_0 0 nodot4" "llama-3.2-1b q4_0 0 basic"
+          "llama-3.2-1b q4_0 0 unfused" "llama-3.2-1b q4_0 0 nodot4" "llama-3.2-1b q4_0 0 nospin"
+          "llama-3.2-1b q4_0 0 wide"
+          "llama-3.2-1b f16 $depth basic")
     [ "${2:-}" = all ] && runs+=("llama-3.1-8b f16 0 basic" "llama-3.1-8b f16 0 wide"
                                  "llama-3.1-8b q4_0 0 basic" "llama-3.1-8b q4_0 0 wide")
     # Mixtures of experts, cut down to a few layers (the 5th field) to fit the session.
@@ -102,9 +109,11 @@ case "${1:-}" in
       model="$dir/$preset-$type${layers:+-$layers}.gguf"
       [ -f "$model" ] || uf synth --preset "$preset" --type "$type" ${layers:+--layers "$layers"} \
         -o "$model" >/dev/null
-      fuse=1 g=$gemv
+      fuse=1 g=$gemv dot4=1 spin=
       [ "$gemv" = unfused ] && fuse=0 g=basic
-      line=$(UF_GPU_FUSE=$fuse UF_GPU_GEMV=$g uf bench --device vulkan -m "$model" -p 0 -n "$n_gen" --reps 1 \
+      [ "$gemv" = nodot4 ] && dot4=0 g=basic
+      [ "$gemv" = nospin ] && spin=0 g=basic
+      line=$(UF_GPU_FUSE=$fuse UF_GPU_GEMV=$g UF_GPU_DOT4=$dot4 UF_GPU_SPIN_US=$spin uf bench --device vulkan -m "$model" -p 0 -n "$n_gen" --reps 1 \
              --depth "$d" --json | tail -n 1)
       echo "$line"
       results+=("$name $type $d $gemv $line")

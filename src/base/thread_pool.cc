@@ -4,18 +4,10 @@
 
 #include <algorithm>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "base/cpu_relax.h"
 
 namespace uf {
 namespace {
-
-inline void CpuRelax() {
-#if defined(__x86_64__)
-  _mm_pause();
-#endif
-}
 
 // Spin budgets, in SpinStep()s (a pause is ~40 ns here, a sched_yield 1-3 us). A worker polls
 // for the next job for up to ~0.5-1 ms: longer than the gap between the matmuls of a decode step

@@ -153,8 +153,8 @@ int GpuBench(const GpuBenchOptions& o) {
   const double bw_bytes = bw.ok() ? *bw : 0.0;
   const double pp_tok_s = Median(pp), tg_tok_s = Median(tg), tg_gpu_tok_s = Median(tg_gpu);
   const double tg_argmax_tok_s = Median(tg_argmax);
-  // Bytes a decode step reads: the weights as the file holds them (BF16/Q4_K/Q6_K are F16 on the
-  // device for now, which reads more) plus the f16 K/V up to the mean decode position.
+  // Bytes a decode step reads: the weights as the file holds them (the device holds about the
+  // same bytes, quants and scales split apart) plus the f16 K/V up to the mean decode position.
   const double kv_bytes =
       2.0 * 2 * m.config().n_layer * m.config().kv_dim() * (o.depth + o.n_prompt + o.n_gen / 2.0);
   const double bytes_per_token = static_cast<double>(m.bytes_per_token()) + kv_bytes;
@@ -174,6 +174,7 @@ int GpuBench(const GpuBenchOptions& o) {
     j["model"] = o.model;
     j["device"] = dev.name;
     j["device_type"] = dev.type;
+    j["integer_dot"] = gpu::IntegerDotByDefault(dev);
     j["upload_s"] = upload_s;
     j["device_bytes"] = dev_bytes;
     j["depth"] = o.depth;
@@ -201,9 +202,10 @@ int GpuBench(const GpuBenchOptions& o) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("device: Vulkan %d, %s (%s), %.0f MiB held, weights uploaded in %.2f s\n", dev.index,
-              dev.name.c_str(), dev.type.c_str(), static_cast<double>(dev_bytes) / (1 << 20),
-              upload_s);
+  std::printf(
+      "device: Vulkan %d, %s (%s), %.0f MiB held, weights uploaded in %.2f s, packed int8 dot %s\n",
+      dev.index, dev.name.c_str(), dev.type.c_str(), static_cast<double>(dev_bytes) / (1 << 20),
+      upload_s, gpu::IntegerDotByDefault(dev) ? "on" : "off");
   if (!bw.ok()) std::printf("read bandwidth: not measured (%s)\n", bw.status().ToString().c_str());
   std::printf("%-8s %-12s %14s %16s %12s %10s\n", "depth", "test", "tok/s", "bytes/token",
               "GB/s read", "roofline");

@@ -42,7 +42,16 @@ struct DeviceInfo {
   // every buffer here is bound whole, so no buffer may be larger.
   uint64_t max_binding_bytes = 0;
   bool float16 = false;  // shaderFloat16 (not required by the current shaders)
+  // shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product, core in 1.3): the packed
+  // 4 x int8 dot the Q8_0 / Q4_0 / MXFP4 / K-quant GEMMs use when present (the *_dot4 kernels);
+  // accelerated: the driver says it is one instruction (NVIDIA's dp4a), not a lowering.
+  bool integer_dot = false;
+  bool integer_dot_accelerated = false;
 };
+
+// Whether the integer GEMMs run the packed int8 dot (the *_dot4 kernels) on device d unless told
+// otherwise: d has shaderIntegerDotProduct and the environment's UF_GPU_DOT4 is not 0.
+bool IntegerDotByDefault(const DeviceInfo& d);
 
 // The Vulkan devices the loader finds. Errors (no loader, no driver, no device) name what was
 // searched and what to install.

@@ -17,6 +17,8 @@ bool VulkanCompiledIn() { return false; }
 
 StatusOr<std::vector<DeviceInfo>> ListDevices() { return NotBuilt(); }
 
+bool IntegerDotByDefault(const DeviceInfo&) { return false; }
+
 StatusOr<double> MeasureReadBandwidth(const DeviceSpec&, uint64_t, int) { return NotBuilt(); }
 
 StatusOr<std::unique_ptr<GpuDecoder>> GpuDecoder::Create(const model::Model&, const DeviceSpec&,

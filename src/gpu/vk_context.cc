@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "base/check.h"
+#include "base/cpu_relax.h"
 #include "base/log.h"
 #include "gpu/spirv.h"
 
@@ -111,20 +114,48 @@ Status OpenInstance(VkFns* vk, VkInstance* instance, std::vector<VkPhysicalDevic
   return s;
 }
 
+constexpr char kIntegerDotExtension[] = "VK_KHR_shader_integer_dot_product";
+
+bool HasExtension(const VkFns& vk, VkPhysicalDevice pd, const char* name) {
+  uint32_t n = 0;
+  if (vk.vkEnumerateDeviceExtensionProperties(pd, nullptr, &n, nullptr) != VK_SUCCESS) return false;
+  std::vector<VkExtensionProperties> exts(n);
+  if (vk.vkEnumerateDeviceExtensionProperties(pd, nullptr, &n, exts.data()) != VK_SUCCESS) {
+    return false;
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    if (std::strcmp(exts[i].extensionName, name) == 0) return true;
+  }
+  return false;
+}
+
 DeviceInfo Describe(const VkFns& vk, VkPhysicalDevice pd, int index) {
   VkPhysicalDeviceSubgroupProperties sub{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
   VkPhysicalDeviceDriverProperties drv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+  VkPhysicalDeviceShaderIntegerDotProductProperties dot_props{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES};
   VkPhysicalDeviceProperties base;
   vk.vkGetPhysicalDeviceProperties(pd, &base);
+  const bool dot_ext = HasExtension(vk, pd, kIntegerDotExtension);
   VkPhysicalDeviceProperties2 props{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
   props.pNext = &sub;
   // The driver properties are core in 1.2 only.
   if (base.apiVersion >= VK_API_VERSION_1_2) sub.pNext = &drv;
+  if (dot_ext) {
+    dot_props.pNext = props.pNext;
+    props.pNext = &dot_props;
+  }
   vk.vkGetPhysicalDeviceProperties2(pd, &props);
   VkPhysicalDeviceShaderFloat16Int8Features f16{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+  VkPhysicalDeviceShaderIntegerDotProductFeatures dot{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
   VkPhysicalDeviceFeatures2 feats{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   if (base.apiVersion >= VK_API_VERSION_1_2) feats.pNext = &f16;
+  if (dot_ext) {
+    dot.pNext = feats.pNext;
+    feats.pNext = &dot;
+  }
   vk.vkGetPhysicalDeviceFeatures2(pd, &feats);
   VkPhysicalDeviceMemoryProperties mem;
   vk.vkGetPhysicalDeviceMemoryProperties(pd, &mem);
@@ -148,6 +179,9 @@ DeviceInfo Describe(const VkFns& vk, VkPhysicalDevice pd, int index) {
   d.subgroup_size = sub.subgroupSize;
   d.max_binding_bytes = props.properties.limits.maxStorageBufferRange;
   d.float16 = f16.shaderFloat16 != VK_FALSE;
+  d.integer_dot = dot_ext && dot.shaderIntegerDotProduct != VK_FALSE;
+  d.integer_dot_accelerated =
+      d.integer_dot && dot_props.integerDotProduct4x8BitPackedSignedAccelerated != VK_FALSE;
   return d;
 }
 
@@ -235,6 +269,16 @@ Status Context::Init(int index) {
                             info_.api_version + "; 1.1 or newer is needed");
   }
   vk_.vkGetPhysicalDeviceMemoryProperties(physical_, &mem_props_);
+  spin_us_ = info_.type == "cpu" ? 0 : 2000;
+  if (const char* env = std::getenv("UF_GPU_SPIN_US"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long long us = std::strtoll(env, &end, 10);
+    if (*end == '\0' && us >= 0 && us <= 1000000) {
+      spin_us_ = us;
+    } else {
+      UF_LOG(WARNING) << "UF_GPU_SPIN_US=" << env << " is not 0-1000000: " << spin_us_;
+    }
+  }
   // The GEMVs sum a row within a subgroup (subgroupAdd) and put 64 / subgroup size rows in a
   // workgroup of 64.
   VkPhysicalDeviceSubgroupProperties sub{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
@@ -272,6 +316,16 @@ Status Context::Init(int index) {
   VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   dci.queueCreateInfoCount = 1;
   dci.pQueueCreateInfos = &qci;
+  // The packed int8 dot of the integer GEMMs' *_dot4 kernels, where the device has it.
+  VkPhysicalDeviceShaderIntegerDotProductFeatures dot{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
+  const char* extensions[] = {kIntegerDotExtension};
+  if (info_.integer_dot) {
+    dot.shaderIntegerDotProduct = VK_TRUE;
+    dci.pNext = &dot;
+    dci.enabledExtensionCount = 1;
+    dci.ppEnabledExtensionNames = extensions;
+  }
   UF_VK_TRY("vkCreateDevice", vk_.vkCreateDevice(physical_, &dci, nullptr, &device_));
   vk_.vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
 
@@ -428,7 +482,24 @@ Status Context::SubmitAndWait(VkCommandBuffer cb) {
   si.commandBufferCount = 1;
   si.pCommandBuffers = &cb;
   UF_VK_TRY("vkQueueSubmit", vk_.vkQueueSubmit(queue_, 1, &si, fence_));
-  UF_VK_TRY("vkWaitForFences", vk_.vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX));
+  bool signaled = false;
+  if (spin_us_ > 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
+    for (int polls = 0;; ++polls) {
+      const VkResult r = vk_.vkGetFenceStatus(device_, fence_);
+      if (r == VK_SUCCESS) {
+        signaled = true;
+        break;
+      }
+      if (r != VK_NOT_READY) UF_VK_TRY("vkGetFenceStatus", r);
+      // The clock every 16 polls: a poll is a memory read, the clock a vDSO call.
+      if (polls % 16 == 15 && std::chrono::steady_clock::now() > until) break;
+      CpuRelax();
+    }
+  }
+  if (!signaled) {
+    UF_VK_TRY("vkWaitForFences", vk_.vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX));
+  }
   UF_VK_TRY("vkResetFences", vk_.vkResetFences(device_, 1, &fence_));
   return OkStatus();
 }

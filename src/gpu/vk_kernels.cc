@@ -230,6 +230,11 @@ GemvVariant ResolveGemv(GemvVariant gemv) {
   return GemvVariant::kBasic;
 }
 
+bool IntegerDotByDefault(const DeviceInfo& d) {
+  const char* env = std::getenv("UF_GPU_DOT4");
+  return d.integer_dot && (env == nullptr || std::string(env) != "0");
+}
+
 int64_t ResolveMaxTile(int64_t max_tile) {
   if (max_tile != 0) {
     UF_CHECK(max_tile == 8 || max_tile == 16 || max_tile == 32) << "token tile " << max_tile;
@@ -243,8 +248,23 @@ int64_t ResolveMaxTile(int64_t max_tile) {
   return 32;
 }
 
-StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_tile) {
+StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_tile,
+                                  IntegerDot dot) {
   Kernels k;
+  if (dot == IntegerDot::kDefault) {
+    dot = IntegerDotByDefault(ctx->info()) ? IntegerDot::kOn : IntegerDot::kOff;
+  }
+  if (dot == IntegerDot::kOn && !ctx->info().integer_dot) {
+    return UnavailableError("Vulkan device " + ctx->info().name +
+                            " lacks shaderIntegerDotProduct, which the *_dot4 kernels need");
+  }
+  k.dot4_ = dot == IntegerDot::kOn;
+  // The name of an integer GEMM's kernel (a float one's as it is).
+  const auto gemm_name = [&k](std::string name, GgmlType type) {
+    const bool integer =
+        type != GgmlType::kF32 && type != GgmlType::kF16 && type != GgmlType::kBF16;
+    return k.dot4_ && integer ? name + "_dot4" : name;
+  };
   k.rows_per_group_ = 64 / ctx->info().subgroup_size;
   // The quantizers' workgroups (64 invocations) hold 64 / lanes subgroups, lanes the subgroup
   // size up to 64 (a wider subgroup is one partly filled): Q8_K gives each subgroup one block of
@@ -265,8 +285,10 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm32][GgmlType::kF16], ctx->GetPipeline("gemm32w_f16", 4));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmX][GgmlType::kF16], ctx->GetPipeline("gemmxw_f16", 4));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmG][GgmlType::kF16], ctx->GetPipeline("gemmgw_f16", 5));
-    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ8_0], ctx->GetPipeline("gemm1w_q8_0", 4));
-    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ4_0], ctx->GetPipeline("gemm1w_q4_0", 4));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ8_0],
+                        ctx->GetPipeline(gemm_name("gemm1w_q8_0", GgmlType::kQ8_0), 4));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ4_0],
+                        ctx->GetPipeline(gemm_name("gemm1w_q4_0", GgmlType::kQ4_0), 4));
   }
   for (const auto& [type, name] :
        std::initializer_list<std::pair<GgmlType, const char*>>{{GgmlType::kF32, "f32"},
@@ -278,11 +300,14 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
                                                                {GgmlType::kQ4_K, "q4_k"},
                                                                {GgmlType::kMXFP4, "mxfp4"}}) {
     for (int i = 0; i < kNumTiles; ++i) {
-      UF_ASSIGN_OR_RETURN(k.gemm_[i][type],
-                          ctx->GetPipeline("gemm" + std::to_string(kTiles[i]) + "_" + name, 4));
+      UF_ASSIGN_OR_RETURN(
+          k.gemm_[i][type],
+          ctx->GetPipeline(gemm_name("gemm" + std::to_string(kTiles[i]) + "_" + name, type), 4));
     }
-    UF_ASSIGN_OR_RETURN(k.gemmx_[type], ctx->GetPipeline(std::string("gemmx_") + name, 4));
-    UF_ASSIGN_OR_RETURN(k.gemmg_[type], ctx->GetPipeline(std::string("gemmg_") + name, 5));
+    UF_ASSIGN_OR_RETURN(k.gemmx_[type],
+                        ctx->GetPipeline(gemm_name(std::string("gemmx_") + name, type), 4));
+    UF_ASSIGN_OR_RETURN(k.gemmg_[type],
+                        ctx->GetPipeline(gemm_name(std::string("gemmg_") + name, type), 5));
   }
   UF_ASSIGN_OR_RETURN(k.quantize_, ctx->GetPipeline("quantize_q8_0", 2));
   UF_ASSIGN_OR_RETURN(k.quantize_k_, ctx->GetPipeline("quantize_q8_k", 2));

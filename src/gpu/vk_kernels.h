@@ -78,6 +78,12 @@ GemvVariant ResolveGemv(GemvVariant gemv);
 // policy before the wide tiles (gemm8_* for every batch), for A/B runs.
 int64_t ResolveMaxTile(int64_t max_tile);
 
+// The integer GEMMs' (Q8_0, Q4_0, MXFP4, Q4_K, Q6_K) dot of four int8 lanes: kOn the packed
+// instruction (the *_dot4 kernels; the device must have shaderIntegerDotProduct), kOff byte
+// extracts, kDefault kOn where the device has it unless the environment's UF_GPU_DOT4 is 0. Both
+// give the same bits (integer sums), so this changes speed only.
+enum class IntegerDot { kDefault, kOff, kOn };
+
 // The pipelines of every kernel, made once per context. Batched kernels take `tok`, the batch's
 // per-token inputs ([n][4] words: token id, position, cache row, sequence; host-written each
 // step), so a recording serves every step of its batch size.
@@ -85,10 +91,13 @@ class Kernels {
  public:
   // gemv: the one-token GEMV kernels (GemvVariant; kDefault reads UF_GPU_GEMV). max_tile: the
   // widest token tile of the batched GEMMs (ResolveMaxTile; 0 reads UF_GPU_TILE).
+  // dot: IntegerDot (kOn on a device without it is an error).
   static StatusOr<Kernels> Create(Context* ctx, GemvVariant gemv = GemvVariant::kDefault,
-                                  int64_t max_tile = 0);
+                                  int64_t max_tile = 0, IntegerDot dot = IntegerDot::kDefault);
   // kBasic or kWide: what Create resolved.
   GemvVariant gemv() const { return wide_ ? GemvVariant::kWide : GemvVariant::kBasic; }
+  // Whether the integer GEMMs are the *_dot4 kernels.
+  bool integer_dot() const { return dot4_; }
   // The token tile Gemm uses for an n-token batch: 1 for one token (gemm1_*), else the
   // narrowest of 8, 16 and 32 (up to the resolved max tile) that takes the batch in as few tiles
   // as the widest would: 8 up to 8 tokens, 16 up to 16, 32 beyond. Every tile computes a
@@ -270,6 +279,7 @@ class Kernels {
   std::map<GgmlType, const Pipeline*> gemmx_;  // stacked experts, one slot per z
   std::map<GgmlType, const Pipeline*> gemmg_;  // stacked experts, a tile of one expert per z
   bool wide_ = false;
+  bool dot4_ = false;                                 // the integer GEMMs are the *_dot4 kernels
   std::map<GgmlType, const Pipeline*> wide_gemm_[6];  // by WideKind: the wide kernels
   const Pipeline* moe_group_ = nullptr;
   const Pipeline* route_ = nullptr;

@@ -18,6 +18,7 @@ namespace uf::gpu {
   X(vkGetPhysicalDeviceFeatures2)             \
   X(vkGetPhysicalDeviceMemoryProperties)      \
   X(vkGetPhysicalDeviceQueueFamilyProperties) \
+  X(vkEnumerateDeviceExtensionProperties)     \
   X(vkCreateDevice)
 
 #define UF_VK_DEVICE_FUNCTIONS(X)  \
@@ -58,6 +59,7 @@ namespace uf::gpu {
   X(vkQueueSubmit)                 \
   X(vkCreateFence)                 \
   X(vkDestroyFence)                \
+  X(vkGetFenceStatus)              \
   X(vkWaitForFences)               \
   X(vkResetFences)                 \
   X(vkDeviceWaitIdle)              \

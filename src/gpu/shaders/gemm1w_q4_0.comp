@@ -8,6 +8,7 @@
 #extension GL_GOOGLE_include_directive : require
 #define kTile 1
 #include "gemm.glsl"
+#include "dot4.glsl"
 
 // The same buffers seen as 16-byte vectors (the quants) and as words (the scales).
 layout(std430, binding = 0) readonly buffer W { uvec4 w4[]; };
@@ -21,12 +22,7 @@ const uint kUnroll = 4;
 int BlockDot(uvec4 wv, uvec4 lo, uvec4 hi) {
   int s = 0;
   [[unroll]] for (uint k = 0; k < 4; ++k) {
-    [[unroll]] for (uint j = 0; j < 4; ++j) {
-      const int q_lo = int((wv[k] >> (8 * j)) & 15u) - 8;
-      const int q_hi = int((wv[k] >> (8 * j + 4)) & 15u) - 8;
-      s += q_lo * bitfieldExtract(int(lo[k]), int(8 * j), 8) +
-           q_hi * bitfieldExtract(int(hi[k]), int(8 * j), 8);
-    }
+    s += SDot4(NibblesMinus8(wv[k], 0), lo[k]) + SDot4(NibblesMinus8(wv[k], 4), hi[k]);
   }
   return s;
 }

@@ -8,6 +8,7 @@
 #extension GL_GOOGLE_include_directive : require
 #define kTile 1
 #include "gemm.glsl"
+#include "dot4.glsl"
 
 // The same buffers seen as 16-byte vectors (the quants) and as words (the scales).
 layout(std430, binding = 0) readonly buffer W { uvec4 w4[]; };
@@ -19,11 +20,7 @@ const uint kUnroll = 4;
 
 int Dot16(uvec4 a, uvec4 b) {
   int s = 0;
-  [[unroll]] for (uint k = 0; k < 4; ++k) {
-    [[unroll]] for (int j = 0; j < 32; j += 8) {
-      s += bitfieldExtract(int(a[k]), j, 8) * bitfieldExtract(int(b[k]), j, 8);
-    }
-  }
+  [[unroll]] for (uint k = 0; k < 4; ++k) s += SDot4(a[k], b[k]);
   return s;
 }
 

@@ -6,6 +6,7 @@
 // CPU's integer dot (kernels::DotMxfp4).
 #extension GL_GOOGLE_include_directive : require
 #include "gemm.glsl"
+#include "dot4.glsl"
 
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
 layout(std430, binding = 1) readonly buffer X { uint xq[]; };
@@ -13,8 +14,6 @@ layout(std430, binding = 1) readonly buffer X { uint xq[]; };
 #ifdef MXFP4
 const int kDoubled[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
 int Nib(uint v) { return kDoubled[v]; }
-#else
-int Nib(uint v) { return int(v) - 8; }
 #endif
 
 void main() {
@@ -35,24 +34,24 @@ void main() {
     uint wq[8];
     [[unroll]] for (uint k = 0; k < 4; ++k) {
       const uint wv = w[wb + k];
+#ifdef MXFP4
       wq[k] = 0;
       wq[k + 4] = 0;
       [[unroll]] for (uint j = 0; j < 4; ++j) {
         wq[k] = bitfieldInsert(wq[k], uint(Nib((wv >> (8 * j)) & 15u)), int(8 * j), 8);
         wq[k + 4] = bitfieldInsert(wq[k + 4], uint(Nib((wv >> (8 * j + 4)) & 15u)), int(8 * j), 8);
       }
+#else
+      wq[k] = NibblesMinus8(wv, 0);  // four values a few operations, not four extract-inserts
+      wq[k + 4] = NibblesMinus8(wv, 4);
+#endif
     }
     const float wd = uintBitsToFloat(w[p.w_d_off + wrow * blocks + b]);
     [[unroll]] for (uint t = 0; t < kTile; ++t) {
       if (InBatch(t0 + t)) {
         const uint xb = XTok(t0 + t) * p.x_stride + b * 8;
         int s = 0;
-        [[unroll]] for (uint k = 0; k < 8; ++k) {
-          const int xv = int(xq[xb + k]);
-          [[unroll]] for (int j = 0; j < 32; j += 8) {
-            s += bitfieldExtract(int(wq[k]), j, 8) * bitfieldExtract(xv, j, 8);
-          }
-        }
+        [[unroll]] for (uint k = 0; k < 8; ++k) s += SDot4(wq[k], xq[xb + k]);
         const float xd = uintBitsToFloat(xq[p.x_d_off + XTok(t0 + t) * blocks + b]);
         acc[t] += float(s) * (wd * xd);
       }

@@ -11,6 +11,7 @@
 // values, 8 of sub-block sums), the f32 d of each block at word x_d_off, token-major.
 #extension GL_GOOGLE_include_directive : require
 #include "gemm.glsl"
+#include "dot4.glsl"
 
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
 layout(std430, binding = 1) readonly buffer X { uint xq[]; };
@@ -18,14 +19,9 @@ layout(std430, binding = 1) readonly buffer X { uint xq[]; };
 uint W4(uint i) { return w[i]; }
 #include "q4_k.glsl"
 
-// The integer dot of 4 unsigned nibbles (at bit `shift` of each byte of qw) with 4 int8 values.
-int Dot4(uint qw, uint shift, int xv) {
-  int s = 0;
-  [[unroll]] for (int j = 0; j < 4; ++j) {
-    s += int((qw >> (8 * j + shift)) & 15u) * bitfieldExtract(xv, 8 * j, 8);
-  }
-  return s;
-}
+// The integer dot of 4 unsigned nibbles (at bit `shift` of each byte of qw: 0-15, so the same
+// as int8 lanes) with 4 int8 values.
+int Dot4(uint qw, uint shift, uint xv) { return SDot4((qw >> shift) & 0x0F0F0F0Fu, xv); }
 
 void main() {
   const uint row = SubgroupRow();
@@ -50,8 +46,7 @@ void main() {
       [[unroll]] for (uint t = 0; t < kTile; ++t) {
         if (InBatch(t0 + t)) {
           const uint xb = XTok(t0 + t) * p.x_stride + b * 72 + 16 * g + i % 8;
-          part[t].x += int(sc_lo) * Dot4(qw, 0, int(xq[xb])) +
-                       int(sc_hi) * Dot4(qw, 4, int(xq[xb + 8]));
+          part[t].x += int(sc_lo) * Dot4(qw, 0, xq[xb]) + int(sc_hi) * Dot4(qw, 4, xq[xb + 8]);
         }
       }
     }

@@ -11,6 +11,7 @@
 // each block at word x_d_off, token-major.
 #extension GL_GOOGLE_include_directive : require
 #include "gemm.glsl"
+#include "dot4.glsl"
 
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
 layout(std430, binding = 1) readonly buffer X { uint xq[]; };
@@ -20,13 +21,11 @@ uint W6(uint i) { return w[i]; }
 
 // The integer dot of 4 6-bit values (nibbles at bit `shift` of qlw's bytes, 2 bits at bit
 // `hshift` of qhw's bytes on top, minus 32) with 4 int8 values.
-int Dot6(uint qlw, uint shift, uint qhw, uint hshift, int xv) {
-  int s = 0;
-  [[unroll]] for (int j = 0; j < 4; ++j) {
-    const uint q = ((qlw >> (8 * j + shift)) & 15u) | (((qhw >> (8 * j + hshift)) & 3u) << 4);
-    s += (int(q) - 32) * bitfieldExtract(xv, 8 * j, 8);
-  }
-  return s;
+// The four 6-bit values q (0-63) are byte lanes; (q | 0x80) - 32 cannot borrow across bytes and
+// ^ 0x80 leaves q - 32 as int8 (as NibblesMinus8 does for 4 bits).
+int Dot6(uint qlw, uint shift, uint qhw, uint hshift, uint xv) {
+  const uint q = ((qlw >> shift) & 0x0F0F0F0Fu) | (((qhw >> hshift) & 0x03030303u) << 4);
+  return SDot4(((q | 0x80808080u) - 0x20202020u) ^ 0x80808080u, xv);
 }
 
 void main() {
@@ -54,8 +53,8 @@ void main() {
         if (InBatch(t0 + t)) {
           // value l + 32 k of half h: word 32 h + 8 k + lw of the block's values
           const uint xb = XTok(t0 + t) * p.x_stride + b * 72 + 32 * h + 8 * c + lw;
-          part[t] += sc_a * Dot6(qlw, 0, qhw, 2 * c, int(xq[xb])) +
-                     sc_b * Dot6(qlw, 4, qhw, 2 * c + 4, int(xq[xb + 16]));
+          part[t] += sc_a * Dot6(qlw, 0, qhw, 2 * c, xq[xb]) +
+                     sc_b * Dot6(qlw, 4, qhw, 2 * c + 4, xq[xb + 16]);
         }
       }
     }

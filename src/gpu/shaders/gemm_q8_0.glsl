@@ -4,6 +4,7 @@
 // the f32 scales [rows][blocks] at word w_d_off.
 #extension GL_GOOGLE_include_directive : require
 #include "gemm.glsl"
+#include "dot4.glsl"
 
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
 layout(std430, binding = 1) readonly buffer X { uint xq[]; };
@@ -18,19 +19,14 @@ void main() {
   [[unroll]] for (uint t = 0; t < kTile; ++t) acc[t] = 0.0;
   for (uint b = gl_SubgroupInvocationID; b < blocks; b += gl_SubgroupSize) {
     const uint wb = (wrow * blocks + b) * 8;
-    int wv[8];
-    for (uint k = 0; k < 8; ++k) wv[k] = int(w[wb + k]);
+    uint wv[8];
+    [[unroll]] for (uint k = 0; k < 8; ++k) wv[k] = w[wb + k];
     const float wd = uintBitsToFloat(w[p.w_d_off + wrow * blocks + b]);
     [[unroll]] for (uint t = 0; t < kTile; ++t) {
       if (InBatch(t0 + t)) {
         const uint xb = XTok(t0 + t) * p.x_stride + b * 8;
         int s = 0;
-        for (uint k = 0; k < 8; ++k) {
-          const int xv = int(xq[xb + k]);
-          for (int j = 0; j < 32; j += 8) {
-            s += bitfieldExtract(wv[k], j, 8) * bitfieldExtract(xv, j, 8);
-          }
-        }
+        [[unroll]] for (uint k = 0; k < 8; ++k) s += SDot4(wv[k], xq[xb + k]);
         const float xd = uintBitsToFloat(xq[p.x_d_off + XTok(t0 + t) * blocks + b]);
         acc[t] += float(s) * (wd * xd);
       }
