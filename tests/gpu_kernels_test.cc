@@ -110,6 +110,44 @@ TEST_F(GpuKernelsTest, GemmMatchesCpu) {
   }
 }
 
+// The K-quant GEMMs are the CPU scalar tier's bits (kernels::DotReference on Q8_K activations)
+// for rows of 1, 3 and 9 blocks, so a subgroup's blocks-at-once iteration (kq_cluster.glsl:
+// subgroup size / 4 blocks) runs whole, partial and more than once at every subgroup size
+// (the gpu_subgroup_* ctest entries rerun this at lavapipe's 4, 16, 32 and 64), for one token
+// and for tiles of 8 and 32.
+TEST_F(GpuKernelsTest, KQuantGemmIsTheCpuScalarTier) {
+  const int64_t rows = 37;
+  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    for (int64_t cols : {int64_t{256}, int64_t{768}, int64_t{2304}}) {
+      for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{33}}) {
+        SCOPED_TRACE(std::string(GgmlTypeName(type)) + " cols " + std::to_string(cols) +
+                     " tokens " + std::to_string(n));
+        const std::vector<float> wf = Random(rows * cols, 71, 0.5f), x = Random(n * cols, 72);
+        std::vector<uint8_t> data;
+        const kernels::Matrix m = Quantized(type, wf, rows, cols, &data);
+        std::vector<kernels::BlockQ8_K> xk(n * cols / 256);
+        kernels::QuantizeRow(GgmlType::kQ8_K, x.data(), xk.data(), n * cols);
+        auto gm = UploadMatrix(ctx_, m);
+        ASSERT_TRUE(gm.ok());
+        Buffer xb = Floats(x), xq = Empty(ActBytes(n * cols)), y = Empty(n * rows * 4);
+        Recorder rec(ctx_);
+        QuantizeFor(&rec, type, xb, n * cols, xq);
+        kernels_->Gemm(&rec, *gm, xq, n, y);
+        ASSERT_TRUE(rec.Finish().ok());
+        ASSERT_TRUE(rec.Run().ok());
+        const std::vector<float> got = Read(y, n * rows);
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t r = 0; r < rows; ++r) {
+            const float want = kernels::DotReference(type, data.data() + r * m.row_bytes(),
+                                                     xk.data() + t * cols / 256, cols);
+            ASSERT_EQ(got[t * rows + r], want) << "token " << t << " row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The property speculation rests on: a token's row of an n-token GEMM is bit-identical to the
 // same token alone (gemm1_*), for every weight type and for batch sizes that take each token
 // tile (Kernels::GemmTile: 8, 16, 32) whole and with a partial last tile; for F16, Q8_0 and

@@ -280,17 +280,20 @@ Status Context::Init(int index) {
     }
   }
   // The GEMVs sum a row within a subgroup (subgroupAdd) and put 64 / subgroup size rows in a
-  // workgroup of 64.
+  // workgroup of 64; the K-quant GEMMs take a block per 4 lanes (shuffles).
   VkPhysicalDeviceSubgroupProperties sub{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
   VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
   p2.pNext = &sub;
   vk_.vkGetPhysicalDeviceProperties2(physical_, &p2);
+  constexpr VkSubgroupFeatureFlags kOps =
+      VK_SUBGROUP_FEATURE_ARITHMETIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
   if (!(sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) ||
-      !(sub.supportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) || sub.subgroupSize == 0 ||
-      sub.subgroupSize > 64 || 64 % sub.subgroupSize != 0) {
+      (sub.supportedOperations & kOps) != kOps || sub.subgroupSize < 4 || sub.subgroupSize > 64 ||
+      64 % sub.subgroupSize != 0) {
     return UnavailableError("Vulkan device " + info_.name +
-                            " lacks subgroup arithmetic in compute shaders with a subgroup size "
-                            "dividing 64, which the GPU kernels need");
+                            " lacks subgroup arithmetic and shuffle operations in "
+                            "compute shaders with a subgroup size of 4 to 64 dividing 64, which "
+                            "the GPU kernels need");
   }
 
   uint32_t n_families = 0;
