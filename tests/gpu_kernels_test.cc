@@ -13,6 +13,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <utility>
@@ -247,7 +248,7 @@ TEST_F(GpuKernelsTest, ExpertGemmEqualsEachExpertsGemm) {
     ASSERT_TRUE(stacked.ok()) << stacked.status().ToString();
     EXPECT_EQ(stacked->rows, rows);
     EXPECT_EQ(stacked->n_experts, n_exp);
-    const bool q8 = TakesQ8Activation(type) || TakesQ8KActivation(type);
+    const bool q8 = ActivationFor(type) != Activation::kF32;
     Buffer idb = Empty(ids.size() * 4);
     ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), ids.size() * 4).ok());
     for (const Kernels* kern : Variants(type))
@@ -319,6 +320,45 @@ TEST_F(GpuKernelsTest, QuantizeMatchesCpu) {
     std::memcpy(&d_got, &got[blocks * 8 + b], 4);
     EXPECT_EQ(d_got, d_want) << "block " << b;
     EXPECT_EQ(std::memcmp(&got[b * 8], want[b].qs, 32), 0) << "block " << b;
+  }
+}
+
+// The pair quantizer (quantize_pairs) gives the CPU's f16 and bf16 roundings (QuantizeRow of
+// kF16 / kBF16, whose 16-bit values in order are the words' halves, low first), bit for bit:
+// 2 rows of 1,030 values (515 words: not a whole number of workgroups) with values half-way
+// between two f16 / two bf16 values (to even: down and up), zeros of both signs, values f16
+// holds only as subnormals and values past f16's range (to infinity).
+TEST_F(GpuKernelsTest, QuantizePairsMatchesCpu) {
+  const int64_t n = 2 * 1030;
+  std::vector<float> x = Random(n, 5);
+  const float f16_half = std::ldexp(1.0f, -11), bf16_half = std::ldexp(1.0f, -8);
+  const float special[] = {1.0f + f16_half,
+                           1.0f + 3 * f16_half,
+                           -1.0f - f16_half,
+                           1.0f + bf16_half,
+                           1.0f + 3 * bf16_half,
+                           0.0f,
+                           -0.0f,
+                           3e-6f,
+                           -4e-7f,
+                           70000.0f,
+                           -1e9f,
+                           65504.0f};
+  for (size_t i = 0; i < std::size(special); ++i) x[1029 + i] = special[i];
+  for (GgmlType type : {GgmlType::kF16, GgmlType::kBF16}) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    std::vector<uint16_t> want(n);
+    kernels::QuantizeRow(type, x.data(), want.data(), n);
+    Buffer xb = Floats(x), q = Empty(PairActivationBytes(n));
+    Recorder rec(ctx_);
+    kernels_->QuantizePairs(&rec, xb, 0, n, type == GgmlType::kBF16, q);
+    ASSERT_TRUE(rec.Finish().ok());
+    ASSERT_TRUE(rec.Run().ok());
+    std::vector<uint16_t> got(n);
+    ASSERT_TRUE(ctx_->Download(q, 0, got.data(), n * 2).ok());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got[i], want[i]) << "value " << i << " = " << x[i];
+    }
   }
 }
 

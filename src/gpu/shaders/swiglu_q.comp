@@ -1,6 +1,6 @@
 // swiglu.comp (or swiglu_oai.comp, oai 1) and the activation quantization after it in one dispatch:
-// out[i] = silu(gate[i]) * up[i], and out quantized into q as quantize_q8_0 (q8k 0) or
-// quantize_q8_k (q8k 1) would quantize it. A workgroup takes kSpan values: each invocation computes
+// out[i] = silu(gate[i]) * up[i], and out quantized into q as quantize_q8_0 (format 0),
+// quantize_q8_k (1) or quantize_pairs (2: f16 pairs, 3: bf16 pairs) would quantize it. A workgroup takes kSpan values: each invocation computes
 // values lid, lid + 256, ... with the separate kernel's operations (one each, coalesced), writes
 // them to out and to shared memory, then the subgroups quantize the span's blocks (16 of Q8_0, 2 of
 // Q8_K; quant_q8.glsl spreads them over the subgroups) from those exact floats, so out and q are
@@ -22,7 +22,7 @@ layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
 layout(std430, binding = 4) readonly buffer GB { float gb[]; };
 layout(std430, binding = 5) readonly buffer UB { float ub[]; };
 layout(std430, binding = 6) readonly buffer Ids { uint ids[]; };
-layout(push_constant) uniform P { uint n, q8k, d_off, oai, ff; } p;
+layout(push_constant) uniform P { uint n, format, d_off, oai, ff; } p;
 
 const uint kSpan = 512;  // values a workgroup (Kernels' kSwiGluSpan): whole Q8_K blocks
 shared float span[kSpan];
@@ -55,11 +55,17 @@ void main() {
     }
   }
   barrier();
-  const uint len = p.q8k != 0 ? 256 : 32;
+  if (p.format >= 2) {  // pairs (n even): the span's words from g_first / 2
+    for (uint j = lid; 2 * j < kSpan && g_first + 2 * j < p.n; j += kGroupSize) {
+      q[g_first / 2 + j] = PackPair(span[2 * j], span[2 * j + 1], p.format == 3);
+    }
+    return;
+  }
+  const uint len = p.format == 1 ? 256 : 32;
   const uint first_block = g_first / len, blocks = p.n / len;
   const uint end = min(first_block + kSpan / len, blocks);
   QuantLanes();
-  if (p.q8k != 0) {
+  if (p.format == 1) {
     QuantizeRangeQ8_K(first_block, end, p.d_off);
   } else {
     QuantizeRangeQ8_0(first_block, end, p.d_off);
