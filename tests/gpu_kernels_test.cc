@@ -115,7 +115,9 @@ TEST_F(GpuKernelsTest, GemmMatchesCpu) {
 // tile (Kernels::GemmTile: 8, 16, 32) whole and with a partial last tile; for F16, Q8_0 and
 // Q4_0 under both GEMV variants (the wide one-token kernels against the batched kernels of the
 // same variant). 288 columns (9 blocks of 32) for the types with blocks of 32 or none, so the
-// wide F16 kernels' unrolled loop leaves a tail (36 chunks of 8); 256 for the K-quants.
+// wide F16 kernels' unrolled loop leaves a tail (36 chunks of 8); 256 for the K-quants. 37 rows:
+// the F16 / BF16 tiles of 16 and 32, two rows a subgroup, end in a partial row group (and a lone
+// last row) at every subgroup size.
 TEST_F(GpuKernelsTest, GemmRowsDoNotDependOnBatchSize) {
   const int64_t rows = 37, max_n = 70;
   const int64_t batches[] = {2, 8, 9, 16, 17, 31, 32, 33, 64, 70};
