@@ -1,13 +1,14 @@
 // swiglu.comp (or swiglu_oai.comp, oai 1) and the activation quantization after it in one dispatch:
 // out[i] = silu(gate[i]) * up[i], and out quantized into q as quantize_q8_0 (format 0),
-// quantize_q8_k (1) or quantize_pairs (2: f16 pairs, 3: bf16 pairs) would quantize it. A workgroup takes kSpan values: each invocation computes
-// values lid, lid + 256, ... with the separate kernel's operations (one each, coalesced), writes
-// them to out and to shared memory, then the subgroups quantize the span's blocks (16 of Q8_0, 2 of
-// Q8_K; quant_q8.glsl spreads them over the subgroups) from those exact floats, so out and q are
-// the two kernels' bits. out may alias gate (each value is read and written by one invocation).
-// With oai, gpt-oss's clamped SwiGLU with each slot's expert biases (ids[slot] its expert; ff
-// values a slot): x = min(gate + gb, 7), y = clamp(up + ub, -7, 7), out = x sigmoid(1.702 x) (y +
-// 1). Without it bindings 4-6 are not read.
+// quantize_q8_k (1) or quantize_pairs (2: f16 pairs, 3: bf16 pairs) would quantize it. A
+// workgroup takes kSpan values: each invocation computes values lid, lid + 256, ... with the
+// separate kernel's operations (one each, coalesced), writes them to out and to shared memory,
+// then the subgroups quantize the span's blocks (16 of Q8_0, 2 of Q8_K; quant_q8.glsl spreads
+// them over the subgroups; pairs: a word per two values) from those exact floats, so out and q
+// are the two kernels' bits. out may alias gate (each value is read and written by one
+// invocation). With oai, gpt-oss's clamped SwiGLU with each slot's expert biases (ids[slot] its
+// expert; ff values a slot): x = min(gate + gb, 7), y = clamp(up + ub, -7, 7), out = x
+// sigmoid(1.702 x) (y + 1). Without it bindings 4-6 are not read.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // 256 invocations and 512 values a workgroup (2 each): a decode step's 8,192 FFN values are 16
