@@ -44,7 +44,7 @@ std::vector<uint32_t> Words(Context* ctx, const Buffer& b, uint64_t bytes) {
 
 // Rows of 512 values (two Q8_K blocks, 16 Q8_0 blocks) with a zero block and a value repeated
 // with both signs at the largest magnitude (the Q8_K quantizer keeps the first one's sign).
-std::vector<float> Activation(int64_t n, uint32_t seed) {
+std::vector<float> ActivationValues(int64_t n, uint32_t seed) {
   std::vector<float> x = Random(n, seed);
   std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
   x[300] = -4.0f;
@@ -52,55 +52,58 @@ std::vector<float> Activation(int64_t n, uint32_t seed) {
   return x;
 }
 
-// The separate quantizer of the format a fused kernel writes: Q8_K or Q8_0.
-void QuantizeAs(bool q8k, Kernels* k, Recorder* rec, const Buffer& x, int64_t n, const Buffer& q) {
-  if (q8k) {
-    k->QuantizeK(rec, x, 0, n, q);
-  } else {
-    k->Quantize(rec, x, 0, n, q);
-  }
+// The formats the fused kernels write, and their names.
+constexpr Activation kFusedFormats[] = {Activation::kQ8_0, Activation::kQ8_K, Activation::kF16,
+                                        Activation::kBF16};
+const char* FormatName(Activation a) {
+  return a == Activation::kQ8_0   ? "Q8_0"
+         : a == Activation::kQ8_K ? "Q8_K"
+         : a == Activation::kF16  ? "f16 pairs"
+                                  : "bf16 pairs";
 }
 
 // The separate kernels' n floats and their activations against the fused kernel's, bitwise.
-void ExpectSameOutputs(Context* ctx, bool q8k, int64_t n, const Buffer& y1, const Buffer& y2,
+void ExpectSameOutputs(Context* ctx, Activation act, int64_t n, const Buffer& y1, const Buffer& y2,
                        const Buffer& q1, const Buffer& q2) {
   EXPECT_EQ(Words(ctx, y1, n * 4), Words(ctx, y2, n * 4));
-  const uint64_t used = q8k ? Q8KActivationBytes(n) : Q8ActivationBytes(n);
+  const uint64_t used = act == Activation::kQ8_K   ? Q8KActivationBytes(n)
+                        : act == Activation::kQ8_0 ? Q8ActivationBytes(n)
+                                                   : PairActivationBytes(n);
   EXPECT_EQ(Words(ctx, q1, used), Words(ctx, q2, used));
 }
 
 TEST_F(GpuKernelsTest, RmsNormQuantEqualsRmsNormThenQuantize) {
   const int64_t n = 512, rows = 3;
-  const std::vector<float> x = Activation(rows * n, 11), w = Random(n, 12);
-  for (bool q8k : {false, true}) {
-    SCOPED_TRACE(q8k ? "Q8_K" : "Q8_0");
+  const std::vector<float> x = ActivationValues(rows * n, 11), w = Random(n, 12);
+  for (Activation act : kFusedFormats) {
+    SCOPED_TRACE(FormatName(act));
     const uint64_t qbytes = ActBytes(rows * n);
     Buffer xb = Floats(x), wb = Floats(w), y1 = Empty(rows * n * 4), y2 = Empty(rows * n * 4),
            q1 = Empty(qbytes), q2 = Empty(qbytes);
     Recorder rec(ctx_);
     kernels_->RmsNorm(&rec, xb, 0, wb, y1, 0, rows, n, 1e-5f);
-    QuantizeAs(q8k, kernels_, &rec, y1, rows * n, q1);
-    kernels_->RmsNormQuant(&rec, xb, wb, y2, rows, n, 1e-5f, q8k, q2);
+    kernels_->QuantizeAs(&rec, act, y1, 0, rows * n, q1);
+    kernels_->RmsNormQuant(&rec, xb, wb, y2, rows, n, 1e-5f, act, q2);
     ASSERT_TRUE(rec.Finish().ok());
     ASSERT_TRUE(rec.Run().ok());
-    ExpectSameOutputs(ctx_, q8k, rows * n, y1, y2, q1, q2);
+    ExpectSameOutputs(ctx_, act, rows * n, y1, y2, q1, q2);
   }
 }
 
 TEST_F(GpuKernelsTest, SwiGluQuantEqualsSwiGluThenQuantize) {
   const int64_t n = 11 * 512;  // 2.75 spans of swiglu_q's workgroups
-  const std::vector<float> g = Activation(n, 13), u = Random(n, 14);
-  for (bool q8k : {false, true}) {
-    SCOPED_TRACE(q8k ? "Q8_K" : "Q8_0");
+  const std::vector<float> g = ActivationValues(n, 13), u = Random(n, 14);
+  for (Activation act : kFusedFormats) {
+    SCOPED_TRACE(FormatName(act));
     const uint64_t qbytes = ActBytes(n);
     Buffer g1 = Floats(g), g2 = Floats(g), ub = Floats(u), q1 = Empty(qbytes), q2 = Empty(qbytes);
     Recorder rec(ctx_);
     kernels_->SwiGlu(&rec, g1, ub, g1, n);  // in place, as the decoder runs it
-    QuantizeAs(q8k, kernels_, &rec, g1, n, q1);
-    kernels_->SwiGluQuant(&rec, g2, ub, g2, n, q8k, q2);
+    kernels_->QuantizeAs(&rec, act, g1, 0, n, q1);
+    kernels_->SwiGluQuant(&rec, g2, ub, g2, n, act, q2);
     ASSERT_TRUE(rec.Finish().ok());
     ASSERT_TRUE(rec.Run().ok());
-    ExpectSameOutputs(ctx_, q8k, n, g1, g2, q1, q2);
+    ExpectSameOutputs(ctx_, act, n, g1, g2, q1, q2);
   }
 }
 
@@ -111,19 +114,19 @@ TEST_F(GpuKernelsTest, SwiGluOaiQuantEqualsSwiGluOaiThenQuantize) {
   const std::vector<float> g = Random(n, 15, 4.0f), u = Random(n, 16, 4.0f),
                            gbias = Random(3 * ff, 17), ubias = Random(3 * ff, 18);
   const std::vector<uint32_t> ids = {2, 0, 1, 1, 2};
-  for (bool q8k : {false, true}) {
-    SCOPED_TRACE(q8k ? "Q8_K" : "Q8_0");
+  for (Activation act : kFusedFormats) {
+    SCOPED_TRACE(FormatName(act));
     const uint64_t qbytes = ActBytes(n);
     Buffer g1 = Floats(g), g2 = Floats(g), ub = Floats(u), gb = Floats(gbias), ubb = Floats(ubias),
            q1 = Empty(qbytes), q2 = Empty(qbytes), idb = Empty(slots * 4);
     ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), slots * 4).ok());
     Recorder rec(ctx_);
     kernels_->SwiGluOai(&rec, g1, ub, gb, ubb, idb, slots, ff);
-    QuantizeAs(q8k, kernels_, &rec, g1, n, q1);
-    kernels_->SwiGluOaiQuant(&rec, g2, ub, gb, ubb, idb, slots, ff, q8k, q2);
+    kernels_->QuantizeAs(&rec, act, g1, 0, n, q1);
+    kernels_->SwiGluOaiQuant(&rec, g2, ub, gb, ubb, idb, slots, ff, act, q2);
     ASSERT_TRUE(rec.Finish().ok());
     ASSERT_TRUE(rec.Run().ok());
-    ExpectSameOutputs(ctx_, q8k, n, g1, g2, q1, q2);
+    ExpectSameOutputs(ctx_, act, n, g1, g2, q1, q2);
   }
 }
 
@@ -243,10 +246,11 @@ TEST_F(GpuKernelsTest, KvStoreRopeEqualsRopeThenKvStore) {
   }
 }
 
-// Attention that also writes its output's Q8_0 blocks (the o-projection's activation) against
-// attention then quantize_q8_0, bitwise: unsplit and split over positions (chunks of 4: the
-// combine writes them), f16 and Q8_0 caches, head_dim 64 and 128 (2 and 4 blocks a head), a
-// batch of 5 queries at positions 0..12 over a scrambled block table, with and without sinks.
+// Attention that also writes its output's Q8_0 blocks or f16 / bf16 pairs (the o-projection's
+// activation) against attention then the separate quantizer, bitwise: unsplit and split over
+// positions (chunks of 4: the combine writes them), f16 and Q8_0 caches, head_dim 64 and 128 (2
+// and 4 blocks a head), a batch of 5 queries at positions 0..12 over a scrambled block table,
+// with and without sinks.
 TEST_F(GpuKernelsTest, AttentionQuantEqualsAttentionThenQuantize) {
   const int64_t n_head = 4, n_kv = 2, bs = 4, n_blocks = 5, n_pos = 13;
   const int64_t n_rows = n_blocks * bs, max_blocks = 4, max_len = max_blocks * bs;
@@ -260,43 +264,45 @@ TEST_F(GpuKernelsTest, AttentionQuantEqualsAttentionThenQuantize) {
     for (bool q8 : {false, true}) {
       for (int64_t chunk : {0, 4}) {
         for (bool sinks : {false, true}) {
-          SCOPED_TRACE("head_dim " + std::to_string(hd) + (q8 ? " q8_0" : " f16") + " chunk " +
-                       std::to_string(chunk) + (sinks ? " sinks" : ""));
-          AttentionShape as;
-          as.n_head = n_head;
-          as.n_head_kv = n_kv;
-          as.head_dim = hd;
-          as.n_rows = n_rows;
-          as.q8 = q8;
-          as.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-          as.block_size = bs;
-          as.max_blocks = max_blocks;
-          as.max_len = max_len;
-          as.chunk = chunk;
-          const uint64_t words = 2 * n_kv * n_rows * as.row_words();
-          as.v_off = static_cast<uint32_t>(words / 2);
-          std::vector<std::array<uint32_t, 4>> all;
-          for (uint32_t p = 0; p < n_pos; ++p) all.push_back({0, p, row_of(p), 0});
-          Buffer cache = Empty(words * 4), kb = Floats(Random(n_pos * n_kv * hd, 31)),
-                 vb = Floats(Random(n_pos * n_kv * hd, 32)), tok_all = Tok(all);
-          std::vector<std::array<uint32_t, 4>> rows;
-          for (uint32_t p : positions) rows.push_back({0, p, row_of(p), 0});
-          const int64_t values = nq * n_head * hd;
-          Buffer tok = Tok(rows), qb = Floats(Random(values, 33)),
-                 scores = Empty(nq * n_head * max_len * 4),
-                 part1 = Empty(nq * n_head * as.part_floats() * 4),
-                 part2 = Empty(nq * n_head * as.part_floats() * 4), sk = Floats(Random(n_head, 34)),
-                 o1 = Empty(values * 4), o2 = Empty(values * 4),
-                 q1 = Empty(Q8ActivationBytes(values)), q2 = Empty(Q8ActivationBytes(values));
-          Recorder rec(ctx_);
-          kernels_->KvStore(&rec, kb, vb, cache, tok_all, n_pos, as);
-          const Buffer* sp = sinks ? &sk : nullptr;
-          kernels_->Attention(&rec, qb, cache, scores, o1, tok, bt, nq, as, &part1, sp);
-          kernels_->Quantize(&rec, o1, 0, values, q1);
-          kernels_->Attention(&rec, qb, cache, scores, o2, tok, bt, nq, as, &part2, sp, &q2);
-          ASSERT_TRUE(rec.Finish().ok());
-          ASSERT_TRUE(rec.Run().ok());
-          ExpectSameOutputs(ctx_, false, values, o1, o2, q1, q2);
+          for (Activation act : {Activation::kQ8_0, Activation::kF16, Activation::kBF16}) {
+            SCOPED_TRACE("head_dim " + std::to_string(hd) + (q8 ? " q8_0" : " f16") + " chunk " +
+                         std::to_string(chunk) + (sinks ? " sinks " : " ") + FormatName(act));
+            AttentionShape as;
+            as.n_head = n_head;
+            as.n_head_kv = n_kv;
+            as.head_dim = hd;
+            as.n_rows = n_rows;
+            as.q8 = q8;
+            as.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+            as.block_size = bs;
+            as.max_blocks = max_blocks;
+            as.max_len = max_len;
+            as.chunk = chunk;
+            const uint64_t words = 2 * n_kv * n_rows * as.row_words();
+            as.v_off = static_cast<uint32_t>(words / 2);
+            std::vector<std::array<uint32_t, 4>> all;
+            for (uint32_t p = 0; p < n_pos; ++p) all.push_back({0, p, row_of(p), 0});
+            Buffer cache = Empty(words * 4), kb = Floats(Random(n_pos * n_kv * hd, 31)),
+                   vb = Floats(Random(n_pos * n_kv * hd, 32)), tok_all = Tok(all);
+            std::vector<std::array<uint32_t, 4>> rows;
+            for (uint32_t p : positions) rows.push_back({0, p, row_of(p), 0});
+            const int64_t values = nq * n_head * hd;
+            Buffer tok = Tok(rows), qb = Floats(Random(values, 33)),
+                   scores = Empty(nq * n_head * max_len * 4),
+                   part1 = Empty(nq * n_head * as.part_floats() * 4),
+                   part2 = Empty(nq * n_head * as.part_floats() * 4),
+                   sk = Floats(Random(n_head, 34)), o1 = Empty(values * 4), o2 = Empty(values * 4),
+                   q1 = Empty(ActBytes(values)), q2 = Empty(ActBytes(values));
+            Recorder rec(ctx_);
+            kernels_->KvStore(&rec, kb, vb, cache, tok_all, n_pos, as);
+            const Buffer* sp = sinks ? &sk : nullptr;
+            kernels_->Attention(&rec, qb, cache, scores, o1, tok, bt, nq, as, &part1, sp);
+            kernels_->QuantizeAs(&rec, act, o1, 0, values, q1);
+            kernels_->Attention(&rec, qb, cache, scores, o2, tok, bt, nq, as, &part2, sp, &q2, act);
+            ASSERT_TRUE(rec.Finish().ok());
+            ASSERT_TRUE(rec.Run().ok());
+            ExpectSameOutputs(ctx_, act, values, o1, o2, q1, q2);
+          }
         }
       }
     }
@@ -416,7 +422,8 @@ TEST(GpuStep, ProfileCoversEveryDispatch) {
 
 // The dispatches of a one-token step of a llama model (no biases, no q/k norms, attention
 // unsplit: 16 positions) whose matrices, lm_head included, all take one activation format
-// (`quantized`: Q8_0 or Q8_K, else f32 values), computed from its structure. Unfused, one
+// (`act`: Q8_0, Q8_K, f16 or bf16 pairs are quantized; f32 values are not), computed from its
+// structure. Unfused, one
 // dispatch per operation and a barrier between each two:
 //   embed; per layer: norm, [quantize], q, k, v, rope q, rope k, kv store, attention,
 //   [quantize], o, add, norm, [quantize], gate, up, swiglu, [quantize], down, add;
@@ -427,15 +434,16 @@ TEST(GpuStep, ProfileCoversEveryDispatch) {
 // one:
 //   embed; per layer: norm+q | {q, k, v} | {rope q, kv store rotating k} | attention+q |
 //   o+= | norm+q | {gate, up} | swiglu+q | down+=; gather | norm+q | lm_head.
-// (attention+q: attention writes the o-projection's Q8_0 blocks itself when head_dim is a
-// multiple of 32; else a quantize dispatch and stage of its own follow it.)
-Counts Expected(int64_t layers, bool quantized, int64_t head_dim, bool fuse) {
+// (attention+q: attention writes the o-projection's Q8_0 blocks or pairs itself when head_dim is
+// a multiple of the block (32, 2); else a quantize dispatch and stage of its own follow it.)
+Counts Expected(int64_t layers, Activation act, int64_t head_dim, bool fuse) {
+  const bool quantized = act != Activation::kF32;
   const int q = quantized ? 1 : 0;
   if (!fuse) {
     const int d = 1 + static_cast<int>(layers) * (16 + 4 * q) + 3 + q;
     return {d, d - 1};
   }
-  const int attn_q = quantized && head_dim % 32 != 0 ? 1 : 0;
+  const int attn_q = quantized && head_dim % ActivationBlock(act) != 0 ? 1 : 0;
   const int per_layer = 13 + attn_q, stages_per_layer = 9 + attn_q;
   const int d = 1 + static_cast<int>(layers) * per_layer + 3;
   const int stages = 1 + static_cast<int>(layers) * stages_per_layer + 3;
@@ -446,16 +454,18 @@ TEST(GpuStep, DispatchAndBarrierCountsFollowTheModel) {
   const std::string skip = StepSkipReason();
   if (!skip.empty()) GTEST_SKIP() << skip;
   UF_REQUIRE_SHARED();
-  // Q8_0 weights and a tied Q8_0 lm_head; F16 weights and lm_head (f32 activations).
-  for (const auto& [name, quantized] : std::vector<std::pair<std::string, bool>>{
-           {"tiny-llama-256-q8_0", true}, {"tiny-llama-256-f16", false}}) {
+  // Q8_0 weights and a tied Q8_0 lm_head; F16 weights and lm_head (f16 pairs); F32 (f32 values).
+  for (const auto& [name, act] :
+       std::vector<std::pair<std::string, Activation>>{{"tiny-llama-256-q8_0", Activation::kQ8_0},
+                                                       {"tiny-llama-256-f16", Activation::kF16},
+                                                       {"tiny-llama-f32", Activation::kF32}}) {
     SCOPED_TRACE(name);
     auto m = model::Model::Load("../shared/models/" + name + ".gguf");
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     const int64_t layers = (*m)->config().n_layer;
     for (bool fuse : {false, true}) {
       const Counts got = StepCounts(**m, fuse),
-                   want = Expected(layers, quantized, (*m)->config().head_dim, fuse);
+                   want = Expected(layers, act, (*m)->config().head_dim, fuse);
       EXPECT_EQ(got.dispatches, want.dispatches) << (fuse ? "fused" : "unfused");
       EXPECT_EQ(got.barriers, want.barriers) << (fuse ? "fused" : "unfused");
       std::printf("[gpu step] %-22s %d layers, %s: %d dispatches, %d barriers\n", name.c_str(),

@@ -96,19 +96,14 @@ class GpuKernelsTest : public ::testing::Test {
     return *kernels::Matrix::Create(type, data->data(), rows, cols);
   }
 
-  // The activation a GEMM of `type` reads: values of x quantized into q (Q8_0 or Q8_K) as the
-  // decoder does; false (nothing recorded) when the type takes f32 values.
+  // The activation a GEMM of `type` reads: values of x quantized into q (Q8_0, Q8_K, f16 or
+  // bf16 pairs: ActivationFor) as the decoder does; false (nothing recorded) when the type takes
+  // f32 values.
   static bool QuantizeFor(Recorder* r, GgmlType type, const Buffer& x, int64_t values,
                           const Buffer& q) {
-    if (TakesQ8KActivation(type)) {
-      kernels_->QuantizeK(r, x, 0, values, q);
-      return true;
-    }
-    if (TakesQ8Activation(type)) {
-      kernels_->Quantize(r, x, 0, values, q);
-      return true;
-    }
-    return false;
+    if (ActivationFor(type) == Activation::kF32) return false;
+    kernels_->QuantizeAs(r, ActivationFor(type), x, 0, values, q);
+    return true;
   }
   // x quantized on the device (Q8_K with q8k, else Q8_0), as the words the GEMMs read.
   std::vector<uint32_t> DeviceQuantize(const std::vector<float>& x, bool q8k) {
@@ -128,7 +123,8 @@ class GpuKernelsTest : public ::testing::Test {
     return got;
   }
   static uint64_t ActBytes(int64_t values) {
-    return std::max(Q8ActivationBytes(values), Q8KActivationBytes(values));
+    return std::max(
+        {Q8ActivationBytes(values), Q8KActivationBytes(values), PairActivationBytes(values)});
   }
 
   // Paged attention over an f16 or Q8_0 cache (PagedAttentionMatchesReference).

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <utility>
@@ -110,50 +111,14 @@ TEST_F(GpuKernelsTest, GemmMatchesCpu) {
   }
 }
 
-// The K-quant GEMMs are the CPU scalar tier's bits (kernels::DotReference on Q8_K activations)
-// for rows of 1, 3 and 9 blocks, so a subgroup's blocks-at-once iteration (kq_cluster.glsl:
-// subgroup size / 4 blocks) runs whole, partial and more than once at every subgroup size
-// (the gpu_subgroup_* ctest entries rerun this at lavapipe's 4, 16, 32 and 64), for one token
-// and for tiles of 8 and 32.
-TEST_F(GpuKernelsTest, KQuantGemmIsTheCpuScalarTier) {
-  const int64_t rows = 37;
-  for (GgmlType type : {GgmlType::kQ4_K, GgmlType::kQ6_K}) {
-    for (int64_t cols : {int64_t{256}, int64_t{768}, int64_t{2304}}) {
-      for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{33}}) {
-        SCOPED_TRACE(std::string(GgmlTypeName(type)) + " cols " + std::to_string(cols) +
-                     " tokens " + std::to_string(n));
-        const std::vector<float> wf = Random(rows * cols, 71, 0.5f), x = Random(n * cols, 72);
-        std::vector<uint8_t> data;
-        const kernels::Matrix m = Quantized(type, wf, rows, cols, &data);
-        std::vector<kernels::BlockQ8_K> xk(n * cols / 256);
-        kernels::QuantizeRow(GgmlType::kQ8_K, x.data(), xk.data(), n * cols);
-        auto gm = UploadMatrix(ctx_, m);
-        ASSERT_TRUE(gm.ok());
-        Buffer xb = Floats(x), xq = Empty(ActBytes(n * cols)), y = Empty(n * rows * 4);
-        Recorder rec(ctx_);
-        QuantizeFor(&rec, type, xb, n * cols, xq);
-        kernels_->Gemm(&rec, *gm, xq, n, y);
-        ASSERT_TRUE(rec.Finish().ok());
-        ASSERT_TRUE(rec.Run().ok());
-        const std::vector<float> got = Read(y, n * rows);
-        for (int64_t t = 0; t < n; ++t) {
-          for (int64_t r = 0; r < rows; ++r) {
-            const float want = kernels::DotReference(type, data.data() + r * m.row_bytes(),
-                                                     xk.data() + t * cols / 256, cols);
-            ASSERT_EQ(got[t * rows + r], want) << "token " << t << " row " << r;
-          }
-        }
-      }
-    }
-  }
-}
-
 // The property speculation rests on: a token's row of an n-token GEMM is bit-identical to the
 // same token alone (gemm1_*), for every weight type and for batch sizes that take each token
 // tile (Kernels::GemmTile: 8, 16, 32) whole and with a partial last tile; for F16, Q8_0 and
 // Q4_0 under both GEMV variants (the wide one-token kernels against the batched kernels of the
 // same variant). 288 columns (9 blocks of 32) for the types with blocks of 32 or none, so the
-// wide F16 kernels' unrolled loop leaves a tail (36 chunks of 8); 256 for the K-quants.
+// wide F16 kernels' unrolled loop leaves a tail (36 chunks of 8); 256 for the K-quants. 37 rows:
+// the F16 / BF16 tiles of 16 and 32, two rows a subgroup, end in a partial row group (and a lone
+// last row) at every subgroup size.
 TEST_F(GpuKernelsTest, GemmRowsDoNotDependOnBatchSize) {
   const int64_t rows = 37, max_n = 70;
   const int64_t batches[] = {2, 8, 9, 16, 17, 31, 32, 33, 64, 70};
@@ -286,7 +251,7 @@ TEST_F(GpuKernelsTest, ExpertGemmEqualsEachExpertsGemm) {
     ASSERT_TRUE(stacked.ok()) << stacked.status().ToString();
     EXPECT_EQ(stacked->rows, rows);
     EXPECT_EQ(stacked->n_experts, n_exp);
-    const bool q8 = TakesQ8Activation(type) || TakesQ8KActivation(type);
+    const bool q8 = ActivationFor(type) != Activation::kF32;
     Buffer idb = Empty(ids.size() * 4);
     ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), ids.size() * 4).ok());
     for (const Kernels* kern : Variants(type))
@@ -358,6 +323,45 @@ TEST_F(GpuKernelsTest, QuantizeMatchesCpu) {
     std::memcpy(&d_got, &got[blocks * 8 + b], 4);
     EXPECT_EQ(d_got, d_want) << "block " << b;
     EXPECT_EQ(std::memcmp(&got[b * 8], want[b].qs, 32), 0) << "block " << b;
+  }
+}
+
+// The pair quantizer (quantize_pairs) gives the CPU's f16 and bf16 roundings (QuantizeRow of
+// kF16 / kBF16, whose 16-bit values in order are the words' halves, low first), bit for bit:
+// 2 rows of 1,030 values (515 words: not a whole number of workgroups) with values half-way
+// between two f16 / two bf16 values (to even: down and up), zeros of both signs, values f16
+// holds only as subnormals and values past f16's range (to infinity).
+TEST_F(GpuKernelsTest, QuantizePairsMatchesCpu) {
+  const int64_t n = 2 * 1030;
+  std::vector<float> x = Random(n, 5);
+  const float f16_half = std::ldexp(1.0f, -11), bf16_half = std::ldexp(1.0f, -8);
+  const float special[] = {1.0f + f16_half,
+                           1.0f + 3 * f16_half,
+                           -1.0f - f16_half,
+                           1.0f + bf16_half,
+                           1.0f + 3 * bf16_half,
+                           0.0f,
+                           -0.0f,
+                           3e-6f,
+                           -4e-7f,
+                           70000.0f,
+                           -1e9f,
+                           65504.0f};
+  for (size_t i = 0; i < std::size(special); ++i) x[1029 + i] = special[i];
+  for (GgmlType type : {GgmlType::kF16, GgmlType::kBF16}) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    std::vector<uint16_t> want(n);
+    kernels::QuantizeRow(type, x.data(), want.data(), n);
+    Buffer xb = Floats(x), q = Empty(PairActivationBytes(n));
+    Recorder rec(ctx_);
+    kernels_->QuantizePairs(&rec, xb, 0, n, type == GgmlType::kBF16, q);
+    ASSERT_TRUE(rec.Finish().ok());
+    ASSERT_TRUE(rec.Run().ok());
+    std::vector<uint16_t> got(n);
+    ASSERT_TRUE(ctx_->Download(q, 0, got.data(), n * 2).ok());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got[i], want[i]) << "value " << i << " = " << x[i];
+    }
   }
 }
 
@@ -639,96 +643,6 @@ TEST_F(GpuKernelsTest, GatherPicksRows) {
   const std::vector<float> got = Read(y, 2 * cols);
   EXPECT_TRUE(std::equal(got.begin(), got.begin() + cols, x.begin() + 3 * cols));
   EXPECT_TRUE(std::equal(got.begin() + cols, got.end(), x.begin() + cols));
-}
-
-// The integer GEMMs with the packed int8 dot (IntegerDot::kOn, the *_dot4 kernels) give the bits
-// of the byte-extract ones (kOff), for every integer weight type, every token tile (batches of
-// 1, 5, 16 and 33 tokens: gemm1, 8, 16, 32), the wide one-token GEMV, and the experts' GEMMs
-// (gemmx_*, gemmg_*). Their sums are integers, exact in any order, so any difference is a
-// wrong lane or sign (Q4_0's and Q6_K's offsets are subtracted byte-wise without borrows:
-// every nibble value occurs, and Q8_K activations reach -128). GemmMatchesCpu and the goldens
-// check the default kernels (kOn where the device has it) against the CPU, so this carries
-// that to devices without the instruction. The fixture's kernels must be the dot4 ones where
-// the device has the feature, so that the rest of the suite runs the path a GPU runs.
-TEST_F(GpuKernelsTest, IntegerDotKernelsEqualPlainOnes) {
-  if (!ctx_->info().integer_dot) GTEST_SKIP() << "the device lacks shaderIntegerDotProduct";
-  const char* env = std::getenv("UF_GPU_DOT4");
-  if (env == nullptr || std::string(env) != "0") {
-    EXPECT_TRUE(kernels_->integer_dot());
-  }
-  const int64_t rows = 37, cols = 512, n_exp = 3, max_n = 33;
-  std::vector<Kernels> plain, dot;
-  for (GemvVariant g : {GemvVariant::kBasic, GemvVariant::kWide}) {
-    auto a = Kernels::Create(ctx_, g, 32, IntegerDot::kOff);
-    auto b = Kernels::Create(ctx_, g, 32, IntegerDot::kOn);
-    ASSERT_TRUE(a.ok() && b.ok());
-    EXPECT_FALSE(a->integer_dot());
-    EXPECT_TRUE(b->integer_dot());
-    plain.push_back(*a);
-    dot.push_back(*b);
-  }
-  std::vector<float> x = Random(max_n * cols, 61, 2.0f);
-  x[5] = 40.0f;  // a block whose largest magnitude is positive: Q8_K's -128 on the other side
-  std::vector<uint32_t> ids(max_n);
-  for (int64_t t = 0; t < max_n; ++t) ids[t] = static_cast<uint32_t>((7 * t + 2) % n_exp);
-  Buffer idb = Empty(ids.size() * 4);
-  ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), ids.size() * 4).ok());
-  for (GgmlType type :
-       {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kMXFP4, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
-    SCOPED_TRACE(GgmlTypeName(type));
-    std::vector<std::vector<uint8_t> > data(n_exp);
-    std::vector<kernels::Matrix> experts;
-    for (int64_t e = 0; e < n_exp; ++e) {
-      experts.push_back(Quantized(type, Random(rows * cols, 62 + e, 0.5f), rows, cols, &data[e]));
-    }
-    auto gm = UploadMatrix(ctx_, experts[0]);
-    auto stacked = UploadExperts(ctx_, experts);
-    ASSERT_TRUE(gm.ok() && stacked.ok());
-    Buffer xb = Floats(x), xq = Empty(ActBytes(max_n * cols));
-    // Every kernel of one Kernels object into its own output, in one recording.
-    const auto run = [&](const Kernels& k, bool wide) {
-      Buffer y = Empty(4 * max_n * rows * 4), ye = Empty(max_n * rows * 4);
-      Buffer yg = Empty(max_n * rows * 4);
-      Buffer order = Empty(max_n * 4), tiles = Empty(Kernels::MaxExpertTiles(max_n, n_exp) * 12);
-      Recorder rec(ctx_);
-      uint32_t off = 0;
-      for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{33}}) {
-        if (wide && n > 1) continue;  // the wide set has no integer batch kernels
-        Recorder rn(ctx_);  // an activation's layout (where its scales start) depends on n
-        QuantizeFor(&rn, type, xb, n * cols, xq);
-        k.Gemm(&rn, *gm, xq, n, y, off);
-        EXPECT_TRUE(rn.Finish().ok());
-        EXPECT_TRUE(rn.Run().ok());
-        off += static_cast<uint32_t>(n * rows);
-      }
-      QuantizeFor(&rec, type, xb, max_n * cols, xq);
-      if (!wide) {
-        k.GemmExperts(&rec, *stacked, xq, idb, max_n, 1, ye);
-        k.GroupSlots(&rec, idb, order, tiles, max_n, n_exp);
-        k.GemmExpertsGrouped(&rec, *stacked, xq, tiles, order, max_n, 1, yg);
-      }
-      EXPECT_TRUE(rec.Finish().ok());
-      EXPECT_TRUE(rec.Run().ok());
-      std::vector<float> out = Read(y, off);
-      if (!wide) {
-        for (const Buffer* b : {&ye, &yg}) {
-          const std::vector<float> e = Read(*b, max_n * rows);
-          out.insert(out.end(), e.begin(), e.end());
-        }
-      }
-      return out;
-    };
-    for (int v = 0; v < 2; ++v) {
-      SCOPED_TRACE(v == 0 ? "basic" : "wide");
-      const std::vector<float> want = run(plain[v], v == 1), got = run(dot[v], v == 1);
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < got.size(); ++i) {
-        ASSERT_TRUE(std::isfinite(want[i]) && std::fabs(want[i]) < 1e4) << "output " << i;
-        ASSERT_EQ(std::memcmp(&got[i], &want[i], 4), 0)
-            << "output " << i << ": " << got[i] << " against " << want[i];
-      }
-    }
-  }
 }
 
 // SubmitAndWait's polling of the fence (Context::spin_us) gives the step's results whether the

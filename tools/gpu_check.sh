@@ -41,7 +41,7 @@ case "${1:-}" in
     cmake --build build --target ultrafast
     # The GEMV kernel tests travel too (1.5 MB, the same libraries as ultrafast): run first on
     # the GPU, they check the GEMMs' bit-identity under the driver's own compiler.
-    tests="gpu_kernels_test gpu_fused_test gpu_topk_test gpu_moe_kernels_test"
+    tests="gpu_kernels_test gpu_integer_gemm_test gpu_fused_test gpu_topk_test gpu_moe_kernels_test"
     # shellcheck disable=SC2086
     cmake --build build --target $tests || echo "no GPU kernel tests ($tests; UF_BUILD_TESTS?)"
     mkdir -p .gpu
@@ -77,12 +77,12 @@ case "${1:-}" in
     uf devices
     # The GEMV kernels against the CPU and across batch sizes, both variants (a few seconds).
     if [ "$1" = run ] && [ -x .gpu/gpu_kernels_test ]; then
-      bash .gpu/on-device.sh .gpu/gpu_kernels_test --gtest_filter='*Gemm*:*Gemv*:*IntegerDot*' 2>&1 |
+      bash .gpu/on-device.sh .gpu/gpu_kernels_test --gtest_filter='*Gemm*:*Gemv*' 2>&1 |
         grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure|gpu\]' || true
     fi
     # The fused kernels against the unfused ones, and the sampling and MoE reductions (arg-max,
     # top-64, router, grouping) against the host's, under the driver's own compiler.
-    for t in gpu_fused_test gpu_topk_test gpu_moe_kernels_test; do
+    for t in gpu_integer_gemm_test gpu_fused_test gpu_topk_test gpu_moe_kernels_test; do
       if [ "$1" = run ] && [ -x ".gpu/$t" ]; then
         bash .gpu/on-device.sh ".gpu/$t" --gtest_filter='GpuKernelsTest.*' 2>&1 |
           grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure' || true

@@ -167,8 +167,9 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   UF_ASSIGN_OR_RETURN(x_, dev(mb * c_.n_embd * 4));
   UF_ASSIGN_OR_RETURN(xn_, dev(mb * c_.n_embd * 4));
   UF_ASSIGN_OR_RETURN(
-      xq_, dev(std::max(Q8ActivationBytes(std::max(mb * (widest + 31), slots * c_.n_ff_exp + 31)),
-                        Q8KActivationBytes(std::max(mb * widest, slots * c_.n_ff_exp)))));
+      xq_, dev(std::max({Q8ActivationBytes(std::max(mb * (widest + 31), slots * c_.n_ff_exp + 31)),
+                         Q8KActivationBytes(std::max(mb * widest, slots * c_.n_ff_exp)),
+                         PairActivationBytes(std::max(mb * widest, slots * c_.n_ff_exp))})));
   UF_ASSIGN_OR_RETURN(q_, dev(mb * c_.q_dim() * 4));
   UF_ASSIGN_OR_RETURN(kbuf_, dev(mb * c_.kv_dim() * 4));
   UF_ASSIGN_OR_RETURN(vbuf_, dev(mb * c_.kv_dim() * 4));

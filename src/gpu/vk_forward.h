@@ -91,8 +91,8 @@ class VulkanForward final : public GpuForward {
   Status Run(const model::Batch& batch, int32_t* greedy);
   StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out);
   Status Record(Recorder* r, int64_t n, int64_t n_out, Out out);
-  // y = W x for n tokens, quantizing x into xq_ first when W takes Q8_0 or Q8_K activations
-  // and xq_ does not hold x in that format yet.
+  // y = W x for n tokens, quantizing x into xq_ first when W takes a quantized activation (Q8_0,
+  // Q8_K, f16 or bf16 pairs: ActivationFor) and xq_ does not hold x in that format yet.
   // accumulate: y += W x (the residual add folded into the GEMM); bias: y = W x + bias.
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
             bool accumulate = false, const Buffer* bias = nullptr);
@@ -163,8 +163,8 @@ class VulkanForward final : public GpuForward {
   int64_t fetch_rows_ = -1;
   std::map<std::tuple<int64_t, int64_t, Out>, std::unique_ptr<Recorder>> recordings_;
   Recorder* last_ = nullptr;
-  const Buffer* xq_holds_ = nullptr;  // while recording: the buffer xq_ is the quantization of
-  bool xq_k_ = false;                 // ... as Q8_K (else Q8_0)
+  const Buffer* xq_holds_ = nullptr;      // while recording: the buffer xq_ is the quantization of
+  Activation xq_act_ = Activation::kF32;  // ... in this format
   std::vector<float> logits_;
   int64_t n_outputs_ = 0;
   std::vector<int32_t> seq_next_;   // [max_seqs] next position per sequence, -1 if not in batch

@@ -2,19 +2,13 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <initializer_list>
 #include <iterator>
-#include <span>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "base/check.h"
 #include "base/log.h"
-#include "kernels/blocks.h"
-#include "kernels/ops.h"
-#include "kernels/quant.h"
 #include "sampling/sampler.h"
 
 namespace uf::gpu {
@@ -34,189 +28,7 @@ uint32_t Groups64(uint64_t n) {
   return static_cast<uint32_t>((n + 63) / 64);
 }
 
-float HalfToFloat(uint16_t h) {
-  float f;
-  kernels::DequantizeRow(GgmlType::kF16, &h, &f, 1);
-  return f;
-}
-
-// The rows of one or several matrices of the same type and shape (stacked experts: matrix i's
-// rows follow matrix i - 1's on the device).
-struct Rows {
-  std::span<const kernels::Matrix> mats;
-  GgmlType type() const { return mats[0].type(); }
-  int64_t rows() const { return mats[0].rows() * static_cast<int64_t>(mats.size()); }
-  int64_t cols() const { return mats[0].cols(); }
-  const uint8_t* Row(int64_t r) const {
-    const kernels::Matrix& m = mats[r / mats[0].rows()];
-    return m.data() + (r % m.rows()) * m.row_bytes();
-  }
-};
-
-// Q6_K: each block's ql, qh and scales as 52 words (they are 208 bytes, whole words, but the
-// blocks are 210 bytes apart in the file), the f32 super-block scales after all of them.
-StatusOr<GpuMatrix> UploadQ6K(Context* ctx, const Rows& w) {
-  GpuMatrix m;
-  m.type = GgmlType::kQ6_K;
-  m.rows = w.rows();
-  m.cols = w.cols();
-  const int64_t blocks = w.cols() / kernels::kQK_K;
-  const uint64_t total_blocks = static_cast<uint64_t>(w.rows()) * blocks;
-  if (total_blocks * 53 >= (uint64_t{1} << 32)) {
-    return UnimplementedError("the Vulkan backend addresses at most 2^32 words per matrix");
-  }
-  m.d_off = static_cast<uint32_t>(total_blocks * 52);
-  std::vector<uint32_t> host(total_blocks * 53);
-  for (int64_t r = 0; r < w.rows(); ++r) {
-    const auto* row = reinterpret_cast<const kernels::BlockQ6_K*>(w.Row(r));
-    for (int64_t b = 0; b < blocks; ++b) {
-      const uint64_t i = r * blocks + b;
-      auto* dst = reinterpret_cast<uint8_t*>(&host[i * 52]);
-      std::memcpy(dst, row[b].ql, 128);
-      std::memcpy(dst + 128, row[b].qh, 64);
-      std::memcpy(dst + 192, row[b].scales, 16);
-      uint16_t d;
-      std::memcpy(&d, &row[b].d, 2);
-      const float df = HalfToFloat(d);
-      std::memcpy(&host[m.d_off + i], &df, 4);
-    }
-  }
-  UF_ASSIGN_OR_RETURN(m.buffer, ctx->CreateBuffer(host.size() * 4, Memory::kDevice));
-  UF_RETURN_IF_ERROR(ctx->Upload(m.buffer, 0, host.data(), host.size() * 4));
-  return m;
-}
-
-// Q4_K: each block's qs and packed scales as 35 words (144 bytes in the file, 140 of them
-// word-aligned here), then d and dmin of every block as f32 pairs.
-StatusOr<GpuMatrix> UploadQ4K(Context* ctx, const Rows& w) {
-  GpuMatrix m;
-  m.type = GgmlType::kQ4_K;
-  m.rows = w.rows();
-  m.cols = w.cols();
-  const int64_t blocks = w.cols() / kernels::kQK_K;
-  const uint64_t total_blocks = static_cast<uint64_t>(w.rows()) * blocks;
-  if (total_blocks * 37 >= (uint64_t{1} << 32)) {
-    return UnimplementedError("the Vulkan backend addresses at most 2^32 words per matrix");
-  }
-  m.d_off = static_cast<uint32_t>(total_blocks * 35);
-  std::vector<uint32_t> host(total_blocks * 37);
-  for (int64_t r = 0; r < w.rows(); ++r) {
-    const auto* row = reinterpret_cast<const kernels::BlockQ4_K*>(w.Row(r));
-    for (int64_t b = 0; b < blocks; ++b) {
-      const uint64_t i = r * blocks + b;
-      auto* dst = reinterpret_cast<uint8_t*>(&host[i * 35]);
-      std::memcpy(dst, row[b].qs, 128);
-      std::memcpy(dst + 128, row[b].scales, 12);
-      uint16_t d, dmin;
-      std::memcpy(&d, &row[b].d, 2);
-      std::memcpy(&dmin, &row[b].dmin, 2);
-      const float df[2] = {HalfToFloat(d), HalfToFloat(dmin)};
-      std::memcpy(&host[m.d_off + 2 * i], df, 8);
-    }
-  }
-  UF_ASSIGN_OR_RETURN(m.buffer, ctx->CreateBuffer(host.size() * 4, Memory::kDevice));
-  UF_RETURN_IF_ERROR(ctx->Upload(m.buffer, 0, host.data(), host.size() * 4));
-  return m;
-}
-
 }  // namespace
-
-bool GpuSupportsType(GgmlType type) {
-  return type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16 ||
-         type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ6_K ||
-         type == GgmlType::kQ4_K || type == GgmlType::kMXFP4;
-}
-
-namespace {
-
-StatusOr<GpuMatrix> UploadRows(Context* ctx, const Rows& w) {
-  if (!GpuSupportsType(w.type())) {
-    return UnimplementedError("the Vulkan backend has no kernel for weights of type " +
-                              std::string(GgmlTypeName(w.type())) +
-                              " (it has F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K and MXFP4)");
-  }
-  GpuMatrix m;
-  m.type = w.type();
-  m.rows = w.rows();
-  m.cols = w.cols();
-  if (w.type() == GgmlType::kF32 || w.type() == GgmlType::kF16 || w.type() == GgmlType::kBF16) {
-    if (w.type() != GgmlType::kF32 && w.cols() % 2 != 0) {
-      return UnimplementedError("the Vulkan backend needs an even number of F16/BF16 columns");
-    }
-    // Each matrix's rows are contiguous (GGUF rows): one upload per matrix.
-    const uint64_t bytes = w.mats[0].rows() * w.mats[0].row_bytes();
-    UF_ASSIGN_OR_RETURN(m.buffer, ctx->CreateBuffer(bytes * w.mats.size(), Memory::kDevice));
-    for (size_t i = 0; i < w.mats.size(); ++i) {
-      UF_RETURN_IF_ERROR(ctx->Upload(m.buffer, i * bytes, w.mats[i].data(), bytes));
-    }
-    return m;
-  }
-  if (w.type() == GgmlType::kQ6_K) return UploadQ6K(ctx, w);
-  if (w.type() == GgmlType::kQ4_K) return UploadQ4K(ctx, w);
-  // Q8_0, Q4_0 and MXFP4: 32 values a block, the quants in 8 or 4 words (MXFP4's nibbles are
-  // laid out as Q4_0's), the scale as f32 (MXFP4: half its E8M0 scale, as the CPU's integer
-  // dot of doubled E2M1 values takes it).
-  const bool q8 = w.type() == GgmlType::kQ8_0;
-  const bool mx = w.type() == GgmlType::kMXFP4;
-  const int64_t blocks = w.cols() / 32;
-  const uint32_t qwords = q8 ? 8 : 4;
-  const uint64_t total_blocks = static_cast<uint64_t>(w.rows()) * blocks;
-  if (total_blocks * (qwords + 1) >= (uint64_t{1} << 32)) {
-    return UnimplementedError("the Vulkan backend addresses at most 2^32 words per matrix");
-  }
-  m.d_off = static_cast<uint32_t>(total_blocks * qwords);
-  std::vector<uint32_t> host(total_blocks * (qwords + 1));
-  for (int64_t r = 0; r < w.rows(); ++r) {
-    const uint8_t* row = w.Row(r);
-    for (int64_t b = 0; b < blocks; ++b) {
-      const uint64_t i = r * blocks + b;
-      uint16_t d;
-      const uint8_t* qs;
-      if (mx) {
-        const auto* blk = reinterpret_cast<const kernels::BlockMxfp4*>(row) + b;
-        std::memcpy(&host[i * qwords], blk->qs, qwords * 4);
-        const float df = kernels::E8M0Half(blk->e);
-        std::memcpy(&host[m.d_off + i], &df, 4);
-        continue;
-      }
-      if (q8) {
-        const auto* blk = reinterpret_cast<const kernels::BlockQ8_0*>(row) + b;
-        std::memcpy(&d, &blk->d, 2);
-        qs = reinterpret_cast<const uint8_t*>(blk->qs);
-      } else {
-        const auto* blk = reinterpret_cast<const kernels::BlockQ4_0*>(row) + b;
-        std::memcpy(&d, &blk->d, 2);
-        qs = blk->qs;
-      }
-      std::memcpy(&host[i * qwords], qs, qwords * 4);
-      const float df = HalfToFloat(d);
-      std::memcpy(&host[m.d_off + i], &df, 4);
-    }
-  }
-  UF_ASSIGN_OR_RETURN(m.buffer, ctx->CreateBuffer(host.size() * 4, Memory::kDevice));
-  UF_RETURN_IF_ERROR(ctx->Upload(m.buffer, 0, host.data(), host.size() * 4));
-  return m;
-}
-
-}  // namespace
-
-StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w) {
-  return UploadRows(ctx, Rows{std::span<const kernels::Matrix>(&w, 1)});
-}
-
-StatusOr<GpuMatrix> UploadExperts(Context* ctx, std::span<const kernels::Matrix> experts) {
-  if (experts.empty()) return InvalidArgumentError("gpu: no experts to upload");
-  for (const kernels::Matrix& e : experts) {
-    if (e.type() != experts[0].type() || e.rows() != experts[0].rows() ||
-        e.cols() != experts[0].cols()) {
-      return UnimplementedError("the Vulkan backend needs a layer's experts of one type and shape");
-    }
-  }
-  UF_ASSIGN_OR_RETURN(GpuMatrix m, UploadRows(ctx, Rows{experts}));
-  m.rows = experts[0].rows();
-  m.n_experts = static_cast<int64_t>(experts.size());
-  return m;
-}
 
 GemvVariant ResolveGemv(GemvVariant gemv) {
   if (gemv != GemvVariant::kDefault) return gemv;
@@ -311,6 +123,7 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
   }
   UF_ASSIGN_OR_RETURN(k.quantize_, ctx->GetPipeline("quantize_q8_0", 2));
   UF_ASSIGN_OR_RETURN(k.quantize_k_, ctx->GetPipeline("quantize_q8_k", 2));
+  UF_ASSIGN_OR_RETURN(k.quantize_pairs_, ctx->GetPipeline("quantize_pairs", 2));
   UF_ASSIGN_OR_RETURN(k.rmsnorm_, ctx->GetPipeline("rmsnorm", 3));
   UF_ASSIGN_OR_RETURN(k.rmsnorm_q_, ctx->GetPipeline("rmsnorm_q", 4));
   UF_ASSIGN_OR_RETURN(k.swiglu_q_, ctx->GetPipeline("swiglu_q", 7));
@@ -358,26 +171,45 @@ const Pipeline* Kernels::Wide(int kind, const GpuMatrix& w) const {
   return it == wide_gemm_[kind].end() ? nullptr : it->second;
 }
 
+namespace {
+
+// What the GEMMs' push constants say of w's activation: cols (blocks for quantized weights,
+// else values), x_stride (per token: words of the quantized activation, else floats) and
+// x_d_off (the word of the activations' scales for n_x tokens; 0 without scales).
+struct GemmShape {
+  uint32_t cols, x_stride, x_d_off;
+};
+GemmShape ShapeOf(const GpuMatrix& w, int64_t n_x) {
+  const auto n = static_cast<uint32_t>(n_x);
+  const auto cols = static_cast<uint32_t>(w.cols);
+  switch (ActivationFor(w.type)) {
+    case Activation::kQ8_K:
+      return {cols / 256, cols / 256 * 72, n * (cols / 256) * 72};
+    case Activation::kQ8_0:
+      return {cols / 32, cols / 32 * 8, n * (cols / 32) * 8};
+    case Activation::kF16:
+    case Activation::kBF16:
+      return {cols, cols / 2, 0u};  // a word per pair
+    case Activation::kF32:
+      break;
+  }
+  return {cols, cols, 0u};
+}
+
+}  // namespace
+
 void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
                    uint32_t y_off, int64_t y_stride, bool accumulate, const Buffer* bias) const {
   UF_CHECK(!(accumulate && bias != nullptr)) << "a GEMM adds a bias or accumulates, not both";
-  uint32_t gx, gy;
-  Grid((w.rows + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
-  const bool k_quant = w.type == GgmlType::kQ6_K || w.type == GgmlType::kQ4_K;
-  const bool q8 = TakesQ8Activation(w.type);
-  const auto blocks = static_cast<uint32_t>(w.cols / (k_quant ? 256 : 32));
+  const GemmShape shape = ShapeOf(w, n);
   struct {
     uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, acc, bias;
   } push{static_cast<uint32_t>(w.rows),
-         k_quant || q8 ? blocks : static_cast<uint32_t>(w.cols),
+         shape.cols,
          w.d_off,
          static_cast<uint32_t>(n),
-         k_quant ? blocks * 72
-         : q8    ? blocks * 8
-                 : static_cast<uint32_t>(w.cols),
-         k_quant ? static_cast<uint32_t>(n) * blocks * 72
-         : q8    ? static_cast<uint32_t>(n) * blocks * 8
-                 : 0u,
+         shape.x_stride,
+         shape.x_d_off,
          y_off,
          static_cast<uint32_t>(y_stride > 0 ? y_stride : w.rows),
          accumulate ? 1u : 0u,
@@ -387,6 +219,9 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
   const int64_t tile = GemmTile(n);
   const int index =
       static_cast<int>(std::find(std::begin(kTiles), std::end(kTiles), tile) - std::begin(kTiles));
+  const int64_t rows_per_group = rows_per_group_ * RowsPerSubgroup(w.type, index);
+  uint32_t gx, gy;
+  Grid((w.rows + rows_per_group - 1) / rows_per_group, &gx, &gy);
   const Pipeline* wide = Wide(index, w);
   // Without a bias, binding 3 is never read: any buffer will do.
   r->Dispatch(wide != nullptr ? *wide : *GemmPipeline(w.type, index),
@@ -401,20 +236,13 @@ struct ExpertPush {
   uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, x_div, acc;
 };
 ExpertPush MakeExpertPush(const GpuMatrix& w, int64_t n_slots, int64_t x_div) {
-  const bool k_quant = w.type == GgmlType::kQ6_K || w.type == GgmlType::kQ4_K;
-  const bool q8 = TakesQ8Activation(w.type);
-  const auto blocks = static_cast<uint32_t>(w.cols / (k_quant ? 256 : 32));
-  const uint32_t n_x = static_cast<uint32_t>((n_slots + x_div - 1) / x_div);  // activation rows
+  const GemmShape shape = ShapeOf(w, (n_slots + x_div - 1) / x_div);  // its activation rows
   return {static_cast<uint32_t>(w.rows),
-          k_quant || q8 ? blocks : static_cast<uint32_t>(w.cols),
+          shape.cols,
           w.d_off,
           static_cast<uint32_t>(n_slots),
-          k_quant ? blocks * 72
-          : q8    ? blocks * 8
-                  : static_cast<uint32_t>(w.cols),
-          k_quant ? n_x * blocks * 72
-          : q8    ? n_x * blocks * 8
-                  : 0u,
+          shape.x_stride,
+          shape.x_d_off,
           0u,
           static_cast<uint32_t>(w.rows),
           static_cast<uint32_t>(x_div),
@@ -528,6 +356,46 @@ void Kernels::QuantizeK(Recorder* r, const Buffer& x, uint32_t x_off, int64_t va
   r->Dispatch(*quantize_k_, {x, q}, push, gx, gy);
 }
 
+void Kernels::QuantizePairs(Recorder* r, const Buffer& x, uint32_t x_off, int64_t values, bool bf16,
+                            const Buffer& q) const {
+  UF_CHECK(values % 2 == 0);
+  struct {
+    uint32_t pairs, x_off, bf16;
+  } push{static_cast<uint32_t>(values / 2), x_off, bf16 ? 1u : 0u};
+  uint32_t gx, gy;
+  Grid((values / 2 + 63) / 64, &gx, &gy);
+  r->Dispatch(*quantize_pairs_, {x, q}, push, gx, gy);
+}
+
+void Kernels::QuantizeAs(Recorder* r, Activation act, const Buffer& x, uint32_t x_off,
+                         int64_t values, const Buffer& q) const {
+  UF_CHECK(act != Activation::kF32) << "f32 activations are not quantized";
+  if (act == Activation::kQ8_0) {
+    Quantize(r, x, x_off, values, q);
+  } else if (act == Activation::kQ8_K) {
+    QuantizeK(r, x, x_off, values, q);
+  } else {
+    QuantizePairs(r, x, x_off, values, act == Activation::kBF16, q);
+  }
+}
+
+namespace {
+
+// The fused quantizers' format (rmsnorm_q.comp, swiglu_q.comp): 0 Q8_0, 1 Q8_K, 2 f16 pairs,
+// 3 bf16 pairs; and the word of the Q8 scales of `values` values (0 for pairs).
+uint32_t FusedFormat(Activation act) {
+  UF_CHECK(act != Activation::kF32) << "f32 activations are not quantized";
+  return static_cast<uint32_t>(act) - 1;
+}
+uint32_t FusedDOff(Activation act, int64_t values) {
+  const int64_t block = ActivationBlock(act);
+  UF_CHECK(values % block == 0) << values << " values in blocks of " << block;
+  if (act == Activation::kQ8_K) return static_cast<uint32_t>(values / block * 72);
+  return act == Activation::kQ8_0 ? static_cast<uint32_t>(values / block * 8) : 0u;
+}
+
+}  // namespace
+
 void Kernels::RmsNorm(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer& w,
                       const Buffer& y, uint32_t y_off, int64_t rows, int64_t n, float eps) const {
   struct {
@@ -540,16 +408,15 @@ void Kernels::RmsNorm(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer
 }
 
 void Kernels::RmsNormQuant(Recorder* r, const Buffer& x, const Buffer& w, const Buffer& y,
-                           int64_t rows, int64_t n, float eps, bool q8k, const Buffer& q) const {
-  const int64_t block = q8k ? 256 : 32;
-  UF_CHECK(n % block == 0) << "rmsnorm_q: rows of " << n << " values";
-  const auto blocks = static_cast<uint32_t>(rows * n / block);
+                           int64_t rows, int64_t n, float eps, Activation act,
+                           const Buffer& q) const {
+  UF_CHECK(n % ActivationBlock(act) == 0) << "rmsnorm_q: rows of " << n << " values";
   struct {
     uint32_t rows, n;
     float eps;
-    uint32_t q8k, d_off;
-  } push{static_cast<uint32_t>(rows), static_cast<uint32_t>(n), eps, q8k ? 1u : 0u,
-         blocks * (q8k ? 72u : 8u)};
+    uint32_t format, d_off;
+  } push{static_cast<uint32_t>(rows), static_cast<uint32_t>(n), eps, FusedFormat(act),
+         FusedDOff(act, rows * n)};
   uint32_t gx, gy;
   Grid(rows, &gx, &gy);
   r->Dispatch(*rmsnorm_q_, {x, w, y, q}, push, gx, gy);
@@ -557,18 +424,14 @@ void Kernels::RmsNormQuant(Recorder* r, const Buffer& x, const Buffer& w, const 
 
 namespace {
 struct SwiGluQPush {
-  uint32_t n, q8k, d_off, oai, ff;
+  uint32_t n, format, d_off, oai, ff;
 };
 constexpr uint64_t kSwiGluSpan = 512;  // values a workgroup of swiglu_q.comp (its kSpan)
 }  // namespace
 
 void Kernels::SwiGluQuant(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& out,
-                          int64_t n, bool q8k, const Buffer& q) const {
-  const int64_t block = q8k ? 256 : 32;
-  UF_CHECK(n % block == 0) << "swiglu_q: " << n << " values";
-  const auto blocks = static_cast<uint32_t>(n / block);
-  const SwiGluQPush push{static_cast<uint32_t>(n), q8k ? 1u : 0u, blocks * (q8k ? 72u : 8u), 0u,
-                         1u};
+                          int64_t n, Activation act, const Buffer& q) const {
+  const SwiGluQPush push{static_cast<uint32_t>(n), FusedFormat(act), FusedDOff(act, n), 0u, 1u};
   uint32_t gx, gy;
   Grid((n + kSwiGluSpan - 1) / kSwiGluSpan, &gx, &gy);
   // Bindings 4-6 (gpt-oss's biases and expert ids) are not read: any buffer will do.
@@ -577,12 +440,9 @@ void Kernels::SwiGluQuant(Recorder* r, const Buffer& gate, const Buffer& up, con
 
 void Kernels::SwiGluOaiQuant(Recorder* r, const Buffer& gate, const Buffer& up,
                              const Buffer& gate_b, const Buffer& up_b, const Buffer& ids,
-                             int64_t slots, int64_t ff, bool q8k, const Buffer& q) const {
-  const int64_t block = q8k ? 256 : 32;
-  UF_CHECK(slots * ff % block == 0) << "swiglu_q: " << slots * ff << " values";
-  const auto blocks = static_cast<uint32_t>(slots * ff / block);
-  const SwiGluQPush push{static_cast<uint32_t>(slots * ff), q8k ? 1u : 0u,
-                         blocks * (q8k ? 72u : 8u), 1u, static_cast<uint32_t>(ff)};
+                             int64_t slots, int64_t ff, Activation act, const Buffer& q) const {
+  const SwiGluQPush push{static_cast<uint32_t>(slots * ff), FusedFormat(act),
+                         FusedDOff(act, slots * ff), 1u, static_cast<uint32_t>(ff)};
   uint32_t gx, gy;
   Grid((slots * ff + kSwiGluSpan - 1) / kSwiGluSpan, &gx, &gy);
   r->Dispatch(*swiglu_q_, {gate, up, gate, q, gate_b, up_b, ids}, push, gx, gy);
@@ -640,12 +500,18 @@ void Kernels::KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffe
 void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,
                         const Buffer& out, const Buffer& tok, const Buffer& bt, int64_t n,
                         const AttentionShape& s, const Buffer* part, const Buffer* sinks,
-                        const Buffer* q8_out) const {
+                        const Buffer* q_out, Activation q_act) const {
   UF_CHECK(s.chunk == 0 || part != nullptr) << "split attention needs its partial sums' buffer";
   UF_CHECK(s.chunk <= kMaxAttentionChunk) << "a split chunk's scores live in shared memory";
-  UF_CHECK(q8_out == nullptr || (s.head_dim % 32 == 0 && s.head_dim <= kMaxAttentionChunk))
-      << "attention's Q8_0 output: whole blocks a head, the head in shared memory";
-  const uint32_t quant = q8_out != nullptr ? 1u : 0u;
+  UF_CHECK(q_out == nullptr ||
+           (q_act != Activation::kF32 && q_act != Activation::kQ8_K &&
+            s.head_dim % ActivationBlock(q_act) == 0 && s.head_dim <= kMaxAttentionChunk))
+      << "attention's quantized output: whole blocks a head, the head in shared memory";
+  // The shaders' quant: 0 none, 1 Q8_0, 2 f16 pairs, 3 bf16 pairs.
+  const uint32_t quant = q_out == nullptr             ? 0u
+                         : q_act == Activation::kQ8_0 ? 1u
+                         : q_act == Activation::kF16  ? 2u
+                                                      : 3u;
   // Words of the n tokens' Q8_0 values ahead of their scales (Quantize's layout).
   const auto q_d_off = static_cast<uint32_t>(n * s.n_head * s.head_dim / 32 * 8);
   struct {
@@ -674,7 +540,7 @@ void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const
   // Binding 6: the partial sums when split, the Q8_0 output when unsplit with quant, else never
   // written; without sinks binding 7 is never read: any buffer will do.
   const Buffer& sink_buf = sinks != nullptr ? *sinks : q;
-  const Buffer& q_buf = q8_out != nullptr ? *q8_out : out;
+  const Buffer& q_buf = q_out != nullptr ? *q_out : out;
   const Buffer& b6 = part != nullptr && s.chunk != 0 ? *part : q_buf;
   r->Dispatch(*attention_, {q, cache, scores, out, tok, bt, b6, sink_buf}, push,
               static_cast<uint32_t>(s.n_head * s.n_chunks()), static_cast<uint32_t>(n));

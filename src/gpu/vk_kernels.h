@@ -38,6 +38,25 @@ inline bool TakesQ8Activation(GgmlType type) {
 inline bool TakesQ8KActivation(GgmlType type) {
   return type == GgmlType::kQ4_K || type == GgmlType::kQ6_K;
 }
+// True when the type's GEMM takes its activation as 16-bit pairs of its own format
+// (QuantizePairs: F16 weights f16 pairs, BF16 weights bf16 pairs), rounded as the CPU rounds them.
+inline bool TakesPairActivation(GgmlType type) {
+  return type == GgmlType::kF16 || type == GgmlType::kBF16;
+}
+// The activation a GEMM reads: f32 values (F32 weights), Q8_0 blocks (Quantize), Q8_K blocks
+// (QuantizeK), f16 or bf16 pairs (QuantizePairs).
+enum class Activation { kF32 = 0, kQ8_0 = 1, kQ8_K = 2, kF16 = 3, kBF16 = 4 };
+inline Activation ActivationFor(GgmlType type) {
+  return TakesQ8KActivation(type)  ? Activation::kQ8_K
+         : TakesQ8Activation(type) ? Activation::kQ8_0
+         : type == GgmlType::kF16  ? Activation::kF16
+         : type == GgmlType::kBF16 ? Activation::kBF16
+                                   : Activation::kF32;
+}
+// Values per block of a quantized activation (a row of the fused kernels is whole blocks).
+inline int64_t ActivationBlock(Activation a) {
+  return a == Activation::kQ8_K ? 256 : a == Activation::kQ8_0 ? 32 : 2;
+}
 // Uploads w (its GGUF rows). Unimplemented for types without a kernel.
 StatusOr<GpuMatrix> UploadMatrix(Context* ctx, const kernels::Matrix& w);
 
@@ -48,6 +67,8 @@ StatusOr<GpuMatrix> UploadExperts(Context* ctx, std::span<const kernels::Matrix>
 inline uint64_t Q8ActivationBytes(int64_t values) { return (values / 32) * (32 + 4); }
 // The same for a Q8_K activation (quantize_q8_k's output: 292 bytes a block of 256).
 inline uint64_t Q8KActivationBytes(int64_t values) { return (values / 256) * (256 + 32 + 4); }
+// The same for pairs (quantize_pairs' output: 2 bytes a value).
+inline uint64_t PairActivationBytes(int64_t values) { return (values / 2) * 4; }
 
 // The shape of a layer's attention over the paged device cache (see attention.comp).
 struct AttentionShape {
@@ -106,8 +127,9 @@ class Kernels {
 
   // y[t * y_stride + y_off + row] = W x[t] for the n tokens (y_stride 0: w.rows). x holds n rows
   // of w.cols f32 values, or for TakesQ8Activation(w.type) their Q8_0 activation (Quantize of
-  // all n rows), for TakesQ8KActivation(w.type) their Q8_K activation (QuantizeK). Each (row,
-  // token) result is the same bits whatever n is (gemm.glsl).
+  // all n rows), for TakesQ8KActivation(w.type) their Q8_K activation (QuantizeK), for
+  // TakesPairActivation(w.type) their pairs (QuantizePairs). Each (row, token) result is the same
+  // bits whatever n is (gemm.glsl).
   // With accumulate, y[...] += W x[t] instead (a residual add folded into the GEMM: the same
   // bits as the product followed by Add into y). With bias ([w.rows] floats), y[...] = W x[t] +
   // bias[row] (the bits of the product followed by Add of the bias); not with accumulate.
@@ -164,23 +186,30 @@ class Kernels {
   // the Q4_K and Q6_K GEMMs.
   void QuantizeK(Recorder* r, const Buffer& x, uint32_t x_off, int64_t values,
                  const Buffer& q) const;
+  // The same as 16-bit pairs, a word per two values rounded to f16 (bf16 false; the F16 GEMMs)
+  // or bf16 (the BF16 GEMMs) as the CPU kernels round them (quantize_pairs.comp); values even.
+  void QuantizePairs(Recorder* r, const Buffer& x, uint32_t x_off, int64_t values, bool bf16,
+                     const Buffer& q) const;
+  // The quantizer of `act` (not kF32): Quantize, QuantizeK or QuantizePairs.
+  void QuantizeAs(Recorder* r, Activation act, const Buffer& x, uint32_t x_off, int64_t values,
+                  const Buffer& q) const;
   // rows rows of n values: y = RmsNorm(x) * w. y may be x.
   void RmsNorm(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer& w, const Buffer& y,
                uint32_t y_off, int64_t rows, int64_t n, float eps) const;
   // RmsNorm of rows rows of n values (offsets 0, y not x) and y quantized into q in the same
-  // dispatch, as Quantize (q8k false) or QuantizeK (q8k true) of all rows * n values would: y and
-  // q are the two kernels' bits (rmsnorm_q.comp). n a multiple of 32 (Q8_0) or 256 (Q8_K).
+  // dispatch, as QuantizeAs(act) of all rows * n values would: y and q are the two kernels' bits
+  // (rmsnorm_q.comp). act not kF32; n a multiple of ActivationBlock(act).
   void RmsNormQuant(Recorder* r, const Buffer& x, const Buffer& w, const Buffer& y, int64_t rows,
-                    int64_t n, float eps, bool q8k, const Buffer& q) const;
+                    int64_t n, float eps, Activation act, const Buffer& q) const;
   // SwiGlu of n values into out (out may be gate) and out quantized into q in the same dispatch,
-  // as Quantize / QuantizeK would: the two kernels' bits (swiglu_q.comp). n a multiple of 32 or
-  // 256.
+  // as QuantizeAs(act) would: the two kernels' bits (swiglu_q.comp). n a multiple of
+  // ActivationBlock(act).
   void SwiGluQuant(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& out, int64_t n,
-                   bool q8k, const Buffer& q) const;
+                   Activation act, const Buffer& q) const;
   // SwiGluOai and the quantization of its slots * ff values into q, the two kernels' bits.
   void SwiGluOaiQuant(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& gate_b,
-                      const Buffer& up_b, const Buffer& ids, int64_t slots, int64_t ff, bool q8k,
-                      const Buffer& q) const;
+                      const Buffer& up_b, const Buffer& ids, int64_t slots, int64_t ff,
+                      Activation act, const Buffer& q) const;
   // y[y_off + i] += x[x_off + i % period] (period 0: no repeat).
   void Add(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer& y, uint32_t y_off, int64_t n,
            int64_t period = 0) const;
@@ -206,14 +235,16 @@ class Kernels {
   // floats of scratch when s.chunk == 0 (unused otherwise: a chunk's scores stay in shared
   // memory); with s.chunk > 0 (<= kMaxAttentionChunk) two dispatches (the chunks, then their
   // combination) and part: n * n_head * s.part_floats() floats of scratch. sinks: n_head sink
-  // logits (gpt-oss). q8_out: out is also written there as Quantize(out, n * n_head * head_dim)
-  // would write it, the same bits, by the kernel that finishes a head (attention.comp unsplit,
-  // attention_combine.comp split); head_dim a multiple of 32, at most kMaxAttentionChunk.
+  // logits (gpt-oss). q_out: out is also written there as QuantizeAs(q_act, out, n * n_head *
+  // head_dim) would write it, the same bits, by the kernel that finishes a head (attention.comp
+  // unsplit, attention_combine.comp split); q_act kQ8_0 (head_dim a multiple of 32), kF16 or
+  // kBF16; head_dim at most kMaxAttentionChunk.
   static constexpr int64_t kMaxAttentionChunk = 1024;  // attention.comp's kMaxChunk
   void Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,
                  const Buffer& out, const Buffer& tok, const Buffer& bt, int64_t n,
                  const AttentionShape& s, const Buffer* part = nullptr,
-                 const Buffer* sinks = nullptr, const Buffer* q8_out = nullptr) const;
+                 const Buffer* sinks = nullptr, const Buffer* q_out = nullptr,
+                 Activation q_act = Activation::kQ8_0) const;
   // x[t] = table row of token t, for the n tokens.
   void Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& tok,
              int64_t n) const;
@@ -269,6 +300,12 @@ class Kernels {
   // batch.
   enum WideKind { kGemm1 = 0, kGemm8 = 1, kGemm16 = 2, kGemm32 = 3, kGemmX = 4, kGemmG = 5 };
   const Pipeline* Wide(int kind, const GpuMatrix& w) const;
+  // Rows one subgroup of Gemm's kernel computes for the tile kTiles[tile_index]: 2 for the F16
+  // and BF16 tiles of 16 and 32 (basic and wide; gemm_pairs.glsl and gemm_f16w.glsl's kRows),
+  // else 1.
+  static int64_t RowsPerSubgroup(GgmlType type, int tile_index) {
+    return TakesPairActivation(type) && kTiles[tile_index] >= 16 ? 2 : 1;
+  }
 
   uint32_t rows_per_group_ = 1;  // GEMM rows per workgroup: 64 / subgroup size
   uint32_t q8_0_per_group_ = 8;  // Q8_0 blocks per workgroup of quantize_q8_0 (Create)
@@ -287,6 +324,7 @@ class Kernels {
   const Pipeline* swiglu_oai_ = nullptr;
   const Pipeline* quantize_ = nullptr;
   const Pipeline* quantize_k_ = nullptr;
+  const Pipeline* quantize_pairs_ = nullptr;
   const Pipeline* rmsnorm_ = nullptr;
   const Pipeline* rmsnorm_q_ = nullptr;
   const Pipeline* swiglu_q_ = nullptr;

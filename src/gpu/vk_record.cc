@@ -16,19 +16,15 @@ namespace uf::gpu {
 // Recordings kept at once; past this the oldest shapes are recorded again when they come back.
 constexpr size_t kMaxRecordings = 64;
 
-// Quantizes n rows of x into xq_ (Q8_0 or Q8_K, as w takes them) unless it holds them already.
-// False when w takes f32 activations.
+// Quantizes n rows of x into xq_ (Q8_0, Q8_K or 16-bit pairs, as w takes them) unless it holds
+// them already. False when w takes f32 activations.
 bool VulkanForward::QuantizeFor(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n) {
-  const bool k = TakesQ8KActivation(w.type);
-  if (!k && !TakesQ8Activation(w.type)) return false;
-  if (xq_holds_ != &x || xq_k_ != k) {
-    if (k) {
-      k_.QuantizeK(r, x, 0, n * w.cols, xq_);
-    } else {
-      k_.Quantize(r, x, 0, n * w.cols, xq_);
-    }
+  const Activation act = ActivationFor(w.type);
+  if (act == Activation::kF32) return false;
+  if (xq_holds_ != &x || xq_act_ != act) {
+    k_.QuantizeAs(r, act, x, 0, n * w.cols, xq_);
     xq_holds_ = &x;
-    xq_k_ = k;
+    xq_act_ = act;
   }
   return true;
 }
@@ -40,13 +36,12 @@ void VulkanForward::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64
 
 namespace {
 
-// The activation a GEMM of w reads: 0 f32 values, 1 Q8_0, 2 Q8_K.
-int ActivationOf(const GpuMatrix& w) {
-  return TakesQ8KActivation(w.type) ? 2 : TakesQ8Activation(w.type) ? 1 : 0;
-}
+// The activation a GEMM of w reads (Activation): 0 f32 values, 1 Q8_0, 2 Q8_K, 3 f16 pairs,
+// 4 bf16 pairs.
+int ActivationOf(const GpuMatrix& w) { return static_cast<int>(ActivationFor(w.type)); }
 
-// The one quantized activation the matrices read (1 or 2), 0 when none reads one, -1 when they
-// read both (xq_ holds one at a time).
+// The one quantized activation the matrices read (1-4), 0 when none reads one, -1 when they
+// read two (xq_ holds one at a time).
 int SharedActivation(std::initializer_list<const GpuMatrix*> ws) {
   int act = 0;
   for (const GpuMatrix* w : ws) {
@@ -63,10 +58,10 @@ int SharedActivation(std::initializer_list<const GpuMatrix*> ws) {
 void VulkanForward::Norm(Recorder* r, const Buffer& x, const Buffer& w, int64_t n,
                          std::initializer_list<const GpuMatrix*> next) {
   const int act = o_.fuse ? SharedActivation(next) : 0;
-  if (act > 0 && c_.n_embd % (act == 2 ? 256 : 32) == 0) {
-    k_.RmsNormQuant(r, x, w, xn_, n, c_.n_embd, c_.rms_eps, act == 2, xq_);
+  if (act > 0 && c_.n_embd % ActivationBlock(Activation(act)) == 0) {
+    k_.RmsNormQuant(r, x, w, xn_, n, c_.n_embd, c_.rms_eps, Activation(act), xq_);
     xq_holds_ = &xn_;
-    xq_k_ = act == 2;
+    xq_act_ = Activation(act);
   } else {
     k_.RmsNorm(r, x, 0, w, xn_, 0, n, c_.n_embd, c_.rms_eps);
     xq_holds_ = nullptr;  // xn_ was rewritten
@@ -135,16 +130,16 @@ void VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n) {
   if (group) r->EndGroup();
   const int64_t values = n * k * c_.n_ff_exp;
   const int act = o_.fuse ? ActivationOf(l.exp_down) : 0;
-  if (act > 0 && values % (act == 2 ? 256 : 32) == 0) {
+  if (act > 0 && values % ActivationBlock(Activation(act)) == 0) {
     // The down product's activation from the same dispatch.
     if (l.exp_gate_b.valid()) {
       k_.SwiGluOaiQuant(r, moe_gate_, moe_up_, l.exp_gate_b, l.exp_up_b, moe_ids_, n * k,
-                        c_.n_ff_exp, act == 2, xq_);
+                        c_.n_ff_exp, Activation(act), xq_);
     } else {
-      k_.SwiGluQuant(r, moe_gate_, moe_up_, moe_gate_, values, act == 2, xq_);
+      k_.SwiGluQuant(r, moe_gate_, moe_up_, moe_gate_, values, Activation(act), xq_);
     }
     xq_holds_ = &moe_gate_;
-    xq_k_ = act == 2;
+    xq_act_ = Activation(act);
   } else {
     if (l.exp_gate_b.valid()) {
       k_.SwiGluOai(r, moe_gate_, moe_up_, l.exp_gate_b, l.exp_up_b, moe_ids_, n * k, c_.n_ff_exp);
@@ -226,16 +221,18 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
       k_.Rope(r, kbuf_, cs_, tok_, n, c_.n_head_kv, hd, c_.rope_dim, neox);
       k_.KvStore(r, kbuf_, vbuf_, cache_dev_[il], tok_, n, as);
     }
-    // The o-projection's Q8_0 activation written by attention itself (the bits Quantize gives):
-    // no quantize dispatch and barrier between them. Q8_K's blocks of 256 span heads: apart.
-    const bool attn_q8 =
-        o_.fuse && ActivationOf(l.wo) == 1 && hd % 32 == 0 && hd <= Kernels::kMaxAttentionChunk;
+    // The o-projection's Q8_0 or 16-bit pair activation written by attention itself (the bits
+    // QuantizeAs gives): no quantize dispatch and barrier between them. Q8_K's blocks of 256 span
+    // heads: apart.
+    const Activation o_act = ActivationFor(l.wo.type);
+    const bool attn_q = o_.fuse && o_act != Activation::kF32 && o_act != Activation::kQ8_K &&
+                        hd % ActivationBlock(o_act) == 0 && hd <= Kernels::kMaxAttentionChunk;
     k_.Attention(r, q_, cache_dev_[il], scores_, attn_, tok_, bt_, n, as,
                  chunk_ > 0 ? &part_ : nullptr, l.sinks.valid() ? &l.sinks : nullptr,
-                 attn_q8 ? &xq_ : nullptr);
-    if (attn_q8) {
+                 attn_q ? &xq_ : nullptr, o_act);
+    if (attn_q) {
       xq_holds_ = &attn_;
-      xq_k_ = false;
+      xq_act_ = o_act;
     }
     if (o_.fuse && !l.bo.valid()) {
       Gemm(r, l.wo, attn_, n, x_, /*accumulate=*/true);  // x + W attn: Add's bits
@@ -253,10 +250,10 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
     Norm(r, x_, l.ffn_norm, n, {&l.gate, &l.up});
     Gemms(r, xn_, n, {{&l.gate, &gate_}, {&l.up, &up_}});
     const int act = o_.fuse ? ActivationOf(l.down) : 0;
-    if (act > 0 && c_.n_ff % (act == 2 ? 256 : 32) == 0) {
-      k_.SwiGluQuant(r, gate_, up_, gate_, n * c_.n_ff, act == 2, xq_);
+    if (act > 0 && c_.n_ff % ActivationBlock(Activation(act)) == 0) {
+      k_.SwiGluQuant(r, gate_, up_, gate_, n * c_.n_ff, Activation(act), xq_);
       xq_holds_ = &gate_;  // the down product's activation, from the same dispatch
-      xq_k_ = act == 2;
+      xq_act_ = Activation(act);
     } else {
       k_.SwiGlu(r, gate_, up_, gate_, n * c_.n_ff);
       xq_holds_ = nullptr;  // gate_ was rewritten
@@ -272,12 +269,12 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
     k_.Gather(r, x_, xo_, outs_, e, n_out);
     const Buffer& logits_in = out == Out::kLogits ? logits_dev_ : logits_local_;
     const int act = o_.fuse ? ActivationOf(output_) : 0;
-    if (act > 0 && e % (act == 2 ? 256 : 32) == 0) {
+    if (act > 0 && e % ActivationBlock(Activation(act)) == 0) {
       // Normalized into xn_ (free by now; the fused kernel cannot work in place) with the lm_head's
       // activation from the same dispatch.
-      k_.RmsNormQuant(r, xo_, output_norm_, xn_, n_out, e, c_.rms_eps, act == 2, xq_);
+      k_.RmsNormQuant(r, xo_, output_norm_, xn_, n_out, e, c_.rms_eps, Activation(act), xq_);
       xq_holds_ = &xn_;
-      xq_k_ = act == 2;
+      xq_act_ = Activation(act);
       Gemm(r, output_, xn_, n_out, logits_in);
     } else {
       k_.RmsNorm(r, xo_, 0, output_norm_, xo_, 0, n_out, e, c_.rms_eps);

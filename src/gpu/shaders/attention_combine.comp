@@ -6,9 +6,9 @@
 // by exactly 1, so one chunk gives the unsplit kernel's bits. One workgroup of 64 per (head,
 // token): the grid's x is the head, y the token. With window > 0 the chunks wholly before the
 // token's window (which attention.comp left unwritten) are skipped; with has_sinks the head's
-// sink adds e^(sink - M) to the denominator. With quant (head_dim a multiple of 32) the head's
+// sink adds e^(sink - M) to the denominator. With quant 1 (head_dim a multiple of 32) the head's
 // output is also written as Q8_0 blocks into q (as attention.comp's quant: quantize_q8_0's bits
-// of o), through shared memory.
+// of o), through shared memory; with quant 2 or 3 as f16 or bf16 pairs (quantize_pairs' bits).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -58,8 +58,14 @@ void main() {
   }
   if (p.quant != 0) {  // workgroup-uniform
     barrier();
-    QuantLanes();
     g_first = (token * p.n_head + h) * p.head_dim;
+    if (p.quant != 1) {
+      for (uint i = lid; i < p.head_dim / 2; i += 64) {
+        q[g_first / 2 + i] = PackPair(s_o[2 * i], s_o[2 * i + 1], p.quant == 3);
+      }
+      return;
+    }
+    QuantLanes();
     QuantizeRangeQ8_0(g_first / 32, (g_first + p.head_dim) / 32, p.q_d_off);
   }
 }

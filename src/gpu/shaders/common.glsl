@@ -41,8 +41,22 @@ float WorkgroupMax(float v) {
 
 uint GroupIndex() { return gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x; }
 
-// f32 -> f16 -> f32: the rounding the CPU kernels apply to activations before an F16 product.
-float RoundF16(float x) { return unpackHalf2x16(packHalf2x16(vec2(x, 0.0))).x; }
+// f32 -> bf16 -> f32, round to nearest even: the CPU's rounding of activations before a BF16
+// product.
+float RoundBf16(float v) {
+  const uint u = floatBitsToUint(v);
+  return uintBitsToFloat((u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u);
+}
+
+// Two activations as one word of 16-bit values (a low, b high), rounded as the CPU kernels round
+// activations before an F16 (bf16 false) or BF16 product: packHalf2x16 converts each component
+// on its own (as the GEMMs' per-row f32 -> f16 -> f32 round trip did before), and a RoundBf16
+// value is its high 16 bits. The GEMMs unpack them to the same floats they rounded to before,
+// so taking pairs instead of f32 values changes no bit.
+uint PackPair(float a, float b, bool bf16) {
+  if (!bf16) return packHalf2x16(vec2(a, b));
+  return (floatBitsToUint(RoundBf16(a)) >> 16) | (floatBitsToUint(RoundBf16(b)) & 0xFFFF0000u);
+}
 
 // The row of a GEMV this subgroup computes: gl_NumSubgroups rows per workgroup (the host
 // dispatches rows / (64 / subgroup size) workgroups; a 64-wide workgroup holds full subgroups).

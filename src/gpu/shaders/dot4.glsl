@@ -4,7 +4,7 @@
 // compute-bound at 500-700 GB/s on an H200, and a byte's extract-multiply-add is ~3
 // instructions, so four products cost ~12 where this costs one. Without DOT4 the same sum by
 // byte extracts. Integer sums are exact in any order, so both give the same bits (tested:
-// gpu_kernels_test's IntegerDotKernelsEqualPlainOnes).
+// gpu_integer_gemm_test's IntegerDotKernelsEqualPlainOnes).
 #ifdef DOT4
 #extension GL_EXT_spirv_intrinsics : require
 // OpSDotKHR (4450) with PackedVectorFormat4x8Bit (0); capabilities DotProductInput4x8BitPacked

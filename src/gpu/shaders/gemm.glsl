@@ -8,10 +8,10 @@
 // lossless; tests/gpu_batch_test.cc checks it).
 //
 // Push constants: rows; cols (values for float weights, blocks for quantized ones); w_d_off (word
-// of the weights' block scales); n tokens; x_stride (per token: floats, or words of a Q8_0
-// activation); x_d_off (word of the Q8_0 activations' scales, token-major); y_off, y_stride;
-// acc: 1 to add the product to y (y += W x: the residual add folded into the GEMM, as add.comp
-// would add it afterwards: y + s, the same bits), 0 to write it.
+// of the weights' block scales); n tokens; x_stride (per token: floats, or words of a Q8_0 / Q8_K
+// activation or of 16-bit pairs); x_d_off (word of the Q8_0 activations' scales, token-major);
+// y_off, y_stride; acc: 1 to add the product to y (y += W x: the residual add folded into the
+// GEMM, as add.comp would add it afterwards: y + s, the same bits), 0 to write it.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 

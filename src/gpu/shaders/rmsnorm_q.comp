@@ -1,10 +1,10 @@
 // rmsnorm.comp and the activation quantization after it in one dispatch: y = x / sqrt(mean(x^2) +
 // eps) * w over each of `rows` rows of n values (one workgroup per row), and y quantized into q as
-// quantize_q8_0 (q8k 0) or quantize_q8_k (q8k 1) would quantize it, block by block: each lane
-// recomputes the values it quantizes with rmsnorm's operations, so y and q are the two kernels'
-// bits without reading y back. The row's blocks are spread over the workgroup's subgroups, each
-// block quantized by a whole subgroup (quant_q8.glsl). n must be a multiple of the block (32 or
-// 256); y may not alias x.
+// quantize_q8_0 (format 0), quantize_q8_k (1) or quantize_pairs (2: f16 pairs, 3: bf16 pairs)
+// would quantize it: each lane recomputes the values it quantizes with rmsnorm's operations, so y
+// and q are the two kernels' bits without reading y back. The row's Q8 blocks are spread over the
+// workgroup's subgroups, each block quantized by a whole subgroup (quant_q8.glsl). n must be a
+// multiple of the block (32, 256 or 2); y may not alias x.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // 256 invocations a row: a decode step's row (2,048-8,192 values) is one workgroup, whose
@@ -16,7 +16,7 @@ layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer Wt { float w[]; };
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
 layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
-layout(push_constant) uniform P { uint rows, n; float eps; uint q8k, d_off; } p;
+layout(push_constant) uniform P { uint rows, n; float eps; uint format, d_off; } p;
 
 float g_scale = 0.0;  // the row's 1 / rms
 uint g_row0 = 0;      // index of the row's first value
@@ -37,9 +37,15 @@ void main() {
   for (uint i = lid; i < p.n; i += kGroupSize) y[xb + i] = x[xb + i] * scale * w[i];
   g_scale = scale;
   g_row0 = xb;
-  const uint per_row = p.n / (p.q8k != 0 ? 256 : 32);
+  if (p.format >= 2) {  // pairs: a word per two values, the row's n / 2 words from xb / 2
+    for (uint i = lid; i < p.n / 2; i += kGroupSize) {
+      q[xb / 2 + i] = PackPair(QIn(xb + 2 * i), QIn(xb + 2 * i + 1), p.format == 3);
+    }
+    return;
+  }
+  const uint per_row = p.n / (p.format == 1 ? 256 : 32);
   QuantLanes();
-  if (p.q8k != 0) {
+  if (p.format == 1) {
     QuantizeRangeQ8_K(row * per_row, row * per_row + per_row, p.d_off);
   } else {
     QuantizeRangeQ8_0(row * per_row, row * per_row + per_row, p.d_off);

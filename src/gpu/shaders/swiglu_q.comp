@@ -1,13 +1,14 @@
 // swiglu.comp (or swiglu_oai.comp, oai 1) and the activation quantization after it in one dispatch:
-// out[i] = silu(gate[i]) * up[i], and out quantized into q as quantize_q8_0 (q8k 0) or
-// quantize_q8_k (q8k 1) would quantize it. A workgroup takes kSpan values: each invocation computes
-// values lid, lid + 256, ... with the separate kernel's operations (one each, coalesced), writes
-// them to out and to shared memory, then the subgroups quantize the span's blocks (16 of Q8_0, 2 of
-// Q8_K; quant_q8.glsl spreads them over the subgroups) from those exact floats, so out and q are
-// the two kernels' bits. out may alias gate (each value is read and written by one invocation).
-// With oai, gpt-oss's clamped SwiGLU with each slot's expert biases (ids[slot] its expert; ff
-// values a slot): x = min(gate + gb, 7), y = clamp(up + ub, -7, 7), out = x sigmoid(1.702 x) (y +
-// 1). Without it bindings 4-6 are not read.
+// out[i] = silu(gate[i]) * up[i], and out quantized into q as quantize_q8_0 (format 0),
+// quantize_q8_k (1) or quantize_pairs (2: f16 pairs, 3: bf16 pairs) would quantize it. A
+// workgroup takes kSpan values: each invocation computes values lid, lid + 256, ... with the
+// separate kernel's operations (one each, coalesced), writes them to out and to shared memory,
+// then the subgroups quantize the span's blocks (16 of Q8_0, 2 of Q8_K; quant_q8.glsl spreads
+// them over the subgroups; pairs: a word per two values) from those exact floats, so out and q
+// are the two kernels' bits. out may alias gate (each value is read and written by one
+// invocation). With oai, gpt-oss's clamped SwiGLU with each slot's expert biases (ids[slot] its
+// expert; ff values a slot): x = min(gate + gb, 7), y = clamp(up + ub, -7, 7), out = x
+// sigmoid(1.702 x) (y + 1). Without it bindings 4-6 are not read.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // 256 invocations and 512 values a workgroup (2 each): a decode step's 8,192 FFN values are 16
@@ -22,7 +23,7 @@ layout(std430, binding = 3) writeonly buffer Q { uint q[]; };
 layout(std430, binding = 4) readonly buffer GB { float gb[]; };
 layout(std430, binding = 5) readonly buffer UB { float ub[]; };
 layout(std430, binding = 6) readonly buffer Ids { uint ids[]; };
-layout(push_constant) uniform P { uint n, q8k, d_off, oai, ff; } p;
+layout(push_constant) uniform P { uint n, format, d_off, oai, ff; } p;
 
 const uint kSpan = 512;  // values a workgroup (Kernels' kSwiGluSpan): whole Q8_K blocks
 shared float span[kSpan];
@@ -55,11 +56,17 @@ void main() {
     }
   }
   barrier();
-  const uint len = p.q8k != 0 ? 256 : 32;
+  if (p.format >= 2) {  // pairs (n even): the span's words from g_first / 2
+    for (uint j = lid; 2 * j < kSpan && g_first + 2 * j < p.n; j += kGroupSize) {
+      q[g_first / 2 + j] = PackPair(span[2 * j], span[2 * j + 1], p.format == 3);
+    }
+    return;
+  }
+  const uint len = p.format == 1 ? 256 : 32;
   const uint first_block = g_first / len, blocks = p.n / len;
   const uint end = min(first_block + kSpan / len, blocks);
   QuantLanes();
-  if (p.q8k != 0) {
+  if (p.format == 1) {
     QuantizeRangeQ8_K(first_block, end, p.d_off);
   } else {
     QuantizeRangeQ8_0(first_block, end, p.d_off);
