@@ -18,7 +18,8 @@
 #                                    with a blocking fence wait (UF_GPU_SPIN_US=0, `nospin`):
 #                                    the table's dispatches and barriers per step and tok/s
 #                                    measure what the fusions save; then the GPU time per kernel
-#                                    of a 1B F16 and Q4_0 decode step (bench --profile). The batched run repeats at
+#                                    of a 1B F16, Q4_0 and Q4_K_M decode step (bench --profile;
+#                                    Q4_K_M also runs with and without the packed dot). The batched run repeats at
 #                                    16 and 64 streams with token tiles of 8 (UF_GPU_TILE=8,
 #                                    gemv `tile8`): what the wider GEMM tiles save. Default: the 1B shapes (a few minutes);
 #                                    `all` adds 8B F16 and Q4_0 (16 + 4.5 GB to write); `moe`
@@ -60,7 +61,7 @@ case "${1:-}" in
       uf() { build/ultrafast "$@"; }
       dir=$(mktemp -d)
       trap 'rm -rf "$dir"' EXIT
-      for t in f16 q8_0 q4_0; do
+      for t in f16 q8_0 q4_0 q4_k_m; do
         ln -s "$PWD/../shared/models/tiny-llama-256-$t.gguf" "$dir/llama-3.2-1b-$t.gguf"
       done
       # The tiny MoE presets (a few MiB) standing in for the cut-down MoE shapes.
@@ -95,7 +96,7 @@ case "${1:-}" in
     runs=("llama-3.2-1b f16 0 basic" "llama-3.2-1b f16 0 wide" "llama-3.2-1b q8_0 0 basic"
           "llama-3.2-1b q8_0 0 wide" "llama-3.2-1b q8_0 0 nodot4" "llama-3.2-1b q4_0 0 basic"
           "llama-3.2-1b q4_0 0 unfused" "llama-3.2-1b q4_0 0 nodot4" "llama-3.2-1b q4_0 0 nospin"
-          "llama-3.2-1b q4_0 0 wide"
+          "llama-3.2-1b q4_0 0 wide" "llama-3.2-1b q4_k_m 0 basic" "llama-3.2-1b q4_k_m 0 nodot4"
           "llama-3.2-1b f16 $depth basic")
     [ "${2:-}" = all ] && runs+=("llama-3.1-8b f16 0 basic" "llama-3.1-8b f16 0 wide"
                                  "llama-3.1-8b q4_0 0 basic" "llama-3.1-8b q4_0 0 wide")
@@ -160,8 +161,8 @@ for arg in sys.argv[1:]:
     print(f"prefill (the batched runs' prompts, batches of up to 512): {j['pp_tok_s']:.0f} tok/s")
 PY
     # Where a decode step's GPU time goes, per kernel (bench --profile: a timestamp after every
-    # dispatch), for the 1B F16 and Q4_0 shapes.
-    for t in f16 q4_0; do
+    # dispatch), for the 1B F16, Q4_0 and Q4_K_M shapes.
+    for t in f16 q4_0 q4_k_m; do
       echo
       echo "== llama-3.2-1b $t: GPU time per kernel of a one-token decode step"
       uf bench --device vulkan -m "$dir/llama-3.2-1b-$t.gguf" -p 0 -n 16 --reps 1 --profile |
