@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev
           nlohmann-json3-dev libcpp-httplib-dev libsqlite3-dev libcli11-dev libpcre2-dev
           libssl-dev libxcb1-dev libxcb-ewmh-dev libxcb-icccm4-dev libxcb-xinput-dev
-          libxcb-screensaver0-dev libatspi2.0-dev libvulkan-dev glslc)
+          libxcb-screensaver0-dev libatspi2.0-dev libvulkan-dev glslc spirv-tools)
 # Only `test` needs these: the Computer History tests run an X server, a window manager and
 # xdotool, and a GTK form (Python) on a D-Bus session with the accessibility bus for --atspi
 # (tests/history_x11_test.cc).

@@ -67,6 +67,9 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   const DeviceInfo& info() const { return info_; }
+  // Marks the packed int8 dot unusable after its pipelines failed (Kernels::Create falls back),
+  // so info() says what runs.
+  void DisableIntegerDot() { info_.integer_dot = info_.integer_dot_accelerated = false; }
   const VkFns& vk() const { return vk_; }
   VkDevice device() const { return device_; }
 

@@ -62,10 +62,19 @@ int64_t ResolveMaxTile(int64_t max_tile) {
 
 StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_tile,
                                   IntegerDot dot) {
-  Kernels k;
   if (dot == IntegerDot::kDefault) {
-    dot = IntegerDotByDefault(ctx->info()) ? IntegerDot::kOn : IntegerDot::kOff;
+    if (!IntegerDotByDefault(ctx->info())) return Create(ctx, gemv, max_tile, IntegerDot::kOff);
+    // A driver that refuses the *_dot4 pipelines (their instruction is declared by hand through
+    // GL_EXT_spirv_intrinsics; spirv-val passes them, lavapipe runs them, no GPU has yet) costs
+    // the packed dot, not the backend.
+    auto on = Create(ctx, gemv, max_tile, IntegerDot::kOn);
+    if (on.ok()) return on;
+    UF_LOG(WARNING) << "vulkan: the packed int8 dot kernels failed (" << on.status().ToString()
+                    << "); the integer GEMMs take byte extracts";
+    ctx->DisableIntegerDot();
+    return Create(ctx, gemv, max_tile, IntegerDot::kOff);
   }
+  Kernels k;
   if (dot == IntegerDot::kOn && !ctx->info().integer_dot) {
     return UnavailableError("Vulkan device " + ctx->info().name +
                             " lacks shaderIntegerDotProduct, which the *_dot4 kernels need");
