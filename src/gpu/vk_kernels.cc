@@ -390,11 +390,12 @@ void Kernels::QuantizeAs(Recorder* r, Activation act, const Buffer& x, uint32_t 
 
 namespace {
 
-// The fused quantizers' format (rmsnorm_q.comp, swiglu_q.comp): 0 Q8_0, 1 Q8_K, 2 f16 pairs,
-// 3 bf16 pairs; and the word of the Q8 scales of `values` values (0 for pairs).
+// The fused quantizers' format (rmsnorm_q.comp, swiglu_q.comp): the Activation's value, which
+// common.glsl's kAct* constants repeat; and the word of the Q8 scales of `values` values (0 for
+// pairs).
 uint32_t FusedFormat(Activation act) {
   UF_CHECK(act != Activation::kF32) << "f32 activations are not quantized";
-  return static_cast<uint32_t>(act) - 1;
+  return static_cast<uint32_t>(act);
 }
 uint32_t FusedDOff(Activation act, int64_t values) {
   const int64_t block = ActivationBlock(act);
@@ -516,11 +517,8 @@ void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const
            (q_act != Activation::kF32 && q_act != Activation::kQ8_K &&
             s.head_dim % ActivationBlock(q_act) == 0 && s.head_dim <= kMaxAttentionChunk))
       << "attention's quantized output: whole blocks a head, the head in shared memory";
-  // The shaders' quant: 0 none, 1 Q8_0, 2 f16 pairs, 3 bf16 pairs.
-  const uint32_t quant = q_out == nullptr             ? 0u
-                         : q_act == Activation::kQ8_0 ? 1u
-                         : q_act == Activation::kF16  ? 2u
-                                                      : 3u;
+  // The shaders' quant: 0 none, else the format (FusedFormat).
+  const uint32_t quant = q_out == nullptr ? 0u : FusedFormat(q_act);
   // Words of the n tokens' Q8_0 values ahead of their scales (Quantize's layout).
   const auto q_d_off = static_cast<uint32_t>(n * s.n_head * s.head_dim / 32 * 8);
   struct {

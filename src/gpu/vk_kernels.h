@@ -45,6 +45,7 @@ inline bool TakesPairActivation(GgmlType type) {
 }
 // The activation a GEMM reads: f32 values (F32 weights), Q8_0 blocks (Quantize), Q8_K blocks
 // (QuantizeK), f16 or bf16 pairs (QuantizePairs).
+// The values are the shaders' too (common.glsl's kAct*).
 enum class Activation { kF32 = 0, kQ8_0 = 1, kQ8_K = 2, kF16 = 3, kBF16 = 4 };
 inline Activation ActivationFor(GgmlType type) {
   return TakesQ8KActivation(type)  ? Activation::kQ8_K

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -36,32 +37,38 @@ void VulkanForward::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64
 
 namespace {
 
-// The activation a GEMM of w reads (Activation): 0 f32 values, 1 Q8_0, 2 Q8_K, 3 f16 pairs,
-// 4 bf16 pairs.
-int ActivationOf(const GpuMatrix& w) { return static_cast<int>(ActivationFor(w.type)); }
-
-// The one quantized activation the matrices read (1-4), 0 when none reads one, -1 when they
+// The one quantized activation the matrices read, kF32 when none reads one, nullopt when they
 // read two (xq_ holds one at a time).
-int SharedActivation(std::initializer_list<const GpuMatrix*> ws) {
-  int act = 0;
+std::optional<Activation> SharedActivation(std::initializer_list<const GpuMatrix*> ws) {
+  Activation act = Activation::kF32;
   for (const GpuMatrix* w : ws) {
-    const int a = ActivationOf(*w);
-    if (a == 0 || a == act) continue;
-    if (act != 0) return -1;
+    const Activation a = ActivationFor(w->type);
+    if (a == Activation::kF32 || a == act) continue;
+    if (act != Activation::kF32) return std::nullopt;
     act = a;
   }
   return act;
+}
+
+// The quantized activation a fused kernel (a norm, SwiGLU) writes along with its rows of
+// `values` for the GEMMs that read `act`: act, or kF32 (the unfused kernels) when not fusing,
+// when they read f32 or two formats, or when the rows are not whole blocks.
+Activation Fused(bool fuse, std::optional<Activation> act, int64_t values) {
+  if (!fuse || !act || *act == Activation::kF32 || values % ActivationBlock(*act) != 0) {
+    return Activation::kF32;
+  }
+  return *act;
 }
 
 }  // namespace
 
 void VulkanForward::Norm(Recorder* r, const Buffer& x, const Buffer& w, int64_t n,
                          std::initializer_list<const GpuMatrix*> next) {
-  const int act = o_.fuse ? SharedActivation(next) : 0;
-  if (act > 0 && c_.n_embd % ActivationBlock(Activation(act)) == 0) {
-    k_.RmsNormQuant(r, x, w, xn_, n, c_.n_embd, c_.rms_eps, Activation(act), xq_);
+  const Activation act = Fused(o_.fuse, SharedActivation(next), c_.n_embd);
+  if (act != Activation::kF32) {
+    k_.RmsNormQuant(r, x, w, xn_, n, c_.n_embd, c_.rms_eps, act, xq_);
     xq_holds_ = &xn_;
-    xq_act_ = Activation(act);
+    xq_act_ = act;
   } else {
     k_.RmsNorm(r, x, 0, w, xn_, 0, n, c_.n_embd, c_.rms_eps);
     xq_holds_ = nullptr;  // xn_ was rewritten
@@ -70,12 +77,13 @@ void VulkanForward::Norm(Recorder* r, const Buffer& x, const Buffer& w, int64_t 
 
 void VulkanForward::Gemms(Recorder* r, const Buffer& x, int64_t n,
                           std::initializer_list<Product> wy) {
-  int act = 0;
   bool shared = o_.fuse;
+  Activation act = Activation::kF32;
   for (const Product& p : wy) {
-    const int a = ActivationOf(*p.w);
-    if (a != 0 && act != 0 && a != act) shared = false;  // xq_ holds one format at a time
-    if (a != 0) act = a;
+    const Activation a = ActivationFor(p.w->type);
+    if (a == Activation::kF32) continue;
+    if (act != Activation::kF32 && a != act) shared = false;  // xq_ holds one format at a time
+    act = a;
   }
   if (!shared) {
     for (const Product& p : wy) Gemm(r, *p.w, x, n, *p.y, false, p.bias);
@@ -120,7 +128,7 @@ void VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n) {
   if (n * k > k) k_.GroupSlots(r, moe_ids_, moe_order_, moe_tiles_, n * k, c_.n_expert);
   // Gate and up read the same activation and write their own rows: one barrier after both when
   // they read the same format (xq_ quantized once, ahead).
-  const bool group = o_.fuse && SharedActivation({&l.exp_gate, &l.exp_up}) >= 0;
+  const bool group = o_.fuse && SharedActivation({&l.exp_gate, &l.exp_up}).has_value();
   if (group) {
     if (!QuantizeFor(r, l.exp_gate, xn_, n)) QuantizeFor(r, l.exp_up, xn_, n);
     r->BeginGroup();
@@ -129,17 +137,17 @@ void VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n) {
   GemmExperts(r, l.exp_up, xn_, n, n * k, k, moe_up_);
   if (group) r->EndGroup();
   const int64_t values = n * k * c_.n_ff_exp;
-  const int act = o_.fuse ? ActivationOf(l.exp_down) : 0;
-  if (act > 0 && values % ActivationBlock(Activation(act)) == 0) {
+  const Activation act = Fused(o_.fuse, ActivationFor(l.exp_down.type), values);
+  if (act != Activation::kF32) {
     // The down product's activation from the same dispatch.
     if (l.exp_gate_b.valid()) {
       k_.SwiGluOaiQuant(r, moe_gate_, moe_up_, l.exp_gate_b, l.exp_up_b, moe_ids_, n * k,
-                        c_.n_ff_exp, Activation(act), xq_);
+                        c_.n_ff_exp, act, xq_);
     } else {
-      k_.SwiGluQuant(r, moe_gate_, moe_up_, moe_gate_, values, Activation(act), xq_);
+      k_.SwiGluQuant(r, moe_gate_, moe_up_, moe_gate_, values, act, xq_);
     }
     xq_holds_ = &moe_gate_;
-    xq_act_ = Activation(act);
+    xq_act_ = act;
   } else {
     if (l.exp_gate_b.valid()) {
       k_.SwiGluOai(r, moe_gate_, moe_up_, l.exp_gate_b, l.exp_up_b, moe_ids_, n * k, c_.n_ff_exp);
@@ -249,11 +257,11 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
     }
     Norm(r, x_, l.ffn_norm, n, {&l.gate, &l.up});
     Gemms(r, xn_, n, {{&l.gate, &gate_}, {&l.up, &up_}});
-    const int act = o_.fuse ? ActivationOf(l.down) : 0;
-    if (act > 0 && c_.n_ff % ActivationBlock(Activation(act)) == 0) {
-      k_.SwiGluQuant(r, gate_, up_, gate_, n * c_.n_ff, Activation(act), xq_);
+    const Activation act = Fused(o_.fuse, ActivationFor(l.down.type), c_.n_ff);
+    if (act != Activation::kF32) {
+      k_.SwiGluQuant(r, gate_, up_, gate_, n * c_.n_ff, act, xq_);
       xq_holds_ = &gate_;  // the down product's activation, from the same dispatch
-      xq_act_ = Activation(act);
+      xq_act_ = act;
     } else {
       k_.SwiGlu(r, gate_, up_, gate_, n * c_.n_ff);
       xq_holds_ = nullptr;  // gate_ was rewritten
@@ -268,13 +276,13 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
   if (n_out > 0) {
     k_.Gather(r, x_, xo_, outs_, e, n_out);
     const Buffer& logits_in = out == Out::kLogits ? logits_dev_ : logits_local_;
-    const int act = o_.fuse ? ActivationOf(output_) : 0;
-    if (act > 0 && e % ActivationBlock(Activation(act)) == 0) {
+    const Activation act = Fused(o_.fuse, ActivationFor(output_.type), e);
+    if (act != Activation::kF32) {
       // Normalized into xn_ (free by now; the fused kernel cannot work in place) with the lm_head's
       // activation from the same dispatch.
-      k_.RmsNormQuant(r, xo_, output_norm_, xn_, n_out, e, c_.rms_eps, Activation(act), xq_);
+      k_.RmsNormQuant(r, xo_, output_norm_, xn_, n_out, e, c_.rms_eps, act, xq_);
       xq_holds_ = &xn_;
-      xq_act_ = Activation(act);
+      xq_act_ = act;
       Gemm(r, output_, xn_, n_out, logits_in);
     } else {
       k_.RmsNorm(r, xo_, 0, output_norm_, xo_, 0, n_out, e, c_.rms_eps);

@@ -31,32 +31,29 @@ struct Rows {
   }
 };
 
-// Q6_K: each block's ql, qh and scales as 52 words (they are 208 bytes, whole words, but the
-// blocks are 210 bytes apart in the file), the f32 super-block scales after all of them.
-StatusOr<GpuMatrix> UploadQ6K(Context* ctx, const Rows& w) {
+// A K-quant matrix as its kernel reads it: per block of 256 values `words` words of quants, then
+// after all of them `scales` f32 scales per block; pack(block, quants, scales) writes one block's.
+template <typename Block, typename Pack>
+StatusOr<GpuMatrix> UploadKBlocks(Context* ctx, const Rows& w, uint64_t words, uint64_t scales,
+                                  Pack pack) {
   GpuMatrix m;
-  m.type = GgmlType::kQ6_K;
+  m.type = w.type();
   m.rows = w.rows();
   m.cols = w.cols();
   const int64_t blocks = w.cols() / kernels::kQK_K;
   const uint64_t total_blocks = static_cast<uint64_t>(w.rows()) * blocks;
-  if (total_blocks * 53 >= (uint64_t{1} << 32)) {
+  if (total_blocks * (words + scales) >= (uint64_t{1} << 32)) {
     return UnimplementedError("the Vulkan backend addresses at most 2^32 words per matrix");
   }
-  m.d_off = static_cast<uint32_t>(total_blocks * 52);
-  std::vector<uint32_t> host(total_blocks * 53);
+  m.d_off = static_cast<uint32_t>(total_blocks * words);
+  std::vector<uint32_t> host(total_blocks * (words + scales));
   for (int64_t r = 0; r < w.rows(); ++r) {
-    const auto* row = reinterpret_cast<const kernels::BlockQ6_K*>(w.Row(r));
+    const auto* row = reinterpret_cast<const Block*>(w.Row(r));
     for (int64_t b = 0; b < blocks; ++b) {
       const uint64_t i = r * blocks + b;
-      auto* dst = reinterpret_cast<uint8_t*>(&host[i * 52]);
-      std::memcpy(dst, row[b].ql, 128);
-      std::memcpy(dst + 128, row[b].qh, 64);
-      std::memcpy(dst + 192, row[b].scales, 16);
-      uint16_t d;
-      std::memcpy(&d, &row[b].d, 2);
-      const float df = HalfToFloat(d);
-      std::memcpy(&host[m.d_off + i], &df, 4);
+      float block_scales[2];
+      pack(row[b], reinterpret_cast<uint8_t*>(&host[i * words]), block_scales);
+      std::memcpy(&host[m.d_off + scales * i], block_scales, scales * 4);
     }
   }
   UF_ASSIGN_OR_RETURN(m.buffer, ctx->CreateBuffer(host.size() * 4, Memory::kDevice));
@@ -64,37 +61,35 @@ StatusOr<GpuMatrix> UploadQ6K(Context* ctx, const Rows& w) {
   return m;
 }
 
+// The f16 at p (a block's field, not necessarily aligned) as f32.
+float Half(const void* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return HalfToFloat(v);
+}
+
+// Q6_K: each block's ql, qh and scales as 52 words (they are 208 bytes, whole words, but the
+// blocks are 210 bytes apart in the file), the f32 super-block scales after all of them.
+StatusOr<GpuMatrix> UploadQ6K(Context* ctx, const Rows& w) {
+  return UploadKBlocks<kernels::BlockQ6_K>(
+      ctx, w, 52, 1, [](const kernels::BlockQ6_K& blk, uint8_t* dst, float* d) {
+        std::memcpy(dst, blk.ql, 128);
+        std::memcpy(dst + 128, blk.qh, 64);
+        std::memcpy(dst + 192, blk.scales, 16);
+        d[0] = Half(&blk.d);
+      });
+}
+
 // Q4_K: each block's qs and packed scales as 35 words (144 bytes in the file, 140 of them
 // word-aligned here), then d and dmin of every block as f32 pairs.
 StatusOr<GpuMatrix> UploadQ4K(Context* ctx, const Rows& w) {
-  GpuMatrix m;
-  m.type = GgmlType::kQ4_K;
-  m.rows = w.rows();
-  m.cols = w.cols();
-  const int64_t blocks = w.cols() / kernels::kQK_K;
-  const uint64_t total_blocks = static_cast<uint64_t>(w.rows()) * blocks;
-  if (total_blocks * 37 >= (uint64_t{1} << 32)) {
-    return UnimplementedError("the Vulkan backend addresses at most 2^32 words per matrix");
-  }
-  m.d_off = static_cast<uint32_t>(total_blocks * 35);
-  std::vector<uint32_t> host(total_blocks * 37);
-  for (int64_t r = 0; r < w.rows(); ++r) {
-    const auto* row = reinterpret_cast<const kernels::BlockQ4_K*>(w.Row(r));
-    for (int64_t b = 0; b < blocks; ++b) {
-      const uint64_t i = r * blocks + b;
-      auto* dst = reinterpret_cast<uint8_t*>(&host[i * 35]);
-      std::memcpy(dst, row[b].qs, 128);
-      std::memcpy(dst + 128, row[b].scales, 12);
-      uint16_t d, dmin;
-      std::memcpy(&d, &row[b].d, 2);
-      std::memcpy(&dmin, &row[b].dmin, 2);
-      const float df[2] = {HalfToFloat(d), HalfToFloat(dmin)};
-      std::memcpy(&host[m.d_off + 2 * i], df, 8);
-    }
-  }
-  UF_ASSIGN_OR_RETURN(m.buffer, ctx->CreateBuffer(host.size() * 4, Memory::kDevice));
-  UF_RETURN_IF_ERROR(ctx->Upload(m.buffer, 0, host.data(), host.size() * 4));
-  return m;
+  return UploadKBlocks<kernels::BlockQ4_K>(
+      ctx, w, 35, 2, [](const kernels::BlockQ4_K& blk, uint8_t* dst, float* d) {
+        std::memcpy(dst, blk.qs, 128);
+        std::memcpy(dst + 128, blk.scales, 12);
+        d[0] = Half(&blk.d);
+        d[1] = Half(&blk.dmin);
+      });
 }
 
 }  // namespace

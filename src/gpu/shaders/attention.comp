@@ -19,11 +19,11 @@
 // pos - window + 1..pos only (chunks wholly before them do nothing; the combine skips them);
 // with has_sinks, head h's learned sink logit sinks[h] is a key with no value: e^(sink - max)
 // joins the softmax's denominator (here unsplit, in the combine when split).
-// With quant 1 (unsplit; head_dim a multiple of 32) the head's output is also written as Q8_0
+// With quant kActQ8_0 (unsplit; head_dim a multiple of 32) the head's output is also written as Q8_0
 // blocks into q (binding 6, in place of part; quant_q8.glsl; blocks [n][n_head][head_dim / 32],
 // scales at word q_d_off), the bits quantize_q8_0 gives from o: the o-projection's activation
 // without a dispatch and barrier of its own. The values go through shared memory (s_sc, unused
-// unsplit) to the subgroups. With quant 2 or 3, as f16 or bf16 pairs (quantize_pairs' bits: each
+// unsplit) to the subgroups. With quant kActF16 or kActBF16, as f16 or bf16 pairs (quantize_pairs' bits: each
 // invocation packs the two values it computed, a word [n][n_head][head_dim / 2]).
 #version 450
 #extension GL_GOOGLE_include_directive : require
@@ -46,7 +46,7 @@ layout(push_constant) uniform P {
   uint block_size, max_blocks, max_len, row_words, q8;
   uint chunk, n_chunks;  // chunk 0: the whole context in one workgroup, written to o
   uint window, has_sinks;
-  uint quant, q_d_off;  // quant 1-3: o's Q8_0 blocks / f16 / bf16 pairs into q too (unsplit)
+  uint quant, q_d_off;  // quant kAct*: o's Q8_0 blocks / f16 / bf16 pairs into q too (unsplit)
 } p;
 
 // Values 2i and 2i + 1 of the cache row at word rb.
@@ -132,11 +132,11 @@ void main() {
       const float o0 = acc.x * inv, o1 = acc.y * inv;
       o[qb + 2 * i] = o0;
       o[qb + 2 * i + 1] = o1;
-      if (p.quant == 1) {
+      if (p.quant == kActQ8_0) {
         s_sc[2 * i] = o0;
         s_sc[2 * i + 1] = o1;
       } else if (p.quant != 0) {
-        q[qb / 2 + i] = PackPair(o0, o1, p.quant == 3);
+        q[qb / 2 + i] = PackPair(o0, o1, p.quant == kActBF16);
       }
     } else {
       part[pb + 2 * i] = acc.x;
@@ -147,7 +147,7 @@ void main() {
     part[pb + p.head_dim] = mx;
     part[pb + p.head_dim + 1] = sum;
   }
-  if (p.chunk == 0 && p.quant == 1) {  // workgroup-uniform
+  if (p.chunk == 0 && p.quant == kActQ8_0) {  // workgroup-uniform
     barrier();
     QuantLanes();
     g_first = qb;

@@ -6,9 +6,9 @@
 // by exactly 1, so one chunk gives the unsplit kernel's bits. One workgroup of 64 per (head,
 // token): the grid's x is the head, y the token. With window > 0 the chunks wholly before the
 // token's window (which attention.comp left unwritten) are skipped; with has_sinks the head's
-// sink adds e^(sink - M) to the denominator. With quant 1 (head_dim a multiple of 32) the head's
+// sink adds e^(sink - M) to the denominator. With quant kActQ8_0 (head_dim a multiple of 32) the head's
 // output is also written as Q8_0 blocks into q (as attention.comp's quant: quantize_q8_0's bits
-// of o), through shared memory; with quant 2 or 3 as f16 or bf16 pairs (quantize_pairs' bits).
+// of o), through shared memory; with quant kActF16 or kActBF16 as f16 or bf16 pairs (quantize_pairs' bits).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -59,9 +59,9 @@ void main() {
   if (p.quant != 0) {  // workgroup-uniform
     barrier();
     g_first = (token * p.n_head + h) * p.head_dim;
-    if (p.quant != 1) {
+    if (p.quant != kActQ8_0) {
       for (uint i = lid; i < p.head_dim / 2; i += 64) {
-        q[g_first / 2 + i] = PackPair(s_o[2 * i], s_o[2 * i + 1], p.quant == 3);
+        q[g_first / 2 + i] = PackPair(s_o[2 * i], s_o[2 * i + 1], p.quant == kActBF16);
       }
       return;
     }

@@ -48,6 +48,10 @@ float RoundBf16(float v) {
   return uintBitsToFloat((u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u);
 }
 
+// The quantized activation formats, as the host's Activation enum numbers them (vk_kernels.h):
+// the fused kernels' `format` and attention's `quant` (0 there: none).
+const uint kActQ8_0 = 1, kActQ8_K = 2, kActF16 = 3, kActBF16 = 4;
+
 // Two activations as one word of 16-bit values (a low, b high), rounded as the CPU kernels round
 // activations before an F16 (bf16 false) or BF16 product: packHalf2x16 converts each component
 // on its own (as the GEMMs' per-row f32 -> f16 -> f32 round trip did before), and a RoundBf16

@@ -1,6 +1,6 @@
 // rmsnorm.comp and the activation quantization after it in one dispatch: y = x / sqrt(mean(x^2) +
 // eps) * w over each of `rows` rows of n values (one workgroup per row), and y quantized into q as
-// quantize_q8_0 (format 0), quantize_q8_k (1) or quantize_pairs (2: f16 pairs, 3: bf16 pairs)
+// quantize_q8_0 (format kActQ8_0), quantize_q8_k (kActQ8_K) or quantize_pairs (kActF16, kActBF16)
 // would quantize it: each lane recomputes the values it quantizes with rmsnorm's operations, so y
 // and q are the two kernels' bits without reading y back. The row's Q8 blocks are spread over the
 // workgroup's subgroups, each block quantized by a whole subgroup (quant_q8.glsl). n must be a
@@ -37,15 +37,15 @@ void main() {
   for (uint i = lid; i < p.n; i += kGroupSize) y[xb + i] = x[xb + i] * scale * w[i];
   g_scale = scale;
   g_row0 = xb;
-  if (p.format >= 2) {  // pairs: a word per two values, the row's n / 2 words from xb / 2
+  if (p.format == kActF16 || p.format == kActBF16) {  // pairs: a word per two values, the row's n / 2 words from xb / 2
     for (uint i = lid; i < p.n / 2; i += kGroupSize) {
-      q[xb / 2 + i] = PackPair(QIn(xb + 2 * i), QIn(xb + 2 * i + 1), p.format == 3);
+      q[xb / 2 + i] = PackPair(QIn(xb + 2 * i), QIn(xb + 2 * i + 1), p.format == kActBF16);
     }
     return;
   }
-  const uint per_row = p.n / (p.format == 1 ? 256 : 32);
+  const uint per_row = p.n / (p.format == kActQ8_K ? 256 : 32);
   QuantLanes();
-  if (p.format == 1) {
+  if (p.format == kActQ8_K) {
     QuantizeRangeQ8_K(row * per_row, row * per_row + per_row, p.d_off);
   } else {
     QuantizeRangeQ8_0(row * per_row, row * per_row + per_row, p.d_off);

@@ -1,5 +1,5 @@
 // swiglu.comp (or swiglu_oai.comp, oai 1) and the activation quantization after it in one dispatch:
-// out[i] = silu(gate[i]) * up[i], and out quantized into q as quantize_q8_0 (format 0),
+// out[i] = silu(gate[i]) * up[i], and out quantized into q as quantize_q8_0 (format kActQ8_0),
 // quantize_q8_k (1) or quantize_pairs (2: f16 pairs, 3: bf16 pairs) would quantize it. A
 // workgroup takes kSpan values: each invocation computes values lid, lid + 256, ... with the
 // separate kernel's operations (one each, coalesced), writes them to out and to shared memory,
@@ -56,17 +56,17 @@ void main() {
     }
   }
   barrier();
-  if (p.format >= 2) {  // pairs (n even): the span's words from g_first / 2
+  if (p.format == kActF16 || p.format == kActBF16) {  // pairs (n even): the span's words from g_first / 2
     for (uint j = lid; 2 * j < kSpan && g_first + 2 * j < p.n; j += kGroupSize) {
-      q[g_first / 2 + j] = PackPair(span[2 * j], span[2 * j + 1], p.format == 3);
+      q[g_first / 2 + j] = PackPair(span[2 * j], span[2 * j + 1], p.format == kActBF16);
     }
     return;
   }
-  const uint len = p.format == 1 ? 256 : 32;
+  const uint len = p.format == kActQ8_K ? 256 : 32;
   const uint first_block = g_first / len, blocks = p.n / len;
   const uint end = min(first_block + kSpan / len, blocks);
   QuantLanes();
-  if (p.format == 1) {
+  if (p.format == kActQ8_K) {
     QuantizeRangeQ8_K(first_block, end, p.d_off);
   } else {
     QuantizeRangeQ8_0(first_block, end, p.d_off);
