@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -167,6 +168,48 @@ TEST_F(GpuKernelsTest, GemmAccumulateAndBiasEqualGemmThenAdd) {
         EXPECT_EQ(Words(ctx_, y1, n * rows * 4), Words(ctx_, y2, n * rows * 4)) << "accumulate";
         EXPECT_EQ(Words(ctx_, b1, n * rows * 4), Words(ctx_, b2, n * rows * 4)) << "bias";
       }
+    }
+  }
+}
+
+// The gate/up GEMMs with SwiGLU in one dispatch against Gemm(gate), Gemm(up) and SwiGluQuant's
+// pairs, bitwise, for F16 and BF16: 70 rows (35 row pairs: a partial last workgroup at every
+// subgroup size) of 520 columns (260 words: a partial last pass of the lanes), 1, 3 and 8 tokens
+// (gemm1_glu_*, a partial and a whole tile of 8). Also what CanGemmGlu refuses.
+TEST_F(GpuKernelsTest, GemmGluEqualsGemmsThenSwiGluQuant) {
+  const int64_t rows = 70, cols = 520;
+  const std::vector<float> gf = Random(rows * cols, 40, 0.2f), uf = Random(rows * cols, 41, 0.2f);
+  for (GgmlType type : {GgmlType::kF16, GgmlType::kBF16}) {
+    std::vector<uint8_t> gd, ud;
+    auto gate = UploadMatrix(ctx_, Quantized(type, gf, rows, cols, &gd));
+    auto up = UploadMatrix(ctx_, Quantized(type, uf, rows, cols, &ud));
+    ASSERT_TRUE(gate.ok() && up.ok());
+    EXPECT_FALSE(kernels_->CanGemmGlu(*gate, *up, 9));  // past a tile of 8
+    if (type == GgmlType::kF16) {
+      EXPECT_FALSE(wide_->CanGemmGlu(*gate, *up, 1));  // the wide F16 GEMV's order differs
+    }
+    const Activation act = ActivationFor(type);
+    for (int64_t n : {1, 3, 8}) {
+      SCOPED_TRACE(std::string(GgmlTypeName(type)) + " n=" + std::to_string(n));
+      ASSERT_TRUE(kernels_->CanGemmGlu(*gate, *up, n));
+      const std::vector<float> x = ActivationValues(n * cols, 42);
+      Buffer xb = Floats(x), xq = Empty(ActBytes(n * cols)), g = Empty(n * rows * 4),
+             u = Empty(n * rows * 4), q1 = Empty(ActBytes(n * rows)),
+             h = Floats(std::vector<float>(n * rows, 7.0f));
+      Recorder rec(ctx_);
+      kernels_->QuantizeAs(&rec, act, xb, 0, n * cols, xq);
+      kernels_->Gemm(&rec, *gate, xq, n, g);
+      kernels_->Gemm(&rec, *up, xq, n, u);
+      kernels_->SwiGluQuant(&rec, g, u, g, n * rows, act, q1);
+      kernels_->GemmGlu(&rec, *gate, *up, xq, n, h);
+      ASSERT_TRUE(rec.Finish().ok());
+      ASSERT_TRUE(rec.Run().ok());
+      const std::vector<uint32_t> want = Words(ctx_, q1, PairActivationBytes(n * rows)),
+                                  got = Words(ctx_, h, PairActivationBytes(n * rows));
+      EXPECT_EQ(got, want);
+      // Not vacuous: the pairs are the SwiGLU of nonzero sums.
+      EXPECT_GT(std::count_if(want.begin(), want.end(), [](uint32_t w) { return w != 0; }),
+                static_cast<long>(want.size()) / 2);
     }
   }
 }
@@ -434,6 +477,7 @@ TEST(GpuStep, ProfileCoversEveryDispatch) {
 // one:
 //   embed; per layer: norm+q | {q, k, v} | {rope q, kv store rotating k} | attention+q |
 //   o+= | norm+q | {gate, up} | swiglu+q | down+=; gather | norm+q | lm_head.
+// With F16 / BF16 weights (pairs) {gate, up} | swiglu+q is one dispatch, gate+up+swiglu+q.
 // (attention+q: attention writes the o-projection's Q8_0 blocks or pairs itself when head_dim is
 // a multiple of the block (32, 2); else a quantize dispatch and stage of its own follow it.)
 Counts Expected(int64_t layers, Activation act, int64_t head_dim, bool fuse) {
@@ -444,7 +488,9 @@ Counts Expected(int64_t layers, Activation act, int64_t head_dim, bool fuse) {
     return {d, d - 1};
   }
   const int attn_q = quantized && head_dim % ActivationBlock(act) != 0 ? 1 : 0;
-  const int per_layer = 13 + attn_q, stages_per_layer = 9 + attn_q;
+  // F16 / BF16: {gate, up} | swiglu+q is one dispatch (gemm_glu.glsl).
+  const int glu = act == Activation::kF16 || act == Activation::kBF16 ? 1 : 0;
+  const int per_layer = 13 + attn_q - 2 * glu, stages_per_layer = 9 + attn_q - glu;
   const int d = 1 + static_cast<int>(layers) * per_layer + 3;
   const int stages = 1 + static_cast<int>(layers) * stages_per_layer + 3;
   return {d, stages - 1};

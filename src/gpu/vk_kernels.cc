@@ -130,6 +130,11 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
     UF_ASSIGN_OR_RETURN(k.gemmg_[type],
                         ctx->GetPipeline(gemm_name(std::string("gemmg_") + name, type), 5));
   }
+  for (const auto& [type, name] : std::initializer_list<std::pair<GgmlType, const char*>>{
+           {GgmlType::kF16, "f16"}, {GgmlType::kBF16, "bf16"}}) {
+    UF_ASSIGN_OR_RETURN(k.glu_[0][type], ctx->GetPipeline(std::string("gemm1_glu_") + name, 4));
+    UF_ASSIGN_OR_RETURN(k.glu_[1][type], ctx->GetPipeline(std::string("gemm8_glu_") + name, 4));
+  }
   UF_ASSIGN_OR_RETURN(k.quantize_, ctx->GetPipeline("quantize_q8_0", 2));
   UF_ASSIGN_OR_RETURN(k.quantize_k_, ctx->GetPipeline("quantize_q8_k", 2));
   UF_ASSIGN_OR_RETURN(k.quantize_pairs_, ctx->GetPipeline("quantize_pairs", 2));
@@ -236,6 +241,26 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
   r->Dispatch(wide != nullptr ? *wide : *GemmPipeline(w.type, index),
               {w.buffer, x, y, bias != nullptr ? *bias : y}, push, gx, gy,
               static_cast<uint32_t>((n + tile - 1) / tile));
+}
+
+bool Kernels::CanGemmGlu(const GpuMatrix& gate, const GpuMatrix& up, int64_t n) const {
+  return TakesPairActivation(gate.type) && up.type == gate.type && up.rows == gate.rows &&
+         up.cols == gate.cols && gate.rows % 2 == 0 && gate.n_experts == 1 &&
+         up.n_experts == 1 && n >= 1 && n <= 8 && Wide(kGemm1, gate) == nullptr &&
+         Wide(kGemm8, gate) == nullptr;
+}
+
+void Kernels::GemmGlu(Recorder* r, const GpuMatrix& gate, const GpuMatrix& up, const Buffer& x,
+                      int64_t n, const Buffer& h) const {
+  UF_CHECK(CanGemmGlu(gate, up, n)) << "GemmGlu: " << GgmlTypeName(gate.type) << " " << gate.rows
+                                    << " x " << gate.cols << ", " << n << " tokens";
+  const struct {
+    uint32_t rows, cols, n;
+  } push{static_cast<uint32_t>(gate.rows), static_cast<uint32_t>(gate.cols),
+         static_cast<uint32_t>(n)};
+  uint32_t gx, gy;
+  Grid((gate.rows / 2 + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
+  r->Dispatch(*glu_[n == 1 ? 0 : 1].at(gate.type), {gate.buffer, up.buffer, x, h}, push, gx, gy, 1);
 }
 
 namespace {

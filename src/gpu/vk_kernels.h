@@ -137,6 +137,14 @@ class Kernels {
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
             uint32_t y_off = 0, int64_t y_stride = 0, bool accumulate = false,
             const Buffer* bias = nullptr) const;
+  // The gate and up GEMMs of a dense FFN and SwiGLU in one dispatch (gemm_glu.glsl): h[t] =
+  // SwiGlu(gate x[t], up x[t]) for the n tokens as the pairs of gate's type ([n][rows / 2]
+  // words), the bits of Gemm(gate), Gemm(up) and SwiGluQuant's pairs; x as Gemm takes it (pairs).
+  // CanGemmGlu says when it runs: F16 or BF16 gate and up of one shape, even rows, the basic
+  // kernels (the wide F16 GEMV sums in another order), n <= 8.
+  bool CanGemmGlu(const GpuMatrix& gate, const GpuMatrix& up, int64_t n) const;
+  void GemmGlu(Recorder* r, const GpuMatrix& gate, const GpuMatrix& up, const Buffer& x, int64_t n,
+               const Buffer& h) const;
   // The products of selected experts (gemmx_*): for each of n_slots slots s,
   // y[s * w.rows + row] = expert ids[s]'s W x[s / x_div] (x as in Gemm, token-major). Reads only
   // the selected experts' rows; each slot's sum is formed as gemm1_* forms a token's, so a slot
@@ -316,6 +324,7 @@ class Kernels {
   std::map<GgmlType, const Pipeline*> gemm_[kNumTiles];
   std::map<GgmlType, const Pipeline*> gemmx_;  // stacked experts, one slot per z
   std::map<GgmlType, const Pipeline*> gemmg_;  // stacked experts, a tile of one expert per z
+  std::map<GgmlType, const Pipeline*> glu_[2];  // GemmGlu: gemm1_glu_*, gemm8_glu_*
   bool wide_ = false;
   bool dot4_ = false;                                 // the integer GEMMs are the *_dot4 kernels
   std::map<GgmlType, const Pipeline*> wide_gemm_[6];  // by WideKind: the wide kernels

@@ -256,6 +256,14 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
       continue;
     }
     Norm(r, x_, l.ffn_norm, n, {&l.gate, &l.up});
+    if (o_.fuse && xq_holds_ == &xn_ && xq_act_ == ActivationFor(l.gate.type) &&
+        l.down.type == l.gate.type && k_.CanGemmGlu(l.gate, l.up, n)) {
+      // Gate, up and SwiGLU in one dispatch, its pairs (the down product's activation) into
+      // gate_, which holds no f32 values then: no SwiGLU dispatch and barrier. xq_ keeps xn_'s.
+      k_.GemmGlu(r, l.gate, l.up, xq_, n, gate_);
+      k_.Gemm(r, l.down, gate_, n, x_, 0, 0, /*accumulate=*/true);
+      continue;
+    }
     Gemms(r, xn_, n, {{&l.gate, &gate_}, {&l.up, &up_}});
     const Activation act = Fused(o_.fuse, ActivationFor(l.down.type), c_.n_ff);
     if (act != Activation::kF32) {

@@ -62,6 +62,10 @@ uint PackPair(float a, float b, bool bf16) {
   return (floatBitsToUint(RoundBf16(a)) >> 16) | (floatBitsToUint(RoundBf16(b)) & 0xFFFF0000u);
 }
 
+// silu(g) * u, silu(g) = g / (1 + e^-g): SwiGLU's value as swiglu.comp, swiglu_q.comp and the
+// gate/up GEMM that applies it (gemm_glu.glsl) all compute it, one expression so one set of bits.
+float SwiGlu(float g, float u) { return g / (1.0 + exp(-g)) * u; }
+
 // The row of a GEMV this subgroup computes: gl_NumSubgroups rows per workgroup (the host
 // dispatches rows / (64 / subgroup size) workgroups; a 64-wide workgroup holds full subgroups).
 uint SubgroupRow() { return GroupIndex() * gl_NumSubgroups + gl_SubgroupID; }

@@ -6,4 +6,10 @@
 // A bf16 is the high half of an f32.
 vec2 Unpack(uint v) { return vec2(uintBitsToFloat(v << 16), uintBitsToFloat(v & 0xFFFF0000u)); }
 
+// With GLU defined: the gate/up GEMMs with SwiGLU (gemm_glu.glsl), pairs of this format out.
+#ifdef GLU
+const bool kBf16Pairs = true;
+#include "gemm_glu.glsl"
+#else
 #include "gemm_pairs.glsl"
+#endif

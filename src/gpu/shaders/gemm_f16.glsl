@@ -4,4 +4,10 @@
 
 vec2 Unpack(uint v) { return unpackHalf2x16(v); }
 
+// With GLU defined: the gate/up GEMMs with SwiGLU (gemm_glu.glsl), pairs of this format out.
+#ifdef GLU
+const bool kBf16Pairs = false;
+#include "gemm_glu.glsl"
+#else
 #include "gemm_pairs.glsl"
+#endif

@@ -40,8 +40,7 @@ float Act(uint i) {
     const float y = clamp(u[i] + ub[b], -7.0, 7.0);
     return x / (1.0 + exp(-1.702 * x)) * (y + 1.0);
   }
-  const float v = g[i];
-  return v / (1.0 + exp(-v)) * u[i];
+  return SwiGlu(g[i], u[i]);
 }
 
 void main() {
