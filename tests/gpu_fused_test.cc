@@ -172,6 +172,73 @@ TEST_F(GpuKernelsTest, GemmAccumulateAndBiasEqualGemmThenAdd) {
   }
 }
 
+// The GEMM's norm tail (the last workgroup normalizes the rows the product wrote) against the
+// product followed by RmsNormQuant (RmsNorm for f32), bitwise: every weight type and GEMV
+// variant, 1 and 3 tokens, y += W x (the residual product) and y = W x, every format the tail
+// writes (f32 values, Q8_0, Q8_K, f16 and bf16 pairs); 768 rows (3 Q8_K blocks, partial workgroups
+// nowhere but 96-192 of them to count). Each recording runs twice: the counter is zero again
+// after a dispatch, so a replayed step normalizes again.
+TEST_F(GpuKernelsTest, GemmNormTailEqualsGemmThenRmsNorm) {
+  const int64_t rows = 768, cols = 256;
+  const std::vector<float> wf = Random(rows * cols, 50, 0.1f), nw = Random(rows, 51);
+  Buffer nwb = Floats(nw), counter = Floats({0.0f});
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
+                        GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kMXFP4}) {
+    std::vector<uint8_t> data;
+    const kernels::Matrix m = type == GgmlType::kF32
+                                  ? *kernels::Matrix::Create(type, wf.data(), rows, cols)
+                                  : Quantized(type, wf, rows, cols, &data);
+    auto gm = UploadMatrix(ctx_, m);
+    ASSERT_TRUE(gm.ok()) << gm.status().ToString();
+    for (const Kernels* k : Variants(type)) {
+      for (int64_t n : {1, 3}) {
+        for (bool acc : {true, false}) {
+          for (Activation act : {Activation::kF32, Activation::kQ8_0, Activation::kQ8_K,
+                                 Activation::kF16, Activation::kBF16}) {
+            SCOPED_TRACE(std::string(GgmlTypeName(type)) + " " + VariantName(k) +
+                         " n=" + std::to_string(n) + (acc ? " y += W x" : " y = W x") + " tail " +
+                         (act == Activation::kF32 ? "f32" : FormatName(act)));
+            const std::vector<float> x = Random(n * cols, 52), y0 = ActivationValues(n * rows, 53);
+            Buffer xb = Floats(x), xq = Empty(ActBytes(n * cols)), y1 = Floats(y0), y2 = Floats(y0),
+                   n1 = Empty(n * rows * 4), n2 = Empty(n * rows * 4),
+                   q1 = Empty(ActBytes(n * rows)), q2 = Empty(ActBytes(n * rows));
+            Recorder quant(ctx_);
+            const bool quantized = QuantizeFor(&quant, type, xb, n * cols, xq);
+            ASSERT_TRUE(quant.Finish().ok());
+            ASSERT_TRUE(quant.Run().ok());
+            const Buffer& in = quantized ? xq : xb;
+            Recorder ref(ctx_), tail(ctx_);
+            k->Gemm(&ref, *gm, in, n, y1, 0, 0, acc);
+            if (act == Activation::kF32) {
+              k->RmsNorm(&ref, y1, 0, nwb, n1, 0, n, rows, 1e-5f);
+            } else {
+              k->RmsNormQuant(&ref, y1, nwb, n1, n, rows, 1e-5f, act, q1);
+            }
+            const Kernels::NormTail nt{
+                .w = &nwb, .y = &n2, .q = &q2, .counter = &counter, .eps = 1e-5f, .act = act};
+            k->Gemm(&tail, *gm, in, n, y2, 0, 0, acc, nullptr, &nt);
+            ASSERT_TRUE(ref.Finish().ok());
+            ASSERT_TRUE(tail.Finish().ok());
+            for (int run = 0; run < 2; ++run) {
+              ASSERT_TRUE(ref.Run().ok());
+              ASSERT_TRUE(tail.Run().ok());
+              EXPECT_EQ(Words(ctx_, y1, n * rows * 4), Words(ctx_, y2, n * rows * 4)) << run;
+              EXPECT_EQ(Words(ctx_, n1, n * rows * 4), Words(ctx_, n2, n * rows * 4)) << run;
+              if (act != Activation::kF32) {
+                const uint64_t used = act == Activation::kQ8_K   ? Q8KActivationBytes(n * rows)
+                                      : act == Activation::kQ8_0 ? Q8ActivationBytes(n * rows)
+                                                                 : PairActivationBytes(n * rows);
+                EXPECT_EQ(Words(ctx_, q1, used), Words(ctx_, q2, used)) << run;
+              }
+              EXPECT_EQ(Words(ctx_, counter, 4), std::vector<uint32_t>{0u}) << run;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The gate/up GEMMs with SwiGLU in one dispatch against Gemm(gate), Gemm(up) and SwiGluQuant's
 // pairs, bitwise, for F16 and BF16: 70 rows (35 row pairs: a partial last workgroup at every
 // subgroup size) of 520 columns (260 words: a partial last pass of the lanes), 1, 3 and 8 tokens
@@ -410,11 +477,13 @@ struct Counts {
   int dispatches = 0, barriers = 0;
 };
 
-// One one-token step (logits back) with fuse on or off: its recording's counts.
-Counts StepCounts(const model::Model& m, bool fuse) {
+// One one-token step (logits back) with fuse on or off (and the norm tail): its recording's
+// counts.
+Counts StepCounts(const model::Model& m, bool fuse, bool norm_tail = false) {
   auto cache = engine::KvCache::Create(CacheFor(m, 16));
   EXPECT_TRUE(cache.ok());
-  auto fwd = GpuForward::Create(m, kVulkan, cache->get(), {.max_batch = 8, .fuse = fuse});
+  auto fwd = GpuForward::Create(m, kVulkan, cache->get(),
+                                {.max_batch = 8, .fuse = fuse, .norm_tail = norm_tail});
   EXPECT_TRUE(fwd.ok()) << fwd.status().ToString();
   if (!fwd.ok()) return {};
   model::Batch b;
@@ -518,6 +587,12 @@ TEST(GpuStep, DispatchAndBarrierCountsFollowTheModel) {
                   static_cast<int>(layers), fuse ? "fused" : "unfused", got.dispatches,
                   got.barriers);
     }
+    // The norm tail: the FFN norm of every layer and the attention norm of every layer but the
+    // first come from the o and down GEMMs before them, each a dispatch and a barrier fewer.
+    const Counts tail = StepCounts(**m, true, true),
+                 fused = Expected(layers, act, (*m)->config().head_dim, true);
+    EXPECT_EQ(tail.dispatches, fused.dispatches - (2 * layers - 1)) << "norm tail";
+    EXPECT_EQ(tail.barriers, fused.barriers - (2 * layers - 1)) << "norm tail";
   }
 }
 
@@ -525,8 +600,10 @@ TEST(GpuStep, DispatchAndBarrierCountsFollowTheModel) {
 // positions one token at a time, then 8 more as one batch (the tiled GEMMs; for experts, the
 // slots grouped by expert). attention_chunk: GpuForwardOptions' (8 splits these positions into
 // up to 4 chunks: the combine then writes the o-projection's Q8_0 blocks).
-void ExpectFusedEqualsUnfused(const std::string& path, int64_t attention_chunk = 256) {
-  SCOPED_TRACE(path);
+// With norm_tail, the fused step runs the GEMMs' norm tail (GpuForwardOptions::norm_tail) too.
+void ExpectFusedEqualsUnfused(const std::string& path, int64_t attention_chunk = 256,
+                              bool norm_tail = false) {
+  SCOPED_TRACE(path + (norm_tail ? " (norm tail)" : ""));
   auto m = model::Model::Load(path);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const int64_t n_vocab = (*m)->config().n_vocab;
@@ -535,9 +612,11 @@ void ExpectFusedEqualsUnfused(const std::string& path, int64_t attention_chunk =
   for (int fuse = 0; fuse < 2; ++fuse) {
     auto cache = engine::KvCache::Create(CacheFor(**m, 32));
     ASSERT_TRUE(cache.ok());
-    auto fwd =
-        GpuForward::Create(**m, kVulkan, cache->get(),
-                           {.max_batch = 8, .attention_chunk = attention_chunk, .fuse = fuse != 0});
+    auto fwd = GpuForward::Create(**m, kVulkan, cache->get(),
+                                  {.max_batch = 8,
+                                   .attention_chunk = attention_chunk,
+                                   .fuse = fuse != 0,
+                                   .norm_tail = norm_tail && fuse != 0});
     ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
     model::Batch b;
     const auto token = [&](int32_t p) { return (p * 7919 + 13) % (n_vocab - 1) + 1; };
@@ -559,8 +638,9 @@ void ExpectFusedEqualsUnfused(const std::string& path, int64_t attention_chunk =
   for (size_t i = 0; i < rows[0].size(); ++i) {
     EXPECT_EQ(std::memcmp(rows[0][i].data(), rows[1][i].data(), n_vocab * 4), 0) << "row " << i;
   }
-  // Every layer groups or fuses something (Q, K and V at least).
-  EXPECT_LE(barriers[1], barriers[0] - 2 * (*m)->config().n_layer);
+  // Every layer groups or fuses something (Q, K and V at least; with the tail, both norms but
+  // the first).
+  EXPECT_LE(barriers[1], barriers[0] - (norm_tail ? 4 : 2) * (*m)->config().n_layer + 1);
   std::printf("[gpu step] %s: %d barriers a one-token step unfused, %d fused\n",
               std::filesystem::path(path).filename().c_str(), barriers[0], barriers[1]);
 }
@@ -569,13 +649,23 @@ TEST(GpuStep, FusedStepEqualsUnfusedBitwise) {
   const std::string skip = StepSkipReason();
   if (!skip.empty()) GTEST_SKIP() << skip;
   UF_REQUIRE_SHARED();
-  int models = 0;
+  int models = 0, tails = 0;
   for (const auto& entry : std::filesystem::directory_iterator("../shared/models")) {
     if (entry.path().extension() != ".gguf") continue;
     ExpectFusedEqualsUnfused(entry.path().string());
+    // The norm tail for each format it writes (Q8_0, Q8_K, f16 and bf16 pairs, f32) and with
+    // qwen2's biases: its code does not depend on the weights' type otherwise.
+    const std::string stem = entry.path().stem().string();
+    if (stem == "tiny-llama-256-q8_0" || stem == "tiny-llama-256-q4_k_m" ||
+        stem == "tiny-llama-256-f16" || stem == "tiny-llama-256-bf16" || stem == "tiny-llama-f32" ||
+        stem == "tiny-qwen2-256-q8_0") {
+      ExpectFusedEqualsUnfused(entry.path().string(), 256, /*norm_tail=*/true);
+      ++tails;
+    }
     ++models;
   }
   EXPECT_GE(models, 10);
+  EXPECT_EQ(tails, 6);
 }
 
 // The same with attention split over positions, for the weight types whose o-projection takes
@@ -611,6 +701,7 @@ TEST(GpuStep, FusedMoeStepEqualsUnfusedBitwise) {
     so.n_threads = 2;
     ASSERT_TRUE(model::WriteSynth(*plan, so, path).ok());
     ExpectFusedEqualsUnfused(path);
+    ExpectFusedEqualsUnfused(path, 256, /*norm_tail=*/true);
     std::filesystem::remove(path);
   }
 }

@@ -107,6 +107,11 @@ struct GpuForwardOptions {
   // records one dispatch per operation with a barrier after each (kept for the tests that compare
   // the two, and to count what the fusions save).
   bool fuse = true;
+  // With fuse, the RMSNorm after a one-token step's o and down products in those GEMMs' last
+  // workgroup (Kernels::NormTail: the same bits, two dispatches and barriers fewer a layer).
+  // Off by default until a GPU measures what the tail costs against the barrier it saves
+  // (docs/gpu.md, "The norm tail"); UF_GPU_NORM_TAIL=1 or 0 overrides it.
+  bool norm_tail = false;
   // A timestamp after every dispatch, for last_step_profile() (`bench --device vulkan
   // --profile`). Timestamps wait for the work before them, so a profiled step runs slower.
   bool profile = false;

@@ -64,6 +64,9 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   if (const char* f = std::getenv("UF_GPU_FUSE"); f != nullptr && std::string(f) == "0") {
     o_.fuse = false;
   }
+  if (const char* t = std::getenv("UF_GPU_NORM_TAIL"); t != nullptr && *t != '\0') {
+    o_.norm_tail = std::string(t) != "0";
+  }
   const model::ModelWeights& w = model_.weights();
   for (int64_t il = 0; il < c_.n_layer; ++il) {
     const model::LayerWeights& l = w.layers[il];
@@ -207,6 +210,9 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   UF_ASSIGN_OR_RETURN(scores_,
                       dev(chunk_ > 0 ? 16 : static_cast<uint64_t>(mb) * c_.n_head * max_len_ * 4));
   UF_ASSIGN_OR_RETURN(xo_, dev(mo * c_.n_embd * 4));
+  UF_ASSIGN_OR_RETURN(norm_counter_, dev(4));
+  const uint32_t zero = 0;  // the norm tail leaves it zero after every dispatch
+  UF_RETURN_IF_ERROR(ctx_->Upload(norm_counter_, 0, &zero, 4));
   UF_ASSIGN_OR_RETURN(logits_dev_, ctx_->CreateBuffer(mo * c_.n_vocab * 4, Memory::kHost));
   UF_ASSIGN_OR_RETURN(logits_local_, dev(mo * c_.n_vocab * 4));
   UF_ASSIGN_OR_RETURN(argmax_, ctx_->CreateBuffer(mo * 4, Memory::kHost));

@@ -108,6 +108,11 @@ class VulkanForward final : public GpuForward {
   // (`next`) share one quantized activation format, that activation into xq_ in the same dispatch.
   void Norm(Recorder* r, const Buffer& x, const Buffer& w, int64_t n,
             std::initializer_list<const GpuMatrix*> next);
+  // x_ += W a (the o and down products; a_ready: a is the activation w reads already, else it
+  // is quantized as Gemm would), and with the norm tail (norm_w not null, o_.norm_tail, one
+  // token) the Norm(x_, *norm_w, next) after it from the same dispatch. True when it normalized.
+  bool ResidualGemm(Recorder* r, const GpuMatrix& w, const Buffer& a, int64_t n, bool a_ready,
+                    const Buffer* norm_w, std::initializer_list<const GpuMatrix*> next);
   bool QuantizeFor(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n);
   // The same for stacked experts: n_slots slots reading activation rows slot / x_div of x
   // (n_x rows in all), experts from ids_.
@@ -133,6 +138,7 @@ class VulkanForward final : public GpuForward {
   // block tables [max_seqs][max_blocks], outs_ the batch rows that want logits.
   Buffer tok_, bt_, outs_;
   Buffer cs_, x_, xn_, xq_, q_, kbuf_, vbuf_, attn_, y_, gate_, up_, scores_, xo_;
+  Buffer norm_counter_;  // [1] the norm tail's count of finished workgroups (zero between steps)
   // The K/V cache, a buffer per layer: [2 (K, V)][kv_heads][n_rows][row words]. Per layer, so
   // that the limit on a bound buffer (maxStorageBufferRange, 4 GiB - 1 on NVIDIA and AMD)
   // applies to one layer's K/V and not to the whole cache.

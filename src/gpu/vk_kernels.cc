@@ -14,6 +14,10 @@
 namespace uf::gpu {
 namespace {
 
+// Bindings of the token-tiled GEMMs (gemm.glsl, not the experts'): W, x, y, bias and the norm
+// tail's weights, normalized rows, their activation and counter.
+constexpr int kGemmBindings = 8;
+
 constexpr uint32_t kMaxGroups = 32768;  // per grid dimension (every device allows 65535)
 
 // A grid of n workgroups as (x, y) within the per-dimension limit; shaders read GroupIndex().
@@ -26,6 +30,20 @@ void Grid(uint64_t n, uint32_t* x, uint32_t* y) {
 uint32_t Groups64(uint64_t n) {
   UF_CHECK((n + 63) / 64 <= 65535) << "elementwise kernel over " << n << " values";
   return static_cast<uint32_t>((n + 63) / 64);
+}
+
+// The fused quantizers' format (rmsnorm_q.comp, swiglu_q.comp): the Activation's value, which
+// common.glsl's kAct* constants repeat; and the word of the Q8 scales of `values` values (0 for
+// pairs).
+uint32_t FusedFormat(Activation act) {
+  UF_CHECK(act != Activation::kF32) << "f32 activations are not quantized";
+  return static_cast<uint32_t>(act);
+}
+uint32_t FusedDOff(Activation act, int64_t values) {
+  const int64_t block = ActivationBlock(act);
+  UF_CHECK(values % block == 0) << values << " values in blocks of " << block;
+  if (act == Activation::kQ8_K) return static_cast<uint32_t>(values / block * 72);
+  return act == Activation::kQ8_0 ? static_cast<uint32_t>(values / block * 8) : 0u;
 }
 
 }  // namespace
@@ -100,16 +118,20 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
   if (k.wide_) {
     // F16: every batch size (the wide order throughout); Q8_0 and Q4_0: one token only (the
     // same bits as gemm1_*, so the batched kernels stay the basic ones).
-    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kF16], ctx->GetPipeline("gemm1w_f16", 4));
-    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm8][GgmlType::kF16], ctx->GetPipeline("gemm8w_f16", 4));
-    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm16][GgmlType::kF16], ctx->GetPipeline("gemm16w_f16", 4));
-    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm32][GgmlType::kF16], ctx->GetPipeline("gemm32w_f16", 4));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kF16],
+                        ctx->GetPipeline("gemm1w_f16", kGemmBindings));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm8][GgmlType::kF16],
+                        ctx->GetPipeline("gemm8w_f16", kGemmBindings));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm16][GgmlType::kF16],
+                        ctx->GetPipeline("gemm16w_f16", kGemmBindings));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm32][GgmlType::kF16],
+                        ctx->GetPipeline("gemm32w_f16", kGemmBindings));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmX][GgmlType::kF16], ctx->GetPipeline("gemmxw_f16", 4));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmG][GgmlType::kF16], ctx->GetPipeline("gemmgw_f16", 5));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ8_0],
-                        ctx->GetPipeline(gemm_name("gemm1w_q8_0", GgmlType::kQ8_0), 4));
+                        ctx->GetPipeline(gemm_name("gemm1w_q8_0", GgmlType::kQ8_0), kGemmBindings));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ4_0],
-                        ctx->GetPipeline(gemm_name("gemm1w_q4_0", GgmlType::kQ4_0), 4));
+                        ctx->GetPipeline(gemm_name("gemm1w_q4_0", GgmlType::kQ4_0), kGemmBindings));
   }
   for (const auto& [type, name] :
        std::initializer_list<std::pair<GgmlType, const char*>>{{GgmlType::kF32, "f32"},
@@ -123,7 +145,8 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
     for (int i = 0; i < kNumTiles; ++i) {
       UF_ASSIGN_OR_RETURN(
           k.gemm_[i][type],
-          ctx->GetPipeline(gemm_name("gemm" + std::to_string(kTiles[i]) + "_" + name, type), 4));
+          ctx->GetPipeline(gemm_name("gemm" + std::to_string(kTiles[i]) + "_" + name, type),
+                           kGemmBindings));
     }
     UF_ASSIGN_OR_RETURN(k.gemmx_[type],
                         ctx->GetPipeline(gemm_name(std::string("gemmx_") + name, type), 4));
@@ -213,11 +236,20 @@ GemmShape ShapeOf(const GpuMatrix& w, int64_t n_x) {
 }  // namespace
 
 void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
-                   uint32_t y_off, int64_t y_stride, bool accumulate, const Buffer* bias) const {
+                   uint32_t y_off, int64_t y_stride, bool accumulate, const Buffer* bias,
+                   const NormTail* norm) const {
   UF_CHECK(!(accumulate && bias != nullptr)) << "a GEMM adds a bias or accumulates, not both";
+  if (norm != nullptr) {
+    UF_CHECK(y_off == 0 && (y_stride == 0 || y_stride == w.rows) &&
+             w.rows % ActivationBlock(norm->act) == 0 && norm->w != nullptr && norm->y != nullptr &&
+             norm->counter != nullptr && (norm->act == Activation::kF32 || norm->q != nullptr))
+        << "GEMM norm tail: " << w.rows << " rows";
+  }
   const GemmShape shape = ShapeOf(w, n);
   struct {
-    uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, acc, bias;
+    uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, acc, bias, norm, format,
+        q_d_off;
+    float eps;
   } push{static_cast<uint32_t>(w.rows),
          shape.cols,
          w.d_off,
@@ -227,7 +259,11 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
          y_off,
          static_cast<uint32_t>(y_stride > 0 ? y_stride : w.rows),
          accumulate ? 1u : 0u,
-         bias != nullptr ? 1u : 0u};
+         bias != nullptr ? 1u : 0u,
+         norm != nullptr ? 1u : 0u,
+         norm != nullptr ? static_cast<uint32_t>(norm->act) : 0u,
+         norm != nullptr && norm->act != Activation::kF32 ? FusedDOff(norm->act, n * w.rows) : 0u,
+         norm != nullptr ? norm->eps : 0.0f};
   // One token: gemm1_*, else tiles of GemmTile(n) tokens (the grid's z). All compute a token's
   // row the same way (tests/gpu_kernels_test.cc checks the bits).
   const int64_t tile = GemmTile(n);
@@ -237,17 +273,19 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
   uint32_t gx, gy;
   Grid((w.rows + rows_per_group - 1) / rows_per_group, &gx, &gy);
   const Pipeline* wide = Wide(index, w);
-  // Without a bias, binding 3 is never read: any buffer will do.
-  r->Dispatch(wide != nullptr ? *wide : *GemmPipeline(w.type, index),
-              {w.buffer, x, y, bias != nullptr ? *bias : y}, push, gx, gy,
-              static_cast<uint32_t>((n + tile - 1) / tile));
+  // Without a bias, binding 3 is never read, nor 4-7 without the norm tail: any buffer will do.
+  const auto or_y = [&y](const Buffer* b) -> const Buffer& { return b != nullptr ? *b : y; };
+  r->Dispatch(
+      wide != nullptr ? *wide : *GemmPipeline(w.type, index),
+      {w.buffer, x, y, or_y(bias), or_y(norm ? norm->w : nullptr), or_y(norm ? norm->y : nullptr),
+       or_y(norm ? norm->q : nullptr), or_y(norm ? norm->counter : nullptr)},
+      push, gx, gy, static_cast<uint32_t>((n + tile - 1) / tile));
 }
 
 bool Kernels::CanGemmGlu(const GpuMatrix& gate, const GpuMatrix& up, int64_t n) const {
   return TakesPairActivation(gate.type) && up.type == gate.type && up.rows == gate.rows &&
-         up.cols == gate.cols && gate.rows % 2 == 0 && gate.n_experts == 1 &&
-         up.n_experts == 1 && n >= 1 && n <= 8 && Wide(kGemm1, gate) == nullptr &&
-         Wide(kGemm8, gate) == nullptr;
+         up.cols == gate.cols && gate.rows % 2 == 0 && gate.n_experts == 1 && up.n_experts == 1 &&
+         n >= 1 && n <= 8 && Wide(kGemm1, gate) == nullptr && Wide(kGemm8, gate) == nullptr;
 }
 
 void Kernels::GemmGlu(Recorder* r, const GpuMatrix& gate, const GpuMatrix& up, const Buffer& x,
@@ -412,24 +450,6 @@ void Kernels::QuantizeAs(Recorder* r, Activation act, const Buffer& x, uint32_t 
     QuantizePairs(r, x, x_off, values, act == Activation::kBF16, q);
   }
 }
-
-namespace {
-
-// The fused quantizers' format (rmsnorm_q.comp, swiglu_q.comp): the Activation's value, which
-// common.glsl's kAct* constants repeat; and the word of the Q8 scales of `values` values (0 for
-// pairs).
-uint32_t FusedFormat(Activation act) {
-  UF_CHECK(act != Activation::kF32) << "f32 activations are not quantized";
-  return static_cast<uint32_t>(act);
-}
-uint32_t FusedDOff(Activation act, int64_t values) {
-  const int64_t block = ActivationBlock(act);
-  UF_CHECK(values % block == 0) << values << " values in blocks of " << block;
-  if (act == Activation::kQ8_K) return static_cast<uint32_t>(values / block * 72);
-  return act == Activation::kQ8_0 ? static_cast<uint32_t>(values / block * 8) : 0u;
-}
-
-}  // namespace
 
 void Kernels::RmsNorm(Recorder* r, const Buffer& x, uint32_t x_off, const Buffer& w,
                       const Buffer& y, uint32_t y_off, int64_t rows, int64_t n, float eps) const {

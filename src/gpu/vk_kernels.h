@@ -134,9 +134,22 @@ class Kernels {
   // With accumulate, y[...] += W x[t] instead (a residual add folded into the GEMM: the same
   // bits as the product followed by Add into y). With bias ([w.rows] floats), y[...] = W x[t] +
   // bias[row] (the bits of the product followed by Add of the bias); not with accumulate.
+  // With norm, the dispatch's last workgroup to finish also normalizes the n rows of y it wrote
+  // (RMSNorm with norm->w, eps) into norm->y and, unless norm->act is kF32, quantizes them into
+  // norm->q: RmsNormQuant's bits (RmsNorm's for kF32), with no dispatch and barrier of its own
+  // (gemm.glsl's norm tail). counter: one word, zero before the dispatch, zero after it. y_off 0,
+  // y_stride w.rows; norm->q may be x (the tail writes it after every read of x).
+  struct NormTail {
+    const Buffer* w = nullptr;        // [w.rows] the norm's weights
+    const Buffer* y = nullptr;        // [n][w.rows] the normalized rows
+    const Buffer* q = nullptr;        // their activation of format act
+    const Buffer* counter = nullptr;  // [1] the workgroups that finished
+    float eps = 0.0f;
+    Activation act = Activation::kF32;
+  };
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
             uint32_t y_off = 0, int64_t y_stride = 0, bool accumulate = false,
-            const Buffer* bias = nullptr) const;
+            const Buffer* bias = nullptr, const NormTail* norm = nullptr) const;
   // The gate and up GEMMs of a dense FFN and SwiGLU in one dispatch (gemm_glu.glsl): h[t] =
   // SwiGlu(gate x[t], up x[t]) for the n tokens as the pairs of gate's type ([n][rows / 2]
   // words), the bits of Gemm(gate), Gemm(up) and SwiGluQuant's pairs; x as Gemm takes it (pairs).
@@ -322,8 +335,8 @@ class Kernels {
   int64_t max_tile_ = 32;        // the widest token tile Gemm takes (ResolveMaxTile)
   // By token tile (kTiles: gemm1_*, gemm8_*, gemm16_*, gemm32_*), per weight type.
   std::map<GgmlType, const Pipeline*> gemm_[kNumTiles];
-  std::map<GgmlType, const Pipeline*> gemmx_;  // stacked experts, one slot per z
-  std::map<GgmlType, const Pipeline*> gemmg_;  // stacked experts, a tile of one expert per z
+  std::map<GgmlType, const Pipeline*> gemmx_;   // stacked experts, one slot per z
+  std::map<GgmlType, const Pipeline*> gemmg_;   // stacked experts, a tile of one expert per z
   std::map<GgmlType, const Pipeline*> glu_[2];  // GemmGlu: gemm1_glu_*, gemm8_glu_*
   bool wide_ = false;
   bool dot4_ = false;                                 // the integer GEMMs are the *_dot4 kernels

@@ -62,6 +62,23 @@ Activation Fused(bool fuse, std::optional<Activation> act, int64_t values) {
 
 }  // namespace
 
+bool VulkanForward::ResidualGemm(Recorder* r, const GpuMatrix& w, const Buffer& a, int64_t n,
+                                 bool a_ready, const Buffer* norm_w,
+                                 std::initializer_list<const GpuMatrix*> next) {
+  const Buffer& in = a_ready || !QuantizeFor(r, w, a, n) ? a : xq_;
+  if (norm_w == nullptr || !o_.fuse || !o_.norm_tail || n != 1) {
+    k_.Gemm(r, w, in, n, x_, 0, 0, /*accumulate=*/true);
+    return false;
+  }
+  const Activation act = Fused(o_.fuse, SharedActivation(next), c_.n_embd);
+  const Kernels::NormTail tail{
+      .w = norm_w, .y = &xn_, .q = &xq_, .counter = &norm_counter_, .eps = c_.rms_eps, .act = act};
+  k_.Gemm(r, w, in, n, x_, 0, 0, /*accumulate=*/true, nullptr, &tail);
+  xq_holds_ = act != Activation::kF32 ? &xn_ : nullptr;  // as Norm leaves it
+  xq_act_ = act;
+  return true;
+}
+
 void VulkanForward::Norm(Recorder* r, const Buffer& x, const Buffer& w, int64_t n,
                          std::initializer_list<const GpuMatrix*> next) {
   const Activation act = Fused(o_.fuse, SharedActivation(next), c_.n_embd);
@@ -191,9 +208,19 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
   const auto end = [&] {
     if (o_.fuse) r->EndGroup();
   };
+  bool normed = false;  // the down product's norm tail normalized x_ for this layer
   for (int64_t il = 0; il < c_.n_layer; ++il) {
     const LayerBuffers& l = layers_[il];
-    Norm(r, x_, l.attn_norm, n, {&l.wq, &l.wk, &l.wv});
+    if (!normed) Norm(r, x_, l.attn_norm, n, {&l.wq, &l.wk, &l.wv});
+    normed = false;
+    // The residual product's norm tail into the next layer's attention norm (none after the
+    // last layer, whose norm is the gathered rows').
+    const LayerBuffers* next = il + 1 < c_.n_layer ? &layers_[il + 1] : nullptr;
+    const auto down_into_x = [&](const Buffer& a, bool a_ready) {
+      normed = next != nullptr ? ResidualGemm(r, l.down, a, n, a_ready, &next->attn_norm,
+                                              {&next->wq, &next->wk, &next->wv})
+                               : ResidualGemm(r, l.down, a, n, a_ready, nullptr, {});
+    };
     // qwen2's and gpt-oss's q/k/v biases: inside the GEMMs when fusing (s + b either way).
     const bool fused_bias = o_.fuse && l.bq.valid() && l.bk.valid() && l.bv.valid();
     Gemms(r, xn_, n,
@@ -242,26 +269,32 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
       xq_holds_ = &attn_;
       xq_act_ = o_act;
     }
+    const bool moe = l.exp_gate.buffer.valid();
+    bool ffn_normed = false;
     if (o_.fuse && !l.bo.valid()) {
-      Gemm(r, l.wo, attn_, n, x_, /*accumulate=*/true);  // x + W attn: Add's bits
+      // x + W attn: Add's bits; the FFN norm from the same dispatch with the norm tail.
+      ffn_normed = moe ? ResidualGemm(r, l.wo, attn_, n, false, &l.ffn_norm,
+                                      {&l.router, &l.exp_gate, &l.exp_up})
+                       : ResidualGemm(r, l.wo, attn_, n, false, &l.ffn_norm, {&l.gate, &l.up});
     } else {
       // gpt-oss's bias goes in before the residual (x + (W attn + b)), so the add stays apart.
       Gemm(r, l.wo, attn_, n, y_);
       if (l.bo.valid()) k_.Add(r, l.bo, 0, y_, 0, n * e, e);
       k_.Add(r, y_, 0, x_, 0, n * e);
     }
-    if (l.exp_gate.buffer.valid()) {
-      Norm(r, x_, l.ffn_norm, n, {&l.router, &l.exp_gate, &l.exp_up});
+    if (moe) {
+      if (!ffn_normed) Norm(r, x_, l.ffn_norm, n, {&l.router, &l.exp_gate, &l.exp_up});
       RecordMoe(r, l, n);  // adds into x_
       continue;
     }
-    Norm(r, x_, l.ffn_norm, n, {&l.gate, &l.up});
+    if (!ffn_normed) Norm(r, x_, l.ffn_norm, n, {&l.gate, &l.up});
     if (o_.fuse && xq_holds_ == &xn_ && xq_act_ == ActivationFor(l.gate.type) &&
         l.down.type == l.gate.type && k_.CanGemmGlu(l.gate, l.up, n)) {
       // Gate, up and SwiGLU in one dispatch, its pairs (the down product's activation) into
-      // gate_, which holds no f32 values then: no SwiGLU dispatch and barrier. xq_ keeps xn_'s.
+      // gate_, which holds no f32 values then: no SwiGLU dispatch and barrier.
       k_.GemmGlu(r, l.gate, l.up, xq_, n, gate_);
-      k_.Gemm(r, l.down, gate_, n, x_, 0, 0, /*accumulate=*/true);
+      xq_holds_ = nullptr;  // gate_ holds the pairs the down product reads, not f32 values
+      down_into_x(gate_, /*a_ready=*/true);
       continue;
     }
     Gemms(r, xn_, n, {{&l.gate, &gate_}, {&l.up, &up_}});
@@ -275,7 +308,7 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
       xq_holds_ = nullptr;  // gate_ was rewritten
     }
     if (o_.fuse) {
-      Gemm(r, l.down, gate_, n, x_, /*accumulate=*/true);
+      down_into_x(gate_, /*a_ready=*/false);
     } else {
       Gemm(r, l.down, gate_, n, y_);
       k_.Add(r, y_, 0, x_, 0, n * e);

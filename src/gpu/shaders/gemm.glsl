@@ -61,8 +61,12 @@ bool Skip() { return false; }
 #else
 // bias: 1 to add bias[row] to each sum before it is stored (qwen2's and gpt-oss's q/k/v biases:
 // s + b, the bits of add.comp after the product); never together with acc.
+// norm: 1 for the norm tail (NormTail below: y_off 0, y_stride rows), with its eps, the
+// quantized format it writes (kAct*, 0 for none) and the word of that format's Q8 scales.
 layout(push_constant) uniform P {
-  uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, acc, bias;
+  uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, acc, bias, norm, format,
+      q_d_off;
+  float eps;
 } p;
 layout(std430, binding = 3) readonly buffer B { float bias_v[]; };
 float Biased(float s, uint row) { return p.bias != 0 ? s + bias_v[row] : s; }
@@ -73,7 +77,8 @@ uint YRow(uint t) { return t; }
 bool Skip() { return false; }
 #endif
 
-layout(std430, binding = 2) buffer Y { float y[]; };
+// coherent: the norm tail's last workgroup reads the rows the others wrote (the plain GEMMs).
+layout(std430, binding = 2) coherent buffer Y { float y[]; };
 
 // The first token of this workgroup's tile: tiles are the grid's z.
 #ifdef GROUPED
@@ -116,4 +121,51 @@ void StoreTileUniform(float acc[kTile], uint t0, uint row) {
       Store(p.y_off + YRow(t0 + t) * p.y_stride + row, Biased(acc[t], row));
     }
   }
+}
+
+#if !defined(GROUPED) && !defined(EXPERTS)
+// The norm tail: a product that writes the residual stream (x += W a, one token) also computes
+// the RMSNorm after it, in the last of its workgroups to finish, so the norm needs no dispatch
+// and barrier of its own (~1.9 us each on an H200 by issue 28's probe, two a layer). Every
+// workgroup publishes its rows (memoryBarrierBuffer on a coherent y) and then counts itself
+// done on counter[0]; the one that counts last sees every row, normalizes the n tokens' rows of
+// y (norm_q.glsl: rmsnorm_q.comp's code, so its bits) into xn and q, and resets the counter for
+// the next dispatch. The pattern of a single-pass reduction (AMD's FidelityFX SPD uses it on
+// every vendor). Binding 6 (q) may be the buffer this GEMM's activation came from: the tail
+// writes it only after every workgroup has finished reading.
+layout(std430, binding = 4) readonly buffer NormWt { float nw[]; };
+layout(std430, binding = 5) writeonly buffer XN { float xn[]; };
+layout(std430, binding = 6) writeonly buffer Q { uint q[]; };
+layout(std430, binding = 7) coherent buffer Counter { uint counter[]; };
+
+float NormX(uint i) { return y[i]; }
+float NormW(uint j) { return nw[j]; }
+void NormY(uint i, float v) { xn[i] = v; }
+#include "norm_q.glsl"
+
+shared bool g_last_group;
+
+void NormTail() {
+  if (p.norm == 0) return;
+  memoryBarrierBuffer();  // this invocation's rows of y, before its workgroup counts itself done
+  barrier();
+  if (gl_LocalInvocationIndex == 0) {
+    const uint groups = gl_NumWorkGroups.x * gl_NumWorkGroups.y * gl_NumWorkGroups.z;
+    g_last_group = atomicAdd(counter[0], 1u) == groups - 1;
+  }
+  barrier();
+  if (!g_last_group) return;
+  memoryBarrierBuffer();  // every other workgroup's rows, published before its count
+  for (uint t = 0; t < p.n; ++t) NormRow(t, p.rows, p.eps, p.format, p.q_d_off);
+  if (gl_LocalInvocationIndex == 0) counter[0] = 0;
+}
+#endif
+
+void GemmMain();  // the product: the type's file (gemm_*.glsl), included after this one
+
+void main() {
+  GemmMain();
+#if !defined(GROUPED) && !defined(EXPERTS)
+  NormTail();
+#endif
 }

@@ -28,7 +28,7 @@ int BlockDot(uvec4 wv, uvec4 lo, uvec4 hi) {
 }
 
 // One token: its activation blocks start at the buffer's start (vec4 2 b for block b).
-void main() {
+void GemmMain() {
   const uint row = SubgroupRow();
   if (row >= p.rows) return;
   const uint blocks = p.cols;

@@ -24,7 +24,7 @@ int Dot16(uvec4 a, uvec4 b) {
   return s;
 }
 
-void main() {
+void GemmMain() {
   const uint row = SubgroupRow();
   if (row >= p.rows) return;
   const uint blocks = p.cols;

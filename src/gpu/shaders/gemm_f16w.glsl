@@ -54,7 +54,7 @@ void Chunk(inout float acc[kRows][kTile], uvec4 wv[kRows], uint c, uint t0) {
   }
 }
 
-void main() {
+void GemmMain() {
   const uint row0 = SubgroupRow() * kRows;
   if (row0 >= p.rows || Skip()) return;
   const uint chunks = p.cols / 8;

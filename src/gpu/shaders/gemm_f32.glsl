@@ -5,7 +5,7 @@
 layout(std430, binding = 0) readonly buffer W { float w[]; };
 layout(std430, binding = 1) readonly buffer X { float x[]; };
 
-void main() {
+void GemmMain() {
   const uint row = SubgroupRow();
   if (row >= p.rows || Skip()) return;
   const uint wrow = WRow(row);  // the weight row (its expert's, for gemmx_*)

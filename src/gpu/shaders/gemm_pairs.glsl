@@ -21,7 +21,7 @@
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
 layout(std430, binding = 1) readonly buffer X { uint x[]; };  // [n][cols / 2] pairs
 
-void main() {
+void GemmMain() {
   const uint row0 = SubgroupRow() * kRows;
   if (row0 >= p.rows || Skip()) return;
   const uint pairs = p.cols / 2;

@@ -16,7 +16,7 @@ const int kDoubled[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6,
 int Nib(uint v) { return kDoubled[v]; }
 #endif
 
-void main() {
+void GemmMain() {
   const uint row = SubgroupRow();
   if (row >= p.rows || Skip()) return;
   const uint wrow = WRow(row);  // the weight row (its expert's, for gemmx_*)

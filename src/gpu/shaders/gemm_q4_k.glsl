@@ -24,7 +24,7 @@ layout(std430, binding = 1) readonly buffer X { uint xq[]; };
 uint W4(uint i) { return w[i]; }
 #include "q4_k.glsl"
 
-void main() {
+void GemmMain() {
   const uint row = SubgroupRow();
   if (row >= p.rows || Skip()) return;
   const uint wrow = WRow(row);  // the weight row (its expert's, for gemmx_*)

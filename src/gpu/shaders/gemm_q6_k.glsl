@@ -32,7 +32,7 @@ int Dot6(uint qlw, uint shift, uint qhw, uint hshift, uint xv) {
 
 int Scale(uint base, uint i) { return bitfieldExtract(int(w[base + 48 + i / 4]), int(8 * (i % 4)), 8); }
 
-void main() {
+void GemmMain() {
   const uint row = SubgroupRow();
   if (row >= p.rows || Skip()) return;
   const uint wrow = WRow(row);  // the weight row (its expert's, for gemmx_*)
