@@ -15,7 +15,10 @@
 #                                    unfused (UF_GPU_FUSE=0; the `gemv` column says `unfused`),
 #                                    1B Q8_0 and Q4_0 without the packed int8 dot (UF_GPU_DOT4=0,
 #                                    `nodot4`; `devices` prints whether the device has it) and
-#                                    with a blocking fence wait (UF_GPU_SPIN_US=0, `nospin`):
+#                                    with a blocking fence wait (UF_GPU_SPIN_US=0, `nospin`),
+#                                    and 1B F16, Q4_0, Q4_K_M with the GEMMs' norm tail
+#                                    (UF_GPU_NORM_TAIL=1, `normtail`; off by default until this
+#                                    run says whether it is faster):
 #                                    the table's dispatches and barriers per step and tok/s
 #                                    measure what the fusions save; then the GPU time per kernel
 #                                    of a 1B F16, Q4_0 and Q4_K_M decode step (bench --profile;
@@ -92,12 +95,14 @@ case "${1:-}" in
     # Fields: preset, weight type, depth, GEMV variant (UF_GPU_GEMV; `unfused`: basic with
     # UF_GPU_FUSE=0; `nodot4`: basic with UF_GPU_DOT4=0, the integer GEMMs by byte extracts
     # instead of the packed int8 dot; `nospin`: basic with UF_GPU_SPIN_US=0, a blocking fence
-    # wait instead of polling), layers (cut-down MoE).
+    # wait instead of polling; `normtail`: basic with UF_GPU_NORM_TAIL=1, the norms after the
+    # o and down products in those GEMMs' last workgroup), layers (cut-down MoE).
     runs=("llama-3.2-1b f16 0 basic" "llama-3.2-1b f16 0 wide" "llama-3.2-1b q8_0 0 basic"
           "llama-3.2-1b q8_0 0 wide" "llama-3.2-1b q8_0 0 nodot4" "llama-3.2-1b q4_0 0 basic"
           "llama-3.2-1b q4_0 0 unfused" "llama-3.2-1b q4_0 0 nodot4" "llama-3.2-1b q4_0 0 nospin"
           "llama-3.2-1b q4_0 0 wide" "llama-3.2-1b q4_k_m 0 basic" "llama-3.2-1b q4_k_m 0 nodot4"
-          "llama-3.2-1b f16 $depth basic")
+          "llama-3.2-1b f16 $depth basic" "llama-3.2-1b f16 0 normtail"
+          "llama-3.2-1b q4_0 0 normtail" "llama-3.2-1b q4_k_m 0 normtail")
     [ "${2:-}" = all ] && runs+=("llama-3.1-8b f16 0 basic" "llama-3.1-8b f16 0 wide"
                                  "llama-3.1-8b q4_0 0 basic" "llama-3.1-8b q4_0 0 wide")
     # Mixtures of experts, cut down to a few layers (the 5th field) to fit the session.
@@ -110,11 +115,13 @@ case "${1:-}" in
       model="$dir/$preset-$type${layers:+-$layers}.gguf"
       [ -f "$model" ] || uf synth --preset "$preset" --type "$type" ${layers:+--layers "$layers"} \
         -o "$model" >/dev/null
-      fuse=1 g=$gemv dot4=1 spin=
+      fuse=1 g=$gemv dot4=1 spin= tail=0
       [ "$gemv" = unfused ] && fuse=0 g=basic
+      [ "$gemv" = normtail ] && tail=1 g=basic
       [ "$gemv" = nodot4 ] && dot4=0 g=basic
       [ "$gemv" = nospin ] && spin=0 g=basic
-      line=$(UF_GPU_FUSE=$fuse UF_GPU_GEMV=$g UF_GPU_DOT4=$dot4 UF_GPU_SPIN_US=$spin uf bench --device vulkan -m "$model" -p 0 -n "$n_gen" --reps 1 \
+      line=$(UF_GPU_FUSE=$fuse UF_GPU_GEMV=$g UF_GPU_DOT4=$dot4 UF_GPU_SPIN_US=$spin \
+             UF_GPU_NORM_TAIL=$tail uf bench --device vulkan -m "$model" -p 0 -n "$n_gen" --reps 1 \
              --depth "$d" --json | tail -n 1)
       echo "$line"
       results+=("$name $type $d $gemv $line")

@@ -208,18 +208,23 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
   const auto end = [&] {
     if (o_.fuse) r->EndGroup();
   };
-  bool normed = false;  // the down product's norm tail normalized x_ for this layer
+  bool normed = false;        // the down product's norm tail normalized x_ for this layer
+  bool final_normed = false;  // ... for the lm_head (xn_, and xq_ when it reads one)
   for (int64_t il = 0; il < c_.n_layer; ++il) {
     const LayerBuffers& l = layers_[il];
     if (!normed) Norm(r, x_, l.attn_norm, n, {&l.wq, &l.wk, &l.wv});
     normed = false;
-    // The residual product's norm tail into the next layer's attention norm (none after the
-    // last layer, whose norm is the gathered rows').
+    // The residual product's norm tail into the next layer's attention norm, or after the last
+    // layer into the final norm when the step's one token is its one logits row (no gather).
     const LayerBuffers* next = il + 1 < c_.n_layer ? &layers_[il + 1] : nullptr;
     const auto down_into_x = [&](const Buffer& a, bool a_ready) {
-      normed = next != nullptr ? ResidualGemm(r, l.down, a, n, a_ready, &next->attn_norm,
-                                              {&next->wq, &next->wk, &next->wv})
-                               : ResidualGemm(r, l.down, a, n, a_ready, nullptr, {});
+      if (next != nullptr) {
+        normed = ResidualGemm(r, l.down, a, n, a_ready, &next->attn_norm,
+                              {&next->wq, &next->wk, &next->wv});
+      } else {
+        final_normed = ResidualGemm(r, l.down, a, n, a_ready, n_out == 1 ? &output_norm_ : nullptr,
+                                    {&output_});
+      }
     };
     // qwen2's and gpt-oss's q/k/v biases: inside the GEMMs when fusing (s + b either way).
     const bool fused_bias = o_.fuse && l.bq.valid() && l.bk.valid() && l.bv.valid();
@@ -315,10 +320,12 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
     }
   }
   if (n_out > 0) {
-    k_.Gather(r, x_, xo_, outs_, e, n_out);
     const Buffer& logits_in = out == Out::kLogits ? logits_dev_ : logits_local_;
     const Activation act = Fused(o_.fuse, ActivationFor(output_.type), e);
-    if (act != Activation::kF32) {
+    if (final_normed) {
+      Gemm(r, output_, xn_, n_out, logits_in);  // xq_ holds xn_'s activation where it reads one
+    } else if (act != Activation::kF32) {
+      k_.Gather(r, x_, xo_, outs_, e, n_out);
       // Normalized into xn_ (free by now; the fused kernel cannot work in place) with the lm_head's
       // activation from the same dispatch.
       k_.RmsNormQuant(r, xo_, output_norm_, xn_, n_out, e, c_.rms_eps, act, xq_);
@@ -326,6 +333,7 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
       xq_act_ = act;
       Gemm(r, output_, xn_, n_out, logits_in);
     } else {
+      k_.Gather(r, x_, xo_, outs_, e, n_out);
       k_.RmsNorm(r, xo_, 0, output_norm_, xo_, 0, n_out, e, c_.rms_eps);
       xq_holds_ = nullptr;
       Gemm(r, output_, xo_, n_out, logits_in);
