@@ -239,6 +239,49 @@ TEST_F(GpuKernelsTest, GemmNormTailEqualsGemmThenRmsNorm) {
   }
 }
 
+// The embedding with the first norm in one dispatch against Embed then RmsNormQuant (RmsNorm for
+// f32), bitwise: every table type, every format, 3 tokens (one repeated) of a 512-wide table.
+TEST_F(GpuKernelsTest, EmbedNormEqualsEmbedThenRmsNorm) {
+  const int64_t rows = 9, cols = 512, n = 3;
+  const std::vector<float> tf = Random(rows * cols, 60), nw = Random(cols, 61);
+  const std::vector<uint32_t> tok = {7, 0, 0, 0, 2, 1, 1, 0, 7, 2, 2, 0};  // [n][4]
+  Buffer nwb = Floats(nw), tb = Empty(tok.size() * 4);
+  ASSERT_TRUE(ctx_->Upload(tb, 0, tok.data(), tok.size() * 4).ok());
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
+                        GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kMXFP4}) {
+    std::vector<uint8_t> data;
+    const kernels::Matrix m = type == GgmlType::kF32
+                                  ? *kernels::Matrix::Create(type, tf.data(), rows, cols)
+                                  : Quantized(type, tf, rows, cols, &data);
+    auto table = UploadMatrix(ctx_, m);
+    ASSERT_TRUE(table.ok()) << table.status().ToString();
+    for (Activation act : {Activation::kF32, Activation::kQ8_0, Activation::kQ8_K, Activation::kF16,
+                           Activation::kBF16}) {
+      SCOPED_TRACE(std::string(GgmlTypeName(type)) + " " +
+                   (act == Activation::kF32 ? "f32" : FormatName(act)));
+      Buffer x1 = Empty(n * cols * 4), x2 = Empty(n * cols * 4), y1 = Empty(n * cols * 4),
+             y2 = Empty(n * cols * 4), q1 = Empty(ActBytes(n * cols)),
+             q2 = Empty(ActBytes(n * cols));
+      Recorder rec(ctx_);
+      kernels_->Embed(&rec, *table, x1, tb, n);
+      if (act == Activation::kF32) {
+        kernels_->RmsNorm(&rec, x1, 0, nwb, y1, 0, n, cols, 1e-5f);
+      } else {
+        kernels_->RmsNormQuant(&rec, x1, nwb, y1, n, cols, 1e-5f, act, q1);
+      }
+      kernels_->EmbedNorm(&rec, *table, x2, tb, n, nwb, y2, 1e-5f, act, q2);
+      ASSERT_TRUE(rec.Finish().ok());
+      ASSERT_TRUE(rec.Run().ok());
+      EXPECT_EQ(Words(ctx_, x1, n * cols * 4), Words(ctx_, x2, n * cols * 4));
+      if (act == Activation::kF32) {
+        EXPECT_EQ(Words(ctx_, y1, n * cols * 4), Words(ctx_, y2, n * cols * 4));
+      } else {
+        ExpectSameOutputs(ctx_, act, n * cols, y1, y2, q1, q2);
+      }
+    }
+  }
+}
+
 // The gate/up GEMMs with SwiGLU in one dispatch against Gemm(gate), Gemm(up) and SwiGluQuant's
 // pairs, bitwise, for F16 and BF16: 70 rows (35 row pairs: a partial last workgroup at every
 // subgroup size) of 520 columns (260 words: a partial last pass of the lanes), 1, 3 and 8 tokens
@@ -544,6 +587,7 @@ TEST(GpuStep, ProfileCoversEveryDispatch) {
 // residual adds in the o and down GEMMs, and one barrier after each group of independent
 // dispatches ({q, k, v}, {rope q, kv store}, {gate, up}), so the barriers are the stages less
 // one:
+// The embedding and the first layer's norm+q are one dispatch, embed+norm+q:
 //   embed; per layer: norm+q | {q, k, v} | {rope q, kv store rotating k} | attention+q |
 //   o+= | norm+q | {gate, up} | swiglu+q | down+=; gather | norm+q | lm_head.
 // With F16 / BF16 weights (pairs) {gate, up} | swiglu+q is one dispatch, gate+up+swiglu+q.
@@ -560,8 +604,9 @@ Counts Expected(int64_t layers, Activation act, int64_t head_dim, bool fuse) {
   // F16 / BF16: {gate, up} | swiglu+q is one dispatch (gemm_glu.glsl).
   const int glu = act == Activation::kF16 || act == Activation::kBF16 ? 1 : 0;
   const int per_layer = 13 + attn_q - 2 * glu, stages_per_layer = 9 + attn_q - glu;
-  const int d = 1 + static_cast<int>(layers) * per_layer + 3;
-  const int stages = 1 + static_cast<int>(layers) * stages_per_layer + 3;
+  // The embedding and the first norm are one dispatch (embed_q.comp).
+  const int d = static_cast<int>(layers) * per_layer + 3;
+  const int stages = static_cast<int>(layers) * stages_per_layer + 3;
   return {d, stages - 1};
 }
 

@@ -113,6 +113,10 @@ class VulkanForward final : public GpuForward {
   // token) the Norm(x_, *norm_w, next) after it from the same dispatch. True when it normalized.
   bool ResidualGemm(Recorder* r, const GpuMatrix& w, const Buffer& a, int64_t n, bool a_ready,
                     const Buffer* norm_w, std::initializer_list<const GpuMatrix*> next);
+  // The activation Norm writes with xn_ for the GEMMs `next` (kF32: none), and the bookkeeping
+  // after a norm wrote xn_ and that activation into xq_.
+  Activation NormActivation(std::initializer_list<const GpuMatrix*> next) const;
+  void Normalized(Activation act);
   bool QuantizeFor(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n);
   // The same for stacked experts: n_slots slots reading activation rows slot / x_div of x
   // (n_x rows in all), experts from ids_.

@@ -171,6 +171,7 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
   UF_ASSIGN_OR_RETURN(k.attention_, ctx->GetPipeline("attention", 8));
   UF_ASSIGN_OR_RETURN(k.attention_combine_, ctx->GetPipeline("attention_combine", 5));
   UF_ASSIGN_OR_RETURN(k.embed_, ctx->GetPipeline("embed", 3));
+  UF_ASSIGN_OR_RETURN(k.embed_q_, ctx->GetPipeline("embed_q", 6));
   UF_ASSIGN_OR_RETURN(k.gather_, ctx->GetPipeline("gather", 3));
   UF_ASSIGN_OR_RETURN(k.argmax_, ctx->GetPipeline("argmax", 3));
   UF_ASSIGN_OR_RETURN(k.topk_, ctx->GetPipeline("topk", 3));
@@ -611,42 +612,61 @@ void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const
               static_cast<uint32_t>(s.n_head), static_cast<uint32_t>(n));
 }
 
+namespace {
+
+// embed.glsl's number for a table's type.
+uint32_t EmbedType(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32:
+      return 0;
+    case GgmlType::kF16:
+      return 1;
+    case GgmlType::kQ8_0:
+      return 2;
+    case GgmlType::kQ4_0:
+      return 3;
+    case GgmlType::kQ6_K:
+      return 4;
+    case GgmlType::kBF16:
+      return 5;
+    case GgmlType::kQ4_K:
+      return 6;
+    case GgmlType::kMXFP4:
+      return 7;
+    default:
+      UF_CHECK(false) << "no embedding kernel for " << GgmlTypeName(type);
+  }
+  return 0;
+}
+
+}  // namespace
+
 void Kernels::Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& tok,
                     int64_t n) const {
-  uint32_t type = 0;
-  switch (table.type) {
-    case GgmlType::kF32:
-      type = 0;
-      break;
-    case GgmlType::kF16:
-      type = 1;
-      break;
-    case GgmlType::kQ8_0:
-      type = 2;
-      break;
-    case GgmlType::kQ4_0:
-      type = 3;
-      break;
-    case GgmlType::kQ6_K:
-      type = 4;
-      break;
-    case GgmlType::kBF16:
-      type = 5;
-      break;
-    case GgmlType::kQ4_K:
-      type = 6;
-      break;
-    case GgmlType::kMXFP4:
-      type = 7;
-      break;
-    default:
-      UF_CHECK(false) << "no embedding kernel for " << GgmlTypeName(table.type);
-  }
   struct {
     uint32_t type, cols, d_off;
-  } push{type, static_cast<uint32_t>(table.cols), table.d_off};
+  } push{EmbedType(table.type), static_cast<uint32_t>(table.cols), table.d_off};
   r->Dispatch(*embed_, {table.buffer, x, tok}, push, Groups64(table.cols),
               static_cast<uint32_t>(n));
+}
+
+void Kernels::EmbedNorm(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& tok,
+                        int64_t n, const Buffer& w, const Buffer& y, float eps, Activation act,
+                        const Buffer& q) const {
+  UF_CHECK(table.cols % ActivationBlock(act) == 0) << "embed_q: rows of " << table.cols;
+  struct {
+    uint32_t type, cols, d_off;
+    float eps;
+    uint32_t format, q_d_off;
+  } push{EmbedType(table.type),
+         static_cast<uint32_t>(table.cols),
+         table.d_off,
+         eps,
+         static_cast<uint32_t>(act),
+         act == Activation::kF32 ? 0u : FusedDOff(act, n * table.cols)};
+  uint32_t gx, gy;
+  Grid(n, &gx, &gy);
+  r->Dispatch(*embed_q_, {table.buffer, x, tok, w, y, q}, push, gx, gy);
 }
 
 void Kernels::Gather(Recorder* r, const Buffer& x, const Buffer& y, const Buffer& idx, int64_t cols,

@@ -270,6 +270,12 @@ class Kernels {
   // x[t] = table row of token t, for the n tokens.
   void Embed(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& tok,
              int64_t n) const;
+  // Embed, then RmsNorm of the n rows of x into y (weights w) and, unless act is kF32, y
+  // quantized into q, in one dispatch (embed_q.comp): Embed's and RmsNormQuant's bits
+  // (RmsNorm's for kF32). table.cols a multiple of ActivationBlock(act).
+  void EmbedNorm(Recorder* r, const GpuMatrix& table, const Buffer& x, const Buffer& tok, int64_t n,
+                 const Buffer& w, const Buffer& y, float eps, Activation act,
+                 const Buffer& q) const;
   // out[r] = the first index of row r's maximum (sampling::ArgMax), rows of n_vocab logits:
   // two dispatches (argmax.comp), the rows cut into chunks of `chunk` values; part holds
   // ArgMaxPartWords(n_vocab, rows, chunk) words.
@@ -358,6 +364,7 @@ class Kernels {
   const Pipeline* attention_ = nullptr;
   const Pipeline* attention_combine_ = nullptr;
   const Pipeline* embed_ = nullptr;
+  const Pipeline* embed_q_ = nullptr;
   const Pipeline* gather_ = nullptr;
   const Pipeline* argmax_ = nullptr;
   const Pipeline* topk_ = nullptr;

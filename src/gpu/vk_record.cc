@@ -70,26 +70,32 @@ bool VulkanForward::ResidualGemm(Recorder* r, const GpuMatrix& w, const Buffer& 
     k_.Gemm(r, w, in, n, x_, 0, 0, /*accumulate=*/true);
     return false;
   }
-  const Activation act = Fused(o_.fuse, SharedActivation(next), c_.n_embd);
+  const Activation act = NormActivation(next);
   const Kernels::NormTail tail{
       .w = norm_w, .y = &xn_, .q = &xq_, .counter = &norm_counter_, .eps = c_.rms_eps, .act = act};
   k_.Gemm(r, w, in, n, x_, 0, 0, /*accumulate=*/true, nullptr, &tail);
-  xq_holds_ = act != Activation::kF32 ? &xn_ : nullptr;  // as Norm leaves it
-  xq_act_ = act;
+  Normalized(act);
   return true;
+}
+
+Activation VulkanForward::NormActivation(std::initializer_list<const GpuMatrix*> next) const {
+  return Fused(o_.fuse, SharedActivation(next), c_.n_embd);
+}
+
+void VulkanForward::Normalized(Activation act) {
+  xq_holds_ = act != Activation::kF32 ? &xn_ : nullptr;  // xn_ was rewritten
+  xq_act_ = act;
 }
 
 void VulkanForward::Norm(Recorder* r, const Buffer& x, const Buffer& w, int64_t n,
                          std::initializer_list<const GpuMatrix*> next) {
-  const Activation act = Fused(o_.fuse, SharedActivation(next), c_.n_embd);
+  const Activation act = NormActivation(next);
   if (act != Activation::kF32) {
     k_.RmsNormQuant(r, x, w, xn_, n, c_.n_embd, c_.rms_eps, act, xq_);
-    xq_holds_ = &xn_;
-    xq_act_ = act;
   } else {
     k_.RmsNorm(r, x, 0, w, xn_, 0, n, c_.n_embd, c_.rms_eps);
-    xq_holds_ = nullptr;  // xn_ was rewritten
   }
+  Normalized(act);
 }
 
 void VulkanForward::Gemms(Recorder* r, const Buffer& x, int64_t n,
@@ -199,7 +205,17 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
   as.chunk = chunk_;
   const uint64_t layer_words = 2 * c_.n_head_kv * n_rows_ * as.row_words();
   xq_holds_ = nullptr;
-  k_.Embed(r, *embd_table_, x_, tok_, n);
+  // Fused, the embedding and the first layer's attention norm are one dispatch.
+  bool normed = false;  // x_ normalized for this layer's attention (xn_, xq_) already
+  if (o_.fuse) {
+    const LayerBuffers& l0 = layers_[0];
+    const Activation act = NormActivation({&l0.wq, &l0.wk, &l0.wv});
+    k_.EmbedNorm(r, *embd_table_, x_, tok_, n, l0.attn_norm, xn_, c_.rms_eps, act, xq_);
+    Normalized(act);
+    normed = true;
+  } else {
+    k_.Embed(r, *embd_table_, x_, tok_, n);
+  }
   // Independent dispatches (each writes its own buffer, none reads another's output) share one
   // barrier when fusing.
   const auto begin = [&] {
@@ -208,8 +224,7 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
   const auto end = [&] {
     if (o_.fuse) r->EndGroup();
   };
-  bool normed = false;        // the down product's norm tail normalized x_ for this layer
-  bool final_normed = false;  // ... for the lm_head (xn_, and xq_ when it reads one)
+  bool final_normed = false;  // the last down product's norm tail normalized x_ for the lm_head
   for (int64_t il = 0; il < c_.n_layer; ++il) {
     const LayerBuffers& l = layers_[il];
     if (!normed) Norm(r, x_, l.attn_norm, n, {&l.wq, &l.wk, &l.wv});
