@@ -175,6 +175,7 @@ int GpuBench(const GpuBenchOptions& o) {
     j["device"] = dev.name;
     j["device_type"] = dev.type;
     j["integer_dot"] = gpu::IntegerDotByDefault(dev);
+    j["norm_tail"] = gpu::ResolveNormTail(false);
     j["upload_s"] = upload_s;
     j["device_bytes"] = dev_bytes;
     j["depth"] = o.depth;
@@ -203,9 +204,11 @@ int GpuBench(const GpuBenchOptions& o) {
     return 0;
   }
   std::printf(
-      "device: Vulkan %d, %s (%s), %.0f MiB held, weights uploaded in %.2f s, packed int8 dot %s\n",
+      "device: Vulkan %d, %s (%s), %.0f MiB held, weights uploaded in %.2f s, packed int8 dot "
+      "%s, norm tail %s\n",
       dev.index, dev.name.c_str(), dev.type.c_str(), static_cast<double>(dev_bytes) / (1 << 20),
-      upload_s, gpu::IntegerDotByDefault(dev) ? "on" : "off");
+      upload_s, gpu::IntegerDotByDefault(dev) ? "on" : "off",
+      gpu::ResolveNormTail(false) ? "on" : "off");
   if (!bw.ok()) std::printf("read bandwidth: not measured (%s)\n", bw.status().ToString().c_str());
   std::printf("%-8s %-12s %14s %16s %12s %10s\n", "depth", "test", "tok/s", "bytes/token",
               "GB/s read", "roofline");

@@ -53,6 +53,10 @@ struct DeviceInfo {
 // otherwise: d has shaderIntegerDotProduct and the environment's UF_GPU_DOT4 is not 0.
 bool IntegerDotByDefault(const DeviceInfo& d);
 
+// GpuForwardOptions::norm_tail as the forward applies it: the environment's UF_GPU_NORM_TAIL (0:
+// off, anything else: on) where set, else `option`.
+bool ResolveNormTail(bool option);
+
 // The Vulkan devices the loader finds. Errors (no loader, no driver, no device) name what was
 // searched and what to install.
 StatusOr<std::vector<DeviceInfo>> ListDevices();

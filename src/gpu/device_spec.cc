@@ -1,4 +1,6 @@
 #include <charconv>
+#include <cstdlib>
+#include <string>
 
 #include "gpu/backend.h"
 
@@ -29,6 +31,12 @@ StatusOr<DeviceSpec> ParseDeviceSpec(std::string_view s) {
       "--device: expected cpu, vulkan or vulkan:N (N from `ultrafast "
       "devices`), got '" +
       std::string(s) + "'");
+}
+
+bool ResolveNormTail(bool option) {
+  const char* env = std::getenv("UF_GPU_NORM_TAIL");
+  if (env == nullptr || *env == '\0') return option;
+  return std::string(env) != "0";
 }
 
 }  // namespace uf::gpu

@@ -64,9 +64,7 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   if (const char* f = std::getenv("UF_GPU_FUSE"); f != nullptr && std::string(f) == "0") {
     o_.fuse = false;
   }
-  if (const char* t = std::getenv("UF_GPU_NORM_TAIL"); t != nullptr && *t != '\0') {
-    o_.norm_tail = std::string(t) != "0";
-  }
+  o_.norm_tail = ResolveNormTail(o_.norm_tail);
   const model::ModelWeights& w = model_.weights();
   for (int64_t il = 0; il < c_.n_layer; ++il) {
     const model::LayerWeights& l = w.layers[il];
