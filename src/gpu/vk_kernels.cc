@@ -140,6 +140,8 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
   UF_ASSIGN_OR_RETURN(k.swiglu_, ctx->GetPipeline("swiglu", 3));
   UF_ASSIGN_OR_RETURN(k.rope_, ctx->GetPipeline("rope", 3));
   UF_ASSIGN_OR_RETURN(k.kv_store_, ctx->GetPipeline("kv_store", 5));
+  UF_ASSIGN_OR_RETURN(k.gemm_qkv_[GgmlType::kF16], ctx->GetPipeline("gemm1_qkv_f16", 10));
+  UF_ASSIGN_OR_RETURN(k.gemm_qkv_[GgmlType::kBF16], ctx->GetPipeline("gemm1_qkv_bf16", 10));
   UF_ASSIGN_OR_RETURN(k.attention_, ctx->GetPipeline("attention", 8));
   UF_ASSIGN_OR_RETURN(k.attention_combine_, ctx->GetPipeline("attention_combine", 5));
   UF_ASSIGN_OR_RETURN(k.embed_, ctx->GetPipeline("embed", 3));
@@ -505,6 +507,45 @@ void Kernels::KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffe
   // Without rope, binding 4 (the angles) is not read: any buffer will do.
   r->Dispatch(*kv_store_, {k, v, cache, tok, rope != nullptr ? *rope->cs : tok}, push,
               Groups64(s.n_head_kv * s.head_dim / 2), static_cast<uint32_t>(n));
+}
+
+bool Kernels::QkvRopeFits(const GpuMatrix& wq, const GpuMatrix& wk, const GpuMatrix& wv, int64_t n,
+                          const AttentionShape& s, const KvRope& rope) const {
+  const auto pairs_of = [&](const GpuMatrix& w, int64_t heads) {
+    return w.type == wq.type && w.n_experts == 1 && w.cols == wq.cols && w.cols % 2 == 0 &&
+           w.rows == heads * s.head_dim && Wide(kGemm1, w) == nullptr;
+  };
+  return n == 1 && gemm_qkv_.count(wq.type) != 0 && pairs_of(wq, s.n_head) &&
+         pairs_of(wk, s.n_head_kv) && pairs_of(wv, s.n_head_kv) && s.head_dim % 2 == 0 && !s.q8 &&
+         !rope.neox && rope.cs != nullptr && rope.rope_dim % 2 == 0 && rope.rope_dim <= s.head_dim;
+}
+
+void Kernels::GemmQkvRope(Recorder* r, const GpuMatrix& wq, const GpuMatrix& wk,
+                          const GpuMatrix& wv, const Buffer& x, int64_t n, const Buffer& q,
+                          const Buffer& k, const Buffer& v, const Buffer& cache, const Buffer& tok,
+                          const AttentionShape& s, const KvRope& rope) const {
+  UF_CHECK(QkvRopeFits(wq, wk, wv, n, s, rope)) << "gemm1_qkv: not these matrices and cache";
+  struct {
+    uint32_t q_rows, kv_rows, cols, n, x_stride, head_dim, rope_dim, n_rows, k_off, v_off,
+        row_words;
+  } push{static_cast<uint32_t>(wq.rows),
+         static_cast<uint32_t>(wk.rows),
+         static_cast<uint32_t>(wq.cols),
+         static_cast<uint32_t>(n),
+         static_cast<uint32_t>(wq.cols / 2),
+         static_cast<uint32_t>(s.head_dim),
+         static_cast<uint32_t>(rope.rope_dim),
+         static_cast<uint32_t>(s.n_rows),
+         s.k_off,
+         s.v_off,
+         static_cast<uint32_t>(s.row_words())};
+  // A subgroup per row pair of Q, K and V (gemm_qkv.glsl).
+  const int64_t pairs = (wq.rows + 2 * wk.rows) / 2;
+  uint32_t gx, gy;
+  Grid((pairs + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
+  r->Dispatch(*gemm_qkv_.at(wq.type),
+              {wq.buffer, wk.buffer, wv.buffer, x, q, k, v, cache, tok, *rope.cs}, push, gx, gy,
+              static_cast<uint32_t>(n));
 }
 
 void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,

@@ -232,6 +232,22 @@ class Kernels {
   void KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffer& cache,
                const Buffer& tok, int64_t n, const AttentionShape& s,
                const KvRope* rope = nullptr) const;
+  // Q, K and V of the n tokens in one dispatch that also rotates Q and K and stores K and V
+  // (gemm1_qkv_*): q, k, v and the cache hold what Gemm(wq, x, n, q), Gemm(wk, ..., k),
+  // Gemm(wv, ..., v), Rope(q, *rope.cs, tok, n, n_head, ...) and KvStore(k, v, cache, tok, n, s,
+  // &rope) leave there, the same bits (k unrotated), with no barrier between the products and
+  // the rotation: one stage and barrier fewer a layer. x: the tokens' pairs (QuantizePairs).
+  // Only where QkvRopeFits.
+  void GemmQkvRope(Recorder* r, const GpuMatrix& wq, const GpuMatrix& wk, const GpuMatrix& wv,
+                   const Buffer& x, int64_t n, const Buffer& q, const Buffer& k, const Buffer& v,
+                   const Buffer& cache, const Buffer& tok, const AttentionShape& s,
+                   const KvRope& rope) const;
+  // Whether GemmQkvRope takes these: one token; wq, wk, wv all F16 or all BF16, read by the basic
+  // one-token kernel (gemm1_*, whose bits it has; not the wide GEMV), with s.n_head, s.n_head_kv
+  // heads of an even s.head_dim as rows and the same columns; an f16 cache; llama's pairs (2 i,
+  // 2 i + 1), not NEOX's; an even rope_dim of at most head_dim.
+  bool QkvRopeFits(const GpuMatrix& wq, const GpuMatrix& wk, const GpuMatrix& wv, int64_t n,
+                   const AttentionShape& s, const KvRope& rope) const;
   // Causal attention of the n tokens' queries (block tables bt); scores: n * n_head * max_len
   // floats of scratch when s.chunk == 0 (unused otherwise: a chunk's scores stay in shared
   // memory); with s.chunk > 0 (<= kMaxAttentionChunk) two dispatches (the chunks, then their
@@ -333,6 +349,7 @@ class Kernels {
   const Pipeline* swiglu_ = nullptr;
   const Pipeline* rope_ = nullptr;
   const Pipeline* kv_store_ = nullptr;
+  std::map<GgmlType, const Pipeline*> gemm_qkv_;  // gemm1_qkv_*: F16 and BF16
   const Pipeline* attention_ = nullptr;
   const Pipeline* attention_combine_ = nullptr;
   const Pipeline* embed_ = nullptr;
