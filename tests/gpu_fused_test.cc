@@ -246,20 +246,18 @@ TEST_F(GpuKernelsTest, KvStoreRopeEqualsRopeThenKvStore) {
   }
 }
 
-// Q, K and V in one dispatch with RoPE and the K/V store (gemm1_qkv_*) against Gemm x3, Rope of
-// q and KvStore rotating k, bit for bit: q (rotated), k (unrotated), v and every cache word, F16
-// and BF16 weights, the whole head rotated and part of it, one token at a time at scattered
-// positions and cache rows. The shapes: head_dim 64 (4 / 2 heads: 192 row pairs, whole
-// workgroups at every subgroup size) and rope_dim 64 or 32; head_dim 6 with rope_dim 4 over 5 /
-// 1 heads: 21 row pairs, so the last workgroup is partial and a workgroup holds pairs of two or
-// three matrices at any subgroup size from 4 lanes.
+// Q, K and V in one dispatch with RoPE and the K/V store (gemm*_qkv_*) against Gemm x3, Rope of q
+// and KvStore rotating k, bit for bit: q (rotated), k (unrotated), v and every cache word, F16 and
+// BF16 weights, the whole head rotated and part of it, batches of 1, 3, 8, 9 and 33 tokens (every
+// tile, whole and partial) at scattered positions and cache rows. The shapes: head_dim 64 (4 / 2
+// heads: 192 row pairs, whole workgroups at every subgroup size) and rope_dim 64 or 32; head_dim 6
+// with rope_dim 4 over 5 / 1 heads: 21 row pairs, so the last workgroup is partial and a workgroup
+// holds pairs of two or three matrices at any subgroup size from 4 lanes.
 TEST_F(GpuKernelsTest, GemmQkvRopeEqualsGemmsRopeKvStore) {
   struct Shape {
     int64_t n_head, n_kv, hd, rope_dim, cols;
   };
-  const int64_t n_rows = 12, max_pos = 40;
-  const std::vector<std::array<uint32_t, 4>> tok_rows = {
-      {5, 0, 0, 0}, {9, 17, 7, 0}, {11, 39, 11, 0}};
+  const int64_t n_rows = 40, max_pos = 40;
   for (GgmlType type : {GgmlType::kF16, GgmlType::kBF16}) {
     for (const Shape& sh :
          {Shape{4, 2, 64, 64, 256}, Shape{4, 2, 64, 32, 256}, Shape{5, 1, 6, 4, 96}}) {
@@ -290,8 +288,7 @@ TEST_F(GpuKernelsTest, GemmQkvRopeEqualsGemmsRopeKvStore) {
              c2 = Floats(std::vector<float>(words, 0.0f));
       const Kernels::KvRope kr{.cs = &csb, .rope_dim = sh.rope_dim, .neox = false};
       ASSERT_TRUE(kernels_->QkvRopeFits(*wq, *wk, *wv, 1, as, kr));
-      // Not for two tokens, NEOX pairs or a Q8_0 cache; nor the wide F16 GEMV (other bits).
-      EXPECT_FALSE(kernels_->QkvRopeFits(*wq, *wk, *wv, 2, as, kr));
+      // Not for NEOX pairs or a Q8_0 cache; nor the wide F16 GEMV (other bits).
       const Kernels::KvRope neox{.cs = &csb, .rope_dim = sh.rope_dim, .neox = true};
       EXPECT_FALSE(kernels_->QkvRopeFits(*wq, *wk, *wv, 1, as, neox));
       AttentionShape q8 = as;
@@ -300,25 +297,32 @@ TEST_F(GpuKernelsTest, GemmQkvRopeEqualsGemmsRopeKvStore) {
       if (type == GgmlType::kF16 && sh.cols % 8 == 0) {
         EXPECT_FALSE(wide_->QkvRopeFits(*wq, *wk, *wv, 1, as, kr));
       }
-      for (size_t ti = 0; ti < tok_rows.size(); ++ti) {
-        SCOPED_TRACE("position " + std::to_string(tok_rows[ti][1]));
-        Buffer xb = Floats(Random(sh.cols, 43 + static_cast<uint32_t>(ti))),
-               xq = Empty(ActBytes(sh.cols)), tok = Tok({tok_rows[ti]}), q1 = Empty(q_rows * 4),
-               q2 = Empty(q_rows * 4), k1 = Empty(kv_rows * 4), k2 = Empty(kv_rows * 4),
-               v1 = Empty(kv_rows * 4), v2 = Empty(kv_rows * 4);
+      for (int64_t n : {1, 3, 8, 9, 33}) {
+        SCOPED_TRACE("n=" + std::to_string(n));
+        ASSERT_TRUE(kernels_->QkvRopeFits(*wq, *wk, *wv, n, as, kr));
+        // Token t at position (17 t + 13 n) % 40, cache row (7 t + n) % 40: distinct rows.
+        std::vector<std::array<uint32_t, 4>> tok_rows;
+        for (uint32_t t = 0; t < n; ++t) {
+          tok_rows.push_back({5 + t, static_cast<uint32_t>((17 * t + 13 * n) % max_pos),
+                              static_cast<uint32_t>((7 * t + n) % n_rows), 0});
+        }
+        Buffer xb = Floats(Random(n * sh.cols, 43 + static_cast<uint32_t>(n))),
+               xq = Empty(ActBytes(n * sh.cols)), tok = Tok(tok_rows), q1 = Empty(n * q_rows * 4),
+               q2 = Empty(n * q_rows * 4), k1 = Empty(n * kv_rows * 4), k2 = Empty(n * kv_rows * 4),
+               v1 = Empty(n * kv_rows * 4), v2 = Empty(n * kv_rows * 4);
         Recorder rec(ctx_);
-        ASSERT_TRUE(QuantizeFor(&rec, type, xb, sh.cols, xq));
-        kernels_->Gemm(&rec, *wq, xq, 1, q1);
-        kernels_->Gemm(&rec, *wk, xq, 1, k1);
-        kernels_->Gemm(&rec, *wv, xq, 1, v1);
-        kernels_->Rope(&rec, q1, csb, tok, 1, sh.n_head, sh.hd, sh.rope_dim, false);
-        kernels_->KvStore(&rec, k1, v1, c1, tok, 1, as, &kr);
-        kernels_->GemmQkvRope(&rec, *wq, *wk, *wv, xq, 1, q2, k2, v2, c2, tok, as, kr);
+        ASSERT_TRUE(QuantizeFor(&rec, type, xb, n * sh.cols, xq));
+        kernels_->Gemm(&rec, *wq, xq, n, q1);
+        kernels_->Gemm(&rec, *wk, xq, n, k1);
+        kernels_->Gemm(&rec, *wv, xq, n, v1);
+        kernels_->Rope(&rec, q1, csb, tok, n, sh.n_head, sh.hd, sh.rope_dim, false);
+        kernels_->KvStore(&rec, k1, v1, c1, tok, n, as, &kr);
+        kernels_->GemmQkvRope(&rec, *wq, *wk, *wv, xq, n, q2, k2, v2, c2, tok, as, kr);
         ASSERT_TRUE(rec.Finish().ok());
         ASSERT_TRUE(rec.Run().ok());
-        EXPECT_EQ(Words(ctx_, q1, q_rows * 4), Words(ctx_, q2, q_rows * 4)) << "q";
-        EXPECT_EQ(Words(ctx_, k1, kv_rows * 4), Words(ctx_, k2, kv_rows * 4)) << "k";
-        EXPECT_EQ(Words(ctx_, v1, kv_rows * 4), Words(ctx_, v2, kv_rows * 4)) << "v";
+        EXPECT_EQ(Words(ctx_, q1, n * q_rows * 4), Words(ctx_, q2, n * q_rows * 4)) << "q";
+        EXPECT_EQ(Words(ctx_, k1, n * kv_rows * 4), Words(ctx_, k2, n * kv_rows * 4)) << "k";
+        EXPECT_EQ(Words(ctx_, v1, n * kv_rows * 4), Words(ctx_, v2, n * kv_rows * 4)) << "v";
       }
       const std::vector<uint32_t> cache = Words(ctx_, c2, words * 4);
       EXPECT_EQ(Words(ctx_, c1, words * 4), cache) << "cache";

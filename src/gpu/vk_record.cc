@@ -1,7 +1,8 @@
 // The step of VulkanForward as one recording per batch shape: the layers' dispatches (attention,
 // dense or mixture-of-experts FFN), the lm_head and what the step leaves behind (Out). Fused
 // (GpuForwardOptions::fuse), a llama layer with Q8_0 / Q4_0 weights is 13 dispatches and 9
-// barriers (unfused 20 and 20); docs/gpu.md, "One step", lists what is fused and grouped.
+// barriers (unfused 20 and 20), with F16 / BF16 weights 9 and 8 (Q, K, V, RoPE and the K/V store
+// one dispatch); docs/gpu.md, "One step", lists what is fused and grouped.
 #include <cmath>
 #include <initializer_list>
 #include <memory>
@@ -238,7 +239,7 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
     const Kernels::KvRope kr{.cs = &cs_, .rope_dim = c_.rope_dim, .neox = neox};
     if (o_.fuse && !l.bq.valid() && !l.q_norm.valid() &&
         k_.QkvRopeFits(l.wq, l.wk, l.wv, n, as, kr)) {
-      // Q, K and V with Q's and K's RoPE and the K/V store in one dispatch (F16 / BF16 decode):
+      // Q, K and V with Q's and K's RoPE and the K/V store in one dispatch (F16 / BF16 weights):
       // no stage between the products and attention.
       QuantizeFor(r, l.wq, xn_, n);  // nothing when the norm wrote xq_
       k_.GemmQkvRope(r, l.wq, l.wk, l.wv, xq_, n, q_, kbuf_, vbuf_, cache_dev_[il], tok_, as, kr);

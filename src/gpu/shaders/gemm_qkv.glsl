@@ -1,12 +1,13 @@
 // Q, K and V of a llama layer in one dispatch, with Q's and K's RoPE and the K/V store into an f16
-// cache (gemm1_qkv_*: one token, a single sequence's decode), so a step has no RoPE / store stage
-// and barrier between the products and attention. The includer defines Unpack (gemm_f16.glsl,
-// gemm_bf16.glsl) and kTile.
+// cache (gemm1_qkv_*: one token, a single sequence's decode; gemm8_qkv_*, gemm16_qkv_*,
+// gemm32_qkv_*: tiles of 8, 16, 32 tokens, the grid's z, as Gemm's tiles), so a step has no RoPE /
+// store stage and barrier between the products and attention. The includer defines Unpack
+// (gemm_f16.glsl, gemm_bf16.glsl) and kTile.
 //
 // The grid covers the row pairs of Q, then K, then V (each matrix has an even row count: heads
-// of an even head_dim); subgroup g computes the rows 2 g' and 2 g' + 1 of its matrix, each sum
-// formed as gemm1_* forms it (gemm_pairs_loop.glsl: the same lanes, columns, order and
-// subgroupAdd), so these are Gemm's bits. With both sums in every lane, the pair is the llama
+// of an even head_dim); subgroup g computes the rows 2 g' and 2 g' + 1 of its matrix, each
+// token's sum formed as gemm1_* forms it (gemm_pairs_loop.glsl: the same lanes, columns, order
+// and subgroupAdd), so these are Gemm's bits. With both sums in every lane, the pair is the llama
 // RoPE pair (2 i, 2 i + 1) of its head (i < rope_dim / 2; past rope_dim unrotated), which it
 // rotates with rope.comp's operations (rope.glsl) at the token's position tok[4 t + 1]:
 // - Q: the rotated pair into q, as Rope() leaves it there;
