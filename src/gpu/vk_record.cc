@@ -237,8 +237,9 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
     as.v_off = static_cast<uint32_t>(layer_words / 2);
     as.window = c_.IsSwaLayer(il) ? c_.n_swa : 0;
     const Kernels::KvRope kr{.cs = &cs_, .rope_dim = c_.rope_dim, .neox = neox};
-    if (o_.fuse && !l.bq.valid() && !l.q_norm.valid() &&
-        k_.QkvRopeFits(l.wq, l.wk, l.wv, n, as, kr)) {
+    const bool plain = !l.bq.valid() && !l.bk.valid() && !l.bv.valid() && !l.q_norm.valid() &&
+                       !l.k_norm.valid();  // nothing between the products and RoPE
+    if (o_.fuse && plain && k_.QkvRopeFits(l.wq, l.wk, l.wv, n, as, kr)) {
       // Q, K and V with Q's and K's RoPE and the K/V store in one dispatch (F16 / BF16 weights):
       // no stage between the products and attention.
       QuantizeFor(r, l.wq, xn_, n);  // nothing when the norm wrote xq_
