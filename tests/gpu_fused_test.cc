@@ -399,6 +399,91 @@ TEST_F(GpuKernelsTest, KvStoreRopeEqualsRopeThenKvStore) {
   }
 }
 
+// Q, K and V in one dispatch with RoPE and the K/V store (gemm*_qkv_*) against Gemm x3, Rope of q
+// and KvStore rotating k, bit for bit: q (rotated), k (unrotated), v and every cache word, F16 and
+// BF16 weights, the whole head rotated and part of it, batches of 1, 3, 8, 9 and 33 tokens (every
+// tile, whole and partial) at scattered positions and cache rows. The shapes: head_dim 64 (4 / 2
+// heads: 192 row pairs, whole workgroups at every subgroup size) and rope_dim 64 or 32; head_dim 6
+// with rope_dim 4 over 5 / 1 heads: 21 row pairs, so the last workgroup is partial and a workgroup
+// holds pairs of two or three matrices at any subgroup size from 4 lanes.
+TEST_F(GpuKernelsTest, GemmQkvRopeEqualsGemmsRopeKvStore) {
+  struct Shape {
+    int64_t n_head, n_kv, hd, rope_dim, cols;
+  };
+  const int64_t n_rows = 40, max_pos = 40;
+  for (GgmlType type : {GgmlType::kF16, GgmlType::kBF16}) {
+    for (const Shape& sh :
+         {Shape{4, 2, 64, 64, 256}, Shape{4, 2, 64, 32, 256}, Shape{5, 1, 6, 4, 96}}) {
+      SCOPED_TRACE(std::string(GgmlTypeName(type)) + " head_dim " + std::to_string(sh.hd) +
+                   " rope_dim " + std::to_string(sh.rope_dim));
+      const int64_t q_rows = sh.n_head * sh.hd, kv_rows = sh.n_kv * sh.hd;
+      std::vector<uint8_t> dq, dk, dv;
+      auto wq = UploadMatrix(
+          ctx_, Quantized(type, Random(q_rows * sh.cols, 40, 0.1f), q_rows, sh.cols, &dq));
+      auto wk = UploadMatrix(
+          ctx_, Quantized(type, Random(kv_rows * sh.cols, 41, 0.1f), kv_rows, sh.cols, &dk));
+      auto wv = UploadMatrix(
+          ctx_, Quantized(type, Random(kv_rows * sh.cols, 42, 0.1f), kv_rows, sh.cols, &dv));
+      ASSERT_TRUE(wq.ok() && wk.ok() && wv.ok());
+      std::vector<float> cs(max_pos * sh.rope_dim);
+      for (int64_t i = 0; i < max_pos * sh.rope_dim / 2; ++i) {
+        cs[2 * i] = std::cos(0.37f * static_cast<float>(i));
+        cs[2 * i + 1] = std::sin(0.37f * static_cast<float>(i));
+      }
+      AttentionShape as;
+      as.n_head = sh.n_head;
+      as.n_head_kv = sh.n_kv;
+      as.head_dim = sh.hd;
+      as.n_rows = n_rows;
+      const uint64_t words = 2 * sh.n_kv * n_rows * as.row_words();
+      as.v_off = static_cast<uint32_t>(words / 2);
+      Buffer csb = Floats(cs), c1 = Floats(std::vector<float>(words, 0.0f)),
+             c2 = Floats(std::vector<float>(words, 0.0f));
+      const Kernels::KvRope kr{.cs = &csb, .rope_dim = sh.rope_dim, .neox = false};
+      ASSERT_TRUE(kernels_->QkvRopeFits(*wq, *wk, *wv, 1, as, kr));
+      // Not for NEOX pairs or a Q8_0 cache; nor the wide F16 GEMV (other bits).
+      const Kernels::KvRope neox{.cs = &csb, .rope_dim = sh.rope_dim, .neox = true};
+      EXPECT_FALSE(kernels_->QkvRopeFits(*wq, *wk, *wv, 1, as, neox));
+      AttentionShape q8 = as;
+      q8.q8 = true;
+      EXPECT_FALSE(kernels_->QkvRopeFits(*wq, *wk, *wv, 1, q8, kr));
+      if (type == GgmlType::kF16 && sh.cols % 8 == 0) {
+        EXPECT_FALSE(wide_->QkvRopeFits(*wq, *wk, *wv, 1, as, kr));
+      }
+      for (int64_t n : {1, 3, 8, 9, 33}) {
+        SCOPED_TRACE("n=" + std::to_string(n));
+        ASSERT_TRUE(kernels_->QkvRopeFits(*wq, *wk, *wv, n, as, kr));
+        // Token t at position (17 t + 13 n) % 40, cache row (7 t + n) % 40: distinct rows.
+        std::vector<std::array<uint32_t, 4>> tok_rows;
+        for (uint32_t t = 0; t < n; ++t) {
+          tok_rows.push_back({5 + t, static_cast<uint32_t>((17 * t + 13 * n) % max_pos),
+                              static_cast<uint32_t>((7 * t + n) % n_rows), 0});
+        }
+        Buffer xb = Floats(Random(n * sh.cols, 43 + static_cast<uint32_t>(n))),
+               xq = Empty(ActBytes(n * sh.cols)), tok = Tok(tok_rows), q1 = Empty(n * q_rows * 4),
+               q2 = Empty(n * q_rows * 4), k1 = Empty(n * kv_rows * 4), k2 = Empty(n * kv_rows * 4),
+               v1 = Empty(n * kv_rows * 4), v2 = Empty(n * kv_rows * 4);
+        Recorder rec(ctx_);
+        ASSERT_TRUE(QuantizeFor(&rec, type, xb, n * sh.cols, xq));
+        kernels_->Gemm(&rec, *wq, xq, n, q1);
+        kernels_->Gemm(&rec, *wk, xq, n, k1);
+        kernels_->Gemm(&rec, *wv, xq, n, v1);
+        kernels_->Rope(&rec, q1, csb, tok, n, sh.n_head, sh.hd, sh.rope_dim, false);
+        kernels_->KvStore(&rec, k1, v1, c1, tok, n, as, &kr);
+        kernels_->GemmQkvRope(&rec, *wq, *wk, *wv, xq, n, q2, k2, v2, c2, tok, as, kr);
+        ASSERT_TRUE(rec.Finish().ok());
+        ASSERT_TRUE(rec.Run().ok());
+        EXPECT_EQ(Words(ctx_, q1, n * q_rows * 4), Words(ctx_, q2, n * q_rows * 4)) << "q";
+        EXPECT_EQ(Words(ctx_, k1, n * kv_rows * 4), Words(ctx_, k2, n * kv_rows * 4)) << "k";
+        EXPECT_EQ(Words(ctx_, v1, n * kv_rows * 4), Words(ctx_, v2, n * kv_rows * 4)) << "v";
+      }
+      const std::vector<uint32_t> cache = Words(ctx_, c2, words * 4);
+      EXPECT_EQ(Words(ctx_, c1, words * 4), cache) << "cache";
+      EXPECT_NE(cache, std::vector<uint32_t>(words, 0u)) << "nothing stored";
+    }
+  }
+}
+
 // Attention that also writes its output's Q8_0 blocks or f16 / bf16 pairs (the o-projection's
 // activation) against attention then the separate quantizer, bitwise: unsplit and split over
 // positions (chunks of 4: the combine writes them), f16 and Q8_0 caches, head_dim 64 and 128 (2
@@ -525,8 +610,11 @@ struct Counts {
 Counts StepCounts(const model::Model& m, bool fuse, bool norm_tail = false) {
   auto cache = engine::KvCache::Create(CacheFor(m, 16));
   EXPECT_TRUE(cache.ok());
-  auto fwd = GpuForward::Create(m, kVulkan, cache->get(),
-                                {.max_batch = 8, .fuse = fuse, .norm_tail = norm_tail});
+  // The basic GEMV (gemm1_qkv_* and gemm1_glu_* have gemm1_*'s bits, not the wide kernel's)
+  // whatever UF_GPU_GEMV says.
+  auto fwd = GpuForward::Create(
+      m, kVulkan, cache->get(),
+      {.max_batch = 8, .gemv = GemvVariant::kBasic, .fuse = fuse, .norm_tail = norm_tail});
   EXPECT_TRUE(fwd.ok()) << fwd.status().ToString();
   if (!fwd.ok()) return {};
   model::Batch b;
@@ -576,10 +664,9 @@ TEST(GpuStep, ProfileCoversEveryDispatch) {
 }
 
 // The dispatches of a one-token step of a llama model (no biases, no q/k norms, attention
-// unsplit: 16 positions) whose matrices, lm_head included, all take one activation format
-// (`act`: Q8_0, Q8_K, f16 or bf16 pairs are quantized; f32 values are not), computed from its
-// structure. Unfused, one
-// dispatch per operation and a barrier between each two:
+// unsplit: 16 positions, an f16 cache) whose matrices, lm_head included, all take one activation
+// format (`act`: Q8_0, Q8_K, f16 or bf16 pairs are quantized; f32 values are not), computed from
+// its structure. Unfused, one dispatch per operation and a barrier between each two:
 //   embed; per layer: norm, [quantize], q, k, v, rope q, rope k, kv store, attention,
 //   [quantize], o, add, norm, [quantize], gate, up, swiglu, [quantize], down, add;
 //   gather, norm, [quantize], lm_head.
@@ -593,6 +680,11 @@ TEST(GpuStep, ProfileCoversEveryDispatch) {
 // With F16 / BF16 weights (pairs) {gate, up} | swiglu+q is one dispatch, gate+up+swiglu+q.
 // (attention+q: attention writes the o-projection's Q8_0 blocks or pairs itself when head_dim is
 // a multiple of the block (32, 2); else a quantize dispatch and stage of its own follow it.)
+// With f16 or bf16 pairs (F16 / BF16 weights: gemm1_qkv_*) the first two stages after the norm
+// are one dispatch, Q, K and V with both RoPEs and the store: 4 dispatches and a stage fewer a
+// layer (9 dispatches, 8 barriers):
+//   per layer: norm+q | q,k,v+rope+store | attention+q | o+= | norm+q | {gate, up} | swiglu+q |
+//   down+=.
 Counts Expected(int64_t layers, Activation act, int64_t head_dim, bool fuse) {
   const bool quantized = act != Activation::kF32;
   const int q = quantized ? 1 : 0;
@@ -601,9 +693,10 @@ Counts Expected(int64_t layers, Activation act, int64_t head_dim, bool fuse) {
     return {d, d - 1};
   }
   const int attn_q = quantized && head_dim % ActivationBlock(act) != 0 ? 1 : 0;
-  // F16 / BF16: {gate, up} | swiglu+q is one dispatch (gemm_glu.glsl).
-  const int glu = act == Activation::kF16 || act == Activation::kBF16 ? 1 : 0;
-  const int per_layer = 13 + attn_q - 2 * glu, stages_per_layer = 9 + attn_q - glu;
+  // F16 / BF16: {q, k, v} | {rope q, kv store} is one dispatch (gemm_qkv.glsl), and so is
+  // {gate, up} | swiglu+q (gemm_glu.glsl).
+  const int pairs = act == Activation::kF16 || act == Activation::kBF16 ? 1 : 0;
+  const int per_layer = 13 + attn_q - 6 * pairs, stages_per_layer = 9 + attn_q - 2 * pairs;
   // The embedding and the first norm are one dispatch (embed_q.comp).
   const int d = static_cast<int>(layers) * per_layer + 3;
   const int stages = static_cast<int>(layers) * stages_per_layer + 3;
@@ -614,10 +707,12 @@ TEST(GpuStep, DispatchAndBarrierCountsFollowTheModel) {
   const std::string skip = StepSkipReason();
   if (!skip.empty()) GTEST_SKIP() << skip;
   UF_REQUIRE_SHARED();
-  // Q8_0 weights and a tied Q8_0 lm_head; F16 weights and lm_head (f16 pairs); F32 (f32 values).
+  // Q8_0 weights and a tied Q8_0 lm_head; F16 and BF16 weights and lm_head (f16 / bf16 pairs:
+  // gemm1_qkv_*); F32 (f32 values).
   for (const auto& [name, act] :
        std::vector<std::pair<std::string, Activation>>{{"tiny-llama-256-q8_0", Activation::kQ8_0},
                                                        {"tiny-llama-256-f16", Activation::kF16},
+                                                       {"tiny-llama-256-bf16", Activation::kBF16},
                                                        {"tiny-llama-f32", Activation::kF32}}) {
     SCOPED_TRACE(name);
     auto m = model::Model::Load("../shared/models/" + name + ".gguf");

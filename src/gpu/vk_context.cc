@@ -562,7 +562,9 @@ StatusOr<const Pipeline*> Context::GetPipeline(const std::string& name, uint32_t
 
 namespace {
 constexpr uint32_t kSetsPerPool = 256;
-constexpr uint32_t kMaxBindings = 8;
+// gemm1_qkv_* has the most: three matrices, the activation, three outputs, the cache, the tokens
+// and the angles.
+constexpr uint32_t kMaxBindings = 10;
 }  // namespace
 
 Recorder::Recorder(Context* ctx, bool profile) : ctx_(ctx), profile_(profile) {

@@ -125,6 +125,11 @@ class VulkanForward final : public GpuForward {
   // The mixture-of-experts FFN of layer il from xn_ into y_: router product, routing, the
   // selected experts' gate/up, SwiGLU, down, the weighted sum; no host round trip.
   void RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n);
+  // Q, K and V of layer il from xn_ (its q/k/v biases and q/k norms where it has them), Q's and
+  // K's RoPE and the K/V store into the cache at as's offsets: the general stage (Record takes
+  // one dispatch, Kernels::GemmQkvRope, where it fits).
+  void RecordQkv(Recorder* r, const LayerBuffers& l, int64_t n, const AttentionShape& as,
+                 int64_t il);
 
   const model::Model& model_;
   const model::ModelConfig& c_;

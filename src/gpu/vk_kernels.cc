@@ -168,6 +168,11 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
   UF_ASSIGN_OR_RETURN(k.swiglu_, ctx->GetPipeline("swiglu", 3));
   UF_ASSIGN_OR_RETURN(k.rope_, ctx->GetPipeline("rope", 3));
   UF_ASSIGN_OR_RETURN(k.kv_store_, ctx->GetPipeline("kv_store", 5));
+  for (int i = 0; i < kNumTiles; ++i) {
+    const std::string tile = "gemm" + std::to_string(kTiles[i]);
+    UF_ASSIGN_OR_RETURN(k.gemm_qkv_[i][GgmlType::kF16], ctx->GetPipeline(tile + "_qkv_f16", 10));
+    UF_ASSIGN_OR_RETURN(k.gemm_qkv_[i][GgmlType::kBF16], ctx->GetPipeline(tile + "_qkv_bf16", 10));
+  }
   UF_ASSIGN_OR_RETURN(k.attention_, ctx->GetPipeline("attention", 8));
   UF_ASSIGN_OR_RETURN(k.attention_combine_, ctx->GetPipeline("attention_combine", 5));
   UF_ASSIGN_OR_RETURN(k.embed_, ctx->GetPipeline("embed", 3));
@@ -200,6 +205,12 @@ int64_t Kernels::GemmTile(int64_t n) const {
     if (tile <= max_tile_ && (n + tile - 1) / tile == fewest) return tile;
   }
   return max_tile_;
+}
+
+int Kernels::TileIndex(int64_t tile) {
+  const auto it = std::find(std::begin(kTiles), std::end(kTiles), tile);
+  UF_CHECK(it != std::end(kTiles)) << "token tile " << tile;
+  return static_cast<int>(it - std::begin(kTiles));
 }
 
 const Pipeline* Kernels::Wide(int kind, const GpuMatrix& w) const {
@@ -268,8 +279,7 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
   // One token: gemm1_*, else tiles of GemmTile(n) tokens (the grid's z). All compute a token's
   // row the same way (tests/gpu_kernels_test.cc checks the bits).
   const int64_t tile = GemmTile(n);
-  const int index =
-      static_cast<int>(std::find(std::begin(kTiles), std::end(kTiles), tile) - std::begin(kTiles));
+  const int index = TileIndex(tile);
   const int64_t rows_per_group = rows_per_group_ * RowsPerSubgroup(w.type, index);
   uint32_t gx, gy;
   Grid((w.rows + rows_per_group - 1) / rows_per_group, &gx, &gy);
@@ -551,6 +561,50 @@ void Kernels::KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffe
   // Without rope, binding 4 (the angles) is not read: any buffer will do.
   r->Dispatch(*kv_store_, {k, v, cache, tok, rope != nullptr ? *rope->cs : tok}, push,
               Groups64(s.n_head_kv * s.head_dim / 2), static_cast<uint32_t>(n));
+}
+
+bool Kernels::QkvRopeFits(const GpuMatrix& wq, const GpuMatrix& wk, const GpuMatrix& wv, int64_t n,
+                          const AttentionShape& s, const KvRope& rope) const {
+  if (n < 1) return false;
+  // Gemm's kernel for these n tokens (its tile; the basic one), whose bits the fused one has.
+  const int index = TileIndex(GemmTile(n));
+  const auto pairs_of = [&](const GpuMatrix& w, int64_t heads) {
+    return w.type == wq.type && w.n_experts == 1 && w.cols == wq.cols && w.cols % 2 == 0 &&
+           w.rows == heads * s.head_dim && Wide(index, w) == nullptr;
+  };
+  return gemm_qkv_[0].count(wq.type) != 0 && pairs_of(wq, s.n_head) && pairs_of(wk, s.n_head_kv) &&
+         pairs_of(wv, s.n_head_kv) && s.head_dim % 2 == 0 && !s.q8 && !rope.neox &&
+         rope.cs != nullptr && rope.rope_dim % 2 == 0 && rope.rope_dim <= s.head_dim;
+}
+
+void Kernels::GemmQkvRope(Recorder* r, const GpuMatrix& wq, const GpuMatrix& wk,
+                          const GpuMatrix& wv, const Buffer& x, int64_t n, const Buffer& q,
+                          const Buffer& k, const Buffer& v, const Buffer& cache, const Buffer& tok,
+                          const AttentionShape& s, const KvRope& rope) const {
+  UF_CHECK(QkvRopeFits(wq, wk, wv, n, s, rope)) << "gemm1_qkv: not these matrices and cache";
+  struct {
+    uint32_t q_rows, kv_rows, cols, n, x_stride, head_dim, rope_dim, n_rows, k_off, v_off,
+        row_words;
+  } push{static_cast<uint32_t>(wq.rows),
+         static_cast<uint32_t>(wk.rows),
+         static_cast<uint32_t>(wq.cols),
+         static_cast<uint32_t>(n),
+         static_cast<uint32_t>(wq.cols / 2),
+         static_cast<uint32_t>(s.head_dim),
+         static_cast<uint32_t>(rope.rope_dim),
+         static_cast<uint32_t>(s.n_rows),
+         s.k_off,
+         s.v_off,
+         static_cast<uint32_t>(s.row_words())};
+  // A subgroup per row pair of Q, K and V (gemm_qkv.glsl).
+  const int64_t pairs = (wq.rows + 2 * wk.rows) / 2;
+  uint32_t gx, gy;
+  Grid((pairs + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
+  // Gemm's tile: tiles of it as the grid's z.
+  const int64_t tile = GemmTile(n);
+  r->Dispatch(*gemm_qkv_[TileIndex(tile)].at(wq.type),
+              {wq.buffer, wk.buffer, wv.buffer, x, q, k, v, cache, tok, *rope.cs}, push, gx, gy,
+              static_cast<uint32_t>((n + tile - 1) / tile));
 }
 
 void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,

@@ -253,6 +253,22 @@ class Kernels {
   void KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffer& cache,
                const Buffer& tok, int64_t n, const AttentionShape& s,
                const KvRope* rope = nullptr) const;
+  // Q, K and V of the n tokens in one dispatch that also rotates Q and K and stores K and V
+  // (gemm1_qkv_*, ..., gemm32_qkv_*: the token tile Gemm takes): q, k, v and the cache hold what
+  // Gemm(wq, x, n, q), Gemm(wk, ..., k), Gemm(wv, ..., v), Rope(q, *rope.cs, tok, n, n_head, ...)
+  // and KvStore(k, v, cache, tok, n, s, &rope) leave there, the same bits (k unrotated), with no
+  // barrier between the products and the rotation: one stage and barrier fewer a layer. x: the
+  // tokens' pairs (QuantizePairs). Only where QkvRopeFits.
+  void GemmQkvRope(Recorder* r, const GpuMatrix& wq, const GpuMatrix& wk, const GpuMatrix& wv,
+                   const Buffer& x, int64_t n, const Buffer& q, const Buffer& k, const Buffer& v,
+                   const Buffer& cache, const Buffer& tok, const AttentionShape& s,
+                   const KvRope& rope) const;
+  // Whether GemmQkvRope takes these: wq, wk, wv all F16 or all BF16, read by the basic GEMMs
+  // (whose bits it has; not the wide GEMV), with s.n_head, s.n_head_kv heads of an even
+  // s.head_dim as rows and the same columns; an f16 cache; llama's pairs (2 i, 2 i + 1), not
+  // NEOX's; an even rope_dim of at most head_dim.
+  bool QkvRopeFits(const GpuMatrix& wq, const GpuMatrix& wk, const GpuMatrix& wv, int64_t n,
+                   const AttentionShape& s, const KvRope& rope) const;
   // Causal attention of the n tokens' queries (block tables bt); scores: n * n_head * max_len
   // floats of scratch when s.chunk == 0 (unused otherwise: a chunk's scores stay in shared
   // memory); with s.chunk > 0 (<= kMaxAttentionChunk) two dispatches (the chunks, then their
@@ -322,6 +338,7 @@ class Kernels {
   static constexpr int64_t kTiles[] = {1, 8, 16, 32};
   static constexpr int kNumTiles = 4;
   const Pipeline* GemmPipeline(GgmlType type, int tile_index) const;
+  static int TileIndex(int64_t tile);  // tile's index into kTiles
   // The wide kernel of `kind` (a tile's index into kTiles, kGemmX, kGemmG) for w, or nullptr
   // when the basic one runs (wide GEMV off, no wide kernel of w's type and kind, or F16 columns
   // not a multiple of 8). A matrix's choice depends on its type and shape only, never on the
@@ -361,6 +378,8 @@ class Kernels {
   const Pipeline* swiglu_ = nullptr;
   const Pipeline* rope_ = nullptr;
   const Pipeline* kv_store_ = nullptr;
+  // gemm1_qkv_*, ..., gemm32_qkv_* by token tile (kTiles; GemmQkvRope), F16 and BF16.
+  std::map<GgmlType, const Pipeline*> gemm_qkv_[kNumTiles];
   const Pipeline* attention_ = nullptr;
   const Pipeline* attention_combine_ = nullptr;
   const Pipeline* embed_ = nullptr;

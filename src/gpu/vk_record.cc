@@ -1,7 +1,8 @@
 // The step of VulkanForward as one recording per batch shape: the layers' dispatches (attention,
 // dense or mixture-of-experts FFN), the lm_head and what the step leaves behind (Out). Fused
 // (GpuForwardOptions::fuse), a llama layer with Q8_0 / Q4_0 weights is 13 dispatches and 9
-// barriers (unfused 20 and 20); docs/gpu.md, "One step", lists what is fused and grouped.
+// barriers (unfused 20 and 20), with F16 / BF16 weights 9 and 8 (Q, K, V, RoPE and the K/V store
+// one dispatch); docs/gpu.md, "One step", lists what is fused and grouped.
 #include <cmath>
 #include <initializer_list>
 #include <memory>
@@ -189,6 +190,44 @@ void VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n) {
   if (!into_x) k_.Add(r, y_, 0, x_, 0, n * c_.n_embd);
 }
 
+void VulkanForward::RecordQkv(Recorder* r, const LayerBuffers& l, int64_t n,
+                              const AttentionShape& as, int64_t il) {
+  const int64_t hd = c_.head_dim;
+  const bool neox = c_.rope_type == model::RopeType::kNeox;
+  const Kernels::KvRope kr{.cs = &cs_, .rope_dim = c_.rope_dim, .neox = neox};
+  // qwen2's and gpt-oss's q/k/v biases: inside the GEMMs when fusing (s + b either way).
+  const bool fused_bias = o_.fuse && l.bq.valid() && l.bk.valid() && l.bv.valid();
+  Gemms(r, xn_, n,
+        {{&l.wq, &q_, fused_bias ? &l.bq : nullptr},
+         {&l.wk, &kbuf_, fused_bias ? &l.bk : nullptr},
+         {&l.wv, &vbuf_, fused_bias ? &l.bv : nullptr}});
+  if (l.bq.valid() && !fused_bias) {
+    if (o_.fuse) r->BeginGroup();
+    k_.Add(r, l.bq, 0, q_, 0, n * c_.q_dim(), c_.q_dim());
+    k_.Add(r, l.bk, 0, kbuf_, 0, n * c_.kv_dim(), c_.kv_dim());
+    k_.Add(r, l.bv, 0, vbuf_, 0, n * c_.kv_dim(), c_.kv_dim());
+    if (o_.fuse) r->EndGroup();
+  }
+  if (l.q_norm.valid()) {
+    if (o_.fuse) r->BeginGroup();
+    k_.RmsNorm(r, q_, 0, l.q_norm, q_, 0, n * c_.n_head, hd, c_.rms_eps);
+    k_.RmsNorm(r, kbuf_, 0, l.k_norm, kbuf_, 0, n * c_.n_head_kv, hd, c_.rms_eps);
+    if (o_.fuse) r->EndGroup();
+  }
+  if (o_.fuse) {
+    // Q's RoPE beside the K/V store, which rotates K itself (kbuf_ stays unrotated; only the
+    // cache is read after this).
+    r->BeginGroup();
+    k_.Rope(r, q_, cs_, tok_, n, c_.n_head, hd, c_.rope_dim, neox);
+    k_.KvStore(r, kbuf_, vbuf_, cache_dev_[il], tok_, n, as, &kr);
+    r->EndGroup();
+  } else {
+    k_.Rope(r, q_, cs_, tok_, n, c_.n_head, hd, c_.rope_dim, neox);
+    k_.Rope(r, kbuf_, cs_, tok_, n, c_.n_head_kv, hd, c_.rope_dim, neox);
+    k_.KvStore(r, kbuf_, vbuf_, cache_dev_[il], tok_, n, as);
+  }
+}
+
 Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
   const int64_t e = c_.n_embd, hd = c_.head_dim;
   const bool neox = c_.rope_type == model::RopeType::kNeox;
@@ -241,40 +280,19 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
                                     {&output_});
       }
     };
-    // qwen2's and gpt-oss's q/k/v biases: inside the GEMMs when fusing (s + b either way).
-    const bool fused_bias = o_.fuse && l.bq.valid() && l.bk.valid() && l.bv.valid();
-    Gemms(r, xn_, n,
-          {{&l.wq, &q_, fused_bias ? &l.bq : nullptr},
-           {&l.wk, &kbuf_, fused_bias ? &l.bk : nullptr},
-           {&l.wv, &vbuf_, fused_bias ? &l.bv : nullptr}});
-    if (l.bq.valid() && !fused_bias) {
-      begin();
-      k_.Add(r, l.bq, 0, q_, 0, n * c_.q_dim(), c_.q_dim());
-      k_.Add(r, l.bk, 0, kbuf_, 0, n * c_.kv_dim(), c_.kv_dim());
-      k_.Add(r, l.bv, 0, vbuf_, 0, n * c_.kv_dim(), c_.kv_dim());
-      end();
-    }
-    if (l.q_norm.valid()) {
-      begin();
-      k_.RmsNorm(r, q_, 0, l.q_norm, q_, 0, n * c_.n_head, hd, c_.rms_eps);
-      k_.RmsNorm(r, kbuf_, 0, l.k_norm, kbuf_, 0, n * c_.n_head_kv, hd, c_.rms_eps);
-      end();
-    }
     as.k_off = 0;
     as.v_off = static_cast<uint32_t>(layer_words / 2);
     as.window = c_.IsSwaLayer(il) ? c_.n_swa : 0;
-    if (o_.fuse) {
-      // Q's RoPE beside the K/V store, which rotates K itself (kbuf_ stays unrotated; only the
-      // cache is read after this).
-      const Kernels::KvRope kr{.cs = &cs_, .rope_dim = c_.rope_dim, .neox = neox};
-      r->BeginGroup();
-      k_.Rope(r, q_, cs_, tok_, n, c_.n_head, hd, c_.rope_dim, neox);
-      k_.KvStore(r, kbuf_, vbuf_, cache_dev_[il], tok_, n, as, &kr);
-      r->EndGroup();
+    const Kernels::KvRope kr{.cs = &cs_, .rope_dim = c_.rope_dim, .neox = neox};
+    const bool plain = !l.bq.valid() && !l.bk.valid() && !l.bv.valid() && !l.q_norm.valid() &&
+                       !l.k_norm.valid();  // nothing between the products and RoPE
+    if (o_.fuse && plain && k_.QkvRopeFits(l.wq, l.wk, l.wv, n, as, kr)) {
+      // Q, K and V with Q's and K's RoPE and the K/V store in one dispatch (F16 / BF16 weights):
+      // no stage between the products and attention.
+      QuantizeFor(r, l.wq, xn_, n);  // nothing when the norm wrote xq_
+      k_.GemmQkvRope(r, l.wq, l.wk, l.wv, xq_, n, q_, kbuf_, vbuf_, cache_dev_[il], tok_, as, kr);
     } else {
-      k_.Rope(r, q_, cs_, tok_, n, c_.n_head, hd, c_.rope_dim, neox);
-      k_.Rope(r, kbuf_, cs_, tok_, n, c_.n_head_kv, hd, c_.rope_dim, neox);
-      k_.KvStore(r, kbuf_, vbuf_, cache_dev_[il], tok_, n, as);
+      RecordQkv(r, l, n, as, il);
     }
     // The o-projection's Q8_0 or 16-bit pair activation written by attention itself (the bits
     // QuantizeAs gives): no quantize dispatch and barrier between them. Q8_K's blocks of 256 span

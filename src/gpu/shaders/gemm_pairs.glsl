@@ -1,8 +1,8 @@
 // GEMM (gemm.glsl) for 16-bit weights (two per word) and activations taken as pairs of the same
 // format (quantize_pairs.comp: rounded once, as the CPU kernels round them), products summed in
 // f32. The includer defines Unpack (a word to its two values: gemm_f16.glsl, gemm_bf16.glsl).
-// Lane l takes the row's words l, l + S, l + 2 S, ... (S: subgroup size) into acc[t] as
-// w.x * a.x + w.y * a.y, then subgroupAdd: a row's sum is the same bits whatever kTile and kRows.
+// The dot loop is gemm_pairs_loop.glsl's (shared with gemm_qkv.glsl), then subgroupAdd: a row's
+// sum is the same bits whatever kTile and kRows.
 //
 // Register tiling over rows: the tiles of 16 and 32 tokens compute kRows = 2 rows a subgroup
 // (rows 2 g and 2 g + 1 of subgroup g), each activation word loaded once for both rows, so
@@ -29,19 +29,8 @@ void GemmMain() {
   [[unroll]] for (uint j = 0; j < kRows; ++j) base[j] = WRow(min(row0 + j, p.rows - 1)) * pairs;
   const uint t0 = TileStart();
   float acc[kRows][kTile];
-  [[unroll]] for (uint j = 0; j < kRows; ++j) {
-    [[unroll]] for (uint t = 0; t < kTile; ++t) acc[j][t] = 0.0;
-  }
-  for (uint i = gl_SubgroupInvocationID; i < pairs; i += gl_SubgroupSize) {
-    vec2 wv[kRows];
-    [[unroll]] for (uint j = 0; j < kRows; ++j) wv[j] = Unpack(w[base[j] + i]);
-    [[unroll]] for (uint t = 0; t < kTile; ++t) {
-      if (InBatch(t0 + t)) {
-        const vec2 a = Unpack(x[XTok(t0 + t) * p.x_stride + i]);
-        [[unroll]] for (uint j = 0; j < kRows; ++j) acc[j][t] += wv[j].x * a.x + wv[j].y * a.y;
-      }
-    }
-  }
+#define PAIRS_W w
+#include "gemm_pairs_loop.glsl"
   [[unroll]] for (uint j = 0; j < kRows; ++j) {
     if (row0 + j < p.rows) StoreTile(acc[j], t0, row0 + j);  // uniform
   }

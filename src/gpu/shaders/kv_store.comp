@@ -8,6 +8,8 @@
 // cs and operations: the same bits), so K needs no RoPE dispatch and barrier of its own; k itself
 // is left as it was.
 #version 450
+#extension GL_GOOGLE_include_directive : require
+#include "rope.glsl"
 layout(local_size_x = 64) in;
 
 layout(std430, binding = 0) readonly buffer K { float k[]; };
@@ -30,7 +32,8 @@ float KIn(uint token, uint base, uint j) {
   const uint i0 = p.neox != 0 ? base + i : base + 2 * i;
   const uint i1 = p.neox != 0 ? base + i + half_dim : base + 2 * i + 1;
   const float x0 = k[i0], x1 = k[i1];
-  return first ? x0 * c - x1 * s : x0 * s + x1 * c;
+  const vec2 r = RotatePair(x0, x1, c, s);
+  return first ? r.x : r.y;
 }
 
 // Value j of the head row at base: V's, or K's (rotated).

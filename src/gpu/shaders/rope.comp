@@ -4,6 +4,8 @@
 // the angles are the CPU path's to the bit). neox pairs (i, i + rope_dim/2), else (2i, 2i+1).
 // One invocation per pair; the grid's y is the token.
 #version 450
+#extension GL_GOOGLE_include_directive : require
+#include "rope.glsl"
 layout(local_size_x = 64) in;
 
 layout(std430, binding = 0) buffer X { float x[]; };
@@ -23,6 +25,7 @@ void main() {
   const uint i0 = p.neox != 0 ? base + i : base + 2 * i;
   const uint i1 = p.neox != 0 ? base + i + half_dim : base + 2 * i + 1;
   const float x0 = x[i0], x1 = x[i1];
-  x[i0] = x0 * c - x1 * s;
-  x[i1] = x0 * s + x1 * c;
+  const vec2 r = RotatePair(x0, x1, c, s);
+  x[i0] = r.x;
+  x[i1] = r.y;
 }

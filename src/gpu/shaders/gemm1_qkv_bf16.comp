@@ -1,0 +1,7 @@
+// Q, K and V in one dispatch with RoPE and the K/V store (gemm_qkv.glsl), BF16 weights, one
+// token: each row the bits of gemm1_bf16.
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#define kTile 1
+#define QKV
+#include "gemm_bf16.glsl"

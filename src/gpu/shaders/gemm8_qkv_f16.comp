@@ -1,0 +1,7 @@
+// Q, K and V in one dispatch with RoPE and the K/V store (gemm_qkv.glsl), F16 weights, tiles of
+// 8 tokens: each row the bits of gemm8_f16 (and so of gemm1_f16).
+#version 450
+#extension GL_GOOGLE_include_directive : require
+#define kTile 8
+#define QKV
+#include "gemm_f16.glsl"
