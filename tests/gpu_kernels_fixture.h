@@ -150,4 +150,43 @@ inline Kernels* GpuKernelsTest::kernels_ = nullptr;
 inline Kernels* GpuKernelsTest::wide_ = nullptr;
 inline std::string* GpuKernelsTest::skip_reason_ = nullptr;
 
+// --- the fused kernels' tests (gpu_fused_test.cc, gpu_stage_test.cc) ---
+
+// b's first `bytes` bytes as words.
+inline std::vector<uint32_t> Words(Context* ctx, const Buffer& b, uint64_t bytes) {
+  std::vector<uint32_t> v(bytes / 4);
+  EXPECT_TRUE(ctx->Download(b, 0, v.data(), bytes).ok());
+  return v;
+}
+
+// Rows of 512 values (two Q8_K blocks, 16 Q8_0 blocks) with a zero block and a value repeated
+// with both signs at the largest magnitude (the Q8_K quantizer keeps the first one's sign).
+inline std::vector<float> ActivationValues(int64_t n, uint32_t seed) {
+  std::vector<float> x = Random(n, seed);
+  std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
+  x[300] = -4.0f;
+  x[301] = 4.0f;
+  return x;
+}
+
+// The formats the fused kernels write, and their names.
+inline constexpr Activation kFusedFormats[] = {Activation::kQ8_0, Activation::kQ8_K,
+                                               Activation::kF16, Activation::kBF16};
+inline const char* FormatName(Activation a) {
+  return a == Activation::kQ8_0   ? "Q8_0"
+         : a == Activation::kQ8_K ? "Q8_K"
+         : a == Activation::kF16  ? "f16 pairs"
+                                  : "bf16 pairs";
+}
+
+// The separate kernels' n floats and their activations against the fused kernel's, bitwise.
+inline void ExpectSameOutputs(Context* ctx, Activation act, int64_t n, const Buffer& y1,
+                              const Buffer& y2, const Buffer& q1, const Buffer& q2) {
+  EXPECT_EQ(Words(ctx, y1, n * 4), Words(ctx, y2, n * 4));
+  const uint64_t used = act == Activation::kQ8_K   ? Q8KActivationBytes(n)
+                        : act == Activation::kQ8_0 ? Q8ActivationBytes(n)
+                                                   : PairActivationBytes(n);
+  EXPECT_EQ(Words(ctx, q1, used), Words(ctx, q2, used));
+}
+
 }  // namespace uf::gpu

@@ -10,7 +10,7 @@
 #                                    twice, with the basic and the wide GEMV (UF_GPU_GEMV, the
 #                                    `gemv` column), and the GEMV kernel tests (bit-identity of
 #                                    rows across batch sizes, both variants) run first when
-#                                    prepare carried them, and the fused kernels' (gpu_fused_test:
+#                                    prepare carried them, and the fused kernels' (gpu_fused_test, gpu_stage_test:
 #                                    each fusion the unfused kernels' bits). 1B Q4_0 also runs
 #                                    unfused (UF_GPU_FUSE=0; the `gemv` column says `unfused`),
 #                                    1B Q8_0 and Q4_0 without the packed int8 dot (UF_GPU_DOT4=0,
@@ -45,7 +45,7 @@ case "${1:-}" in
     cmake --build build --target ultrafast
     # The GEMV kernel tests travel too (1.5 MB, the same libraries as ultrafast): run first on
     # the GPU, they check the GEMMs' bit-identity under the driver's own compiler.
-    tests="gpu_kernels_test gpu_integer_gemm_test gpu_fused_test gpu_topk_test gpu_moe_kernels_test"
+    tests="gpu_kernels_test gpu_integer_gemm_test gpu_fused_test gpu_stage_test gpu_topk_test gpu_moe_kernels_test"
     # shellcheck disable=SC2086
     cmake --build build --target $tests || echo "no GPU kernel tests ($tests; UF_BUILD_TESTS?)"
     mkdir -p .gpu
@@ -86,7 +86,7 @@ case "${1:-}" in
     fi
     # The fused kernels against the unfused ones, and the sampling and MoE reductions (arg-max,
     # top-64, router, grouping) against the host's, under the driver's own compiler.
-    for t in gpu_integer_gemm_test gpu_fused_test gpu_topk_test gpu_moe_kernels_test; do
+    for t in gpu_integer_gemm_test gpu_fused_test gpu_stage_test gpu_topk_test gpu_moe_kernels_test; do
       if [ "$1" = run ] && [ -x ".gpu/$t" ]; then
         bash .gpu/on-device.sh ".gpu/$t" --gtest_filter='GpuKernelsTest.*' 2>&1 |
           grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure' || true

@@ -296,6 +296,16 @@ Status Context::Init(int index) {
                             "the GPU kernels need");
   }
 
+  // The kernels bind up to kMaxBindings storage buffers (Vulkan guarantees 4 a stage; GPUs
+  // allow thousands): a device below that could not create their pipelines.
+  if (p.limits.maxPerStageDescriptorStorageBuffers < kMaxBindings ||
+      p.limits.maxDescriptorSetStorageBuffers < kMaxBindings) {
+    return UnavailableError("Vulkan device " + info_.name + " binds at most " +
+                            std::to_string(p.limits.maxPerStageDescriptorStorageBuffers) +
+                            " storage buffers a shader stage; the GPU kernels need " +
+                            std::to_string(kMaxBindings));
+  }
+
   uint32_t n_families = 0;
   vk_.vkGetPhysicalDeviceQueueFamilyProperties(physical_, &n_families, nullptr);
   std::vector<VkQueueFamilyProperties> families(n_families);
@@ -562,9 +572,6 @@ StatusOr<const Pipeline*> Context::GetPipeline(const std::string& name, uint32_t
 
 namespace {
 constexpr uint32_t kSetsPerPool = 256;
-// gemm1_qkv_* has the most: three matrices, the activation, three outputs, the cache, the tokens
-// and the angles.
-constexpr uint32_t kMaxBindings = 10;
 }  // namespace
 
 Recorder::Recorder(Context* ctx, bool profile) : ctx_(ctx), profile_(profile) {

@@ -18,6 +18,10 @@ namespace uf::gpu {
 
 class Context;
 
+// Storage buffers a kernel binds at most: gemm1_qkv_* has three matrices, the activation, three
+// outputs, the cache, the tokens and the angles. Context::Create refuses a device below it.
+constexpr uint32_t kMaxBindings = 10;
+
 // A storage buffer with its own memory. Move-only; freed with the context still alive.
 class Buffer {
  public:

@@ -95,13 +95,15 @@ class VulkanForward final : public GpuForward {
   // Q8_K, f16 or bf16 pairs: ActivationFor) and xq_ does not hold x in that format yet.
   // accumulate: y += W x (the residual add folded into the GEMM); bias: y = W x + bias.
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
-            bool accumulate = false, const Buffer* bias = nullptr);
+            bool accumulate = false, const Buffer* bias = nullptr,
+            const Kernels::RopeStore* rope = nullptr);
   // y_i = W_i x (+ bias_i) for independent products: when fusing and they read one activation
   // format, x is quantized once ahead and the products share one barrier after them.
   struct Product {
     const GpuMatrix* w;
     const Buffer* y;
     const Buffer* bias = nullptr;
+    const Kernels::RopeStore* rope = nullptr;  // the RoPE / K/V-store epilogue
   };
   void Gemms(Recorder* r, const Buffer& x, int64_t n, std::initializer_list<Product> wy);
   // RMSNorm of n rows of x into xn_ (weights w); when fusing and the GEMMs that read xn_ next

@@ -247,9 +247,16 @@ GemmShape ShapeOf(const GpuMatrix& w, int64_t n_x) {
 
 }  // namespace
 
+bool Kernels::CanRopeStore(const GpuMatrix& w, int64_t n, const AttentionShape& s,
+                           bool neox) const {
+  if (n < 1 || neox || s.q8 || s.head_dim % 2 != 0 || w.n_experts != 1) return false;
+  const int64_t group_rows = rows_per_group_ * RowsPerSubgroup(w.type, TileIndex(GemmTile(n)));
+  return group_rows % 2 == 0 && w.rows % s.head_dim == 0;
+}
+
 void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
                    uint32_t y_off, int64_t y_stride, bool accumulate, const Buffer* bias,
-                   const NormTail* norm) const {
+                   const NormTail* norm, const RopeStore* rope) const {
   UF_CHECK(!(accumulate && bias != nullptr)) << "a GEMM adds a bias or accumulates, not both";
   if (norm != nullptr) {
     UF_CHECK(y_off == 0 && (y_stride == 0 || y_stride == w.rows) &&
@@ -257,11 +264,22 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
              norm->counter != nullptr && (norm->act == Activation::kF32 || norm->q != nullptr))
         << "GEMM norm tail: " << w.rows << " rows";
   }
+  if (rope != nullptr) {
+    UF_CHECK(norm == nullptr && y_off == 0 && (y_stride == 0 || y_stride == w.rows) &&
+             rope->shape != nullptr && rope->cs != nullptr && rope->tok != nullptr &&
+             (rope->of == RopeStoreOf::kQ || rope->cache != nullptr) &&
+             CanRopeStore(w, n, *rope->shape, false))
+        << "GEMM RoPE / store epilogue: " << w.rows << " rows";
+  }
   const GemmShape shape = ShapeOf(w, n);
+  const int64_t tile = GemmTile(n);
+  const int index = TileIndex(tile);
+  const int64_t rows_per_group = rows_per_group_ * RowsPerSubgroup(w.type, index);
   struct {
     uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, acc, bias, norm, format,
         q_d_off;
     float eps;
+    uint32_t rope, group_rows, head_dim, rope_dim, n_rows, cache_off, row_words;
   } push{static_cast<uint32_t>(w.rows),
          shape.cols,
          w.d_off,
@@ -275,22 +293,31 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
          norm != nullptr ? 1u : 0u,
          norm != nullptr ? static_cast<uint32_t>(norm->act) : 0u,
          norm != nullptr && norm->act != Activation::kF32 ? FusedDOff(norm->act, n * w.rows) : 0u,
-         norm != nullptr ? norm->eps : 0.0f};
+         norm != nullptr ? norm->eps : 0.0f,
+         rope != nullptr ? static_cast<uint32_t>(rope->of) : 0u,
+         static_cast<uint32_t>(rows_per_group),
+         rope != nullptr ? static_cast<uint32_t>(rope->shape->head_dim) : 0u,
+         rope != nullptr ? static_cast<uint32_t>(rope->rope_dim) : 0u,
+         rope != nullptr ? static_cast<uint32_t>(rope->shape->n_rows) : 0u,
+         rope == nullptr               ? 0u
+         : rope->of == RopeStoreOf::kV ? rope->shape->v_off
+                                       : rope->shape->k_off,
+         rope != nullptr ? static_cast<uint32_t>(rope->shape->row_words()) : 0u};
   // One token: gemm1_*, else tiles of GemmTile(n) tokens (the grid's z). All compute a token's
   // row the same way (tests/gpu_kernels_test.cc checks the bits).
-  const int64_t tile = GemmTile(n);
-  const int index = TileIndex(tile);
-  const int64_t rows_per_group = rows_per_group_ * RowsPerSubgroup(w.type, index);
   uint32_t gx, gy;
   Grid((w.rows + rows_per_group - 1) / rows_per_group, &gx, &gy);
   const Pipeline* wide = Wide(index, w);
-  // Without a bias, binding 3 is never read, nor 4-7 without the norm tail: any buffer will do.
+  // Bindings 4-7: the norm tail's, or 4-6 the RoPE / store epilogue's; without a bias binding 3
+  // is never read, nor 4-7 without either: any buffer will do.
   const auto or_y = [&y](const Buffer* b) -> const Buffer& { return b != nullptr ? *b : y; };
-  r->Dispatch(
-      wide != nullptr ? *wide : *GemmPipeline(w.type, index),
-      {w.buffer, x, y, or_y(bias), or_y(norm ? norm->w : nullptr), or_y(norm ? norm->y : nullptr),
-       or_y(norm ? norm->q : nullptr), or_y(norm ? norm->counter : nullptr)},
-      push, gx, gy, static_cast<uint32_t>((n + tile - 1) / tile));
+  const Buffer* b4 = norm ? norm->w : rope ? rope->cs : nullptr;
+  const Buffer* b5 = norm ? norm->y : rope ? rope->cache : nullptr;
+  const Buffer* b6 = norm ? norm->q : rope ? rope->tok : nullptr;
+  r->Dispatch(wide != nullptr ? *wide : *GemmPipeline(w.type, index),
+              {w.buffer, x, y, or_y(bias), or_y(b4), or_y(b5), or_y(b6),
+               or_y(norm ? norm->counter : nullptr)},
+              push, gx, gy, static_cast<uint32_t>((n + tile - 1) / tile));
 }
 
 bool Kernels::CanGemmGlu(const GpuMatrix& gate, const GpuMatrix& up, int64_t n) const {

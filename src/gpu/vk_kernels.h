@@ -147,9 +147,26 @@ class Kernels {
     float eps = 0.0f;
     Activation act = Activation::kF32;
   };
+  // With rope, the dispatch also does what follows Q's, K's or V's product (gemm.glsl's
+  // RopeStore epilogue, the same bits): Q's RoPE in y (Rope), K's RoPE into the f16 cache
+  // (KvStore with its rope; y unrotated), or V's store into the cache. y_off 0, y_stride w.rows,
+  // not with norm; CanRopeStore says where it runs.
+  enum class RopeStoreOf { kQ = 1, kK = 2, kV = 3 };
+  struct RopeStore {
+    RopeStoreOf of = RopeStoreOf::kQ;
+    const Buffer* cs = nullptr;             // [positions][rope_dim] the angles (Rope's)
+    const Buffer* cache = nullptr;          // the layer's f16 cache (K, V)
+    const Buffer* tok = nullptr;            // [n][4] the step's tokens
+    const AttentionShape* shape = nullptr;  // head_dim, n_rows, k_off / v_off, row_words
+    int64_t rope_dim = 0;
+  };
+  // Whether Gemm of w over n tokens can take a RopeStore: a workgroup's rows are whole RoPE pairs
+  // (an even number), llama pairs (not NEOX), an f16 cache, w's rows whole heads.
+  bool CanRopeStore(const GpuMatrix& w, int64_t n, const AttentionShape& s, bool neox) const;
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
             uint32_t y_off = 0, int64_t y_stride = 0, bool accumulate = false,
-            const Buffer* bias = nullptr, const NormTail* norm = nullptr) const;
+            const Buffer* bias = nullptr, const NormTail* norm = nullptr,
+            const RopeStore* rope = nullptr) const;
   // The gate and up GEMMs of a dense FFN and SwiGLU in one dispatch (gemm_glu.glsl): h[t] =
   // SwiGlu(gate x[t], up x[t]) for the n tokens as the pairs of gate's type ([n][rows / 2]
   // words), the bits of Gemm(gate), Gemm(up) and SwiGluQuant's pairs; x as Gemm takes it (pairs).

@@ -32,8 +32,9 @@ bool VulkanForward::QuantizeFor(Recorder* r, const GpuMatrix& w, const Buffer& x
 }
 
 void VulkanForward::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n,
-                         const Buffer& y, bool accumulate, const Buffer* bias) {
-  k_.Gemm(r, w, QuantizeFor(r, w, x, n) ? xq_ : x, n, y, 0, 0, accumulate, bias);
+                         const Buffer& y, bool accumulate, const Buffer* bias,
+                         const Kernels::RopeStore* rope) {
+  k_.Gemm(r, w, QuantizeFor(r, w, x, n) ? xq_ : x, n, y, 0, 0, accumulate, bias, nullptr, rope);
 }
 
 namespace {
@@ -110,7 +111,7 @@ void VulkanForward::Gemms(Recorder* r, const Buffer& x, int64_t n,
     act = a;
   }
   if (!shared) {
-    for (const Product& p : wy) Gemm(r, *p.w, x, n, *p.y, false, p.bias);
+    for (const Product& p : wy) Gemm(r, *p.w, x, n, *p.y, false, p.bias, p.rope);
     return;
   }
   // Quantize once ahead of the group (nothing when xq_ holds x already), then the products,
@@ -119,7 +120,7 @@ void VulkanForward::Gemms(Recorder* r, const Buffer& x, int64_t n,
     if (QuantizeFor(r, *p.w, x, n)) break;
   }
   r->BeginGroup();
-  for (const Product& p : wy) Gemm(r, *p.w, x, n, *p.y, false, p.bias);
+  for (const Product& p : wy) Gemm(r, *p.w, x, n, *p.y, false, p.bias, p.rope);
   r->EndGroup();
 }
 
@@ -195,6 +196,33 @@ void VulkanForward::RecordQkv(Recorder* r, const LayerBuffers& l, int64_t n,
   const int64_t hd = c_.head_dim;
   const bool neox = c_.rope_type == model::RopeType::kNeox;
   const Kernels::KvRope kr{.cs = &cs_, .rope_dim = c_.rope_dim, .neox = neox};
+  // Q's RoPE and the K/V store inside the products (their RoPE / store epilogue) where nothing
+  // sits between the products and RoPE and a workgroup holds whole RoPE pairs of an f16 cache.
+  const bool plain =
+      !l.bq.valid() && !l.bk.valid() && !l.bv.valid() && !l.q_norm.valid() && !l.k_norm.valid();
+  if (o_.fuse && plain && k_.CanRopeStore(l.wq, n, as, neox) &&
+      k_.CanRopeStore(l.wk, n, as, neox) && k_.CanRopeStore(l.wv, n, as, neox)) {
+    using Of = Kernels::RopeStoreOf;
+    const Buffer& cache = cache_dev_[il];
+    const Kernels::RopeStore rq{
+        .of = Of::kQ, .cs = &cs_, .tok = &tok_, .shape = &as, .rope_dim = c_.rope_dim};
+    const Kernels::RopeStore rk{.of = Of::kK,
+                                .cs = &cs_,
+                                .cache = &cache,
+                                .tok = &tok_,
+                                .shape = &as,
+                                .rope_dim = c_.rope_dim};
+    const Kernels::RopeStore rv{.of = Of::kV,
+                                .cs = &cs_,
+                                .cache = &cache,
+                                .tok = &tok_,
+                                .shape = &as,
+                                .rope_dim = c_.rope_dim};
+    Gemms(
+        r, xn_, n,
+        {{&l.wq, &q_, nullptr, &rq}, {&l.wk, &kbuf_, nullptr, &rk}, {&l.wv, &vbuf_, nullptr, &rv}});
+    return;
+  }
   // qwen2's and gpt-oss's q/k/v biases: inside the GEMMs when fusing (s + b either way).
   const bool fused_bias = o_.fuse && l.bq.valid() && l.bk.valid() && l.bv.valid();
   Gemms(r, xn_, n,

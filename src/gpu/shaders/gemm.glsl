@@ -63,10 +63,14 @@ bool Skip() { return false; }
 // s + b, the bits of add.comp after the product); never together with acc.
 // norm: 1 for the norm tail (NormTail below: y_off 0, y_stride rows), with its eps, the
 // quantized format it writes (kAct*, 0 for none) and the word of that format's Q8 scales.
+// rope: the RoPE / K/V-store epilogue (RopeStore below: 1 Q, 2 K, 3 V; y_off 0, y_stride rows),
+// with the rows a workgroup computes (even), the heads' dimension, rope_dim, the cache's rows per
+// head, the first word of this matrix's half of the cache and the words of a head's row.
 layout(push_constant) uniform P {
   uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, acc, bias, norm, format,
       q_d_off;
   float eps;
+  uint rope, group_rows, head_dim, rope_dim, n_rows, cache_off, row_words;
 } p;
 layout(std430, binding = 3) readonly buffer B { float bias_v[]; };
 float Biased(float s, uint row) { return p.bias != 0 ? s + bias_v[row] : s; }
@@ -159,6 +163,50 @@ void NormTail() {
   for (uint t = 0; t < p.n; ++t) NormRow(t, p.rows, p.eps, p.format, p.q_d_off);
   if (gl_LocalInvocationIndex == 0) counter[0] = 0;
 }
+
+// The RoPE / K/V-store epilogue: Q's, K's or V's GEMM (one row a subgroup, any weight type)
+// also does the stage after it, so a layer has no RoPE / store dispatch and barrier between the
+// products and attention. A workgroup computes rows group_rows g .. group_rows (g + 1) - 1, an
+// even count, so it holds whole llama RoPE pairs (2 i, 2 i + 1) of its heads. After its subgroups
+// have stored the sums (a coherent y, memoryBarrierBuffer, barrier), each invocation takes pairs
+// of the workgroup's rows for the tile's tokens and, at the token's position tok[4 t + 1], as
+// rope.comp and kv_store.comp do (rope.glsl's RotatePair, the same floats in):
+// - Q (rope 1): rotates the pair in y, as Rope() would;
+// - K (rope 2): stores the rotated pair as an f16-pair word into the cache row tok[4 t + 2]
+//   (kv_store.comp's layout from word cache_off), y left unrotated;
+// - V (rope 3): stores the pair's f16-pair word.
+// Its buffers are bindings 4-6 seen as the rotation's: the angles [positions][rope_dim], the
+// cache, the tokens (the norm tail's, which it never runs with).
+layout(std430, binding = 4) readonly buffer RopeCS { float rope_cs[]; };
+layout(std430, binding = 5) writeonly buffer RopeCache { uint rope_cache[]; };
+layout(std430, binding = 6) readonly buffer RopeTok { uint rope_tok[]; };
+#include "rope.glsl"
+
+void RopeStore() {
+  if (p.rope == 0) return;
+  memoryBarrierBuffer();  // the subgroups' rows of y, for the workgroup's other invocations
+  barrier();
+  const uint first = GroupIndex() * p.group_rows, pairs = p.group_rows / 2;
+  const uint t0 = TileStart();
+  for (uint k = gl_LocalInvocationIndex; k < pairs * kTile; k += gl_WorkGroupSize.x) {
+    const uint t = t0 + k / pairs, r = first + 2 * (k % pairs);
+    if (!InBatch(t) || r >= p.rows) continue;
+    const uint at = t * p.rows + r;
+    const uint h = r / p.head_dim, i = (r % p.head_dim) / 2;
+    vec2 v = vec2(y[at], y[at + 1]);
+    if (p.rope != 3 && 2 * i < p.rope_dim) {
+      const uint cb = rope_tok[4 * t + 1] * p.rope_dim + 2 * i;
+      v = RotatePair(v.x, v.y, rope_cs[cb], rope_cs[cb + 1]);
+    }
+    if (p.rope == 1) {
+      y[at] = v.x;
+      y[at + 1] = v.y;
+    } else {
+      const uint row = rope_tok[4 * t + 2];
+      rope_cache[p.cache_off + (h * p.n_rows + row) * p.row_words + i] = packHalf2x16(v);
+    }
+  }
+}
 #endif
 
 void GemmMain();  // the product: the type's file (gemm_*.glsl), included after this one
@@ -167,5 +215,6 @@ void main() {
   GemmMain();
 #if !defined(GROUPED) && !defined(EXPERTS)
   NormTail();
+  RopeStore();
 #endif
 }
