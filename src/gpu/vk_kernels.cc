@@ -104,6 +104,13 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
         type != GgmlType::kF32 && type != GgmlType::kF16 && type != GgmlType::kBF16;
     return k.dot4_ && integer ? name + "_dot4" : name;
   };
+  // A token-tiled GEMM's pipeline, and its *_stages twin (the norm tail and the RoPE / store
+  // epilogue) recorded in stages_.
+  const auto tiled = [&k, ctx](const std::string& name) -> StatusOr<const Pipeline*> {
+    UF_ASSIGN_OR_RETURN(const Pipeline* plain, ctx->GetPipeline(name, kGemmBindings));
+    UF_ASSIGN_OR_RETURN(k.stages_[plain], ctx->GetPipeline(name + "_stages", kGemmBindings));
+    return plain;
+  };
   k.rows_per_group_ = 64 / ctx->info().subgroup_size;
   // The quantizers' workgroups (64 invocations) hold 64 / lanes subgroups, lanes the subgroup
   // size up to 64 (a wider subgroup is one partly filled): Q8_K gives each subgroup one block of
@@ -118,20 +125,16 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
   if (k.wide_) {
     // F16: every batch size (the wide order throughout); Q8_0 and Q4_0: one token only (the
     // same bits as gemm1_*, so the batched kernels stay the basic ones).
-    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kF16],
-                        ctx->GetPipeline("gemm1w_f16", kGemmBindings));
-    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm8][GgmlType::kF16],
-                        ctx->GetPipeline("gemm8w_f16", kGemmBindings));
-    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm16][GgmlType::kF16],
-                        ctx->GetPipeline("gemm16w_f16", kGemmBindings));
-    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm32][GgmlType::kF16],
-                        ctx->GetPipeline("gemm32w_f16", kGemmBindings));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kF16], tiled("gemm1w_f16"));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm8][GgmlType::kF16], tiled("gemm8w_f16"));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm16][GgmlType::kF16], tiled("gemm16w_f16"));
+    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm32][GgmlType::kF16], tiled("gemm32w_f16"));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmX][GgmlType::kF16], ctx->GetPipeline("gemmxw_f16", 4));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmG][GgmlType::kF16], ctx->GetPipeline("gemmgw_f16", 5));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ8_0],
-                        ctx->GetPipeline(gemm_name("gemm1w_q8_0", GgmlType::kQ8_0), kGemmBindings));
+                        tiled(gemm_name("gemm1w_q8_0", GgmlType::kQ8_0)));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ4_0],
-                        ctx->GetPipeline(gemm_name("gemm1w_q4_0", GgmlType::kQ4_0), kGemmBindings));
+                        tiled(gemm_name("gemm1w_q4_0", GgmlType::kQ4_0)));
   }
   for (const auto& [type, name] :
        std::initializer_list<std::pair<GgmlType, const char*>>{{GgmlType::kF32, "f32"},
@@ -143,10 +146,8 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
                                                                {GgmlType::kQ4_K, "q4_k"},
                                                                {GgmlType::kMXFP4, "mxfp4"}}) {
     for (int i = 0; i < kNumTiles; ++i) {
-      UF_ASSIGN_OR_RETURN(
-          k.gemm_[i][type],
-          ctx->GetPipeline(gemm_name("gemm" + std::to_string(kTiles[i]) + "_" + name, type),
-                           kGemmBindings));
+      UF_ASSIGN_OR_RETURN(k.gemm_[i][type],
+                          tiled(gemm_name("gemm" + std::to_string(kTiles[i]) + "_" + name, type)));
     }
     UF_ASSIGN_OR_RETURN(k.gemmx_[type],
                         ctx->GetPipeline(gemm_name(std::string("gemmx_") + name, type), 4));
@@ -314,7 +315,9 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
   const Buffer* b4 = norm ? norm->w : rope ? rope->cs : nullptr;
   const Buffer* b5 = norm ? norm->y : rope ? rope->cache : nullptr;
   const Buffer* b6 = norm ? norm->q : rope ? rope->tok : nullptr;
-  r->Dispatch(wide != nullptr ? *wide : *GemmPipeline(w.type, index),
+  const Pipeline* pipeline = wide != nullptr ? wide : GemmPipeline(w.type, index);
+  if (norm != nullptr || rope != nullptr) pipeline = stages_.at(pipeline);
+  r->Dispatch(*pipeline,
               {w.buffer, x, y, or_y(bias), or_y(b4), or_y(b5), or_y(b6),
                or_y(norm ? norm->counter : nullptr)},
               push, gx, gy, static_cast<uint32_t>((n + tile - 1) / tile));

@@ -381,6 +381,9 @@ class Kernels {
   bool wide_ = false;
   bool dot4_ = false;                                 // the integer GEMMs are the *_dot4 kernels
   std::map<GgmlType, const Pipeline*> wide_gemm_[6];  // by WideKind: the wide kernels
+  // A token-tiled GEMM's (basic or wide) *_stages twin: with the norm tail and the RoPE / store
+  // epilogue, whose barrier() the plain kernel does without.
+  std::map<const Pipeline*, const Pipeline*> stages_;
   const Pipeline* moe_group_ = nullptr;
   const Pipeline* route_ = nullptr;
   const Pipeline* moe_sum_ = nullptr;

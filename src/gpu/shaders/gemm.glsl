@@ -81,8 +81,13 @@ uint YRow(uint t) { return t; }
 bool Skip() { return false; }
 #endif
 
-// coherent: the norm tail's last workgroup reads the rows the others wrote (the plain GEMMs).
+#ifdef STAGES
+// coherent: the norm tail's last workgroup reads the rows the others wrote, the epilogue the rows
+// its workgroup's other subgroups wrote.
 layout(std430, binding = 2) coherent buffer Y { float y[]; };
+#else
+layout(std430, binding = 2) buffer Y { float y[]; };
+#endif
 
 // The first token of this workgroup's tile: tiles are the grid's z.
 #ifdef GROUPED
@@ -127,7 +132,9 @@ void StoreTileUniform(float acc[kTile], uint t0, uint row) {
   }
 }
 
-#if !defined(GROUPED) && !defined(EXPERTS)
+#if !defined(GROUPED) && !defined(EXPERTS) && defined(STAGES)
+// The *_stages kernels (built with STAGES): the plain ones must carry no barrier(), which makes
+// lavapipe run a whole shader 2-3x slower whether it executes or not.
 // The norm tail: a product that writes the residual stream (x += W a, one token) also computes
 // the RMSNorm after it, in the last of its workgroups to finish, so the norm needs no dispatch
 // and barrier of its own (~1.9 us each on an H200 by issue 28's probe, two a layer). Every
@@ -213,7 +220,7 @@ void GemmMain();  // the product: the type's file (gemm_*.glsl), included after 
 
 void main() {
   GemmMain();
-#if !defined(GROUPED) && !defined(EXPERTS)
+#if !defined(GROUPED) && !defined(EXPERTS) && defined(STAGES)
   NormTail();
   RopeStore();
 #endif
