@@ -1,8 +1,10 @@
 // The step of VulkanForward as one recording per batch shape: the layers' dispatches (attention,
 // dense or mixture-of-experts FFN), the lm_head and what the step leaves behind (Out). Fused
-// (GpuForwardOptions::fuse), a llama layer with Q8_0 / Q4_0 weights is 13 dispatches and 9
-// barriers (unfused 20 and 20), with F16 / BF16 weights 9 and 8 (Q, K, V, RoPE and the K/V store
-// one dispatch); docs/gpu.md, "One step", lists what is fused and grouped.
+// (GpuForwardOptions::fuse), a llama layer with Q8_0 / Q4_0 weights is 11 dispatches and 8
+// barriers (unfused 20 and 20; Q's RoPE and the K/V store the Q, K, V GEMMs' epilogue), with
+// F16 / BF16 weights 7 and 7 (Q, K, V, RoPE and the store one dispatch, gate, up and SwiGLU
+// another), 2 fewer of each with the norm tail; docs/gpu.md, "One step" and "Fewer stages", lists
+// what is fused and grouped.
 #include <cmath>
 #include <initializer_list>
 #include <memory>
@@ -196,12 +198,20 @@ void VulkanForward::RecordQkv(Recorder* r, const LayerBuffers& l, int64_t n,
   const int64_t hd = c_.head_dim;
   const bool neox = c_.rope_type == model::RopeType::kNeox;
   const Kernels::KvRope kr{.cs = &cs_, .rope_dim = c_.rope_dim, .neox = neox};
-  // Q's RoPE and the K/V store inside the products (their RoPE / store epilogue) where nothing
-  // sits between the products and RoPE and a workgroup holds whole RoPE pairs of an f16 cache.
+  // Where nothing sits between the products and RoPE (no biases, no q/k norms), no stage
+  // between the products and attention either:
   const bool plain =
       !l.bq.valid() && !l.bk.valid() && !l.bv.valid() && !l.q_norm.valid() && !l.k_norm.valid();
+  if (o_.fuse && plain && k_.QkvRopeFits(l.wq, l.wk, l.wv, n, as, kr)) {
+    // F16 / BF16 weights: Q, K and V with Q's and K's RoPE and the K/V store in one dispatch.
+    QuantizeFor(r, l.wq, xn_, n);  // nothing when the norm wrote xq_
+    k_.GemmQkvRope(r, l.wq, l.wk, l.wv, xq_, n, q_, kbuf_, vbuf_, cache_dev_[il], tok_, as, kr);
+    return;
+  }
   if (o_.fuse && plain && k_.CanRopeStore(l.wq, n, as, neox) &&
       k_.CanRopeStore(l.wk, n, as, neox) && k_.CanRopeStore(l.wv, n, as, neox)) {
+    // Any weight type: Q's RoPE and the K/V store as the three products' epilogue, where a
+    // GEMM workgroup holds whole RoPE pairs and the cache is f16.
     using Of = Kernels::RopeStoreOf;
     const Buffer& cache = cache_dev_[il];
     const Kernels::RopeStore rq{
@@ -258,7 +268,6 @@ void VulkanForward::RecordQkv(Recorder* r, const LayerBuffers& l, int64_t n,
 
 Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
   const int64_t e = c_.n_embd, hd = c_.head_dim;
-  const bool neox = c_.rope_type == model::RopeType::kNeox;
   AttentionShape as;
   as.q8 = q8_cache_;
   as.n_head = c_.n_head;
@@ -311,17 +320,7 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
     as.k_off = 0;
     as.v_off = static_cast<uint32_t>(layer_words / 2);
     as.window = c_.IsSwaLayer(il) ? c_.n_swa : 0;
-    const Kernels::KvRope kr{.cs = &cs_, .rope_dim = c_.rope_dim, .neox = neox};
-    const bool plain = !l.bq.valid() && !l.bk.valid() && !l.bv.valid() && !l.q_norm.valid() &&
-                       !l.k_norm.valid();  // nothing between the products and RoPE
-    if (o_.fuse && plain && k_.QkvRopeFits(l.wq, l.wk, l.wv, n, as, kr)) {
-      // Q, K and V with Q's and K's RoPE and the K/V store in one dispatch (F16 / BF16 weights):
-      // no stage between the products and attention.
-      QuantizeFor(r, l.wq, xn_, n);  // nothing when the norm wrote xq_
-      k_.GemmQkvRope(r, l.wq, l.wk, l.wv, xq_, n, q_, kbuf_, vbuf_, cache_dev_[il], tok_, as, kr);
-    } else {
-      RecordQkv(r, l, n, as, il);
-    }
+    RecordQkv(r, l, n, as, il);
     // The o-projection's Q8_0 or 16-bit pair activation written by attention itself (the bits
     // QuantizeAs gives): no quantize dispatch and barrier between them. Q8_K's blocks of 256 span
     // heads: apart.
