@@ -472,23 +472,25 @@ TEST(GpuStep, DispatchAndBarrierCountsFollowTheModel) {
 // positions one token at a time, then 8 more as one batch (the tiled GEMMs; for experts, the
 // slots grouped by expert). attention_chunk: GpuForwardOptions' (8 splits these positions into
 // up to 4 chunks: the combine then writes the o-projection's Q8_0 blocks).
-// With norm_tail, the fused step runs the GEMMs' norm tail (GpuForwardOptions::norm_tail) too.
+// With norm_tail, a third run, fused with the GEMMs' norm tail (GpuForwardOptions::norm_tail),
+// gives them too.
 void ExpectFusedEqualsUnfused(const std::string& path, int64_t attention_chunk = 256,
                               bool norm_tail = false) {
-  SCOPED_TRACE(path + (norm_tail ? " (norm tail)" : ""));
+  SCOPED_TRACE(path);
   auto m = model::Model::Load(path);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const int64_t n_vocab = (*m)->config().n_vocab;
-  std::vector<std::vector<float>> rows[2];
-  int barriers[2] = {0, 0};  // of a one-token step
-  for (int fuse = 0; fuse < 2; ++fuse) {
+  const int runs = norm_tail ? 3 : 2;  // unfused, fused, fused with the norm tail
+  std::vector<std::vector<float>> rows[3];
+  int barriers[3] = {0, 0, 0};  // of a one-token step
+  for (int run = 0; run < runs; ++run) {
     auto cache = engine::KvCache::Create(CacheFor(**m, 32));
     ASSERT_TRUE(cache.ok());
     auto fwd = GpuForward::Create(**m, kVulkan, cache->get(),
                                   {.max_batch = 8,
                                    .attention_chunk = attention_chunk,
-                                   .fuse = fuse != 0,
-                                   .norm_tail = norm_tail && fuse != 0});
+                                   .fuse = run > 0,
+                                   .norm_tail = run == 2});
     ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
     model::Batch b;
     const auto token = [&](int32_t p) { return (p * 7919 + 13) % (n_vocab - 1) + 1; };
@@ -496,25 +498,32 @@ void ExpectFusedEqualsUnfused(const std::string& path, int64_t attention_chunk =
       b.Clear();
       b.Add(token(p), p, 0, true);
       ASSERT_TRUE((*fwd)->Forward(b).ok());
-      rows[fuse].emplace_back((*fwd)->logits(0), (*fwd)->logits(0) + n_vocab);
+      rows[run].emplace_back((*fwd)->logits(0), (*fwd)->logits(0) + n_vocab);
     }
-    barriers[fuse] = (*fwd)->last_step_barriers();
+    barriers[run] = (*fwd)->last_step_barriers();
     b.Clear();
     for (int32_t p = 20; p < 28; ++p) b.Add(token(p), p, 0, true);
     ASSERT_TRUE((*fwd)->Forward(b).ok());
     for (int64_t i = 0; i < 8; ++i) {
-      rows[fuse].emplace_back((*fwd)->logits(i), (*fwd)->logits(i) + n_vocab);
+      rows[run].emplace_back((*fwd)->logits(i), (*fwd)->logits(i) + n_vocab);
     }
   }
-  ASSERT_EQ(rows[0].size(), rows[1].size());
-  for (size_t i = 0; i < rows[0].size(); ++i) {
-    EXPECT_EQ(std::memcmp(rows[0][i].data(), rows[1][i].data(), n_vocab * 4), 0) << "row " << i;
+  const int64_t layers = (*m)->config().n_layer;
+  for (int run = 1; run < runs; ++run) {
+    SCOPED_TRACE(run == 2 ? "fused, norm tail" : "fused");
+    ASSERT_EQ(rows[0].size(), rows[run].size());
+    for (size_t i = 0; i < rows[0].size(); ++i) {
+      EXPECT_EQ(std::memcmp(rows[0][i].data(), rows[run][i].data(), n_vocab * 4), 0) << "row " << i;
+    }
+    // Every layer groups or fuses something (Q, K and V at least; with the tail, both norms but
+    // the first).
+    EXPECT_LE(barriers[run], barriers[0] - (run == 2 ? 4 : 2) * layers + 1);
   }
-  // Every layer groups or fuses something (Q, K and V at least; with the tail, both norms but
-  // the first).
-  EXPECT_LE(barriers[1], barriers[0] - (norm_tail ? 4 : 2) * (*m)->config().n_layer + 1);
-  std::printf("[gpu step] %s: %d barriers a one-token step unfused, %d fused\n",
-              std::filesystem::path(path).filename().c_str(), barriers[0], barriers[1]);
+  std::printf(
+      "[gpu step] %s: %d barriers a one-token step unfused, %d fused, %d with the norm "
+      "tail (-1: not run)\n",
+      std::filesystem::path(path).filename().c_str(), barriers[0], barriers[1],
+      norm_tail ? barriers[2] : -1);
 }
 
 TEST(GpuStep, FusedStepEqualsUnfusedBitwise) {
@@ -524,16 +533,14 @@ TEST(GpuStep, FusedStepEqualsUnfusedBitwise) {
   int models = 0, tails = 0;
   for (const auto& entry : std::filesystem::directory_iterator("../shared/models")) {
     if (entry.path().extension() != ".gguf") continue;
-    ExpectFusedEqualsUnfused(entry.path().string());
     // The norm tail for each format it writes (Q8_0, Q8_K, f16 and bf16 pairs, f32) and with
     // qwen2's biases: its code does not depend on the weights' type otherwise.
     const std::string stem = entry.path().stem().string();
-    if (stem == "tiny-llama-256-q8_0" || stem == "tiny-llama-256-q4_k_m" ||
-        stem == "tiny-llama-256-f16" || stem == "tiny-llama-256-bf16" || stem == "tiny-llama-f32" ||
-        stem == "tiny-qwen2-256-q8_0") {
-      ExpectFusedEqualsUnfused(entry.path().string(), 256, /*norm_tail=*/true);
-      ++tails;
-    }
+    const bool tail = stem == "tiny-llama-256-q8_0" || stem == "tiny-llama-256-q4_k_m" ||
+                      stem == "tiny-llama-256-f16" || stem == "tiny-llama-256-bf16" ||
+                      stem == "tiny-llama-f32" || stem == "tiny-qwen2-256-q8_0";
+    ExpectFusedEqualsUnfused(entry.path().string(), 256, tail);
+    tails += tail ? 1 : 0;
     ++models;
   }
   EXPECT_GE(models, 10);
@@ -572,7 +579,6 @@ TEST(GpuStep, FusedMoeStepEqualsUnfusedBitwise) {
     so.seed = 7;
     so.n_threads = 2;
     ASSERT_TRUE(model::WriteSynth(*plan, so, path).ok());
-    ExpectFusedEqualsUnfused(path);
     ExpectFusedEqualsUnfused(path, 256, /*norm_tail=*/true);
     std::filesystem::remove(path);
   }
