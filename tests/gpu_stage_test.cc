@@ -42,6 +42,8 @@ TEST_F(GpuKernelsTest, GemmNormTailEqualsGemmThenRmsNorm) {
                                   : Quantized(type, wf, rows, cols, &data);
     auto gm = UploadMatrix(ctx_, m);
     ASSERT_TRUE(gm.ok()) << gm.status().ToString();
+    ASSERT_TRUE(kernels_->AddStages(ctx_, type).ok());
+    ASSERT_TRUE(wide_->AddStages(ctx_, type).ok());
     for (const Kernels* k : Variants(type)) {
       for (int64_t n : {1, 3}) {
         for (bool acc : {true, false}) {
@@ -146,6 +148,8 @@ TEST_F(GpuKernelsTest, GemmGluEqualsGemmsThenSwiGluQuant) {
     auto gate = UploadMatrix(ctx_, Quantized(type, gf, rows, cols, &gd));
     auto up = UploadMatrix(ctx_, Quantized(type, uf, rows, cols, &ud));
     ASSERT_TRUE(gate.ok() && up.ok());
+    ASSERT_TRUE(kernels_->AddStages(ctx_, type).ok());
+    ASSERT_TRUE(wide_->AddStages(ctx_, type).ok());
     EXPECT_FALSE(kernels_->CanGemmGlu(*gate, *up, 9));  // past a tile of 8
     if (type == GgmlType::kF16) {
       EXPECT_FALSE(wide_->CanGemmGlu(*gate, *up, 1));  // the wide F16 GEMV's order differs
@@ -202,6 +206,8 @@ TEST_F(GpuKernelsTest, GemmQkvRopeEqualsGemmsRopeKvStore) {
       auto wv = UploadMatrix(
           ctx_, Quantized(type, Random(kv_rows * sh.cols, 42, 0.1f), kv_rows, sh.cols, &dv));
       ASSERT_TRUE(wq.ok() && wk.ok() && wv.ok());
+      ASSERT_TRUE(kernels_->AddStages(ctx_, type).ok());
+      ASSERT_TRUE(wide_->AddStages(ctx_, type).ok());
       std::vector<float> cs(max_pos * sh.rope_dim);
       for (int64_t i = 0; i < max_pos * sh.rope_dim / 2; ++i) {
         cs[2 * i] = std::cos(0.37f * static_cast<float>(i));
@@ -289,6 +295,8 @@ TEST_F(GpuKernelsTest, GemmRopeStoreEqualsGemmThenRopeAndKvStore) {
     };
     auto wq = upload(q_rows, 70, &dq), wk = upload(kv_rows, 71, &dk), wv = upload(kv_rows, 72, &dv);
     ASSERT_TRUE(wq.ok() && wk.ok() && wv.ok());
+    ASSERT_TRUE(kernels_->AddStages(ctx_, type).ok());
+    EXPECT_TRUE(kernels_->HasStages(type));
     AttentionShape q8 = as;
     q8.q8 = true;
     EXPECT_FALSE(kernels_->CanRopeStore(*wq, 1, as, /*neox=*/true));

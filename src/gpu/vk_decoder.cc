@@ -108,6 +108,21 @@ Status VulkanForward::Init(const DeviceSpec& device) {
     }
     layers_.push_back(std::move(b));
   }
+  // The stage-replacing kernels for the types that take them: Q, K, V (the RoPE / store
+  // epilogue, F16's one-dispatch Q/K/V), gate (F16's gate/up with SwiGLU) and, with the norm
+  // tail, o and down.
+  if (o_.fuse) {
+    for (const LayerBuffers& b : layers_) {
+      for (const GpuMatrix* m : {&b.wq, &b.wk, &b.wv, &b.gate}) {
+        if (m->buffer.valid()) UF_RETURN_IF_ERROR(k_.AddStages(ctx_.get(), m->type));
+      }
+      if (o_.norm_tail) {
+        for (const GpuMatrix* m : {&b.wo, &b.down}) {
+          if (m->buffer.valid()) UF_RETURN_IF_ERROR(k_.AddStages(ctx_.get(), m->type));
+        }
+      }
+    }
+  }
   UF_ASSIGN_OR_RETURN(output_norm_, Vector(w.output_norm));
   UF_ASSIGN_OR_RETURN(output_,
                       Matrix(w.output, c_.tied_output ? "token_embd.weight" : "output.weight"));

@@ -104,11 +104,11 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
         type != GgmlType::kF32 && type != GgmlType::kF16 && type != GgmlType::kBF16;
     return k.dot4_ && integer ? name + "_dot4" : name;
   };
-  // A token-tiled GEMM's pipeline, and its *_stages twin (the norm tail and the RoPE / store
-  // epilogue) recorded in stages_.
+  // A token-tiled GEMM's pipeline; the name of its *_stages twin (the norm tail and the RoPE /
+  // store epilogue), which AddStages makes, kept in stage_names_.
   const auto tiled = [&k, ctx](const std::string& name) -> StatusOr<const Pipeline*> {
     UF_ASSIGN_OR_RETURN(const Pipeline* plain, ctx->GetPipeline(name, kGemmBindings));
-    UF_ASSIGN_OR_RETURN(k.stages_[plain], ctx->GetPipeline(name + "_stages", kGemmBindings));
+    k.stage_names_[plain] = name + "_stages";
     return plain;
   };
   k.rows_per_group_ = 64 / ctx->info().subgroup_size;
@@ -154,11 +154,6 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
     UF_ASSIGN_OR_RETURN(k.gemmg_[type],
                         ctx->GetPipeline(gemm_name(std::string("gemmg_") + name, type), 5));
   }
-  for (const auto& [type, name] : std::initializer_list<std::pair<GgmlType, const char*>>{
-           {GgmlType::kF16, "f16"}, {GgmlType::kBF16, "bf16"}}) {
-    UF_ASSIGN_OR_RETURN(k.glu_[0][type], ctx->GetPipeline(std::string("gemm1_glu_") + name, 4));
-    UF_ASSIGN_OR_RETURN(k.glu_[1][type], ctx->GetPipeline(std::string("gemm8_glu_") + name, 4));
-  }
   UF_ASSIGN_OR_RETURN(k.quantize_, ctx->GetPipeline("quantize_q8_0", 2));
   UF_ASSIGN_OR_RETURN(k.quantize_k_, ctx->GetPipeline("quantize_q8_k", 2));
   UF_ASSIGN_OR_RETURN(k.quantize_pairs_, ctx->GetPipeline("quantize_pairs", 2));
@@ -169,11 +164,6 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
   UF_ASSIGN_OR_RETURN(k.swiglu_, ctx->GetPipeline("swiglu", 3));
   UF_ASSIGN_OR_RETURN(k.rope_, ctx->GetPipeline("rope", 3));
   UF_ASSIGN_OR_RETURN(k.kv_store_, ctx->GetPipeline("kv_store", 5));
-  for (int i = 0; i < kNumTiles; ++i) {
-    const std::string tile = "gemm" + std::to_string(kTiles[i]);
-    UF_ASSIGN_OR_RETURN(k.gemm_qkv_[i][GgmlType::kF16], ctx->GetPipeline(tile + "_qkv_f16", 10));
-    UF_ASSIGN_OR_RETURN(k.gemm_qkv_[i][GgmlType::kBF16], ctx->GetPipeline(tile + "_qkv_bf16", 10));
-  }
   UF_ASSIGN_OR_RETURN(k.attention_, ctx->GetPipeline("attention", 8));
   UF_ASSIGN_OR_RETURN(k.attention_combine_, ctx->GetPipeline("attention_combine", 5));
   UF_ASSIGN_OR_RETURN(k.embed_, ctx->GetPipeline("embed", 3));
@@ -248,9 +238,38 @@ GemmShape ShapeOf(const GpuMatrix& w, int64_t n_x) {
 
 }  // namespace
 
+Status Kernels::AddStages(Context* ctx, GgmlType type) {
+  if (TakesPairActivation(type) && glu_[0].count(type) == 0) {
+    const std::string name = type == GgmlType::kF16 ? "f16" : "bf16";
+    UF_ASSIGN_OR_RETURN(glu_[0][type], ctx->GetPipeline("gemm1_glu_" + name, 4));
+    UF_ASSIGN_OR_RETURN(glu_[1][type], ctx->GetPipeline("gemm8_glu_" + name, 4));
+    for (int i = 0; i < kNumTiles; ++i) {
+      UF_ASSIGN_OR_RETURN(
+          gemm_qkv_[i][type],
+          ctx->GetPipeline("gemm" + std::to_string(kTiles[i]) + "_qkv_" + name, 10));
+    }
+  }
+  for (int kind = 0; kind < kNumTiles; ++kind) {
+    for (const auto* pipelines : {&gemm_[kind], &wide_gemm_[kind]}) {
+      const auto it = pipelines->find(type);
+      if (it == pipelines->end() || stages_.count(it->second) != 0) continue;
+      UF_ASSIGN_OR_RETURN(stages_[it->second],
+                          ctx->GetPipeline(stage_names_.at(it->second), kGemmBindings));
+    }
+  }
+  return OkStatus();
+}
+
+bool Kernels::HasStages(GgmlType type) const {
+  const auto it = gemm_[0].find(type);
+  return it != gemm_[0].end() && stages_.count(it->second) != 0;
+}
+
 bool Kernels::CanRopeStore(const GpuMatrix& w, int64_t n, const AttentionShape& s,
                            bool neox) const {
-  if (n < 1 || neox || s.q8 || s.head_dim % 2 != 0 || w.n_experts != 1) return false;
+  if (n < 1 || neox || s.q8 || s.head_dim % 2 != 0 || w.n_experts != 1 || !HasStages(w.type)) {
+    return false;
+  }
   const int64_t group_rows = rows_per_group_ * RowsPerSubgroup(w.type, TileIndex(GemmTile(n)));
   return group_rows % 2 == 0 && w.rows % s.head_dim == 0;
 }
@@ -316,7 +335,12 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
   const Buffer* b5 = norm ? norm->y : rope ? rope->cache : nullptr;
   const Buffer* b6 = norm ? norm->q : rope ? rope->tok : nullptr;
   const Pipeline* pipeline = wide != nullptr ? wide : GemmPipeline(w.type, index);
-  if (norm != nullptr || rope != nullptr) pipeline = stages_.at(pipeline);
+  if (norm != nullptr || rope != nullptr) {
+    const auto it = stages_.find(pipeline);
+    UF_CHECK(it != stages_.end()) << "GEMM tail or epilogue for " << GgmlTypeName(w.type)
+                                  << " without AddStages";
+    pipeline = it->second;
+  }
   r->Dispatch(*pipeline,
               {w.buffer, x, y, or_y(bias), or_y(b4), or_y(b5), or_y(b6),
                or_y(norm ? norm->counter : nullptr)},
@@ -324,7 +348,7 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
 }
 
 bool Kernels::CanGemmGlu(const GpuMatrix& gate, const GpuMatrix& up, int64_t n) const {
-  return TakesPairActivation(gate.type) && up.type == gate.type && up.rows == gate.rows &&
+  return glu_[0].count(gate.type) != 0 && up.type == gate.type && up.rows == gate.rows &&
          up.cols == gate.cols && gate.rows % 2 == 0 && gate.n_experts == 1 && up.n_experts == 1 &&
          n >= 1 && n <= 8 && Wide(kGemm1, gate) == nullptr && Wide(kGemm8, gate) == nullptr;
 }

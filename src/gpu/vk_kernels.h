@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <span>
+#include <string>
 
 #include "base/status.h"
 #include "gpu/vk_context.h"
@@ -160,8 +161,16 @@ class Kernels {
     const AttentionShape* shape = nullptr;  // head_dim, n_rows, k_off / v_off, row_words
     int64_t rope_dim = 0;
   };
-  // Whether Gemm of w over n tokens can take a RopeStore: a workgroup's rows are whole RoPE pairs
-  // (an even number), llama pairs (not NEOX), an f16 cache, w's rows whole heads.
+  // Makes the kernels that replace a stage for matrices of `type`: the *_stages twins of its
+  // token-tiled GEMMs (every tile, basic and wide), which Gemm needs for a NormTail or RopeStore,
+  // and for F16 / BF16 GemmGlu's and GemmQkvRope's kernels. Apart from Create because a model
+  // needs those of one or two types and each pipeline costs a driver compile (on lavapipe ~30 ms
+  // of CPU at creation: all ~75 made every Create's process 2 s slower).
+  Status AddStages(Context* ctx, GgmlType type);
+  bool HasStages(GgmlType type) const;
+  // Whether Gemm of w over n tokens can take a RopeStore (HasStages(w.type) among it): a
+  // workgroup's rows are whole RoPE pairs (an even number), llama pairs (not NEOX), an f16 cache,
+  // w's rows whole heads.
   bool CanRopeStore(const GpuMatrix& w, int64_t n, const AttentionShape& s, bool neox) const;
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
             uint32_t y_off = 0, int64_t y_stride = 0, bool accumulate = false,
@@ -170,8 +179,8 @@ class Kernels {
   // The gate and up GEMMs of a dense FFN and SwiGLU in one dispatch (gemm_glu.glsl): h[t] =
   // SwiGlu(gate x[t], up x[t]) for the n tokens as the pairs of gate's type ([n][rows / 2]
   // words), the bits of Gemm(gate), Gemm(up) and SwiGluQuant's pairs; x as Gemm takes it (pairs).
-  // CanGemmGlu says when it runs: F16 or BF16 gate and up of one shape, even rows, the basic
-  // kernels (the wide F16 GEMV sums in another order), n <= 8.
+  // CanGemmGlu says when it runs: F16 or BF16 gate and up of one shape (AddStages made its
+  // kernels), even rows, the basic kernels (the wide F16 GEMV sums in another order), n <= 8.
   bool CanGemmGlu(const GpuMatrix& gate, const GpuMatrix& up, int64_t n) const;
   void GemmGlu(Recorder* r, const GpuMatrix& gate, const GpuMatrix& up, const Buffer& x, int64_t n,
                const Buffer& h) const;
@@ -382,8 +391,10 @@ class Kernels {
   bool dot4_ = false;                                 // the integer GEMMs are the *_dot4 kernels
   std::map<GgmlType, const Pipeline*> wide_gemm_[6];  // by WideKind: the wide kernels
   // A token-tiled GEMM's (basic or wide) *_stages twin: with the norm tail and the RoPE / store
-  // epilogue, whose barrier() the plain kernel does without.
+  // epilogue, whose barrier() the plain kernel does without. Made by AddStages for the types
+  // that need them; every twin's name, by its plain kernel.
   std::map<const Pipeline*, const Pipeline*> stages_;
+  std::map<const Pipeline*, std::string> stage_names_;
   const Pipeline* moe_group_ = nullptr;
   const Pipeline* route_ = nullptr;
   const Pipeline* moe_sum_ = nullptr;

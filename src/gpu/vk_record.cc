@@ -70,7 +70,7 @@ bool VulkanForward::ResidualGemm(Recorder* r, const GpuMatrix& w, const Buffer& 
                                  bool a_ready, const Buffer* norm_w,
                                  std::initializer_list<const GpuMatrix*> next) {
   const Buffer& in = a_ready || !QuantizeFor(r, w, a, n) ? a : xq_;
-  if (norm_w == nullptr || !o_.fuse || !o_.norm_tail || n != 1) {
+  if (norm_w == nullptr || !o_.fuse || !o_.norm_tail || n != 1 || !k_.HasStages(w.type)) {
     k_.Gemm(r, w, in, n, x_, 0, 0, /*accumulate=*/true);
     return false;
   }
