@@ -214,20 +214,16 @@ void VulkanForward::RecordQkv(Recorder* r, const LayerBuffers& l, int64_t n,
     // GEMM workgroup holds whole RoPE pairs and the cache is f16.
     using Of = Kernels::RopeStoreOf;
     const Buffer& cache = cache_dev_[il];
-    const Kernels::RopeStore rq{
-        .of = Of::kQ, .cs = &cs_, .tok = &tok_, .shape = &as, .rope_dim = c_.rope_dim};
-    const Kernels::RopeStore rk{.of = Of::kK,
-                                .cs = &cs_,
-                                .cache = &cache,
-                                .tok = &tok_,
-                                .shape = &as,
-                                .rope_dim = c_.rope_dim};
-    const Kernels::RopeStore rv{.of = Of::kV,
-                                .cs = &cs_,
-                                .cache = &cache,
-                                .tok = &tok_,
-                                .shape = &as,
-                                .rope_dim = c_.rope_dim};
+    // One epilogue per matrix, differing only in what it does (Q ignores the cache).
+    Kernels::RopeStore rq{.of = Of::kQ,
+                          .cs = &cs_,
+                          .cache = &cache,
+                          .tok = &tok_,
+                          .shape = &as,
+                          .rope_dim = c_.rope_dim};
+    Kernels::RopeStore rk = rq, rv = rq;
+    rk.of = Of::kK;
+    rv.of = Of::kV;
     Gemms(
         r, xn_, n,
         {{&l.wq, &q_, nullptr, &rq}, {&l.wk, &kbuf_, nullptr, &rk}, {&l.wv, &vbuf_, nullptr, &rv}});
