@@ -169,6 +169,10 @@ int GpuBench(const GpuBenchOptions& o) {
   const auto batch_roofline = [&](int streams, double tok_s) {
     return bw_bytes > 0 ? tok_s / streams * step_bytes(streams) / bw_bytes : 0.0;
   };
+  // The tiled GEMM as the forward resolved it (UF_GPU_MATMUL; coopmat needs the matrix units,
+  // else the plain tiled kernel runs, as a warning said).
+  gpu::MatMul matmul = gpu::ResolveMatMul(gpu::MatMul::kDefault);
+  if (matmul == gpu::MatMul::kCoopMat && !dev.coopmat) matmul = gpu::MatMul::kTiled;
   if (o.json) {
     nlohmann::json j;
     j["model"] = o.model;
@@ -176,6 +180,7 @@ int GpuBench(const GpuBenchOptions& o) {
     j["device_type"] = dev.type;
     j["integer_dot"] = gpu::IntegerDotByDefault(dev);
     j["norm_tail"] = gpu::ResolveNormTail(false);
+    j["matmul"] = gpu::MatMulName(matmul);
     j["upload_s"] = upload_s;
     j["device_bytes"] = dev_bytes;
     j["depth"] = o.depth;
@@ -205,10 +210,10 @@ int GpuBench(const GpuBenchOptions& o) {
   }
   std::printf(
       "device: Vulkan %d, %s (%s), %.0f MiB held, weights uploaded in %.2f s, packed int8 dot "
-      "%s, norm tail %s\n",
+      "%s, norm tail %s, tiled GEMM %s\n",
       dev.index, dev.name.c_str(), dev.type.c_str(), static_cast<double>(dev_bytes) / (1 << 20),
       upload_s, gpu::IntegerDotByDefault(dev) ? "on" : "off",
-      gpu::ResolveNormTail(false) ? "on" : "off");
+      gpu::ResolveNormTail(false) ? "on" : "off", gpu::MatMulName(matmul));
   if (!bw.ok()) std::printf("read bandwidth: not measured (%s)\n", bw.status().ToString().c_str());
   std::printf("%-8s %-12s %14s %16s %12s %10s\n", "depth", "test", "tok/s", "bytes/token",
               "GB/s read", "roofline");

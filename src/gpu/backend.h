@@ -47,6 +47,11 @@ struct DeviceInfo {
   // accelerated: the driver says it is one instruction (NVIDIA's dp4a), not a lowering.
   bool integer_dot = false;
   bool integer_dot_accelerated = false;
+  // The matrix units, as the tiled GEMM's gemm_tiled_f16_coopmat uses them: VK_NV_cooperative_
+  // matrix with a 16 x 16 x 16 subgroup fragment of f16 inputs and f32 accumulators, shaderFloat16,
+  // vulkanMemoryModel (the fragment loads' SPIR-V declares it) and 32-lane subgroups (the kernel
+  // is 4 subgroups of 32). NVIDIA lists these from Turing on; lavapipe does not.
+  bool coopmat = false;
 };
 
 // Whether the integer GEMMs run the packed int8 dot (the *_dot4 kernels) on device d unless told
@@ -72,6 +77,17 @@ StatusOr<double> MeasureReadBandwidth(const DeviceSpec& device, uint64_t bytes, 
 // gemm1w_*, the same bits as kBasic). kDefault: the environment's UF_GPU_GEMV=wide|basic, else
 // kBasic (the wide kernels' speed on a GPU is not yet measured).
 enum class GemvVariant { kDefault, kBasic, kWide };
+
+// The tiled GEMM for F16 batches of 16 tokens and more (docs/gpu.md "The tiled GEMM"): kOff the
+// token-tiled kernels (every row the bits it has alone), kTiled shared-memory blocks multiplied
+// by the invocations, kCoopMat the same blocks on the matrix units (VK_NV_cooperative_matrix;
+// DeviceInfo::coopmat, else kTiled). kDefault: the environment's UF_GPU_MATMUL (off | tiled |
+// coopmat), unset or anything else kOff, the latter with a warning: off until a GPU has measured
+// it, and because its rows are not the one-token rows' bits (a speculative verify batch of 16
+// tokens or more would no longer be bit-identical to decoding).
+enum class MatMul { kDefault, kOff, kTiled, kCoopMat };
+MatMul ResolveMatMul(MatMul m);
+const char* MatMulName(MatMul m);  // "off", "tiled", "coopmat"
 
 // The batched forward on one Vulkan device, behind the same step interface as the CPU decoder
 // (model::BatchForward), for the serving engine: a batch of tokens of several sequences (prefill
@@ -116,6 +132,7 @@ struct GpuForwardOptions {
   // Off by default until a GPU measures what the tail costs against the barrier it saves
   // (docs/gpu.md, "The norm tail"); UF_GPU_NORM_TAIL=1 or 0 overrides it.
   bool norm_tail = false;
+  MatMul matmul = MatMul::kDefault;
   // A timestamp after every dispatch, for last_step_profile() (`bench --device vulkan
   // --profile`). Timestamps wait for the work before them, so a profiled step runs slower.
   bool profile = false;

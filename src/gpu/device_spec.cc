@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "base/log.h"
 #include "gpu/backend.h"
 
 namespace uf::gpu {
@@ -37,6 +38,30 @@ bool ResolveNormTail(bool option) {
   const char* env = std::getenv("UF_GPU_NORM_TAIL");
   if (env == nullptr || *env == '\0') return option;
   return std::string(env) != "0";
+}
+
+MatMul ResolveMatMul(MatMul m) {
+  if (m != MatMul::kDefault) return m;
+  const char* env = std::getenv("UF_GPU_MATMUL");
+  if (env == nullptr || *env == '\0') return MatMul::kOff;
+  const std::string v(env);
+  if (v == "tiled") return MatMul::kTiled;
+  if (v == "coopmat") return MatMul::kCoopMat;
+  if (v != "off") {
+    UF_LOG(WARNING) << "UF_GPU_MATMUL=" << v << " is not off, tiled or coopmat: off";
+  }
+  return MatMul::kOff;
+}
+
+const char* MatMulName(MatMul m) {
+  switch (m) {
+    case MatMul::kTiled:
+      return "tiled";
+    case MatMul::kCoopMat:
+      return "coopmat";
+    default:
+      return "off";
+  }
 }
 
 }  // namespace uf::gpu

@@ -115,6 +115,32 @@ Status OpenInstance(VkFns* vk, VkInstance* instance, std::vector<VkPhysicalDevic
 }
 
 constexpr char kIntegerDotExtension[] = "VK_KHR_shader_integer_dot_product";
+constexpr char kCoopMatExtension[] = "VK_NV_cooperative_matrix";
+
+// Whether the device lists the fragment gemm_tiled_f16_coopmat multiplies: 16 x 16 x 16, f16 A
+// and B, f32 C and D, subgroup scope.
+bool HasCoopMatShape(const VkFns& vk, VkPhysicalDevice pd) {
+  if (vk.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV == nullptr) return false;
+  uint32_t n = 0;
+  if (vk.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(pd, &n, nullptr) != VK_SUCCESS) {
+    return false;
+  }
+  std::vector<VkCooperativeMatrixPropertiesNV> props(
+      n, {VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+  if (vk.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(pd, &n, props.data()) != VK_SUCCESS) {
+    return false;
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    const VkCooperativeMatrixPropertiesNV& c = props[i];
+    if (c.MSize == 16 && c.NSize == 16 && c.KSize == 16 &&
+        c.AType == VK_COMPONENT_TYPE_FLOAT16_NV && c.BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+        c.CType == VK_COMPONENT_TYPE_FLOAT32_NV && c.DType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+        c.scope == VK_SCOPE_SUBGROUP_NV) {
+      return true;
+    }
+  }
+  return false;
+}
 
 bool HasExtension(const VkFns& vk, VkPhysicalDevice pd, const char* name) {
   uint32_t n = 0;
@@ -150,11 +176,24 @@ DeviceInfo Describe(const VkFns& vk, VkPhysicalDevice pd, int index) {
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
   VkPhysicalDeviceShaderIntegerDotProductFeatures dot{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
+  VkPhysicalDeviceVulkanMemoryModelFeatures memory_model{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES};
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV coopmat{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+  const bool coopmat_ext =
+      base.apiVersion >= VK_API_VERSION_1_2 && HasExtension(vk, pd, kCoopMatExtension);
   VkPhysicalDeviceFeatures2 feats{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
-  if (base.apiVersion >= VK_API_VERSION_1_2) feats.pNext = &f16;
+  if (base.apiVersion >= VK_API_VERSION_1_2) {
+    f16.pNext = &memory_model;
+    feats.pNext = &f16;
+  }
   if (dot_ext) {
     dot.pNext = feats.pNext;
     feats.pNext = &dot;
+  }
+  if (coopmat_ext) {
+    coopmat.pNext = feats.pNext;
+    feats.pNext = &coopmat;
   }
   vk.vkGetPhysicalDeviceFeatures2(pd, &feats);
   VkPhysicalDeviceMemoryProperties mem;
@@ -182,6 +221,9 @@ DeviceInfo Describe(const VkFns& vk, VkPhysicalDevice pd, int index) {
   d.integer_dot = dot_ext && dot.shaderIntegerDotProduct != VK_FALSE;
   d.integer_dot_accelerated =
       d.integer_dot && dot_props.integerDotProduct4x8BitPackedSignedAccelerated != VK_FALSE;
+  d.coopmat = coopmat_ext && coopmat.cooperativeMatrix != VK_FALSE && d.float16 &&
+              memory_model.vulkanMemoryModel != VK_FALSE && d.subgroup_size == 32 &&
+              HasCoopMatShape(vk, pd);
   return d;
 }
 
@@ -329,16 +371,35 @@ Status Context::Init(int index) {
   VkDeviceCreateInfo dci{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
   dci.queueCreateInfoCount = 1;
   dci.pQueueCreateInfos = &qci;
-  // The packed int8 dot of the integer GEMMs' *_dot4 kernels, where the device has it.
+  // The packed int8 dot of the integer GEMMs' *_dot4 kernels, and the matrix units of the tiled
+  // GEMM's coopmat kernel with what its SPIR-V declares, where the device has them.
   VkPhysicalDeviceShaderIntegerDotProductFeatures dot{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
-  const char* extensions[] = {kIntegerDotExtension};
+  VkPhysicalDeviceCooperativeMatrixFeaturesNV coopmat{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+  VkPhysicalDeviceShaderFloat16Int8Features f16{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES};
+  VkPhysicalDeviceVulkanMemoryModelFeatures memory_model{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES};
+  std::vector<const char*> extensions;
   if (info_.integer_dot) {
     dot.shaderIntegerDotProduct = VK_TRUE;
+    dot.pNext = const_cast<void*>(dci.pNext);
     dci.pNext = &dot;
-    dci.enabledExtensionCount = 1;
-    dci.ppEnabledExtensionNames = extensions;
+    extensions.push_back(kIntegerDotExtension);
   }
+  if (info_.coopmat) {
+    coopmat.cooperativeMatrix = VK_TRUE;
+    f16.shaderFloat16 = VK_TRUE;
+    memory_model.vulkanMemoryModel = VK_TRUE;
+    coopmat.pNext = &f16;
+    f16.pNext = &memory_model;
+    memory_model.pNext = const_cast<void*>(dci.pNext);
+    dci.pNext = &coopmat;
+    extensions.push_back(kCoopMatExtension);
+  }
+  dci.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
+  dci.ppEnabledExtensionNames = extensions.data();
   UF_VK_TRY("vkCreateDevice", vk_.vkCreateDevice(physical_, &dci, nullptr, &device_));
   vk_.vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
 

@@ -74,6 +74,8 @@ class Context {
   // Marks the packed int8 dot unusable after its pipelines failed (Kernels::Create falls back),
   // so info() says what runs.
   void DisableIntegerDot() { info_.integer_dot = info_.integer_dot_accelerated = false; }
+  // After a driver refused the coopmat pipeline: the tiled GEMM takes its plain kernel.
+  void DisableCoopMat() { info_.coopmat = false; }
   const VkFns& vk() const { return vk_; }
   VkDevice device() const { return device_; }
 

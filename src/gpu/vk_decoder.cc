@@ -65,6 +65,11 @@ Status VulkanForward::Init(const DeviceSpec& device) {
     o_.fuse = false;
   }
   o_.norm_tail = ResolveNormTail(o_.norm_tail);
+  o_.matmul = ResolveMatMul(o_.matmul);
+  if (o_.matmul != MatMul::kOff) {
+    UF_RETURN_IF_ERROR(k_.AddMatMul(ctx_.get(), o_.matmul));
+    o_.matmul = k_.matmul();  // kTiled where the matrix units are missing
+  }
   const model::ModelWeights& w = model_.weights();
   for (int64_t il = 0; il < c_.n_layer; ++il) {
     const model::LayerWeights& l = w.layers[il];

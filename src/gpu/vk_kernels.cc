@@ -243,8 +243,40 @@ bool Kernels::HasStages(GgmlType type) const {
   return it != gemm_[0].end() && stages_.count(it->second) != 0;
 }
 
+Status Kernels::AddMatMul(Context* ctx, MatMul mode) {
+  UF_CHECK(mode == MatMul::kTiled || mode == MatMul::kCoopMat) << "AddMatMul: tiled or coopmat";
+  if (mode == MatMul::kCoopMat && !ctx->info().coopmat) {
+    UF_LOG(WARNING) << "vulkan: " << ctx->info().name
+                    << " lacks the matrix units the coopmat GEMM needs (VK_NV_cooperative_matrix, "
+                       "16x16x16 f16 fragments, 32-lane subgroups); the tiled GEMM takes its "
+                       "plain kernel";
+    mode = MatMul::kTiled;
+  }
+  if (mode == MatMul::kCoopMat) {
+    // As with the packed dot: a driver that refuses the kernel costs the matrix units only.
+    auto p = ctx->GetPipeline("gemm_tiled_f16_coopmat", 4);
+    if (p.ok()) {
+      matmul_pipeline_ = *p;
+      matmul_ = MatMul::kCoopMat;
+      return OkStatus();
+    }
+    UF_LOG(WARNING) << "vulkan: the coopmat GEMM failed (" << p.status().ToString()
+                    << "); the tiled GEMM takes its plain kernel";
+    ctx->DisableCoopMat();
+  }
+  UF_ASSIGN_OR_RETURN(matmul_pipeline_, ctx->GetPipeline("gemm_tiled_f16", 4));
+  matmul_ = MatMul::kTiled;
+  return OkStatus();
+}
+
+bool Kernels::UsesMatMul(const GpuMatrix& w, int64_t n) const {
+  return matmul_pipeline_ != nullptr && w.type == GgmlType::kF16 && w.n_experts == 1 &&
+         w.cols % 32 == 0 && n >= kMatMulMinTokens;
+}
+
 bool Kernels::CanRopeStore(const GpuMatrix& w, int64_t n, const AttentionShape& s,
                            bool neox) const {
+  if (UsesMatMul(w, n)) return false;
   if (n < 1 || neox || s.q8 || s.head_dim % 2 != 0 || w.n_experts != 1 || !HasStages(w.type)) {
     return false;
   }
@@ -268,6 +300,23 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
              (rope->of == RopeStoreOf::kQ || rope->cache != nullptr) &&
              CanRopeStore(w, n, *rope->shape, false))
         << "GEMM RoPE / store epilogue: " << w.rows << " rows";
+  }
+  if (norm == nullptr && rope == nullptr && UsesMatMul(w, n)) {
+    const struct {
+      uint32_t rows, cols, n, x_stride, y_off, y_stride, acc, bias;
+    } push{static_cast<uint32_t>(w.rows),
+           static_cast<uint32_t>(w.cols),
+           static_cast<uint32_t>(n),
+           static_cast<uint32_t>(w.cols / 2),
+           y_off,
+           static_cast<uint32_t>(y_stride > 0 ? y_stride : w.rows),
+           accumulate ? 1u : 0u,
+           bias != nullptr ? 1u : 0u};
+    uint32_t gx, gy;
+    Grid((w.rows + 31) / 32, &gx, &gy);  // blocks of 32 rows x 64 tokens (gemm_tiled_f16.comp)
+    r->Dispatch(*matmul_pipeline_, {w.buffer, x, y, bias != nullptr ? *bias : y}, push, gx, gy,
+                static_cast<uint32_t>((n + 63) / 64));
+    return;
   }
   const GemmShape shape = ShapeOf(w, n);
   const int64_t tile = GemmTile(n);
@@ -597,7 +646,7 @@ void Kernels::KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffe
 
 bool Kernels::QkvRopeFits(const GpuMatrix& wq, const GpuMatrix& wk, const GpuMatrix& wv, int64_t n,
                           const AttentionShape& s, const KvRope& rope) const {
-  if (n < 1) return false;
+  if (n < 1 || UsesMatMul(wq, n)) return false;
   // Gemm's kernel for these n tokens (its tile; the basic one), whose bits the fused one has.
   const int index = TileIndex(GemmTile(n));
   const auto pairs_of = [&](const GpuMatrix& w, int64_t heads) {

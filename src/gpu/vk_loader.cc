@@ -18,6 +18,9 @@ Status VkFns::LoadInstance(VkInstance instance) {
   UF_VK_INSTANCE_FUNCTIONS(UF_VK_LOAD)
   UF_VK_DEVICE_FUNCTIONS(UF_VK_LOAD)
 #undef UF_VK_LOAD
+  vkGetPhysicalDeviceCooperativeMatrixPropertiesNV =
+      reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+          vkGetInstanceProcAddr(instance, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
   return OkStatus();
 }
 

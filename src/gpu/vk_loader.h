@@ -79,6 +79,9 @@ struct VkFns {
   UF_VK_INSTANCE_FUNCTIONS(UF_VK_DECLARE)
   UF_VK_DEVICE_FUNCTIONS(UF_VK_DECLARE)
 #undef UF_VK_DECLARE
+  // Optional (null where the loader or driver lacks VK_NV_cooperative_matrix).
+  PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV
+      vkGetPhysicalDeviceCooperativeMatrixPropertiesNV = nullptr;
 
   Status LoadInstance(VkInstance instance);
 };

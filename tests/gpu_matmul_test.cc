@@ -1,0 +1,170 @@
+// The tiled GEMM of wide F16 batches (gemm_tiled_f16.comp, Kernels::AddMatMul): its products
+// against a double-precision reference of the same f16 operands, with the bias, the residual add,
+// an output offset and stride, and partial blocks of rows and tokens; where Gemm takes it and
+// where it keeps the token-tiled kernels (whose bits it then must leave alone).
+//
+// Lavapipe has no matrix units, so CI runs the plain kernel (kTiled): the shared-memory blocks,
+// the copies, the edges and the stores, everything but the fragment calls of the coopmat kernel.
+// The coopmat cases run where the device lists DeviceInfo::coopmat (a GPU session's
+// tools/gpu_check.sh carries this test) and skip, saying so, elsewhere.
+#include "gpu_kernels_fixture.h"
+
+namespace uf::gpu {
+namespace {
+
+// f16-rounded copies of v (the operands the GEMM multiplies: weights stored F16, activations
+// rounded by quantize_pairs.comp exactly as QuantizeRow(kF16) rounds them).
+std::vector<float> RoundedF16(const std::vector<float>& v) {
+  std::vector<uint16_t> h(v.size());
+  kernels::QuantizeRow(GgmlType::kF16, v.data(), h.data(), static_cast<int64_t>(v.size()));
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = kernels::Fp16ToFp32(h[i]);
+  return out;
+}
+
+class GpuMatMulTest : public GpuKernelsTest {
+ protected:
+  // Kernels with the tiled GEMM of `mode`, or null (and a reason) where the device cannot run it.
+  std::unique_ptr<Kernels> WithMatMul(MatMul mode, std::string* skip) {
+    if (mode == MatMul::kCoopMat && !ctx_->info().coopmat) {
+      *skip = ctx_->info().name + " has no matrix units the coopmat GEMM can use "
+              "(DeviceInfo::coopmat); its plain twin ran";
+      return nullptr;
+    }
+    auto k = Kernels::Create(ctx_, GemvVariant::kBasic, 32);
+    EXPECT_TRUE(k.ok()) << k.status().ToString();
+    auto out = std::make_unique<Kernels>(*k);
+    EXPECT_TRUE(out->AddMatMul(ctx_, mode).ok());
+    EXPECT_EQ(out->matmul(), mode);
+    return out;
+  }
+
+  // y = W x over n tokens by the tiled GEMM (a y_stride past the rows and a y_off, the rows
+  // between left as they were), plain, with a bias or added to y, against the reference. The
+  // bound is that of any order of f32 additions: 2 (cols + 1) 2^-24 sum |w x| (+ |y| or |b|).
+  void CheckProducts(MatMul mode) {
+    std::string skip;
+    std::unique_ptr<Kernels> k = WithMatMul(mode, &skip);
+    if (k == nullptr) GTEST_SKIP() << skip;
+    struct Shape {
+      int64_t rows, cols, n;
+    };
+    // Partial blocks of rows (37, 70, 100) and of tokens (17, 65, 100: 64-token blocks), one
+    // whole block, a single 32-column step and 16 of them.
+    for (const Shape& s : {Shape{37, 64, 16}, Shape{32, 32, 64}, Shape{100, 256, 17},
+                           Shape{70, 128, 65}, Shape{16, 512, 100}}) {
+      SCOPED_TRACE(std::to_string(s.rows) + " x " + std::to_string(s.cols) + ", " +
+                   std::to_string(s.n) + " tokens");
+      const std::vector<float> wf = Random(s.rows * s.cols, 31, 0.5f);
+      const std::vector<float> x = Random(s.n * s.cols, 32);
+      const std::vector<float> bias = Random(s.rows, 33), y0 = Random(s.n * (s.rows + 3) + 5, 34);
+      std::vector<uint8_t> data;
+      auto gm = UploadMatrix(ctx_, Quantized(GgmlType::kF16, wf, s.rows, s.cols, &data));
+      ASSERT_TRUE(gm.ok());
+      ASSERT_TRUE(k->UsesMatMul(*gm, s.n));
+      const std::vector<float> wr = RoundedF16(wf), xr = RoundedF16(x);
+      Buffer xb = Floats(x), xq = Empty(PairActivationBytes(s.n * s.cols)), bb = Floats(bias);
+      for (int variant = 0; variant < 3; ++variant) {  // plain, bias, accumulate
+        SCOPED_TRACE(variant == 0 ? "plain" : variant == 1 ? "bias" : "accumulate");
+        const uint32_t y_off = 5;
+        const int64_t y_stride = s.rows + 3;
+        Buffer y = Floats(y0);
+        Recorder rec(ctx_);
+        k->QuantizePairs(&rec, xb, 0, s.n * s.cols, false, xq);
+        k->Gemm(&rec, *gm, xq, s.n, y, y_off, y_stride, variant == 2,
+                variant == 1 ? &bb : nullptr);
+        ASSERT_TRUE(rec.Finish().ok());
+        ASSERT_TRUE(rec.Run().ok());
+        const std::vector<float> got = Read(y, y0.size());
+        std::vector<bool> written(y0.size(), false);
+        int64_t over = 0;
+        double worst = 0.0;
+        for (int64_t t = 0; t < s.n; ++t) {
+          for (int64_t r = 0; r < s.rows; ++r) {
+            double sum = 0.0, mag = 0.0;
+            for (int64_t c = 0; c < s.cols; ++c) {
+              const double p = static_cast<double>(wr[r * s.cols + c]) * xr[t * s.cols + c];
+              sum += p;
+              mag += std::fabs(p);
+            }
+            const size_t i = y_off + t * y_stride + r;
+            written[i] = true;
+            const double extra = variant == 1 ? bias[r] : variant == 2 ? y0[i] : 0.0;
+            const double want = sum + extra;
+            const double bound = 2.0 * (s.cols + 1) * std::ldexp(1.0, -24) *
+                                 (mag + std::fabs(extra)) + 1e-30;
+            const double err = std::fabs(got[i] - want);
+            worst = std::max(worst, err / bound);
+            over += err > bound;
+          }
+        }
+        EXPECT_EQ(over, 0) << "products past the rounding bound; worst " << worst << " x bound";
+        std::printf("[%s gemm] %s: worst error %.3f of the bound\n", MatMulName(mode),
+                    variant == 0 ? "plain" : variant == 1 ? "bias" : "accumulate", worst);
+        // Nothing outside the n x rows outputs changes (the rows of a stride, the y_off before).
+        for (size_t i = 0; i < y0.size(); ++i) {
+          if (!written[i]) {
+            ASSERT_EQ(got[i], y0[i]) << "word " << i << " not an output";
+          }
+        }
+      }
+    }
+  }
+};
+
+TEST_F(GpuMatMulTest, TiledProductsWithinRounding) { CheckProducts(MatMul::kTiled); }
+
+TEST_F(GpuMatMulTest, CoopMatProductsWithinRounding) { CheckProducts(MatMul::kCoopMat); }
+
+// The tiled GEMM takes F16 matrices (one, columns a multiple of 32) for batches of at least
+// kMatMulMinTokens; everything else keeps the token-tiled kernels, bit for bit: a 15-token batch
+// with the tiled GEMM made gives exactly the rows it gives without, and 16 tokens do not (the
+// sums' order changed), which shows the dispatch, not a silent fallback, is what the products test
+// above measured.
+TEST_F(GpuMatMulTest, TakesWideF16BatchesOnly) {
+  std::string skip;
+  std::unique_ptr<Kernels> k = WithMatMul(MatMul::kTiled, &skip);
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(kernels_->matmul(), MatMul::kOff);
+  const int64_t rows = 64, cols = 256, n = Kernels::kMatMulMinTokens;
+  const std::vector<float> wf = Random(rows * cols, 41, 0.5f), x = Random(n * cols, 42);
+  std::vector<uint8_t> data, data_q8;
+  auto f16 = UploadMatrix(ctx_, Quantized(GgmlType::kF16, wf, rows, cols, &data));
+  auto q8 = UploadMatrix(ctx_, Quantized(GgmlType::kQ8_0, wf, rows, cols, &data_q8));
+  ASSERT_TRUE(f16.ok() && q8.ok());
+  EXPECT_FALSE(kernels_->UsesMatMul(*f16, n));  // not made
+  EXPECT_FALSE(k->UsesMatMul(*f16, n - 1));
+  EXPECT_TRUE(k->UsesMatMul(*f16, n));
+  EXPECT_TRUE(k->UsesMatMul(*f16, 4096));
+  EXPECT_FALSE(k->UsesMatMul(*q8, n));
+  std::vector<uint8_t> data_odd;
+  auto odd = UploadMatrix(ctx_, Quantized(GgmlType::kF16, Random(rows * 48, 43), rows, 48,
+                                          &data_odd));
+  ASSERT_TRUE(odd.ok());
+  EXPECT_FALSE(k->UsesMatMul(*odd, n));  // 48 columns: not whole 32-column steps
+
+  Buffer xb = Floats(x), xq = Empty(PairActivationBytes(n * cols));
+  const auto run = [&](const Kernels& kern, int64_t tokens) {
+    Buffer y = Empty(tokens * rows * 4);
+    Recorder rec(ctx_);
+    kern.QuantizePairs(&rec, xb, 0, tokens * cols, false, xq);
+    kern.Gemm(&rec, *f16, xq, tokens, y);
+    EXPECT_TRUE(rec.Finish().ok());
+    EXPECT_TRUE(rec.Run().ok());
+    return Words(ctx_, y, tokens * rows * 4);
+  };
+  EXPECT_EQ(run(*k, n - 1), run(*kernels_, n - 1));
+  EXPECT_NE(run(*k, n), run(*kernels_, n));
+  // The stages a batch of the tiled GEMM cannot take inside it (they need the token-tiled
+  // kernels' workgroups): the RoPE / store epilogue and the one-dispatch Q/K/V.
+  ASSERT_TRUE(k->AddStages(ctx_, GgmlType::kF16).ok());
+  AttentionShape shape;
+  shape.n_head = shape.n_head_kv = 1;
+  shape.head_dim = rows;
+  shape.n_rows = 64;
+  EXPECT_TRUE(k->CanRopeStore(*f16, n - 1, shape, false));
+  EXPECT_FALSE(k->CanRopeStore(*f16, n, shape, false));
+}
+
+}  // namespace
+}  // namespace uf::gpu
