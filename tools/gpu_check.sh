@@ -24,7 +24,10 @@
 #                                    of a 1B F16, Q4_0 and Q4_K_M decode step (bench --profile;
 #                                    Q4_K_M also runs with and without the packed dot). The batched run repeats at
 #                                    16 and 64 streams with token tiles of 8 (UF_GPU_TILE=8,
-#                                    gemv `tile8`): what the wider GEMM tiles save. Default: the 1B shapes (a few minutes);
+#                                    gemv `tile8`): what the wider GEMM tiles save, and with the
+#                                    tiled GEMM (UF_GPU_MATMUL=tiled / coopmat, gemv `tiled` /
+#                                    `coopmat`; off by default until this run measures it, its
+#                                    kernel test gpu_matmul_test first). Default: the 1B shapes (a few minutes);
 #                                    `all` adds 8B F16 and Q4_0 (16 + 4.5 GB to write); `moe`
 #                                    (or `all`) adds cut-down mixtures of experts: Qwen3-30B-A3B
 #                                    Q4_K_M at 12 of its 48 layers and gpt-oss-20b MXFP4 at 8 of
@@ -45,7 +48,7 @@ case "${1:-}" in
     cmake --build build --target ultrafast
     # The GEMV kernel tests travel too (1.5 MB, the same libraries as ultrafast): run first on
     # the GPU, they check the GEMMs' bit-identity under the driver's own compiler.
-    tests="gpu_kernels_test gpu_integer_gemm_test gpu_fused_test gpu_stage_test gpu_topk_test gpu_moe_kernels_test"
+    tests="gpu_kernels_test gpu_integer_gemm_test gpu_fused_test gpu_stage_test gpu_topk_test gpu_moe_kernels_test gpu_matmul_test"
     # shellcheck disable=SC2086
     cmake --build build --target $tests || echo "no GPU kernel tests ($tests; UF_BUILD_TESTS?)"
     mkdir -p .gpu
@@ -92,6 +95,12 @@ case "${1:-}" in
           grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure' || true
       fi
     done
+    # The tiled GEMM's products against a double-precision reference: its plain kernel and, where
+    # `devices` says coopmat yes, the matrix units' (the worst error as a fraction of the bound).
+    if [ "$1" = run ] && [ -x .gpu/gpu_matmul_test ]; then
+      bash .gpu/on-device.sh .gpu/gpu_matmul_test 2>&1 |
+        grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure|gemm\]|matrix units' || true
+    fi
     # Fields: preset, weight type, depth, GEMV variant (UF_GPU_GEMV; `unfused`: basic with
     # UF_GPU_FUSE=0; `nodot4`: basic with UF_GPU_DOT4=0, the integer GEMMs by byte extracts
     # instead of the packed int8 dot; `nospin`: basic with UF_GPU_SPIN_US=0, a blocking fence
@@ -140,6 +149,15 @@ case "${1:-}" in
              --batch "$streams8" --json | tail -n 1)
     echo "$line"
     results+=("llama-3.2-1b f16 0 tile8 $line")
+    # With the tiled GEMM (gemm_tiled_f16: 32 x 64 blocks through shared memory) for batches of
+    # 16 tokens or more: its plain kernel, and the matrix units (coopmat; where the device lacks
+    # them bench says `tiled GEMM tiled` and the row repeats the plain one).
+    for mm in tiled coopmat; do
+      line=$(UF_GPU_MATMUL=$mm uf bench --device vulkan -m "$model" -p "$n_prompt" -n 32 --reps 1 \
+               --batch "$streams8" --json | tail -n 1)
+      echo "$line"
+      results+=("llama-3.2-1b f16 0 $mm $line")
+    done
     echo
     # One table: decode per model (streams 1), then the batched runs (aggregate over streams).
     python3 - "${results[@]}" <<'PY'

@@ -400,7 +400,20 @@ Status Context::Init(int index) {
   }
   dci.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
   dci.ppEnabledExtensionNames = extensions.data();
-  UF_VK_TRY("vkCreateDevice", vk_.vkCreateDevice(physical_, &dci, nullptr, &device_));
+  VkResult created = vk_.vkCreateDevice(physical_, &dci, nullptr, &device_);
+  if (created != VK_SUCCESS && info_.coopmat) {
+    // No GPU has yet created a device with these features here: a driver that refuses them
+    // costs the matrix units, not the backend.
+    UF_LOG(WARNING) << "vulkan: vkCreateDevice with the cooperative-matrix features failed ("
+                    << created << "); retrying without them";
+    info_.coopmat = false;
+    extensions.pop_back();
+    dci.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
+    dci.ppEnabledExtensionNames = extensions.data();
+    dci.pNext = memory_model.pNext;  // the chain below the coopmat structs (the dot's, or none)
+    created = vk_.vkCreateDevice(physical_, &dci, nullptr, &device_);
+  }
+  UF_VK_TRY("vkCreateDevice", created);
   vk_.vkGetDeviceQueue(device_, queue_family_, 0, &queue_);
 
   VkCommandPoolCreateInfo pci{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
