@@ -1,4 +1,4 @@
-// The device's sampling reductions (argmax.comp, topk.comp, mask_rows.comp) against the host
+// The device's sampling reductions (argmax.comp, topk.comp, mask_rows.comp, allow_rows.comp) against the host
 // sampler, on whatever Vulkan device the loader finds first (lavapipe in CI); the fixture is
 // gpu_kernels_fixture.h. Tolerances are stated in each test.
 #include <gtest/gtest.h>
@@ -12,6 +12,7 @@
 
 #if UF_HAVE_VULKAN
 #include "gpu_kernels_fixture.h"
+#include "grammar/token_mask.h"
 #endif
 
 namespace uf::gpu {
@@ -270,6 +271,93 @@ TEST_F(GpuKernelsTest, MaskedTopKSamplesWithEditsAsTheWholeRow) {
       "[gpu kernels] %d draws with edits (%d of an edited token): all equal to the "
       "whole row's; logprob error <= %.2g\n",
       draws, edited_draws, max_err);
+}
+
+// A row whose request follows a grammar: allow_rows.comp sets the tokens its mask forbids to -inf
+// and topk.comp reduces what is left, so the row is grammar::TokenConstraint::Apply's masked row
+// bit for bit, its best tokens, max and log-sum-exp are the masked row's, and a sampler given
+// only them draws, seed for seed, the token it draws from the masked row (greedy, top-k with
+// top-p, and without top-k through SampleReduced where that decides). Masks: about half the
+// tokens, all but five, three tokens (fewer than k), and a row without one (left alone), over a
+// vocabulary whose last 64-bit mask word is partial (3001 = 46 x 64 + 57).
+TEST_F(GpuKernelsTest, GrammarMaskedTopKSamplesAsTheMaskedRow) {
+  const int64_t n_vocab = 3001, rows = 4, k = Kernels::kMaxTopK;
+  const int64_t words64 = (n_vocab + 63) / 64, aw = Kernels::AllowWords(n_vocab);
+  ASSERT_EQ(aw, 2 * words64 + 1);
+  const std::vector<float> l = Random(rows * n_vocab, 91, 2.0f);
+  std::vector<std::vector<uint64_t> > masks(rows, std::vector<uint64_t>(words64, 0));
+  std::mt19937_64 rng(5);
+  for (uint64_t& w : masks[0]) w = rng();
+  for (int64_t i = 0; i < n_vocab; ++i) masks[1][i / 64] |= uint64_t{1} << (i % 64);
+  for (int64_t i : {3, 700, 1500, 2222, 3000}) masks[1][i / 64] &= ~(uint64_t{1} << (i % 64));
+  for (int64_t i : {17, 1024, 2999}) masks[2][i / 64] |= uint64_t{1} << (i % 64);
+  Buffer lb = Floats(l);
+  Buffer allow = std::move(*ctx_->CreateBuffer(rows * aw * 4, Memory::kHost));
+  auto* aw_words = static_cast<uint32_t*>(allow.mapped());
+  for (int64_t r = 0; r < rows; ++r) {
+    aw_words[r * aw] = r == 3 ? 0u : 1u;
+    std::memcpy(aw_words + r * aw + 1, masks[r].data(), words64 * 8);
+  }
+  Buffer out = std::move(*ctx_->CreateBuffer(rows * (2 * k + 2) * 4, Memory::kHost));
+  Buffer part = Empty(Kernels::TopKPartWords(n_vocab, rows, k) * 4);
+  Recorder rec(ctx_);
+  kernels_->AllowRows(&rec, lb, allow, n_vocab, rows);
+  kernels_->TopK(&rec, lb, out, part, n_vocab, rows, k);
+  ASSERT_TRUE(rec.Finish().ok());
+  ASSERT_TRUE(rec.Run().ok());
+  const std::vector<float> masked_dev = Read(lb, rows * n_vocab);
+  const auto* w = static_cast<const uint32_t*>(out.mapped());
+  int draws = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    SCOPED_TRACE("row " + std::to_string(r));
+    std::vector<float> masked(l.begin() + r * n_vocab, l.begin() + (r + 1) * n_vocab);
+    if (r != 3) {
+      grammar::TokenConstraint::Apply(masks[r].data(), l.data() + r * n_vocab,
+                                      static_cast<int32_t>(n_vocab), masked.data());
+    }
+    ASSERT_EQ(std::memcmp(masked_dev.data() + r * n_vocab, masked.data(), n_vocab * 4), 0);
+    const uint32_t* o = w + r * (2 * k + 2);
+    model::TopRow t;
+    t.n = static_cast<int32_t>(k);
+    t.ids = reinterpret_cast<const int32_t*>(o);
+    t.logits = reinterpret_cast<const float*>(o + k);
+    std::memcpy(&t.max, o + 2 * k, 4);
+    std::memcpy(&t.log_sum_exp, o + 2 * k + 1, 4);
+    const std::vector<int32_t> want = BestFirst(masked.data(), n_vocab);
+    for (int64_t i = 0; i < k; ++i) ASSERT_EQ(t.ids[i], want[i]) << "rank " << i;
+    EXPECT_EQ(t.max, masked[want[0]]);
+    double z = 0.0;
+    for (float v : masked) {
+      if (v > -INFINITY) z += std::exp(static_cast<double>(v) - t.max);
+    }
+    EXPECT_NEAR(t.log_sum_exp, t.max + std::log(z), 1e-4);
+    for (int setting = 0; setting < 4; ++setting) {
+      sampling::SamplingParams p;
+      p.temperature = setting == 0 ? 0.0f : 0.8f + 0.3f * setting;
+      p.top_k = std::array<int32_t, 4>{0, 40, 64, 0}[setting];
+      p.top_p = setting == 3 ? 1.0f : 0.9f;
+      p.min_p = 0.0f;
+      p.seed = 7 * setting + r;
+      sampling::Sampler full(p, static_cast<int32_t>(n_vocab)), top(p, static_cast<int32_t>(n_vocab));
+      for (int draw = 0; draw < 32; ++draw) {
+        const int32_t want_token = full.Sample(masked.data());
+        int32_t got = -1;
+        if (top.CanSampleTop(static_cast<int32_t>(k))) {
+          got = top.SampleTop(t.ids, t.logits, t.n);
+        } else {
+          ASSERT_TRUE(top.CanSampleReduced());
+          got = top.SampleReduced(t.ids, t.logits, t.n, t.max, t.log_sum_exp);
+          if (got < 0) got = top.Sample(masked.data());  // the row fetched whole, as the engine does
+        }
+        ASSERT_EQ(got, want_token) << "setting " << setting << " draw " << draw;
+        ++draws;
+        full.Accept(want_token);
+        top.Accept(got);
+      }
+    }
+  }
+  std::printf("[gpu kernels] %d draws from grammar-masked rows: all equal to the masked row's\n",
+              draws);
 }
 
 #endif  // UF_HAVE_VULKAN

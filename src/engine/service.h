@@ -158,6 +158,8 @@ class Service {
   // Marks the batch's rows whose sequence samples from the row's best tokens alone
   // (Batch::top_only), when the forward reduces rows on its device.
   void MarkTopOnly();
+  // seq.mask for the step: what its grammar allows next, within the tokens it has left.
+  void FindMask(Sequence& seq);
   // Appends the token to the sequence and sends its text (or the final event) to the client.
   void Emit(Sequence& seq, int32_t token, TokenLogprob* logprob);
   void Finish(Sequence& seq, FinishReason reason, Status error = OkStatus());

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "base/check.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "engine/service_sequence.h"
@@ -14,41 +15,59 @@ void Service::MarkTopOnly() {
   const int32_t k = decoder_->top_capacity();
   if (k == 0) return;
   const int32_t known_cap = decoder_->top_known_capacity();
-  // A grammar mask, or a sampler that draws beyond the best k (no top-k, or top-k > k), needs
-  // the whole row. Bias, bans and penalties are applied to the best tokens and the raw logits of
-  // the tokens they edit (Batch::known_ids); logprobs (top_logprobs <= k) come from those too.
+  // A sampler that draws beyond the best k (no top-k, or top-k > k) needs the whole row. Bias,
+  // bans and penalties are applied to the best tokens and the raw logits of the tokens they edit
+  // (Batch::known_ids); logprobs (top_logprobs <= k) come from those too. A grammar's mask goes
+  // to the device (Batch::allowed), which reduces the masked row; not with logprobs (they are
+  // the unmasked row's) nor with edited tokens (the host would merge back an edited token the
+  // grammar forbids): those rows come back whole.
   std::vector<int32_t> row_known;
+  bool any_allowed = false;
   for (Sequence* seq : batch_outputs_) {
     // A sampler without top-k (no bias, bans or penalties, no logprobs) draws from the best k
     // when that provably gives the whole row's token, else the row is fetched after the step.
     const bool top = seq->sampler && seq->sampler->CanSampleTop(k);
     seq->reduced =
         !top && seq->sampler && seq->sampler->CanSampleReduced() && seq->request.top_logprobs < 0;
-    seq->top_only = !seq->constraint && seq->request.top_logprobs <= k && (top || seq->reduced);
+    seq->top_only = (!seq->constraint || seq->request.top_logprobs < 0) &&
+                    seq->request.top_logprobs <= k && (top || seq->reduced);
     seq->reduced = seq->reduced && seq->top_only;
     seq->known.clear();
     seq->known_begin.clear();
     for (int64_t j = 0; seq->top_only && j <= seq->drafts; ++j) {
       // Row j is sampled after the drafts before it were accepted into the penalty window.
       seq->sampler->EditedTokens(std::span<const int32_t>(seq->proposal.data(), j), &row_known);
-      if (static_cast<int64_t>(row_known.size()) > known_cap) {
-        seq->top_only = false;
+      if (static_cast<int64_t>(row_known.size()) > known_cap ||
+          (seq->constraint && !row_known.empty())) {
+        seq->top_only = seq->reduced = false;
         break;
       }
       seq->known_begin.push_back(static_cast<int32_t>(seq->known.size()));
       seq->known.insert(seq->known.end(), row_known.begin(), row_known.end());
     }
     seq->known_begin.push_back(static_cast<int32_t>(seq->known.size()));
+    if (seq->top_only && seq->constraint) {
+      // Constrained requests decode plainly (Submit): one row, the mask of its state now.
+      UF_CHECK(seq->drafts == 0) << "a constrained sequence with drafts";
+      FindMask(*seq);
+      UF_CHECK(static_cast<int64_t>(seq->mask.size()) == (model_.config().n_vocab + 63) / 64)
+          << "a grammar mask of " << seq->mask.size() << " words";
+      seq->mask_fresh = true;
+      any_allowed = true;
+    }
   }
   batch_.top_only.assign(batch_.size(), 0);
   batch_.known_begin.assign(1, 0);
   batch_.known_ids.clear();
+  batch_.allowed.clear();
+  if (any_allowed) batch_.allowed.assign(batch_.size(), nullptr);
   size_t i = 0;  // the output sequence of each row: rows batch_first_row_[i] + 0..drafts
   for (int64_t t = 0, row = 0; t < batch_.size(); ++t) {
     if (batch_.want_logits[t] != 0) {
       while (i + 1 < batch_outputs_.size() && batch_first_row_[i + 1] <= row) ++i;
       const Sequence& seq = *batch_outputs_[i];
       batch_.top_only[t] = seq.top_only ? 1 : 0;
+      if (seq.top_only && seq.constraint) batch_.allowed[t] = seq.mask.data();
       const int64_t j = row - batch_first_row_[i];
       if (seq.top_only && j + 1 < static_cast<int64_t>(seq.known_begin.size())) {
         batch_.known_ids.insert(batch_.known_ids.end(), seq.known.begin() + seq.known_begin[j],
@@ -60,6 +79,13 @@ void Service::MarkTopOnly() {
   }
 }
 
+void Service::FindMask(Sequence& seq) {
+  // The budget is what ends generation first: max_tokens or the context.
+  const int64_t remaining = std::min(seq.request.max_tokens - seq.n_generated,
+                                     options_.ctx - static_cast<int64_t>(seq.tokens.size()));
+  seq.constraint->Mask(seq.grammar_state, remaining, &seq.mask);
+}
+
 void Service::SampleOutputs(double step_seconds) {
   const size_t n = batch_outputs_.size();
   const int32_t n_vocab = static_cast<int32_t>(model_.config().n_vocab);
@@ -67,14 +93,12 @@ void Service::SampleOutputs(double step_seconds) {
   // One row: its exp-sum is split over the pool (idle between forwards). Several: rows go to
   // different threads instead (the pool is not reentrant).
   ThreadPool* row_pool = n == 1 ? pool_.get() : nullptr;
-  // Masks are found here, on this thread: the constraints' caches are not thread-safe.
+  // Masks are found here (or before the step, MarkTopOnly), on this thread: the constraints'
+  // caches are not thread-safe.
   for (size_t i = 0; i < n; ++i) {
     Sequence& seq = *batch_outputs_[i];
-    if (!seq.constraint) continue;
-    // The budget is what ends generation first: max_tokens or the context.
-    const int64_t remaining = std::min(seq.request.max_tokens - seq.n_generated,
-                                       options_.ctx - static_cast<int64_t>(seq.tokens.size()));
-    seq.constraint->Mask(seq.grammar_state, remaining, &seq.mask);
+    if (seq.constraint && !seq.mask_fresh) FindMask(seq);
+    seq.mask_fresh = false;
   }
   // Samples sequence i's rows from out.tokens.size() on: from the first, or from the row a
   // reduced draw stopped at (out.fetch) once that row was fetched whole.
@@ -105,7 +129,7 @@ void Service::SampleOutputs(double step_seconds) {
       const bool whole = !seq.top_only || fetched;
       const float* logits = whole ? decoder_->logits(r) : nullptr;
       const float* row = logits;
-      if (seq.constraint) {
+      if (seq.constraint && whole) {  // a reduced row was masked on the device
         seq.masked_logits.resize(n_vocab);
         grammar::TokenConstraint::Apply(seq.mask.data(), logits, n_vocab, seq.masked_logits.data());
         row = seq.masked_logits.data();

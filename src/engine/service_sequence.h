@@ -61,10 +61,12 @@ struct Service::Sequence {
   SpecStats spec_stats;
 
   // Constrained decoding (request.grammar): the automaton state after the generated tokens,
-  // this step's mask and the masked logits row it samples from.
+  // this step's mask and the masked logits row it samples from. mask_fresh: the mask was found
+  // before the step (MarkTopOnly, for the device's reduction) and is still this step's.
   std::shared_ptr<grammar::TokenConstraint> constraint;
   grammar::StateId grammar_state = grammar::kDead;
   std::vector<uint64_t> mask;
+  bool mask_fresh = false;
   std::vector<float> masked_logits;
 
   int64_t to_feed() const { return static_cast<int64_t>(tokens.size()) - n_computed; }

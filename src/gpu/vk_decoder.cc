@@ -246,6 +246,8 @@ Status VulkanForward::Init(const DeviceSpec& device) {
       known_ids_host_.resize(mo * o_.max_known);
       known_raw_host_.resize(mo * o_.max_known);
     }
+    UF_ASSIGN_OR_RETURN(allow_,
+                        ctx_->CreateBuffer(mo * Kernels::AllowWords(c_.n_vocab) * 4, Memory::kHost));
   }
   logits_.resize(mo * c_.n_vocab);
   seq_next_.assign(co.max_seqs, -1);
@@ -341,6 +343,18 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
       }
     }
   }
+  if (!batch.allowed.empty()) {
+    if (batch.allowed.size() != batch.tokens.size()) {
+      return InvalidArgumentError("gpu forward: allowed does not match the batch");
+    }
+    for (int64_t t = 0; t < batch.size(); ++t) {
+      const bool known = !batch.known_begin.empty() &&
+                         batch.known_begin[t + 1] > batch.known_begin[t];
+      if (batch.allowed[t] != nullptr && known) {
+        return InvalidArgumentError("gpu forward: a row has a grammar mask and known tokens");
+      }
+    }
+  }
   UF_RETURN_IF_ERROR(Prepare(batch));
   const int64_t n = batch.size(), bs = cache_->block_size();
   auto* tok = static_cast<uint32_t*>(tok_.mapped());
@@ -352,8 +366,11 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
   const bool with_known =
       reduce && o_.max_known > 0 && static_cast<int64_t>(batch.known_begin.size()) == n + 1;
   auto* known = with_known ? static_cast<uint32_t*>(known_.mapped()) : nullptr;
+  const bool with_allowed = reduce && batch.allowed.size() == batch.tokens.size();
+  auto* allow = with_allowed ? static_cast<uint32_t*>(allow_.mapped()) : nullptr;
+  const int64_t allow_words = Kernels::AllowWords(c_.n_vocab);
   known_n_.clear();
-  int64_t j = 0, n_top = 0, n_known = 0;
+  int64_t j = 0, n_top = 0, n_known = 0, n_allowed = 0;
   for (int64_t t = 0; t < n; ++t) {
     const int32_t seq = batch.seq_ids[t], pos = batch.positions[t];
     const int32_t block = cache_->BlockTable(seq)[pos / bs];
@@ -380,6 +397,14 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
       known_n_.push_back(c);
       n_known += c;
     }
+    if (allow != nullptr) {
+      // Only a reduced row's: a row that comes back whole is masked by the host.
+      uint32_t* dst = allow + j * allow_words;
+      const bool masked = batch.top_only[t] != 0 && batch.allowed[t] != nullptr;
+      dst[0] = masked ? 1u : 0u;
+      if (masked) std::memcpy(dst + 1, batch.allowed[t], (allow_words - 1) * 4);
+      n_allowed += masked;
+    }
     outs[j++] = static_cast<uint32_t>(t);
   }
   const Out mode = greedy != nullptr ? Out::kGreedy
@@ -390,7 +415,7 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
     const int64_t blocks = (seq_next_[s] + bs - 1) / bs;
     std::memcpy(bt + s * max_blocks_, cache_->BlockTable(s), blocks * 4);
   }
-  auto rec = RecordingFor(n, n_outputs_, mode);
+  auto rec = RecordingFor(n, n_outputs_, mode, n_allowed > 0 && n_top > 0);
   Status status = rec.ok() ? (*rec)->Run() : rec.status();
   last_mode_ = status.ok() ? mode : Out::kLogits;
   if (status.ok()) {

@@ -32,7 +32,8 @@ struct LayerBuffers {
 
 // What a recording leaves behind: every row in host-visible memory, each row's arg-max, or each
 // row's best tokens (topk.comp) and the rows flagged in full_ (copy_rows.comp); kTopMasked: the
-// same after the rows' known tokens were read out and masked (mask_rows.comp).
+// same after the rows' known tokens were read out and masked (mask_rows.comp). A top recording
+// made `allowed` first masks the rows flagged in allow_ by their grammars (allow_rows.comp).
 enum class Out { kLogits, kGreedy, kTop, kTopMasked };
 
 class VulkanForward final : public GpuForward {
@@ -89,8 +90,8 @@ class VulkanForward final : public GpuForward {
   Status Prepare(const model::Batch& batch);
   // The forward; with greedy set, the rows' arg-max into greedy[] instead of logits_.
   Status Run(const model::Batch& batch, int32_t* greedy);
-  StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out);
-  Status Record(Recorder* r, int64_t n, int64_t n_out, Out out);
+  StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out, bool allowed);
+  Status Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed);
   // y = W x for n tokens, quantizing x into xq_ first when W takes a quantized activation (Q8_0,
   // Q8_K, f16 or bf16 pairs: ActivationFor) and xq_ does not hold x in that format yet.
   // accumulate: y += W x (the residual add folded into the GEMM); bias: y = W x + bias.
@@ -173,12 +174,14 @@ class VulkanForward final : public GpuForward {
   std::vector<int32_t> known_n_;  // of the last Forward's rows
   std::vector<int32_t> known_ids_host_;
   std::vector<float> known_raw_host_;
+  // host-visible: per output row [flag][grammar mask] (Kernels::AllowWords words; Batch::allowed)
+  Buffer allow_;
   int64_t rows_reduced_ = 0, rows_fetched_ = 0;
   Out last_mode_ = Out::kLogits;
   // FetchLogits: copy_rows over the last Forward's n_outputs_ rows (re-recorded when it changes).
   std::unique_ptr<Recorder> fetch_;
   int64_t fetch_rows_ = -1;
-  std::map<std::tuple<int64_t, int64_t, Out>, std::unique_ptr<Recorder>> recordings_;
+  std::map<std::tuple<int64_t, int64_t, Out, bool>, std::unique_ptr<Recorder>> recordings_;
   Recorder* last_ = nullptr;
   const Buffer* xq_holds_ = nullptr;      // while recording: the buffer xq_ is the quantization of
   Activation xq_act_ = Activation::kF32;  // ... in this format

@@ -151,6 +151,7 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
   UF_ASSIGN_OR_RETURN(k.topk_, ctx->GetPipeline("topk", 3));
   UF_ASSIGN_OR_RETURN(k.copy_rows_, ctx->GetPipeline("copy_rows", 3));
   UF_ASSIGN_OR_RETURN(k.mask_rows_, ctx->GetPipeline("mask_rows", 3));
+  UF_ASSIGN_OR_RETURN(k.allow_rows_, ctx->GetPipeline("allow_rows", 2));
   UF_ASSIGN_OR_RETURN(k.route_, ctx->GetPipeline("route", 4));
   UF_ASSIGN_OR_RETURN(k.moe_group_, ctx->GetPipeline("moe_group", 3));
   UF_ASSIGN_OR_RETURN(k.moe_sum_, ctx->GetPipeline("moe_sum", 5));

@@ -366,6 +366,13 @@ class Kernels {
   // host to the raw values, so that TopK then reduces the tokens it leaves alone).
   void MaskRows(Recorder* r, const Buffer& logits, const Buffer& known, const Buffer& raw,
                 int64_t n_vocab, int64_t rows, int64_t cap) const;
+  // Words of a row of AllowRows' allow buffer: its flag, then its mask as 32-bit words.
+  static int64_t AllowWords(int64_t n_vocab) { return (n_vocab + 63) / 64 * 2 + 1; }
+  // Row j of rows rows of n_vocab logits, where allow[j * AllowWords] (its flag) is not 0: the
+  // tokens whose bit in the mask after it is clear set to -inf (allow_rows.comp: a grammar's
+  // mask, grammar::TokenConstraint::Apply's row, so that TopK reduces the masked row).
+  void AllowRows(Recorder* r, const Buffer& logits, const Buffer& allow, int64_t n_vocab,
+                 int64_t rows) const;
   // y[j] = x[j] for the rows j < n_rows (of cols floats) with flags[j] != 0.
   void CopyRows(Recorder* r, const Buffer& x, const Buffer& y, const Buffer& flags, int64_t cols,
                 int64_t n_rows) const;
@@ -437,6 +444,7 @@ class Kernels {
   const Pipeline* topk_ = nullptr;
   const Pipeline* copy_rows_ = nullptr;
   const Pipeline* mask_rows_ = nullptr;
+  const Pipeline* allow_rows_ = nullptr;
 };
 
 }  // namespace uf::gpu

@@ -130,6 +130,14 @@ void Kernels::MaskRows(Recorder* r, const Buffer& logits, const Buffer& known, c
   r->Dispatch(*mask_rows_, {logits, known, raw}, push, Groups64(cap), static_cast<uint32_t>(rows));
 }
 
+void Kernels::AllowRows(Recorder* r, const Buffer& logits, const Buffer& allow, int64_t n_vocab,
+                        int64_t rows) const {
+  const struct {
+    uint32_t n_vocab, words;
+  } push = {static_cast<uint32_t>(n_vocab), static_cast<uint32_t>(AllowWords(n_vocab) - 1)};
+  r->Dispatch(*allow_rows_, {logits, allow}, push, Groups64(n_vocab), static_cast<uint32_t>(rows));
+}
+
 void Kernels::CopyRows(Recorder* r, const Buffer& x, const Buffer& y, const Buffer& flags,
                        int64_t cols, int64_t n_rows) const {
   const auto push = static_cast<uint32_t>(cols);

@@ -262,7 +262,7 @@ void VulkanForward::RecordQkv(Recorder* r, const LayerBuffers& l, int64_t n,
   }
 }
 
-Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
+Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed) {
   const int64_t e = c_.n_embd, hd = c_.head_dim;
   AttentionShape as;
   as.q8 = q8_cache_;
@@ -395,9 +395,15 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
       Gemm(r, output_, xo_, n_out, logits_in);
     }
     if (out == Out::kGreedy) k_.ArgMax(r, logits_local_, argmax_, argmax_part_, c_.n_vocab, n_out);
+    // Both only set tokens of their rows to -inf (a row has a grammar mask or known tokens,
+    // never both: Batch::allowed), so they share the barrier before the top-k.
+    const bool both = allowed && out == Out::kTopMasked;
+    if (both) begin();
+    if (allowed) k_.AllowRows(r, logits_local_, allow_, c_.n_vocab, n_out);
     if (out == Out::kTopMasked) {
       k_.MaskRows(r, logits_local_, known_, known_raw_, c_.n_vocab, n_out, o_.max_known);
     }
+    if (both) end();
     if (out == Out::kTop || out == Out::kTopMasked) {
       begin();  // both read the rows and write their own buffers
       k_.TopKChunks(r, logits_local_, top_, top_part_, c_.n_vocab, n_out, o_.top_k);
@@ -410,13 +416,14 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out) {
   return r->Finish();
 }
 
-StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, Out out) {
-  const auto key = std::make_tuple(n, n_out, out);
+StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, Out out,
+                                                bool allowed) {
+  const auto key = std::make_tuple(n, n_out, out, allowed);
   auto it = recordings_.find(key);
   if (it != recordings_.end()) return it->second.get();
   if (recordings_.size() >= kMaxRecordings) recordings_.clear();  // every run has finished
   auto r = std::make_unique<Recorder>(ctx_.get(), o_.profile);
-  UF_RETURN_IF_ERROR(Record(r.get(), n, n_out, out));
+  UF_RETURN_IF_ERROR(Record(r.get(), n, n_out, out, allowed));
   Recorder* p = r.get();
   recordings_.emplace(key, std::move(r));
   return p;

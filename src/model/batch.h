@@ -24,6 +24,11 @@ struct Batch {
   // their raw logits beside it (TopRow::known_*). Add() leaves both alone.
   std::vector<int32_t> known_begin;
   std::vector<int32_t> known_ids;
+  // Empty, or [n]: a top_only token's grammar mask, or null for none: (n_vocab + 63) / 64 words,
+  // bit i of word i / 64 set where token i may come next (grammar::TokenConstraint::Mask), owned
+  // by the caller until the forward returns. The forward reduces the row with the other tokens at
+  // -inf (TokenConstraint::Apply's row). Not on a row that lists known tokens. Add() leaves it.
+  std::vector<const uint64_t*> allowed;
 
   int64_t size() const { return static_cast<int64_t>(tokens.size()); }
   // Keeps capacity, so a reused Batch does not allocate per step.
@@ -35,6 +40,7 @@ struct Batch {
     top_only.clear();
     known_begin.clear();
     known_ids.clear();
+    allowed.clear();
   }
   void Reserve(int64_t n) {
     tokens.reserve(n);
