@@ -234,14 +234,17 @@ INSTANTIATE_TEST_SUITE_P(
     GoldenName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GpuGoldenTest);
 
-// The tiled GEMM (gpu::MatMul, UF_GPU_MATMUL) on the F16 model: every golden prompt as one batch,
-// each row against the goldens with CheckGolden's tolerances. Batches of 16 tokens or more (four
-// of the six prompts, 56-546 tokens) take the F16 products through it, the lm_head's included;
-// 5 and 13 tokens keep the token-tiled kernels. Its rows are not the steps' bits (the sums' order
-// differs), so that is not compared. On lavapipe the plain kernel runs; where the device has the
-// matrix units the coopmat kernel runs as well.
-TEST(GpuTiledGemm, BatchRowsMatchReference) {
-  const std::string name = "tiny-llama-256-f16";
+// The tiled GEMM (gpu::MatMul, UF_GPU_MATMUL) on the F16, Q8_0 and Q4_0 models: every golden
+// prompt as one batch, each row against the goldens with CheckGolden's tolerances. Batches of 16
+// tokens or more (four of the six prompts, 56-546 tokens) take the products through it, the
+// lm_head's included where it has its type; 5 and 13 tokens keep the token-tiled kernels. Its
+// rows are not the steps' bits (the sums' order differs, and quantized operands go through f16),
+// so that is not compared. On lavapipe the plain kernels run; where the device has the matrix
+// units the coopmat ones run as well.
+class GpuTiledGemm : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuTiledGemm, BatchRowsMatchReference) {
+  const std::string name = GetParam();
   UF_REQUIRE_SHARED();
   auto loaded = model::Model::Load("../shared/models/" + name + ".gguf");
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
@@ -297,11 +300,21 @@ TEST(GpuTiledGemm, BatchRowsMatchReference) {
         "[gpu golden] %s, tiled GEMM %s, prompts as batches: positions=%zu argmax=%.2f%% "
         "clear=%zu/%zu max_err=%.2e (tol %.1e)\n",
         name.c_str(), mode, positions, 100.0 * agreement, clear_agree, clear, max_err, tol);
-    EXPECT_GE(agreement, 0.98);
+    EXPECT_GE(agreement, FamilyTolerance(m) > 1e-2 ? 0.90 : 0.98);
     EXPECT_EQ(clear_agree, clear);
     EXPECT_EQ(over, 0u) << "logits past tolerance " << tol << ", max relative error " << max_err;
   }
 }
+INSTANTIATE_TEST_SUITE_P(Types, GpuTiledGemm,
+                         ::testing::Values("tiny-llama-256-f16", "tiny-llama-256-q8_0",
+                                           "tiny-llama-256-q4_0"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string s = info.param;
+                           for (char& c : s) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return s;
+                         });
 
 // Greedy decoding on the CPU path (f16 K/V), then the same tokens through the GPU: at every
 // generated position where the CPU's choice is clear (its top-1 leads by 2% of max(1, |top-1|)),

@@ -35,13 +35,12 @@ TEST(GpuGrammar, MaskedRowsFromTheDeviceEqualHostMaskedRows) {
   const std::string skip = SkipReason();
   if (!skip.empty()) GTEST_SKIP() << skip;
   const testing_models::Loaded& demo = testing_models::DemoModel();
-  const nlohmann::ordered_json schema = {
-      {"type", "object"},
-      {"properties",
-       {{"name", {{"type", "string"}, {"maxLength", 12}}},
-        {"age", {{"type", "integer"}}},
-        {"city", {{"enum", {"Verona", "Mantua", "Padua"}}}}}},
-      {"required", {"name", "age", "city"}}};
+  const nlohmann::ordered_json schema = {{"type", "object"},
+                                         {"properties",
+                                          {{"name", {{"type", "string"}, {"maxLength", 12}}},
+                                           {"age", {{"type", "integer"}}},
+                                           {"city", {{"enum", {"Verona", "Mantua", "Padua"}}}}}},
+                                         {"required", {"name", "age", "city"}}};
   auto person = grammar::JsonSchemaGrammar(schema);
   ASSERT_TRUE(person.ok()) << person.status().ToString();
   const auto object = grammar::JsonObjectGrammar();
@@ -54,13 +53,11 @@ TEST(GpuGrammar, MaskedRowsFromTheDeviceEqualHostMaskedRows) {
     gpu::GpuForward* fwd = nullptr;
     o.make_forward = [&demo, &fwd, top_k](engine::KvCache* cache, const model::DecoderOptions& d)
         -> StatusOr<std::unique_ptr<model::BatchForward>> {
-      UF_ASSIGN_OR_RETURN(std::unique_ptr<gpu::GpuForward> f,
-                          gpu::GpuForward::Create(*demo.model,
-                                                  gpu::DeviceSpec{.vulkan = true, .index = -1},
-                                                  cache,
-                                                  {.max_batch = d.max_batch,
-                                                   .max_outputs = d.max_outputs,
-                                                   .top_k = top_k}));
+      UF_ASSIGN_OR_RETURN(
+          std::unique_ptr<gpu::GpuForward> f,
+          gpu::GpuForward::Create(
+              *demo.model, gpu::DeviceSpec{.vulkan = true, .index = -1}, cache,
+              {.max_batch = d.max_batch, .max_outputs = d.max_outputs, .top_k = top_k}));
       fwd = f.get();
       return std::unique_ptr<model::BatchForward>(std::move(f));
     };
@@ -78,7 +75,7 @@ TEST(GpuGrammar, MaskedRowsFromTheDeviceEqualHostMaskedRows) {
       r.sampling.top_p = kind == 1 ? 0.95f : 1.0f;
       r.sampling.min_p = 0.0f;
       r.sampling.seed = 300 + i;
-      if (i == 6) r.top_logprobs = 2;                // whole rows
+      if (i == 6) r.top_logprobs = 2;                  // whole rows
       if (i == 7) r.sampling.presence_penalty = 0.5f;  // whole rows
       auto ch = (*s)->Submit(std::move(r));
       UF_CHECK(ch.ok()) << ch.status().ToString();

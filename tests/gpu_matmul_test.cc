@@ -1,7 +1,9 @@
-// The tiled GEMM of wide F16 batches (gemm_tiled_f16.comp, Kernels::AddMatMul): its products
-// against a double-precision reference of the same f16 operands, with the bias, the residual add,
-// an output offset and stride, and partial blocks of rows and tokens; where Gemm takes it and
-// where it keeps the token-tiled kernels (whose bits it then must leave alone).
+// The tiled GEMM of wide batches (gemm_tiled.glsl, Kernels::AddMatMul): its products for F16,
+// Q8_0 and Q4_0 weights against a double-precision reference of the same f16 operands (F16: the
+// weights and the f16-rounded activations; quantized: each weight and Q8_0 activation value
+// q x d rounded to f16, as the kernel converts them), with the bias, the residual add, an output
+// offset and stride, and partial blocks of rows and tokens; where Gemm takes it and where it
+// keeps the token-tiled kernels (whose bits it then must leave alone).
 //
 // Lavapipe has no matrix units, so CI runs the plain kernel (kTiled): the shared-memory blocks,
 // the copies, the edges and the stores, everything but the fragment calls of the coopmat kernel.
@@ -12,22 +14,32 @@
 namespace uf::gpu {
 namespace {
 
-// f16-rounded copies of v (the operands the GEMM multiplies: weights stored F16, activations
-// rounded by quantize_pairs.comp exactly as QuantizeRow(kF16) rounds them).
-std::vector<float> RoundedF16(const std::vector<float>& v) {
-  std::vector<uint16_t> h(v.size());
-  kernels::QuantizeRow(GgmlType::kF16, v.data(), h.data(), static_cast<int64_t>(v.size()));
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = kernels::Fp16ToFp32(h[i]);
-  return out;
+// v rounded to f16 and back.
+std::vector<float> RoundedF16(std::vector<float> v) {
+  for (float& x : v) x = kernels::Fp16ToFp32(kernels::Fp32ToFp16(x));
+  return v;
 }
+
+// The values the tiled GEMM multiplies for weights (or activations) v stored as `type`: the
+// type's values (Q8_0 / Q4_0: q x d exactly) rounded to f16.
+std::vector<float> Operands(GgmlType type, const std::vector<float>& v) {
+  if (type == GgmlType::kF16) return RoundedF16(v);
+  std::vector<uint8_t> q(kernels::KernelRowBytes(type, static_cast<int64_t>(v.size())));
+  kernels::QuantizeRow(type, v.data(), q.data(), static_cast<int64_t>(v.size()));
+  std::vector<float> d(v.size());
+  kernels::DequantizeRow(type, q.data(), d.data(), static_cast<int64_t>(v.size()));
+  return RoundedF16(d);
+}
+
+constexpr GgmlType kTiledTypes[] = {GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kQ4_0};
 
 class GpuMatMulTest : public GpuKernelsTest {
  protected:
   // Kernels with the tiled GEMM of `mode`, or null (and a reason) where the device cannot run it.
   std::unique_ptr<Kernels> WithMatMul(MatMul mode, std::string* skip) {
     if (mode == MatMul::kCoopMat && !ctx_->info().coopmat) {
-      *skip = ctx_->info().name + " has no matrix units the coopmat GEMM can use "
+      *skip = ctx_->info().name +
+              " has no matrix units the coopmat GEMM can use "
               "(DeviceInfo::coopmat); its plain twin ran";
       return nullptr;
     }
@@ -58,53 +70,63 @@ class GpuMatMulTest : public GpuKernelsTest {
       const std::vector<float> wf = Random(s.rows * s.cols, 31, 0.5f);
       const std::vector<float> x = Random(s.n * s.cols, 32);
       const std::vector<float> bias = Random(s.rows, 33), y0 = Random(s.n * (s.rows + 3) + 5, 34);
-      std::vector<uint8_t> data;
-      auto gm = UploadMatrix(ctx_, Quantized(GgmlType::kF16, wf, s.rows, s.cols, &data));
-      ASSERT_TRUE(gm.ok());
-      ASSERT_TRUE(k->UsesMatMul(*gm, s.n));
-      const std::vector<float> wr = RoundedF16(wf), xr = RoundedF16(x);
-      Buffer xb = Floats(x), xq = Empty(PairActivationBytes(s.n * s.cols)), bb = Floats(bias);
-      for (int variant = 0; variant < 3; ++variant) {  // plain, bias, accumulate
-        SCOPED_TRACE(variant == 0 ? "plain" : variant == 1 ? "bias" : "accumulate");
-        const uint32_t y_off = 5;
-        const int64_t y_stride = s.rows + 3;
-        Buffer y = Floats(y0);
-        Recorder rec(ctx_);
-        k->QuantizePairs(&rec, xb, 0, s.n * s.cols, false, xq);
-        k->Gemm(&rec, *gm, xq, s.n, y, y_off, y_stride, variant == 2,
-                variant == 1 ? &bb : nullptr);
-        ASSERT_TRUE(rec.Finish().ok());
-        ASSERT_TRUE(rec.Run().ok());
-        const std::vector<float> got = Read(y, y0.size());
-        std::vector<bool> written(y0.size(), false);
-        int64_t over = 0;
-        double worst = 0.0;
-        for (int64_t t = 0; t < s.n; ++t) {
-          for (int64_t r = 0; r < s.rows; ++r) {
-            double sum = 0.0, mag = 0.0;
-            for (int64_t c = 0; c < s.cols; ++c) {
-              const double p = static_cast<double>(wr[r * s.cols + c]) * xr[t * s.cols + c];
-              sum += p;
-              mag += std::fabs(p);
+      for (GgmlType type : kTiledTypes) {
+        SCOPED_TRACE(GgmlTypeName(type));
+        std::vector<uint8_t> data;
+        auto gm = UploadMatrix(ctx_, Quantized(type, wf, s.rows, s.cols, &data));
+        ASSERT_TRUE(gm.ok());
+        ASSERT_TRUE(k->UsesMatMul(*gm, s.n));
+        const std::vector<float> wr = Operands(type, wf);
+        const std::vector<float> xr = Operands(kernels::ActivationType(type), x);
+        Buffer xb = Floats(x), xq = Empty(ActBytes(s.n * s.cols)), bb = Floats(bias);
+        for (int variant = 0; variant < 3; ++variant) {  // plain, bias, accumulate
+          SCOPED_TRACE(variant == 0 ? "plain" : variant == 1 ? "bias" : "accumulate");
+          const uint32_t y_off = 5;
+          const int64_t y_stride = s.rows + 3;
+          Buffer y = Floats(y0);
+          Recorder rec(ctx_);
+          ASSERT_TRUE(QuantizeFor(&rec, type, xb, s.n * s.cols, xq));
+          k->Gemm(&rec, *gm, xq, s.n, y, y_off, y_stride, variant == 2,
+                  variant == 1 ? &bb : nullptr);
+          ASSERT_TRUE(rec.Finish().ok());
+          ASSERT_TRUE(rec.Run().ok());
+          const std::vector<float> got = Read(y, y0.size());
+          std::vector<bool> written(y0.size(), false);
+          int64_t over = 0;
+          double worst = 0.0;
+          for (int64_t t = 0; t < s.n; ++t) {
+            for (int64_t r = 0; r < s.rows; ++r) {
+              double sum = 0.0, mag = 0.0;
+              for (int64_t c = 0; c < s.cols; ++c) {
+                const double p = static_cast<double>(wr[r * s.cols + c]) * xr[t * s.cols + c];
+                sum += p;
+                mag += std::fabs(p);
+              }
+              const size_t i = y_off + t * y_stride + r;
+              written[i] = true;
+              const double extra = variant == 1 ? bias[r] : variant == 2 ? y0[i] : 0.0;
+              const double want = sum + extra;
+              const double bound =
+                  2.0 * (s.cols + 1) * std::ldexp(1.0, -24) * (mag + std::fabs(extra)) + 1e-30;
+              const double err = std::fabs(got[i] - want);
+              worst = std::max(worst, err / bound);
+              over += err > bound;
             }
-            const size_t i = y_off + t * y_stride + r;
-            written[i] = true;
-            const double extra = variant == 1 ? bias[r] : variant == 2 ? y0[i] : 0.0;
-            const double want = sum + extra;
-            const double bound = 2.0 * (s.cols + 1) * std::ldexp(1.0, -24) *
-                                 (mag + std::fabs(extra)) + 1e-30;
-            const double err = std::fabs(got[i] - want);
-            worst = std::max(worst, err / bound);
-            over += err > bound;
           }
-        }
-        EXPECT_EQ(over, 0) << "products past the rounding bound; worst " << worst << " x bound";
-        std::printf("[%s gemm] %s: worst error %.3f of the bound\n", MatMulName(mode),
-                    variant == 0 ? "plain" : variant == 1 ? "bias" : "accumulate", worst);
-        // Nothing outside the n x rows outputs changes (the rows of a stride, the y_off before).
-        for (size_t i = 0; i < y0.size(); ++i) {
-          if (!written[i]) {
-            ASSERT_EQ(got[i], y0[i]) << "word " << i << " not an output";
+          EXPECT_EQ(over, 0) << "products past the rounding bound; worst " << worst << " x bound";
+          std::printf("[%s gemm] %s %lldx%lld, %lld tokens, %s: worst error %.3f of the bound\n",
+                      MatMulName(mode), std::string(GgmlTypeName(type)).c_str(),
+                      static_cast<long long>(s.rows), static_cast<long long>(s.cols),
+                      static_cast<long long>(s.n),
+                      variant == 0   ? "plain"
+                      : variant == 1 ? "bias"
+                                     : "accumulate",
+                      worst);
+          // Nothing outside the n x rows outputs changes (the rows of a stride, the y_off before).
+          for (size_t i = 0; i < y0.size(); ++i) {
+            if (!written[i]) {
+              ASSERT_EQ(got[i], y0[i]) << "word " << i << " not an output";
+            }
           }
         }
       }
@@ -116,9 +138,9 @@ TEST_F(GpuMatMulTest, TiledProductsWithinRounding) { CheckProducts(MatMul::kTile
 
 TEST_F(GpuMatMulTest, CoopMatProductsWithinRounding) { CheckProducts(MatMul::kCoopMat); }
 
-// The tiled GEMM takes F16 matrices (one, columns a multiple of 32) for batches of at least
-// kMatMulMinTokens; everything else keeps the token-tiled kernels, bit for bit: a 15-token batch
-// with the tiled GEMM made gives exactly the rows it gives without, and 16 tokens do not (the
+// The tiled GEMM takes F16, Q8_0 and Q4_0 matrices (one, columns a multiple of 32) for batches of
+// at least kMatMulMinTokens; everything else keeps the token-tiled kernels, bit for bit: a 15-token
+// batch with the tiled GEMM made gives exactly the rows it gives without, and 16 tokens do not (the
 // sums' order changed), which shows the dispatch, not a silent fallback, is what the products test
 // above measured.
 TEST_F(GpuMatMulTest, TakesWideF16BatchesOnly) {
@@ -128,18 +150,18 @@ TEST_F(GpuMatMulTest, TakesWideF16BatchesOnly) {
   EXPECT_EQ(kernels_->matmul(), MatMul::kOff);
   const int64_t rows = 64, cols = 256, n = Kernels::kMatMulMinTokens;
   const std::vector<float> wf = Random(rows * cols, 41, 0.5f), x = Random(n * cols, 42);
-  std::vector<uint8_t> data, data_q8;
+  std::vector<uint8_t> data, data_q6;
   auto f16 = UploadMatrix(ctx_, Quantized(GgmlType::kF16, wf, rows, cols, &data));
-  auto q8 = UploadMatrix(ctx_, Quantized(GgmlType::kQ8_0, wf, rows, cols, &data_q8));
-  ASSERT_TRUE(f16.ok() && q8.ok());
+  auto q6 = UploadMatrix(ctx_, Quantized(GgmlType::kQ6_K, wf, rows, cols, &data_q6));
+  ASSERT_TRUE(f16.ok() && q6.ok());
   EXPECT_FALSE(kernels_->UsesMatMul(*f16, n));  // not made
   EXPECT_FALSE(k->UsesMatMul(*f16, n - 1));
   EXPECT_TRUE(k->UsesMatMul(*f16, n));
   EXPECT_TRUE(k->UsesMatMul(*f16, 4096));
-  EXPECT_FALSE(k->UsesMatMul(*q8, n));
+  EXPECT_FALSE(k->UsesMatMul(*q6, n));  // K-quants keep the token-tiled kernels
   std::vector<uint8_t> data_odd;
-  auto odd = UploadMatrix(ctx_, Quantized(GgmlType::kF16, Random(rows * 48, 43), rows, 48,
-                                          &data_odd));
+  auto odd =
+      UploadMatrix(ctx_, Quantized(GgmlType::kF16, Random(rows * 48, 43), rows, 48, &data_odd));
   ASSERT_TRUE(odd.ok());
   EXPECT_FALSE(k->UsesMatMul(*odd, n));  // 48 columns: not whole 32-column steps
 

@@ -149,14 +149,21 @@ case "${1:-}" in
              --batch "$streams8" --json | tail -n 1)
     echo "$line"
     results+=("llama-3.2-1b f16 0 tile8 $line")
-    # With the tiled GEMM (gemm_tiled_f16: 32 x 64 blocks through shared memory) for batches of
+    # With the tiled GEMM (gemm_tiled.glsl: 32 x 64 blocks through shared memory) for batches of
     # 16 tokens or more: its plain kernel, and the matrix units (coopmat; where the device lacks
-    # them bench says `tiled GEMM tiled` and the row repeats the plain one).
+    # them bench says `tiled GEMM tiled` and the row repeats the plain one). Then 1B Q4_0 (the
+    # tiled GEMM's Q4_0 layers, its Q6_K lm_head token-tiled) without and with the matrix units.
     for mm in tiled coopmat; do
       line=$(UF_GPU_MATMUL=$mm uf bench --device vulkan -m "$model" -p "$n_prompt" -n 32 --reps 1 \
                --batch "$streams8" --json | tail -n 1)
       echo "$line"
       results+=("llama-3.2-1b f16 0 $mm $line")
+    done
+    for mm in off coopmat; do
+      line=$(UF_GPU_MATMUL=$mm uf bench --device vulkan -m "$dir/llama-3.2-1b-q4_0.gguf" \
+               -p "$n_prompt" -n 32 --reps 1 --batch "$streams8" --json | tail -n 1)
+      echo "$line"
+      results+=("llama-3.2-1b q4_0 0 $mm $line")
     done
     echo
     # One table: decode per model (streams 1), then the batched runs (aggregate over streams).

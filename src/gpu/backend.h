@@ -47,7 +47,7 @@ struct DeviceInfo {
   // accelerated: the driver says it is one instruction (NVIDIA's dp4a), not a lowering.
   bool integer_dot = false;
   bool integer_dot_accelerated = false;
-  // The matrix units, as the tiled GEMM's gemm_tiled_f16_coopmat uses them: VK_NV_cooperative_
+  // The matrix units, as the tiled GEMM's gemm_tiled_*_coopmat kernels use them: VK_NV_cooperative_
   // matrix with a 16 x 16 x 16 subgroup fragment of f16 inputs and f32 accumulators, shaderFloat16,
   // vulkanMemoryModel (the fragment loads' SPIR-V declares it) and 32-lane subgroups (the kernel
   // is 4 subgroups of 32). NVIDIA lists these from Turing on; lavapipe does not.
@@ -78,7 +78,8 @@ StatusOr<double> MeasureReadBandwidth(const DeviceSpec& device, uint64_t bytes, 
 // kBasic (the wide kernels' speed on a GPU is not yet measured).
 enum class GemvVariant { kDefault, kBasic, kWide };
 
-// The tiled GEMM for F16 batches of 16 tokens and more (docs/gpu.md "The tiled GEMM"): kOff the
+// The tiled GEMM for F16, Q8_0 and Q4_0 batches of 16 tokens and more (docs/gpu.md "The tiled
+// GEMM"): kOff the
 // token-tiled kernels (every row the bits it has alone), kTiled shared-memory blocks multiplied
 // by the invocations, kCoopMat the same blocks on the matrix units (VK_NV_cooperative_matrix;
 // DeviceInfo::coopmat, else kTiled). kDefault: the environment's UF_GPU_MATMUL (off | tiled |

@@ -117,7 +117,7 @@ Status OpenInstance(VkFns* vk, VkInstance* instance, std::vector<VkPhysicalDevic
 constexpr char kIntegerDotExtension[] = "VK_KHR_shader_integer_dot_product";
 constexpr char kCoopMatExtension[] = "VK_NV_cooperative_matrix";
 
-// Whether the device lists the fragment gemm_tiled_f16_coopmat multiplies: 16 x 16 x 16, f16 A
+// Whether the device lists the fragment gemm_tiled_*_coopmat multiply: 16 x 16 x 16, f16 A
 // and B, f32 C and D, subgroup scope.
 bool HasCoopMatShape(const VkFns& vk, VkPhysicalDevice pd) {
   if (vk.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV == nullptr) return false;

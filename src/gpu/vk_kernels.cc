@@ -250,29 +250,37 @@ Status Kernels::AddMatMul(Context* ctx, MatMul mode) {
     UF_LOG(WARNING) << "vulkan: " << ctx->info().name
                     << " lacks the matrix units the coopmat GEMM needs (VK_NV_cooperative_matrix, "
                        "16x16x16 f16 fragments, 32-lane subgroups); the tiled GEMM takes its "
-                       "plain kernel";
+                       "plain kernels";
     mode = MatMul::kTiled;
   }
+  const std::pair<GgmlType, const char*> kTypes[] = {
+      {GgmlType::kF16, "f16"}, {GgmlType::kQ8_0, "q8_0"}, {GgmlType::kQ4_0, "q4_0"}};
+  const auto make = [&](const char* suffix) -> Status {
+    for (const auto& [type, name] : kTypes) {
+      UF_ASSIGN_OR_RETURN(matmul_pipelines_[type],
+                          ctx->GetPipeline(std::string("gemm_tiled_") + name + suffix, 4));
+    }
+    return OkStatus();
+  };
   if (mode == MatMul::kCoopMat) {
-    // As with the packed dot: a driver that refuses the kernel costs the matrix units only.
-    auto p = ctx->GetPipeline("gemm_tiled_f16_coopmat", 4);
-    if (p.ok()) {
-      matmul_pipeline_ = *p;
+    // As with the packed dot: a driver that refuses the kernels costs the matrix units only.
+    const Status s = make("_coopmat");
+    if (s.ok()) {
       matmul_ = MatMul::kCoopMat;
       return OkStatus();
     }
-    UF_LOG(WARNING) << "vulkan: the coopmat GEMM failed (" << p.status().ToString()
-                    << "); the tiled GEMM takes its plain kernel";
+    UF_LOG(WARNING) << "vulkan: the coopmat GEMM failed (" << s.ToString()
+                    << "); the tiled GEMM takes its plain kernels";
     ctx->DisableCoopMat();
   }
-  UF_ASSIGN_OR_RETURN(matmul_pipeline_, ctx->GetPipeline("gemm_tiled_f16", 4));
+  UF_RETURN_IF_ERROR(make(""));
   matmul_ = MatMul::kTiled;
   return OkStatus();
 }
 
 bool Kernels::UsesMatMul(const GpuMatrix& w, int64_t n) const {
-  return matmul_pipeline_ != nullptr && w.type == GgmlType::kF16 && w.n_experts == 1 &&
-         w.cols % 32 == 0 && n >= kMatMulMinTokens;
+  return matmul_pipelines_.count(w.type) != 0 && w.n_experts == 1 && w.cols % 32 == 0 &&
+         n >= kMatMulMinTokens;
 }
 
 bool Kernels::CanRopeStore(const GpuMatrix& w, int64_t n, const AttentionShape& s,
@@ -302,24 +310,26 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
              CanRopeStore(w, n, *rope->shape, false))
         << "GEMM RoPE / store epilogue: " << w.rows << " rows";
   }
+  const GemmShape shape = ShapeOf(w, n);
   if (norm == nullptr && rope == nullptr && UsesMatMul(w, n)) {
     const struct {
-      uint32_t rows, cols, n, x_stride, y_off, y_stride, acc, bias;
+      uint32_t rows, cols, n, x_stride, y_off, y_stride, acc, bias, w_d_off, x_d_off;
     } push{static_cast<uint32_t>(w.rows),
            static_cast<uint32_t>(w.cols),
            static_cast<uint32_t>(n),
-           static_cast<uint32_t>(w.cols / 2),
+           shape.x_stride,
            y_off,
            static_cast<uint32_t>(y_stride > 0 ? y_stride : w.rows),
            accumulate ? 1u : 0u,
-           bias != nullptr ? 1u : 0u};
+           bias != nullptr ? 1u : 0u,
+           w.d_off,
+           shape.x_d_off};
     uint32_t gx, gy;
-    Grid((w.rows + 31) / 32, &gx, &gy);  // blocks of 32 rows x 64 tokens (gemm_tiled_f16.comp)
-    r->Dispatch(*matmul_pipeline_, {w.buffer, x, y, bias != nullptr ? *bias : y}, push, gx, gy,
-                static_cast<uint32_t>((n + 63) / 64));
+    Grid((w.rows + 31) / 32, &gx, &gy);  // blocks of 32 rows x 64 tokens (gemm_tiled.glsl)
+    r->Dispatch(*matmul_pipelines_.at(w.type), {w.buffer, x, y, bias != nullptr ? *bias : y}, push,
+                gx, gy, static_cast<uint32_t>((n + 63) / 64));
     return;
   }
-  const GemmShape shape = ShapeOf(w, n);
   const int64_t tile = GemmTile(n);
   const int index = TileIndex(tile);
   const int64_t rows_per_group = rows_per_group_ * RowsPerSubgroup(w.type, index);

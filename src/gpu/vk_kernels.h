@@ -178,9 +178,10 @@ class Kernels {
             uint32_t y_off = 0, int64_t y_stride = 0, bool accumulate = false,
             const Buffer* bias = nullptr, const NormTail* norm = nullptr,
             const RopeStore* rope = nullptr) const;
-  // The tiled GEMM of wide batches (gemm_tiled_f16.comp; docs/gpu.md "The tiled GEMM"): blocks
-  // of 32 rows x 64 tokens through shared memory, each weight read once per 64 tokens, the
-  // products on the matrix units (kCoopMat) or the invocations (kTiled). Made by AddMatMul
+  // The tiled GEMM of wide batches (gemm_tiled.glsl; docs/gpu.md "The tiled GEMM"): blocks of 32
+  // rows x 64 tokens through shared memory as f16 (quantized weights and activations as q x d),
+  // each weight read once per 64 tokens, the products on the matrix units (kCoopMat) or the
+  // invocations (kTiled). Made by AddMatMul
   // (kTiled or kCoopMat; kCoopMat on a device without DeviceInfo::coopmat, or whose driver
   // refuses the kernel, makes kTiled's with a warning). Its sums are in another order than the
   // token-tiled kernels', so a batch it takes does not give a row the bits that row has alone:
@@ -188,8 +189,8 @@ class Kernels {
   static constexpr int64_t kMatMulMinTokens = 16;
   Status AddMatMul(Context* ctx, MatMul mode);
   MatMul matmul() const { return matmul_; }  // what AddMatMul made; kOff before
-  // Whether Gemm of w over n tokens takes the tiled GEMM: AddMatMul made it, w is F16 (one
-  // matrix, columns a multiple of 32), n >= kMatMulMinTokens.
+  // Whether Gemm of w over n tokens takes the tiled GEMM: AddMatMul made it, w is F16, Q8_0 or
+  // Q4_0 (one matrix, columns a multiple of 32), n >= kMatMulMinTokens.
   bool UsesMatMul(const GpuMatrix& w, int64_t n) const;
   // The gate and up GEMMs of a dense FFN and SwiGLU in one dispatch (gemm_glu.glsl): h[t] =
   // SwiGlu(gate x[t], up x[t]) for the n tokens as the pairs of gate's type ([n][rows / 2]
@@ -412,7 +413,8 @@ class Kernels {
   bool wide_ = false;
   bool dot4_ = false;  // the integer GEMMs are the *_dot4 kernels
   MatMul matmul_ = MatMul::kOff;
-  const Pipeline* matmul_pipeline_ = nullptr;  // gemm_tiled_f16 or gemm_tiled_f16_coopmat
+  // By weight type: gemm_tiled_* or gemm_tiled_*_coopmat (AddMatMul).
+  std::map<GgmlType, const Pipeline*> matmul_pipelines_;
   std::map<GgmlType, const Pipeline*> wide_gemm_[6];  // by WideKind: the wide kernels
   // A token-tiled GEMM's (basic or wide) *_stages twin: with the norm tail and the RoPE / store
   // epilogue, whose barrier() the plain kernel does without. Made by AddStages for the types

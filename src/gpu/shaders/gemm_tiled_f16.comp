@@ -1,151 +1,38 @@
-// The tiled F16 GEMM of wide batches (Kernels::MatMul; docs/gpu.md "The tiled GEMM"):
-// y[t * y_stride + y_off + row] = W[row] . x[t] for F16 weights and f16-pair activations
-// (quantize_pairs.comp), as gemm_pairs.glsl computes it but with the products summed in another
-// order, so NOT the same bits as the token-tiled GEMMs: a row of a batch this kernel takes is
-// within rounding of the same row decoded alone, not identical (the forward uses it only when
-// asked, and only for batches of at least Kernels::kMatMulMinTokens tokens).
-//
-// A workgroup of 128 invocations computes a kBM x kBN block (rows x tokens) of y: each step over
-// the columns copies a kBM x kBK block of W and a kBN x kBK block of x into shared memory
-// (16-byte loads, the next step's held in registers while this one computes), then multiplies
-// them. So each weight is read once per kBN tokens (once a step for a decode batch of up to 64
-// streams) and each activation once per kBM rows.
-// - Built with COOPMAT (gemm_tiled_f16_coopmat): the products go to the matrix units through
-//   VK_NV_cooperative_matrix (16 x 16 x 16 f16 fragments, f32 accumulators): subgroup s of the
-//   4 (32 lanes each) takes tokens 16 s .. 16 s + 15 of every row fragment. The device must list
-//   that fragment shape (Context: DeviceInfo::coopmat).
-// - Without (gemm_tiled_f16): the same tiles multiplied by the invocations themselves (4 rows x
-//   4 tokens of f32 accumulators each), on any device: the plain path, and the kernel that lets a
-//   device without matrix units (lavapipe in CI) run every line of the tiling but the fragment
-//   calls.
-// Shapes: cols a multiple of kBK, x_stride of 4 words; rows and n any (a partial block reads zero
-// weights / activations for the rows / tokens past the end and stores nothing for them).
+// The tiled GEMM (gemm_tiled.glsl) for F16 weights ([rows][cols] as in GGUF) and the f16 pairs
+// of quantize_pairs.comp ([n][x_stride] words): both are f16 pairs already, copied as they are
+// with 16-byte loads (W one an invocation: 32 rows x 4; x two: 64 tokens x 4).
 #version 450
-#extension GL_EXT_control_flow_attributes : require
-#ifdef COOPMAT
-#extension GL_NV_cooperative_matrix : require
-#extension GL_KHR_memory_scope_semantics : require
-#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
-#extension GL_KHR_shader_subgroup_basic : require
-#endif
+#extension GL_GOOGLE_include_directive : require
+#include "gemm_tiled.glsl"
 
-#define kBM 32   // rows of a block
-#define kBN 64   // tokens of a block
-#define kBK 32   // columns a step
-#define kWords (kBK / 2)       // f16-pair words of a block row a step
-#define kStride (kWords + 4)   // words of a shared row: padded against bank conflicts, 16-byte rows
-#define kCStride (kBM + 4)     // floats of a token's column of the output block
-layout(local_size_x = 128) in;
-
-// rows, cols (values); n tokens; x_stride (words a token); y_off, y_stride; acc: 1 to add the
-// product to y (the residual add, as gemm.glsl's acc); bias: 1 to add bias[row] (not with acc).
-layout(push_constant) uniform P { uint rows, cols, n, x_stride, y_off, y_stride, acc, bias; } p;
 layout(std430, binding = 0) readonly buffer W { uvec4 w[]; };  // [rows][cols / 8]
 layout(std430, binding = 1) readonly buffer X { uvec4 x[]; };  // [n][x_stride / 4]
-layout(std430, binding = 2) buffer Y { float y[]; };
-layout(std430, binding = 3) readonly buffer B { float bias_v[]; };
 
-// One shared array (9 KiB; 16 KiB is all a device must have): during the steps W's block (row r's
-// pair words at r * kStride) and x's (token t's at kBOff + t * kStride); after them the product
-// as f32 bits, (row r, token t) at t * kCStride + r.
-#define kBOff (kBM * kStride)
-shared uint sh[kBN * kCStride];
+uvec4 a_reg, b_reg[2];
 
-uint BlockRow() { return (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * kBM; }
+void FetchA(uint k0) {
+  const uint row = g_row0 + gl_LocalInvocationIndex / 4;
+  a_reg = row < p.rows ? w[row * (p.cols / 8) + k0 / 8 + gl_LocalInvocationIndex % 4] : uvec4(0);
+}
 
-void main() {
-  const uint row0 = BlockRow();
-  if (row0 >= p.rows) return;  // uniform: the whole workgroup
-  const uint t0 = gl_WorkGroupID.z * kBN;
+void StoreA() {
   const uint id = gl_LocalInvocationIndex;
-  // The copies: W one 16-byte load an invocation (32 rows x 4), x two (64 tokens x 4).
-  const uint q = id % 4;
-  const uint a_row = id / 4, b_tok = id / 4;
-  const uint row_vecs = p.cols / 8;
-  const bool a_in = row0 + a_row < p.rows;
-  const uint a_src = (row0 + a_row) * row_vecs + q;
-  bool b_in[2];
-  uint b_src[2];
+  [[unroll]] for (uint c = 0; c < 4; ++c) sh[(id / 4) * kStride + 4 * (id % 4) + c] = a_reg[c];
+}
+
+void FetchB(uint k0) {
+  const uint id = gl_LocalInvocationIndex;
   [[unroll]] for (uint j = 0; j < 2; ++j) {
-    b_in[j] = t0 + b_tok + 32 * j < p.n;
-    b_src[j] = (t0 + b_tok + 32 * j) * (p.x_stride / 4) + q;
+    const uint t = g_t0 + id / 4 + 32 * j;
+    b_reg[j] = t < p.n ? x[t * (p.x_stride / 4) + k0 / 8 + id % 4] : uvec4(0);
   }
-  uvec4 a_next = a_in ? w[a_src] : uvec4(0);
-  uvec4 b_next[2];
-  [[unroll]] for (uint j = 0; j < 2; ++j) b_next[j] = b_in[j] ? x[b_src[j]] : uvec4(0);
+}
 
-#ifdef COOPMAT
-  const uint s = gl_SubgroupID;  // 0..3: tokens 16 s .. 16 s + 15
-  fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[kBM / 16];
-  [[unroll]] for (uint i = 0; i < kBM / 16; ++i) {
-    acc[i] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
-  }
-#else
-  const uint rg = id % 8, tg = id / 8;  // rows 4 rg .. 4 rg + 3, tokens 4 tg .. 4 tg + 3
-  float acc[4][4];
-  [[unroll]] for (uint i = 0; i < 4; ++i) {
-    [[unroll]] for (uint j = 0; j < 4; ++j) acc[i][j] = 0.0;
-  }
-#endif
-
-  for (uint k0 = 0; k0 < p.cols; k0 += kBK) {
-    barrier();  // the last step's reads of the shared blocks are done
-    [[unroll]] for (uint c = 0; c < 4; ++c) sh[a_row * kStride + 4 * q + c] = a_next[c];
-    [[unroll]] for (uint j = 0; j < 2; ++j) {
-      [[unroll]] for (uint c = 0; c < 4; ++c) {
-        sh[kBOff + (b_tok + 32 * j) * kStride + 4 * q + c] = b_next[j][c];
-      }
+void StoreB() {
+  const uint id = gl_LocalInvocationIndex;
+  [[unroll]] for (uint j = 0; j < 2; ++j) {
+    [[unroll]] for (uint c = 0; c < 4; ++c) {
+      sh[kBOff + (id / 4 + 32 * j) * kStride + 4 * (id % 4) + c] = b_reg[j][c];
     }
-    barrier();
-    if (k0 + kBK < p.cols) {  // the next step's loads, in flight while this one multiplies
-      const uint step = (k0 + kBK) / 8;
-      a_next = a_in ? w[a_src + step] : uvec4(0);
-      [[unroll]] for (uint j = 0; j < 2; ++j) {
-        b_next[j] = b_in[j] ? x[b_src[j] + step] : uvec4(0);
-      }
-    }
-#ifdef COOPMAT
-    [[unroll]] for (uint kk = 0; kk < kBK / 16; ++kk) {
-      // x's block is W's transpose's partner: token t's 16 values of k are a column of B.
-      fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> b;
-      coopMatLoadNV(b, sh, kBOff + 16 * s * kStride + 8 * kk, kStride, true);
-      [[unroll]] for (uint i = 0; i < kBM / 16; ++i) {
-        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a;
-        coopMatLoadNV(a, sh, 16 * i * kStride + 8 * kk, kStride, false);
-        acc[i] = coopMatMulAddNV(a, b, acc[i]);
-      }
-    }
-#else
-    [[unroll]] for (uint k = 0; k < kWords; ++k) {
-      vec2 a[4], b[4];
-      [[unroll]] for (uint i = 0; i < 4; ++i) a[i] = unpackHalf2x16(sh[(4 * rg + i) * kStride + k]);
-      [[unroll]] for (uint j = 0; j < 4; ++j) b[j] = unpackHalf2x16(sh[kBOff + (4 * tg + j) * kStride + k]);
-      [[unroll]] for (uint i = 0; i < 4; ++i) {
-        [[unroll]] for (uint j = 0; j < 4; ++j) acc[i][j] += a[i].x * b[j].x + a[i].y * b[j].y;
-      }
-    }
-#endif
-  }
-
-  // The block through shared memory, so the stores to y are whole rows of consecutive words and
-  // the bias, the residual add and the edges are plain code.
-  barrier();  // every subgroup's last reads of the blocks, which the product overwrites
-#ifdef COOPMAT
-  [[unroll]] for (uint i = 0; i < kBM / 16; ++i) {
-    coopMatStoreNV(acc[i], sh, 16 * s * kCStride + 16 * i, kCStride, true);
-  }
-#else
-  [[unroll]] for (uint i = 0; i < 4; ++i) {
-    [[unroll]] for (uint j = 0; j < 4; ++j) sh[(4 * tg + j) * kCStride + 4 * rg + i] = floatBitsToUint(acc[i][j]);
-  }
-#endif
-  barrier();
-  [[unroll]] for (uint e = id; e < kBM * kBN; e += 128) {
-    const uint r = e % kBM, t = e / kBM;
-    if (row0 + r >= p.rows || t0 + t >= p.n) continue;
-    const uint row = row0 + r;
-    const uint i = p.y_off + (t0 + t) * p.y_stride + row;
-    const float v = uintBitsToFloat(sh[t * kCStride + r]);
-    y[i] = p.acc != 0 ? y[i] + v : p.bias != 0 ? v + bias_v[row] : v;
   }
 }
