@@ -234,7 +234,8 @@ INSTANTIATE_TEST_SUITE_P(
     GoldenName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GpuGoldenTest);
 
-// The tiled GEMM (gpu::MatMul, UF_GPU_MATMUL) on the F16, Q8_0 and Q4_0 models: every golden
+// The tiled GEMM (gpu::MatMul, UF_GPU_MATMUL) on the F16, Q8_0, Q4_0, Q4_K_M and Q6_K models
+// (and qwen2's, whose q/k/v biases the tiled GEMM adds): every golden
 // prompt as one batch, each row against the goldens with CheckGolden's tolerances. Batches of 16
 // tokens or more (four of the six prompts, 56-546 tokens) take the products through it, the
 // lm_head's included where it has its type; 5 and 13 tokens keep the token-tiled kernels. Its
@@ -307,7 +308,8 @@ TEST_P(GpuTiledGemm, BatchRowsMatchReference) {
 }
 INSTANTIATE_TEST_SUITE_P(Types, GpuTiledGemm,
                          ::testing::Values("tiny-llama-256-f16", "tiny-llama-256-q8_0",
-                                           "tiny-llama-256-q4_0"),
+                                           "tiny-llama-256-q4_0", "tiny-llama-256-q4_k_m",
+                                           "tiny-llama-256-q6_k", "tiny-qwen2-256-q4_k_m"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string s = info.param;
                            for (char& c : s) {

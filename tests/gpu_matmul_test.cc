@@ -1,9 +1,10 @@
 // The tiled GEMM of wide batches (gemm_tiled.glsl, Kernels::AddMatMul): its products for F16,
-// Q8_0 and Q4_0 weights against a double-precision reference of the same f16 operands (F16: the
-// weights and the f16-rounded activations; quantized: each weight and Q8_0 activation value
-// q x d rounded to f16, as the kernel converts them), with the bias, the residual add, an output
-// offset and stride, and partial blocks of rows and tokens; where Gemm takes it and where it
-// keeps the token-tiled kernels (whose bits it then must leave alone).
+// Q8_0, Q4_0, Q4_K and Q6_K weights against a double-precision reference of the same f16
+// operands (F16: the weights and the f16-rounded activations; quantized: each weight and Q8_0 /
+// Q8_K activation value as the CPU dequantizes it, rounded to f16, as the kernel converts them),
+// with the bias, the residual add, an output offset and stride, and partial blocks of rows and
+// tokens; where Gemm takes it and where it keeps the token-tiled kernels (whose bits it then must
+// leave alone).
 //
 // Lavapipe has no matrix units, so CI runs the plain kernel (kTiled): the shared-memory blocks,
 // the copies, the edges and the stores, everything but the fragment calls of the coopmat kernel.
@@ -31,7 +32,8 @@ std::vector<float> Operands(GgmlType type, const std::vector<float>& v) {
   return RoundedF16(d);
 }
 
-constexpr GgmlType kTiledTypes[] = {GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kQ4_0};
+constexpr GgmlType kTiledTypes[] = {GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
+                                    GgmlType::kQ4_K, GgmlType::kQ6_K};
 
 class GpuMatMulTest : public GpuKernelsTest {
  protected:
@@ -61,16 +63,19 @@ class GpuMatMulTest : public GpuKernelsTest {
     struct Shape {
       int64_t rows, cols, n;
     };
-    // Partial blocks of rows (37, 70, 100) and of tokens (17, 65, 100: 64-token blocks), one
-    // whole block, a single 32-column step and 16 of them.
+    // Partial blocks of rows (37, 70, 100, 33) and of tokens (17, 65, 100, 40: 64-token blocks),
+    // one whole block, a single 32-column step and up to 24 of them.
     for (const Shape& s : {Shape{37, 64, 16}, Shape{32, 32, 64}, Shape{100, 256, 17},
-                           Shape{70, 128, 65}, Shape{16, 512, 100}}) {
+                           Shape{70, 128, 65}, Shape{16, 512, 100}, Shape{33, 768, 40}}) {
       SCOPED_TRACE(std::to_string(s.rows) + " x " + std::to_string(s.cols) + ", " +
                    std::to_string(s.n) + " tokens");
       const std::vector<float> wf = Random(s.rows * s.cols, 31, 0.5f);
       const std::vector<float> x = Random(s.n * s.cols, 32);
       const std::vector<float> bias = Random(s.rows, 33), y0 = Random(s.n * (s.rows + 3) + 5, 34);
       for (GgmlType type : kTiledTypes) {
+        // K-quants are blocks of 256 (every step of each, sub-blocks 0-7, across blocks at 512
+        // and 768 columns).
+        if (TakesQ8KActivation(type) && s.cols % 256 != 0) continue;
         SCOPED_TRACE(GgmlTypeName(type));
         std::vector<uint8_t> data;
         auto gm = UploadMatrix(ctx_, Quantized(type, wf, s.rows, s.cols, &data));
@@ -150,15 +155,15 @@ TEST_F(GpuMatMulTest, TakesWideF16BatchesOnly) {
   EXPECT_EQ(kernels_->matmul(), MatMul::kOff);
   const int64_t rows = 64, cols = 256, n = Kernels::kMatMulMinTokens;
   const std::vector<float> wf = Random(rows * cols, 41, 0.5f), x = Random(n * cols, 42);
-  std::vector<uint8_t> data, data_q6;
+  std::vector<uint8_t> data, data_bf16;
   auto f16 = UploadMatrix(ctx_, Quantized(GgmlType::kF16, wf, rows, cols, &data));
-  auto q6 = UploadMatrix(ctx_, Quantized(GgmlType::kQ6_K, wf, rows, cols, &data_q6));
-  ASSERT_TRUE(f16.ok() && q6.ok());
+  auto bf16 = UploadMatrix(ctx_, Quantized(GgmlType::kBF16, wf, rows, cols, &data_bf16));
+  ASSERT_TRUE(f16.ok() && bf16.ok());
   EXPECT_FALSE(kernels_->UsesMatMul(*f16, n));  // not made
   EXPECT_FALSE(k->UsesMatMul(*f16, n - 1));
   EXPECT_TRUE(k->UsesMatMul(*f16, n));
   EXPECT_TRUE(k->UsesMatMul(*f16, 4096));
-  EXPECT_FALSE(k->UsesMatMul(*q6, n));  // K-quants keep the token-tiled kernels
+  EXPECT_FALSE(k->UsesMatMul(*bf16, n));  // BF16 keeps the token-tiled kernels
   std::vector<uint8_t> data_odd;
   auto odd =
       UploadMatrix(ctx_, Quantized(GgmlType::kF16, Random(rows * 48, 43), rows, 48, &data_odd));

@@ -5,7 +5,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "gemm_tiled.glsl"
-#include "gemm_tiled_q8_0.glsl"
+#include "gemm_tiled_q8.glsl"
 
 layout(std430, binding = 0) readonly buffer W { uint w[]; };
 
