@@ -116,6 +116,10 @@ Status OpenInstance(VkFns* vk, VkInstance* instance, std::vector<VkPhysicalDevic
 
 constexpr char kIntegerDotExtension[] = "VK_KHR_shader_integer_dot_product";
 constexpr char kCoopMatExtension[] = "VK_NV_cooperative_matrix";
+// Core in Vulkan 1.2, but the instance asks for 1.1: the coopmat kernels' shaderFloat16 and
+// Vulkan memory model are enabled through their extensions (NVIDIA lists both).
+constexpr char kFloat16Extension[] = "VK_KHR_shader_float16_int8";
+constexpr char kMemoryModelExtension[] = "VK_KHR_vulkan_memory_model";
 
 // Whether the device lists the fragment gemm_tiled_*_coopmat multiply: 16 x 16 x 16, f16 A
 // and B, f32 C and D, subgroup scope.
@@ -180,8 +184,10 @@ DeviceInfo Describe(const VkFns& vk, VkPhysicalDevice pd, int index) {
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES};
   VkPhysicalDeviceCooperativeMatrixFeaturesNV coopmat{
       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
-  const bool coopmat_ext =
-      base.apiVersion >= VK_API_VERSION_1_2 && HasExtension(vk, pd, kCoopMatExtension);
+  const bool coopmat_ext = base.apiVersion >= VK_API_VERSION_1_2 &&
+                           HasExtension(vk, pd, kCoopMatExtension) &&
+                           HasExtension(vk, pd, kFloat16Extension) &&
+                           HasExtension(vk, pd, kMemoryModelExtension);
   VkPhysicalDeviceFeatures2 feats{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
   if (base.apiVersion >= VK_API_VERSION_1_2) {
     f16.pNext = &memory_model;
@@ -396,6 +402,8 @@ Status Context::Init(int index) {
     f16.pNext = &memory_model;
     memory_model.pNext = const_cast<void*>(dci.pNext);
     dci.pNext = &coopmat;
+    extensions.push_back(kFloat16Extension);
+    extensions.push_back(kMemoryModelExtension);
     extensions.push_back(kCoopMatExtension);
   }
   dci.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
@@ -407,7 +415,7 @@ Status Context::Init(int index) {
     UF_LOG(WARNING) << "vulkan: vkCreateDevice with the cooperative-matrix features failed ("
                     << created << "); retrying without them";
     info_.coopmat = false;
-    extensions.pop_back();
+    extensions.resize(extensions.size() - 3);
     dci.enabledExtensionCount = static_cast<uint32_t>(extensions.size());
     dci.ppEnabledExtensionNames = extensions.data();
     dci.pNext = memory_model.pNext;  // the chain below the coopmat structs (the dot's, or none)
