@@ -1,6 +1,6 @@
-// The device's sampling reductions (argmax.comp, topk.comp, mask_rows.comp, allow_rows.comp) against the host
-// sampler, on whatever Vulkan device the loader finds first (lavapipe in CI); the fixture is
-// gpu_kernels_fixture.h. Tolerances are stated in each test.
+// The device's sampling reductions (argmax.comp, topk.comp, mask_rows.comp, allow_rows.comp)
+// against the host sampler, on whatever Vulkan device the loader finds first (lavapipe in CI); the
+// fixture is gpu_kernels_fixture.h. Tolerances are stated in each test.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -338,7 +338,8 @@ TEST_F(GpuKernelsTest, GrammarMaskedTopKSamplesAsTheMaskedRow) {
       p.top_p = setting == 3 ? 1.0f : 0.9f;
       p.min_p = 0.0f;
       p.seed = 7 * setting + r;
-      sampling::Sampler full(p, static_cast<int32_t>(n_vocab)), top(p, static_cast<int32_t>(n_vocab));
+      sampling::Sampler full(p, static_cast<int32_t>(n_vocab)),
+          top(p, static_cast<int32_t>(n_vocab));
       for (int draw = 0; draw < 32; ++draw) {
         const int32_t want_token = full.Sample(masked.data());
         int32_t got = -1;
@@ -347,7 +348,8 @@ TEST_F(GpuKernelsTest, GrammarMaskedTopKSamplesAsTheMaskedRow) {
         } else {
           ASSERT_TRUE(top.CanSampleReduced());
           got = top.SampleReduced(t.ids, t.logits, t.n, t.max, t.log_sum_exp);
-          if (got < 0) got = top.Sample(masked.data());  // the row fetched whole, as the engine does
+          // -1: the engine fetches the row whole and samples it.
+          if (got < 0) got = top.Sample(masked.data());
         }
         ASSERT_EQ(got, want_token) << "setting " << setting << " draw " << draw;
         ++draws;

@@ -246,8 +246,8 @@ Status VulkanForward::Init(const DeviceSpec& device) {
       known_ids_host_.resize(mo * o_.max_known);
       known_raw_host_.resize(mo * o_.max_known);
     }
-    UF_ASSIGN_OR_RETURN(allow_,
-                        ctx_->CreateBuffer(mo * Kernels::AllowWords(c_.n_vocab) * 4, Memory::kHost));
+    UF_ASSIGN_OR_RETURN(
+        allow_, ctx_->CreateBuffer(mo * Kernels::AllowWords(c_.n_vocab) * 4, Memory::kHost));
   }
   logits_.resize(mo * c_.n_vocab);
   seq_next_.assign(co.max_seqs, -1);
@@ -348,8 +348,8 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
       return InvalidArgumentError("gpu forward: allowed does not match the batch");
     }
     for (int64_t t = 0; t < batch.size(); ++t) {
-      const bool known = !batch.known_begin.empty() &&
-                         batch.known_begin[t + 1] > batch.known_begin[t];
+      const bool known =
+          !batch.known_begin.empty() && batch.known_begin[t + 1] > batch.known_begin[t];
       if (batch.allowed[t] != nullptr && known) {
         return InvalidArgumentError("gpu forward: a row has a grammar mask and known tokens");
       }

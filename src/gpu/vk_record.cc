@@ -416,8 +416,7 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, boo
   return r->Finish();
 }
 
-StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, Out out,
-                                                bool allowed) {
+StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, Out out, bool allowed) {
   const auto key = std::make_tuple(n, n_out, out, allowed);
   auto it = recordings_.find(key);
   if (it != recordings_.end()) return it->second.get();
