@@ -383,7 +383,9 @@ TEST_F(SwaCacheTest, ServiceOutputIsTheFullCacheOutput) {
       EXPECT_EQ(win[i], full[i]) << "request " << i << (together ? " (together)" : " (alone)");
     }
     EXPECT_GT(win_stats.spec_drafted, 0);
-    if (!together) EXPECT_GT(win_stats.prefix_hit_tokens, 0);
+    if (!together) {
+      EXPECT_GT(win_stats.prefix_hit_tokens, 0);
+    }
   }
 }
 
