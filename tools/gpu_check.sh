@@ -5,7 +5,7 @@
 #                                    (lavapipe), the tiny models standing in for the presets
 #   bash .gpu/gpu_check.sh run [all] on the GPU machine (device tool, carry [".gpu"]): make the
 #                                    synthetic models with `synth`, run `bench --device vulkan` on
-#                                    each and 1B F16 batched decode at 1, 4, 16 and 64 streams,
+#                                    each and 1B F16 batched decode at 1, 2, 4, 8, 16, 32 and 64 streams,
 #                                    print one table; the 1B F16, Q8_0 and Q4_0 decode runs
 #                                    twice, with the basic and the wide GEMV (UF_GPU_GEMV, the
 #                                    `gemv` column), and the GEMV kernel tests (bit-identity of
@@ -79,7 +79,7 @@ case "${1:-}" in
       uf() { bash .gpu/on-device.sh .gpu/ultrafast "$@"; }
       dir=${UF_GPU_MODELS:-/tmp/uf_gpu_models}
       mkdir -p "$dir"
-      n_gen=64 n_prompt=512 depth=${UF_GPU_DEPTH:-4096} streams=1,4,16,64 streams8=16,64
+      n_gen=64 n_prompt=512 depth=${UF_GPU_DEPTH:-4096} streams=1,2,4,8,16,32,64 streams8=16,64
     fi
     uf devices
     # The GEMV kernels against the CPU and across batch sizes, both variants (a few seconds).
