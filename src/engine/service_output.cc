@@ -34,6 +34,7 @@ void Service::MarkTopOnly() {
     seq->reduced = seq->reduced && seq->top_only;
     seq->known.clear();
     seq->known_begin.clear();
+    seq->mask_fresh = false;  // a failed step's mask is not kept
     for (int64_t j = 0; seq->top_only && j <= seq->drafts; ++j) {
       // Row j is sampled after the drafts before it were accepted into the penalty window.
       seq->sampler->EditedTokens(std::span<const int32_t>(seq->proposal.data(), j), &row_known);
