@@ -190,8 +190,9 @@ TEST_P(GpuGoldenWideTest, LogitsMatchReference) {
   CheckGolden(GetParam(), engine::KvType::kF16, gpu::GemvVariant::kWide);
 }
 INSTANTIATE_TEST_SUITE_P(WideGemv, GpuGoldenWideTest,
-                         ::testing::Values("tiny-llama-256-f16", "tiny-llama-256-q8_0",
-                                           "tiny-llama-256-q4_0", "tiny-qwen3-256-q8_0"),
+                         ::testing::Values("tiny-llama-256-f16", "tiny-llama-256-bf16",
+                                           "tiny-llama-256-q8_0", "tiny-llama-256-q4_0",
+                                           "tiny-qwen3-256-q8_0"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string s = info.param;
                            for (char& c : s) {
@@ -234,7 +235,7 @@ INSTANTIATE_TEST_SUITE_P(
     GoldenName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GpuGoldenTest);
 
-// The tiled GEMM (gpu::MatMul, UF_GPU_MATMUL) on the F16, Q8_0, Q4_0, Q4_K_M and Q6_K models
+// The tiled GEMM (gpu::MatMul, UF_GPU_MATMUL) on the F16, BF16, Q8_0, Q4_0, Q4_K_M and Q6_K models
 // (and qwen2's, whose q/k/v biases the tiled GEMM adds): every golden
 // prompt as one batch, each row against the goldens with CheckGolden's tolerances. Batches of 16
 // tokens or more (four of the six prompts, 56-546 tokens) take the products through it, the
@@ -307,9 +308,10 @@ TEST_P(GpuTiledGemm, BatchRowsMatchReference) {
   }
 }
 INSTANTIATE_TEST_SUITE_P(Types, GpuTiledGemm,
-                         ::testing::Values("tiny-llama-256-f16", "tiny-llama-256-q8_0",
-                                           "tiny-llama-256-q4_0", "tiny-llama-256-q4_k_m",
-                                           "tiny-llama-256-q6_k", "tiny-qwen2-256-q4_k_m"),
+                         ::testing::Values("tiny-llama-256-f16", "tiny-llama-256-bf16",
+                                           "tiny-llama-256-q8_0", "tiny-llama-256-q4_0",
+                                           "tiny-llama-256-q4_k_m", "tiny-llama-256-q6_k",
+                                           "tiny-qwen2-256-q4_k_m"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string s = info.param;
                            for (char& c : s) {

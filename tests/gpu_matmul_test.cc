@@ -1,5 +1,5 @@
 // The tiled GEMM of wide batches (gemm_tiled.glsl, Kernels::AddMatMul): its products for F16,
-// Q8_0, Q4_0, Q4_K and Q6_K weights against a double-precision reference of the same f16
+// BF16, Q8_0, Q4_0, Q4_K and Q6_K weights against a double-precision reference of the same f16
 // operands (F16: the weights and the f16-rounded activations; quantized: each weight and Q8_0 /
 // Q8_K activation value as the CPU dequantizes it, rounded to f16, as the kernel converts them),
 // with the bias, the residual add, an output offset and stride, and partial blocks of rows and
@@ -25,6 +25,11 @@ std::vector<float> RoundedF16(std::vector<float> v) {
 // type's values (Q8_0 / Q4_0: q x d exactly) rounded to f16.
 std::vector<float> Operands(GgmlType type, const std::vector<float>& v) {
   if (type == GgmlType::kF16) return RoundedF16(v);
+  if (type == GgmlType::kBF16) {  // rounded to bf16 (as stored, as quantize_pairs rounds), then f16
+    std::vector<float> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = kernels::Bf16ToFp32(kernels::Fp32ToBf16(v[i]));
+    return RoundedF16(b);
+  }
   std::vector<uint8_t> q(kernels::KernelRowBytes(type, static_cast<int64_t>(v.size())));
   kernels::QuantizeRow(type, v.data(), q.data(), static_cast<int64_t>(v.size()));
   std::vector<float> d(v.size());
@@ -32,8 +37,8 @@ std::vector<float> Operands(GgmlType type, const std::vector<float>& v) {
   return RoundedF16(d);
 }
 
-constexpr GgmlType kTiledTypes[] = {GgmlType::kF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
-                                    GgmlType::kQ4_K, GgmlType::kQ6_K};
+constexpr GgmlType kTiledTypes[] = {GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
+                                    GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K};
 
 class GpuMatMulTest : public GpuKernelsTest {
  protected:
@@ -155,15 +160,15 @@ TEST_F(GpuMatMulTest, TakesWideF16BatchesOnly) {
   EXPECT_EQ(kernels_->matmul(), MatMul::kOff);
   const int64_t rows = 64, cols = 256, n = Kernels::kMatMulMinTokens;
   const std::vector<float> wf = Random(rows * cols, 41, 0.5f), x = Random(n * cols, 42);
-  std::vector<uint8_t> data, data_bf16;
+  std::vector<uint8_t> data, data_f32;
   auto f16 = UploadMatrix(ctx_, Quantized(GgmlType::kF16, wf, rows, cols, &data));
-  auto bf16 = UploadMatrix(ctx_, Quantized(GgmlType::kBF16, wf, rows, cols, &data_bf16));
-  ASSERT_TRUE(f16.ok() && bf16.ok());
+  auto f32 = UploadMatrix(ctx_, Quantized(GgmlType::kF32, wf, rows, cols, &data_f32));
+  ASSERT_TRUE(f16.ok() && f32.ok());
   EXPECT_FALSE(kernels_->UsesMatMul(*f16, n));  // not made
   EXPECT_FALSE(k->UsesMatMul(*f16, n - 1));
   EXPECT_TRUE(k->UsesMatMul(*f16, n));
   EXPECT_TRUE(k->UsesMatMul(*f16, 4096));
-  EXPECT_FALSE(k->UsesMatMul(*bf16, n));  // BF16 keeps the token-tiled kernels
+  EXPECT_FALSE(k->UsesMatMul(*f32, n));  // F32 keeps the token-tiled kernels
   std::vector<uint8_t> data_odd;
   auto odd =
       UploadMatrix(ctx_, Quantized(GgmlType::kF16, Random(rows * 48, 43), rows, 48, &data_odd));

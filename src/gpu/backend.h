@@ -78,8 +78,8 @@ StatusOr<double> MeasureReadBandwidth(const DeviceSpec& device, uint64_t bytes, 
 // kBasic (the wide kernels' speed on a GPU is not yet measured).
 enum class GemvVariant { kDefault, kBasic, kWide };
 
-// The tiled GEMM for F16, Q8_0, Q4_0, Q4_K and Q6_K batches of 16 tokens and more (docs/gpu.md
-// "The tiled GEMM"): kOff the
+// The tiled GEMM for F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K batches of 16 tokens and more
+// (docs/gpu.md "The tiled GEMM"): kOff the
 // token-tiled kernels (every row the bits it has alone), kTiled shared-memory blocks multiplied
 // by the invocations, kCoopMat the same blocks on the matrix units (VK_NV_cooperative_matrix;
 // DeviceInfo::coopmat, else kTiled). kDefault: the environment's UF_GPU_MATMUL (off | tiled |

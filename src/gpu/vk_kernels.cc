@@ -253,11 +253,9 @@ Status Kernels::AddMatMul(Context* ctx, MatMul mode) {
                        "plain kernels";
     mode = MatMul::kTiled;
   }
-  const std::pair<GgmlType, const char*> kTypes[] = {{GgmlType::kF16, "f16"},
-                                                     {GgmlType::kQ8_0, "q8_0"},
-                                                     {GgmlType::kQ4_0, "q4_0"},
-                                                     {GgmlType::kQ4_K, "q4_k"},
-                                                     {GgmlType::kQ6_K, "q6_k"}};
+  const std::pair<GgmlType, const char*> kTypes[] = {
+      {GgmlType::kF16, "f16"},   {GgmlType::kBF16, "bf16"}, {GgmlType::kQ8_0, "q8_0"},
+      {GgmlType::kQ4_0, "q4_0"}, {GgmlType::kQ4_K, "q4_k"}, {GgmlType::kQ6_K, "q6_k"}};
   const auto make = [&](const char* suffix) -> Status {
     for (const auto& [type, name] : kTypes) {
       UF_ASSIGN_OR_RETURN(matmul_pipelines_[type],

@@ -189,8 +189,8 @@ class Kernels {
   static constexpr int64_t kMatMulMinTokens = 16;
   Status AddMatMul(Context* ctx, MatMul mode);
   MatMul matmul() const { return matmul_; }  // what AddMatMul made; kOff before
-  // Whether Gemm of w over n tokens takes the tiled GEMM: AddMatMul made it, w is F16, Q8_0,
-  // Q4_0, Q4_K or Q6_K (one matrix, columns a multiple of 32), n >= kMatMulMinTokens.
+  // Whether Gemm of w over n tokens takes the tiled GEMM: AddMatMul made it, w is F16, BF16,
+  // Q8_0, Q4_0, Q4_K or Q6_K (one matrix, columns a multiple of 32), n >= kMatMulMinTokens.
   bool UsesMatMul(const GpuMatrix& w, int64_t n) const;
   // The gate and up GEMMs of a dense FFN and SwiGLU in one dispatch (gemm_glu.glsl): h[t] =
   // SwiGlu(gate x[t], up x[t]) for the n tokens as the pairs of gate's type ([n][rows / 2]

@@ -1,20 +1,18 @@
 // The tiled GEMM of wide batches (Kernels::AddMatMul; docs/gpu.md "The tiled GEMM"):
 // y[t * y_stride + y_off + row] = W[row] . x[t], W and x as the token-tiled GEMMs take them (F16
-// weights with f16 pairs, Q8_0 / Q4_0 weights with Q8_0 blocks, Q4_K / Q6_K with Q8_K blocks),
-// each operand converted to f16 in shared memory (quantized values dequantized as the CPU does,
-// rounded once) and the products summed in f32 in another order: NOT the token-tiled GEMMs' bits
-// (F16: within rounding of them; quantized: within the f16 rounding of each operand of their
-// exact integer dot), so a row of a batch this
-// kernel takes is close to the same row decoded alone, not identical (the forward uses it only
-// when asked, and only for batches of at least Kernels::kMatMulMinTokens tokens). The includer
-// (gemm_tiled_*.comp) declares W and X (bindings 0, 1) and defines FetchA / StoreA and FetchB /
-// StoreB: its invocation's part of a step's blocks loaded into registers, then stored into the
-// shared blocks as f16 pairs.
+// / BF16 weights with their pairs, Q8_0 / Q4_0 weights with Q8_0 blocks, Q4_K / Q6_K with Q8_K
+// blocks), each operand converted to f16 in shared memory (quantized values dequantized as the
+// CPU does, rounded once) and the products summed in f32 in another order: NOT the token-tiled
+// GEMMs' bits (F16 / BF16: within rounding of them; quantized: within the f16 rounding of each
+// operand of their exact integer dot), so a row of a batch this kernel takes is close to the same
+// row decoded alone, not identical (the forward uses it only when asked, and only for batches of
+// at least Kernels::kMatMulMinTokens tokens). The includer (gemm_tiled_*.comp) declares W and X
+// (bindings 0, 1) and defines FetchA / StoreA and FetchB / StoreB: its invocation's part of a
+// step's blocks loaded into registers, then stored into the shared blocks as f16 pairs.
 //
 // A workgroup of 128 invocations computes a kBM x kBN block (rows x tokens) of y: each step over
-// the columns copies a kBM x kBK block of W and a kBN x kBK block of x into shared memory
-// (the next step's held in registers while this one computes), then multiplies
-// them. So each weight is read once per kBN tokens (once a step for a decode batch of up to 64
+// the columns copies a kBM x kBK block of W and a kBN x kBK block of x into shared memory (the
+// next step's held in registers while this one computes), then multiplies them. So each weight is read once per kBN tokens (once a step for a decode batch of up to 64
 // streams) and each activation once per kBM rows.
 // - Built with COOPMAT (gemm_tiled_*_coopmat): the products go to the matrix units through
 //   VK_NV_cooperative_matrix (16 x 16 x 16 f16 fragments, f32 accumulators): subgroup s of the
