@@ -12,8 +12,9 @@
 //
 // A workgroup of 128 invocations computes a kBM x kBN block (rows x tokens) of y: each step over
 // the columns copies a kBM x kBK block of W and a kBN x kBK block of x into shared memory (the
-// next step's held in registers while this one computes), then multiplies them. So each weight is read once per kBN tokens (once a step for a decode batch of up to 64
-// streams) and each activation once per kBM rows.
+// next step's held in registers while this one computes), then multiplies them. So each weight
+// is read once per kBN tokens (once a step for a decode batch of up to 64 streams) and each
+// activation once per kBM rows.
 // - Built with COOPMAT (gemm_tiled_*_coopmat): the products go to the matrix units through
 //   VK_NV_cooperative_matrix (16 x 16 x 16 f16 fragments, f32 accumulators): subgroup s of the
 //   4 (32 lanes each) takes tokens 16 s .. 16 s + 15 of every row fragment. The device must list
