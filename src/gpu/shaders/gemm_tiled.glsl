@@ -113,8 +113,12 @@ void main() {
 #else
     [[unroll]] for (uint k = 0; k < kWords; ++k) {
       vec2 a[4], b[4];
-      [[unroll]] for (uint i = 0; i < 4; ++i) a[i] = unpackHalf2x16(sh[(4 * rg + i) * kStride + k]);
-      [[unroll]] for (uint j = 0; j < 4; ++j) b[j] = unpackHalf2x16(sh[kBOff + (4 * tg + j) * kStride + k]);
+      [[unroll]] for (uint i = 0; i < 4; ++i) {
+        a[i] = unpackHalf2x16(sh[(4 * rg + i) * kStride + k]);
+      }
+      [[unroll]] for (uint j = 0; j < 4; ++j) {
+        b[j] = unpackHalf2x16(sh[kBOff + (4 * tg + j) * kStride + k]);
+      }
       [[unroll]] for (uint i = 0; i < 4; ++i) {
         [[unroll]] for (uint j = 0; j < 4; ++j) acc[i][j] += a[i].x * b[j].x + a[i].y * b[j].y;
       }
@@ -131,7 +135,9 @@ void main() {
   }
 #else
   [[unroll]] for (uint i = 0; i < 4; ++i) {
-    [[unroll]] for (uint j = 0; j < 4; ++j) sh[(4 * tg + j) * kCStride + 4 * rg + i] = floatBitsToUint(acc[i][j]);
+    [[unroll]] for (uint j = 0; j < 4; ++j) {
+      sh[(4 * tg + j) * kCStride + 4 * rg + i] = floatBitsToUint(acc[i][j]);
+    }
   }
 #endif
   barrier();
