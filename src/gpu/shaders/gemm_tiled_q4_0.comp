@@ -29,10 +29,11 @@ void StoreA() {
   const uint id = gl_LocalInvocationIndex, q = id % 4;
   const uint at = (id / 4) * kStride;
   [[unroll]] for (uint h = 0; h < 2; ++h) {  // low nibbles: values 4q..; high: 16 + 4q..
-    const vec4 q = vec4(bitfieldExtract(a_q, int(4 * h), 4), bitfieldExtract(a_q, int(8 + 4 * h), 4),
-                        bitfieldExtract(a_q, int(16 + 4 * h), 4),
-                        bitfieldExtract(a_q, int(24 + 4 * h), 4));
-    const vec4 v = (q - 8.0) * a_d;
+    const uint s = 4 * h;
+    const vec4 nib = vec4(bitfieldExtract(a_q, int(s), 4), bitfieldExtract(a_q, int(8 + s), 4),
+                          bitfieldExtract(a_q, int(16 + s), 4),
+                          bitfieldExtract(a_q, int(24 + s), 4));
+    const vec4 v = (nib - 8.0) * a_d;
     sh[at + 8 * h + 2 * q] = packHalf2x16(v.xy);
     sh[at + 8 * h + 2 * q + 1] = packHalf2x16(v.zw);
   }
