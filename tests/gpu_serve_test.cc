@@ -150,6 +150,17 @@ TEST(GpuForward, RefusesBadBatches) {
   b.Clear();
   b.Add(-1, 0, 0, true);
   EXPECT_FALSE((*fwd)->Forward(b).ok());
+  // Grammar masks: one per token or none; never on a row that lists known tokens.
+  const std::vector<uint64_t> mask((m.config().n_vocab + 63) / 64, ~uint64_t{0});
+  b.Clear();
+  b.Add(1, 0, 0, true);
+  b.top_only = {1};
+  b.allowed = {mask.data(), mask.data()};
+  EXPECT_EQ((*fwd)->Forward(b).code(), StatusCode::kInvalidArgument);
+  b.allowed = {mask.data()};
+  b.known_begin = {0, 1};
+  b.known_ids = {5};
+  EXPECT_EQ((*fwd)->Forward(b).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ((*cache)->Length(0), 0);
   // The device cache is f16 or q8_0: an f32 cache is refused.
   engine::KvCacheOptions co = CacheFor(m, 1, 16);
