@@ -153,7 +153,7 @@ TEST_F(GpuMatMulTest, CoopMatProductsWithinRounding) { CheckProducts(MatMul::kCo
 // batch with the tiled GEMM made gives exactly the rows it gives without, and 16 tokens do not (the
 // sums' order changed), which shows the dispatch, not a silent fallback, is what the products test
 // above measured.
-TEST_F(GpuMatMulTest, TakesWideF16BatchesOnly) {
+TEST_F(GpuMatMulTest, TakesWideBatchesOfItsTypesOnly) {
   std::string skip;
   std::unique_ptr<Kernels> k = WithMatMul(MatMul::kTiled, &skip);
   ASSERT_NE(k, nullptr);
