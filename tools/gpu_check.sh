@@ -95,17 +95,6 @@ case "${1:-}" in
           grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure' || true
       fi
     done
-    # The tiled GEMM's products against a double-precision reference: its plain kernel and, where
-    # `devices` says coopmat yes, the matrix units' (the worst error as a fraction of the bound).
-    if [ "$1" = run ] && [ -x .gpu/gpu_matmul_test ]; then
-      # ~200 lines of per-case errors: only the verdicts, the skip reason, and each kernel's
-      # worst error as a fraction of its bound.
-      bash .gpu/on-device.sh .gpu/gpu_matmul_test 2>&1 |
-        awk '/^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure|matrix units/ { print }
-             /gemm\]/ { k = $1 " " $3; w = $(NF - 3) + 0; if (w > worst[k]) worst[k] = w }
-             END { for (k in worst) printf "%s: worst error %.3f of the bound\n", k, worst[k] }' ||
-        true
-    fi
     # Fields: preset, weight type, depth, GEMV variant (UF_GPU_GEMV; `unfused`: basic with
     # UF_GPU_FUSE=0; `nodot4`: basic with UF_GPU_DOT4=0, the integer GEMMs by byte extracts
     # instead of the packed int8 dot; `nospin`: basic with UF_GPU_SPIN_US=0, a blocking fence
@@ -154,22 +143,36 @@ case "${1:-}" in
              --batch "$streams8" --json | tail -n 1)
     echo "$line"
     results+=("llama-3.2-1b f16 0 tile8 $line")
+    # The tiled GEMM's products against a double-precision reference: its plain kernel and, where
+    # `devices` says coopmat yes, the matrix units' (the worst error as a fraction of the bound).
+    # Here, after the decode runs: the coopmat kernels have never run on any device before.
+    if [ "$1" = run ] && [ -x .gpu/gpu_matmul_test ]; then
+      # ~200 lines of per-case errors: only the verdicts, the skip reason, and each kernel's
+      # worst error as a fraction of its bound.
+      bash .gpu/on-device.sh .gpu/gpu_matmul_test 2>&1 |
+        awk '/^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure|matrix units/ { print }
+             /gemm\]/ { k = $1 " " $3; w = $(NF - 3) + 0; if (w > worst[k]) worst[k] = w }
+             END { for (k in worst) printf "%s: worst error %.3f of the bound\n", k, worst[k] }' ||
+        true
+    fi
     # With the tiled GEMM (gemm_tiled.glsl: 32 x 64 blocks through shared memory) for batches of
-    # 16 tokens or more: its plain kernel, and the matrix units (coopmat; where the device lacks
-    # them bench says `tiled GEMM tiled` and the row repeats the plain one). Then 1B Q4_0 (the
-    # tiled GEMM's Q4_0 layers, its Q6_K lm_head token-tiled) without and with the matrix units.
-    for mm in tiled coopmat; do
-      line=$(UF_GPU_MATMUL=$mm uf bench --device vulkan -m "$model" -p "$n_prompt" -n 32 --reps 1 \
-               --batch "$streams8" --json | tail -n 1)
-      echo "$line"
-      results+=("llama-3.2-1b f16 0 $mm $line")
-    done
-    for mm in off coopmat; do
-      line=$(UF_GPU_MATMUL=$mm uf bench --device vulkan -m "$dir/llama-3.2-1b-q4_0.gguf" \
-               -p "$n_prompt" -n 32 --reps 1 --batch "$streams8" --json | tail -n 1)
-      echo "$line"
-      results+=("llama-3.2-1b q4_0 0 $mm $line")
-    done
+    # 16 tokens or more: its plain kernels, and the matrix units (coopmat; where the device lacks
+    # them bench says `tiled GEMM tiled` and the row repeats the plain one). Then 1B Q4_0 (its
+    # Q4_0 layers and Q6_K lm_head) without and with the matrix units. Never run on a GPU before:
+    # a run that fails is reported and left out of the table, which still prints.
+    tiled_run() {  # name type matmul model
+      local line
+      line=$(UF_GPU_MATMUL=$3 uf bench --device vulkan -m "$4" -p "$n_prompt" -n 32 --reps 1 \
+               --batch "$streams8" --json | tail -n 1) || line=
+      case "$line" in
+        "{"*) echo "$line"; results+=("$1 $2 0 $3 $line") ;;
+        *) echo "UF_GPU_MATMUL=$3 $1 $2: bench failed" ;;
+      esac
+    }
+    tiled_run llama-3.2-1b f16 tiled "$model"
+    tiled_run llama-3.2-1b f16 coopmat "$model"
+    tiled_run llama-3.2-1b q4_0 off "$dir/llama-3.2-1b-q4_0.gguf"
+    tiled_run llama-3.2-1b q4_0 coopmat "$dir/llama-3.2-1b-q4_0.gguf"
     echo
     # One table: decode per model (streams 1), then the batched runs (aggregate over streams).
     python3 - "${results[@]}" <<'PY'
