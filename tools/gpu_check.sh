@@ -80,6 +80,11 @@ case "${1:-}" in
       dir=${UF_GPU_MODELS:-/tmp/uf_gpu_models}
       mkdir -p "$dir"
       n_gen=64 n_prompt=512 depth=${UF_GPU_DEPTH:-4096} streams=1,2,4,8,16,32,64 streams8=16,64
+      # The device tool returns only the output's last 12,000 characters, and files under $OUT:
+      # the whole run goes there too.
+      if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+        exec > >(tee "$OUT/gpu_check.log") 2>&1
+      fi
     fi
     uf devices
     # The GEMV kernels against the CPU and across batch sizes, both variants (a few seconds).
