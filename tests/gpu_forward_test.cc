@@ -100,6 +100,30 @@ double FamilyTolerance(const model::Model& m) {
   return tol;
 }
 
+// Logits rows against a golden prompt's top-8 at each position: arg-max agreement (overall, and
+// where the reference's top-1 leads its top-2 by clear_gap of max(1, |top-1|)) and each listed
+// logit's error relative to max(1, |reference|), counted past tol.
+struct GoldenScore {
+  double tol = 0.0, clear_gap = 0.0;
+  size_t positions = 0, agree = 0, clear = 0, clear_agree = 0, over = 0;
+  double max_err = 0.0;
+  void Add(const float* l, int64_t n_vocab, const std::vector<std::pair<int32_t, float>>& ref) {
+    const int32_t ours = static_cast<int32_t>(std::max_element(l, l + n_vocab) - l);
+    ++positions;
+    agree += ours == ref[0].first;
+    if (ref[0].second - ref[1].second >= clear_gap * std::max(1.0f, std::fabs(ref[0].second))) {
+      ++clear;
+      clear_agree += ours == ref[0].first;
+    }
+    for (const auto& [id, v] : ref) {
+      const double err = std::fabs(l[id] - v) / std::max(1.0f, std::fabs(v));
+      max_err = std::max(max_err, err);
+      over += err > tol;
+    }
+  }
+  double agreement() const { return static_cast<double>(agree) / positions; }
+};
+
 // One shared model's logits on the device against its goldens (GpuGoldenTest), stepped and as
 // one batch (bit-identical rows).
 void CheckGolden(const std::string& name, engine::KvType kv_type, gpu::GemvVariant gemv) {
@@ -126,34 +150,20 @@ void CheckGolden(const std::string& name, engine::KvType kv_type, gpu::GemvVaria
   ASSERT_TRUE(dec.ok()) << dec.status().ToString();
 
   // golden_test.cc's K/V terms: f16 adds 1e-2, q8_0 3e-2 (and asks clear choices to lead by 10%).
-  const double tol = FamilyTolerance(m) + (q8_kv ? 3e-2 : 1e-2);
-  const double clear_gap = q8_kv ? 0.10 : 0.05;
+  GoldenScore score{.tol = FamilyTolerance(m) + (q8_kv ? 3e-2 : 1e-2),
+                    .clear_gap = q8_kv ? 0.10 : 0.05};
   const bool quantized = FamilyTolerance(m) > 1e-2;
   const int64_t n_vocab = m.config().n_vocab;
-  size_t positions = 0, agree = 0, clear = 0, clear_agree = 0, over = 0;
-  double max_err = 0.0;
   size_t batch_rows = 0, batch_equal = 0;
   std::vector<float> stepped;
   for (const auto& g : golden) {
-    if (positions >= kMaxPositions) break;
+    if (score.positions >= kMaxPositions) break;
     stepped.resize(g.tokens.size() * n_vocab);
     for (size_t i = 0; i < g.tokens.size(); ++i) {
       ASSERT_TRUE((*dec)->Step(g.tokens[i], static_cast<int32_t>(i)).ok());
       const float* l = (*dec)->logits();
       std::copy(l, l + n_vocab, stepped.begin() + i * n_vocab);
-      const auto& ref = g.top[i];
-      const int32_t ours = static_cast<int32_t>(std::max_element(l, l + n_vocab) - l);
-      ++positions;
-      agree += ours == ref[0].first;
-      if (ref[0].second - ref[1].second >= clear_gap * std::max(1.0f, std::fabs(ref[0].second))) {
-        ++clear;
-        clear_agree += ours == ref[0].first;
-      }
-      for (const auto& [id, v] : ref) {
-        const double err = std::fabs(l[id] - v) / std::max(1.0f, std::fabs(v));
-        max_err = std::max(max_err, err);
-        over += err > tol;
-      }
+      score.Add(l, n_vocab, g.top[i]);
     }
     // The same prompt as one batch (the device cache rewound to position 0).
     ASSERT_TRUE((*dec)->Prefill(g.tokens, 0, /*every_logits=*/true).ok());
@@ -163,23 +173,35 @@ void CheckGolden(const std::string& name, engine::KvType kv_type, gpu::GemvVaria
           std::memcmp((*dec)->all_logits(i), stepped.data() + i * n_vocab, n_vocab * 4) == 0;
     }
   }
-  const double agreement = static_cast<double>(agree) / positions;
   std::printf(
       "[gpu golden] %-24s %s K/V%s on %s: positions=%zu argmax=%.2f%% clear=%zu/%zu "
       "max_err=%.2e (tol %.1e), batch rows bit-identical %zu/%zu\n",
       name.c_str(), engine::KvTypeName(kv_type),
       gemv == gpu::GemvVariant::kWide ? ", wide GEMV" : "", (*dec)->device().name.c_str(),
-      positions, 100.0 * agreement, clear_agree, clear, max_err, tol, batch_equal, batch_rows);
+      score.positions, 100.0 * score.agreement(), score.clear_agree, score.clear, score.max_err,
+      score.tol, batch_equal, batch_rows);
   EXPECT_EQ(batch_equal, batch_rows) << "batched rows differ from single-token steps";
-  EXPECT_GE(agreement, q8_kv ? (quantized ? 0.85 : 0.95) : (quantized ? 0.90 : 0.98));
-  EXPECT_EQ(clear_agree, clear);
-  EXPECT_EQ(over, 0u) << "logits past tolerance " << tol << ", max relative error " << max_err;
+  EXPECT_GE(score.agreement(), q8_kv ? (quantized ? 0.85 : 0.95) : (quantized ? 0.90 : 0.98));
+  EXPECT_EQ(score.clear_agree, score.clear);
+  EXPECT_EQ(score.over, 0u) << "logits past tolerance " << score.tol << ", max relative error "
+                            << score.max_err;
 }
 
 class GpuGoldenTest : public ::testing::TestWithParam<std::tuple<std::string, engine::KvType>> {};
 
 TEST_P(GpuGoldenTest, LogitsMatchReference) {
   CheckGolden(std::get<0>(GetParam()), std::get<1>(GetParam()), gpu::GemvVariant::kBasic);
+}
+
+// s with every character but letters and digits as '_' (a gtest parameter's name).
+std::string TestName(std::string s) {
+  for (char& c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return s;
+}
+std::string ModelName(const ::testing::TestParamInfo<std::string>& info) {
+  return TestName(info.param);
 }
 
 // The wide GEMV (gpu::GemvVariant::kWide) on the models with F16, Q8_0 and Q4_0 weights (the
@@ -190,16 +212,9 @@ TEST_P(GpuGoldenWideTest, LogitsMatchReference) {
   CheckGolden(GetParam(), engine::KvType::kF16, gpu::GemvVariant::kWide);
 }
 INSTANTIATE_TEST_SUITE_P(WideGemv, GpuGoldenWideTest,
-                         ::testing::Values("tiny-llama-256-f16", "tiny-llama-256-bf16",
-                                           "tiny-llama-256-q8_0", "tiny-llama-256-q4_0",
-                                           "tiny-qwen3-256-q8_0"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string s = info.param;
-                           for (char& c : s) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return s;
-                         });
+                         ::testing::Values("tiny-llama-256-f16", "tiny-llama-256-q8_0",
+                                           "tiny-llama-256-q4_0", "tiny-qwen3-256-q8_0"),
+                         ModelName);
 
 std::vector<std::string> Models() {
   std::vector<std::string> names;
@@ -212,11 +227,7 @@ std::vector<std::string> Models() {
 }
 
 std::string GoldenName(const ::testing::TestParamInfo<GpuGoldenTest::ParamType>& info) {
-  std::string s = std::get<0>(info.param) + "_kv_" + engine::KvTypeName(std::get<1>(info.param));
-  for (char& c : s) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  return s;
+  return TestName(std::get<0>(info.param) + "_kv_" + engine::KvTypeName(std::get<1>(info.param)));
 }
 
 // Every shared model with the f16 device cache.
@@ -274,37 +285,22 @@ TEST_P(GpuTiledGemm, BatchRowsMatchReference) {
     }
     if (!skip.empty()) GTEST_SKIP() << skip;
     ASSERT_TRUE(dec.ok()) << dec.status().ToString();
-    const double tol = FamilyTolerance(m) + 1e-2;
-    const int64_t n_vocab = m.config().n_vocab;
-    size_t positions = 0, agree = 0, clear = 0, clear_agree = 0, over = 0;
-    double max_err = 0.0;
+    GoldenScore score{.tol = FamilyTolerance(m) + 1e-2, .clear_gap = 0.05};
     for (const auto& g : golden) {
       ASSERT_TRUE((*dec)->Prefill(g.tokens, 0, /*every_logits=*/true).ok());
       for (size_t i = 0; i < g.tokens.size(); ++i) {
-        const float* l = (*dec)->all_logits(static_cast<int64_t>(i));
-        const auto& ref = g.top[i];
-        const int32_t ours = static_cast<int32_t>(std::max_element(l, l + n_vocab) - l);
-        ++positions;
-        agree += ours == ref[0].first;
-        if (ref[0].second - ref[1].second >= 0.05 * std::max(1.0f, std::fabs(ref[0].second))) {
-          ++clear;
-          clear_agree += ours == ref[0].first;
-        }
-        for (const auto& [id, v] : ref) {
-          const double err = std::fabs(l[id] - v) / std::max(1.0f, std::fabs(v));
-          max_err = std::max(max_err, err);
-          over += err > tol;
-        }
+        score.Add((*dec)->all_logits(static_cast<int64_t>(i)), m.config().n_vocab, g.top[i]);
       }
     }
-    const double agreement = static_cast<double>(agree) / positions;
     std::printf(
         "[gpu golden] %s, tiled GEMM %s, prompts as batches: positions=%zu argmax=%.2f%% "
         "clear=%zu/%zu max_err=%.2e (tol %.1e)\n",
-        name.c_str(), mode, positions, 100.0 * agreement, clear_agree, clear, max_err, tol);
-    EXPECT_GE(agreement, FamilyTolerance(m) > 1e-2 ? 0.90 : 0.98);
-    EXPECT_EQ(clear_agree, clear);
-    EXPECT_EQ(over, 0u) << "logits past tolerance " << tol << ", max relative error " << max_err;
+        name.c_str(), mode, score.positions, 100.0 * score.agreement(), score.clear_agree,
+        score.clear, score.max_err, score.tol);
+    EXPECT_GE(score.agreement(), FamilyTolerance(m) > 1e-2 ? 0.90 : 0.98);
+    EXPECT_EQ(score.clear_agree, score.clear);
+    EXPECT_EQ(score.over, 0u) << "logits past tolerance " << score.tol << ", max relative error "
+                              << score.max_err;
   }
 }
 INSTANTIATE_TEST_SUITE_P(Types, GpuTiledGemm,
@@ -312,13 +308,7 @@ INSTANTIATE_TEST_SUITE_P(Types, GpuTiledGemm,
                                            "tiny-llama-256-q8_0", "tiny-llama-256-q4_0",
                                            "tiny-llama-256-q4_k_m", "tiny-llama-256-q6_k",
                                            "tiny-qwen2-256-q4_k_m"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string s = info.param;
-                           for (char& c : s) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return s;
-                         });
+                         ModelName);
 
 // Greedy decoding on the CPU path (f16 K/V), then the same tokens through the GPU: at every
 // generated position where the CPU's choice is clear (its top-1 leads by 2% of max(1, |top-1|)),

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/service.h"
-#include "gpu/backend.h"
+#include "gpu_service_util.h"
 #include "grammar/json_schema.h"
 #include "service_test_util.h"
 #include "test_models.h"
@@ -18,12 +18,7 @@
 namespace uf {
 namespace {
 
-std::string SkipReason() {
-  if (!gpu::VulkanCompiledIn()) return "built without the Vulkan backend";
-  auto devices = gpu::ListDevices();
-  if (!devices.ok()) return "no usable Vulkan device: " + devices.status().ToString();
-  return "";
-}
+using testing_gpu::SkipReason;
 
 // Six constrained requests on the demo model: greedy, seeded top-k 40 with top-p, and without
 // top-k at temperature 1 (drawn from the reduced row where that decides, else the row is fetched
@@ -51,16 +46,7 @@ TEST(GpuGrammar, MaskedRowsFromTheDeviceEqualHostMaskedRows) {
     o.ctx = 256;
     o.n_threads = 2;
     gpu::GpuForward* fwd = nullptr;
-    o.make_forward = [&demo, &fwd, top_k](engine::KvCache* cache, const model::DecoderOptions& d)
-        -> StatusOr<std::unique_ptr<model::BatchForward>> {
-      UF_ASSIGN_OR_RETURN(
-          std::unique_ptr<gpu::GpuForward> f,
-          gpu::GpuForward::Create(
-              *demo.model, gpu::DeviceSpec{.vulkan = true, .index = -1}, cache,
-              {.max_batch = d.max_batch, .max_outputs = d.max_outputs, .top_k = top_k}));
-      fwd = f.get();
-      return std::unique_ptr<model::BatchForward>(std::move(f));
-    };
+    o.make_forward = testing_gpu::DeviceForward(*demo.model, top_k, &fwd);
     auto s = engine::Service::Create(*demo.model, *demo.tokenizer, o);
     UF_CHECK(s.ok()) << s.status().ToString();
     std::vector<std::shared_ptr<engine::RequestChannel>> chans;

@@ -17,6 +17,7 @@
 #include "engine/kv_cache.h"
 #include "engine/service.h"
 #include "gpu/backend.h"
+#include "gpu_service_util.h"
 #include "model/batch.h"
 #include "model/decoder.h"
 #include "sampling/sampler.h"
@@ -29,13 +30,7 @@ namespace {
 
 using testing_models::Loaded;
 
-// Empty when a Vulkan device is usable, else why not.
-std::string SkipReason() {
-  if (!gpu::VulkanCompiledIn()) return "built without the Vulkan backend";
-  auto devices = gpu::ListDevices();
-  if (!devices.ok()) return "no usable Vulkan device: " + devices.status().ToString();
-  return "";
-}
+using testing_gpu::SkipReason;
 
 constexpr gpu::DeviceSpec kVulkan{.vulkan = true, .index = -1};
 
@@ -173,7 +168,7 @@ TEST(GpuForward, RefusesBadBatches) {
 
 struct Generated {
   std::vector<int32_t> tokens;
-  std::vector<float> gaps;  // logprob of the chosen token minus the best other's
+  std::vector<float> gaps;      // logprob of the chosen token minus the best other's
   std::vector<float> logprobs;  // of the chosen token
   std::string text;
   engine::FinishReason finish = engine::FinishReason::kNone;
@@ -236,14 +231,8 @@ TEST(GpuService, GreedyTextEqualsCpuWithBatchingAndSpeculation) {
       while (!submitted.load()) std::this_thread::sleep_for(std::chrono::microseconds(200));
     };
     if (gpu) {
-      o.make_forward = [&demo](engine::KvCache* cache, const model::DecoderOptions& d)
-          -> StatusOr<std::unique_ptr<model::BatchForward>> {
-        UF_ASSIGN_OR_RETURN(
-            std::unique_ptr<gpu::GpuForward> f,
-            gpu::GpuForward::Create(*demo.model, kVulkan, cache,
-                                    {.max_batch = d.max_batch, .max_outputs = d.max_outputs}));
-        return std::unique_ptr<model::BatchForward>(std::move(f));
-      };
+      o.make_forward =
+          testing_gpu::DeviceForward(*demo.model, gpu::GpuForwardOptions{}.top_k, nullptr);
     }
     auto s = engine::Service::Create(*demo.model, *demo.tokenizer, o);
     UF_CHECK(s.ok()) << s.status().ToString();
@@ -445,16 +434,7 @@ TEST(GpuService, TopKSamplingFromDeviceCandidatesEqualsFullRows) {
     o.n_threads = 2;
     o.spec_cost = engine::SpecCostModel{};
     gpu::GpuForward* fwd = nullptr;
-    o.make_forward = [&demo, &fwd, top_k](engine::KvCache* cache, const model::DecoderOptions& d)
-        -> StatusOr<std::unique_ptr<model::BatchForward>> {
-      UF_ASSIGN_OR_RETURN(
-          std::unique_ptr<gpu::GpuForward> f,
-          gpu::GpuForward::Create(
-              *demo.model, kVulkan, cache,
-              {.max_batch = d.max_batch, .max_outputs = d.max_outputs, .top_k = top_k}));
-      fwd = f.get();
-      return std::unique_ptr<model::BatchForward>(std::move(f));
-    };
+    o.make_forward = testing_gpu::DeviceForward(*demo.model, top_k, &fwd);
     auto s = engine::Service::Create(*demo.model, *demo.tokenizer, o);
     UF_CHECK(s.ok()) << s.status().ToString();
     std::vector<std::shared_ptr<engine::RequestChannel>> chans;
@@ -530,16 +510,7 @@ TEST(GpuService, PenaltiesBiasAndLogprobsFromDeviceCandidatesEqualFullRows) {
     o.spec_cost = engine::SpecCostModel{};
     gpu::GpuForward* fwd = nullptr;
     if (gpu) {
-      o.make_forward = [&demo, &fwd, top_k](engine::KvCache* cache, const model::DecoderOptions& d)
-          -> StatusOr<std::unique_ptr<model::BatchForward>> {
-        UF_ASSIGN_OR_RETURN(
-            std::unique_ptr<gpu::GpuForward> f,
-            gpu::GpuForward::Create(
-                *demo.model, kVulkan, cache,
-                {.max_batch = d.max_batch, .max_outputs = d.max_outputs, .top_k = top_k}));
-        fwd = f.get();
-        return std::unique_ptr<model::BatchForward>(std::move(f));
-      };
+      o.make_forward = testing_gpu::DeviceForward(*demo.model, top_k, &fwd);
     }
     auto s = engine::Service::Create(*demo.model, *demo.tokenizer, o);
     UF_CHECK(s.ok()) << s.status().ToString();
@@ -625,16 +596,7 @@ TEST(GpuService, SamplingWithoutTopKFromReducedRowsEqualsFullRows) {
     o.n_threads = 2;
     o.spec_cost = engine::SpecCostModel{};
     gpu::GpuForward* fwd = nullptr;
-    o.make_forward = [&demo, &fwd, top_k](engine::KvCache* cache, const model::DecoderOptions& d)
-        -> StatusOr<std::unique_ptr<model::BatchForward>> {
-      UF_ASSIGN_OR_RETURN(
-          std::unique_ptr<gpu::GpuForward> f,
-          gpu::GpuForward::Create(
-              *demo.model, kVulkan, cache,
-              {.max_batch = d.max_batch, .max_outputs = d.max_outputs, .top_k = top_k}));
-      fwd = f.get();
-      return std::unique_ptr<model::BatchForward>(std::move(f));
-    };
+    o.make_forward = testing_gpu::DeviceForward(*demo.model, top_k, &fwd);
     auto s = engine::Service::Create(*demo.model, *demo.tokenizer, o);
     UF_CHECK(s.ok()) << s.status().ToString();
     std::vector<std::shared_ptr<engine::RequestChannel>> chans;
@@ -670,8 +632,9 @@ TEST(GpuService, SamplingWithoutTopKFromReducedRowsEqualsFullRows) {
   const auto full = run(0, &none, &none_fetched, &none_stat);
   ASSERT_EQ(top.size(), full.size());
   for (size_t i = 0; i < top.size(); ++i) EXPECT_EQ(top[i], full[i]) << "request " << i;
-  std::printf("[gpu serve] no top-k: %lld rows reduced, %lld of them fetched whole after the step\n",
-              static_cast<long long>(reduced), static_cast<long long>(fetched));
+  std::printf(
+      "[gpu serve] no top-k: %lld rows reduced, %lld of them fetched whole after the step\n",
+      static_cast<long long>(reduced), static_cast<long long>(fetched));
   EXPECT_EQ(none, 0);
   EXPECT_EQ(none_fetched, 0);
   EXPECT_EQ(stat, fetched);
