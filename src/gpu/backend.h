@@ -41,6 +41,9 @@ struct DeviceInfo {
   // maxStorageBufferRange: the largest buffer a shader may bind (4 GiB - 1 on NVIDIA and AMD);
   // every buffer here is bound whole, so no buffer may be larger.
   uint64_t max_binding_bytes = 0;
+  // maxComputeSharedMemorySize: a workgroup's shared memory (Vulkan guarantees 16 KiB; NVIDIA 48,
+  // AMD and Intel 64). attention_tiled.comp needs ~26 KiB (Kernels::TiledAttentionFits).
+  uint32_t max_shared_bytes = 0;
   bool float16 = false;  // shaderFloat16 (not required by the current shaders)
   // shaderIntegerDotProduct (VK_KHR_shader_integer_dot_product, core in 1.3): the packed
   // 4 x int8 dot the Q8_0 / Q4_0 / MXFP4 / K-quant GEMMs use when present (the *_dot4 kernels);
@@ -90,6 +93,19 @@ enum class MatMul { kDefault, kOff, kTiled, kCoopMat };
 MatMul ResolveMatMul(MatMul m);
 const char* MatMulName(MatMul m);  // "off", "tiled", "coopmat"
 
+// Which attention kernel a step takes; both give every row the same bits (docs/gpu.md "Tiled
+// attention"), so the choice is speed only. kAuto: attention_tiled.comp (K and V staged once for
+// a tile of a sequence's tokens and a KV head's query heads) when the batch's tokens come in
+// runs of one sequence averaging kTiledAttentionRun tokens or more (prefill chunks, verify
+// batches), attention.comp (a workgroup per query head and token) for decode batches, whose
+// sequences share nothing. kTiled / kToken: always that one (where the tiled kernel takes the
+// layer's shape). kDefault: the environment's UF_GPU_ATTENTION (auto | tiled | token; unset or
+// anything else auto, the latter with a warning).
+enum class AttentionTiles { kDefault, kAuto, kTiled, kToken };
+constexpr int64_t kTiledAttentionRun = 4;
+AttentionTiles ResolveAttentionTiles(AttentionTiles a);
+const char* AttentionTilesName(AttentionTiles a);  // "auto", "tiled", "token"
+
 // The batched forward on one Vulkan device, behind the same step interface as the CPU decoder
 // (model::BatchForward), for the serving engine: a batch of tokens of several sequences (prefill
 // chunks, decode tokens, speculative verify rows) in one pass over the weights (GEMM kernels
@@ -134,6 +150,7 @@ struct GpuForwardOptions {
   // (docs/gpu.md, "The norm tail"); UF_GPU_NORM_TAIL=1 or 0 overrides it.
   bool norm_tail = false;
   MatMul matmul = MatMul::kDefault;
+  AttentionTiles attention_tiles = AttentionTiles::kDefault;
   // A timestamp after every dispatch, for last_step_profile() (`bench --device vulkan
   // --profile`). Timestamps wait for the work before them, so a profiled step runs slower.
   bool profile = false;

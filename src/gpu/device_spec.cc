@@ -64,4 +64,28 @@ const char* MatMulName(MatMul m) {
   }
 }
 
+AttentionTiles ResolveAttentionTiles(AttentionTiles a) {
+  if (a != AttentionTiles::kDefault) return a;
+  const char* env = std::getenv("UF_GPU_ATTENTION");
+  if (env == nullptr || *env == '\0') return AttentionTiles::kAuto;
+  const std::string v(env);
+  if (v == "tiled") return AttentionTiles::kTiled;
+  if (v == "token") return AttentionTiles::kToken;
+  if (v != "auto") {
+    UF_LOG(WARNING) << "UF_GPU_ATTENTION=" << v << " is not auto, tiled or token: auto";
+  }
+  return AttentionTiles::kAuto;
+}
+
+const char* AttentionTilesName(AttentionTiles a) {
+  switch (a) {
+    case AttentionTiles::kTiled:
+      return "tiled";
+    case AttentionTiles::kToken:
+      return "token";
+    default:
+      return "auto";
+  }
+}
+
 }  // namespace uf::gpu

@@ -66,6 +66,7 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   }
   o_.norm_tail = ResolveNormTail(o_.norm_tail);
   o_.matmul = ResolveMatMul(o_.matmul);
+  o_.attention_tiles = ResolveAttentionTiles(o_.attention_tiles);
   if (o_.matmul != MatMul::kOff) {
     UF_RETURN_IF_ERROR(k_.AddMatMul(ctx_.get(), o_.matmul));
     o_.matmul = k_.matmul();  // kTiled where the matrix units are missing
@@ -415,7 +416,12 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
     const int64_t blocks = (seq_next_[s] + bs - 1) / bs;
     std::memcpy(bt + s * max_blocks_, cache_->BlockTable(s), blocks * 4);
   }
-  auto rec = RecordingFor(n, n_outputs_, mode, n_allowed > 0 && n_top > 0);
+  // Runs of one sequence: a prefill chunk is one long run, a decode batch n runs of one.
+  int64_t runs = 0;
+  for (int64_t t = 0; t < n; ++t) runs += t == 0 || batch.seq_ids[t] != batch.seq_ids[t - 1];
+  const bool tiled = o_.attention_tiles == AttentionTiles::kTiled ||
+                     (o_.attention_tiles == AttentionTiles::kAuto && n >= kTiledAttentionRun * runs);
+  auto rec = RecordingFor(n, n_outputs_, mode, n_allowed > 0 && n_top > 0, tiled);
   Status status = rec.ok() ? (*rec)->Run() : rec.status();
   last_mode_ = status.ok() ? mode : Out::kLogits;
   if (status.ok()) {

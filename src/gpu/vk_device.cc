@@ -203,6 +203,7 @@ DeviceInfo Describe(const VkFns& vk, VkPhysicalDevice pd, int index) {
   }
   d.subgroup_size = sub.subgroupSize;
   d.max_binding_bytes = props.properties.limits.maxStorageBufferRange;
+  d.max_shared_bytes = props.properties.limits.maxComputeSharedMemorySize;
   d.float16 = f16.shaderFloat16 != VK_FALSE;
   d.integer_dot = dot_ext && dot.shaderIntegerDotProduct != VK_FALSE;
   d.integer_dot_accelerated =

@@ -90,8 +90,9 @@ class VulkanForward final : public GpuForward {
   Status Prepare(const model::Batch& batch);
   // The forward; with greedy set, the rows' arg-max into greedy[] instead of logits_.
   Status Run(const model::Batch& batch, int32_t* greedy);
-  StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out, bool allowed);
-  Status Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed);
+  // tiled: attention_tiled.comp for the layers it takes (AttentionTiles).
+  StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out, bool allowed, bool tiled);
+  Status Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed, bool tiled);
   // y = W x for n tokens, quantizing x into xq_ first when W takes a quantized activation (Q8_0,
   // Q8_K, f16 or bf16 pairs: ActivationFor) and xq_ does not hold x in that format yet.
   // accumulate: y += W x (the residual add folded into the GEMM); bias: y = W x + bias.
@@ -181,7 +182,8 @@ class VulkanForward final : public GpuForward {
   // FetchLogits: copy_rows over the last Forward's n_outputs_ rows (re-recorded when it changes).
   std::unique_ptr<Recorder> fetch_;
   int64_t fetch_rows_ = -1;
-  std::map<std::tuple<int64_t, int64_t, Out, bool>, std::unique_ptr<Recorder>> recordings_;
+  // By (tokens, logits rows, output, grammar masks, tiled attention).
+  std::map<std::tuple<int64_t, int64_t, Out, bool, bool>, std::unique_ptr<Recorder>> recordings_;
   Recorder* last_ = nullptr;
   const Buffer* xq_holds_ = nullptr;      // while recording: the buffer xq_ is the quantization of
   Activation xq_act_ = Activation::kF32;  // ... in this format

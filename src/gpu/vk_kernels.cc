@@ -144,6 +144,8 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
   UF_ASSIGN_OR_RETURN(k.kv_store_, ctx->GetPipeline("kv_store", 5));
   UF_ASSIGN_OR_RETURN(k.attention_, ctx->GetPipeline("attention", 8));
   UF_ASSIGN_OR_RETURN(k.attention_combine_, ctx->GetPipeline("attention_combine", 5));
+  UF_ASSIGN_OR_RETURN(k.attention_tiled_, ctx->GetPipeline("attention_tiled", 8));
+  k.max_shared_bytes_ = ctx->info().max_shared_bytes;
   UF_ASSIGN_OR_RETURN(k.embed_, ctx->GetPipeline("embed", 3));
   UF_ASSIGN_OR_RETURN(k.embed_q_, ctx->GetPipeline("embed_q", 6));
   UF_ASSIGN_OR_RETURN(k.gather_, ctx->GetPipeline("gather", 3));
@@ -700,6 +702,14 @@ void Kernels::GemmQkvRope(Recorder* r, const GpuMatrix& wq, const GpuMatrix& wk,
               static_cast<uint32_t>((n + tile - 1) / tile));
 }
 
+bool Kernels::TiledAttentionFits(const AttentionShape& s) const {
+  // attention_tiled.comp's shared memory: 64 staged rows of up to 65 words, 32 x 64 floats of
+  // exponentials, 32 maxima and common.glsl's 256 floats.
+  constexpr uint32_t kSharedBytes = (64 * 65 + 32 * 64 + 32 + 256) * 4;
+  return s.window == 0 && s.head_dim % 2 == 0 && s.head_dim <= 128 &&
+         s.n_head / s.n_head_kv <= kTiledAttentionRows && max_shared_bytes_ >= kSharedBytes;
+}
+
 void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,
                         const Buffer& out, const Buffer& tok, const Buffer& bt, int64_t n,
                         const AttentionShape& s, const Buffer* part, const Buffer* sinks,
@@ -742,8 +752,26 @@ void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const
   const Buffer& sink_buf = sinks != nullptr ? *sinks : q;
   const Buffer& q_buf = q_out != nullptr ? *q_out : out;
   const Buffer& b6 = part != nullptr && s.chunk != 0 ? *part : q_buf;
-  r->Dispatch(*attention_, {q, cache, scores, out, tok, bt, b6, sink_buf}, push,
-              static_cast<uint32_t>(s.n_head * s.n_chunks()), static_cast<uint32_t>(n));
+  if (s.tiled) {
+    UF_CHECK(TiledAttentionFits(s)) << "attention_tiled.comp does not take this shape";
+    // Its tiles: as many tokens as give kTiledAttentionRows query rows of one KV head. Q8_0's
+    // blocks are not its output (its rows are split between invocations differently); the
+    // quantizer after it gives the same bits.
+    const int64_t tile = kTiledAttentionRows / (s.n_head / s.n_head_kv);
+    const bool q8_after = s.chunk == 0 && q_out != nullptr && q_act == Activation::kQ8_0;
+    if (q8_after) push.quant = 0;
+    const struct {
+      decltype(push) a;
+      uint32_t n, tile;
+    } tiled{push, static_cast<uint32_t>(n), static_cast<uint32_t>(tile)};
+    r->Dispatch(*attention_tiled_, {q, cache, scores, out, tok, bt, b6, sink_buf}, tiled,
+                static_cast<uint32_t>(s.n_head_kv * s.n_chunks()),
+                static_cast<uint32_t>((n + tile - 1) / tile));
+    if (q8_after) Quantize(r, out, 0, n * s.n_head * s.head_dim, *q_out);
+  } else {
+    r->Dispatch(*attention_, {q, cache, scores, out, tok, bt, b6, sink_buf}, push,
+                static_cast<uint32_t>(s.n_head * s.n_chunks()), static_cast<uint32_t>(n));
+  }
   if (s.chunk == 0) return;
   const struct {
     uint32_t n_head, head_dim, chunk, n_chunks, window, has_sinks, quant, q_d_off;

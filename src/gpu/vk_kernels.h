@@ -85,6 +85,9 @@ struct AttentionShape {
   // one. The split depends on a token's position only, so rows stay batch-independent.
   int64_t chunk = 0;
   int64_t window = 0;  // a sliding-window layer's positions (gpt-oss); 0: the whole context
+  // attention_tiled.comp: K/V rows staged once per (KV head, tile of tokens) for all the tile's
+  // query rows, the same bits (Kernels::TiledAttentionFits must hold).
+  bool tiled = false;
   int64_t n_chunks() const { return chunk == 0 ? 1 : (max_len + chunk - 1) / chunk; }
   // Floats of the split's partial sums per (token, query head).
   int64_t part_floats() const { return n_chunks() * (head_dim + 2); }
@@ -320,6 +323,10 @@ class Kernels {
   // unsplit, attention_combine.comp split); q_act kQ8_0 (head_dim a multiple of 32), kF16 or
   // kBF16; head_dim at most kMaxAttentionChunk.
   static constexpr int64_t kMaxAttentionChunk = 1024;  // attention.comp's kMaxChunk
+  // Whether attention_tiled.comp takes s (s.tiled): no sliding window, an even head_dim of at
+  // most 128, at most kTiledAttentionRows query heads a KV head, and the device's shared memory.
+  static constexpr int64_t kTiledAttentionRows = 32;  // attention_tiled.comp's kRows
+  bool TiledAttentionFits(const AttentionShape& s) const;
   void Attention(Recorder* r, const Buffer& q, const Buffer& cache, const Buffer& scores,
                  const Buffer& out, const Buffer& tok, const Buffer& bt, int64_t n,
                  const AttentionShape& s, const Buffer* part = nullptr,
@@ -439,6 +446,8 @@ class Kernels {
   std::map<GgmlType, const Pipeline*> gemm_qkv_[kNumTiles];
   const Pipeline* attention_ = nullptr;
   const Pipeline* attention_combine_ = nullptr;
+  const Pipeline* attention_tiled_ = nullptr;
+  uint32_t max_shared_bytes_ = 0;  // the device's maxComputeSharedMemorySize
   const Pipeline* embed_ = nullptr;
   const Pipeline* embed_q_ = nullptr;
   const Pipeline* gather_ = nullptr;

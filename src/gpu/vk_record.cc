@@ -262,7 +262,8 @@ void VulkanForward::RecordQkv(Recorder* r, const LayerBuffers& l, int64_t n,
   }
 }
 
-Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed) {
+Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed,
+                             bool tiled) {
   const int64_t e = c_.n_embd, hd = c_.head_dim;
   AttentionShape as;
   as.q8 = q8_cache_;
@@ -316,6 +317,7 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, boo
     as.k_off = 0;
     as.v_off = static_cast<uint32_t>(layer_words / 2);
     as.window = c_.IsSwaLayer(il) ? c_.n_swa : 0;
+    as.tiled = tiled && k_.TiledAttentionFits(as);
     RecordQkv(r, l, n, as, il);
     // The o-projection's Q8_0 or 16-bit pair activation written by attention itself (the bits
     // QuantizeAs gives): no quantize dispatch and barrier between them. Q8_K's blocks of 256 span
@@ -416,13 +418,14 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, boo
   return r->Finish();
 }
 
-StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, Out out, bool allowed) {
-  const auto key = std::make_tuple(n, n_out, out, allowed);
+StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, Out out, bool allowed,
+                                                bool tiled) {
+  const auto key = std::make_tuple(n, n_out, out, allowed, tiled);
   auto it = recordings_.find(key);
   if (it != recordings_.end()) return it->second.get();
   if (recordings_.size() >= kMaxRecordings) recordings_.clear();  // every run has finished
   auto r = std::make_unique<Recorder>(ctx_.get(), o_.profile);
-  UF_RETURN_IF_ERROR(Record(r.get(), n, n_out, out, allowed));
+  UF_RETURN_IF_ERROR(Record(r.get(), n, n_out, out, allowed, tiled));
   Recorder* p = r.get();
   recordings_.emplace(key, std::move(r));
   return p;

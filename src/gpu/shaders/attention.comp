@@ -49,15 +49,9 @@ layout(push_constant) uniform P {
   uint quant, q_d_off;  // quant kAct*: o's Q8_0 blocks / f16 / bf16 pairs into q too (unsplit)
 } p;
 
-// Values 2i and 2i + 1 of the cache row at word rb.
-vec2 Pair(uint rb, uint i) {
-  if (p.q8 == 0) return unpackHalf2x16(cache[rb + i]);
-  const uint b = rb + 9 * (i / 16), j = 2 * (i % 16);
-  const int word = int(cache[b + j / 4]);
-  const int sh = int(8 * (j % 4));
-  return uintBitsToFloat(cache[b + 8]) *
-         vec2(float(bitfieldExtract(word, sh, 8)), float(bitfieldExtract(word, sh + 8, 8)));
-}
+#include "attention_pair.glsl"
+DEFINE_KV_PAIR(Pair, cache)
+DEFINE_KV_SCORE(KeyScore, Pair)
 
 // A split workgroup's scores (positions t0 + i); the same float values as the global scratch.
 const uint kMaxChunk = 1024;
@@ -98,13 +92,7 @@ void main() {
   const uint hb = kvh * p.n_rows;
   float mx = -1.0 / 0.0;
   for (uint t = t0 + lid; t < t1; t += 64) {
-    const uint kb = p.k_off + (hb + Row(seq, t)) * p.row_words;
-    float dot = 0.0;
-    for (uint i = 0; i < hp; ++i) {
-      const vec2 kv = Pair(kb, i);
-      dot += qry[qb + 2 * i] * kv.x + qry[qb + 2 * i + 1] * kv.y;
-    }
-    dot *= p.scale;
+    const float dot = KeyScore(qb, p.k_off + (hb + Row(seq, t)) * p.row_words);
     SetScore(sb, t, t0, dot);
     mx = max(mx, dot);
   }
