@@ -27,7 +27,9 @@
 #                                    gemv `tile8`): what the wider GEMM tiles save, and with the
 #                                    tiled GEMM (UF_GPU_MATMUL=tiled / coopmat, gemv `tiled` /
 #                                    `coopmat`; off by default until this run measures it, its
-#                                    kernel test gpu_matmul_test first). Default: the 1B shapes (a few minutes);
+#                                    kernel test gpu_matmul_test first), and a 4,096-token
+#                                    prefill with attention tiled and per token (UF_GPU_ATTENTION;
+#                                    gpu_attention_test first: the same bits). Default: the 1B shapes (a few minutes);
 #                                    `all` adds 8B F16 and Q4_0 (16 + 4.5 GB to write); `moe`
 #                                    (or `all`) adds cut-down mixtures of experts: Qwen3-30B-A3B
 #                                    Q4_K_M at 12 of its 48 layers and gpt-oss-20b MXFP4 at 8 of
@@ -48,7 +50,7 @@ case "${1:-}" in
     cmake --build build --target ultrafast
     # The GEMV kernel tests travel too (1.5 MB, the same libraries as ultrafast): run first on
     # the GPU, they check the GEMMs' bit-identity under the driver's own compiler.
-    tests="gpu_kernels_test gpu_integer_gemm_test gpu_fused_test gpu_stage_test gpu_topk_test gpu_moe_kernels_test gpu_matmul_test"
+    tests="gpu_kernels_test gpu_integer_gemm_test gpu_fused_test gpu_stage_test gpu_topk_test gpu_moe_kernels_test gpu_matmul_test gpu_attention_test"
     # shellcheck disable=SC2086
     cmake --build build --target $tests || echo "no GPU kernel tests ($tests; UF_BUILD_TESTS?)"
     mkdir -p .gpu
@@ -73,13 +75,14 @@ case "${1:-}" in
       # The tiny MoE presets (a few MiB) standing in for the cut-down MoE shapes.
       uf synth --preset tiny-qwen3moe --type q4_k_m -o "$dir/qwen3-30b-a3b-q4_k_m-12.gguf" >/dev/null
       uf synth --preset tiny-gpt-oss --type mxfp4 -o "$dir/gpt-oss-20b-mxfp4-8.gguf" >/dev/null
-      n_gen=8 n_prompt=32 depth=${UF_GPU_DEPTH:-512} streams=1,4 streams8=4
+      n_gen=8 n_prompt=32 depth=${UF_GPU_DEPTH:-512} streams=1,4 streams8=4 long_prompt=160
     else
       [ -x .gpu/ultrafast ] || { echo "run from the repository root with .gpu/ carried"; exit 2; }
       uf() { bash .gpu/on-device.sh .gpu/ultrafast "$@"; }
       dir=${UF_GPU_MODELS:-/tmp/uf_gpu_models}
       mkdir -p "$dir"
       n_gen=64 n_prompt=512 depth=${UF_GPU_DEPTH:-4096} streams=1,2,4,8,16,32,64 streams8=16,64
+      long_prompt=4096
       # The device tool returns only the output's last 12,000 characters, and files under $OUT:
       # the whole run goes there too.
       if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
@@ -91,6 +94,11 @@ case "${1:-}" in
     if [ "$1" = run ] && [ -x .gpu/gpu_kernels_test ]; then
       bash .gpu/on-device.sh .gpu/gpu_kernels_test --gtest_filter='*Gemm*:*Gemv*' 2>&1 |
         grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure|gpu\]' || true
+    fi
+    # Tiled attention against the per-token kernel, bit for bit, under the driver's compiler.
+    if [ "$1" = run ] && [ -x .gpu/gpu_attention_test ]; then
+      bash .gpu/on-device.sh .gpu/gpu_attention_test 2>&1 |
+        grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure|Expected|Which is' || true
     fi
     # The fused kernels against the unfused ones, and the sampling and MoE reductions (arg-max,
     # top-64, router, grouping) against the host's, under the driver's own compiler.
@@ -116,7 +124,7 @@ case "${1:-}" in
     # Mixtures of experts, cut down to a few layers (the 5th field) to fit the session.
     [ "${2:-}" = all ] || [ "${2:-}" = moe ] &&
       runs+=("qwen3-30b-a3b q4_k_m 0 basic 12" "gpt-oss-20b mxfp4 0 basic 8")
-    results=()
+    results=() prefill=()
     for r in "${runs[@]}"; do
       read -r preset type d gemv layers <<<"$r"
       name=$preset${layers:+-${layers}L}
@@ -178,6 +186,18 @@ case "${1:-}" in
     tiled_run llama-3.2-1b f16 coopmat "$model"
     tiled_run llama-3.2-1b q4_0 off "$dir/llama-3.2-1b-q4_0.gguf"
     tiled_run llama-3.2-1b q4_0 coopmat "$dir/llama-3.2-1b-q4_0.gguf"
+    # A long prompt's prefill (1B F16, 4,096 tokens in batches of 512) with attention tiled over
+    # the prompt's tokens (attention_tiled.comp, the default for prefill batches) and one
+    # workgroup per (head, token) (attention.comp): the same bits, so this is speed only.
+    for attn in tiled token; do
+      line=$(UF_GPU_ATTENTION=$attn uf bench --device vulkan -m "$model" -p "$long_prompt" -n 1 \
+               --reps 1 --json | tail -n 1) || line=
+      case "$line" in
+        "{"*) prefill+=("$attn $(python3 -c 'import json, sys
+print(round(json.loads(sys.argv[1])["pp_tok_s"]))' "$line")") ;;
+        *) prefill+=("$attn failed") ;;
+      esac
+    done
     echo
     # One table: decode per model (streams 1), then the batched runs (aggregate over streams).
     python3 - "${results[@]}" <<'PY'
@@ -205,6 +225,10 @@ for arg in sys.argv[1:]:
               f"{'':>10} {b['gpu_tok_s']:>10.1f} {bw:>10.0f} {100 * b['roofline']:>8.1f}%")
     print(f"prefill (the batched runs' prompts, batches of up to 512): {j['pp_tok_s']:.0f} tok/s")
 PY
+    for p in "${prefill[@]}"; do
+      read -r attn tok_s <<<"$p"
+      echo "prefill of $long_prompt tokens (1B F16), attention $attn: $tok_s tok/s"
+    done
     # Where a decode step's GPU time goes, per kernel (bench --profile: a timestamp after every
     # dispatch), for the 1B F16, Q4_0 and Q4_K_M shapes.
     for t in f16 q4_0 q4_k_m; do

@@ -181,6 +181,7 @@ int GpuBench(const GpuBenchOptions& o) {
     j["integer_dot"] = gpu::IntegerDotByDefault(dev);
     j["norm_tail"] = gpu::ResolveNormTail(false);
     j["matmul"] = gpu::MatMulName(matmul);
+    j["attention"] = gpu::AttentionTilesName(gpu::ResolveAttentionTiles(gpu::AttentionTiles::kDefault));
     j["upload_s"] = upload_s;
     j["device_bytes"] = dev_bytes;
     j["depth"] = o.depth;
@@ -210,10 +211,11 @@ int GpuBench(const GpuBenchOptions& o) {
   }
   std::printf(
       "device: Vulkan %d, %s (%s), %.0f MiB held, weights uploaded in %.2f s, packed int8 dot "
-      "%s, norm tail %s, tiled GEMM %s\n",
+      "%s, norm tail %s, tiled GEMM %s, tiled attention %s\n",
       dev.index, dev.name.c_str(), dev.type.c_str(), static_cast<double>(dev_bytes) / (1 << 20),
       upload_s, gpu::IntegerDotByDefault(dev) ? "on" : "off",
-      gpu::ResolveNormTail(false) ? "on" : "off", gpu::MatMulName(matmul));
+      gpu::ResolveNormTail(false) ? "on" : "off", gpu::MatMulName(matmul),
+      gpu::AttentionTilesName(gpu::ResolveAttentionTiles(gpu::AttentionTiles::kDefault)));
   if (!bw.ok()) std::printf("read bandwidth: not measured (%s)\n", bw.status().ToString().c_str());
   std::printf("%-8s %-12s %14s %16s %12s %10s\n", "depth", "test", "tok/s", "bytes/token",
               "GB/s read", "roofline");
