@@ -49,7 +49,7 @@ class GpuAttentionTest : public GpuKernelsTest {
   // and, split, several chunks), a run of sequence 1 from position 0, a lone token of sequence
   // 2, sequence 0 again, then sequence 1 again (runs that start inside a tile). The same batch
   // through either kernel.
-  Result Run(const Case& c, bool tiled) {
+  Result Run(const Case& c, int64_t tile) {
     const int64_t bs = 8, max_blocks = 12, max_len = max_blocks * bs, n_seqs = 3;
     const int64_t n_blocks = n_seqs * max_blocks, n_rows = n_blocks * bs;
     std::vector<int32_t> table(n_seqs * max_blocks);
@@ -71,7 +71,7 @@ class GpuAttentionTest : public GpuKernelsTest {
     as.max_blocks = max_blocks;
     as.max_len = max_len;
     as.chunk = c.chunk;
-    as.tiled = tiled;
+    as.tile = tile;
     // The cache: positions 0 .. 90 of every sequence.
     const int64_t n_pos = 91, hd = c.head_dim;
     Buffer cache = Empty(2 * c.n_kv * n_rows * as.row_words() * 4);
@@ -145,7 +145,7 @@ TEST_F(GpuAttentionTest, TiledRowsAreTheTokenKernelsBits) {
     s.n_head_kv = c.n_kv;
     s.head_dim = c.head_dim;
     ASSERT_TRUE(kernels_->TiledAttentionFits(s)) << "the device's shared memory is too small";
-    const Result token = Run(c, false), tiled = Run(c, true);
+    const Result token = Run(c, 0);
     // Not vacuous: finite, and no head's row left unwritten (all zeros).
     for (size_t row = 0; row < token.o.size(); row += c.head_dim) {
       bool written = false;
@@ -155,17 +155,22 @@ TEST_F(GpuAttentionTest, TiledRowsAreTheTokenKernelsBits) {
       }
       ASSERT_TRUE(written) << "row " << row / c.head_dim;
     }
-    ASSERT_EQ(token.o.size(), tiled.o.size());
-    int64_t differ = 0, first = -1;
-    for (size_t i = 0; i < token.o.size(); ++i) {
-      if (std::memcmp(&token.o[i], &tiled.o[i], 4) != 0) {
-        if (differ++ == 0) first = static_cast<int64_t>(i);
+    // Tiles of as many tokens as the kernel's 32 rows hold, and of one token (decode batches).
+    for (int64_t tile : {Kernels::kTiledAttentionRows / (c.n_head / c.n_kv), int64_t{1}}) {
+      SCOPED_TRACE("tiles of " + std::to_string(tile));
+      const Result tiled = Run(c, tile);
+      ASSERT_EQ(token.o.size(), tiled.o.size());
+      int64_t differ = 0, first = -1;
+      for (size_t i = 0; i < token.o.size(); ++i) {
+        if (std::memcmp(&token.o[i], &tiled.o[i], 4) != 0) {
+          if (differ++ == 0) first = static_cast<int64_t>(i);
+        }
       }
+      EXPECT_EQ(differ, 0) << "of " << token.o.size() << " values; the first at " << first << ": "
+                           << token.o[std::max<int64_t>(first, 0)] << " vs "
+                           << tiled.o[std::max<int64_t>(first, 0)];
+      EXPECT_EQ(token.q, tiled.q);
     }
-    EXPECT_EQ(differ, 0) << "of " << token.o.size() << " values; the first at " << first << ": "
-                         << token.o[std::max<int64_t>(first, 0)] << " vs "
-                         << tiled.o[std::max<int64_t>(first, 0)];
-    EXPECT_EQ(token.q, tiled.q);
   }
 }
 

@@ -189,6 +189,30 @@ void CheckGolden(const std::string& name, engine::KvType kv_type, gpu::GemvVaria
 
 class GpuGoldenTest : public ::testing::TestWithParam<std::tuple<std::string, engine::KvType>> {};
 
+// An environment variable set for a scope (the forward reads UF_GPU_* when it is created), then
+// restored.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* before = std::getenv(name);
+    had_ = before != nullptr;
+    if (had_) before_ = before;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, before_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string before_;
+};
+
 TEST_P(GpuGoldenTest, LogitsMatchReference) {
   CheckGolden(std::get<0>(GetParam()), std::get<1>(GetParam()), gpu::GemvVariant::kBasic);
 }
@@ -246,6 +270,26 @@ INSTANTIATE_TEST_SUITE_P(
     GoldenName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GpuGoldenTest);
 
+// Attention tiled in every step (UF_GPU_ATTENTION=tiled; by default decode steps keep the token
+// kernel): each decode step through attention_tiled.comp's one-token tiles, each prompt as one
+// batch through its widest tiles, against the goldens, the batch rows bit-identical to the steps
+// (CheckGolden). tiny-llama-f32 has head_dim 16 and 2 query heads a KV head; the q8_0 cache on
+// one model.
+class GpuTiledAttention : public ::testing::TestWithParam<std::tuple<std::string, engine::KvType>> {
+};
+
+TEST_P(GpuTiledAttention, EveryStepMatchesReference) {
+  ScopedEnv env("UF_GPU_ATTENTION", "tiled");
+  CheckGolden(std::get<0>(GetParam()), std::get<1>(GetParam()), gpu::GemvVariant::kBasic);
+}
+INSTANTIATE_TEST_SUITE_P(
+    Models, GpuTiledAttention,
+    ::testing::Values(std::make_tuple("tiny-llama-256-f16", engine::KvType::kF16),
+                      std::make_tuple("tiny-llama-256-f16", engine::KvType::kQ8_0),
+                      std::make_tuple("tiny-llama-f32", engine::KvType::kF16),
+                      std::make_tuple("tiny-qwen3-256-q8_0", engine::KvType::kF16)),
+    GoldenName);
+
 // The tiled GEMM (gpu::MatMul, UF_GPU_MATMUL) on the F16, BF16, Q8_0, Q4_0, Q4_K_M and Q6_K models
 // (and qwen2's, whose q/k/v biases the tiled GEMM adds): every golden
 // prompt as one batch, each row against the goldens with CheckGolden's tolerances. Batches of 16
@@ -271,18 +315,13 @@ TEST_P(GpuTiledGemm, BatchRowsMatchReference) {
     auto devices = gpu::ListDevices();
     if (devices.ok() && !devices->empty() && (*devices)[0].coopmat) modes.push_back("coopmat");
   }
-  const char* before = std::getenv("UF_GPU_MATMUL");
-  const std::string saved = before != nullptr ? before : "";
   for (const char* mode : modes) {
     SCOPED_TRACE(mode);
-    setenv("UF_GPU_MATMUL", mode, 1);  // read by the forward the decoder makes
     std::string skip;
-    auto dec = MakeDecoder(m, max_len, &skip, max_len);
-    if (before != nullptr) {
-      setenv("UF_GPU_MATMUL", saved.c_str(), 1);
-    } else {
-      unsetenv("UF_GPU_MATMUL");
-    }
+    auto dec = [&] {
+      ScopedEnv env("UF_GPU_MATMUL", mode);  // read by the forward the decoder makes
+      return MakeDecoder(m, max_len, &skip, max_len);
+    }();
     if (!skip.empty()) GTEST_SKIP() << skip;
     ASSERT_TRUE(dec.ok()) << dec.status().ToString();
     GoldenScore score{.tol = FamilyTolerance(m) + 1e-2, .clear_gap = 0.05};

@@ -112,12 +112,15 @@ case "${1:-}" in
     # UF_GPU_FUSE=0; `nodot4`: basic with UF_GPU_DOT4=0, the integer GEMMs by byte extracts
     # instead of the packed int8 dot; `nospin`: basic with UF_GPU_SPIN_US=0, a blocking fence
     # wait instead of polling; `normtail`: basic with UF_GPU_NORM_TAIL=1, the norms after the
-    # o and down products in those GEMMs' last workgroup), layers (cut-down MoE).
+    # o and down products in those GEMMs' last workgroup; `tileattn`: basic with
+    # UF_GPU_ATTENTION=tiled, decode steps through attention_tiled.comp's one-token tiles, a KV
+    # head's query heads sharing its rows), layers (cut-down MoE).
     runs=("llama-3.2-1b f16 0 basic" "llama-3.2-1b f16 0 wide" "llama-3.2-1b q8_0 0 basic"
           "llama-3.2-1b q8_0 0 wide" "llama-3.2-1b q8_0 0 nodot4" "llama-3.2-1b q4_0 0 basic"
           "llama-3.2-1b q4_0 0 unfused" "llama-3.2-1b q4_0 0 nodot4" "llama-3.2-1b q4_0 0 nospin"
           "llama-3.2-1b q4_0 0 wide" "llama-3.2-1b q4_k_m 0 basic" "llama-3.2-1b q4_k_m 0 nodot4"
-          "llama-3.2-1b f16 $depth basic" "llama-3.2-1b f16 0 normtail"
+          "llama-3.2-1b f16 $depth basic" "llama-3.2-1b f16 $depth tileattn"
+          "llama-3.2-1b f16 0 normtail"
           "llama-3.2-1b q4_0 0 normtail" "llama-3.2-1b q4_k_m 0 normtail")
     [ "${2:-}" = all ] && runs+=("llama-3.1-8b f16 0 basic" "llama-3.1-8b f16 0 wide"
                                  "llama-3.1-8b q4_0 0 basic" "llama-3.1-8b q4_0 0 wide")
@@ -131,13 +134,14 @@ case "${1:-}" in
       model="$dir/$preset-$type${layers:+-$layers}.gguf"
       [ -f "$model" ] || uf synth --preset "$preset" --type "$type" ${layers:+--layers "$layers"} \
         -o "$model" >/dev/null
-      fuse=1 g=$gemv dot4=1 spin= tail=0
+      fuse=1 g=$gemv dot4=1 spin= tail=0 attn=auto
       [ "$gemv" = unfused ] && fuse=0 g=basic
       [ "$gemv" = normtail ] && tail=1 g=basic
       [ "$gemv" = nodot4 ] && dot4=0 g=basic
       [ "$gemv" = nospin ] && spin=0 g=basic
+      [ "$gemv" = tileattn ] && attn=tiled g=basic
       line=$(UF_GPU_FUSE=$fuse UF_GPU_GEMV=$g UF_GPU_DOT4=$dot4 UF_GPU_SPIN_US=$spin \
-             UF_GPU_NORM_TAIL=$tail uf bench --device vulkan -m "$model" -p 0 -n "$n_gen" --reps 1 \
+             UF_GPU_NORM_TAIL=$tail UF_GPU_ATTENTION=$attn uf bench --device vulkan -m "$model" -p 0 -n "$n_gen" --reps 1 \
              --depth "$d" --json | tail -n 1)
       echo "$line"
       results+=("$name $type $d $gemv $line")
@@ -186,6 +190,13 @@ case "${1:-}" in
     tiled_run llama-3.2-1b f16 coopmat "$model"
     tiled_run llama-3.2-1b q4_0 off "$dir/llama-3.2-1b-q4_0.gguf"
     tiled_run llama-3.2-1b q4_0 coopmat "$dir/llama-3.2-1b-q4_0.gguf"
+    # Batched decode with every step's attention tiled (one-token tiles; gemv `tileattn`).
+    line=$(UF_GPU_ATTENTION=tiled uf bench --device vulkan -m "$model" -p "$n_prompt" -n 32 \
+             --reps 1 --batch "$streams8" --json | tail -n 1) || line=
+    case "$line" in
+      "{"*) echo "$line"; results+=("llama-3.2-1b f16 0 tileattn $line") ;;
+      *) echo "UF_GPU_ATTENTION=tiled batched: bench failed" ;;
+    esac
     # A long prompt's prefill (1B F16, 4,096 tokens in batches of 512) with attention tiled over
     # the prompt's tokens (attention_tiled.comp, the default for prefill batches) and one
     # workgroup per (head, token) (attention.comp): the same bits, so this is speed only.

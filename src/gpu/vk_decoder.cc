@@ -419,9 +419,13 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
   // Runs of one sequence: a prefill chunk is one long run, a decode batch n runs of one.
   int64_t runs = 0;
   for (int64_t t = 0; t < n; ++t) runs += t == 0 || batch.seq_ids[t] != batch.seq_ids[t - 1];
-  const bool tiled = o_.attention_tiles == AttentionTiles::kTiled ||
-                     (o_.attention_tiles == AttentionTiles::kAuto && n >= kTiledAttentionRun * runs);
-  auto rec = RecordingFor(n, n_outputs_, mode, n_allowed > 0 && n_top > 0, tiled);
+  const bool long_runs = n >= kTiledAttentionRun * runs;
+  const AttnKernel attn = o_.attention_tiles == AttentionTiles::kToken ? AttnKernel::kToken
+                          : long_runs                                 ? AttnKernel::kTiled
+                          : o_.attention_tiles == AttentionTiles::kTiled
+                              ? AttnKernel::kTiledSingles
+                              : AttnKernel::kToken;
+  auto rec = RecordingFor(n, n_outputs_, mode, n_allowed > 0 && n_top > 0, attn);
   Status status = rec.ok() ? (*rec)->Run() : rec.status();
   last_mode_ = status.ok() ? mode : Out::kLogits;
   if (status.ok()) {

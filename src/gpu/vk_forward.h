@@ -35,6 +35,10 @@ struct LayerBuffers {
 // same after the rows' known tokens were read out and masked (mask_rows.comp). A top recording
 // made `allowed` first masks the rows flagged in allow_ by their grammars (allow_rows.comp).
 enum class Out { kLogits, kGreedy, kTop, kTopMasked };
+// A step's attention kernel (AttentionTiles): attention.comp; attention_tiled.comp with tiles of
+// kTiledAttentionRows query rows (runs of one sequence); the same with one token a tile (a decode
+// batch: only the GQA group's heads share the K/V rows).
+enum class AttnKernel { kToken, kTiled, kTiledSingles };
 
 class VulkanForward final : public GpuForward {
  public:
@@ -90,9 +94,10 @@ class VulkanForward final : public GpuForward {
   Status Prepare(const model::Batch& batch);
   // The forward; with greedy set, the rows' arg-max into greedy[] instead of logits_.
   Status Run(const model::Batch& batch, int32_t* greedy);
-  // tiled: attention_tiled.comp for the layers it takes (AttentionTiles).
-  StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out, bool allowed, bool tiled);
-  Status Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed, bool tiled);
+  // attn: the attention kernel of the layers attention_tiled.comp takes (AttentionTiles).
+  StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out, bool allowed,
+                                   AttnKernel attn);
+  Status Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed, AttnKernel attn);
   // y = W x for n tokens, quantizing x into xq_ first when W takes a quantized activation (Q8_0,
   // Q8_K, f16 or bf16 pairs: ActivationFor) and xq_ does not hold x in that format yet.
   // accumulate: y += W x (the residual add folded into the GEMM); bias: y = W x + bias.
@@ -183,7 +188,8 @@ class VulkanForward final : public GpuForward {
   std::unique_ptr<Recorder> fetch_;
   int64_t fetch_rows_ = -1;
   // By (tokens, logits rows, output, grammar masks, tiled attention).
-  std::map<std::tuple<int64_t, int64_t, Out, bool, bool>, std::unique_ptr<Recorder>> recordings_;
+  std::map<std::tuple<int64_t, int64_t, Out, bool, AttnKernel>, std::unique_ptr<Recorder>>
+      recordings_;
   Recorder* last_ = nullptr;
   const Buffer* xq_holds_ = nullptr;      // while recording: the buffer xq_ is the quantization of
   Activation xq_act_ = Activation::kF32;  // ... in this format

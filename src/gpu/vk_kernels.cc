@@ -752,12 +752,12 @@ void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const
   const Buffer& sink_buf = sinks != nullptr ? *sinks : q;
   const Buffer& q_buf = q_out != nullptr ? *q_out : out;
   const Buffer& b6 = part != nullptr && s.chunk != 0 ? *part : q_buf;
-  if (s.tiled) {
-    UF_CHECK(TiledAttentionFits(s)) << "attention_tiled.comp does not take this shape";
-    // Its tiles: as many tokens as give kTiledAttentionRows query rows of one KV head. Q8_0's
-    // blocks are not its output (its rows are split between invocations differently); the
+  if (s.tile > 0) {
+    UF_CHECK(TiledAttentionFits(s) && s.tile <= kTiledAttentionRows / (s.n_head / s.n_head_kv))
+        << "attention_tiled.comp does not take this shape";
+    // Q8_0's blocks are not its output (its rows are split between invocations differently); the
     // quantizer after it gives the same bits.
-    const int64_t tile = kTiledAttentionRows / (s.n_head / s.n_head_kv);
+    const int64_t tile = s.tile;
     const bool q8_after = s.chunk == 0 && q_out != nullptr && q_act == Activation::kQ8_0;
     if (q8_after) push.quant = 0;
     const struct {

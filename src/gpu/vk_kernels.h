@@ -85,9 +85,10 @@ struct AttentionShape {
   // one. The split depends on a token's position only, so rows stay batch-independent.
   int64_t chunk = 0;
   int64_t window = 0;  // a sliding-window layer's positions (gpt-oss); 0: the whole context
-  // attention_tiled.comp: K/V rows staged once per (KV head, tile of tokens) for all the tile's
-  // query rows, the same bits (Kernels::TiledAttentionFits must hold).
-  bool tiled = false;
+  // attention_tiled.comp's tokens a workgroup (1 .. kTiledAttentionRows / (n_head / n_head_kv)):
+  // K/V rows staged once per (KV head, tile of tokens) for all the tile's query rows, the same
+  // bits (Kernels::TiledAttentionFits must hold). 0: attention.comp.
+  int64_t tile = 0;
   int64_t n_chunks() const { return chunk == 0 ? 1 : (max_len + chunk - 1) / chunk; }
   // Floats of the split's partial sums per (token, query head).
   int64_t part_floats() const { return n_chunks() * (head_dim + 2); }

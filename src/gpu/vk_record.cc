@@ -263,7 +263,7 @@ void VulkanForward::RecordQkv(Recorder* r, const LayerBuffers& l, int64_t n,
 }
 
 Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed,
-                             bool tiled) {
+                             AttnKernel attn) {
   const int64_t e = c_.n_embd, hd = c_.head_dim;
   AttentionShape as;
   as.q8 = q8_cache_;
@@ -317,7 +317,12 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, boo
     as.k_off = 0;
     as.v_off = static_cast<uint32_t>(layer_words / 2);
     as.window = c_.IsSwaLayer(il) ? c_.n_swa : 0;
-    as.tiled = tiled && k_.TiledAttentionFits(as);
+    // Tiles of as many tokens as give the kernel's rows, or of one token for a decode batch (the
+    // GQA group's query heads still share each K/V row).
+    as.tile = attn == AttnKernel::kToken || !k_.TiledAttentionFits(as) ? 0
+              : attn == AttnKernel::kTiledSingles
+                  ? 1
+                  : Kernels::kTiledAttentionRows / (c_.n_head / c_.n_head_kv);
     RecordQkv(r, l, n, as, il);
     // The o-projection's Q8_0 or 16-bit pair activation written by attention itself (the bits
     // QuantizeAs gives): no quantize dispatch and barrier between them. Q8_K's blocks of 256 span
@@ -419,13 +424,13 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, boo
 }
 
 StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, Out out, bool allowed,
-                                                bool tiled) {
-  const auto key = std::make_tuple(n, n_out, out, allowed, tiled);
+                                                AttnKernel attn) {
+  const auto key = std::make_tuple(n, n_out, out, allowed, attn);
   auto it = recordings_.find(key);
   if (it != recordings_.end()) return it->second.get();
   if (recordings_.size() >= kMaxRecordings) recordings_.clear();  // every run has finished
   auto r = std::make_unique<Recorder>(ctx_.get(), o_.profile);
-  UF_RETURN_IF_ERROR(Record(r.get(), n, n_out, out, allowed, tiled));
+  UF_RETURN_IF_ERROR(Record(r.get(), n, n_out, out, allowed, attn));
   Recorder* p = r.get();
   recordings_.emplace(key, std::move(r));
   return p;
