@@ -20,17 +20,17 @@ TEST(GpuAttention, NotBuilt) { GTEST_SKIP() << "built without the Vulkan backend
 
 struct Case {
   int64_t n_head, n_kv, head_dim;
-  bool q8;        // a Q8_0 cache, else f16
-  int64_t chunk;  // 0: unsplit; else split over positions, combined by attention_combine.comp
-  bool sinks;     // gpt-oss's sink logits
+  bool q8;         // a Q8_0 cache, else f16
+  int64_t chunk;   // 0: unsplit; else split over positions, combined by attention_combine.comp
+  bool sinks;      // gpt-oss's sink logits
   Activation out;  // kF32: no quantized output; else attention's o-projection activation
 };
 
 std::string Name(const Case& c) {
-  const char* out = c.out == Activation::kQ8_0  ? " q8_0 out"
-                    : c.out == Activation::kF16 ? " f16 out"
+  const char* out = c.out == Activation::kQ8_0   ? " q8_0 out"
+                    : c.out == Activation::kF16  ? " f16 out"
                     : c.out == Activation::kBF16 ? " bf16 out"
-                                                  : "";
+                                                 : "";
   return std::to_string(c.n_head) + "/" + std::to_string(c.n_kv) + " heads, head_dim " +
          std::to_string(c.head_dim) + (c.q8 ? ", q8_0 cache" : ", f16 cache") +
          (c.chunk ? ", chunks of " + std::to_string(c.chunk) : ", unsplit") +
@@ -106,9 +106,9 @@ class GpuAttentionTest : public GpuKernelsTest {
            out = Empty(values * 4), part = Empty(n * c.n_head * as.part_floats() * 4),
            sinks = Floats(Random(c.n_head, 11)), q_out = Empty(ActBytes(values));
     Recorder rec(ctx_);
-    kernels_->Attention(&rec, qb, cache, scores, out, tok, bt, n, as,
-                        c.chunk > 0 ? &part : nullptr, c.sinks ? &sinks : nullptr,
-                        c.out != Activation::kF32 ? &q_out : nullptr, c.out);
+    kernels_->Attention(&rec, qb, cache, scores, out, tok, bt, n, as, c.chunk > 0 ? &part : nullptr,
+                        c.sinks ? &sinks : nullptr, c.out != Activation::kF32 ? &q_out : nullptr,
+                        c.out);
     EXPECT_TRUE(rec.Finish().ok());
     EXPECT_TRUE(rec.Run().ok());
     Result r;
@@ -126,12 +126,11 @@ class GpuAttentionTest : public GpuKernelsTest {
 // unsplit and split into chunks of 16 positions (1 to 6 chunks a token); sinks; each output.
 TEST_F(GpuAttentionTest, TiledRowsAreTheTokenKernelsBits) {
   std::vector<Case> cases;
-  for (auto [nh, nkv, hd] : {std::tuple<int64_t, int64_t, int64_t>{4, 4, 32},
-                             {8, 2, 64},
-                             {16, 2, 128},
-                             {32, 1, 64}}) {
+  for (auto [nh, nkv, hd] :
+       {std::tuple<int64_t, int64_t, int64_t>{4, 4, 32}, {8, 2, 64}, {16, 2, 128}, {32, 1, 64}}) {
     for (bool q8 : {false, true}) {
-      for (int64_t chunk : {0, 16}) cases.push_back({nh, nkv, hd, q8, chunk, false, Activation::kF32});
+      for (int64_t chunk : {0, 16})
+        cases.push_back({nh, nkv, hd, q8, chunk, false, Activation::kF32});
     }
   }
   for (Activation out : {Activation::kQ8_0, Activation::kF16, Activation::kBF16}) {

@@ -181,7 +181,8 @@ int GpuBench(const GpuBenchOptions& o) {
     j["integer_dot"] = gpu::IntegerDotByDefault(dev);
     j["norm_tail"] = gpu::ResolveNormTail(false);
     j["matmul"] = gpu::MatMulName(matmul);
-    j["attention"] = gpu::AttentionTilesName(gpu::ResolveAttentionTiles(gpu::AttentionTiles::kDefault));
+    j["attention"] =
+        gpu::AttentionTilesName(gpu::ResolveAttentionTiles(gpu::AttentionTiles::kDefault));
     j["upload_s"] = upload_s;
     j["device_bytes"] = dev_bytes;
     j["depth"] = o.depth;

@@ -420,11 +420,10 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
   int64_t runs = 0;
   for (int64_t t = 0; t < n; ++t) runs += t == 0 || batch.seq_ids[t] != batch.seq_ids[t - 1];
   const bool long_runs = n >= kTiledAttentionRun * runs;
-  const AttnKernel attn = o_.attention_tiles == AttentionTiles::kToken ? AttnKernel::kToken
-                          : long_runs                                 ? AttnKernel::kTiled
-                          : o_.attention_tiles == AttentionTiles::kTiled
-                              ? AttnKernel::kTiledSingles
-                              : AttnKernel::kToken;
+  const AttnKernel attn = o_.attention_tiles == AttentionTiles::kToken   ? AttnKernel::kToken
+                          : long_runs                                    ? AttnKernel::kTiled
+                          : o_.attention_tiles == AttentionTiles::kTiled ? AttnKernel::kTiledSingles
+                                                                         : AttnKernel::kToken;
   auto rec = RecordingFor(n, n_outputs_, mode, n_allowed > 0 && n_top > 0, attn);
   Status status = rec.ok() ? (*rec)->Run() : rec.status();
   last_mode_ = status.ok() ? mode : Out::kLogits;
