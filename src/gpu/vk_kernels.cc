@@ -329,8 +329,9 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
            shape.x_d_off};
     uint32_t gx, gy;
     Grid((w.rows + 31) / 32, &gx, &gy);  // blocks of 32 rows x 64 tokens (gemm_tiled.glsl)
+    // The token blocks as the grid's x (TILES_INNER, common.glsl), the row blocks y and z.
     r->Dispatch(*matmul_pipelines_.at(w.type), {w.buffer, x, y, bias != nullptr ? *bias : y}, push,
-                gx, gy, static_cast<uint32_t>((n + 63) / 64));
+                static_cast<uint32_t>((n + 63) / 64), gx, gy);
     return;
   }
   const int64_t tile = GemmTile(n);
@@ -364,8 +365,9 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
          : rope->of == RopeStoreOf::kV ? rope->shape->v_off
                                        : rope->shape->k_off,
          rope != nullptr ? static_cast<uint32_t>(rope->shape->row_words()) : 0u};
-  // One token: gemm1_*, else tiles of GemmTile(n) tokens (the grid's z). All compute a token's
-  // row the same way (tests/gpu_kernels_test.cc checks the bits).
+  // One token: gemm1_*, else tiles of GemmTile(n) tokens (the grid's x, TILES_INNER in
+  // common.glsl; the row groups y and z). All compute a token's row the same way
+  // (tests/gpu_kernels_test.cc checks the bits).
   uint32_t gx, gy;
   Grid((w.rows + rows_per_group - 1) / rows_per_group, &gx, &gy);
   const Pipeline* wide = Wide(index, w);
@@ -385,7 +387,7 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
   r->Dispatch(*pipeline,
               {w.buffer, x, y, or_y(bias), or_y(b4), or_y(b5), or_y(b6),
                or_y(norm ? norm->counter : nullptr)},
-              push, gx, gy, static_cast<uint32_t>((n + tile - 1) / tile));
+              push, static_cast<uint32_t>((n + tile - 1) / tile), gx, gy);
 }
 
 bool Kernels::CanGemmGlu(const GpuMatrix& gate, const GpuMatrix& up, int64_t n) const {
@@ -404,7 +406,7 @@ void Kernels::GemmGlu(Recorder* r, const GpuMatrix& gate, const GpuMatrix& up, c
          static_cast<uint32_t>(n)};
   uint32_t gx, gy;
   Grid((gate.rows / 2 + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
-  r->Dispatch(*glu_[n == 1 ? 0 : 1].at(gate.type), {gate.buffer, up.buffer, x, h}, push, gx, gy, 1);
+  r->Dispatch(*glu_[n == 1 ? 0 : 1].at(gate.type), {gate.buffer, up.buffer, x, h}, push, 1, gx, gy);
 }
 
 namespace {
@@ -450,7 +452,7 @@ void Kernels::GemmExpertsGrouped(Recorder* r, const GpuMatrix& w, const Buffer& 
   UF_CHECK(it != gemmg_.end()) << "no grouped expert GEMM for " << GgmlTypeName(w.type);
   const Pipeline* wide = Wide(kGemmG, w);
   r->Dispatch(wide != nullptr ? *wide : *it->second, {w.buffer, x, y, tiles, order},
-              MakeExpertPush(w, n_slots, x_div), gx, gy, static_cast<uint32_t>(max_tiles));
+              MakeExpertPush(w, n_slots, x_div), static_cast<uint32_t>(max_tiles), gx, gy);
 }
 
 void Kernels::GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, const Buffer& ids,
@@ -695,11 +697,11 @@ void Kernels::GemmQkvRope(Recorder* r, const GpuMatrix& wq, const GpuMatrix& wk,
   const int64_t pairs = (wq.rows + 2 * wk.rows) / 2;
   uint32_t gx, gy;
   Grid((pairs + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
-  // Gemm's tile: tiles of it as the grid's z.
+  // Gemm's tile: tiles of it as the grid's x (TILES_INNER, common.glsl).
   const int64_t tile = GemmTile(n);
   r->Dispatch(*gemm_qkv_[TileIndex(tile)].at(wq.type),
-              {wq.buffer, wk.buffer, wv.buffer, x, q, k, v, cache, tok, *rope.cs}, push, gx, gy,
-              static_cast<uint32_t>((n + tile - 1) / tile));
+              {wq.buffer, wk.buffer, wv.buffer, x, q, k, v, cache, tok, *rope.cs}, push,
+              static_cast<uint32_t>((n + tile - 1) / tile), gx, gy);
 }
 
 bool Kernels::TiledAttentionFits(const AttentionShape& s) const {

@@ -39,7 +39,20 @@ float WorkgroupMax(float v) {
   return r;
 }
 
+#ifdef TILES_INNER
+// The token-tiled GEMMs (gemm.glsl, gemm_glu.glsl, gemm_qkv.glsl; gemm_tiled.glsl does the
+// same) and the experts' grouped GEMM (its tiles of one expert's slots): the grid's x is the
+// token tile and y, z the row group, so the workgroups of one row group's tiles are
+// consecutive and run together: the second tile's reads of those weight rows hit L2 instead of
+// DRAM (with the tile in z, as it was, every tile streamed the whole matrix again once the
+// previous one had, from DRAM for any matrix larger than L2: an 8B layer's 117 MB gate, a 1B
+// lm_head's 525 MB). The order changes no result.
+uint GroupIndex() { return gl_WorkGroupID.y + gl_WorkGroupID.z * gl_NumWorkGroups.y; }
+uint TileIndex() { return gl_WorkGroupID.x; }
+#else
 uint GroupIndex() { return gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x; }
+uint TileIndex() { return gl_WorkGroupID.z; }  // the experts' GEMM (gemmx_*): the slot
+#endif
 
 // f32 -> bf16 -> f32, round to nearest even: the CPU's rounding of activations before a BF16
 // product.

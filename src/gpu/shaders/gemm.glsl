@@ -1,7 +1,7 @@
 // Shared by the GEMM shaders (gemm_*.comp): y[t][row] = dot(W[row], x[t]) for the n tokens of a
 // batch. One subgroup per weight row, as the single-token GEMV had; the tokens are taken in tiles
-// of kTile (the grid's z), so each weight element is read once per tile and multiplied into
-// every token of it.
+// of kTile (the grid's x: TILES_INNER, common.glsl), so each weight element is read once per tile
+// and multiplied into every token of it.
 // Each (row, token) sum is formed the same way whatever n is: the same lane takes the same
 // columns in the same order into acc[t], and subgroupAdd reduces it. So a token's row of a
 // k + 1-token verify batch is bit-identical to the same token run alone (speculation stays
@@ -13,6 +13,9 @@
 // y_off, y_stride; acc: 1 to add the product to y (y += W x: the residual add folded into the
 // GEMM, as add.comp would add it afterwards: y + s, the same bits), 0 to write it.
 #extension GL_GOOGLE_include_directive : require
+#ifndef EXPERTS
+#define TILES_INNER  // the token tile (grouped: the expert's tile) is the grid's x (common.glsl)
+#endif
 #include "common.glsl"
 
 #extension GL_EXT_control_flow_attributes : require
@@ -24,7 +27,7 @@
 #endif
 
 #if defined(GROUPED)
-// Stacked experts grouped by expert (gemmg_*, kTile 8): z is a tile of up to 8 slots that chose
+// Stacked experts grouped by expert (gemmg_*, kTile 8): x is a tile of up to 8 slots that chose
 // one expert, so its rows are read once for all of them: tiles[3 z] the expert, tiles[3 z + 1]
 // the tile's first index into order (the slots sorted by expert, moe_group.comp), tiles[3 z + 2]
 // its slot count (0: an unused tile). A slot's sum is formed as gemm8_* forms a token's, which
@@ -38,12 +41,12 @@ layout(std430, binding = 4) readonly buffer Order { uint order[]; };
 // unrolled, so these stay in registers).
 uint g_n = 0;
 uint g_slot[kTile], g_x[kTile];
-uint WRow(uint row) { return tiles[3 * gl_WorkGroupID.z] * p.rows + row; }
+uint WRow(uint row) { return tiles[3 * TileIndex()] * p.rows + row; }
 float Biased(float s, uint row) { return s; }
 uint XTok(uint i) { return g_x[i]; }
 bool InBatch(uint i) { return i < g_n; }
 uint YRow(uint i) { return g_slot[i]; }
-bool Skip() { return tiles[3 * gl_WorkGroupID.z + 2] == 0; }
+bool Skip() { return tiles[3 * TileIndex() + 2] == 0; }
 #elif defined(EXPERTS)
 // Stacked experts (gemmx_*, kTile 1): z is a slot, ids[slot] its expert, whose rows start at
 // ids[slot] * rows of the stack; the slot reads activation row slot / x_div (a token's row for
@@ -89,11 +92,11 @@ layout(std430, binding = 2) coherent buffer Y { float y[]; };
 layout(std430, binding = 2) buffer Y { float y[]; };
 #endif
 
-// The first token of this workgroup's tile: tiles are the grid's z.
+// The first token of this workgroup's tile: tiles are the grid's x (TILES_INNER).
 #ifdef GROUPED
 uint TileStart() {
-  const uint first = tiles[3 * gl_WorkGroupID.z + 1];
-  g_n = tiles[3 * gl_WorkGroupID.z + 2];
+  const uint first = tiles[3 * TileIndex() + 1];
+  g_n = tiles[3 * TileIndex() + 2];
   [[unroll]] for (uint t = 0; t < kTile; ++t) {
     g_slot[t] = t < g_n ? order[first + t] : 0;
     g_x[t] = g_slot[t] / p.x_div;
@@ -101,7 +104,7 @@ uint TileStart() {
   return 0;
 }
 #else
-uint TileStart() { return gl_WorkGroupID.z * kTile; }
+uint TileStart() { return TileIndex() * kTile; }
 #endif
 
 void Store(uint i, float s) { y[i] = p.acc != 0 ? y[i] + s : s; }

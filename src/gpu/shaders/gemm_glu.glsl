@@ -8,9 +8,10 @@
 // w.y * a.y, then subgroupAdd): the bits of gemm1_* / gemm8_*, so h is the bits of the two GEMMs
 // followed by swiglu_q.comp's pairs (tests/gpu_fused_test.cc checks it), whatever the batch.
 // Push constants: rows (of gate and of up, even), cols (even), n tokens. x: [n][cols / 2] words,
-// h: [n][rows / 2] words. The grid's z is the token tile (kTile 1 or 8).
+// h: [n][rows / 2] words. The grid's x is the token tile (kTile 1 or 8).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
+#define TILES_INNER  // the token tile is the grid's x (common.glsl)
 #include "common.glsl"
 
 #ifndef kTile
@@ -28,7 +29,7 @@ void main() {
   if (2 * m >= p.rows) return;
   const uint pairs = p.cols / 2;
   const uint b0 = 2 * m * pairs, b1 = b0 + pairs;  // the words of rows 2m and 2m + 1
-  const uint t0 = gl_WorkGroupID.z * kTile;
+  const uint t0 = TileIndex() * kTile;
   float g0[kTile], g1[kTile], u0[kTile], u1[kTile];
   [[unroll]] for (uint t = 0; t < kTile; ++t) {
     g0[t] = 0.0;

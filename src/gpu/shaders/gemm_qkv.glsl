@@ -1,6 +1,6 @@
 // Q, K and V of a llama layer in one dispatch, with Q's and K's RoPE and the K/V store into an f16
 // cache (gemm1_qkv_*: one token, a single sequence's decode; gemm8_qkv_*, gemm16_qkv_*,
-// gemm32_qkv_*: tiles of 8, 16, 32 tokens, the grid's z, as Gemm's tiles), so a step has no RoPE /
+// gemm32_qkv_*: tiles of 8, 16, 32 tokens, the grid's x, as Gemm's tiles), so a step has no RoPE /
 // store stage and barrier between the products and attention. The includer defines Unpack
 // (gemm_f16.glsl, gemm_bf16.glsl) and kTile.
 //
@@ -17,6 +17,7 @@
 // Not for NEOX pairs (i, i + rope_dim / 2: two rows of different subgroups), Q8_0 caches,
 // biases or q/k norms (Kernels::QkvRopeFits).
 #extension GL_GOOGLE_include_directive : require
+#define TILES_INNER  // the token tile is the grid's x (common.glsl)
 #include "common.glsl"
 #include "rope.glsl"
 
@@ -53,7 +54,7 @@ void main() {
   const uint row0 = 2 * (pair - (m == 0 ? 0 : m == 1 ? q_pairs : q_pairs + kv_pairs));
   const uint pairs = p.cols / 2;
   const uint base[kRows] = uint[kRows](row0 * pairs, (row0 + 1) * pairs);
-  const uint t0 = gl_WorkGroupID.z * kTile;
+  const uint t0 = TileIndex() * kTile;
   float acc[kRows][kTile];
   // One loop per weight buffer (a branch uniform in the subgroup), not a select per load.
   if (m == 0) {

@@ -69,9 +69,11 @@ void FetchB(uint k0);
 void StoreB();
 
 void main() {
-  g_row0 = (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * kBM;
+  // The token block is the grid's x, the row block its y and z (TILES_INNER in common.glsl: a
+  // row block's token blocks run together, so their weight reads share L2).
+  g_row0 = (gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y) * kBM;
   if (g_row0 >= p.rows) return;  // uniform: the whole workgroup
-  g_t0 = gl_WorkGroupID.z * kBN;
+  g_t0 = gl_WorkGroupID.x * kBN;
   const uint id = gl_LocalInvocationIndex;
   FetchA(0);
   FetchB(0);
