@@ -277,6 +277,14 @@ if "ratio" in batched:
     v, g = batched["ratio"]
     print(f"{'1B f16: a stream of 64 / a stream alone':<40} {0.9:>8} {'':>10} {v:>10.2f} "
           f"{g:<9} {'met' if v >= 0.9 else 'not met'}")
+# What the default (UF_GPU_ATTENTION=tune) measured and chose in the 1B F16 runs.
+for arg in sys.argv[1:]:
+    p, t, d, g, j = arg.split(" ", 4)
+    j = json.loads(j)
+    if p == "llama-3.2-1b" and t == "f16" and g == "basic" and j.get("attention_tuning"):
+        print(f"attention kernels, {p} {t} depth {d}{' batched' if 'batch' in j else ''}:")
+        for line in j["attention_tuning"]:
+            print(f"  {line}")
 PY
     for p in "${prefill[@]}"; do
       read -r attn tok_s <<<"$p"

@@ -116,6 +116,9 @@ int GpuBench(const GpuBenchOptions& o) {
   }
   const gpu::DeviceInfo dev = d->device();
   const uint64_t dev_bytes = d->device_bytes();
+  // What UF_GPU_ATTENTION=tune measured and chose, per class of step (before --profile's forward
+  // replaces this one).
+  const std::vector<std::string> tuning = d->attention_tuning();
   // --profile: a second forward with a timestamp after every dispatch (the first is freed first,
   // so the weights are held once), stream 0 prefilled again to the decode position, then up to
   // 16 one-token steps: each kernel's GPU time per step, averaged.
@@ -200,6 +203,7 @@ int GpuBench(const GpuBenchOptions& o) {
           {{"kernel", k.name}, {"dispatches", k.dispatches}, {"us", k.seconds * 1e6}});
     }
     if (o.profile) j["profile_step_us"] = profile_step_s * 1e6;
+    j["attention_tuning"] = tuning;
     for (const auto& [streams, tok_s, gpu_tok_s] : batched) {
       j["batch"].push_back({{"streams", streams},
                             {"tok_s", tok_s},
@@ -255,6 +259,10 @@ int GpuBench(const GpuBenchOptions& o) {
   std::printf(
       "pp runs the prompt in batches of up to 512 tokens; tok/s is wall clock around each "
       "step's submit and wait; the roofline uses it.\n");
+  if (!tuning.empty()) {
+    std::printf("attention kernels measured per class of step (UF_GPU_ATTENTION=tune):\n");
+    for (const std::string& line : tuning) std::printf("  %s\n", line.c_str());
+  }
   if (o.profile) {
     double total = 0.0;
     for (const gpu::KernelTime& k : profile) total += k.seconds;

@@ -94,17 +94,19 @@ MatMul ResolveMatMul(MatMul m);
 const char* MatMulName(MatMul m);  // "off", "tiled", "coopmat"
 
 // Which attention kernel a step takes; both give every row the same bits (docs/gpu.md "Tiled
-// attention"), so the choice is speed only. kAuto: attention_tiled.comp (K and V staged once for
-// a tile of a sequence's tokens and a KV head's query heads) when the batch's tokens come in
-// runs of one sequence averaging kTiledAttentionRun tokens or more (prefill chunks, verify
-// batches), attention.comp (a workgroup per query head and token) for decode batches, whose
-// sequences share nothing. kTiled / kToken: always that one (where the tiled kernel takes the
-// layer's shape). kDefault: the environment's UF_GPU_ATTENTION (auto | tiled | token; unset or
-// anything else auto, the latter with a warning).
-enum class AttentionTiles { kDefault, kAuto, kTiled, kToken };
+// attention"), so the choice is speed only. attention_tiled.comp stages K and V once for a tile
+// of tokens and a KV head's query heads: tiles of a run of one sequence's tokens when the
+// batch's runs average kTiledAttentionRun tokens or more (prefill chunks, verify batches), else
+// of one token (a decode batch: only a KV head's query heads share its rows); attention.comp
+// runs a workgroup per query head and token. kTune: measured on the device (StepTuner: per class
+// of step, the first steps alternate the two, timed, then the faster runs). kAuto: tiled for runs,
+// attention.comp for decode batches, unmeasured. kTiled / kToken: always that one (where the tiled
+// kernel takes the layer's shape). kDefault: the environment's UF_GPU_ATTENTION (tune | auto |
+// tiled | token; unset or anything else tune, the latter with a warning).
+enum class AttentionTiles { kDefault, kTune, kAuto, kTiled, kToken };
 constexpr int64_t kTiledAttentionRun = 4;
 AttentionTiles ResolveAttentionTiles(AttentionTiles a);
-const char* AttentionTilesName(AttentionTiles a);  // "auto", "tiled", "token"
+const char* AttentionTilesName(AttentionTiles a);  // "tune", "auto", "tiled", "token"
 
 // The batched forward on one Vulkan device, behind the same step interface as the CPU decoder
 // (model::BatchForward), for the serving engine: a batch of tokens of several sequences (prefill
@@ -172,6 +174,8 @@ class GpuForward : public model::BatchForward {
   virtual int64_t rows_fetched() const = 0;
   // GPU time of the last Forward from device timestamps (no submit or wait); 0 if unavailable.
   virtual double last_step_gpu_seconds() const = 0;
+  // AttentionTiles::kTune's classes of step so far: the two kernels' median times and the choice.
+  virtual std::vector<std::string> attention_tuning() const { return {}; }
   // Dispatches and compute-to-compute barriers in the last Forward's recorded step (on an H200 a
   // dependent dispatch costs ~1.9 us with its barrier, ~0.2 us without); 0 before any Forward.
   virtual int last_step_dispatches() const = 0;

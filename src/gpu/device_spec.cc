@@ -67,14 +67,15 @@ const char* MatMulName(MatMul m) {
 AttentionTiles ResolveAttentionTiles(AttentionTiles a) {
   if (a != AttentionTiles::kDefault) return a;
   const char* env = std::getenv("UF_GPU_ATTENTION");
-  if (env == nullptr || *env == '\0') return AttentionTiles::kAuto;
+  if (env == nullptr || *env == '\0') return AttentionTiles::kTune;
   const std::string v(env);
+  if (v == "auto") return AttentionTiles::kAuto;
   if (v == "tiled") return AttentionTiles::kTiled;
   if (v == "token") return AttentionTiles::kToken;
-  if (v != "auto") {
-    UF_LOG(WARNING) << "UF_GPU_ATTENTION=" << v << " is not auto, tiled or token: auto";
+  if (v != "tune") {
+    UF_LOG(WARNING) << "UF_GPU_ATTENTION=" << v << " is not tune, auto, tiled or token: tune";
   }
-  return AttentionTiles::kAuto;
+  return AttentionTiles::kTune;
 }
 
 const char* AttentionTilesName(AttentionTiles a) {
@@ -83,8 +84,10 @@ const char* AttentionTilesName(AttentionTiles a) {
       return "tiled";
     case AttentionTiles::kToken:
       return "token";
-    default:
+    case AttentionTiles::kAuto:
       return "auto";
+    default:
+      return "tune";
   }
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "base/clock.h"
 #include "gpu/backend.h"
 #include "gpu/vk_forward.h"
 #include "kernels/ops.h"
@@ -417,15 +418,40 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
     std::memcpy(bt + s * max_blocks_, cache_->BlockTable(s), blocks * 4);
   }
   // Runs of one sequence: a prefill chunk is one long run, a decode batch n runs of one.
-  int64_t runs = 0;
-  for (int64_t t = 0; t < n; ++t) runs += t == 0 || batch.seq_ids[t] != batch.seq_ids[t - 1];
+  int64_t runs = 0, depth = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    runs += t == 0 || batch.seq_ids[t] != batch.seq_ids[t - 1];
+    depth = std::max<int64_t>(depth, batch.positions[t] + 1);
+  }
   const bool long_runs = n >= kTiledAttentionRun * runs;
-  const AttnKernel attn = o_.attention_tiles == AttentionTiles::kToken   ? AttnKernel::kToken
-                          : long_runs                                    ? AttnKernel::kTiled
-                          : o_.attention_tiles == AttentionTiles::kTiled ? AttnKernel::kTiledSingles
-                                                                         : AttnKernel::kToken;
+  const AttnKernel tiled = long_runs ? AttnKernel::kTiled : AttnKernel::kTiledSingles;
+  AttnKernel attn = AttnKernel::kToken;
+  int way = -1;  // kTune, still trying: the tuner's way this step times (0 tiled, 1 token)
+  StepTuner::Class step_class;
+  switch (o_.attention_tiles) {
+    case AttentionTiles::kTiled:
+      attn = tiled;
+      break;
+    case AttentionTiles::kAuto:
+      attn = long_runs ? AttnKernel::kTiled : AttnKernel::kToken;
+      break;
+    case AttentionTiles::kTune:
+      step_class = StepTuner::ClassOf(long_runs, n, depth);
+      way = attn_tuner_.Pick(step_class);
+      attn = way == 0 ? tiled : AttnKernel::kToken;
+      if (attn_tuner_.Chosen(step_class) >= 0) way = -1;
+      break;
+    default:
+      break;
+  }
   auto rec = RecordingFor(n, n_outputs_, mode, n_allowed > 0 && n_top > 0, attn);
+  const double started = NowSeconds();
   Status status = rec.ok() ? (*rec)->Run() : rec.status();
+  if (status.ok() && way >= 0) {
+    // GPU time where the device has timestamps, else the wall clock around the submit.
+    const double gpu_s = (*rec)->last_gpu_seconds();
+    attn_tuner_.Report(step_class, way, gpu_s > 0 ? gpu_s : NowSeconds() - started);
+  }
   last_mode_ = status.ok() ? mode : Out::kLogits;
   if (status.ok()) {
     last_ = *rec;

@@ -17,6 +17,7 @@
 
 #include "gpu/backend.h"
 #include "gpu/vk_context.h"
+#include "gpu/step_tuner.h"
 #include "gpu/vk_kernels.h"
 
 namespace uf::gpu {
@@ -85,6 +86,10 @@ class VulkanForward final : public GpuForward {
     return last_ != nullptr ? last_->Profile() : std::vector<KernelTime>{};
   }
   const DeviceInfo& device() const override { return ctx_->info(); }
+  std::vector<std::string> attention_tuning() const override {
+    static constexpr const char* kNames[2] = {"tiled", "token"};
+    return attn_tuner_.Describe(kNames);
+  }
   uint64_t device_bytes() const override { return ctx_->allocated_bytes(); }
 
  private:
@@ -191,6 +196,7 @@ class VulkanForward final : public GpuForward {
   std::map<std::tuple<int64_t, int64_t, Out, bool, AttnKernel>, std::unique_ptr<Recorder>>
       recordings_;
   Recorder* last_ = nullptr;
+  StepTuner attn_tuner_;  // AttentionTiles::kTune
   const Buffer* xq_holds_ = nullptr;      // while recording: the buffer xq_ is the quantization of
   Activation xq_act_ = Activation::kF32;  // ... in this format
   std::vector<float> logits_;

@@ -1,0 +1,63 @@
+#include "gpu/step_tuner.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+
+namespace uf::gpu {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int BitWidth(int64_t v) { return static_cast<int>(std::bit_width(static_cast<uint64_t>(v))); }
+
+}  // namespace
+
+StepTuner::Class StepTuner::ClassOf(bool runs, int64_t tokens, int64_t depth) {
+  return Class{.runs = runs, .tokens_log2 = BitWidth(tokens), .depth_log2 = BitWidth(depth)};
+}
+
+int StepTuner::Pick(const Class& c) const {
+  const auto it = classes_.find(c);
+  if (it == classes_.end()) return 0;
+  const Trials& t = it->second;
+  if (t.chosen >= 0) return t.chosen;
+  return t.seconds[1].size() < t.seconds[0].size() ? 1 : 0;
+}
+
+void StepTuner::Report(const Class& c, int way, double seconds) {
+  if (seconds <= 0.0 || (way != 0 && way != 1)) return;
+  Trials& t = classes_[c];
+  if (t.chosen >= 0 || static_cast<int>(t.seconds[way].size()) >= kTrials) return;
+  t.seconds[way].push_back(seconds);
+  if (t.seconds[0].size() >= kTrials && t.seconds[1].size() >= kTrials) {
+    t.chosen = Median(t.seconds[0]) <= Median(t.seconds[1]) ? 0 : 1;
+  }
+}
+
+int StepTuner::Chosen(const Class& c) const {
+  const auto it = classes_.find(c);
+  return it == classes_.end() ? -1 : it->second.chosen;
+}
+
+std::vector<std::string> StepTuner::Describe(const char* const names[2]) const {
+  std::vector<std::string> lines;
+  for (const auto& [c, t] : classes_) {
+    char line[256];
+    const auto median_us = [&](int w) {
+      return t.seconds[w].empty() ? 0.0 : Median(t.seconds[w]) * 1e6;
+    };
+    std::snprintf(line, sizeof(line),
+                  "%s, tokens < %lld, depth < %lld: %s %.1f us, %s %.1f us (medians of %zu, %zu): %s",
+                  c.runs ? "runs" : "single tokens", 1LL << c.tokens_log2, 1LL << c.depth_log2,
+                  names[0], median_us(0), names[1], median_us(1), t.seconds[0].size(),
+                  t.seconds[1].size(), t.chosen < 0 ? "trying" : names[t.chosen]);
+    lines.emplace_back(line);
+  }
+  return lines;
+}
+
+}  // namespace uf::gpu
