@@ -757,19 +757,13 @@ void Kernels::Attention(Recorder* r, const Buffer& q, const Buffer& cache, const
   if (s.tile > 0) {
     UF_CHECK(TiledAttentionFits(s) && s.tile <= kTiledAttentionRows / (s.n_head / s.n_head_kv))
         << "attention_tiled.comp does not take this shape";
-    // Q8_0's blocks are not its output (its rows are split between invocations differently); the
-    // quantizer after it gives the same bits.
-    const int64_t tile = s.tile;
-    const bool q8_after = s.chunk == 0 && q_out != nullptr && q_act == Activation::kQ8_0;
-    if (q8_after) push.quant = 0;
     const struct {
       decltype(push) a;
       uint32_t n, tile;
-    } tiled{push, static_cast<uint32_t>(n), static_cast<uint32_t>(tile)};
+    } tiled{push, static_cast<uint32_t>(n), static_cast<uint32_t>(s.tile)};
     r->Dispatch(*attention_tiled_, {q, cache, scores, out, tok, bt, b6, sink_buf}, tiled,
                 static_cast<uint32_t>(s.n_head_kv * s.n_chunks()),
-                static_cast<uint32_t>((n + tile - 1) / tile));
-    if (q8_after) Quantize(r, out, 0, n * s.n_head * s.head_dim, *q_out);
+                static_cast<uint32_t>((n + s.tile - 1) / s.tile));
   } else {
     r->Dispatch(*attention_, {q, cache, scores, out, tok, bt, b6, sink_buf}, push,
                 static_cast<uint32_t>(s.n_head * s.n_chunks()), static_cast<uint32_t>(n));

@@ -15,9 +15,10 @@
 // its positions in order. The scores are not kept: pass 1 computes them for the max, pass 2
 // again for the exponentials (the same bits), a block at a time in shared memory with its V rows.
 // Split (chunk > 0) it writes attention.comp's partial sums for attention_combine.comp; unsplit,
-// o and (quant kActF16 / kActBF16) the pairs. Not here: sliding windows (each token's first
-// position differs, so lanes would not line up across a tile's rows) and Q8_0 output (the host
-// quantizes after it: the same bits), head_dim > 128.
+// o and (quant) its Q8_0 blocks (through shared memory to quant_q8.glsl, a token's heads at a
+// time) or f16 / bf16 pairs, the bits quantize_q8_0 / quantize_pairs give. Not here: sliding
+// windows (each token's first position differs, so lanes would not line up across a tile's
+// rows), head_dim > 128.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #define kGroupSize 256
@@ -31,7 +32,7 @@ layout(std430, binding = 5) readonly buffer BT { int bt[]; };
 layout(std430, binding = 6) writeonly buffer Part { float part[]; };
 layout(std430, binding = 7) readonly buffer Sinks { float sinks[]; };
 layout(std430, binding = 6) writeonly buffer QOut { uint q[]; };
-// attention.comp's push constants (window 0; quant 0, kActF16 or kActBF16), then the batch's
+// attention.comp's push constants (window 0), then the batch's
 // token count and the tokens a workgroup takes (tile * n_head / n_head_kv <= kRows).
 layout(push_constant) uniform P {
   uint n_head, n_head_kv, head_dim, n_rows, k_off, v_off;
@@ -57,6 +58,13 @@ shared float s_mx[kRows];
 #include "attention_pair.glsl"
 DEFINE_KV_PAIR(StagedPair, s_kv)
 DEFINE_KV_SCORE(StagedScore, StagedPair)
+
+// Q8_0 output: the run's rows, done, in s_kv as f32 bits ([row][head_dim]); value i of o (its
+// index in o) is s_kv[i - g_qfirst] for the token being quantized.
+uint g_qfirst = 0;
+float QIn(uint i) { return uintBitsToFloat(s_kv[i - g_qfirst]); }
+
+#include "quant_q8.glsl"
 
 uint g_hb = 0;      // the KV head's first cache row
 uint g_stride = 0;  // words between staged rows
@@ -176,7 +184,12 @@ void Run(uint a, uint e, uint seq, uint kvh, uint c, uint nc) {
       const float o0 = acc[m].x * inv, o1 = acc[m].y * inv;
       o[ob + 2 * i] = o0;
       o[ob + 2 * i + 1] = o1;
-      if (p.quant != 0) q[ob / 2 + i] = PackPair(o0, o1, p.quant == kActBF16);
+      if (p.quant == kActQ8_0) {
+        s_kv[r * p.head_dim + 2 * i] = floatBitsToUint(o0);
+        s_kv[r * p.head_dim + 2 * i + 1] = floatBitsToUint(o1);
+      } else if (p.quant != 0) {
+        q[ob / 2 + i] = PackPair(o0, o1, p.quant == kActBF16);
+      }
     } else {
       const uint pb = ((t * p.n_head + h) * nc + c) * (p.head_dim + 2);
       part[pb + 2 * i] = acc[m].x;
@@ -187,6 +200,16 @@ void Run(uint a, uint e, uint seq, uint kvh, uint c, uint nc) {
       }
     }
   }
+  if (p.chunk == 0 && p.quant == kActQ8_0) {  // workgroup-uniform
+    barrier();
+    // A token's rows are its group of heads, consecutive in o as in s_kv: one range of blocks.
+    for (uint t = a; t < e; ++t) {
+      const uint first = (t * p.n_head + kvh * group) * p.head_dim;
+      g_qfirst = first - (t - a) * group * p.head_dim;
+      QuantizeRangeQ8_0(first / 32, (first + group * p.head_dim) / 32, p.q_d_off);
+    }
+    barrier();  // s_kv is staged again by the next run
+  }
 }
 
 void main() {
@@ -194,6 +217,7 @@ void main() {
   const uint kvh = gl_WorkGroupID.x / nc, c = gl_WorkGroupID.x % nc;
   g_hb = kvh * p.n_rows;
   g_stride = p.row_words | 1u;
+  QuantLanes();
   const uint first = gl_WorkGroupID.y * p.tile, last = min(first + p.tile, p.n);
   // The tile's runs of one sequence, one after another (workgroup-uniform).
   for (uint a = first; a < last;) {
