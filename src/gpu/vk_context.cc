@@ -286,8 +286,7 @@ StatusOr<Buffer> Context::CreateBuffer(uint64_t size, Memory memory) {
                       (memory == Memory::kHost ? "host-visible" : "device") + " memory on " +
                       info_.name + " (" + VkResultName(r) + ") with " +
                       std::to_string(allocated_ >> 20) + " MiB held already of its " +
-                      std::to_string(info_.device_local_bytes >> 20) +
-                      " MiB device-local heap");
+                      std::to_string(info_.device_local_bytes >> 20) + " MiB device-local heap");
   }
   b.size_ = size;
   allocated_ += size;

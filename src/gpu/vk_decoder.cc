@@ -611,8 +611,7 @@ StatusOr<std::unique_ptr<GpuForward>> GpuForward::Create(const model::Model& mod
     // Out of device memory: say what the K/V pool takes, the part a user can shrink.
     if (s.code() != StatusCode::kResourceExhausted) return s;
     const auto kv_mib = static_cast<int64_t>(cache->bytes() >> 20);  // computed without storage
-    return Status(s.code(), s.message() + "; the K/V pool alone takes " +
-                                std::to_string(kv_mib) +
+    return Status(s.code(), s.message() + "; the K/V pool alone takes " + std::to_string(kv_mib) +
                                 " MiB: a shorter context (--ctx), fewer sequences (--max-seqs, "
                                 "--kv-tokens), a q8_0 cache (--kv-type) or a smaller quantization "
                                 "needs less");

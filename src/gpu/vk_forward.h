@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "gpu/backend.h"
-#include "gpu/vk_context.h"
 #include "gpu/step_tuner.h"
+#include "gpu/vk_context.h"
 #include "gpu/vk_kernels.h"
 
 namespace uf::gpu {
@@ -196,7 +196,7 @@ class VulkanForward final : public GpuForward {
   std::map<std::tuple<int64_t, int64_t, Out, bool, AttnKernel>, std::unique_ptr<Recorder>>
       recordings_;
   Recorder* last_ = nullptr;
-  StepTuner attn_tuner_;  // AttentionTiles::kTune
+  StepTuner attn_tuner_;                  // AttentionTiles::kTune
   const Buffer* xq_holds_ = nullptr;      // while recording: the buffer xq_ is the quantization of
   Activation xq_act_ = Activation::kF32;  // ... in this format
   std::vector<float> logits_;
