@@ -134,7 +134,7 @@ case "${1:-}" in
       model="$dir/$preset-$type${layers:+-$layers}.gguf"
       [ -f "$model" ] || uf synth --preset "$preset" --type "$type" ${layers:+--layers "$layers"} \
         -o "$model" >/dev/null
-      fuse=1 g=$gemv dot4=1 spin= tail=0 attn=auto
+      fuse=1 g=$gemv dot4=1 spin= tail=0 attn=tune
       [ "$gemv" = unfused ] && fuse=0 g=basic
       [ "$gemv" = normtail ] && tail=1 g=basic
       [ "$gemv" = nodot4 ] && dot4=0 g=basic

@@ -192,7 +192,7 @@ class VulkanForward final : public GpuForward {
   // FetchLogits: copy_rows over the last Forward's n_outputs_ rows (re-recorded when it changes).
   std::unique_ptr<Recorder> fetch_;
   int64_t fetch_rows_ = -1;
-  // By (tokens, logits rows, output, grammar masks, tiled attention).
+  // By (tokens, logits rows, output, grammar masks, attention kernel).
   std::map<std::tuple<int64_t, int64_t, Out, bool, AttnKernel>, std::unique_ptr<Recorder>>
       recordings_;
   Recorder* last_ = nullptr;

@@ -324,7 +324,7 @@ class Kernels {
   // unsplit, attention_combine.comp split); q_act kQ8_0 (head_dim a multiple of 32), kF16 or
   // kBF16; head_dim at most kMaxAttentionChunk.
   static constexpr int64_t kMaxAttentionChunk = 1024;  // attention.comp's kMaxChunk
-  // Whether attention_tiled.comp takes s (s.tiled): no sliding window, an even head_dim of at
+  // Whether attention_tiled.comp takes s (s.tile > 0): no sliding window, an even head_dim of at
   // most 128, at most kTiledAttentionRows query heads a KV head, and the device's shared memory.
   static constexpr int64_t kTiledAttentionRows = 32;  // attention_tiled.comp's kRows
   bool TiledAttentionFits(const AttentionShape& s) const;

@@ -428,7 +428,10 @@ StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, Out ou
   const auto key = std::make_tuple(n, n_out, out, allowed, attn);
   auto it = recordings_.find(key);
   if (it != recordings_.end()) return it->second.get();
-  if (recordings_.size() >= kMaxRecordings) recordings_.clear();  // every run has finished
+  if (recordings_.size() >= kMaxRecordings) {
+    recordings_.clear();  // every run has finished
+    last_ = nullptr;      // (it was one of them)
+  }
   auto r = std::make_unique<Recorder>(ctx_.get(), o_.profile);
   UF_RETURN_IF_ERROR(Record(r.get(), n, n_out, out, allowed, attn));
   Recorder* p = r.get();
