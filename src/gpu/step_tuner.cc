@@ -47,14 +47,14 @@ std::vector<std::string> StepTuner::Describe(const char* const names[2]) const {
   std::vector<std::string> lines;
   for (const auto& [c, t] : classes_) {
     char line[256];
-    const auto median_us = [&](int w) {
-      return t.seconds[w].empty() ? 0.0 : Median(t.seconds[w]) * 1e6;
-    };
+    // Not a lambda: clang (the fuzz build) does not let one capture a structured binding.
+    const double us[2] = {t.seconds[0].empty() ? 0.0 : Median(t.seconds[0]) * 1e6,
+                          t.seconds[1].empty() ? 0.0 : Median(t.seconds[1]) * 1e6};
     std::snprintf(
         line, sizeof(line),
         "%s, tokens < %lld, depth < %lld: %s %.1f us, %s %.1f us (medians of %zu, %zu): %s",
         c.runs ? "runs" : "single tokens", 1LL << c.tokens_log2, 1LL << c.depth_log2, names[0],
-        median_us(0), names[1], median_us(1), t.seconds[0].size(), t.seconds[1].size(),
+        us[0], names[1], us[1], t.seconds[0].size(), t.seconds[1].size(),
         t.chosen < 0 ? "trying" : names[t.chosen]);
     lines.emplace_back(line);
   }
