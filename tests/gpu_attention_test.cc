@@ -181,19 +181,18 @@ TEST_F(GpuAttentionTest, TiledKernelRefusesWhatItCannotTake) {
   s.n_head_kv = 8;
   s.head_dim = 64;
   EXPECT_TRUE(kernels_->TiledAttentionFits(s));
-  AttentionShape w = s;
-  w.window = 128;
-  EXPECT_FALSE(kernels_->TiledAttentionFits(w));
-  AttentionShape big = s;
-  big.head_dim = 256;
-  EXPECT_FALSE(kernels_->TiledAttentionFits(big));
-  AttentionShape odd = s;
-  odd.head_dim = 63;
-  EXPECT_FALSE(kernels_->TiledAttentionFits(odd));
-  AttentionShape wide = s;
-  wide.n_head = 64;
-  wide.n_head_kv = 1;
-  EXPECT_FALSE(kernels_->TiledAttentionFits(wide));
+  const auto refused = [&](void (*edit)(AttentionShape*)) {
+    AttentionShape t = s;
+    edit(&t);
+    return !kernels_->TiledAttentionFits(t);
+  };
+  EXPECT_TRUE(refused([](AttentionShape* t) { t->window = 128; }));
+  EXPECT_TRUE(refused([](AttentionShape* t) { t->head_dim = 256; }));
+  EXPECT_TRUE(refused([](AttentionShape* t) { t->head_dim = 63; }));
+  EXPECT_TRUE(refused([](AttentionShape* t) {
+    t->n_head = 64;
+    t->n_head_kv = 1;
+  }));
 }
 
 #endif  // UF_HAVE_VULKAN

@@ -72,13 +72,6 @@ engine::KvCacheOptions CacheOptionsFor(const model::ModelConfig& c, int64_t seq_
   return co;
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
 void AddKvTypeOption(CLI::App* cmd, std::string* out) {
   *out = "f16";
   cmd->add_option("--kv-type", *out,

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "base/stats.h"  // Median, for the benchmarks
 #include "base/status.h"
 #include "engine/kv_cache.h"
 #include "gpu/backend.h"
@@ -58,9 +59,6 @@ gpu::DeviceSpec DeviceOrDie(std::string_view command, const std::string& name);
 // --device asks for Vulkan (after checking that a device exists, so a machine without one hears
 // that first).
 void RequireCpuDevice(std::string_view command, const std::string& name);
-
-// Median of v (0 when empty): benchmarks quote medians of repetitions on a noisy machine.
-double Median(std::vector<double> v);
 
 // Threads for -t: 0 or negative means ThreadPool::DefaultThreads().
 int ResolveThreads(int requested);

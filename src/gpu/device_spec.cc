@@ -4,6 +4,7 @@
 
 #include "base/log.h"
 #include "gpu/backend.h"
+#include "gpu/env_choice.h"
 
 namespace uf::gpu {
 
@@ -40,55 +41,27 @@ bool ResolveNormTail(bool option) {
   return std::string(env) != "0";
 }
 
+namespace {
+
+constexpr Choices<MatMul, 3> kMatMuls = {
+    {"off", MatMul::kOff}, {"tiled", MatMul::kTiled}, {"coopmat", MatMul::kCoopMat}};
+constexpr Choices<AttentionTiles, 4> kAttentionTiles = {{"tune", AttentionTiles::kTune},
+                                                        {"auto", AttentionTiles::kAuto},
+                                                        {"tiled", AttentionTiles::kTiled},
+                                                        {"token", AttentionTiles::kToken}};
+
+}  // namespace
+
 MatMul ResolveMatMul(MatMul m) {
-  if (m != MatMul::kDefault) return m;
-  const char* env = std::getenv("UF_GPU_MATMUL");
-  if (env == nullptr || *env == '\0') return MatMul::kOff;
-  const std::string v(env);
-  if (v == "tiled") return MatMul::kTiled;
-  if (v == "coopmat") return MatMul::kCoopMat;
-  if (v != "off") {
-    UF_LOG(WARNING) << "UF_GPU_MATMUL=" << v << " is not off, tiled or coopmat: off";
-  }
-  return MatMul::kOff;
+  return m != MatMul::kDefault ? m : EnvChoice("UF_GPU_MATMUL", kMatMuls);
 }
 
-const char* MatMulName(MatMul m) {
-  switch (m) {
-    case MatMul::kTiled:
-      return "tiled";
-    case MatMul::kCoopMat:
-      return "coopmat";
-    default:
-      return "off";
-  }
-}
+const char* MatMulName(MatMul m) { return ChoiceName(kMatMuls, m); }
 
 AttentionTiles ResolveAttentionTiles(AttentionTiles a) {
-  if (a != AttentionTiles::kDefault) return a;
-  const char* env = std::getenv("UF_GPU_ATTENTION");
-  if (env == nullptr || *env == '\0') return AttentionTiles::kTune;
-  const std::string v(env);
-  if (v == "auto") return AttentionTiles::kAuto;
-  if (v == "tiled") return AttentionTiles::kTiled;
-  if (v == "token") return AttentionTiles::kToken;
-  if (v != "tune") {
-    UF_LOG(WARNING) << "UF_GPU_ATTENTION=" << v << " is not tune, auto, tiled or token: tune";
-  }
-  return AttentionTiles::kTune;
+  return a != AttentionTiles::kDefault ? a : EnvChoice("UF_GPU_ATTENTION", kAttentionTiles);
 }
 
-const char* AttentionTilesName(AttentionTiles a) {
-  switch (a) {
-    case AttentionTiles::kTiled:
-      return "tiled";
-    case AttentionTiles::kToken:
-      return "token";
-    case AttentionTiles::kAuto:
-      return "auto";
-    default:
-      return "tune";
-  }
-}
+const char* AttentionTilesName(AttentionTiles a) { return ChoiceName(kAttentionTiles, a); }
 
 }  // namespace uf::gpu

@@ -4,13 +4,10 @@
 #include <bit>
 #include <cstdio>
 
+#include "base/stats.h"
+
 namespace uf::gpu {
 namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 int BitWidth(int64_t v) { return static_cast<int>(std::bit_width(static_cast<uint64_t>(v))); }
 
@@ -47,9 +44,7 @@ std::vector<std::string> StepTuner::Describe(const char* const names[2]) const {
   std::vector<std::string> lines;
   for (const auto& [c, t] : classes_) {
     char line[256];
-    // Not a lambda: clang (the fuzz build) does not let one capture a structured binding.
-    const double us[2] = {t.seconds[0].empty() ? 0.0 : Median(t.seconds[0]) * 1e6,
-                          t.seconds[1].empty() ? 0.0 : Median(t.seconds[1]) * 1e6};
+    const double us[2] = {Median(t.seconds[0]) * 1e6, Median(t.seconds[1]) * 1e6};
     std::snprintf(
         line, sizeof(line),
         "%s, tokens < %lld, depth < %lld: %s %.1f us, %s %.1f us (medians of %zu, %zu): %s",

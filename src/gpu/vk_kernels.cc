@@ -9,6 +9,7 @@
 
 #include "base/check.h"
 #include "base/log.h"
+#include "gpu/env_choice.h"
 #include "gpu/vk_kernels_internal.h"
 
 namespace uf::gpu {
@@ -27,15 +28,9 @@ constexpr int kGemmBindings = 8;
 }  // namespace
 
 GemvVariant ResolveGemv(GemvVariant gemv) {
-  if (gemv != GemvVariant::kDefault) return gemv;
-  const char* env = std::getenv("UF_GPU_GEMV");
-  if (env == nullptr || *env == '\0') return GemvVariant::kBasic;
-  const std::string v(env);
-  if (v == "wide") return GemvVariant::kWide;
-  if (v != "basic") {
-    UF_LOG(WARNING) << "UF_GPU_GEMV=" << v << " is not wide or basic: basic";
-  }
-  return GemvVariant::kBasic;
+  static constexpr Choices<GemvVariant, 2> kGemvs = {{"basic", GemvVariant::kBasic},
+                                                     {"wide", GemvVariant::kWide}};
+  return gemv != GemvVariant::kDefault ? gemv : EnvChoice("UF_GPU_GEMV", kGemvs);
 }
 
 bool IntegerDotByDefault(const DeviceInfo& d) {
@@ -48,12 +43,8 @@ int64_t ResolveMaxTile(int64_t max_tile) {
     UF_CHECK(max_tile == 8 || max_tile == 16 || max_tile == 32) << "token tile " << max_tile;
     return max_tile;
   }
-  const char* env = std::getenv("UF_GPU_TILE");
-  if (env == nullptr || *env == '\0') return 32;
-  const std::string v(env);
-  if (v == "8" || v == "16" || v == "32") return std::stoi(v);
-  UF_LOG(WARNING) << "UF_GPU_TILE=" << v << " is not 8, 16 or 32: 32";
-  return 32;
+  static constexpr Choices<int64_t, 3> kTiles = {{"32", 32}, {"8", 8}, {"16", 16}};
+  return EnvChoice("UF_GPU_TILE", kTiles);
 }
 
 StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_tile,
