@@ -21,6 +21,7 @@
 
 #include "engine/kv_cache.h"
 #include "gpu/backend.h"
+#include "gpu/step_tuner.h"
 #include "model/batch.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -339,9 +340,11 @@ Counts StepCounts(const model::Model& m, bool fuse, bool norm_tail = false) {
   EXPECT_TRUE(cache.ok());
   // The basic GEMV (gemm1_qkv_* and gemm1_glu_* have gemm1_*'s bits, not the wide kernel's)
   // whatever UF_GPU_GEMV says.
-  auto fwd = GpuForward::Create(
-      m, kVulkan, cache->get(),
-      {.max_batch = 8, .gemv = GemvVariant::kBasic, .fuse = fuse, .norm_tail = norm_tail});
+  auto fwd = GpuForward::Create(m, kVulkan, cache->get(),
+                                {.max_batch = 8,
+                                 .gemv = GemvVariant::kBasic,
+                                 .fuse = fuse,
+                                 .norm_tail = norm_tail ? NormTail::kOn : NormTail::kOff});
   EXPECT_TRUE(fwd.ok()) << fwd.status().ToString();
   if (!fwd.ok()) return {};
   model::Batch b;
@@ -490,7 +493,7 @@ void ExpectFusedEqualsUnfused(const std::string& path, int64_t attention_chunk =
                                   {.max_batch = 8,
                                    .attention_chunk = attention_chunk,
                                    .fuse = run > 0,
-                                   .norm_tail = run == 2});
+                                   .norm_tail = run == 2 ? NormTail::kOn : NormTail::kOff});
     ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
     model::Batch b;
     const auto token = [&](int32_t p) { return (p * 7919 + 13) % (n_vocab - 1) + 1; };
@@ -582,6 +585,83 @@ TEST(GpuStep, FusedMoeStepEqualsUnfusedBitwise) {
     ExpectFusedEqualsUnfused(path, 256, /*norm_tail=*/true);
     std::filesystem::remove(path);
   }
+}
+
+// NormTail::kTune (the default): the first 2 x kTrials one-token steps alternate the norm tail
+// off and on (their barrier counts say which ran), each a tuner's trial, then the choice holds;
+// every step's logits are the bits of a forward with the tail off. With attention tuned as well,
+// attention's trials come after the tail's, the tail held at its choice.
+TEST(GpuStep, TunedNormTailTriesBothWaysThenHoldsWithTheSameBits) {
+  const std::string skip = StepSkipReason();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  UF_REQUIRE_SHARED();
+  auto m = model::Model::Load("../shared/models/tiny-llama-256-q8_0.gguf");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const int64_t n_vocab = (*m)->config().n_vocab, layers = (*m)->config().n_layer;
+  constexpr int kSteps = 12, kTrialSteps = 2 * StepTuner::kTrials;
+  struct Run {
+    NormTail tail;
+    AttentionTiles attention;
+    std::vector<std::vector<float>> rows;
+    std::vector<int> barriers;
+    std::vector<bool> trials;
+    std::vector<std::string> tuning;
+  };
+  Run runs[3] = {{NormTail::kOff, AttentionTiles::kToken},
+                 {NormTail::kTune, AttentionTiles::kToken},
+                 {NormTail::kTune, AttentionTiles::kTune}};
+  for (Run& run : runs) {
+    auto cache = engine::KvCache::Create(CacheFor(**m, 32));
+    ASSERT_TRUE(cache.ok());
+    auto fwd = GpuForward::Create(
+        **m, kVulkan, cache->get(),
+        {.max_batch = 8, .norm_tail = run.tail, .attention_tiles = run.attention});
+    ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
+    model::Batch b;
+    for (int32_t p = 0; p < kSteps; ++p) {
+      b.Clear();
+      b.Add((p * 7919 + 13) % (n_vocab - 1) + 1, p, 0, true);
+      ASSERT_TRUE((*fwd)->Forward(b).ok());
+      run.rows.emplace_back((*fwd)->logits(0), (*fwd)->logits(0) + n_vocab);
+      run.barriers.push_back((*fwd)->last_step_barriers());
+      run.trials.push_back((*fwd)->last_step_trial());
+    }
+    run.tuning = (*fwd)->step_tuning();
+  }
+  const int off = runs[0].barriers[0];
+  for (int r = 1; r < 3; ++r) {
+    SCOPED_TRACE(r == 1 ? "tail tuned" : "tail and attention tuned");
+    const Run& run = runs[r];
+    for (int p = 0; p < kSteps; ++p) {
+      EXPECT_EQ(std::memcmp(runs[0].rows[p].data(), run.rows[p].data(), n_vocab * 4), 0)
+          << "step " << p;
+    }
+    // Off first, then on: the tail takes the o and down norms' barriers away (2 a layer, the
+    // final norm's too).
+    for (int p = 0; p < kTrialSteps; ++p) {
+      EXPECT_TRUE(run.trials[p]) << "step " << p;
+      if (p % 2 == 0) {
+        EXPECT_EQ(run.barriers[p], off) << "step " << p;
+      } else {
+        EXPECT_EQ(run.barriers[p], off - 2 * layers - 1) << "step " << p;
+      }
+    }
+    for (int p = kTrialSteps + 1; p < kSteps; ++p) {
+      EXPECT_EQ(run.barriers[p], run.barriers[kTrialSteps]) << "step " << p;
+    }
+    ASSERT_FALSE(run.tuning.empty());
+    EXPECT_NE(run.tuning[0].find("norm tail, single tokens, tokens < 2, any depth"),
+              std::string::npos)
+        << run.tuning[0];
+    EXPECT_NE(run.tuning[0].find("(medians of 3, 3): o"), std::string::npos) << run.tuning[0];
+  }
+  // Attention fixed: nothing left to try. Tuned: its class of depth 7 (a new power of two) is
+  // tried after the tail's trials.
+  EXPECT_FALSE(runs[1].trials[kTrialSteps]);
+  EXPECT_EQ(runs[1].tuning.size(), 1u);
+  EXPECT_TRUE(runs[2].trials[kTrialSteps]);
+  EXPECT_GT(runs[2].tuning.size(), 1u);
+  std::printf("[gpu tune] %s\n", runs[1].tuning[0].c_str());
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // StepTuner: the online choice between two ways of running a step that give the same bits
-// (the GPU forward's attention kernels, UF_GPU_ATTENTION=tune), on made-up times.
+// (the GPU forward's attention kernels and norm tail, UF_GPU_ATTENTION=tune and
+// UF_GPU_NORM_TAIL=tune), on made-up times.
 #include "gpu/step_tuner.h"
 
 #include <gtest/gtest.h>
@@ -39,9 +40,9 @@ TEST(StepTuner, ChoosesTheSecondWayWhenItIsFaster) {
   }
   EXPECT_EQ(t.Chosen(c), 1);
   const char* const names[2] = {"tiled", "token"};
-  const std::vector<std::string> lines = t.Describe(names);
+  const std::vector<std::string> lines = t.Describe("attention", names);
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_NE(lines[0].find("single tokens, tokens < 128, depth < 512"), std::string::npos)
+  EXPECT_NE(lines[0].find("attention, single tokens, tokens < 128, depth < 512"), std::string::npos)
       << lines[0];
   EXPECT_NE(lines[0].find("tiled 5000000.0 us, token 1000000.0 us"), std::string::npos) << lines[0];
   EXPECT_NE(lines[0].find(": token"), std::string::npos) << lines[0];
@@ -63,6 +64,23 @@ TEST(StepTuner, ClassesAreTunedApart) {
   EXPECT_EQ(t.Chosen(a), 0);
   EXPECT_EQ(t.Chosen(b), -1);
   EXPECT_EQ(t.Pick(b), 0);
+}
+
+// A class for every depth (depth 0: the norm tail's, whose cost does not grow with the
+// context) says so.
+TEST(StepTuner, DepthZeroIsAnyDepth) {
+  EXPECT_EQ(StepTuner::ClassOf(false, 1, 0).depth_log2, 0);
+  EXPECT_NE(StepTuner::ClassOf(false, 1, 0), StepTuner::ClassOf(false, 1, 1));
+  StepTuner t;
+  const Class c = StepTuner::ClassOf(false, 1, 0);
+  t.Report(c, 0, 2e-3);
+  const char* const names[2] = {"off", "on"};
+  const std::vector<std::string> lines = t.Describe("norm tail", names);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("norm tail, single tokens, tokens < 2, any depth: off 2000.0 us"),
+            std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[0].find("(medians of 1, 0): trying"), std::string::npos) << lines[0];
 }
 
 // Unmeasured steps (no timestamps and no clock: 0 or negative seconds) and ways other than 0

@@ -16,9 +16,9 @@
 #                                    1B Q8_0 and Q4_0 without the packed int8 dot (UF_GPU_DOT4=0,
 #                                    `nodot4`; `devices` prints whether the device has it) and
 #                                    with a blocking fence wait (UF_GPU_SPIN_US=0, `nospin`),
-#                                    and 1B F16, Q4_0, Q4_K_M with the GEMMs' norm tail
-#                                    (UF_GPU_NORM_TAIL=1, `normtail`; off by default until this
-#                                    run says whether it is faster):
+#                                    and 1B F16, Q4_0, Q4_K_M with the GEMMs' norm tail on and
+#                                    off (UF_GPU_NORM_TAIL=on / off, `normtail` / `notail`; the
+#                                    default times both and keeps the faster, `basic`):
 #                                    the table's dispatches and barriers per step and tok/s
 #                                    measure what the fusions save; then the GPU time per kernel
 #                                    of a 1B F16, Q4_0 and Q4_K_M decode step (bench --profile;
@@ -111,8 +111,9 @@ case "${1:-}" in
     # Fields: preset, weight type, depth, GEMV variant (UF_GPU_GEMV; `unfused`: basic with
     # UF_GPU_FUSE=0; `nodot4`: basic with UF_GPU_DOT4=0, the integer GEMMs by byte extracts
     # instead of the packed int8 dot; `nospin`: basic with UF_GPU_SPIN_US=0, a blocking fence
-    # wait instead of polling; `normtail`: basic with UF_GPU_NORM_TAIL=1, the norms after the
-    # o and down products in those GEMMs' last workgroup; `tileattn`: basic with
+    # wait instead of polling; `normtail` / `notail`: basic with UF_GPU_NORM_TAIL=on / off, the
+    # norms after the o and down products in those GEMMs' last workgroup or apart (`basic` times
+    # both and keeps the faster, UF_GPU_NORM_TAIL=tune); `tileattn`: basic with
     # UF_GPU_ATTENTION=tiled, decode steps through attention_tiled.comp's one-token tiles, a KV
     # head's query heads sharing its rows), layers (cut-down MoE).
     runs=("llama-3.2-1b f16 0 basic" "llama-3.2-1b f16 0 wide" "llama-3.2-1b q8_0 0 basic"
@@ -120,8 +121,9 @@ case "${1:-}" in
           "llama-3.2-1b q4_0 0 unfused" "llama-3.2-1b q4_0 0 nodot4" "llama-3.2-1b q4_0 0 nospin"
           "llama-3.2-1b q4_0 0 wide" "llama-3.2-1b q4_k_m 0 basic" "llama-3.2-1b q4_k_m 0 nodot4"
           "llama-3.2-1b f16 $depth basic" "llama-3.2-1b f16 $depth tileattn"
-          "llama-3.2-1b f16 0 normtail"
-          "llama-3.2-1b q4_0 0 normtail" "llama-3.2-1b q4_k_m 0 normtail")
+          "llama-3.2-1b f16 0 normtail" "llama-3.2-1b f16 0 notail"
+          "llama-3.2-1b q4_0 0 normtail" "llama-3.2-1b q4_0 0 notail"
+          "llama-3.2-1b q4_k_m 0 normtail" "llama-3.2-1b q4_k_m 0 notail")
     [ "${2:-}" = all ] && runs+=("llama-3.1-8b f16 0 basic" "llama-3.1-8b f16 0 wide"
                                  "llama-3.1-8b q4_0 0 basic" "llama-3.1-8b q4_0 0 wide")
     # Mixtures of experts, cut down to a few layers (the 5th field) to fit the session.
@@ -134,9 +136,10 @@ case "${1:-}" in
       model="$dir/$preset-$type${layers:+-$layers}.gguf"
       [ -f "$model" ] || uf synth --preset "$preset" --type "$type" ${layers:+--layers "$layers"} \
         -o "$model" >/dev/null
-      fuse=1 g=$gemv dot4=1 spin= tail=0 attn=tune
+      fuse=1 g=$gemv dot4=1 spin= tail=tune attn=tune
       [ "$gemv" = unfused ] && fuse=0 g=basic
-      [ "$gemv" = normtail ] && tail=1 g=basic
+      [ "$gemv" = normtail ] && tail=on g=basic
+      [ "$gemv" = notail ] && tail=off g=basic
       [ "$gemv" = nodot4 ] && dot4=0 g=basic
       [ "$gemv" = nospin ] && spin=0 g=basic
       [ "$gemv" = tileattn ] && attn=tiled g=basic
@@ -277,13 +280,14 @@ if "ratio" in batched:
     v, g = batched["ratio"]
     print(f"{'1B f16: a stream of 64 / a stream alone':<40} {0.9:>8} {'':>10} {v:>10.2f} "
           f"{g:<9} {'met' if v >= 0.9 else 'not met'}")
-# What the default (UF_GPU_ATTENTION=tune) measured and chose in the 1B F16 runs.
+# What the defaults (UF_GPU_ATTENTION=tune, UF_GPU_NORM_TAIL=tune) measured and chose in the 1B
+# runs.
 for arg in sys.argv[1:]:
     p, t, d, g, j = arg.split(" ", 4)
     j = json.loads(j)
-    if p == "llama-3.2-1b" and t == "f16" and g == "basic" and j.get("attention_tuning"):
-        print(f"attention kernels, {p} {t} depth {d}{' batched' if 'batch' in j else ''}:")
-        for line in j["attention_tuning"]:
+    if p == "llama-3.2-1b" and g == "basic" and j.get("step_tuning"):
+        print(f"tuned choices, {p} {t} depth {d}{' batched' if 'batch' in j else ''}:")
+        for line in j["step_tuning"]:
             print(f"  {line}")
 PY
     for p in "${prefill[@]}"; do

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <tuple>
 #include <vector>
@@ -49,8 +50,21 @@ int GpuBench(const GpuBenchOptions& o) {
     return static_cast<int32_t>((i * 7919 + 13) % std::max<int64_t>(n_vocab - 1, 1) + 1);
   };
   model::Batch batch;
+  bool trial = false;  // a step since the flag was cleared was a tuner's trial
   const auto run = [&] {
     if (Status s = d->Forward(batch); !s.ok()) Fail("bench", s);
+    trial = trial || d->last_step_trial();
+  };
+  // Runs `pass` untimed until a pass has no tuner trial in it (GpuForward::last_step_trial; at
+  // most kSettlePasses), so that the timed passes after it run what the tuners chose: a prefill
+  // of one 512-token batch is one step a pass, and a class takes 2 x 3 trial steps.
+  constexpr int kSettlePasses = 16;
+  const auto settle = [&](const std::function<void()>& pass) {
+    for (int i = 0; i < kSettlePasses; ++i) {
+      trial = false;
+      pass();
+      if (!trial) return;
+    }
   };
   // Positions [from, from + n) of stream seq, in batches of `chunk`, logits for the last.
   const auto prefill = [&](int seq, int64_t from, int64_t n) {
@@ -67,6 +81,18 @@ int GpuBench(const GpuBenchOptions& o) {
   // tok/s: wall clock; GPU time alone (timestamps); wall clock with the arg-max on the device
   std::vector<double> pp, tg, tg_gpu, tg_argmax;
   int step_dispatches = 0, step_barriers = 0;  // of a one-token decode step (logits back)
+  // The n_gen one-token steps after the prompt, their GPU time added to *gpu_s.
+  const auto decode = [&](double* gpu_s) {
+    for (int64_t i = o.depth + o.n_prompt; i < o.depth + o.n_prompt + o.n_gen; ++i) {
+      batch.Clear();
+      batch.Add(token(i), static_cast<int32_t>(i), 0, true);
+      run();
+      *gpu_s += d->last_step_gpu_seconds();
+    }
+  };
+  if (o.n_prompt > 0) settle([&] { prefill(0, o.depth, o.n_prompt); });
+  double untimed_s = 0.0;
+  if (o.n_gen > 0) settle([&] { decode(&untimed_s); });
   for (int rep = 0; rep < std::max(o.reps, 1); ++rep) {
     if (o.n_prompt > 0) {
       const double t0 = NowSeconds();
@@ -76,12 +102,7 @@ int GpuBench(const GpuBenchOptions& o) {
     if (o.n_gen > 0) {
       double gpu_s = 0.0;
       const double t0 = NowSeconds();
-      for (int64_t i = o.depth + o.n_prompt; i < o.depth + o.n_prompt + o.n_gen; ++i) {
-        batch.Clear();
-        batch.Add(token(i), static_cast<int32_t>(i), 0, true);
-        run();
-        gpu_s += d->last_step_gpu_seconds();
-      }
+      decode(&gpu_s);
       tg.push_back(o.n_gen / (NowSeconds() - t0));
       step_dispatches = d->last_step_dispatches();
       step_barriers = d->last_step_barriers();
@@ -103,6 +124,13 @@ int GpuBench(const GpuBenchOptions& o) {
   for (int streams : o.batch) {
     for (int s = 0; s < max_streams; ++s) (*cache)->Remove(s);
     for (int s = 0; s < streams; ++s) prefill(s, 0, o.n_prompt);
+    settle([&] {
+      for (int64_t i = o.n_prompt; i < o.n_prompt + o.n_gen; ++i) {
+        batch.Clear();
+        for (int s = 0; s < streams; ++s) batch.Add(token(i + s), static_cast<int32_t>(i), s, true);
+        run();
+      }
+    });
     double gpu_s = 0.0;
     const double t0 = NowSeconds();
     for (int64_t i = o.n_prompt; i < o.n_prompt + o.n_gen; ++i) {
@@ -116,9 +144,9 @@ int GpuBench(const GpuBenchOptions& o) {
   }
   const gpu::DeviceInfo dev = d->device();
   const uint64_t dev_bytes = d->device_bytes();
-  // What UF_GPU_ATTENTION=tune measured and chose, per class of step (before --profile's forward
-  // replaces this one).
-  const std::vector<std::string> tuning = d->attention_tuning();
+  // What the tuners (UF_GPU_ATTENTION=tune, UF_GPU_NORM_TAIL=tune) measured and chose, per class
+  // of step (before --profile's forward replaces this one).
+  const std::vector<std::string> tuning = d->step_tuning();
   // --profile: a second forward with a timestamp after every dispatch (the first is freed first,
   // so the weights are held once), stream 0 prefilled again to the decode position, then up to
   // 16 one-token steps: each kernel's GPU time per step, averaged.
@@ -135,6 +163,13 @@ int GpuBench(const GpuBenchOptions& o) {
     const int64_t at = o.depth + o.n_prompt;
     if (at > 0) prefill(0, 0, at);
     const int64_t steps = std::clamp<int64_t>(o.n_gen, 1, 16);
+    settle([&] {
+      for (int64_t i = at; i < at + steps; ++i) {
+        batch.Clear();
+        batch.Add(token(i), static_cast<int32_t>(i), 0, true);
+        run();
+      }
+    });
     for (int64_t i = at; i < at + steps; ++i) {
       batch.Clear();
       batch.Add(token(i), static_cast<int32_t>(i), 0, true);
@@ -182,7 +217,7 @@ int GpuBench(const GpuBenchOptions& o) {
     j["device"] = dev.name;
     j["device_type"] = dev.type;
     j["integer_dot"] = gpu::IntegerDotByDefault(dev);
-    j["norm_tail"] = gpu::ResolveNormTail(false);
+    j["norm_tail"] = gpu::NormTailName(gpu::ResolveNormTail(gpu::NormTail::kDefault));
     j["matmul"] = gpu::MatMulName(matmul);
     j["attention"] =
         gpu::AttentionTilesName(gpu::ResolveAttentionTiles(gpu::AttentionTiles::kDefault));
@@ -203,7 +238,7 @@ int GpuBench(const GpuBenchOptions& o) {
           {{"kernel", k.name}, {"dispatches", k.dispatches}, {"us", k.seconds * 1e6}});
     }
     if (o.profile) j["profile_step_us"] = profile_step_s * 1e6;
-    j["attention_tuning"] = tuning;
+    j["step_tuning"] = tuning;
     for (const auto& [streams, tok_s, gpu_tok_s] : batched) {
       j["batch"].push_back({{"streams", streams},
                             {"tok_s", tok_s},
@@ -219,7 +254,7 @@ int GpuBench(const GpuBenchOptions& o) {
       "%s, norm tail %s, tiled GEMM %s, tiled attention %s\n",
       dev.index, dev.name.c_str(), dev.type.c_str(), static_cast<double>(dev_bytes) / (1 << 20),
       upload_s, gpu::IntegerDotByDefault(dev) ? "on" : "off",
-      gpu::ResolveNormTail(false) ? "on" : "off", gpu::MatMulName(matmul),
+      gpu::NormTailName(gpu::ResolveNormTail(gpu::NormTail::kDefault)), gpu::MatMulName(matmul),
       gpu::AttentionTilesName(gpu::ResolveAttentionTiles(gpu::AttentionTiles::kDefault)));
   if (!bw.ok()) std::printf("read bandwidth: not measured (%s)\n", bw.status().ToString().c_str());
   std::printf("%-8s %-12s %14s %16s %12s %10s\n", "depth", "test", "tok/s", "bytes/token",
@@ -260,7 +295,9 @@ int GpuBench(const GpuBenchOptions& o) {
       "pp runs the prompt in batches of up to 512 tokens; tok/s is wall clock around each "
       "step's submit and wait; the roofline uses it.\n");
   if (!tuning.empty()) {
-    std::printf("attention kernels measured per class of step (UF_GPU_ATTENTION=tune):\n");
+    std::printf(
+        "choices measured per class of step (UF_GPU_ATTENTION=tune, UF_GPU_NORM_TAIL=tune; the "
+        "timed passes ran after the trials):\n");
     for (const std::string& line : tuning) std::printf("  %s\n", line.c_str());
   }
   if (o.profile) {

@@ -61,9 +61,16 @@ struct DeviceInfo {
 // otherwise: d has shaderIntegerDotProduct and the environment's UF_GPU_DOT4 is not 0.
 bool IntegerDotByDefault(const DeviceInfo& d);
 
-// GpuForwardOptions::norm_tail as the forward applies it: the environment's UF_GPU_NORM_TAIL (0:
-// off, anything else: on) where set, else `option`.
-bool ResolveNormTail(bool option);
+// Whether a one-token step's o and down GEMMs run the RMSNorm after them in their last workgroup
+// (Kernels::NormTail; docs/gpu.md "The norm tail"): the same bits either way; two dispatches and
+// barriers fewer a layer against a tail that one workgroup runs after all the others, which of
+// the two costs more depends on the device. kTune: measured on the device (StepTuner, as
+// AttentionTiles::kTune: the first one-token steps alternate it off and on, timed, then the
+// faster runs). kOn / kOff: always that. kDefault: the environment's UF_GPU_NORM_TAIL (tune | on |
+// off, or 1 | 0; unset or anything else tune, the latter with a warning).
+enum class NormTail { kDefault, kTune, kOn, kOff };
+NormTail ResolveNormTail(NormTail t);
+const char* NormTailName(NormTail t);  // "tune", "on", "off"
 
 // The Vulkan devices the loader finds. Errors (no loader, no driver, no device) name what was
 // searched and what to install.
@@ -147,10 +154,9 @@ struct GpuForwardOptions {
   // the two, and to count what the fusions save).
   bool fuse = true;
   // With fuse, the RMSNorm after a one-token step's o and down products in those GEMMs' last
-  // workgroup (Kernels::NormTail: the same bits, two dispatches and barriers fewer a layer).
-  // Off by default until a GPU measures what the tail costs against the barrier it saves
-  // (docs/gpu.md, "The norm tail"); UF_GPU_NORM_TAIL=1 or 0 overrides it.
-  bool norm_tail = false;
+  // workgroup (NormTail; Kernels::NormTail: the same bits, two dispatches and barriers fewer a
+  // layer), timed against the separate norm by default.
+  NormTail norm_tail = NormTail::kDefault;
   MatMul matmul = MatMul::kDefault;
   AttentionTiles attention_tiles = AttentionTiles::kDefault;
   // A timestamp after every dispatch, for last_step_profile() (`bench --device vulkan
@@ -174,8 +180,13 @@ class GpuForward : public model::BatchForward {
   virtual int64_t rows_fetched() const = 0;
   // GPU time of the last Forward from device timestamps (no submit or wait); 0 if unavailable.
   virtual double last_step_gpu_seconds() const = 0;
-  // AttentionTiles::kTune's classes of step so far: the two kernels' median times and the choice.
-  virtual std::vector<std::string> attention_tuning() const { return {}; }
+  // What the tuned choices (AttentionTiles::kTune, NormTail::kTune) measured so far: a line per
+  // class of step with the two ways' median times and the choice.
+  virtual std::vector<std::string> step_tuning() const { return {}; }
+  // Whether the last Forward was a tuner's trial: a step timed to choose between two ways that
+  // give the same bits, so later steps of its class may run the other way at another speed.
+  // (bench runs its passes untimed until no step is one.)
+  virtual bool last_step_trial() const { return false; }
   // Dispatches and compute-to-compute barriers in the last Forward's recorded step (on an H200 a
   // dependent dispatch costs ~1.9 us with its barrier, ~0.2 us without); 0 before any Forward.
   virtual int last_step_dispatches() const = 0;

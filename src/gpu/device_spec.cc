@@ -35,13 +35,13 @@ StatusOr<DeviceSpec> ParseDeviceSpec(std::string_view s) {
       std::string(s) + "'");
 }
 
-bool ResolveNormTail(bool option) {
-  const char* env = std::getenv("UF_GPU_NORM_TAIL");
-  if (env == nullptr || *env == '\0') return option;
-  return std::string(env) != "0";
-}
-
 namespace {
+
+constexpr Choices<NormTail, 5> kNormTails = {{"tune", NormTail::kTune},
+                                             {"on", NormTail::kOn},
+                                             {"off", NormTail::kOff},
+                                             {"1", NormTail::kOn},
+                                             {"0", NormTail::kOff}};
 
 constexpr Choices<MatMul, 3> kMatMuls = {
     {"off", MatMul::kOff}, {"tiled", MatMul::kTiled}, {"coopmat", MatMul::kCoopMat}};
@@ -51,6 +51,12 @@ constexpr Choices<AttentionTiles, 4> kAttentionTiles = {{"tune", AttentionTiles:
                                                         {"token", AttentionTiles::kToken}};
 
 }  // namespace
+
+NormTail ResolveNormTail(NormTail t) {
+  return t != NormTail::kDefault ? t : EnvChoice("UF_GPU_NORM_TAIL", kNormTails);
+}
+
+const char* NormTailName(NormTail t) { return ChoiceName(kNormTails, t); }
 
 MatMul ResolveMatMul(MatMul m) {
   return m != MatMul::kDefault ? m : EnvChoice("UF_GPU_MATMUL", kMatMuls);

@@ -1,5 +1,5 @@
 // The GPU backend's switches read from the environment (UF_GPU_GEMV, UF_GPU_TILE,
-// UF_GPU_MATMUL, UF_GPU_ATTENTION): each a table of names and values whose first entry is the
+// UF_GPU_MATMUL, UF_GPU_ATTENTION, UF_GPU_NORM_TAIL): each a table of names and values whose first entry is the
 // default, read and printed through the same table.
 #pragma once
 

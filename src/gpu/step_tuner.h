@@ -1,11 +1,12 @@
 // The online choice between two ways of running a step that give the same bits, so that the
 // choice changes speed only and may be made while serving: the GPU forward's attention kernels
-// (attention_tiled.comp against attention.comp, AttentionTiles::kTune). Which is faster depends
-// on the device (its shared memory, caches and load paths) and on the step, so it is measured on
-// the device rather than assumed. Steps are sorted into classes by what moves the balance: one
-// sequence's run of tokens or single tokens of many sequences, the batch's tokens and its context
-// depth, each in powers of two. A class's first 2 x kTrials steps alternate the two ways, each
-// timed; from then on the way with the lower median runs. Pure logic (tests/step_tuner_test.cc).
+// (attention_tiled.comp against attention.comp, AttentionTiles::kTune) and the norm tail of a
+// one-token step (NormTail::kTune). Which is faster depends on the device (its shared memory,
+// caches, load paths and barrier cost) and on the step, so it is measured on the device rather
+// than assumed. Steps are sorted into classes by what moves the balance: one sequence's run of
+// tokens or single tokens of many sequences, the batch's tokens and its context depth, each in
+// powers of two. A class's first 2 x kTrials steps alternate the two ways, each timed; from then
+// on the way with the lower median runs. Pure logic (tests/step_tuner_test.cc).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,7 @@ class StepTuner {
     int depth_log2 = 0;   // bit width of its longest context (last position + 1)
     auto operator<=>(const Class&) const = default;
   };
+  // depth 0: a class for every depth (a choice whose cost does not grow with the context).
   static Class ClassOf(bool runs, int64_t tokens, int64_t depth);
 
   // The way (0 or 1) the next step of class c runs: the chosen one, or while trying, the one
@@ -34,8 +36,9 @@ class StepTuner {
   void Report(const Class& c, int way, double seconds);
   // The way class c settled on, -1 while it is still being tried.
   int Chosen(const Class& c) const;
-  // A line per class: its ways' median times (names[0], names[1]) and the one chosen.
-  std::vector<std::string> Describe(const char* const names[2]) const;
+  // A line per class, led by `subject`: its ways' median times (names[0], names[1]) and the one
+  // chosen.
+  std::vector<std::string> Describe(const char* subject, const char* const names[2]) const;
 
  private:
   struct Trials {

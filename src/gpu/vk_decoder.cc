@@ -123,9 +123,11 @@ Status VulkanForward::Init(const DeviceSpec& device) {
       for (const GpuMatrix* m : {&b.wq, &b.wk, &b.wv, &b.gate}) {
         if (m->buffer.valid()) UF_RETURN_IF_ERROR(k_.AddStages(ctx_.get(), m->type));
       }
-      if (o_.norm_tail) {
+      if (o_.norm_tail != NormTail::kOff) {
         for (const GpuMatrix* m : {&b.wo, &b.down}) {
-          if (m->buffer.valid()) UF_RETURN_IF_ERROR(k_.AddStages(ctx_.get(), m->type));
+          if (!m->buffer.valid()) continue;
+          UF_RETURN_IF_ERROR(k_.AddStages(ctx_.get(), m->type));
+          tail_stages_ = tail_stages_ || k_.HasStages(m->type);
         }
       }
     }
@@ -324,6 +326,51 @@ Status VulkanForward::Prepare(const model::Batch& batch) {
   return OkStatus();
 }
 
+StepWay VulkanForward::ChooseWay(int64_t n, bool long_runs, int64_t depth, Trial* trial) {
+  StepWay way;
+  // The norm tail first: its one class does not depend on the depth, so it settles in the first
+  // few one-token steps; attention's classes (by depth) are tried after it, with it fixed.
+  if (n == 1 && o_.fuse && tail_stages_) {
+    if (o_.norm_tail == NormTail::kTune) {
+      const StepTuner::Class c = StepTuner::ClassOf(false, 1, 0);
+      const int pick = tail_tuner_.Pick(c);  // 0: off, 1: on
+      way.norm_tail = pick == 1;
+      if (tail_tuner_.Chosen(c) < 0) *trial = {&tail_tuner_, c, pick};
+    } else {
+      way.norm_tail = o_.norm_tail == NormTail::kOn;
+    }
+  }
+  const AttnKernel tiled = long_runs ? AttnKernel::kTiled : AttnKernel::kTiledSingles;
+  switch (o_.attention_tiles) {
+    case AttentionTiles::kTiled:
+      way.attn = tiled;
+      break;
+    case AttentionTiles::kAuto:
+      way.attn = long_runs ? AttnKernel::kTiled : AttnKernel::kToken;
+      break;
+    case AttentionTiles::kTune: {
+      const StepTuner::Class c = StepTuner::ClassOf(long_runs, n, depth);
+      const int pick = attn_tuner_.Pick(c);  // 0: tiled, 1: token
+      way.attn = pick == 0 ? tiled : AttnKernel::kToken;
+      if (trial->tuner == nullptr && attn_tuner_.Chosen(c) < 0) *trial = {&attn_tuner_, c, pick};
+      break;
+    }
+    default:
+      break;
+  }
+  return way;
+}
+
+std::vector<std::string> VulkanForward::step_tuning() const {
+  static constexpr const char* kTail[2] = {"off", "on"};
+  static constexpr const char* kAttention[2] = {"tiled", "token"};
+  std::vector<std::string> lines = tail_tuner_.Describe("norm tail", kTail);
+  for (std::string& line : attn_tuner_.Describe("attention", kAttention)) {
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
 Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
   if (!batch.known_begin.empty()) {  // checked before Prepare reserves any blocks
     if (static_cast<int64_t>(batch.known_begin.size()) != batch.size() + 1 ||
@@ -423,34 +470,16 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
     runs += t == 0 || batch.seq_ids[t] != batch.seq_ids[t - 1];
     depth = std::max<int64_t>(depth, batch.positions[t] + 1);
   }
-  const bool long_runs = n >= kTiledAttentionRun * runs;
-  const AttnKernel tiled = long_runs ? AttnKernel::kTiled : AttnKernel::kTiledSingles;
-  AttnKernel attn = AttnKernel::kToken;
-  int way = -1;  // kTune, still trying: the tuner's way this step times (0 tiled, 1 token)
-  StepTuner::Class step_class;
-  switch (o_.attention_tiles) {
-    case AttentionTiles::kTiled:
-      attn = tiled;
-      break;
-    case AttentionTiles::kAuto:
-      attn = long_runs ? AttnKernel::kTiled : AttnKernel::kToken;
-      break;
-    case AttentionTiles::kTune:
-      step_class = StepTuner::ClassOf(long_runs, n, depth);
-      way = attn_tuner_.Pick(step_class);
-      attn = way == 0 ? tiled : AttnKernel::kToken;
-      if (attn_tuner_.Chosen(step_class) >= 0) way = -1;
-      break;
-    default:
-      break;
-  }
-  auto rec = RecordingFor(n, n_outputs_, mode, n_allowed > 0 && n_top > 0, attn);
+  Trial trial;
+  const StepWay way = ChooseWay(n, n >= kTiledAttentionRun * runs, depth, &trial);
+  auto rec = RecordingFor(n, n_outputs_, mode, n_allowed > 0 && n_top > 0, way);
   const double started = NowSeconds();
   Status status = rec.ok() ? (*rec)->Run() : rec.status();
-  if (status.ok() && way >= 0) {
+  last_trial_ = status.ok() && trial.tuner != nullptr;
+  if (last_trial_) {
     // GPU time where the device has timestamps, else the wall clock around the submit.
     const double gpu_s = (*rec)->last_gpu_seconds();
-    attn_tuner_.Report(step_class, way, gpu_s > 0 ? gpu_s : NowSeconds() - started);
+    trial.tuner->Report(trial.c, trial.way, gpu_s > 0 ? gpu_s : NowSeconds() - started);
   }
   last_mode_ = status.ok() ? mode : Out::kLogits;
   if (status.ok()) {

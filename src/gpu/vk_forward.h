@@ -40,6 +40,12 @@ enum class Out { kLogits, kGreedy, kTop, kTopMasked };
 // kTiledAttentionRows query rows (runs of one sequence); the same with one token a tile (a decode
 // batch: only the GQA group's heads share the K/V rows).
 enum class AttnKernel { kToken, kTiled, kTiledSingles };
+// The choices of a step's recording that change its speed and never its bits (the tuned ones).
+struct StepWay {
+  AttnKernel attn = AttnKernel::kToken;
+  bool norm_tail = false;  // the o and down GEMMs normalize in their last workgroup (one token)
+  auto operator<=>(const StepWay&) const = default;
+};
 
 class VulkanForward final : public GpuForward {
  public:
@@ -86,10 +92,8 @@ class VulkanForward final : public GpuForward {
     return last_ != nullptr ? last_->Profile() : std::vector<KernelTime>{};
   }
   const DeviceInfo& device() const override { return ctx_->info(); }
-  std::vector<std::string> attention_tuning() const override {
-    static constexpr const char* kNames[2] = {"tiled", "token"};
-    return attn_tuner_.Describe(kNames);
-  }
+  std::vector<std::string> step_tuning() const override;
+  bool last_step_trial() const override { return last_trial_; }
   uint64_t device_bytes() const override { return ctx_->allocated_bytes(); }
 
  private:
@@ -99,10 +103,19 @@ class VulkanForward final : public GpuForward {
   Status Prepare(const model::Batch& batch);
   // The forward; with greedy set, the rows' arg-max into greedy[] instead of logits_.
   Status Run(const model::Batch& batch, int32_t* greedy);
-  // attn: the attention kernel of the layers attention_tiled.comp takes (AttentionTiles).
-  StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out, bool allowed,
-                                   AttnKernel attn);
-  Status Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed, AttnKernel attn);
+  // A step's tuned choices (AttentionTiles, NormTail): those fixed by the options, those tuned
+  // as the tuners pick them. At most one tuner tries a way in a step, the other choice held at
+  // its pick, so that neither's timings carry the other's changes; when one does, *trial says
+  // which tuner, class and way to report the step's time to (tuner null: none).
+  struct Trial {
+    StepTuner* tuner = nullptr;
+    StepTuner::Class c;
+    int way = -1;
+  };
+  StepWay ChooseWay(int64_t n, bool long_runs, int64_t depth, Trial* trial);
+  // way.attn: the attention kernel of the layers attention_tiled.comp takes.
+  StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out, bool allowed, StepWay way);
+  Status Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed, StepWay way);
   // y = W x for n tokens, quantizing x into xq_ first when W takes a quantized activation (Q8_0,
   // Q8_K, f16 or bf16 pairs: ActivationFor) and xq_ does not hold x in that format yet.
   // accumulate: y += W x (the residual add folded into the GEMM); bias: y = W x + bias.
@@ -123,7 +136,7 @@ class VulkanForward final : public GpuForward {
   void Norm(Recorder* r, const Buffer& x, const Buffer& w, int64_t n,
             std::initializer_list<const GpuMatrix*> next);
   // x_ += W a (the o and down products; a_ready: a is the activation w reads already, else it
-  // is quantized as Gemm would), and with the norm tail (norm_w not null, o_.norm_tail, one
+  // is quantized as Gemm would), and with the norm tail (norm_w not null, tail_, one
   // token) the Norm(x_, *norm_w, next) after it from the same dispatch. True when it normalized.
   bool ResidualGemm(Recorder* r, const GpuMatrix& w, const Buffer& a, int64_t n, bool a_ready,
                     const Buffer* norm_w, std::initializer_list<const GpuMatrix*> next);
@@ -192,11 +205,14 @@ class VulkanForward final : public GpuForward {
   // FetchLogits: copy_rows over the last Forward's n_outputs_ rows (re-recorded when it changes).
   std::unique_ptr<Recorder> fetch_;
   int64_t fetch_rows_ = -1;
-  // By (tokens, logits rows, output, grammar masks, attention kernel).
-  std::map<std::tuple<int64_t, int64_t, Out, bool, AttnKernel>, std::unique_ptr<Recorder>>
-      recordings_;
+  // By (tokens, logits rows, output, grammar masks, tuned choices).
+  std::map<std::tuple<int64_t, int64_t, Out, bool, StepWay>, std::unique_ptr<Recorder>> recordings_;
   Recorder* last_ = nullptr;
-  StepTuner attn_tuner_;                  // AttentionTiles::kTune
+  StepTuner attn_tuner_;      // AttentionTiles::kTune
+  StepTuner tail_tuner_;      // NormTail::kTune (one class: one-token steps at any depth)
+  bool tail_stages_ = false;  // some o or down GEMM can take the norm tail (its stages twin)
+  bool last_trial_ = false;   // the last Forward was a tuner's trial
+  bool tail_ = false;         // while recording: the o and down GEMMs take the norm tail
   const Buffer* xq_holds_ = nullptr;      // while recording: the buffer xq_ is the quantization of
   Activation xq_act_ = Activation::kF32;  // ... in this format
   std::vector<float> logits_;

@@ -70,7 +70,7 @@ bool VulkanForward::ResidualGemm(Recorder* r, const GpuMatrix& w, const Buffer& 
                                  bool a_ready, const Buffer* norm_w,
                                  std::initializer_list<const GpuMatrix*> next) {
   const Buffer& in = a_ready || !QuantizeFor(r, w, a, n) ? a : xq_;
-  if (norm_w == nullptr || !o_.fuse || !o_.norm_tail || n != 1 || !k_.HasStages(w.type)) {
+  if (norm_w == nullptr || !o_.fuse || !tail_ || n != 1 || !k_.HasStages(w.type)) {
     k_.Gemm(r, w, in, n, x_, 0, 0, /*accumulate=*/true);
     return false;
   }
@@ -263,7 +263,9 @@ void VulkanForward::RecordQkv(Recorder* r, const LayerBuffers& l, int64_t n,
 }
 
 Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed,
-                             AttnKernel attn) {
+                             StepWay way) {
+  const AttnKernel attn = way.attn;
+  tail_ = way.norm_tail;
   const int64_t e = c_.n_embd, hd = c_.head_dim;
   AttentionShape as;
   as.q8 = q8_cache_;
@@ -424,8 +426,8 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, boo
 }
 
 StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, Out out, bool allowed,
-                                                AttnKernel attn) {
-  const auto key = std::make_tuple(n, n_out, out, allowed, attn);
+                                                StepWay way) {
+  const auto key = std::make_tuple(n, n_out, out, allowed, way);
   auto it = recordings_.find(key);
   if (it != recordings_.end()) return it->second.get();
   if (recordings_.size() >= kMaxRecordings) {
@@ -433,7 +435,7 @@ StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, Out ou
     last_ = nullptr;      // (it was one of them)
   }
   auto r = std::make_unique<Recorder>(ctx_.get(), o_.profile);
-  UF_RETURN_IF_ERROR(Record(r.get(), n, n_out, out, allowed, attn));
+  UF_RETURN_IF_ERROR(Record(r.get(), n, n_out, out, allowed, way));
   Recorder* p = r.get();
   recordings_.emplace(key, std::move(r));
   return p;
