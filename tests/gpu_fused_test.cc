@@ -587,35 +587,41 @@ TEST(GpuStep, FusedMoeStepEqualsUnfusedBitwise) {
   }
 }
 
-// NormTail::kTune (the default): the first 2 x kTrials one-token steps alternate the norm tail
-// off and on (their barrier counts say which ran), each a tuner's trial, then the choice holds;
-// every step's logits are the bits of a forward with the tail off. With attention tuned as well,
-// attention's trials come after the tail's, the tail held at its choice.
-TEST(GpuStep, TunedNormTailTriesBothWaysThenHoldsWithTheSameBits) {
+// The tuned choices (the defaults: NormTail::kTune, GemvVariant::kTune, AttentionTiles::kTune),
+// one at a time: the first 2 x kTrials one-token steps alternate the norm tail off and on (their
+// barrier counts say which ran), the next 2 x kTrials the basic and the wide Q8_0 GEMV (the
+// profile's kernel names say which), each step a tuner's trial, the other choice held; then
+// attention's class of the step's depth. Every step's logits are the bits of a forward with all
+// three fixed.
+TEST(GpuStep, TunedChoicesTryBothWaysOneAtATimeWithTheSameBits) {
   const std::string skip = StepSkipReason();
   if (!skip.empty()) GTEST_SKIP() << skip;
   UF_REQUIRE_SHARED();
   auto m = model::Model::Load("../shared/models/tiny-llama-256-q8_0.gguf");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const int64_t n_vocab = (*m)->config().n_vocab, layers = (*m)->config().n_layer;
-  constexpr int kSteps = 12, kTrialSteps = 2 * StepTuner::kTrials;
+  constexpr int kTrialSteps = 2 * StepTuner::kTrials, kSteps = 2 * kTrialSteps + 2;
   struct Run {
+    GemvVariant gemv;
     NormTail tail;
     AttentionTiles attention;
     std::vector<std::vector<float>> rows;
     std::vector<int> barriers;
-    std::vector<bool> trials;
+    std::vector<bool> trials, wide;  // per step: a trial; the wide Q8_0 GEMV ran
     std::vector<std::string> tuning;
   };
-  Run runs[3] = {{NormTail::kOff, AttentionTiles::kToken},
-                 {NormTail::kTune, AttentionTiles::kToken},
-                 {NormTail::kTune, AttentionTiles::kTune}};
+  Run runs[3] = {{GemvVariant::kBasic, NormTail::kOff, AttentionTiles::kToken},
+                 {GemvVariant::kBasic, NormTail::kTune, AttentionTiles::kToken},
+                 {GemvVariant::kTune, NormTail::kTune, AttentionTiles::kTune}};
   for (Run& run : runs) {
     auto cache = engine::KvCache::Create(CacheFor(**m, 32));
     ASSERT_TRUE(cache.ok());
-    auto fwd = GpuForward::Create(
-        **m, kVulkan, cache->get(),
-        {.max_batch = 8, .norm_tail = run.tail, .attention_tiles = run.attention});
+    auto fwd = GpuForward::Create(**m, kVulkan, cache->get(),
+                                  {.max_batch = 8,
+                                   .gemv = run.gemv,
+                                   .norm_tail = run.tail,
+                                   .attention_tiles = run.attention,
+                                   .profile = true});
     ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
     model::Batch b;
     for (int32_t p = 0; p < kSteps; ++p) {
@@ -625,26 +631,28 @@ TEST(GpuStep, TunedNormTailTriesBothWaysThenHoldsWithTheSameBits) {
       run.rows.emplace_back((*fwd)->logits(0), (*fwd)->logits(0) + n_vocab);
       run.barriers.push_back((*fwd)->last_step_barriers());
       run.trials.push_back((*fwd)->last_step_trial());
+      const std::vector<KernelTime> profile = (*fwd)->last_step_profile();
+      if (profile.empty()) GTEST_SKIP() << "no timestamps on this device";
+      run.wide.push_back(std::any_of(profile.begin(), profile.end(), [](const KernelTime& k) {
+        return k.name.rfind("gemm1w_q8_0", 0) == 0;
+      }));
     }
     run.tuning = (*fwd)->step_tuning();
   }
   const int off = runs[0].barriers[0];
   for (int r = 1; r < 3; ++r) {
-    SCOPED_TRACE(r == 1 ? "tail tuned" : "tail and attention tuned");
+    SCOPED_TRACE(r == 1 ? "tail tuned" : "tail, GEMV and attention tuned");
     const Run& run = runs[r];
     for (int p = 0; p < kSteps; ++p) {
       EXPECT_EQ(std::memcmp(runs[0].rows[p].data(), run.rows[p].data(), n_vocab * 4), 0)
           << "step " << p;
     }
     // Off first, then on: the tail takes the o and down norms' barriers away (2 a layer, the
-    // final norm's too).
+    // final norm's too); the GEMV basic meanwhile.
     for (int p = 0; p < kTrialSteps; ++p) {
       EXPECT_TRUE(run.trials[p]) << "step " << p;
-      if (p % 2 == 0) {
-        EXPECT_EQ(run.barriers[p], off) << "step " << p;
-      } else {
-        EXPECT_EQ(run.barriers[p], off - 2 * layers - 1) << "step " << p;
-      }
+      EXPECT_EQ(run.barriers[p], p % 2 == 0 ? off : off - 2 * layers - 1) << "step " << p;
+      EXPECT_FALSE(run.wide[p]) << "step " << p;
     }
     for (int p = kTrialSteps + 1; p < kSteps; ++p) {
       EXPECT_EQ(run.barriers[p], run.barriers[kTrialSteps]) << "step " << p;
@@ -655,13 +663,28 @@ TEST(GpuStep, TunedNormTailTriesBothWaysThenHoldsWithTheSameBits) {
         << run.tuning[0];
     EXPECT_NE(run.tuning[0].find("(medians of 3, 3): o"), std::string::npos) << run.tuning[0];
   }
-  // Attention fixed: nothing left to try. Tuned: its class of depth 7 (a new power of two) is
-  // tried after the tail's trials.
-  EXPECT_FALSE(runs[1].trials[kTrialSteps]);
+  // GEMV and attention fixed: nothing left to try, never the wide kernel.
+  for (int p = kTrialSteps; p < kSteps; ++p) {
+    EXPECT_FALSE(runs[1].trials[p]) << "step " << p;
+    EXPECT_FALSE(runs[1].wide[p]) << "step " << p;
+  }
   EXPECT_EQ(runs[1].tuning.size(), 1u);
-  EXPECT_TRUE(runs[2].trials[kTrialSteps]);
-  EXPECT_GT(runs[2].tuning.size(), 1u);
-  std::printf("[gpu tune] %s\n", runs[1].tuning[0].c_str());
+  // Tuned: basic, wide, basic, ... with the tail held; then attention's class of depth 13 (a new
+  // power of two), with the GEMV held.
+  const Run& all = runs[2];
+  for (int p = kTrialSteps; p < 2 * kTrialSteps; ++p) {
+    EXPECT_TRUE(all.trials[p]) << "step " << p;
+    EXPECT_EQ(all.wide[p], p % 2 == 1) << "step " << p;
+  }
+  EXPECT_TRUE(all.trials[2 * kTrialSteps]);
+  EXPECT_EQ(all.wide[2 * kTrialSteps], all.wide[2 * kTrialSteps + 1]);
+  ASSERT_GE(all.tuning.size(), 3u);
+  EXPECT_NE(all.tuning[1].find("Q8_0 / Q4_0 GEMV, single tokens, tokens < 2, any depth"),
+            std::string::npos)
+      << all.tuning[1];
+  EXPECT_NE(all.tuning[1].find("(medians of 3, 3): "), std::string::npos) << all.tuning[1];
+  EXPECT_NE(all.tuning[2].find("attention, single tokens"), std::string::npos) << all.tuning[2];
+  for (const std::string& line : all.tuning) std::printf("[gpu tune] %s\n", line.c_str());
 }
 
 }  // namespace

@@ -13,7 +13,7 @@ using Class = StepTuner::Class;
 // Alternates while trying (0 first), then keeps the way with the lower median: one slow outlier
 // of the faster way does not flip the choice.
 TEST(StepTuner, AlternatesThenKeepsTheLowerMedian) {
-  StepTuner t;
+  StepTuner t("attention", "tiled", "token");
   const Class c = StepTuner::ClassOf(true, 512, 4096);
   const double way0[StepTuner::kTrials] = {2.0, 9.0, 2.2};  // median 2.2, one outlier
   const double way1[StepTuner::kTrials] = {3.0, 3.1, 2.9};  // median 3.0, mean below way 0's
@@ -32,15 +32,14 @@ TEST(StepTuner, AlternatesThenKeepsTheLowerMedian) {
 }
 
 TEST(StepTuner, ChoosesTheSecondWayWhenItIsFaster) {
-  StepTuner t;
+  StepTuner t("attention", "tiled", "token");
   const Class c = StepTuner::ClassOf(false, 64, 300);
   for (int i = 0; i < StepTuner::kTrials; ++i) {
     t.Report(c, t.Pick(c), 5.0);
     t.Report(c, t.Pick(c), 1.0);
   }
   EXPECT_EQ(t.Chosen(c), 1);
-  const char* const names[2] = {"tiled", "token"};
-  const std::vector<std::string> lines = t.Describe("attention", names);
+  const std::vector<std::string> lines = t.Describe();
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("attention, single tokens, tokens < 128, depth < 512"), std::string::npos)
       << lines[0];
@@ -55,7 +54,7 @@ TEST(StepTuner, ClassesAreTunedApart) {
   EXPECT_NE(StepTuner::ClassOf(true, 300, 1000), StepTuner::ClassOf(true, 512, 1000));
   EXPECT_NE(StepTuner::ClassOf(true, 300, 1000), StepTuner::ClassOf(true, 300, 1024));
   EXPECT_NE(StepTuner::ClassOf(true, 300, 1000), StepTuner::ClassOf(false, 300, 1000));
-  StepTuner t;
+  StepTuner t("attention", "tiled", "token");
   const Class a = StepTuner::ClassOf(false, 1, 100), b = StepTuner::ClassOf(false, 1, 5000);
   for (int i = 0; i < StepTuner::kTrials; ++i) {
     t.Report(a, 0, 1.0);
@@ -71,12 +70,12 @@ TEST(StepTuner, ClassesAreTunedApart) {
 TEST(StepTuner, DepthZeroIsAnyDepth) {
   EXPECT_EQ(StepTuner::ClassOf(false, 1, 0).depth_log2, 0);
   EXPECT_NE(StepTuner::ClassOf(false, 1, 0), StepTuner::ClassOf(false, 1, 1));
-  StepTuner t;
+  StepTuner t("norm tail", "off", "on");
   const Class c = StepTuner::ClassOf(false, 1, 0);
   t.Report(c, 0, 2e-3);
-  const char* const names[2] = {"off", "on"};
-  const std::vector<std::string> lines = t.Describe("norm tail", names);
+  const std::vector<std::string> lines = t.Describe();
   ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(t.Describe(c), lines[0]);
   EXPECT_NE(lines[0].find("norm tail, single tokens, tokens < 2, any depth: off 2000.0 us"),
             std::string::npos)
       << lines[0];
@@ -87,7 +86,7 @@ TEST(StepTuner, DepthZeroIsAnyDepth) {
 // and 1 are ignored; a way reported more than kTrials times while the other lags keeps its first
 // kTrials.
 TEST(StepTuner, IgnoresUnmeasuredAndExtraReports) {
-  StepTuner t;
+  StepTuner t("attention", "tiled", "token");
   const Class c = StepTuner::ClassOf(true, 16, 16);
   t.Report(c, 0, 0.0);
   t.Report(c, 1, -1.0);

@@ -7,8 +7,9 @@
 #                                    synthetic models with `synth`, run `bench --device vulkan` on
 #                                    each and 1B F16 batched decode at 1, 2, 4, 8, 16, 32 and 64 streams,
 #                                    print one table; the 1B F16, Q8_0 and Q4_0 decode runs
-#                                    twice, with the basic and the wide GEMV (UF_GPU_GEMV, the
-#                                    `gemv` column), and the GEMV kernel tests (bit-identity of
+#                                    with the basic and the wide GEMV (UF_GPU_GEMV, the `gemv`
+#                                    column; Q8_0 and Q4_0 also with `tune`, the default, which
+#                                    times both), and the GEMV kernel tests (bit-identity of
 #                                    rows across batch sizes, both variants) run first when
 #                                    prepare carried them, and the fused kernels' (gpu_fused_test, gpu_stage_test:
 #                                    each fusion the unfused kernels' bits). 1B Q4_0 also runs
@@ -108,7 +109,8 @@ case "${1:-}" in
           grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|Failure' || true
       fi
     done
-    # Fields: preset, weight type, depth, GEMV variant (UF_GPU_GEMV; `unfused`: basic with
+    # Fields: preset, weight type, depth, GEMV variant (UF_GPU_GEMV: basic, wide, or tune, the
+    # default, which times Q8_0's and Q4_0's basic and wide one-token GEMVs; `unfused`: basic with
     # UF_GPU_FUSE=0; `nodot4`: basic with UF_GPU_DOT4=0, the integer GEMMs by byte extracts
     # instead of the packed int8 dot; `nospin`: basic with UF_GPU_SPIN_US=0, a blocking fence
     # wait instead of polling; `normtail` / `notail`: basic with UF_GPU_NORM_TAIL=on / off, the
@@ -117,7 +119,8 @@ case "${1:-}" in
     # UF_GPU_ATTENTION=tiled, decode steps through attention_tiled.comp's one-token tiles, a KV
     # head's query heads sharing its rows), layers (cut-down MoE).
     runs=("llama-3.2-1b f16 0 basic" "llama-3.2-1b f16 0 wide" "llama-3.2-1b q8_0 0 basic"
-          "llama-3.2-1b q8_0 0 wide" "llama-3.2-1b q8_0 0 nodot4" "llama-3.2-1b q4_0 0 basic"
+          "llama-3.2-1b q8_0 0 wide" "llama-3.2-1b q8_0 0 tune" "llama-3.2-1b q8_0 0 nodot4"
+          "llama-3.2-1b q4_0 0 basic" "llama-3.2-1b q4_0 0 tune"
           "llama-3.2-1b q4_0 0 unfused" "llama-3.2-1b q4_0 0 nodot4" "llama-3.2-1b q4_0 0 nospin"
           "llama-3.2-1b q4_0 0 wide" "llama-3.2-1b q4_k_m 0 basic" "llama-3.2-1b q4_k_m 0 nodot4"
           "llama-3.2-1b f16 $depth basic" "llama-3.2-1b f16 $depth tileattn"
@@ -280,12 +283,12 @@ if "ratio" in batched:
     v, g = batched["ratio"]
     print(f"{'1B f16: a stream of 64 / a stream alone':<40} {0.9:>8} {'':>10} {v:>10.2f} "
           f"{g:<9} {'met' if v >= 0.9 else 'not met'}")
-# What the defaults (UF_GPU_ATTENTION=tune, UF_GPU_NORM_TAIL=tune) measured and chose in the 1B
-# runs.
+# What the tuned choices (UF_GPU_ATTENTION, UF_GPU_NORM_TAIL, UF_GPU_GEMV=tune) measured and
+# chose in the 1B runs.
 for arg in sys.argv[1:]:
     p, t, d, g, j = arg.split(" ", 4)
     j = json.loads(j)
-    if p == "llama-3.2-1b" and g == "basic" and j.get("step_tuning"):
+    if p == "llama-3.2-1b" and g in ("basic", "tune") and j.get("step_tuning"):
         print(f"tuned choices, {p} {t} depth {d}{' batched' if 'batch' in j else ''}:")
         for line in j["step_tuning"]:
             print(f"  {line}")

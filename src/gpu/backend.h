@@ -84,9 +84,12 @@ StatusOr<double> MeasureReadBandwidth(const DeviceSpec& device, uint64_t bytes, 
 // Which one-token GEMV kernels the Vulkan backend runs (docs/gpu.md "The wide GEMV"). kBasic:
 // one subgroup per row, word loads (gemm1_*). kWide: 16-byte loads per lane, several in flight
 // (F16: gemm*w_f16 for every batch size, a different summation order than kBasic; Q8_0 and Q4_0:
-// gemm1w_*, the same bits as kBasic). kDefault: the environment's UF_GPU_GEMV=wide|basic, else
-// kBasic (the wide kernels' speed on a GPU is not yet measured).
-enum class GemvVariant { kDefault, kBasic, kWide };
+// gemm1w_*, the same bits as kBasic). kTune: F16 and BF16 basic (the wide F16 order would be a
+// choice for every batch size, so for the whole process), the Q8_0 and Q4_0 one-token GEMVs
+// chosen by timing both on the device (StepTuner, as AttentionTiles::kTune; the same bits either
+// way). kDefault: the environment's UF_GPU_GEMV (tune | basic | wide; unset or anything else
+// tune, the latter with a warning).
+enum class GemvVariant { kDefault, kBasic, kWide, kTune };
 
 // The tiled GEMM for F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K batches of 16 tokens and more
 // (docs/gpu.md "The tiled GEMM"): kOff the

@@ -40,22 +40,28 @@ int StepTuner::Chosen(const Class& c) const {
   return it == classes_.end() ? -1 : it->second.chosen;
 }
 
-std::vector<std::string> StepTuner::Describe(const char* subject,
-                                             const char* const names[2]) const {
+std::string StepTuner::Line(const Class& c, const Trials& t) const {
+  char depth[64] = "any depth";
+  if (c.depth_log2 > 0) std::snprintf(depth, sizeof(depth), "depth < %lld", 1LL << c.depth_log2);
+  char line[320];
+  const double us[2] = {Median(t.seconds[0]) * 1e6, Median(t.seconds[1]) * 1e6};
+  std::snprintf(line, sizeof(line),
+                "%s, %s, tokens < %lld, %s: %s %.1f us, %s %.1f us (medians of %zu, %zu): %s",
+                subject_, c.runs ? "runs" : "single tokens", 1LL << c.tokens_log2, depth, names_[0],
+                us[0], names_[1], us[1], t.seconds[0].size(), t.seconds[1].size(),
+                t.chosen < 0 ? "trying" : names_[t.chosen]);
+  return line;
+}
+
+std::vector<std::string> StepTuner::Describe() const {
   std::vector<std::string> lines;
-  for (const auto& [c, t] : classes_) {
-    char depth[64] = "any depth";
-    if (c.depth_log2 > 0) std::snprintf(depth, sizeof(depth), "depth < %lld", 1LL << c.depth_log2);
-    char line[320];
-    const double us[2] = {Median(t.seconds[0]) * 1e6, Median(t.seconds[1]) * 1e6};
-    std::snprintf(line, sizeof(line),
-                  "%s, %s, tokens < %lld, %s: %s %.1f us, %s %.1f us (medians of %zu, %zu): %s",
-                  subject, c.runs ? "runs" : "single tokens", 1LL << c.tokens_log2, depth, names[0],
-                  us[0], names[1], us[1], t.seconds[0].size(), t.seconds[1].size(),
-                  t.chosen < 0 ? "trying" : names[t.chosen]);
-    lines.emplace_back(line);
-  }
+  for (const auto& entry : classes_) lines.push_back(Line(entry.first, entry.second));
   return lines;
+}
+
+std::string StepTuner::Describe(const Class& c) const {
+  const auto it = classes_.find(c);
+  return Line(c, it == classes_.end() ? Trials{} : it->second);
 }
 
 }  // namespace uf::gpu

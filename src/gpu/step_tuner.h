@@ -20,6 +20,10 @@ class StepTuner {
  public:
   static constexpr int kTrials = 3;  // timed steps of each way per class
 
+  // subject: what is chosen ("attention"); way0, way1: the two ways' names, for Describe.
+  StepTuner(const char* subject, const char* way0, const char* way1)
+      : subject_(subject), names_{way0, way1} {}
+
   struct Class {
     bool runs = false;    // tokens in runs of one sequence (a prefill chunk, a verify batch)
     int tokens_log2 = 0;  // bit width of the batch's token count
@@ -36,15 +40,21 @@ class StepTuner {
   void Report(const Class& c, int way, double seconds);
   // The way class c settled on, -1 while it is still being tried.
   int Chosen(const Class& c) const;
-  // A line per class, led by `subject`: its ways' median times (names[0], names[1]) and the one
-  // chosen.
-  std::vector<std::string> Describe(const char* subject, const char* const names[2]) const;
+  // A line per class, led by the subject: its ways' median times and the one chosen (or
+  // "trying").
+  std::vector<std::string> Describe() const;
+  // The same line for class c alone.
+  std::string Describe(const Class& c) const;
 
  private:
   struct Trials {
     std::vector<double> seconds[2];
     int chosen = -1;
   };
+  std::string Line(const Class& c, const Trials& t) const;
+
+  const char* subject_;
+  const char* names_[2];
   std::map<Class, Trials> classes_;
 };
 

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "base/clock.h"
+#include "base/log.h"
 #include "gpu/backend.h"
 #include "gpu/vk_forward.h"
 #include "kernels/ops.h"
@@ -135,6 +136,14 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   UF_ASSIGN_OR_RETURN(output_norm_, Vector(w.output_norm));
   UF_ASSIGN_OR_RETURN(output_,
                       Matrix(w.output, c_.tied_output ? "token_embd.weight" : "output.weight"));
+  if (k_.gemv() == GemvVariant::kTune) {
+    gemv_tunable_ = Kernels::TunesGemv(output_.type);
+    for (const LayerBuffers& b : layers_) {
+      for (const GpuMatrix* m : {&b.wq, &b.wk, &b.wv, &b.wo, &b.gate, &b.up, &b.down, &b.router}) {
+        gemv_tunable_ = gemv_tunable_ || (m->buffer.valid() && Kernels::TunesGemv(m->type));
+      }
+    }
+  }
   if (c_.tied_output) {
     embd_table_ = &output_;
   } else {
@@ -327,19 +336,22 @@ Status VulkanForward::Prepare(const model::Batch& batch) {
 }
 
 StepWay VulkanForward::ChooseWay(int64_t n, bool long_runs, int64_t depth, Trial* trial) {
+  // The tuner's way for class c; the step is its trial when no other tuner tries one in it.
+  const auto tuned = [trial](StepTuner* tuner, const StepTuner::Class& c) {
+    const int pick = tuner->Pick(c);
+    if (trial->tuner == nullptr && tuner->Chosen(c) < 0) *trial = {tuner, c, pick};
+    return pick;
+  };
   StepWay way;
-  // The norm tail first: its one class does not depend on the depth, so it settles in the first
-  // few one-token steps; attention's classes (by depth) are tried after it, with it fixed.
+  // The one-token choices first: their one class each does not depend on the depth, so they
+  // settle in the first few one-token steps (the norm tail, then the GEMV); attention's classes
+  // (by depth) are tried after them, with them fixed.
+  const StepTuner::Class one = StepTuner::ClassOf(false, 1, 0);
   if (n == 1 && o_.fuse && tail_stages_) {
-    if (o_.norm_tail == NormTail::kTune) {
-      const StepTuner::Class c = StepTuner::ClassOf(false, 1, 0);
-      const int pick = tail_tuner_.Pick(c);  // 0: off, 1: on
-      way.norm_tail = pick == 1;
-      if (tail_tuner_.Chosen(c) < 0) *trial = {&tail_tuner_, c, pick};
-    } else {
-      way.norm_tail = o_.norm_tail == NormTail::kOn;
-    }
+    way.norm_tail = o_.norm_tail == NormTail::kTune ? tuned(&tail_tuner_, one) == 1  // 0: off
+                                                    : o_.norm_tail == NormTail::kOn;
   }
+  if (n == 1 && gemv_tunable_) way.wide_gemv = tuned(&gemv_tuner_, one) == 1;  // 0: basic
   const AttnKernel tiled = long_runs ? AttnKernel::kTiled : AttnKernel::kTiledSingles;
   switch (o_.attention_tiles) {
     case AttentionTiles::kTiled:
@@ -348,13 +360,11 @@ StepWay VulkanForward::ChooseWay(int64_t n, bool long_runs, int64_t depth, Trial
     case AttentionTiles::kAuto:
       way.attn = long_runs ? AttnKernel::kTiled : AttnKernel::kToken;
       break;
-    case AttentionTiles::kTune: {
-      const StepTuner::Class c = StepTuner::ClassOf(long_runs, n, depth);
-      const int pick = attn_tuner_.Pick(c);  // 0: tiled, 1: token
-      way.attn = pick == 0 ? tiled : AttnKernel::kToken;
-      if (trial->tuner == nullptr && attn_tuner_.Chosen(c) < 0) *trial = {&attn_tuner_, c, pick};
+    case AttentionTiles::kTune:  // 0: tiled, 1: token
+      way.attn = tuned(&attn_tuner_, StepTuner::ClassOf(long_runs, n, depth)) == 0
+                     ? tiled
+                     : AttnKernel::kToken;
       break;
-    }
     default:
       break;
   }
@@ -362,11 +372,9 @@ StepWay VulkanForward::ChooseWay(int64_t n, bool long_runs, int64_t depth, Trial
 }
 
 std::vector<std::string> VulkanForward::step_tuning() const {
-  static constexpr const char* kTail[2] = {"off", "on"};
-  static constexpr const char* kAttention[2] = {"tiled", "token"};
-  std::vector<std::string> lines = tail_tuner_.Describe("norm tail", kTail);
-  for (std::string& line : attn_tuner_.Describe("attention", kAttention)) {
-    lines.push_back(std::move(line));
+  std::vector<std::string> lines;
+  for (const StepTuner* t : {&tail_tuner_, &gemv_tuner_, &attn_tuner_}) {
+    for (std::string& line : t->Describe()) lines.push_back(std::move(line));
   }
   return lines;
 }
@@ -480,6 +488,16 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
     // GPU time where the device has timestamps, else the wall clock around the submit.
     const double gpu_s = (*rec)->last_gpu_seconds();
     trial.tuner->Report(trial.c, trial.way, gpu_s > 0 ? gpu_s : NowSeconds() - started);
+    // Settled by this step: said once, so that a server's log shows what its device chose (the
+    // one-token choices, once a process; attention's classes, a few per power of two of depth,
+    // at UF_LOG_LEVEL=debug).
+    if (trial.tuner->Chosen(trial.c) >= 0) {
+      if (trial.tuner == &attn_tuner_) {
+        UF_LOG(DEBUG) << "gpu: " << trial.tuner->Describe(trial.c);
+      } else {
+        UF_LOG(INFO) << "gpu: " << trial.tuner->Describe(trial.c);
+      }
+    }
   }
   last_mode_ = status.ok() ? mode : Out::kLogits;
   if (status.ok()) {

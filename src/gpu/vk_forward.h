@@ -44,6 +44,7 @@ enum class AttnKernel { kToken, kTiled, kTiledSingles };
 struct StepWay {
   AttnKernel attn = AttnKernel::kToken;
   bool norm_tail = false;  // the o and down GEMMs normalize in their last workgroup (one token)
+  bool wide_gemv = false;  // the Q8_0 and Q4_0 one-token GEMVs are gemm1w_* (GemvVariant::kTune)
   auto operator<=>(const StepWay&) const = default;
 };
 
@@ -208,11 +209,14 @@ class VulkanForward final : public GpuForward {
   // By (tokens, logits rows, output, grammar masks, tuned choices).
   std::map<std::tuple<int64_t, int64_t, Out, bool, StepWay>, std::unique_ptr<Recorder>> recordings_;
   Recorder* last_ = nullptr;
-  StepTuner attn_tuner_;      // AttentionTiles::kTune
-  StepTuner tail_tuner_;      // NormTail::kTune (one class: one-token steps at any depth)
-  bool tail_stages_ = false;  // some o or down GEMM can take the norm tail (its stages twin)
-  bool last_trial_ = false;   // the last Forward was a tuner's trial
-  bool tail_ = false;         // while recording: the o and down GEMMs take the norm tail
+  StepTuner attn_tuner_{"attention", "tiled", "token"};  // AttentionTiles::kTune
+  // NormTail::kTune and GemvVariant::kTune, each one class: one-token steps at any depth.
+  StepTuner tail_tuner_{"norm tail", "off", "on"};
+  StepTuner gemv_tuner_{"Q8_0 / Q4_0 GEMV", "basic", "wide"};
+  bool tail_stages_ = false;   // some o or down GEMM can take the norm tail (its stages twin)
+  bool gemv_tunable_ = false;  // GemvVariant::kTune and some matrix is Q8_0 or Q4_0
+  bool last_trial_ = false;    // the last Forward was a tuner's trial
+  bool tail_ = false;          // while recording: the o and down GEMMs take the norm tail
   const Buffer* xq_holds_ = nullptr;      // while recording: the buffer xq_ is the quantization of
   Activation xq_act_ = Activation::kF32;  // ... in this format
   std::vector<float> logits_;

@@ -28,8 +28,8 @@ constexpr int kGemmBindings = 8;
 }  // namespace
 
 GemvVariant ResolveGemv(GemvVariant gemv) {
-  static constexpr Choices<GemvVariant, 2> kGemvs = {{"basic", GemvVariant::kBasic},
-                                                     {"wide", GemvVariant::kWide}};
+  static constexpr Choices<GemvVariant, 3> kGemvs = {
+      {"tune", GemvVariant::kTune}, {"basic", GemvVariant::kBasic}, {"wide", GemvVariant::kWide}};
   return gemv != GemvVariant::kDefault ? gemv : EnvChoice("UF_GPU_GEMV", kGemvs);
 }
 
@@ -89,7 +89,8 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
   const uint32_t lanes = std::min<uint32_t>(ctx->info().subgroup_size, 64);
   k.q8k_per_group_ = 64 / lanes;
   k.q8_0_per_group_ = 64 / lanes * std::min<uint32_t>(lanes / std::min<uint32_t>(lanes, 8), 4);
-  k.wide_ = ResolveGemv(gemv) == GemvVariant::kWide;
+  k.gemv_ = ResolveGemv(gemv);
+  k.wide_ = k.gemv_ == GemvVariant::kWide;
   k.max_tile_ = ResolveMaxTile(max_tile);
   if (k.wide_) {
     // F16: every batch size (the wide order throughout); Q8_0 and Q4_0: one token only (the
@@ -100,6 +101,8 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm32][GgmlType::kF16], tiled("gemm32w_f16"));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmX][GgmlType::kF16], ctx->GetPipeline("gemmxw_f16", 4));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmG][GgmlType::kF16], ctx->GetPipeline("gemmgw_f16", 5));
+  }
+  if (k.wide_ || k.gemv_ == GemvVariant::kTune) {
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ8_0],
                         tiled(gemm_name("gemm1w_q8_0", GgmlType::kQ8_0)));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ4_0],
@@ -177,7 +180,7 @@ int Kernels::TileIndex(int64_t tile) {
 }
 
 const Pipeline* Kernels::Wide(int kind, const GpuMatrix& w) const {
-  if (!wide_) return nullptr;
+  if (!wide_ && !wide_now_) return nullptr;  // (kTune made the Q8_0 and Q4_0 gemm1w_* only)
   if (w.type == GgmlType::kF16 && w.cols % 8 != 0) return nullptr;  // 16-byte aligned rows
   const auto it = wide_gemm_[kind].find(w.type);
   return it == wide_gemm_[kind].end() ? nullptr : it->second;

@@ -96,8 +96,8 @@ struct AttentionShape {
   int64_t row_words() const { return q8 ? head_dim / 32 * 9 : head_dim / 2; }
 };
 
-// kBasic or kWide: gemv itself, or for kDefault the environment's UF_GPU_GEMV (wide|basic; unset
-// or anything else: kBasic, the latter with a warning).
+// gemv itself, or for kDefault the environment's UF_GPU_GEMV (tune | basic | wide; unset or
+// anything else: kTune, the latter with a warning).
 GemvVariant ResolveGemv(GemvVariant gemv);
 
 // The widest token tile of the batched GEMMs (8, 16 or 32): max_tile itself, or for 0 the
@@ -121,8 +121,13 @@ class Kernels {
   // dot: IntegerDot (kOn on a device without it is an error).
   static StatusOr<Kernels> Create(Context* ctx, GemvVariant gemv = GemvVariant::kDefault,
                                   int64_t max_tile = 0, IntegerDot dot = IntegerDot::kDefault);
-  // kBasic or kWide: what Create resolved.
-  GemvVariant gemv() const { return wide_ ? GemvVariant::kWide : GemvVariant::kBasic; }
+  // kBasic, kWide or kTune: what Create resolved.
+  GemvVariant gemv() const { return gemv_; }
+  // Under kTune, whether the GEMMs recorded from now on take the wide Q8_0 and Q4_0 one-token
+  // kernels (the basic ones' bits, so a step's choice changes its speed only).
+  void set_wide_gemv(bool on) { wide_now_ = on && gemv_ == GemvVariant::kTune; }
+  // The weight types kTune chooses a one-token kernel for.
+  static bool TunesGemv(GgmlType t) { return t == GgmlType::kQ8_0 || t == GgmlType::kQ4_0; }
   // Whether the integer GEMMs are the *_dot4 kernels.
   bool integer_dot() const { return dot4_; }
   // The token tile Gemm uses for an n-token batch: 1 for one token (gemm1_*), else the
@@ -418,8 +423,10 @@ class Kernels {
   std::map<GgmlType, const Pipeline*> gemmx_;   // stacked experts, one slot per z
   std::map<GgmlType, const Pipeline*> gemmg_;   // stacked experts, a tile of one expert per z
   std::map<GgmlType, const Pipeline*> glu_[2];  // GemmGlu: gemm1_glu_*, gemm8_glu_*
-  bool wide_ = false;
-  bool dot4_ = false;  // the integer GEMMs are the *_dot4 kernels
+  GemvVariant gemv_ = GemvVariant::kBasic;
+  bool wide_ = false;      // kWide: every wide kernel
+  bool wide_now_ = false;  // kTune: this recording's Q8_0 and Q4_0 one-token GEMVs are wide
+  bool dot4_ = false;      // the integer GEMMs are the *_dot4 kernels
   MatMul matmul_ = MatMul::kOff;
   // By weight type: gemm_tiled_* or gemm_tiled_*_coopmat (AddMatMul).
   std::map<GgmlType, const Pipeline*> matmul_pipelines_;

@@ -266,6 +266,7 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, boo
                              StepWay way) {
   const AttnKernel attn = way.attn;
   tail_ = way.norm_tail;
+  k_.set_wide_gemv(way.wide_gemv);
   const int64_t e = c_.n_embd, hd = c_.head_dim;
   AttentionShape as;
   as.q8 = q8_cache_;
