@@ -56,11 +56,12 @@ struct BenchOptions {
   int threads = 0;
   int reps = 3;
   bool json = false;
-  bool profile = false;  // --device vulkan: GPU time per kernel of a decode step
-  std::string batch;     // "1,2,4,8"
-  bool serve = false;    // bench_serve.cc instead
-  bool spec = false;     // bench_spec.cc instead
-  std::string grammar;   // bench_grammar.cc instead
+  bool profile = false;    // --device vulkan: GPU time per kernel of a decode step
+  std::string batch;       // "1,2,4,8"
+  bool serve = false;      // bench_serve.cc instead
+  bool host_only = false;  // --serve: engine::HostOnlyForward instead of the model
+  bool spec = false;       // bench_spec.cc instead
+  std::string grammar;     // bench_grammar.cc instead
   int spec_k = 8;
   std::string spec_draft;
   std::string spec_text;
@@ -539,6 +540,9 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_flag("--serve", o->serve,
                 "One stream through the serving engine and HTTP against the engine alone, at "
                 "temperature 0 and 1 (-p default 32, --reps default 5)");
+  cmd->add_flag("--host-only", o->host_only,
+                "--serve: every path stepped on a forward that computes nothing (made-up rows, "
+                "reduced as a GPU reduces them): what the serving path itself costs per token");
   cmd->add_flag("--spec", o->spec,
                 "Greedy decode with and without speculative decoding on three workloads (edit, "
                 "extract, open) plus oracle drafts (-n default 128)");
@@ -602,6 +606,7 @@ void AddBenchCommand(CLI::App& app) {
     so.json = o->json;
     so.kv_type = KvTypeOrDie("bench", o->kv_type);
     so.device = device;
+    so.host_only = o->host_only;
     std::exit(ServeBench(so));
   });
 }

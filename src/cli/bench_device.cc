@@ -4,6 +4,7 @@
 
 #include "base/log.h"
 #include "cli/common.h"
+#include "engine/host_only_forward.h"
 #include "kernels/membw.h"
 
 namespace uf::cli {
@@ -53,6 +54,23 @@ StatusOr<std::unique_ptr<BenchForward>> MakeBenchForward(const model::Model& mod
   return f;
 }
 
+StatusOr<std::unique_ptr<BenchForward>> MakeHostOnlyForward(const model::Model& model, int64_t ctx,
+                                                            int64_t max_batch,
+                                                            int64_t max_outputs) {
+  auto f = std::make_unique<BenchForward>();
+  engine::KvCacheOptions co = CacheOptionsFor(model.config(), ctx, engine::KvType::kF16);
+  co.host_storage = false;
+  UF_ASSIGN_OR_RETURN(f->cache, engine::KvCache::Create(co));
+  f->host_only = std::make_unique<engine::HostOnlyForward>(model.config().n_vocab, max_outputs);
+  engine::GenerateTarget& t = f->target;
+  t.forward = f->host_only.get();
+  t.cache = f->cache.get();
+  t.n_vocab = model.config().n_vocab;
+  t.max_batch = max_batch;
+  t.max_outputs = max_outputs;
+  return f;
+}
+
 double BenchBandwidthGBs(const gpu::DeviceSpec& device, ThreadPool* pool) {
   if (device.vulkan) {
     auto bw = gpu::MeasureReadBandwidth(device, uint64_t{256} << 20, 8);
@@ -63,6 +81,7 @@ double BenchBandwidthGBs(const gpu::DeviceSpec& device, ThreadPool* pool) {
 }
 
 std::string BenchDeviceLine(const BenchForward& f) {
+  if (f.host_only) return "none: made-up rows, reduced to their best 64 as on a GPU (host-only)";
   if (!f.gpu) return "cpu";
   const gpu::DeviceInfo& d = f.gpu->device();
   return "vulkan: " + d.name + " (" + d.type + ", " + std::to_string(f.gpu->device_bytes() >> 20) +

@@ -32,6 +32,7 @@ struct BenchForward {
   std::unique_ptr<engine::KvCache> cache;
   std::unique_ptr<model::Decoder> cpu;
   std::unique_ptr<gpu::GpuForward> gpu;
+  std::unique_ptr<model::BatchForward> host_only;  // engine::HostOnlyForward
   engine::GenerateTarget target;
   model::BatchForward& forward() { return *target.forward; }
 };
@@ -44,8 +45,12 @@ StatusOr<std::unique_ptr<BenchForward>> MakeBenchForward(const model::Model& mod
 // of 512 MiB over the pool) or the device memory's (gpu::MeasureReadBandwidth). 0 on failure.
 double BenchBandwidthGBs(const gpu::DeviceSpec& device, ThreadPool* pool);
 
-// One line for a table's header: where the forward runs (the device's name and memory, or
-// "cpu").
+// The same over an engine::HostOnlyForward (no model computed): a cache of block tables only.
+StatusOr<std::unique_ptr<BenchForward>> MakeHostOnlyForward(const model::Model& model, int64_t ctx,
+                                                            int64_t max_batch, int64_t max_outputs);
+
+// One line for a table's header: where the forward runs (the device's name and memory, "cpu",
+// or "none" for the host-only forward).
 std::string BenchDeviceLine(const BenchForward& f);
 
 }  // namespace uf::cli

@@ -31,6 +31,7 @@
 #include "base/thread_pool.h"
 #include "cli/bench_device.h"
 #include "engine/generate.h"
+#include "engine/host_only_forward.h"
 #include "engine/kv_cache.h"
 #include "engine/seq_sampler.h"
 #include "engine/service.h"
@@ -67,8 +68,12 @@ class Bench {
     threads_ = ResolveThreads(o_.threads);
 
     pool_ = std::make_unique<ThreadPool>(threads_);
-    UF_ASSIGN_OR_RETURN(forward_,
-                        MakeBenchForward(model_, o_.device, ctx, o_.kv_type, 512, 1, pool_.get()));
+    if (o_.host_only) {
+      UF_ASSIGN_OR_RETURN(forward_, MakeHostOnlyForward(model_, ctx, 512, 1));
+    } else {
+      UF_ASSIGN_OR_RETURN(
+          forward_, MakeBenchForward(model_, o_.device, ctx, o_.kv_type, 512, 1, pool_.get()));
+    }
 
     engine::ServiceOptions so;
     so.ctx = ctx;
@@ -76,7 +81,15 @@ class Bench {
     so.prefix_cache = false;
     so.kv_type = o_.kv_type;
     so.n_threads = threads_;
-    if (o_.device.vulkan) so.make_forward = GpuForwardFactory(model_, o_.device, "bench --serve");
+    if (o_.host_only) {
+      const int64_t n_vocab = model_.config().n_vocab;
+      so.make_forward = [n_vocab](engine::KvCache*, const model::DecoderOptions& d)
+          -> StatusOr<std::unique_ptr<model::BatchForward>> {
+        return std::make_unique<engine::HostOnlyForward>(n_vocab, d.max_outputs);
+      };
+    } else if (o_.device.vulkan) {
+      so.make_forward = GpuForwardFactory(model_, o_.device, "bench --serve");
+    }
     UF_ASSIGN_OR_RETURN(service_, engine::Service::Create(model_, tokenizer_, so));
     server::ServerOptions ho;
     ho.port = 0;
@@ -256,7 +269,8 @@ int ServeBench(const ServeBenchOptions& o) {
               {"device", bench.device_line()},
               {"prompt_tokens", o.n_prompt},
               {"gen_tokens", o.n_gen},
-              {"reps", o.reps}};
+              {"reps", o.reps},
+              {"host_only", o.host_only}};
   for (int t : {0, 1}) {
     const std::vector<Sample>& eng = runs["engine"][t];
     std::vector<double> eng_rate, eng_first, eng_total;
@@ -278,7 +292,12 @@ int ServeBench(const ServeBenchOptions& o) {
         first_extra.push_back(v[i].first - eng_first[i]);
       }
       const bool streams = std::string(mode) != "http";
-      json j = {{"total_ms", Median(total) * 1e3}, {"total_speed_vs_engine", Median(total_ratio)}};
+      json j = {{"total_ms", Median(total) * 1e3},
+                {"total_speed_vs_engine", Median(total_ratio)},
+                // The whole request's time a token: streams send their events coalesced
+                // (ServerOptions::stream_wake_interval_s), so at host-only rates the time between
+                // the first and the last event says little.
+                {"us_per_token", Median(total) * 1e6 / std::max<int64_t>(o.n_gen, 1)}};
       if (streams) {
         j["decode_tok_s"] = Median(rate);
         j["decode_vs_engine"] = Median(rate_ratio);
@@ -295,7 +314,9 @@ int ServeBench(const ServeBenchOptions& o) {
   std::printf("model      %s, %d threads, %s kernels\n", o.model.c_str(), bench.threads(),
               out["isa"].get<std::string>().c_str());
   std::printf("forward    %s%s\n", bench.device_line().c_str(),
-              o.device.vulkan ? " (every path; sampling, detokenizing and HTTP on the host)" : "");
+              o.device.vulkan || o.host_only
+                  ? " (every path; sampling, detokenizing and HTTP on the host)"
+                  : "");
   std::printf("request    %lld prompt tokens, %lld generated, median of %d alternating reps\n\n",
               static_cast<long long>(o.n_prompt), static_cast<long long>(o.n_gen), o.reps);
   std::printf("%-5s %-12s %13s %10s %12s %13s %10s %10s\n", "temp", "path", "decode tok/s",
@@ -317,6 +338,23 @@ int ServeBench(const ServeBenchOptions& o) {
   std::printf(
       "\nengine: what `run` does; service: the serving engine in-process; http_stream / http: "
       "through a loopback `serve`, SSE and one JSON body.\n");
+  if (o.host_only) {
+    // What each path costs a token on the host alone, and what that leaves of a device step's
+    // pace: at 1,300 tok/s (a 769 us step, issue 28's 1B F16 target on an H200).
+    std::printf(
+        "host-only: the host's own cost per generated token (no model computed; the request's "
+        "total time over its tokens, prefill included):\n");
+    for (int t : {0, 1}) {
+      for (const char* mode : kModes) {
+        const double us =
+            out["temperature_" + std::to_string(t)][mode]["us_per_token"].get<double>();
+        std::printf(
+            "  temperature %d, %-12s %7.1f us a token: a 769 us device step would run "
+            "at %.0f tok/s (%.1f%% below 1,300)\n",
+            t, mode, us, 1e6 / (769.0 + us), 100.0 * us / (769.0 + us));
+      }
+    }
+  }
   return 0;
 }
 

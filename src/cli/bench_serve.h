@@ -20,6 +20,9 @@ struct ServeBenchOptions {
   engine::KvType kv_type = engine::KvType::kF16;
   // vulkan: every path's forward (the engine alone, the serving engine, HTTP) on the device.
   gpu::DeviceSpec device;
+  // Every path's forward an engine::HostOnlyForward (no model computed; rows reduced to their
+  // best 64 as on a GPU): the serving path's own cost per token, whatever the device.
+  bool host_only = false;
 };
 
 // Prints the table (or JSON); returns the exit code. Fails the command on errors.
