@@ -578,7 +578,9 @@ TEST(GpuService, PenaltiesBiasAndLogprobsFromDeviceCandidatesEqualFullRows) {
 }
 
 // Seeded sampling without top-k (OpenAI's defaults: temperature 1, top_p 1; also top-p 0.9 and
-// min-p) through the serving engine on the device: every row comes back reduced, the sampler
+// min-p; request 2 with presence and frequency penalties and request 3 with ignore_eos, its end
+// tokens banned, whose edited tokens come back raw beside the row's best 64) through the serving
+// engine on the device: every row comes back reduced, the sampler
 // draws from the 64 best when that provably gives the whole row's token (SampleReduced) and the
 // engine fetches the row after the step when not; the text equals, request for request, the
 // same engine's with every row whole. The fetch counter is printed and bounded.
@@ -608,6 +610,9 @@ TEST(GpuService, SamplingWithoutTopKFromReducedRowsEqualsFullRows) {
       r.sampling.top_k = 0;
       r.sampling.top_p = i == 1 ? 0.9f : 1.0f;
       r.sampling.min_p = i == 2 ? 0.05f : 0.0f;
+      r.sampling.presence_penalty = i == 2 ? 0.6f : 0.0f;
+      r.sampling.frequency_penalty = i == 2 ? 0.3f : 0.0f;
+      r.ignore_eos = i == 3;
       r.sampling.seed = 300 + i;
       r.speculation =
           engine::SpeculationRequest{i == 0 ? engine::SpecMode::kNgram : engine::SpecMode::kOff, 4};
@@ -690,45 +695,51 @@ TEST(GpuService, GenerateOnTheDeviceSamplesReducedRowsAsWholeRows) {
     EXPECT_GE(reduced[0], 39) << "setting " << setting;
     EXPECT_EQ(reduced[1], 0);
   }
-  // At temperature 1 without top-k (run --device vulkan's sampling at a temperature): reduced
+  // At temperature 1 without top-k (run --device vulkan's sampling at a temperature), plain and
+  // with banned end tokens and penalties (their tokens' raw logits beside the best 64): reduced
   // rows, fetched whole when the draw needs it, and the same tokens as whole rows.
-  std::vector<int32_t> out[2];
-  int64_t reduced[2] = {0, 0}, fetched[2] = {0, 0};
-  for (int top_k : {64, 0}) {
-    auto cache = engine::KvCache::Create(CacheFor(m, 1, 96));
-    ASSERT_TRUE(cache.ok());
-    auto fwd = gpu::GpuForward::Create(m, kVulkan, cache->get(),
-                                       {.max_batch = 16, .max_outputs = 9, .top_k = top_k});
-    ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
-    engine::GenerateTarget t{.forward = fwd->get(),
-                             .cache = cache->get(),
-                             .n_vocab = m.config().n_vocab,
-                             .max_batch = 16,
-                             .max_outputs = 9};
-    engine::GenerateOptions g;
-    g.max_tokens = 40;
-    g.ignore_eos = false;
-    g.sampling.temperature = 1.0f;
-    g.sampling.top_k = 0;
-    g.sampling.top_p = 1.0f;
-    g.sampling.min_p = 0.0f;
-    g.sampling.seed = 9;
-    engine::GenerateStats st;
-    std::vector<int32_t>& tokens = out[top_k == 0];
-    ASSERT_TRUE(engine::Generate(
-                    t, *demo.tokenizer, prompt, g, [](std::string_view) { return true; }, &st,
-                    [&tokens](int32_t tok) { tokens.push_back(tok); })
-                    .ok());
-    reduced[top_k == 0] = (*fwd)->rows_reduced();
-    fetched[top_k == 0] = (*fwd)->rows_fetched();
-    EXPECT_EQ(st.rows_fetched, fetched[top_k == 0]);
+  for (int edits = 0; edits < 2; ++edits) {
+    std::vector<int32_t> out[2];
+    int64_t reduced[2] = {0, 0}, fetched[2] = {0, 0};
+    for (int top_k : {64, 0}) {
+      auto cache = engine::KvCache::Create(CacheFor(m, 1, 96));
+      ASSERT_TRUE(cache.ok());
+      auto fwd = gpu::GpuForward::Create(m, kVulkan, cache->get(),
+                                         {.max_batch = 16, .max_outputs = 9, .top_k = top_k});
+      ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
+      engine::GenerateTarget t{.forward = fwd->get(),
+                               .cache = cache->get(),
+                               .n_vocab = m.config().n_vocab,
+                               .max_batch = 16,
+                               .max_outputs = 9};
+      engine::GenerateOptions g;
+      g.max_tokens = 40;
+      g.ignore_eos = edits == 1;
+      g.sampling.temperature = 1.0f;
+      g.sampling.top_k = 0;
+      g.sampling.top_p = 1.0f;
+      g.sampling.min_p = 0.0f;
+      g.sampling.presence_penalty = edits == 1 ? 0.5f : 0.0f;
+      g.sampling.repeat_penalty = edits == 1 ? 1.1f : 1.0f;
+      g.sampling.seed = 9;
+      engine::GenerateStats st;
+      std::vector<int32_t>& tokens = out[top_k == 0];
+      ASSERT_TRUE(engine::Generate(
+                      t, *demo.tokenizer, prompt, g, [](std::string_view) { return true; }, &st,
+                      [&tokens](int32_t tok) { tokens.push_back(tok); })
+                      .ok());
+      reduced[top_k == 0] = (*fwd)->rows_reduced();
+      fetched[top_k == 0] = (*fwd)->rows_fetched();
+      EXPECT_EQ(st.rows_fetched, fetched[top_k == 0]);
+    }
+    EXPECT_EQ(out[0], out[1]) << "edits " << edits;
+    EXPECT_EQ(reduced[0], static_cast<int64_t>(out[0].size())) << "edits " << edits;
+    EXPECT_EQ(reduced[1], 0);
+    std::printf("[gpu serve] Generate at T = 1%s: %lld rows reduced, %lld fetched whole\n",
+                edits ? " with bans and penalties" : "", static_cast<long long>(reduced[0]),
+                static_cast<long long>(fetched[0]));
+    EXPECT_LT(fetched[0] * 2, reduced[0]) << "edits " << edits;
   }
-  EXPECT_EQ(out[0], out[1]);
-  EXPECT_EQ(reduced[0], static_cast<int64_t>(out[0].size()));
-  EXPECT_EQ(reduced[1], 0);
-  std::printf("[gpu serve] Generate at T = 1: %lld rows reduced, %lld fetched whole\n",
-              static_cast<long long>(reduced[0]), static_cast<long long>(fetched[0]));
-  EXPECT_LT(fetched[0] * 2, reduced[0]);
 }
 
 }  // namespace

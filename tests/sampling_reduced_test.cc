@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -116,13 +117,14 @@ TEST(Sampler, SampleReducedWithFallbackDrawsWhatTheWholeRowDraws) {
   p = Plain();
   p.temperature = 0.0f;
   EXPECT_FALSE(Sampler(p, 1000).CanSampleReduced());
+  // Penalties and bans: with their tokens known (the next test).
   p = Plain();
   p.presence_penalty = 0.5f;
-  EXPECT_FALSE(Sampler(p, 1000).CanSampleReduced());
+  EXPECT_TRUE(Sampler(p, 1000).CanSampleReduced());
   p = Plain();
   Sampler banned(p, 1000);
   banned.SetBanned({3});
-  EXPECT_FALSE(banned.CanSampleReduced());
+  EXPECT_TRUE(banned.CanSampleReduced());
 }
 
 // SampleTop, given a row's best tokens in the sampler's order (as a GPU reduces them), draws
@@ -284,6 +286,149 @@ TEST(Sampler, SampleTopWithEditsDrawsWhatTheWholeRowDraws) {
   EXPECT_GT(edited_draws, 20) << "the edits should matter to some draws";
   std::printf("%d draws (%d of an edited token), logprob error <= %.2g\n", draws, edited_draws,
               max_err);
+}
+
+// SampleReduced on rows whose sampler edits tokens (logit bias, bans, each penalty): given the
+// edited tokens' raw logits beside the best 64 of the rest, with that rest's max and log-sum-exp
+// (as the device reduces them), and falling back to the whole row when it returns -1, it draws
+// seed for seed what Sample draws from the whole row, token by token with each drawn token
+// accepted into the penalty window, at temperatures 0.5..1.5 with top-p and min-p. The bias
+// lifts a token from far down the row above the best 64 and the ban takes the best token away,
+// so known tokens fall on both sides of the 64th. On peaked rows most draws are decided.
+TEST(Sampler, SampleReducedWithEditsDrawsWhatTheWholeRowDraws) {
+  std::mt19937 rng(2027);
+  constexpr int32_t kN = 4000, kTop = 64;
+  int64_t draws = 0, fallbacks = 0, peaked_draws = 0, peaked_fallbacks = 0, edited = 0;
+  for (int shape = 0; shape < 5; ++shape) {
+    for (int setting = 0; setting < 6; ++setting) {
+      SamplingParams p = Plain();
+      p.temperature = std::array<float, 6>{1.0f, 0.5f, 1.5f, 1.0f, 0.8f, 1.2f}[setting];
+      p.top_p = setting == 3 ? 0.9f : 1.0f;
+      p.min_p = setting == 4 ? 0.05f : 0.0f;
+      p.seed = 1000 * shape + setting;
+      p.penalty_last_n = 16;
+      p.repeat_penalty = setting % 3 == 0 ? 1.3f : 1.0f;
+      p.frequency_penalty = setting % 3 == 1 ? 0.4f : 0.0f;
+      p.presence_penalty = setting % 3 == 2 || setting == 5 ? 0.7f : 0.0f;
+      Sampler full(p, kN), reduced(p, kN);
+      ASSERT_TRUE(reduced.CanSampleReduced());
+      for (int step = 0; step < 40; ++step) {
+        std::vector<float> l;
+        if (shape < 4) {
+          l = MakeLogits(kN, static_cast<Shape>(shape), rng);
+        } else {  // LLM-like: a few tokens far above the rest
+          std::normal_distribution<float> g(0.0f, 1.0f);
+          l.resize(kN);
+          for (float& x : l) x = g(rng);
+          for (int k = 0; k < 6; ++k) l[rng() % kN] = 12.0f + 2.0f * g(rng);
+        }
+        // The row's best banned; a token from far down lifted to the 4th place, one to the
+        // 64th (the boundary of the device's list), one of the best 10 pushed down: known
+        // tokens on both sides of the 64th. Both samplers the same edits.
+        std::vector<int32_t> order(kN);
+        for (int32_t id = 0; id < kN; ++id) order[id] = id;
+        const auto v = [&](int32_t id) { return std::isnan(l[id]) ? -INFINITY : l[id]; };
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int32_t a, int32_t b) { return v(a) > v(b); });
+        const int32_t low = order[1000 + rng() % 2000], low2 = order[1000 + rng() % 2000];
+        const auto lift = [&](int32_t id, int rank) {
+          return std::isfinite(v(order[rank])) && std::isfinite(v(id))
+                     ? v(order[rank]) - v(id) + 1e-3f
+                     : 1.0f;
+        };
+        const std::vector<std::pair<int32_t, float>> bias = {
+            {low, lift(low, 3)}, {low2, lift(low2, 63)}, {order[1 + rng() % 9], -3.0f}};
+        for (Sampler* s : {&full, &reduced}) {
+          s->SetLogitBias(bias);
+          s->SetBanned({order[0]});
+        }
+        std::vector<int32_t> known;
+        reduced.EditedTokens({}, &known);
+        const DeviceRow d = Reduce(l, known, kTop);
+        const int32_t want = full.Sample(l.data());
+        int32_t got =
+            reduced.SampleReduced(d.ids.data(), d.vals.data(), kTop, d.max, d.lse, d.known.data(),
+                                  d.known_raw.data(), static_cast<int32_t>(known.size()));
+        ++draws;
+        peaked_draws += shape == 4;
+        if (got < 0) {
+          ++fallbacks;
+          peaked_fallbacks += shape == 4;
+          got = reduced.Sample(l.data());
+        }
+        ASSERT_EQ(got, want) << "shape " << shape << " setting " << setting << " step " << step;
+        edited += std::find(known.begin(), known.end(), got) != known.end();
+        full.Accept(got);
+        reduced.Accept(got);
+      }
+    }
+  }
+  std::printf(
+      "SampleReduced with edits: %lld of %lld draws fell back (peaked rows: %lld of %lld); "
+      "%lld drew an edited token\n",
+      static_cast<long long>(fallbacks), static_cast<long long>(draws),
+      static_cast<long long>(peaked_fallbacks), static_cast<long long>(peaked_draws),
+      static_cast<long long>(edited));
+  EXPECT_EQ(draws, 5 * 6 * 40);
+  EXPECT_LT(peaked_fallbacks * 4, peaked_draws);
+  EXPECT_GT(edited, 20) << "the edited tokens should be drawn at times";
+}
+
+// Where the known tokens below the device's list carry much of the row's mass, SampleReduced
+// must count them in the rest (else its bracket of the total is far off and it decides draws
+// wrongly), and where a known token is the edited row's maximum, the weights and min-p are taken
+// against it. A row of 300: 64 tokens at 2.0 (the list), 100 known tokens at 1.9 (a bias of 0:
+// edited, so known; 58% of the mass), one known token lifted to 5.0 in some settings, the rest
+// at -10. Every draw against Sample on the whole row, at temperatures 0.7, 1 and 1.4, with and
+// without min-p.
+TEST(Sampler, SampleReducedCountsTheKnownTokensBelowTheList) {
+  constexpr int32_t kN = 300, kTop = 64;
+  std::vector<float> l(kN, -10.0f);
+  std::vector<std::pair<int32_t, float>> bias;
+  for (int32_t id = 0; id < kN; ++id) {
+    if (id % 3 == 0 && bias.size() < 100) {
+      l[id] = 1.9f;
+      bias.emplace_back(id, 0.0f);
+    } else if (id % 3 == 1 && id < 200) {
+      l[id] = 2.0f;
+    }
+  }
+  int64_t decided = 0;
+  for (int lifted = 0; lifted < 2; ++lifted) {
+    for (float temp : {0.7f, 1.0f, 1.4f}) {
+      for (float min_p : {0.0f, 0.05f}) {
+        SamplingParams p = Plain();
+        p.temperature = temp;
+        p.min_p = min_p;
+        p.seed = static_cast<uint64_t>(100 * lifted + 10 * temp + 1000 * min_p);
+        std::vector<std::pair<int32_t, float>> b = bias;
+        if (lifted) b.emplace_back(4, 3.0f);  // a token at 2.0 lifted to 5.0: the edited max
+        Sampler full(p, kN), reduced(p, kN);
+        full.SetLogitBias(b);
+        reduced.SetLogitBias(b);
+        ASSERT_TRUE(reduced.CanSampleReduced());
+        std::vector<int32_t> known;
+        reduced.EditedTokens({}, &known);
+        const DeviceRow d = Reduce(l, known, kTop);
+        ASSERT_EQ(d.vals[kTop - 1], 2.0f);  // the list: 64 of the tokens at 2.0
+        for (int draw = 0; draw < 200; ++draw) {
+          const int32_t want = full.Sample(l.data());
+          int32_t got =
+              reduced.SampleReduced(d.ids.data(), d.vals.data(), kTop, d.max, d.lse, d.known.data(),
+                                    d.known_raw.data(), static_cast<int32_t>(known.size()));
+          decided += got >= 0;
+          if (got < 0) got = reduced.Sample(l.data());
+          ASSERT_EQ(got, want) << "lifted " << lifted << " T " << temp << " min_p " << min_p
+                               << " draw " << draw;
+        }
+      }
+    }
+  }
+  // Of 2400 draws, those that land in the list's 64 or on the lifted token are decided: 896 here
+  // (~37%); leaving the known tokens' mass out of the rest's lower bound (safe, but a wider
+  // bracket) decides 760.
+  std::printf("SampleReduced decided %lld of 2400 draws\n", static_cast<long long>(decided));
+  EXPECT_GT(decided, 850);
 }
 
 // How often SampleReduced must fall back on LLM-like rows (a 128k vocabulary, a decaying head of

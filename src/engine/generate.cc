@@ -168,7 +168,8 @@ Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
           token = sampler.SampleTop(top.ids, top.logits, top.n, top.known_ids, top.known_logits,
                                     top.n_known);
         } else {
-          token = sampler.SampleReduced(top.ids, top.logits, top.n, top.max, top.log_sum_exp);
+          token = sampler.SampleReduced(top.ids, top.logits, top.n, top.max, top.log_sum_exp,
+                                        top.known_ids, top.known_logits, top.n_known);
           if (token < 0) {
             const int64_t row = i;
             UF_RETURN_IF_ERROR(decoder.FetchLogits(std::span<const int64_t>(&row, 1)));

@@ -41,7 +41,8 @@ class SequenceSampler {
   // or -1 when the draw needs the whole row (no RNG draw consumed then).
   bool CanSampleReduced() const { return sampler_.CanSampleReduced(); }
   int32_t SampleReduced(const model::TopRow& top) {
-    return sampler_.SampleReduced(top.ids, top.logits, top.n, top.max, top.log_sum_exp);
+    return sampler_.SampleReduced(top.ids, top.logits, top.n, top.max, top.log_sum_exp,
+                                  top.known_ids, top.known_logits, top.n_known);
   }
   // The tokens a device must read out raw (Batch::known_ids) for the row after `pending`.
   void EditedTokens(std::span<const int32_t> pending, std::vector<int32_t>* out) const {

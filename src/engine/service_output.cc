@@ -24,8 +24,9 @@ void Service::MarkTopOnly() {
   std::vector<int32_t> row_known;
   bool any_allowed = false;
   for (Sequence* seq : batch_outputs_) {
-    // A sampler without top-k (no bias, bans or penalties, no logprobs) draws from the best k
-    // when that provably gives the whole row's token, else the row is fetched after the step.
+    // A sampler without top-k (no logprobs; bias, bans and penalties on its known tokens) draws
+    // from the best k when that provably gives the whole row's token, else the row is fetched
+    // after the step.
     const bool top = seq->sampler && seq->sampler->CanSampleTop(k);
     seq->reduced =
         !top && seq->sampler && seq->sampler->CanSampleReduced() && seq->request.top_logprobs < 0;

@@ -542,10 +542,6 @@ Status VulkanForward::FetchLogits(std::span<const int64_t> rows) {
   for (int64_t r : rows) {
     if (r < 0 || r >= n_outputs_)
       return OutOfRangeError("gpu forward: no output row " + std::to_string(r));
-    // A masked row's known tokens are -inf in logits_local_ now.
-    if (r < static_cast<int64_t>(known_n_.size()) && known_n_[r] > 0) {
-      return FailedPreconditionError("gpu forward: row " + std::to_string(r) + " was masked");
-    }
     full[r] = 1;
   }
   if (rows.empty()) return OkStatus();
@@ -558,7 +554,14 @@ Status VulkanForward::FetchLogits(std::span<const int64_t> rows) {
   UF_RETURN_IF_ERROR(fetch_->Run());
   const auto* src = static_cast<const float*>(logits_dev_.mapped());
   for (int64_t r : rows) {
-    std::memcpy(logits_.data() + r * c_.n_vocab, src + r * c_.n_vocab, c_.n_vocab * 4);
+    float* row = logits_.data() + r * c_.n_vocab;
+    std::memcpy(row, src + r * c_.n_vocab, c_.n_vocab * 4);
+    // A masked row's known tokens are -inf on the device (mask_rows.comp); their raw logits came
+    // back beside the row, so the row is whole and raw again.
+    const int32_t n_known = r < static_cast<int64_t>(known_n_.size()) ? known_n_[r] : 0;
+    for (int32_t k = 0; k < n_known; ++k) {
+      row[known_ids_host_[r * o_.max_known + k]] = known_raw_host_[r * o_.max_known + k];
+    }
   }
   rows_fetched_ += static_cast<int64_t>(rows.size());
   return OkStatus();

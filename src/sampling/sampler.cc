@@ -495,18 +495,7 @@ int32_t Sampler::SampleTop(const int32_t* ids, const float* logits, int32_t n,
   UF_CHECK(CanSampleTop(n));
   work_ = Work();
   cand_.clear();
-  if (n_known > 0 && known_slot_.empty()) known_slot_.assign(n_vocab_, -1);
-  for (int32_t k = 0; k < n_known; ++k) known_slot_[known_ids[k]] = k;
-  known_vals_.assign(known_logits, known_logits + n_known);
-  if (HasEdits()) {
-    // The raw logits of the edited tokens come from `known`; the same float operations as
-    // Sample()'s Prepare, in the same order.
-    BuildEdits([&](int32_t id) {
-      UF_CHECK(n_known > 0 && known_slot_[id] >= 0) << "edited token " << id << " is not known";
-      return known_logits[known_slot_[id]];
-    });
-    for (const Edit& e : edits_) known_vals_[known_slot_[e.id]] = e.value;
-  }
+  EditKnown(known_ids, known_logits, n_known);
   auto clean = [](float x) { return std::isnan(x) ? -INFINITY : x; };
   for (int32_t k = 0; k < n_known; ++k)
     cand_.push_back({known_ids[k], clean(known_vals_[k]), 0.0f});
@@ -525,6 +514,21 @@ int32_t Sampler::SampleTop(const int32_t* ids, const float* logits, int32_t n,
   if (params_.greedy()) return !cand_.empty() && cand_[0].logit > -INFINITY ? cand_[0].id : 0;
   if (cand_.size() > static_cast<size_t>(params_.top_k)) cand_.resize(params_.top_k);
   return DrawTopK(FilterTopK());
+}
+
+void Sampler::EditKnown(const int32_t* known_ids, const float* known_logits, int32_t n_known) {
+  if (n_known > 0 && known_slot_.empty()) known_slot_.assign(n_vocab_, -1);
+  for (int32_t k = 0; k < n_known; ++k) known_slot_[known_ids[k]] = k;
+  known_vals_.assign(known_logits, known_logits + n_known);
+  if (HasEdits()) {
+    // The raw logits of the edited tokens come from `known`; the same float operations as
+    // Sample()'s Prepare, in the same order.
+    BuildEdits([&](int32_t id) {
+      UF_CHECK(n_known > 0 && known_slot_[id] >= 0) << "edited token " << id << " is not known";
+      return known_logits[known_slot_[id]];
+    });
+    for (const Edit& e : edits_) known_vals_[known_slot_[e.id]] = e.value;
+  }
 }
 
 int32_t Sampler::DrawTopK(float max) {

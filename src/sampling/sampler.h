@@ -116,12 +116,17 @@ class Sampler {
                     int32_t n_known = 0);
 
   // True when SampleReduced may try a reduced row: a draw beyond any top-k set (no top-k; top-p,
-  // min-p and temperature allowed) on a row without bias, bans or penalties.
+  // min-p and temperature allowed). Bias, bans and penalties are allowed: see its known.
   bool CanSampleReduced() const;
-  // Sample(row) given only the row's n best tokens (raw logits, best first as for SampleTop), its
-  // maximum and log-sum-exp (TopRow), when that is provably enough: returns the token Sample(row)
-  // draws, or -1 when the draw may land on a token outside the n or the nucleus may close
-  // outside them (then no RNG draw is consumed: call Sample(row) on the whole row).
+  // Sample(row) given only part of it: the raw logits of `known` tokens, which must include every
+  // token this row's bias, bans and penalties edit (EditedTokens; none without edits), and the
+  // n best of the other tokens (raw logits, best first as for SampleTop), their maximum and
+  // log-sum-exp (TopRow: the row without the known tokens), when that is provably enough:
+  // returns the token Sample(row) draws, or -1 when the draw may land on a token outside the
+  // candidates or the nucleus may close outside them (then no RNG draw is consumed: call
+  // Sample(row) on the whole row). The candidates are the n best and the known tokens whose
+  // edited logit lies above the n-th: together the edited row's best, since every other token
+  // lies at or below the n-th; the known tokens below it add their exact mass to the rest's.
   //
   // Why this is exact. Sample() walks the row's kHead best tokens first, best first, then the
   // rest in id order: target = u * total, the token whose cumulative interval holds target. With
@@ -135,7 +140,8 @@ class Sampler {
   // a margin of kReducedMargin of the total (see the .cc): a draw that close to a boundary falls
   // back to the whole row.
   int32_t SampleReduced(const int32_t* ids, const float* logits, int32_t n, float max,
-                        float log_sum_exp);
+                        float log_sum_exp, const int32_t* known_ids = nullptr,
+                        const float* known_logits = nullptr, int32_t n_known = 0);
   // Sample()'s draws without top-k walk the row's kHead best tokens first (best first: higher
   // logit, then lower id, NaN as -inf, as SampleTop's list and the device's reduction order
   // them), then the other tokens in id order. The distribution does not depend on the order;
@@ -188,6 +194,10 @@ class Sampler {
   float TopKCandidates();
   // The filters of the top-k path over cand_ (the top-k set, best first).
   float FilterTopK();
+  // SampleTop's and SampleReduced's known tokens: known_slot_[id] = their index (the caller
+  // sets them back to -1), known_vals_ = their logits as Sample() edits them (bias, penalties,
+  // bans from the raw known_logits; every edited token must be known).
+  void EditKnown(const int32_t* known_ids, const float* known_logits, int32_t n_known);
   // The draw among cand_ (FilterTopK's survivors) at the sampling temperature.
   int32_t DrawTopK(float max);
   // Row path (min-p / top-p without top-k), given the row's max: fills weights_ with
@@ -225,8 +235,8 @@ class Sampler {
 
   // Per-call scratch, sized on first use and then reused.
   std::vector<int32_t> slot_;        // [n_vocab] index in edits_, or -1 (only when edits exist)
-  std::vector<int32_t> known_slot_;  // [n_vocab] SampleTop: index in known, or -1
-  std::vector<float> known_vals_;    // [n_known] SampleTop: the known tokens' edited logits
+  std::vector<int32_t> known_slot_;  // [n_vocab] SampleTop / Reduced: index in known, or -1
+  std::vector<float> known_vals_;    // [n_known] SampleTop / Reduced: known tokens' edited logits
   std::vector<Edit> edits_;          // [<= bias + banned + window]
   std::vector<int32_t> dirty_;       // [<= edits] blocks holding an edit, ascending
   std::vector<float> side_;          // [dirty * 64] patched copies of those blocks

@@ -9,8 +9,7 @@
 namespace uf::sampling {
 
 bool Sampler::CanSampleReduced() const {
-  return !params_.greedy() && !(params_.top_k > 0 && params_.top_k < n_vocab_) && bias_.empty() &&
-         banned_.empty() && !params_.penalties();
+  return !params_.greedy() && !(params_.top_k > 0 && params_.top_k < n_vocab_);
 }
 
 // The error budget. Sample() sums float terms of its own exp kernel in 64-token float blocks and
@@ -20,47 +19,94 @@ bool Sampler::CanSampleReduced() const {
 // over that. The device's log-sum-exp is held to a separate, explicit bound (z_err below),
 // because a GPU's exp is only specified to 3 + 2|x| ulps and its per-thread sums are sequential.
 int32_t Sampler::SampleReduced(const int32_t* ids, const float* logits, int32_t n, float max,
-                               float log_sum_exp) {
+                               float log_sum_exp, const int32_t* known_ids,
+                               const float* known_logits, int32_t n_known) {
   UF_CHECK(CanSampleReduced());
   work_ = Work();
   const SamplingParams& p = params_;
   if (n < 1 || !std::isfinite(max) || !std::isfinite(log_sum_exp) || !(logits[0] == max)) {
     return -1;
   }
-  // The candidates, best first, with their weights e^(l - max) (w) and e^((l - max) / T) (v, in
-  // Sample()'s float scale).
+  const auto clean = [](float x) { return std::isnan(x) ? -INFINITY : x; };
+  // The known tokens' logits as Sample() edits them, and the edited row's max: the weights are
+  // taken against it, as Sample() takes them.
+  EditKnown(known_ids, known_logits, n_known);
+  float top = max;
+  for (int32_t k = 0; k < n_known; ++k) top = std::max(top, clean(known_vals_[k]));
+  // The candidates: the listed best of the other tokens, best first, down to `last`; then the
+  // known tokens above `last` (the rest of the row lies at or below it). The known tokens at or
+  // below it count in the rest's mass, exactly: known_rest at T = 1, known_rest_t at T.
   const double scale = static_cast<double>(1.0f / p.temperature);
   reduced_.clear();
   cand_.clear();
+  bool valid = true;
+  float last = -INFINITY;
+  double s1 = 0.0;  // the listed candidates' mass at T = 1
   for (int32_t i = 0; i < n; ++i) {
-    if (ids[i] < 0 || ids[i] >= n_vocab_) return -1;
-    const float l = std::isnan(logits[i]) ? -INFINITY : logits[i];
-    const double d = static_cast<double>(l) - max;
-    cand_.push_back({ids[i], l, static_cast<float>(std::exp(d))});
-    reduced_.emplace_back(ids[i], std::exp(d * scale));
+    if (ids[i] < 0 || ids[i] >= n_vocab_) {
+      valid = false;
+      break;
+    }
+    if (n_known > 0 && known_slot_[ids[i]] >= 0) continue;  // masked on the device
+    last = clean(logits[i]);
+    cand_.push_back({ids[i], last, 0.0f});
+    s1 += std::exp(static_cast<double>(last) - top);
   }
-  const int64_t n_rest = n_vocab_ - n;
-  const double w_last = n_rest > 0 ? std::exp(static_cast<double>(cand_.back().logit) - max) : 0;
-  // The row's mass at T = 1 from the device (topk.comp): z = e^(lse - max), relative error under
-  // z_err. Per chunk of kTopKChunk values: each of 256 threads sums chunk / 256 terms in float,
-  // then a tree of 8 levels, each term's exp within 3 + 2 * 87 ulps; each chunk's sum scaled by
-  // e^(max_c - max) (another 177 ulps and a product); the chunks' terms summed by 256 threads
-  // (n_chunks / 256 each) and a tree of 8 levels; log within 2^-21; lse rounded to a float;
-  // doubled for slack.
+  const int64_t n_listed = static_cast<int64_t>(cand_.size());
+  double known_rest = 0.0, known_rest_t = 0.0;
+  double z_known = 0.0;  // every known token's mass at T = 1, exact
+  for (int32_t k = 0; valid && k < n_known; ++k) {
+    const float v = clean(known_vals_[k]);
+    z_known += std::exp(static_cast<double>(v) - top);
+    if (v > last) {
+      cand_.push_back({known_ids[k], v, 0.0f});
+    } else if (v == last && v > -INFINITY) {
+      valid = false;  // a tie across the boundary: the order past it is not known
+    } else {
+      const double d = static_cast<double>(v) - top;
+      known_rest += std::exp(d);
+      known_rest_t += std::exp(d * scale);
+    }
+  }
+  for (int32_t k = 0; k < n_known; ++k) known_slot_[known_ids[k]] = -1;
+  if (!valid || n_listed == 0) return -1;
+  if (static_cast<int64_t>(cand_.size()) > n_listed) {
+    std::sort(cand_.begin(), cand_.end(), [](const Candidate& a, const Candidate& b) {
+      return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+    });
+  }
+  // Their weights e^(l - top) (w) and e^((l - top) / T) (v, in Sample()'s float scale).
+  for (Candidate& c : cand_) {
+    const double d = static_cast<double>(c.logit) - top;
+    c.p = static_cast<float>(std::exp(d));
+    reduced_.emplace_back(c.id, std::exp(d * scale));
+  }
+  const int64_t n_rest = n_vocab_ - static_cast<int64_t>(cand_.size());
+  // Tokens neither listed nor known, none above `last`.
+  const int64_t n_unseen = n_vocab_ - n_listed - n_known;
+  const double w_last = n_unseen > 0 ? std::exp(static_cast<double>(last) - top) : 0;
+  // The mass at T = 1 of the row without the known tokens, from the device (topk.comp):
+  // z = e^(lse - top), relative error under z_err. Per chunk of kTopKChunk values: each of 256
+  // threads sums chunk / 256 terms in float, then a tree of 8 levels, each term's exp within
+  // 3 + 2 * 87 ulps; each chunk's sum scaled by e^(max_c - max) (another 177 ulps and a
+  // product); the chunks' terms summed by 256 threads (n_chunks / 256 each) and a tree of 8
+  // levels; log within 2^-21; lse rounded to a float; doubled for slack. The known tokens' mass
+  // is exact (z_known), the candidates' among them included.
   const double ulp = 0x1.0p-24;
   const double chunk = std::min<double>(n_vocab_, kTopKChunk);
   const double n_chunks = std::ceil(n_vocab_ / static_cast<double>(kTopKChunk));
   const double z_err =
       2.0 * ((chunk / 256.0 + 8.0 + 177.0 + 178.0 + std::ceil(n_chunks / 256.0) + 8.0) * ulp +
              0x1.0p-21 + std::abs(static_cast<double>(log_sum_exp)) * 2.0 * ulp);
-  const double z = std::exp(static_cast<double>(log_sum_exp) - max);
-  const double z_lo = z * (1.0 - z_err), z_hi = z * (1.0 + z_err);
-  double s1 = 0.0;
-  for (const Candidate& c : cand_) s1 += c.p;
-  // The mass outside the candidates, at T = 1: the row's minus theirs, and at most n_rest tokens
-  // no heavier than the last candidate.
-  const double r1_lo = std::max(0.0, z_lo - s1);
-  const double r1_hi = std::min(std::max(0.0, z_hi - s1), static_cast<double>(n_rest) * w_last);
+  const double z = std::exp(static_cast<double>(log_sum_exp) - top);
+  const double z_lo = z * (1.0 - z_err) + z_known, z_hi = z * (1.0 + z_err) + z_known;
+  // The mass outside the candidates, at T = 1: the unseen tokens' (the device's row less the
+  // listed candidates', and at most n_unseen tokens no heavier than `last`) and the known ones'
+  // below `last`.
+  const double r1_lo = std::max(0.0, z * (1.0 - z_err) - s1) + known_rest;
+  const double r1_unseen_hi =
+      std::min(std::max(0.0, z * (1.0 + z_err) - s1), static_cast<double>(n_unseen) * w_last);
+  const double r1_hi = r1_unseen_hi + known_rest;
 
   const std::mt19937_64 saved = rng_;
   // Sample() walks the row's kHead best first, best first, then the rest in id order. The first
@@ -86,16 +132,18 @@ int32_t Sampler::SampleReduced(const int32_t* ids, const float* logits, int32_t 
     for (const auto& [id, v] : reduced_) v_sum += v;
     double r_lo = r1_lo, r_hi = r1_hi;
     if (scale != 1.0) {
-      // A rest token's weight w <= w_last gives v = w^s: for s > 1, v <= w * w_last^(s - 1);
-      // for s < 1 (Hoelder), the rest's sum is at most n_rest^(1 - s) * r1^s.
-      r_lo = 0.0;
-      r_hi = static_cast<double>(n_rest) * std::pow(w_last, scale);
+      // An unseen token's weight w <= w_last gives v = w^s: for s > 1, v <= w * w_last^(s - 1);
+      // for s < 1 (Hoelder), their sum is at most n_unseen^(1 - s) * r1^s.
+      // The known tokens below `last` add their exact mass at T.
+      r_lo = known_rest_t;
+      r_hi = static_cast<double>(n_unseen) * std::pow(w_last, scale);
       if (scale > 1.0) {
-        r_hi = std::min(r_hi, r1_hi * std::pow(w_last, scale - 1.0));
+        r_hi = std::min(r_hi, r1_unseen_hi * std::pow(w_last, scale - 1.0));
       } else {
-        r_hi = std::min(
-            r_hi, std::pow(static_cast<double>(n_rest), 1.0 - scale) * std::pow(r1_hi, scale));
+        r_hi = std::min(r_hi, std::pow(static_cast<double>(n_unseen), 1.0 - scale) *
+                                  std::pow(r1_unseen_hi, scale));
       }
+      r_hi += known_rest_t;
     }
     const double u = NextUniform();
     const double margin = kReducedMargin * (v_sum + r_hi);
