@@ -23,7 +23,9 @@
 #                                    the table's dispatches and barriers per step and tok/s
 #                                    measure what the fusions save; then the GPU time per kernel
 #                                    of a 1B F16, Q4_0 and Q4_K_M decode step (bench --profile;
-#                                    Q4_K_M also runs with and without the packed dot). The batched run repeats at
+#                                    Q4_K_M also runs with and without the packed dot), one 1B
+#                                    Q4_0 stream served on the device (bench --serve) and the
+#                                    host's own cost a token (bench --serve --host-only). The batched run repeats at
 #                                    16 and 64 streams with token tiles of 8 (UF_GPU_TILE=8,
 #                                    gemv `tile8`): what the wider GEMM tiles save, and with the
 #                                    tiled GEMM (UF_GPU_MATMUL=tiled / coopmat, gemv `tiled` /
@@ -305,6 +307,17 @@ PY
       uf bench --device vulkan -m "$dir/llama-3.2-1b-$t.gguf" -p 0 -n 16 --reps 1 --profile |
         sed -n '/^profile:/,$p'
     done
+    # One stream through the serving engine and HTTP on the device against the engine alone
+    # (1B Q4_0: the ultrafast lane's pace), and the host's own cost a token on this machine's
+    # CPU with a Llama-3 vocabulary (--host-only: no model computed).
+    echo
+    echo "== llama-3.2-1b q4_0: one stream served on the device (bench --serve)"
+    uf bench --serve --device vulkan -m "$dir/llama-3.2-1b-q4_0.gguf" -n 128 --reps 3 |
+      tail -n 13 || echo "bench --serve failed"
+    echo
+    echo "== the host's own cost a token, no model computed (bench --serve --host-only)"
+    uf bench --serve --host-only -m "$dir/llama-3.2-1b-q4_0.gguf" -n 256 --reps 5 |
+      tail -n 9 || echo "bench --serve --host-only failed"
     ;;
   *)
     sed -n 2,17p "$0"
