@@ -77,7 +77,8 @@ void HostOnlyForward::FillRow(int64_t i) {
 void HostOnlyForward::Reduce(int64_t i, std::span<const int32_t> known, const uint64_t* allowed) {
   UF_CHECK(static_cast<int64_t>(known.size()) <= kMaxKnown) << known.size() << " known tokens";
   n_known_[i] = static_cast<int32_t>(known.size());
-  std::vector<int32_t> sorted(known.begin(), known.end());
+  std::vector<int32_t>& sorted = sorted_;  // scratch: no allocation a token once warm
+  sorted.assign(known.begin(), known.end());
   std::sort(sorted.begin(), sorted.end());
   const auto excluded = [&](int32_t id) {
     if (allowed != nullptr && ((allowed[id / 64] >> (id % 64)) & 1) == 0) return true;

@@ -59,6 +59,7 @@ class HostOnlyForward final : public model::BatchForward {
   std::vector<int32_t> n_known_;
   std::vector<int32_t> known_ids_;   // [max_outputs][kMaxKnown]
   std::vector<float> known_logits_;  // [max_outputs][kMaxKnown]
+  std::vector<int32_t> sorted_;      // [<= kMaxKnown] Reduce's known tokens, ascending
 };
 
 }  // namespace uf::engine
