@@ -446,8 +446,8 @@ TEST(GpuService, TopKSamplingFromDeviceCandidatesEqualsFullRows) {
       r.sampling.top_k = i == 2 ? 64 : 40;
       r.sampling.top_p = 0.95f;
       r.sampling.seed = 100 + i;
-      r.ignore_eos = i == 2;           // bans the end tokens: whole rows
-      if (i == 3) r.top_logprobs = 1;  // whole rows
+      r.ignore_eos = i == 2;           // bans the end tokens (their raw logits come back too)
+      if (i == 3) r.top_logprobs = 1;  // from the reduced row
       r.speculation =
           engine::SpeculationRequest{i == 0 ? engine::SpecMode::kNgram : engine::SpecMode::kOff, 4};
       auto ch = (*s)->Submit(std::move(r));
@@ -577,10 +577,10 @@ TEST(GpuService, PenaltiesBiasAndLogprobsFromDeviceCandidatesEqualFullRows) {
       static_cast<long long>(reduced), compared, tokens, max_err);
 }
 
-// Seeded sampling without top-k (OpenAI's defaults: temperature 1, top_p 1; also top-p 0.9 and
-// min-p; request 2 with presence and frequency penalties and request 3 with ignore_eos, its end
-// tokens banned, whose edited tokens come back raw beside the row's best 64) through the serving
-// engine on the device: every row comes back reduced, the sampler
+// Seeded sampling without top-k (OpenAI's defaults: temperature 1, top_p 1; also top-p 0.9 with
+// logprobs and min-p; request 2 with presence and frequency penalties and request 3 with
+// ignore_eos, its end tokens banned, whose edited tokens come back raw beside the row's best 64)
+// through the serving engine on the device: every row comes back reduced, the sampler
 // draws from the 64 best when that provably gives the whole row's token (SampleReduced) and the
 // engine fetches the row after the step when not; the text equals, request for request, the
 // same engine's with every row whole. The fetch counter is printed and bounded.
@@ -591,6 +591,7 @@ TEST(GpuService, SamplingWithoutTopKFromReducedRowsEqualsFullRows) {
   const std::vector<std::string> prompts = {"ROMEO:", "JULIET:\nO Romeo, Romeo!", "First Citizen:",
                                             "KING RICHARD II:\nWhat says my lord?"};
   int64_t generated = 0;
+  std::vector<float> logprobs[2];  // request 1's, reduced rows and whole rows
   const auto run = [&](int32_t top_k, int64_t* reduced, int64_t* fetched, int64_t* stat) {
     engine::ServiceOptions o;
     o.max_seqs = 4;
@@ -613,6 +614,7 @@ TEST(GpuService, SamplingWithoutTopKFromReducedRowsEqualsFullRows) {
       r.sampling.presence_penalty = i == 2 ? 0.6f : 0.0f;
       r.sampling.frequency_penalty = i == 2 ? 0.3f : 0.0f;
       r.ignore_eos = i == 3;
+      if (i == 1) r.top_logprobs = 3;  // from the reduced row: the drawn token is a candidate
       r.sampling.seed = 300 + i;
       r.speculation =
           engine::SpeculationRequest{i == 0 ? engine::SpecMode::kNgram : engine::SpecMode::kOff, 4};
@@ -624,6 +626,7 @@ TEST(GpuService, SamplingWithoutTopKFromReducedRowsEqualsFullRows) {
     generated = 0;
     for (auto& ch : chans) {
       const engine::testing_service::Output got = engine::testing_service::Collect(*ch);
+      if (out.size() == 1) logprobs[top_k == 0] = got.logprobs;
       out.push_back(got.text);
       generated += got.completion_tokens;
     }
@@ -637,6 +640,12 @@ TEST(GpuService, SamplingWithoutTopKFromReducedRowsEqualsFullRows) {
   const auto full = run(0, &none, &none_fetched, &none_stat);
   ASSERT_EQ(top.size(), full.size());
   for (size_t i = 0; i < top.size(); ++i) EXPECT_EQ(top[i], full[i]) << "request " << i;
+  // The device's float log-sum-exp against the host's double one.
+  ASSERT_FALSE(logprobs[0].empty());
+  ASSERT_EQ(logprobs[0].size(), logprobs[1].size());
+  for (size_t i = 0; i < logprobs[0].size(); ++i) {
+    EXPECT_NEAR(logprobs[0][i], logprobs[1][i], 1e-5) << "token " << i;
+  }
   std::printf(
       "[gpu serve] no top-k: %lld rows reduced, %lld of them fetched whole after the step\n",
       static_cast<long long>(reduced), static_cast<long long>(fetched));

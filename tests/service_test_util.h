@@ -21,6 +21,7 @@ namespace uf::engine::testing_service {
 struct Output {
   std::string text;
   std::vector<int32_t> tokens;  // from the logprobs (ask top_logprobs >= 0 to get them)
+  std::vector<float> logprobs;  // the tokens' own logprobs, beside them
   FinishReason finish = FinishReason::kNone;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
@@ -85,7 +86,10 @@ inline Output Collect(RequestChannel& ch) {
     }
     for (GenerationEvent& e : events) {
       out.text += e.text;
-      for (const TokenLogprob& lp : e.logprobs) out.tokens.push_back(lp.token);
+      for (const TokenLogprob& lp : e.logprobs) {
+        out.tokens.push_back(lp.token);
+        out.logprobs.push_back(lp.logprob);
+      }
       if (e.finish != FinishReason::kNone) {
         EXPECT_TRUE(e.error.ok()) << e.error.ToString();
         out.finish = e.finish;

@@ -24,12 +24,12 @@ void Service::MarkTopOnly() {
   std::vector<int32_t> row_known;
   bool any_allowed = false;
   for (Sequence* seq : batch_outputs_) {
-    // A sampler without top-k (no logprobs; bias, bans and penalties on its known tokens) draws
-    // from the best k when that provably gives the whole row's token, else the row is fetched
-    // after the step.
+    // A sampler without top-k (bias, bans and penalties on its known tokens) draws from the best
+    // k when that provably gives the whole row's token, else the row is fetched after the step;
+    // the drawn token is then one of the row's candidates, so its logprob and the best
+    // top_logprobs (<= k) come from the reduced row too.
     const bool top = seq->sampler && seq->sampler->CanSampleTop(k);
-    seq->reduced =
-        !top && seq->sampler && seq->sampler->CanSampleReduced() && seq->request.top_logprobs < 0;
+    seq->reduced = !top && seq->sampler && seq->sampler->CanSampleReduced();
     seq->top_only = (!seq->constraint || seq->request.top_logprobs < 0) &&
                     seq->request.top_logprobs <= k && (top || seq->reduced);
     seq->reduced = seq->reduced && seq->top_only;
@@ -123,6 +123,10 @@ void Service::SampleOutputs(double step_seconds) {
         }
         seq.sampler->Accept(token);
         out.tokens.push_back(token);
+        if (seq.request.top_logprobs >= 0) {
+          out.logprobs.push_back(
+              SequenceSampler::Logprobs(decoder_->top(r), token, seq.request.top_logprobs));
+        }
         if (j == drafts || token != seq.proposal[j]) break;
         if (!seq.request.ignore_eos && tokenizer_.IsEndOfGeneration(token)) break;
         ++out.accepted;
