@@ -23,8 +23,10 @@ HostOnlyForward::HostOnlyForward(int64_t n_vocab, int64_t max_outputs)
   std::iota(id_of_.begin(), id_of_.end(), 0);
   std::shuffle(id_of_.begin(), id_of_.end(), std::mt19937(7));
   for (int64_t r = 0; r < n_vocab; ++r) rank_of_[id_of_[r]] = static_cast<int32_t>(r);
+  by_id_.resize(n_vocab);
+  for (int64_t j = 0; j < n_vocab; ++j) by_id_[j] = by_rank_[rank_of_[j]];
   shift_.resize(max_outputs);
-  rows_.resize(max_outputs * n_vocab);
+  rows_.resize(max_outputs);
   top_ids_.resize(max_outputs * kTop);
   top_logits_.resize(max_outputs * kTop);
   max_.resize(max_outputs);
@@ -35,7 +37,7 @@ HostOnlyForward::HostOnlyForward(int64_t n_vocab, int64_t max_outputs)
 }
 
 float HostOnlyForward::Logit(int64_t i, int32_t id) const {
-  return by_rank_[rank_of_[(id - shift_[i] + n_vocab_) % n_vocab_]];
+  return by_id_[(id - shift_[i] + n_vocab_) % n_vocab_];
 }
 
 Status HostOnlyForward::Forward(const model::Batch& batch, const std::atomic<bool>* /*abandon*/) {
@@ -70,8 +72,12 @@ Status HostOnlyForward::Forward(const model::Batch& batch, const std::atomic<boo
 }
 
 void HostOnlyForward::FillRow(int64_t i) {
-  float* row = rows_.data() + i * n_vocab_;
-  for (int64_t id = 0; id < n_vocab_; ++id) row[id] = Logit(i, static_cast<int32_t>(id));
+  // Row i is by_id_ rotated by its shift: two copies, as cheap as a device's copy of the row.
+  std::vector<float>& row = rows_[i];
+  row.resize(n_vocab_);
+  const int64_t s = shift_[i];
+  std::copy(by_id_.begin(), by_id_.end() - s, row.begin() + s);
+  std::copy(by_id_.end() - s, by_id_.end(), row.begin());
 }
 
 void HostOnlyForward::Reduce(int64_t i, std::span<const int32_t> known, const uint64_t* allowed) {

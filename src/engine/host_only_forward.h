@@ -30,7 +30,7 @@ class HostOnlyForward final : public model::BatchForward {
   HostOnlyForward(int64_t n_vocab, int64_t max_outputs);
 
   Status Forward(const model::Batch& batch, const std::atomic<bool>* abandon = nullptr) override;
-  const float* logits(int64_t i) const override { return rows_.data() + i * n_vocab_; }
+  const float* logits(int64_t i) const override { return rows_[i].data(); }
   int64_t n_outputs() const override { return n_outputs_; }
   int32_t top_capacity() const override { return kTop; }
   model::TopRow top(int64_t i) const override;
@@ -48,10 +48,13 @@ class HostOnlyForward final : public model::BatchForward {
   std::vector<float> by_rank_;    // [n_vocab] the logit of rank r, decreasing
   std::vector<int32_t> id_of_;    // [n_vocab] rank -> token before the row's shift
   std::vector<int32_t> rank_of_;  // [n_vocab] its inverse
+  std::vector<float> by_id_;      // [n_vocab] the logit of token j before the row's shift
   double mass_ = 0.0;             // sum over ranks of e^(by_rank - by_rank[0])
   int64_t n_outputs_ = 0;
   std::vector<int64_t> shift_;  // [max_outputs] each row's rotation of the ids
-  std::vector<float> rows_;     // [max_outputs][n_vocab] rows asked for whole
+  // [max_outputs][n_vocab, once asked for] rows asked for whole: a serving engine's forward has
+  // room for hundreds of rows, which at 128k tokens would be 0.5 MB each if made up front.
+  std::vector<std::vector<float>> rows_;
   // [max_outputs] each reduced row: its best ids and logits, max and log-sum-exp, known tokens.
   std::vector<int32_t> top_ids_;   // [max_outputs][kTop]
   std::vector<float> top_logits_;  // [max_outputs][kTop]
