@@ -601,6 +601,7 @@ TEST(GpuStep, TunedChoicesTryBothWaysOneAtATimeWithTheSameBits) {
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const int64_t n_vocab = (*m)->config().n_vocab, layers = (*m)->config().n_layer;
   constexpr int kTrialSteps = 2 * StepTuner::kTrials, kSteps = 2 * kTrialSteps + 2;
+  const int order[kTrialSteps] = {0, 1, 1, 0, 0, 1};  // StepTuner's balanced pairs
   struct Run {
     GemvVariant gemv;
     NormTail tail;
@@ -647,11 +648,11 @@ TEST(GpuStep, TunedChoicesTryBothWaysOneAtATimeWithTheSameBits) {
       EXPECT_EQ(std::memcmp(runs[0].rows[p].data(), run.rows[p].data(), n_vocab * 4), 0)
           << "step " << p;
     }
-    // Off first, then on: the tail takes the o and down norms' barriers away (2 a layer, the
-    // final norm's too); the GEMV basic meanwhile.
+    // Off, on, on, off, off, on: the tail takes the o and down norms' barriers away (2 a layer,
+    // the final norm's too); the GEMV basic meanwhile.
     for (int p = 0; p < kTrialSteps; ++p) {
       EXPECT_TRUE(run.trials[p]) << "step " << p;
-      EXPECT_EQ(run.barriers[p], p % 2 == 0 ? off : off - 2 * layers - 1) << "step " << p;
+      EXPECT_EQ(run.barriers[p], order[p] == 0 ? off : off - 2 * layers - 1) << "step " << p;
       EXPECT_FALSE(run.wide[p]) << "step " << p;
     }
     for (int p = kTrialSteps + 1; p < kSteps; ++p) {
@@ -669,12 +670,12 @@ TEST(GpuStep, TunedChoicesTryBothWaysOneAtATimeWithTheSameBits) {
     EXPECT_FALSE(runs[1].wide[p]) << "step " << p;
   }
   EXPECT_EQ(runs[1].tuning.size(), 1u);
-  // Tuned: basic, wide, basic, ... with the tail held; then attention's class of depth 13 (a new
-  // power of two), with the GEMV held.
+  // Tuned: basic, wide, wide, basic, ... with the tail held; then attention's class of depth 13
+  // (a new power of two), with the GEMV held.
   const Run& all = runs[2];
   for (int p = kTrialSteps; p < 2 * kTrialSteps; ++p) {
     EXPECT_TRUE(all.trials[p]) << "step " << p;
-    EXPECT_EQ(all.wide[p], p % 2 == 1) << "step " << p;
+    EXPECT_EQ(all.wide[p], order[p - kTrialSteps] == 1) << "step " << p;
   }
   EXPECT_TRUE(all.trials[2 * kTrialSteps]);
   EXPECT_EQ(all.wide[2 * kTrialSteps], all.wide[2 * kTrialSteps + 1]);

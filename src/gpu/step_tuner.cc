@@ -22,7 +22,12 @@ int StepTuner::Pick(const Class& c) const {
   if (it == classes_.end()) return 0;
   const Trials& t = it->second;
   if (t.chosen >= 0) return t.chosen;
-  return t.seconds[1].size() < t.seconds[0].size() ? 1 : 0;
+  const size_t n0 = t.seconds[0].size(), n1 = t.seconds[1].size();
+  if (n0 != n1) return n1 < n0 ? 1 : 0;
+  // Level: the pairs go 0 1, 1 0, 0 1, ... (0 1 1 0 0 1 for 3 trials each), so that a drift
+  // over the trials (a GPU's clocks rising, caches and page tables warming in a process's first
+  // steps) does not fall on one way's times more than on the other's.
+  return n0 % 2 == 0 ? 0 : 1;
 }
 
 void StepTuner::Report(const Class& c, int way, double seconds) {

@@ -5,8 +5,9 @@
 // caches, load paths and barrier cost) and on the step, so it is measured on the device rather
 // than assumed. Steps are sorted into classes by what moves the balance: one sequence's run of
 // tokens or single tokens of many sequences, the batch's tokens and its context depth, each in
-// powers of two. A class's first 2 x kTrials steps alternate the two ways, each timed; from then
-// on the way with the lower median runs. Pure logic (tests/step_tuner_test.cc).
+// powers of two. A class's first 2 x kTrials steps alternate the two ways in balanced pairs
+// (0 1 1 0 0 1), each timed; from then on the way with the lower median runs. Pure logic
+// (tests/step_tuner_test.cc).
 #pragma once
 
 #include <cstdint>
@@ -34,7 +35,7 @@ class StepTuner {
   static Class ClassOf(bool runs, int64_t tokens, int64_t depth);
 
   // The way (0 or 1) the next step of class c runs: the chosen one, or while trying, the one
-  // timed fewer times (0 first).
+  // timed fewer times, and on a tie 0 after an even number of pairs, 1 after an odd one.
   int Pick(const Class& c) const;
   // The step of class c that ran way `way` took `seconds` (GPU time; <= 0: unmeasured, ignored).
   void Report(const Class& c, int way, double seconds);
