@@ -666,88 +666,79 @@ TEST(GpuService, GenerateOnTheDeviceSamplesReducedRowsAsWholeRows) {
   const Loaded& demo = testing_models::DemoModel();
   const model::Model& m = *demo.model;
   const std::vector<int32_t> prompt = demo.tokenizer->Encode("ROMEO:\nWhat", true, false);
+  // Generate with options g on a fresh device forward that reduces rows to their best top_k
+  // (0: every row whole): the tokens, the rows reduced and fetched (the forward's count and
+  // Generate's).
+  struct Run {
+    std::vector<int32_t> tokens;
+    int64_t reduced = 0, fetched = 0, stat_fetched = 0;
+  };
+  const auto generate = [&](int32_t top_k, const engine::GenerateOptions& g) {
+    Run run;
+    auto cache = engine::KvCache::Create(CacheFor(m, 1, 96));
+    EXPECT_TRUE(cache.ok());
+    if (!cache.ok()) return run;
+    auto fwd = gpu::GpuForward::Create(m, kVulkan, cache->get(),
+                                       {.max_batch = 16, .max_outputs = 9, .top_k = top_k});
+    EXPECT_TRUE(fwd.ok()) << fwd.status().ToString();
+    if (!fwd.ok()) return run;
+    const engine::GenerateTarget t{.forward = fwd->get(),
+                                   .cache = cache->get(),
+                                   .n_vocab = m.config().n_vocab,
+                                   .max_batch = 16,
+                                   .max_outputs = 9};
+    engine::GenerateStats st;
+    EXPECT_TRUE(engine::Generate(
+                    t, *demo.tokenizer, prompt, g, [](std::string_view) { return true; }, &st,
+                    [&run](int32_t tok) { run.tokens.push_back(tok); })
+                    .ok());
+    run.reduced = (*fwd)->rows_reduced();
+    run.fetched = (*fwd)->rows_fetched();
+    run.stat_fetched = st.rows_fetched;
+    return run;
+  };
   for (int setting = 0; setting < 2; ++setting) {
-    std::vector<int32_t> out[2];
-    int64_t reduced[2] = {0, 0};
-    for (int top_k : {64, 0}) {
-      auto cache = engine::KvCache::Create(CacheFor(m, 1, 96));
-      ASSERT_TRUE(cache.ok());
-      auto fwd = gpu::GpuForward::Create(m, kVulkan, cache->get(),
-                                         {.max_batch = 16, .max_outputs = 9, .top_k = top_k});
-      ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
-      engine::GenerateTarget t{.forward = fwd->get(),
-                               .cache = cache->get(),
-                               .n_vocab = m.config().n_vocab,
-                               .max_batch = 16,
-                               .max_outputs = 9};
-      engine::GenerateOptions g;
-      g.max_tokens = 40;
-      g.ignore_eos = true;
-      g.sampling.temperature = setting == 0 ? 0.0f : 0.8f;
-      g.sampling.top_k = 40;
-      g.sampling.seed = 5;
-      g.sampling.repeat_penalty = 1.2f;
-      g.sampling.presence_penalty = 0.3f;
-      engine::NgramDrafter drafter;
-      g.drafter = &drafter;
-      g.spec_k = 4;
-      engine::GenerateStats st;
-      std::vector<int32_t>& tokens = out[top_k == 0];
-      ASSERT_TRUE(engine::Generate(
-                      t, *demo.tokenizer, prompt, g, [](std::string_view) { return true; }, &st,
-                      [&tokens](int32_t tok) { tokens.push_back(tok); })
-                      .ok());
-      reduced[top_k == 0] = (*fwd)->rows_reduced();
-    }
-    EXPECT_EQ(out[0], out[1]) << "setting " << setting;
-    EXPECT_EQ(out[0].size(), 40u);
-    EXPECT_GE(reduced[0], 39) << "setting " << setting;
-    EXPECT_EQ(reduced[1], 0);
+    engine::GenerateOptions g;
+    g.max_tokens = 40;
+    g.ignore_eos = true;
+    g.sampling.temperature = setting == 0 ? 0.0f : 0.8f;
+    g.sampling.top_k = 40;
+    g.sampling.seed = 5;
+    g.sampling.repeat_penalty = 1.2f;
+    g.sampling.presence_penalty = 0.3f;
+    engine::NgramDrafter drafter;
+    g.drafter = &drafter;
+    g.spec_k = 4;
+    const Run top = generate(64, g), full = generate(0, g);
+    EXPECT_EQ(top.tokens, full.tokens) << "setting " << setting;
+    EXPECT_EQ(top.tokens.size(), 40u);
+    EXPECT_GE(top.reduced, 39) << "setting " << setting;
+    EXPECT_EQ(full.reduced, 0);
   }
   // At temperature 1 without top-k (run --device vulkan's sampling at a temperature), plain and
   // with banned end tokens and penalties (their tokens' raw logits beside the best 64): reduced
   // rows, fetched whole when the draw needs it, and the same tokens as whole rows.
   for (int edits = 0; edits < 2; ++edits) {
-    std::vector<int32_t> out[2];
-    int64_t reduced[2] = {0, 0}, fetched[2] = {0, 0};
-    for (int top_k : {64, 0}) {
-      auto cache = engine::KvCache::Create(CacheFor(m, 1, 96));
-      ASSERT_TRUE(cache.ok());
-      auto fwd = gpu::GpuForward::Create(m, kVulkan, cache->get(),
-                                         {.max_batch = 16, .max_outputs = 9, .top_k = top_k});
-      ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
-      engine::GenerateTarget t{.forward = fwd->get(),
-                               .cache = cache->get(),
-                               .n_vocab = m.config().n_vocab,
-                               .max_batch = 16,
-                               .max_outputs = 9};
-      engine::GenerateOptions g;
-      g.max_tokens = 40;
-      g.ignore_eos = edits == 1;
-      g.sampling.temperature = 1.0f;
-      g.sampling.top_k = 0;
-      g.sampling.top_p = 1.0f;
-      g.sampling.min_p = 0.0f;
-      g.sampling.presence_penalty = edits == 1 ? 0.5f : 0.0f;
-      g.sampling.repeat_penalty = edits == 1 ? 1.1f : 1.0f;
-      g.sampling.seed = 9;
-      engine::GenerateStats st;
-      std::vector<int32_t>& tokens = out[top_k == 0];
-      ASSERT_TRUE(engine::Generate(
-                      t, *demo.tokenizer, prompt, g, [](std::string_view) { return true; }, &st,
-                      [&tokens](int32_t tok) { tokens.push_back(tok); })
-                      .ok());
-      reduced[top_k == 0] = (*fwd)->rows_reduced();
-      fetched[top_k == 0] = (*fwd)->rows_fetched();
-      EXPECT_EQ(st.rows_fetched, fetched[top_k == 0]);
-    }
-    EXPECT_EQ(out[0], out[1]) << "edits " << edits;
-    EXPECT_EQ(reduced[0], static_cast<int64_t>(out[0].size())) << "edits " << edits;
-    EXPECT_EQ(reduced[1], 0);
+    engine::GenerateOptions g;
+    g.max_tokens = 40;
+    g.ignore_eos = edits == 1;
+    g.sampling.temperature = 1.0f;
+    g.sampling.top_k = 0;
+    g.sampling.top_p = 1.0f;
+    g.sampling.min_p = 0.0f;
+    g.sampling.presence_penalty = edits == 1 ? 0.5f : 0.0f;
+    g.sampling.repeat_penalty = edits == 1 ? 1.1f : 1.0f;
+    g.sampling.seed = 9;
+    const Run top = generate(64, g), full = generate(0, g);
+    EXPECT_EQ(top.stat_fetched, top.fetched);
+    EXPECT_EQ(full.stat_fetched, full.fetched);
+    EXPECT_EQ(top.tokens, full.tokens) << "edits " << edits;
+    EXPECT_EQ(top.reduced, static_cast<int64_t>(top.tokens.size())) << "edits " << edits;
+    EXPECT_EQ(full.reduced, 0);
     std::printf("[gpu serve] Generate at T = 1%s: %lld rows reduced, %lld fetched whole\n",
-                edits ? " with bans and penalties" : "", static_cast<long long>(reduced[0]),
-                static_cast<long long>(fetched[0]));
-    EXPECT_LT(fetched[0] * 2, reduced[0]) << "edits " << edits;
+                edits ? " with bans and penalties" : "", static_cast<long long>(top.reduced),
+                static_cast<long long>(top.fetched));
+    EXPECT_LT(top.fetched * 2, top.reduced) << "edits " << edits;
   }
 }
 

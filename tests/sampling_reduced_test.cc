@@ -28,12 +28,18 @@ SamplingParams Plain() {
   return p;
 }
 
-enum class Shape { kFlat, kPeaked, kTies, kHoles };
+// kLlm: LLM-like, 4 tokens 14 +- 2 nats above a N(0, 2) background.
+enum class Shape { kFlat, kPeaked, kTies, kHoles, kLlm };
 
 std::vector<float> MakeLogits(int32_t n, Shape shape, std::mt19937& rng) {
-  std::normal_distribution<float> g(0.0f, shape == Shape::kPeaked ? 4.0f : 0.7f);
+  std::normal_distribution<float> g(0.0f, shape == Shape::kPeaked ? 4.0f
+                                          : shape == Shape::kLlm  ? 2.0f
+                                                                  : 0.7f);
   std::vector<float> l(n);
   for (float& x : l) x = g(rng);
+  if (shape == Shape::kLlm) {
+    for (int k = 0; k < 4; ++k) l[rng() % n] = 14.0f + 2.0f * g(rng);
+  }
   if (shape == Shape::kTies) {
     for (float& x : l) x = std::round(x * 4.0f) / 4.0f;  // many exact ties
   }
@@ -54,15 +60,7 @@ TEST(Sampler, SampleReducedWithFallbackDrawsWhatTheWholeRowDraws) {
   int64_t draws = 0, fallbacks = 0, llm_draws = 0, llm_fallbacks = 0;
   for (int32_t n_vocab : {300, 5000, 32000}) {
     for (int shape = 0; shape < 5; ++shape) {
-      std::vector<float> l;
-      if (shape < 4) {
-        l = MakeLogits(n_vocab, static_cast<Shape>(shape), rng);
-      } else {
-        std::normal_distribution<float> g(0.0f, 2.0f);
-        l.resize(n_vocab);
-        for (float& x : l) x = g(rng);
-        for (int k = 0; k < 4; ++k) l[rng() % n_vocab] = 14.0f + 2.0f * g(rng);
-      }
+      const std::vector<float> l = MakeLogits(n_vocab, static_cast<Shape>(shape), rng);
       std::vector<int32_t> ids(n_vocab);
       for (int32_t i = 0; i < n_vocab; ++i) ids[i] = i;
       const auto v = [&](int32_t i) { return std::isnan(l[i]) ? -INFINITY : l[i]; };
@@ -91,10 +89,10 @@ TEST(Sampler, SampleReducedWithFallbackDrawsWhatTheWholeRowDraws) {
             for (int draw = 0; draw < 25; ++draw) {
               int32_t got = reduced.SampleReduced(ids.data(), vals.data(), kTop, max, lse);
               ++draws;
-              if (shape == 4 && temp == 1.0f) ++llm_draws;
+              if (shape == static_cast<int>(Shape::kLlm) && temp == 1.0f) ++llm_draws;
               if (got < 0) {
                 ++fallbacks;
-                if (shape == 4 && temp == 1.0f) ++llm_fallbacks;
+                if (shape == static_cast<int>(Shape::kLlm) && temp == 1.0f) ++llm_fallbacks;
                 got = reduced.Sample(l.data());
               }
               ASSERT_EQ(got, full.Sample(l.data()))
@@ -313,15 +311,7 @@ TEST(Sampler, SampleReducedWithEditsDrawsWhatTheWholeRowDraws) {
       Sampler full(p, kN), reduced(p, kN);
       ASSERT_TRUE(reduced.CanSampleReduced());
       for (int step = 0; step < 40; ++step) {
-        std::vector<float> l;
-        if (shape < 4) {
-          l = MakeLogits(kN, static_cast<Shape>(shape), rng);
-        } else {  // LLM-like: a few tokens far above the rest
-          std::normal_distribution<float> g(0.0f, 1.0f);
-          l.resize(kN);
-          for (float& x : l) x = g(rng);
-          for (int k = 0; k < 6; ++k) l[rng() % kN] = 12.0f + 2.0f * g(rng);
-        }
+        const std::vector<float> l = MakeLogits(kN, static_cast<Shape>(shape), rng);
         // The row's best banned; a token from far down lifted to the 4th place, one to the
         // 64th (the boundary of the device's list), one of the best 10 pushed down: known
         // tokens on both sides of the 64th. Both samplers the same edits.
@@ -350,10 +340,10 @@ TEST(Sampler, SampleReducedWithEditsDrawsWhatTheWholeRowDraws) {
             reduced.SampleReduced(d.ids.data(), d.vals.data(), kTop, d.max, d.lse, d.known.data(),
                                   d.known_raw.data(), static_cast<int32_t>(known.size()));
         ++draws;
-        peaked_draws += shape == 4;
+        peaked_draws += shape == static_cast<int>(Shape::kLlm);
         if (got < 0) {
           ++fallbacks;
-          peaked_fallbacks += shape == 4;
+          peaked_fallbacks += shape == static_cast<int>(Shape::kLlm);
           got = reduced.Sample(l.data());
         }
         ASSERT_EQ(got, want) << "shape " << shape << " setting " << setting << " step " << step;

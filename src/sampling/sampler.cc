@@ -13,12 +13,11 @@ namespace {
 
 using kernels::kExpSumBlock;
 
-// Highest logit first; ids break ties so every ordering (and so every draw) is deterministic.
-bool Higher(const Sampler::Candidate& a, const Sampler::Candidate& b) {
+}  // namespace
+
+bool Sampler::Higher(const Candidate& a, const Candidate& b) {
   return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
 }
-
-}  // namespace
 
 // Two vectorized passes: the maximum, then the first token that reaches it.
 int32_t ArgMax(const float* x, int32_t n) {

@@ -205,6 +205,8 @@ class Sampler {
   void RowCut(float max);
   // Draws from the kept set of RowCut at the sampling temperature.
   int32_t DrawKept(float max);
+  // Highest logit first; ids break ties so every ordering (and so every draw) is deterministic.
+  static bool Higher(const Candidate& a, const Candidate& b);
   // The k best of the row (runs_) into *heap, as a heap under Higher.
   void TopKHeap(size_t k, std::vector<Candidate>* heap);
   // head_ = the row's kHead best, best first; head_ids_ = their ids, ascending.

@@ -71,9 +71,7 @@ int32_t Sampler::SampleReduced(const int32_t* ids, const float* logits, int32_t 
   for (int32_t k = 0; k < n_known; ++k) known_slot_[known_ids[k]] = -1;
   if (!valid || n_listed == 0) return -1;
   if (static_cast<int64_t>(cand_.size()) > n_listed) {
-    std::sort(cand_.begin(), cand_.end(), [](const Candidate& a, const Candidate& b) {
-      return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-    });
+    std::sort(cand_.begin(), cand_.end(), Higher);
   }
   // Their weights e^(l - top) (w) and e^((l - top) / T) (v, in Sample()'s float scale).
   for (Candidate& c : cand_) {
