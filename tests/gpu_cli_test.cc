@@ -134,5 +134,42 @@ TEST_F(GpuBenchCliTest, RunSamplesReducedRowsOnTheDevice) {
   EXPECT_GT(texts[0].size(), std::string("ROMEO:").size());
 }
 
+// `run --device vulkan --temp 0` chains its greedy steps on the device (GpuDecoder::GreedyChain):
+// the same text and the same stop as one step at a time (UF_GPU_CHAIN=off), stopped by the token
+// count or by a full context (the chain runs to the cache's last position), on a random-weight
+// model and on the demo model (trained: text that means something).
+TEST_F(GpuBenchCliTest, RunGreedyChainedGivesTheStepwiseText) {
+  struct Case {
+    std::string model, args;
+  };
+  for (const Case& c :
+       {Case{kModel, "-n 12"}, Case{kModel, "-n -1 --ctx 24"}, Case{"models/demo.gguf", "-n 48"}}) {
+    SCOPED_TRACE(c.model + " " + c.args);
+    std::string text[2], stop[2];
+    for (int chain = 0; chain < 2; ++chain) {
+      const fs::path out = dir_ / "run.txt", err = dir_ / "run_err.txt";
+      const std::string cmd = std::string("UF_GPU_CHAIN=") + (chain ? "on" : "off") + " " +
+                              binary_.string() + " run --device vulkan -m " + c.model +
+                              " -p 'ROMEO:' --temp 0 " + c.args + " > " + out.string() + " 2> " +
+                              err.string();
+      const int status = std::system(cmd.c_str());
+      std::ifstream in(out), ein(err);
+      std::stringstream ss, es;
+      ss << in.rdbuf();
+      es << ein.rdbuf();
+      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << es.str();
+      text[chain] = ss.str();
+      const size_t at = es.str().find("generated ");
+      ASSERT_NE(at, std::string::npos) << es.str();
+      stop[chain] = es.str().substr(at, es.str().find('\n', at) - at);
+    }
+    EXPECT_EQ(text[1], text[0]);
+    EXPECT_EQ(stop[1], stop[0]);
+    EXPECT_GT(text[0].size(), std::string("ROMEO:\n").size());
+    if (c.args == "-n 12") EXPECT_NE(stop[0].find("generated 12 tokens"), std::string::npos);
+    if (c.args == "-n -1 --ctx 24") EXPECT_NE(stop[0].find("context"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace uf

@@ -79,7 +79,7 @@ int GpuBench(const GpuBenchOptions& o) {
   };
   prefill(0, 0, o.depth);
   // tok/s: wall clock; GPU time alone (timestamps); wall clock with the arg-max on the device
-  std::vector<double> pp, tg, tg_gpu, tg_argmax;
+  std::vector<double> pp, tg, tg_gpu, tg_argmax, tg_chain;
   int step_dispatches = 0, step_barriers = 0;  // of a one-token decode step (logits back)
   // The n_gen one-token steps after the prompt, their GPU time added to *gpu_s.
   const auto decode = [&](double* gpu_s) {
@@ -116,6 +116,15 @@ int GpuBench(const GpuBenchOptions& o) {
         if (Status s = d->ForwardGreedy(batch, &next); !s.ok()) Fail("bench", s);
       }
       tg_argmax.push_back(o.n_gen / (NowSeconds() - t1));
+      // Again, chained: each step's arg-max fed to the next on the device, the next step queued
+      // while one runs (no host round trip between steps; the tokens are the model's greedy
+      // ones rather than the walk, the same work a step).
+      const auto first = static_cast<int32_t>(o.depth + o.n_prompt);
+      const double t2 = NowSeconds();
+      auto steps =
+          d->ForwardGreedyChain(0, token(first), first, o.n_gen, [](int32_t) { return true; });
+      if (!steps.ok()) Fail("bench", steps.status());
+      tg_chain.push_back(o.n_gen / (NowSeconds() - t2));
     }
   }
   // Batched decode: B streams, each with an n_prompt-token prompt, then n_gen steps of one
@@ -190,7 +199,7 @@ int GpuBench(const GpuBenchOptions& o) {
   auto bw = gpu::MeasureReadBandwidth(o.device, uint64_t{1} << 30, 8);
   const double bw_bytes = bw.ok() ? *bw : 0.0;
   const double pp_tok_s = Median(pp), tg_tok_s = Median(tg), tg_gpu_tok_s = Median(tg_gpu);
-  const double tg_argmax_tok_s = Median(tg_argmax);
+  const double tg_argmax_tok_s = Median(tg_argmax), tg_chain_tok_s = Median(tg_chain);
   // Bytes a decode step reads: the weights as the file holds them (the device holds about the
   // same bytes, quants and scales split apart) plus the f16 K/V up to the mean decode position.
   const double kv_bytes =
@@ -228,6 +237,8 @@ int GpuBench(const GpuBenchOptions& o) {
     j["tg_tok_s"] = tg_tok_s;
     j["tg_gpu_tok_s"] = tg_gpu_tok_s;
     j["tg_argmax_tok_s"] = tg_argmax_tok_s;
+    j["tg_chain_tok_s"] = tg_chain_tok_s;
+    j["chain_roofline"] = bw_bytes > 0 ? tg_chain_tok_s * bytes_per_token / bw_bytes : 0.0;
     j["step_dispatches"] = step_dispatches;
     j["step_barriers"] = step_barriers;
     j["bytes_per_token"] = bytes_per_token;
@@ -277,6 +288,12 @@ int GpuBench(const GpuBenchOptions& o) {
     std::printf("%-8lld %-12s %14.1f   (greedy, the arg-max on the device: no logits copied)\n",
                 static_cast<long long>(o.depth),
                 ("tg" + std::to_string(o.n_gen) + " argmax").c_str(), tg_argmax_tok_s);
+    std::printf(
+        "%-8lld %-12s %14.1f %16.0f %12.1f %9.1f%%   (greedy, chained: each token fed to "
+        "the next step on the device)\n",
+        static_cast<long long>(o.depth), ("tg" + std::to_string(o.n_gen) + " chain").c_str(),
+        tg_chain_tok_s, bytes_per_token, bw_bytes / 1e9,
+        bw_bytes > 0 ? 100.0 * tg_chain_tok_s * bytes_per_token / bw_bytes : 0.0);
   }
   if (o.n_gen > 0) {
     std::printf("%-8lld %-12s %14d   dispatches/step, %d barriers/step (one-token decode step)\n",

@@ -1,5 +1,7 @@
 #include "cli/run_gpu.h"
 
+#include <algorithm>
+
 #include "base/clock.h"
 #include "sampling/sampler.h"
 
@@ -26,13 +28,8 @@ Status GenerateOnGpu(gpu::GpuDecoder& decoder, const Tokenizer& tokenizer,
   stats->prefill_seconds = NowSeconds() - t0;
   double t_first = 0.0;
   int64_t pos = n_prompt;
-  // Plain greedy decoding (no penalties, no bans) takes each step's arg-max on the device: one
-  // token comes back instead of the logits row.
-  const bool device_greedy =
-      options.sampling.greedy() && !options.sampling.penalties() && !options.ignore_eos;
-  int32_t next = -1;  // the device's arg-max of the last step
-  while (options.max_tokens != 0) {
-    const int32_t token = next >= 0 ? next : sampler.Sample(decoder.logits());
+  // Takes a token into the output: false when generation stops at it (stats->stop_reason).
+  const auto take = [&](int32_t token) {
     if (++stats->n_generated == 1) {
       t_first = NowSeconds();
       stats->first_token_seconds = t_first - t0;
@@ -40,28 +37,53 @@ Status GenerateOnGpu(gpu::GpuDecoder& decoder, const Tokenizer& tokenizer,
     sampler.Accept(token);
     if (!options.ignore_eos && tokenizer.IsEndOfGeneration(token)) {
       stats->stop_reason = engine::StopReason::kEndOfGeneration;
-      break;
+      return false;
     }
     const std::string piece = text.Push(token);
     if (!piece.empty() && !on_text(piece)) {
       stats->stop_reason = engine::StopReason::kCallback;
-      break;
+      return false;
     }
     if (options.max_tokens >= 0 && stats->n_generated >= options.max_tokens) {
       stats->stop_reason = engine::StopReason::kMaxTokens;
-      break;
+      return false;
     }
     if (pos >= ctx) {
       stats->stop_reason = engine::StopReason::kContextFull;
-      break;
+      return false;
     }
-    if (device_greedy) {
-      UF_ASSIGN_OR_RETURN(next, decoder.StepGreedy(token, static_cast<int32_t>(pos)));
+    return true;
+  };
+  // Plain greedy decoding (no penalties, no bans) takes each step's arg-max on the device and
+  // feeds it to the next step there (GreedyChain): one token comes back instead of the logits
+  // row, and the next step is already queued when it does.
+  const bool device_greedy =
+      options.sampling.greedy() && !options.sampling.penalties() && !options.ignore_eos;
+  int32_t token = options.max_tokens != 0 ? sampler.Sample(decoder.logits()) : -1;
+  if (token >= 0 && take(token)) {
+    if (device_greedy && gpu::ChainGreedySteps()) {
+      int64_t n = ctx - pos;  // steps at most; take() stops the chain at any limit before
+      if (options.max_tokens >= 0) n = std::min(n, options.max_tokens - stats->n_generated);
+      UF_RETURN_IF_ERROR(decoder
+                             .GreedyChain(token, static_cast<int32_t>(pos), n,
+                                          [&](int32_t next) {
+                                            ++pos;
+                                            ++stats->n_decode_steps;
+                                            return take(next);
+                                          })
+                             .status());
     } else {
-      UF_RETURN_IF_ERROR(decoder.Step(token, static_cast<int32_t>(pos)));
+      do {
+        if (device_greedy) {
+          UF_ASSIGN_OR_RETURN(token, decoder.StepGreedy(token, static_cast<int32_t>(pos)));
+        } else {
+          UF_RETURN_IF_ERROR(decoder.Step(token, static_cast<int32_t>(pos)));
+          token = sampler.Sample(decoder.logits());
+        }
+        ++pos;
+        ++stats->n_decode_steps;
+      } while (take(token));
     }
-    ++pos;
-    ++stats->n_decode_steps;
   }
   const std::string rest = text.Flush();
   if (!rest.empty() && stats->stop_reason != engine::StopReason::kCallback) on_text(rest);

@@ -50,7 +50,11 @@ constexpr Choices<AttentionTiles, 4> kAttentionTiles = {{"tune", AttentionTiles:
                                                         {"tiled", AttentionTiles::kTiled},
                                                         {"token", AttentionTiles::kToken}};
 
+constexpr Choices<bool, 4> kChain = {{"on", true}, {"off", false}, {"1", true}, {"0", false}};
+
 }  // namespace
+
+bool ChainGreedySteps() { return EnvChoice("UF_GPU_CHAIN", kChain); }
 
 NormTail ResolveNormTail(NormTail t) {
   return t != NormTail::kDefault ? t : EnvChoice("UF_GPU_NORM_TAIL", kNormTails);

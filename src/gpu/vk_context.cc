@@ -345,15 +345,24 @@ Status Context::Download(const Buffer& src, uint64_t offset, void* dst, uint64_t
 }
 
 Status Context::SubmitAndWait(VkCommandBuffer cb) {
+  UF_RETURN_IF_ERROR(Submit(cb, fence_));
+  return Wait(fence_);
+}
+
+Status Context::Submit(VkCommandBuffer cb, VkFence fence) {
   VkSubmitInfo si{VK_STRUCTURE_TYPE_SUBMIT_INFO};
   si.commandBufferCount = 1;
   si.pCommandBuffers = &cb;
-  UF_VK_TRY("vkQueueSubmit", vk_.vkQueueSubmit(queue_, 1, &si, fence_));
+  UF_VK_TRY("vkQueueSubmit", vk_.vkQueueSubmit(queue_, 1, &si, fence));
+  return OkStatus();
+}
+
+Status Context::Wait(VkFence fence) {
   bool signaled = false;
   if (spin_us_ > 0) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
     for (int polls = 0;; ++polls) {
-      const VkResult r = vk_.vkGetFenceStatus(device_, fence_);
+      const VkResult r = vk_.vkGetFenceStatus(device_, fence);
       if (r == VK_SUCCESS) {
         signaled = true;
         break;
@@ -365,9 +374,9 @@ Status Context::SubmitAndWait(VkCommandBuffer cb) {
     }
   }
   if (!signaled) {
-    UF_VK_TRY("vkWaitForFences", vk_.vkWaitForFences(device_, 1, &fence_, VK_TRUE, UINT64_MAX));
+    UF_VK_TRY("vkWaitForFences", vk_.vkWaitForFences(device_, 1, &fence, VK_TRUE, UINT64_MAX));
   }
-  UF_VK_TRY("vkResetFences", vk_.vkResetFences(device_, 1, &fence_));
+  UF_VK_TRY("vkResetFences", vk_.vkResetFences(device_, 1, &fence));
   return OkStatus();
 }
 
@@ -466,6 +475,7 @@ Recorder::~Recorder() {
   if (cb_ != VK_NULL_HANDLE) vk.vkFreeCommandBuffers(ctx_->device(), ctx_->command_pool(), 1, &cb_);
   for (VkDescriptorPool p : pools_) vk.vkDestroyDescriptorPool(ctx_->device(), p, nullptr);
   if (timestamps_ != VK_NULL_HANDLE) vk.vkDestroyQueryPool(ctx_->device(), timestamps_, nullptr);
+  if (fence_ != VK_NULL_HANDLE) vk.vkDestroyFence(ctx_->device(), fence_, nullptr);
 }
 
 VkDescriptorSet Recorder::AllocateSet(const Pipeline& p) {
@@ -585,11 +595,29 @@ Status Recorder::Finish() {
 }
 
 Status Recorder::Run() {
-  UF_CHECK(finished_) << "Recorder: Run before Finish";
+  UF_RETURN_IF_ERROR(Submit());
+  return Wait();
+}
+
+Status Recorder::Submit() {
+  UF_CHECK(finished_) << "Recorder: Submit before Finish";
+  UF_CHECK(!pending_) << "Recorder: submitted again before its Wait";
   UF_RETURN_IF_ERROR(status_);
+  if (fence_ == VK_NULL_HANDLE) {
+    VkFenceCreateInfo fci{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    UF_VK_TRY("vkCreateFence", ctx_->vk().vkCreateFence(ctx_->device(), &fci, nullptr, &fence_));
+  }
   // The host wrote the step's inputs into coherent memory before this; the submit makes those
   // writes visible to the device (vkQueueSubmit is a host-write memory dependency).
-  UF_RETURN_IF_ERROR(ctx_->SubmitAndWait(cb_));
+  UF_RETURN_IF_ERROR(ctx_->Submit(cb_, fence_));
+  pending_ = true;
+  return OkStatus();
+}
+
+Status Recorder::Wait() {
+  if (!pending_) return OkStatus();
+  pending_ = false;
+  UF_RETURN_IF_ERROR(ctx_->Wait(fence_));
   last_gpu_seconds_ = 0.0;
   if (timestamps_ != VK_NULL_HANDLE) {
     uint64_t ts[2] = {0, 0};

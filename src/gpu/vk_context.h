@@ -94,6 +94,10 @@ class Context {
   // between steps (llama.cpp's Vulkan backend measured up to 5% of decode speed on NVIDIA), and a
   // decode step's engine thread has nothing else to do meanwhile.
   Status SubmitAndWait(VkCommandBuffer cb);
+  // The two halves, for command buffers in flight together (each with its own fence): Submit
+  // returns at once; Wait waits as SubmitAndWait does and resets the fence.
+  Status Submit(VkCommandBuffer cb, VkFence fence);
+  Status Wait(VkFence fence);
   // The polling budget: UF_GPU_SPIN_US, or unset 2,000 us (a 1B decode step is ~0.6-0.8 ms on
   // an H200 by issue 28's figures) on a GPU and 0 on a CPU driver, whose shaders run on the
   // cores a polling thread would take.
@@ -174,6 +178,11 @@ class Recorder {
   void EndGroup();
   Status Finish();  // ends recording; the first error of recording, if any
   Status Run();     // submits and waits; Finish first
+  // Run's two halves, so that the host can queue the next command buffer while this one runs
+  // (GpuForward::ForwardGreedyChain). A Recorder is submitted again only after its Wait; the
+  // recordings of a queue run in submission order, each after the one before (Finish's barrier).
+  Status Submit();
+  Status Wait();  // no-op unless submitted
   int dispatches() const { return dispatches_; }
   // Compute-to-compute barriers recorded (not Finish's barrier towards the host).
   int barriers() const { return barriers_; }
@@ -194,6 +203,8 @@ class Recorder {
   uint32_t sets_left_ = 0;
   Status status_;
   bool finished_ = false;
+  VkFence fence_ = VK_NULL_HANDLE;  // made at the first Submit
+  bool pending_ = false;            // submitted, not yet waited for
   VkQueryPool timestamps_ = VK_NULL_HANDLE;
   double last_gpu_seconds_ = 0.0;
   bool profile_ = false;

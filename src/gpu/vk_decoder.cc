@@ -248,6 +248,7 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   UF_ASSIGN_OR_RETURN(logits_local_, dev(mo * c_.n_vocab * 4));
   UF_ASSIGN_OR_RETURN(argmax_, ctx_->CreateBuffer(mo * 4, Memory::kHost));
   UF_ASSIGN_OR_RETURN(argmax_part_, dev(Kernels::ArgMaxPartWords(c_.n_vocab, mo) * 4));
+  UF_ASSIGN_OR_RETURN(chain_ring_, ctx_->CreateBuffer(kChainRing * 4, Memory::kHost));
   if (o_.top_k > 0) {
     UF_ASSIGN_OR_RETURN(top_, ctx_->CreateBuffer(mo * (2 * o_.top_k + 2) * 4, Memory::kHost));
     UF_ASSIGN_OR_RETURN(top_part_, dev(Kernels::TopKPartWords(c_.n_vocab, mo, o_.top_k) * 4));
@@ -371,6 +372,22 @@ StepWay VulkanForward::ChooseWay(int64_t n, bool long_runs, int64_t depth, Trial
   return way;
 }
 
+void VulkanForward::ReportTrial(const Trial& trial, const Recorder& rec, double started) {
+  // GPU time where the device has timestamps, else the wall clock around the submit.
+  const double gpu_s = rec.last_gpu_seconds();
+  trial.tuner->Report(trial.c, trial.way, gpu_s > 0 ? gpu_s : NowSeconds() - started);
+  // Settled by this step: said once, so that a server's log shows what its device chose (the
+  // one-token choices, once a process; attention's classes, a few per power of two of depth, at
+  // UF_LOG_LEVEL=debug).
+  if (trial.tuner->Chosen(trial.c) >= 0) {
+    if (trial.tuner == &attn_tuner_) {
+      UF_LOG(DEBUG) << "gpu: " << trial.tuner->Describe(trial.c);
+    } else {
+      UF_LOG(INFO) << "gpu: " << trial.tuner->Describe(trial.c);
+    }
+  }
+}
+
 std::vector<std::string> VulkanForward::step_tuning() const {
   std::vector<std::string> lines;
   for (const StepTuner* t : {&tail_tuner_, &gemv_tuner_, &attn_tuner_}) {
@@ -484,21 +501,7 @@ Status VulkanForward::Run(const model::Batch& batch, int32_t* greedy) {
   const double started = NowSeconds();
   Status status = rec.ok() ? (*rec)->Run() : rec.status();
   last_trial_ = status.ok() && trial.tuner != nullptr;
-  if (last_trial_) {
-    // GPU time where the device has timestamps, else the wall clock around the submit.
-    const double gpu_s = (*rec)->last_gpu_seconds();
-    trial.tuner->Report(trial.c, trial.way, gpu_s > 0 ? gpu_s : NowSeconds() - started);
-    // Settled by this step: said once, so that a server's log shows what its device chose (the
-    // one-token choices, once a process; attention's classes, a few per power of two of depth,
-    // at UF_LOG_LEVEL=debug).
-    if (trial.tuner->Chosen(trial.c) >= 0) {
-      if (trial.tuner == &attn_tuner_) {
-        UF_LOG(DEBUG) << "gpu: " << trial.tuner->Describe(trial.c);
-      } else {
-        UF_LOG(INFO) << "gpu: " << trial.tuner->Describe(trial.c);
-      }
-    }
-  }
+  if (last_trial_) ReportTrial(trial, **rec, started);
   last_mode_ = status.ok() ? mode : Out::kLogits;
   if (status.ok()) {
     last_ = *rec;
@@ -618,6 +621,12 @@ class VulkanDecoder final : public GpuDecoder {
     int32_t next = 0;
     UF_RETURN_IF_ERROR(fwd_->ForwardGreedy(batch_, &next));
     return next;
+  }
+
+  StatusOr<int64_t> GreedyChain(int32_t token, int32_t pos, int64_t n,
+                                const std::function<bool(int32_t)>& on_token) override {
+    UF_RETURN_IF_ERROR(CheckPosition(pos));
+    return fwd_->ForwardGreedyChain(0, token, pos, n, on_token);
   }
 
   Status Prefill(std::span<const int32_t> tokens, int32_t pos, bool every_logits) override {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -35,7 +36,8 @@ struct LayerBuffers {
 // row's best tokens (topk.comp) and the rows flagged in full_ (copy_rows.comp); kTopMasked: the
 // same after the rows' known tokens were read out and masked (mask_rows.comp). A top recording
 // made `allowed` first masks the rows flagged in allow_ by their grammars (allow_rows.comp).
-enum class Out { kLogits, kGreedy, kTop, kTopMasked };
+// kChain: kGreedy's one row, its token also fed to the next step's input (ForwardGreedyChain).
+enum class Out { kLogits, kGreedy, kTop, kTopMasked, kChain };
 // A step's attention kernel (AttentionTiles): attention.comp; attention_tiled.comp with tiles of
 // kTiledAttentionRows query rows (runs of one sequence); the same with one token a tile (a decode
 // batch: only the GQA group's heads share the K/V rows).
@@ -62,6 +64,8 @@ class VulkanForward final : public GpuForward {
   Status ForwardGreedy(const model::Batch& batch, int32_t* tokens) override {
     return Run(batch, tokens);
   }
+  StatusOr<int64_t> ForwardGreedyChain(int32_t seq, int32_t token, int32_t pos, int64_t n,
+                                       const std::function<bool(int32_t)>& on_token) override;
   const float* logits(int64_t i) const override { return logits_.data() + i * c_.n_vocab; }
   int64_t n_outputs() const override { return n_outputs_; }
   int32_t top_capacity() const override { return o_.top_k; }
@@ -116,6 +120,11 @@ class VulkanForward final : public GpuForward {
   StepWay ChooseWay(int64_t n, bool long_runs, int64_t depth, Trial* trial);
   // way.attn: the attention kernel of the layers attention_tiled.comp takes.
   StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out, bool allowed, StepWay way);
+  // The chained step's recordings (Out::kChain), one per way and slot: consecutive steps of a
+  // chain take the two slots in turn, so a step is queued while the one before it runs.
+  StatusOr<Recorder*> ChainRecording(StepWay way, int slot);
+  // After a step that was a tuner's trial: its time to the tuner, and the choice when settled.
+  void ReportTrial(const Trial& trial, const Recorder& rec, double started);
   Status Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed, StepWay way);
   // y = W x for n tokens, quantizing x into xq_ first when W takes a quantized activation (Q8_0,
   // Q8_K, f16 or bf16 pairs: ActivationFor) and xq_ does not hold x in that format yet.
@@ -209,6 +218,12 @@ class VulkanForward final : public GpuForward {
   // By (tokens, logits rows, output, grammar masks, tuned choices).
   std::map<std::tuple<int64_t, int64_t, Out, bool, StepWay>, std::unique_ptr<Recorder>> recordings_;
   Recorder* last_ = nullptr;
+  // Never cleared (kept apart from recordings_, which is cleared when full, so that no step in
+  // flight loses its recording): at most 2 per StepWay.
+  std::map<std::pair<StepWay, int>, std::unique_ptr<Recorder>> chain_recordings_;
+  // host-visible [kChainRing]: the chained steps' tokens by position (argmax.comp's feed).
+  static constexpr int64_t kChainRing = 8;
+  Buffer chain_ring_;
   StepTuner attn_tuner_{"attention", "tiled", "token"};  // AttentionTiles::kTune
   // NormTail::kTune and GemvVariant::kTune, each one class: one-token steps at any depth.
   StepTuner tail_tuner_{"norm tail", "off", "on"};

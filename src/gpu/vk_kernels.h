@@ -354,8 +354,19 @@ class Kernels {
   static int64_t ArgMaxPartWords(int64_t n_vocab, int64_t rows, int64_t chunk = kArgMaxChunk) {
     return rows * ((n_vocab + chunk - 1) / chunk) * 2;
   }
+  // With feed (one row: a chained greedy decode step, GpuForward::ForwardGreedyChain), the
+  // second dispatch also moves the step's token slot tok [4] (token, position, cache row,
+  // sequence) to the next position with the chosen token, the row from the block table bt
+  // [.][max_blocks], and writes the token to ring[position % ring_size].
+  struct Feed {
+    const Buffer* tok = nullptr;
+    const Buffer* bt = nullptr;
+    const Buffer* ring = nullptr;
+    int64_t block_size = 0, max_blocks = 0, ring_size = 0;
+  };
   void ArgMax(Recorder* r, const Buffer& logits, const Buffer& out, const Buffer& part,
-              int64_t n_vocab, int64_t rows, int64_t chunk = kArgMaxChunk) const;
+              int64_t n_vocab, int64_t rows, int64_t chunk = kArgMaxChunk,
+              const Feed* feed = nullptr) const;
   // The best k (<= kMaxTopK) tokens of each of rows rows of n_vocab logits, sorted, with the
   // row's max and log-sum-exp: out[r * (2k + 2) + ...] = [k ids][k logits][max][lse] (topk.comp).
   // Two dispatches: TopKChunks (the best k of each chunk of `chunk` values into part, which holds

@@ -78,17 +78,34 @@ void Kernels::Gather(Recorder* r, const Buffer& x, const Buffer& y, const Buffer
 }
 
 void Kernels::ArgMax(Recorder* r, const Buffer& logits, const Buffer& out, const Buffer& part,
-                     int64_t n_vocab, int64_t rows, int64_t chunk) const {
+                     int64_t n_vocab, int64_t rows, int64_t chunk, const Feed* feed) const {
   const int64_t n_chunks = (n_vocab + chunk - 1) / chunk;
   UF_CHECK(chunk >= 64 && n_chunks <= 65535 && rows <= 65535) << n_vocab << " / " << chunk;
+  UF_CHECK(feed == nullptr || (rows == 1 && feed->block_size > 0 && feed->ring_size > 0));
   struct {
-    uint32_t n_vocab, chunk, n_chunks, pass;
-  } push{static_cast<uint32_t>(n_vocab), static_cast<uint32_t>(chunk),
-         static_cast<uint32_t>(n_chunks), 0};
-  r->Dispatch(*argmax_, {logits, out, part}, push, static_cast<uint32_t>(n_chunks),
+    uint32_t n_vocab, chunk, n_chunks, pass, feed, block_size, max_blocks, ring_size;
+  } push{static_cast<uint32_t>(n_vocab),
+         static_cast<uint32_t>(chunk),
+         static_cast<uint32_t>(n_chunks),
+         0,
+         0,
+         1,
+         0,
+         1};
+  // Without a feed its bindings are never touched: any buffer fills them.
+  const Buffer& tok = feed != nullptr ? *feed->tok : part;
+  const Buffer& bt = feed != nullptr ? *feed->bt : part;
+  const Buffer& ring = feed != nullptr ? *feed->ring : part;
+  r->Dispatch(*argmax_, {logits, out, part, tok, bt, ring}, push, static_cast<uint32_t>(n_chunks),
               static_cast<uint32_t>(rows));
   push.pass = 1;
-  r->Dispatch(*argmax_, {logits, out, part}, push, static_cast<uint32_t>(rows));
+  if (feed != nullptr) {
+    push.feed = 1;
+    push.block_size = static_cast<uint32_t>(feed->block_size);
+    push.max_blocks = static_cast<uint32_t>(feed->max_blocks);
+    push.ring_size = static_cast<uint32_t>(feed->ring_size);
+  }
+  r->Dispatch(*argmax_, {logits, out, part, tok, bt, ring}, push, static_cast<uint32_t>(rows));
 }
 
 namespace {

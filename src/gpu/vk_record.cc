@@ -405,6 +405,12 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, boo
       Gemm(r, output_, xo_, n_out, logits_in);
     }
     if (out == Out::kGreedy) k_.ArgMax(r, logits_local_, argmax_, argmax_part_, c_.n_vocab, n_out);
+    if (out == Out::kChain) {
+      const Kernels::Feed feed{&tok_,       &bt_,      &chain_ring_, cache_->block_size(),
+                               max_blocks_, kChainRing};
+      k_.ArgMax(r, logits_local_, argmax_, argmax_part_, c_.n_vocab, n_out, Kernels::kArgMaxChunk,
+                &feed);
+    }
     // Both only set tokens of their rows to -inf (a row has a grammar mask or known tokens,
     // never both: Batch::allowed), so they share the barrier before the top-k.
     const bool both = allowed && out == Out::kTopMasked;
@@ -439,6 +445,17 @@ StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, Out ou
   UF_RETURN_IF_ERROR(Record(r.get(), n, n_out, out, allowed, way));
   Recorder* p = r.get();
   recordings_.emplace(key, std::move(r));
+  return p;
+}
+
+StatusOr<Recorder*> VulkanForward::ChainRecording(StepWay way, int slot) {
+  const auto key = std::make_pair(way, slot);
+  auto it = chain_recordings_.find(key);
+  if (it != chain_recordings_.end()) return it->second.get();
+  auto r = std::make_unique<Recorder>(ctx_.get(), o_.profile);
+  UF_RETURN_IF_ERROR(Record(r.get(), 1, 1, Out::kChain, false, way));
+  Recorder* p = r.get();
+  chain_recordings_.emplace(key, std::move(r));
   return p;
 }
 

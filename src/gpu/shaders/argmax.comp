@@ -10,6 +10,11 @@
 // Each invocation scans its strided share in index order keeping the first of equal values,
 // subgroups keep the larger value (the smaller index of equal ones) with subgroup operations,
 // then the first invocation merges the subgroups, so any chunking picks the same index.
+// With p.feed (a chained greedy decode, GpuForward::ForwardGreedyChain; one row), pass 1 also
+// feeds the token to the next step: the step's token slot tok[0..3] (token, position, cache
+// row, sequence) moves to the next position with this token, its cache row from the block table
+// bt, and ring[position % ring_size] keeps the token for the host, which reads it after the
+// step's fence while the next step runs.
 #version 450
 #extension GL_KHR_shader_subgroup_arithmetic : require
 layout(local_size_x = 64) in;
@@ -17,7 +22,12 @@ layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer L { float l[]; };
 layout(std430, binding = 1) writeonly buffer O { uint o[]; };
 layout(std430, binding = 2) buffer Part { uint part[]; };
-layout(push_constant) uniform P { uint n_vocab, chunk, n_chunks, pass; } p;
+layout(std430, binding = 3) buffer Tok { uint tok[]; };
+layout(std430, binding = 4) readonly buffer Bt { int bt[]; };
+layout(std430, binding = 5) writeonly buffer Ring { uint ring[]; };
+layout(push_constant) uniform P {
+  uint n_vocab, chunk, n_chunks, pass, feed, block_size, max_blocks, ring_size;
+} p;
 
 shared float sub_v[64];
 shared uint sub_i[64];
@@ -75,5 +85,16 @@ void main() {
   float v;
   uint idx;
   Merge(bv, bi, v, idx);
-  if (lid == 0) o[row] = idx == 0xFFFFFFFFu ? 0u : idx;
+  if (lid != 0) return;
+  const uint t = idx == 0xFFFFFFFFu ? 0u : idx;
+  o[row] = t;
+  if (p.feed != 0) {
+    const uint pos = tok[1] + 1, seq = tok[3], b = pos / p.block_size;
+    // Past the last reserved block (the chain's last step has no next one) the row is not used.
+    const int block = b < p.max_blocks ? bt[seq * p.max_blocks + b] : -1;
+    tok[0] = t;
+    tok[1] = pos;
+    tok[2] = block >= 0 ? uint(block) * p.block_size + pos % p.block_size : 0u;
+    ring[pos % p.ring_size] = t;
+  }
 }
