@@ -166,8 +166,12 @@ TEST_F(GpuBenchCliTest, RunGreedyChainedGivesTheStepwiseText) {
     EXPECT_EQ(text[1], text[0]);
     EXPECT_EQ(stop[1], stop[0]);
     EXPECT_GT(text[0].size(), std::string("ROMEO:\n").size());
-    if (c.args == "-n 12") EXPECT_NE(stop[0].find("generated 12 tokens"), std::string::npos);
-    if (c.args == "-n -1 --ctx 24") EXPECT_NE(stop[0].find("context"), std::string::npos);
+    if (c.args == "-n 12") {
+      EXPECT_NE(stop[0].find("generated 12 tokens"), std::string::npos);
+    }
+    if (c.args == "-n -1 --ctx 24") {
+      EXPECT_NE(stop[0].find("context"), std::string::npos);
+    }
   }
 }
 

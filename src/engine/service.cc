@@ -214,6 +214,7 @@ EngineStats Service::Stats() const {
   s.prefix_hit_tokens = prefix_hit_tokens_.load();
   s.prompt_tokens_computed = prompt_tokens_computed_.load();
   s.steps = steps_.load();
+  s.chained_steps = chained_steps_.load();
   s.preemptions = preemptions_.load();
   s.abandoned_steps = abandoned_steps_.load();
   s.rows_fetched = rows_fetched_.load();
@@ -285,6 +286,7 @@ bool Service::Step() {
     return false;
   }
 
+  if (ChainGreedy()) return true;
   PrepareDrafts();
   const scheduler::StepPlan plan = scheduler_->Plan(SchedulerInput());
   if (plan.ultrafast_solo_seconds > 0.0) {
@@ -360,6 +362,69 @@ bool Service::Step() {
   const double flush_time = NowSeconds();
   for (auto& seq : running_) seq->channel->FlushIfDue(flush_time);
   for (auto& seq : waiting_) seq->channel->FlushIfDue(flush_time);
+  PublishStats();
+  return true;
+}
+
+bool Service::ChainGreedy() {
+  // At most this many steps a chain: the loop's own turn (stats, flushes) comes between chains.
+  constexpr int64_t kMaxChainSteps = 256;
+  if (!options_.chain_greedy || !decoder_->chains_greedy() || running_.size() != 1 ||
+      !waiting_.empty()) {
+    return false;
+  }
+  Sequence& seq = *running_[0];
+  const GenerationRequest& r = seq.request;
+  // Decoding (the prompt computed, one token pending), its token the row's plain arg-max.
+  if (seq.done || seq.preempted || seq.slot < 0 || seq.n_generated == 0 || seq.to_feed() != 1 ||
+      seq.constraint || r.top_logprobs >= 0 || r.ignore_eos || seq.spec.mode != SpecMode::kOff ||
+      !seq.sampler || !seq.sampler->sampler().PlainArgMax()) {
+    return false;
+  }
+  // Emit ends the request at max_tokens generated or a full context: no step past either.
+  const int64_t n =
+      std::min({r.max_tokens - seq.n_generated,
+                options_.ctx - static_cast<int64_t>(seq.tokens.size()), kMaxChainSteps});
+  if (n < 2) return false;  // one step: the plain path
+  const double start = NowSeconds();
+  int64_t taken = 0;
+  chain_slot_ = seq.slot;
+  const int slot = seq.slot;
+  auto steps = decoder_->ForwardGreedyChain(
+      slot, seq.tokens.back(), static_cast<int32_t>(seq.n_computed), n, [&](int32_t token) {
+        ++taken;
+        ++seq.n_computed;
+        seq.last_served = clock_->Now();
+        seq.sampler->Accept(token);
+        Emit(seq, token, nullptr);
+        seq.channel->FlushIfDue(NowSeconds());
+        if (seq.done || seq.channel->cancelled()) return false;
+        std::lock_guard<std::mutex> lock(mu_);
+        return incoming_.empty() && !stopping_;
+      });
+  chain_slot_ = -1;
+  steps_ += taken;
+  chained_steps_ += taken;
+  if (seq.done) {
+    ReleaseSlot(seq);  // deferred by Release while the chain's steps could still write there
+  } else if (options_.prefix_cache && taken > 0) {
+    cache_->PublishPrefix(slot, seq.tokens.data(), seq.n_computed);
+  }
+  if (!steps.ok()) {
+    if (taken == 0 && !seq.done) {
+      // Nothing ran (e.g. no KV blocks for the whole chain): the plain step handles it.
+      UF_LOG(DEBUG) << "serve: greedy chain not run: " << steps.status().ToString();
+      return false;
+    }
+    UF_LOG(ERROR) << "serve: greedy chain failed: " << steps.status().ToString();
+    Finish(seq, FinishReason::kError, steps.status());
+  }
+  UF_LOG(DEBUG) << "serve: " << taken << " chained greedy steps in " << NowSeconds() - start
+                << " s";
+  const auto gone = [](const std::unique_ptr<Sequence>& s) { return s->done; };
+  running_.erase(std::remove_if(running_.begin(), running_.end(), gone), running_.end());
+  const double now = NowSeconds();
+  for (auto& s : running_) s->channel->FlushIfDue(now);
   PublishStats();
   return true;
 }

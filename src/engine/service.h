@@ -93,6 +93,13 @@ struct ServiceOptions {
   // The online fit, to carry what an earlier service learned (benchmarks; one service at a time
   // may use it: the engine thread updates it unlocked). nullptr = a fresh one.
   std::shared_ptr<scheduler::OnlineStepCostModel> learned_cost;
+  // A lone greedy stream (the only request, plain arg-max: no bias, bans, penalties, grammar,
+  // logprobs or speculation) on a forward that chains greedy steps (a GPU's:
+  // BatchForward::ForwardGreedyChain) decodes with each step's token fed to the next on the
+  // device, the next step queued while one runs, so the device never waits for the engine's turn
+  // between tokens. Each token is emitted as its step ends; the chain stops within two steps of
+  // any other arrival, a cancellation or the request's end. The same tokens either way.
+  bool chain_greedy = true;
   // Makes the forward pass the engine steps instead of the CPU decoder (serve --device vulkan:
   // gpu::GpuForward). It gets the engine's KvCache, created without host storage (the forward
   // keeps K/V itself, paged by the cache's block tables), and the batch sizes the engine uses.
@@ -136,6 +143,9 @@ class Service {
   void Loop();
   // One continuous-batching step; false when there was nothing to do.
   bool Step();
+  // Runs the lone greedy stream's steps chained on the device (ServiceOptions::chain_greedy)
+  // when the service holds just that; false when it does not apply or no step ran.
+  bool ChainGreedy();
   scheduler::StepInput SchedulerInput() const;
   void Apply(const scheduler::StepPlan& plan);
   // Fills batch_ from the plan; returns the composition actually built.
@@ -147,7 +157,7 @@ class Service {
   struct Sampled {
     std::vector<int32_t> tokens;
     std::vector<TokenLogprob> logprobs;
-    int accepted = 0;  // drafts confirmed
+    int accepted = 0;    // drafts confirmed
     int64_t fetch = -1;  // the row to fetch whole before sampling resumes there (SampleReduced)
   };
   // Proposes drafts for every decoding sequence that speculates (before the plan).
@@ -166,6 +176,8 @@ class Service {
   // Fills the final event's counts, releases the sequence, then sends the event.
   void SendFinal(Sequence& seq, GenerationEvent ev);
   void Release(Sequence& seq);
+  // Release's part on the engine thread's cache: the slot's prefix published, its blocks freed.
+  void ReleaseSlot(Sequence& seq);
   void PublishStats();
   // The constraint of a grammar, shared by every request with the same one (its automaton and
   // masks are reused); built on first use, with the vocabulary trie.
@@ -205,6 +217,9 @@ class Service {
   std::vector<std::pair<Sequence*, int64_t>> batch_feeds_;  // tokens fed per sequence this step
   std::vector<int32_t> eog_ids_;  // end-of-generation tokens (banned when ignoring EOS)
   std::vector<Sampled> sampled_;  // [batch_outputs_] this step's tokens
+  // The slot a greedy chain runs on: a sequence that finishes inside the chain keeps it until
+  // the chain has returned (its queued steps still write there).
+  int chain_slot_ = -1;
   std::shared_ptr<const grammar::TokenTrie> token_trie_;  // built by the first grammar request
   std::unordered_map<std::string, std::shared_ptr<grammar::TokenConstraint>> constraints_;
 
@@ -212,7 +227,7 @@ class Service {
   std::atomic<int64_t> running_count_{0};
   std::atomic<int64_t> kv_used_{0}, kv_cached_{0}, kv_free_{0};
   std::atomic<int64_t> prefix_hit_tokens_{0}, prompt_tokens_computed_{0};
-  std::atomic<int64_t> steps_{0}, preemptions_{0};
+  std::atomic<int64_t> steps_{0}, chained_steps_{0}, preemptions_{0};
   std::atomic<int64_t> abandoned_steps_{0}, abandoned_layers_{0};
   std::atomic<int64_t> rows_fetched_{0};
   std::vector<int64_t> fetch_rows_;  // SampleOutputs: reduced rows to copy back whole

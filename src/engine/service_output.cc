@@ -302,16 +302,19 @@ void Service::Finish(Sequence& seq, FinishReason reason, Status error) {
 }
 
 void Service::Release(Sequence& seq) {
-  if (seq.slot >= 0) {
-    if (options_.prefix_cache && seq.n_computed > 0) {
-      cache_->PublishPrefix(seq.slot, seq.tokens.data(), seq.n_computed);
-    }
-    cache_->Remove(seq.slot);
-    free_slots_.push_back(seq.slot);
-    seq.slot = -1;
-  }
+  if (seq.slot != chain_slot_) ReleaseSlot(seq);  // else once the chain returns (ChainGreedy)
   admission_->Release(seq.id);
   seq.done = true;
+}
+
+void Service::ReleaseSlot(Sequence& seq) {
+  if (seq.slot < 0) return;
+  if (options_.prefix_cache && seq.n_computed > 0) {
+    cache_->PublishPrefix(seq.slot, seq.tokens.data(), seq.n_computed);
+  }
+  cache_->Remove(seq.slot);
+  free_slots_.push_back(seq.slot);
+  seq.slot = -1;
 }
 
 }  // namespace uf::engine

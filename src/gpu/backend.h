@@ -72,9 +72,10 @@ bool IntegerDotByDefault(const DeviceInfo& d);
 enum class NormTail { kDefault, kTune, kOn, kOff };
 NormTail ResolveNormTail(NormTail t);
 const char* NormTailName(NormTail t);  // "tune", "on", "off"
-// Whether `run --device vulkan`'s greedy decoding chains its steps on the device
-// (GpuDecoder::GreedyChain): UF_GPU_CHAIN=on (the default) or off (one StepGreedy a token, the
-// host's round trip between steps; for A/B runs). The same tokens either way.
+// Whether greedy decoding chains its steps on the device (`run --device vulkan`:
+// GpuDecoder::GreedyChain; `serve --device vulkan`: ServiceOptions::chain_greedy):
+// UF_GPU_CHAIN=on (the default) or off (one step a token, the host's round trip between steps;
+// for A/B runs). The same tokens either way.
 bool ChainGreedySteps();
 
 // The Vulkan devices the loader finds. Errors (no loader, no driver, no device) name what was
@@ -182,17 +183,8 @@ class GpuForward : public model::BatchForward {
   // that wants logits (sampling::ArgMax's choice) is taken on the device and only the tokens come
   // back (tokens: n_outputs() of them); logits() is not updated.
   virtual Status ForwardGreedy(const model::Batch& batch, int32_t* tokens) = 0;
-  // Greedy decoding of sequence seq with no host round trip between steps: runs `token` at
-  // `pos`, then each step's arg-max at the next position, up to n steps. Each step's arg-max is
-  // written into the next step's input on the device (argmax.comp's feed), so the host queues
-  // step i + 1 before step i ends and the device runs them back to back; on_token gets each
-  // step's arg-max in order as its step ends (while the next one runs) and returns false to
-  // stop. The steps are ForwardGreedy's, bit for bit. Returns the steps whose tokens were taken:
-  // seq's cache then holds positions up to pos + that many (the one or two steps queued after
-  // the last taken token ran, but are dropped). Needs pos <= the cache's length of seq and
-  // pos + n <= its max_seq_len; a step a tuner times (GpuForward::last_step_trial) runs alone.
-  virtual StatusOr<int64_t> ForwardGreedyChain(int32_t seq, int32_t token, int32_t pos, int64_t n,
-                                               const std::function<bool(int32_t)>& on_token) = 0;
+  // ForwardGreedyChain (model::BatchForward) runs here: each step's arg-max is fed to the next by
+  // argmax.comp's feed. A step a tuner times (last_step_trial) runs alone, the chain drained.
   // Rows that came back reduced to their best tokens (Batch::top_only), since Create.
   virtual int64_t rows_reduced() const = 0;
   // Reduced rows copied back whole afterwards (FetchLogits), since Create.

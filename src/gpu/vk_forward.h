@@ -64,6 +64,7 @@ class VulkanForward final : public GpuForward {
   Status ForwardGreedy(const model::Batch& batch, int32_t* tokens) override {
     return Run(batch, tokens);
   }
+  bool chains_greedy() const override { return true; }
   StatusOr<int64_t> ForwardGreedyChain(int32_t seq, int32_t token, int32_t pos, int64_t n,
                                        const std::function<bool(int32_t)>& on_token) override;
   const float* logits(int64_t i) const override { return logits_.data() + i * c_.n_vocab; }

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -98,6 +99,22 @@ class BatchForward {
   // For a sampler whose draw fell outside a reduced row's candidates (Sampler::SampleReduced).
   virtual Status FetchLogits(std::span<const int64_t> /*rows*/) {
     return UnimplementedError("this forward does not reduce rows");
+  }
+  // Whether ForwardGreedyChain runs (a device forward: gpu::GpuForward).
+  virtual bool chains_greedy() const { return false; }
+  // Greedy decoding of sequence seq with no host round trip between steps: runs `token` at
+  // `pos`, then each step's arg-max at the next position, up to n steps. Each step's arg-max is
+  // written into the next step's input on the device, so the host queues step i + 1 before step
+  // i ends and the device runs them back to back; on_token gets each step's arg-max in order as
+  // its step ends (while the next one runs) and returns false to stop. The steps give a
+  // one-token greedy Forward's tokens, bit for bit. Returns the steps whose tokens were taken:
+  // seq's cache then holds positions up to pos + that many (the one or two steps queued after
+  // the last taken token ran, but are dropped). Needs pos <= the cache's length of seq and
+  // pos + n <= its max_seq_len.
+  virtual StatusOr<int64_t> ForwardGreedyChain(int32_t /*seq*/, int32_t /*token*/, int32_t /*pos*/,
+                                               int64_t /*n*/,
+                                               const std::function<bool(int32_t)>& /*on_token*/) {
+    return UnimplementedError("this forward does not chain greedy steps");
   }
 };
 
