@@ -155,8 +155,9 @@ int RunServe(const ServeArgs& args) {
   auto render = server::MakeChatRenderer(model.file(), tokenizer, &template_note, template_source);
   if (!render.ok()) return Report("serve", render.status());
   UF_LOG(INFO) << "serve: chat template: " << template_note << "; reasoning as "
-               << (ho.reasoning_format == server::ReasoningFormat::kHarmony ? "harmony channels"
-                                                                            : "<think> blocks");
+               << (ho.reasoning_format == server::ReasoningFormat::kHarmony
+                       ? "harmony channels"
+                       : "<think> blocks");
   server::Metrics metrics;
   server::HttpServer http(ho, service->get(), std::move(render).value(), keys.get(), &metrics);
   if (meter) http.SetMeter(meter.get());
@@ -229,53 +230,44 @@ void AddServeCommands(CLI::App& app) {
   serve->add_option("--metering-config", args->metering_config,
                     "JSON prices, quota window and plans (default: built-in; docs/serving.md)");
   serve->add_option("-t,--threads", args->threads, "compute threads (default: physical cores)");
-  serve
-      ->add_option("--ultrafast-slack", args->ultrafast_slack,
-                   "allowed slowdown of ultrafast decode vs. running alone (0.05 = 5%)")
+  serve->add_option("--ultrafast-slack", args->ultrafast_slack,
+                    "allowed slowdown of ultrafast decode vs. running alone (0.05 = 5%)")
       ->check(CLI::Range(0.0, 10.0))
       ->capture_default_str();
-  serve
-      ->add_option("--ultrafast-capacity", args->ultrafast_capacity,
-                   "concurrent ultrafast streams (0 disables the tier; more get 429)")
+  serve->add_option("--ultrafast-capacity", args->ultrafast_capacity,
+                    "concurrent ultrafast streams (0 disables the tier; more get 429)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
-  serve
-      ->add_option("--flex-max-wait", args->flex_max_wait,
-                   "seconds a flex request may wait for idle capacity before it is served")
+  serve->add_option("--flex-max-wait", args->flex_max_wait,
+                    "seconds a flex request may wait for idle capacity before it is served")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
   serve->add_flag("--no-ultrafast-spec", args->no_ultrafast_spec,
                   "ultrafast requests do not speculate unless they ask (\"speculation\" field)");
-  serve
-      ->add_option("--spec-k", args->spec_k,
-                   "drafts per step at most for speculating requests that give no k")
+  serve->add_option("--spec-k", args->spec_k,
+                    "drafts per step at most for speculating requests that give no k")
       ->capture_default_str();
-  serve
-      ->add_option("--default-tier", args->default_tier,
-                   "tier for service_tier \"auto\" or absent: ultrafast, default or flex")
+  serve->add_option("--default-tier", args->default_tier,
+                    "tier for service_tier \"auto\" or absent: ultrafast, default or flex")
       ->capture_default_str();
-  serve
-      ->add_option("--responses-store", args->responses_store,
-                   "Responses API: stored responses kept at most, for previous_response_id "
-                   "(in memory; 0 = none)")
+  serve->add_option("--responses-store", args->responses_store,
+                    "Responses API: stored responses kept at most, for previous_response_id "
+                    "(in memory; 0 = none)")
       ->capture_default_str();
-  serve
-      ->add_option("--responses-ttl", args->responses_ttl_s,
-                   "Responses API: seconds a stored response is kept")
+  serve->add_option("--responses-ttl", args->responses_ttl_s,
+                    "Responses API: seconds a stored response is kept")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  serve
-      ->add_option("--chat-template-file", args->chat_template_file,
-                   "Jinja chat template to use instead of the model's own (its reply formats, "
-                   "tool calls and reasoning, follow it too)")
+  serve->add_option("--chat-template-file", args->chat_template_file,
+                    "Jinja chat template to use instead of the model's own (its reply formats, "
+                    "tool calls and reasoning, follow it too)")
       ->check(CLI::ExistingFile);
   serve->add_option("--history-dir", args->history_dir,
                     "Computer History folder that POST /v1/history/ask answers from "
                     "(ultrafast tier; behind the API key)");
-  serve
-      ->add_option("--pace-ms", args->pace_ms,
-                   "testing: sleep this many ms before every engine step (slows every stream "
-                   "by a fixed amount, so a browser test sees it stream)")
+  serve->add_option("--pace-ms", args->pace_ms,
+                    "testing: sleep this many ms before every engine step (slows every stream "
+                    "by a fixed amount, so a browser test sees it stream)")
       ->check(CLI::Range(0, 10000));
   serve->add_flag("--spec-fixed-cost", args->spec_fixed_cost,
                   "testing: speculation assumes fixed verify costs instead of measured ones (how "
