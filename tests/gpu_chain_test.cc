@@ -6,6 +6,7 @@
 // lavapipe in CI; skips, saying why, where no Vulkan device exists.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "gpu_service_util.h"
 #include "model/batch.h"
 #include "model/model.h"
+#include "sampling/sampler.h"
 #include "shared_data.h"
 
 namespace uf {
@@ -179,6 +181,69 @@ TEST_P(GpuChainTest, TunerTrialsInsideTheChainKeepTheTokens) {
     }
   }
   EXPECT_GE(settled, 2);  // the norm tail and at least one depth of attention
+}
+
+// With banned tokens (the end tokens of ignore_eos) masked before each arg-max: the tokens of
+// one step at a time whose logits row the host sampler (greedy, SetBanned) picks from. Banned:
+// the first three tokens the unbanned chain gives, so the bans change the output.
+TEST_P(GpuChainTest, BannedTokensAreNeverChosen) {
+  const int64_t n = 16, ctx = 32;
+  Device d = Make(*model_, 1, ctx);
+  const auto p0 = static_cast<int32_t>(kPrompt.size());
+  const int32_t first = Prefill(*d.fwd, 0);
+  int64_t steps = 0;
+  const std::vector<int32_t> free = Chain(*d.fwd, 0, first, p0, n, n, &steps);
+  std::vector<int32_t> banned;
+  for (int32_t t : free) {
+    if (banned.size() < 3 && std::find(banned.begin(), banned.end(), t) == banned.end()) {
+      banned.push_back(t);
+    }
+  }
+  ASSERT_FALSE(banned.empty());
+  const auto n_vocab = static_cast<int32_t>(model_->config().n_vocab);
+  sampling::SamplingParams sp;
+  sp.temperature = 0.0f;
+  sampling::Sampler sampler(sp, n_vocab);
+  sampler.SetBanned(banned);
+  ASSERT_TRUE(sampler.ArgMaxAfterBans());
+  std::vector<int32_t> want;
+  model::Batch b;
+  int32_t token = first;
+  for (int64_t i = 0; i < n; ++i) {
+    b.Clear();
+    b.Add(token, p0 + static_cast<int32_t>(i), 0, true);
+    ASSERT_TRUE(d.fwd->Forward(b).ok());
+    token = sampler.Sample(d.fwd->logits(0));
+    want.push_back(token);
+  }
+  std::vector<int32_t> got;
+  auto r = d.fwd->ForwardGreedyChain(
+      0, first, p0, n,
+      [&](int32_t t) {
+        got.push_back(t);
+        return true;
+      },
+      banned);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(got, want);
+  for (int32_t t : got) EXPECT_EQ(std::find(banned.begin(), banned.end(), t), banned.end());
+  EXPECT_NE(got, free) << "the bans changed nothing: the test tests nothing";
+  // More bans than the forward masks, or one outside the vocabulary: refused.
+  const std::vector<int32_t> too_many(d.fwd->top_known_capacity() + 1, 1);
+  EXPECT_EQ(d.fwd
+                ->ForwardGreedyChain(
+                    0, first, p0, 2, [](int32_t) { return true; }, too_many)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  const std::vector<int32_t> outside = {n_vocab};
+  EXPECT_EQ(d.fwd
+                ->ForwardGreedyChain(
+                    0, first, p0, 2, [](int32_t) { return true; }, outside)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.cache->Length(0), p0 + n);
 }
 
 // Refused, with the sequence's cache as it was and the forward still usable: no steps, a

@@ -81,9 +81,13 @@ TEST_F(GpuServeChainTest, LoneGreedyStreamGivesTheUnchainedText) {
   engine::GenerationRequest stop = Greedy("ROMEO:", 40);
   stop.stop = {first.text.substr(20, 6)};  // met mid-stream, after several chained steps
   requests.push_back(stop);
+  engine::GenerationRequest no_eos = Greedy("ROMEO:", 40);
+  no_eos.ignore_eos = true;  // the end tokens banned: masked on the device before the arg-max
+  requests.push_back(no_eos);
   for (const engine::GenerationRequest& r : requests) {
     SCOPED_TRACE("max_tokens " + std::to_string(r.max_tokens) +
-                 (r.stop.empty() ? "" : " stop '" + r.stop[0] + "'"));
+                 (r.stop.empty() ? "" : " stop '" + r.stop[0] + "'") +
+                 (r.ignore_eos ? " ignore_eos" : ""));
     const Output want = Generate(*plain, r);
     const Output got = Generate(*chained, r);
     EXPECT_EQ(got.text, want.text);
@@ -97,12 +101,13 @@ TEST_F(GpuServeChainTest, LoneGreedyStreamGivesTheUnchainedText) {
               static_cast<long long>(on.chained_steps), static_cast<long long>(on.steps),
               static_cast<long long>(off.steps));
   EXPECT_EQ(off.chained_steps, 0);
-  EXPECT_GT(on.chained_steps, 40) << "the lone greedy streams did not chain";
+  EXPECT_GT(on.chained_steps, 80) << "the lone greedy streams did not chain";
   EXPECT_LE(on.chained_steps, on.steps);
   EXPECT_EQ(on.kv_blocks_used, 0) << "a chained sequence kept its blocks";
 }
 
-// Not plain arg-max (a temperature, logprobs, a logit bias, ignore_eos): never chained.
+// Not an arg-max of the row (a temperature, a logit bias, a penalty) or asking for more than
+// the token (logprobs): never chained.
 TEST_F(GpuServeChainTest, OtherRequestsDoNotChain) {
   auto chained = MakeService(true);
   engine::GenerationRequest sampled = Greedy("ROMEO:", 12);
@@ -112,9 +117,9 @@ TEST_F(GpuServeChainTest, OtherRequestsDoNotChain) {
   logprobs.top_logprobs = 1;
   engine::GenerationRequest bias = Greedy("ROMEO:", 12);
   bias.sampling.logit_bias = {{13, -1.0f}};
-  engine::GenerationRequest no_eos = Greedy("ROMEO:", 12);
-  no_eos.ignore_eos = true;
-  for (engine::GenerationRequest r : {sampled, logprobs, bias, no_eos}) {
+  engine::GenerationRequest penalty = Greedy("ROMEO:", 12);
+  penalty.sampling.repeat_penalty = 1.3f;
+  for (engine::GenerationRequest r : {sampled, logprobs, bias, penalty}) {
     const Output out = Generate(*chained, std::move(r));
     EXPECT_EQ(out.completion_tokens, 12);
   }

@@ -54,27 +54,31 @@ Status GenerateOnGpu(gpu::GpuDecoder& decoder, const Tokenizer& tokenizer,
     }
     return true;
   };
-  // Plain greedy decoding (no penalties, no bans) takes each step's arg-max on the device and
-  // feeds it to the next step there (GreedyChain): one token comes back instead of the logits
-  // row, and the next step is already queued when it does.
-  const bool device_greedy =
-      options.sampling.greedy() && !options.sampling.penalties() && !options.ignore_eos;
+  // Greedy decoding without penalties takes each step's arg-max on the device (the banned end
+  // tokens of --ignore-eos masked there first) and feeds it to the next step there
+  // (GreedyChain): one token comes back instead of the logits row, and the next step is already
+  // queued when it does. UF_GPU_CHAIN=off: one StepGreedy a token (no bans), else the host's.
+  const bool device_greedy = sampler.ArgMaxAfterBans();
+  const bool chain = device_greedy && gpu::ChainGreedySteps();
   int32_t token = options.max_tokens != 0 ? sampler.Sample(decoder.logits()) : -1;
   if (token >= 0 && take(token)) {
-    if (device_greedy && gpu::ChainGreedySteps()) {
+    if (chain) {
       int64_t n = ctx - pos;  // steps at most; take() stops the chain at any limit before
       if (options.max_tokens >= 0) n = std::min(n, options.max_tokens - stats->n_generated);
       UF_RETURN_IF_ERROR(decoder
-                             .GreedyChain(token, static_cast<int32_t>(pos), n,
-                                          [&](int32_t next) {
-                                            ++pos;
-                                            ++stats->n_decode_steps;
-                                            return take(next);
-                                          })
+                             .GreedyChain(
+                                 token, static_cast<int32_t>(pos), n,
+                                 [&](int32_t next) {
+                                   ++pos;
+                                   ++stats->n_decode_steps;
+                                   return take(next);
+                                 },
+                                 sampler.banned())
                              .status());
     } else {
+      const bool step_greedy = device_greedy && sampler.banned().empty();
       do {
-        if (device_greedy) {
+        if (step_greedy) {
           UF_ASSIGN_OR_RETURN(token, decoder.StepGreedy(token, static_cast<int32_t>(pos)));
         } else {
           UF_RETURN_IF_ERROR(decoder.Step(token, static_cast<int32_t>(pos)));

@@ -375,10 +375,13 @@ bool Service::ChainGreedy() {
   }
   Sequence& seq = *running_[0];
   const GenerationRequest& r = seq.request;
-  // Decoding (the prompt computed, one token pending), its token the row's plain arg-max.
+  // Decoding (the prompt computed, one token pending), its token the row's arg-max once its
+  // banned tokens (ignore_eos: the end tokens) are masked.
   if (seq.done || seq.preempted || seq.slot < 0 || seq.n_generated == 0 || seq.to_feed() != 1 ||
-      seq.constraint || r.top_logprobs >= 0 || r.ignore_eos || seq.spec.mode != SpecMode::kOff ||
-      !seq.sampler || !seq.sampler->sampler().PlainArgMax()) {
+      seq.constraint || r.top_logprobs >= 0 || seq.spec.mode != SpecMode::kOff || !seq.sampler ||
+      !seq.sampler->sampler().ArgMaxAfterBans() ||
+      static_cast<int64_t>(seq.sampler->sampler().banned().size()) >
+          decoder_->top_known_capacity()) {
     return false;
   }
   // Emit ends the request at max_tokens generated or a full context: no step past either.
@@ -391,7 +394,8 @@ bool Service::ChainGreedy() {
   chain_slot_ = seq.slot;
   const int slot = seq.slot;
   auto steps = decoder_->ForwardGreedyChain(
-      slot, seq.tokens.back(), static_cast<int32_t>(seq.n_computed), n, [&](int32_t token) {
+      slot, seq.tokens.back(), static_cast<int32_t>(seq.n_computed), n,
+      [&](int32_t token) {
         ++taken;
         ++seq.n_computed;
         seq.last_served = clock_->Now();
@@ -401,7 +405,8 @@ bool Service::ChainGreedy() {
         if (seq.done || seq.channel->cancelled()) return false;
         std::lock_guard<std::mutex> lock(mu_);
         return incoming_.empty() && !stopping_;
-      });
+      },
+      seq.sampler->sampler().banned());
   chain_slot_ = -1;
   steps_ += taken;
   chained_steps_ += taken;

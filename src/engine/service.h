@@ -93,12 +93,13 @@ struct ServiceOptions {
   // The online fit, to carry what an earlier service learned (benchmarks; one service at a time
   // may use it: the engine thread updates it unlocked). nullptr = a fresh one.
   std::shared_ptr<scheduler::OnlineStepCostModel> learned_cost;
-  // A lone greedy stream (the only request, plain arg-max: no bias, bans, penalties, grammar,
-  // logprobs or speculation) on a forward that chains greedy steps (a GPU's:
-  // BatchForward::ForwardGreedyChain) decodes with each step's token fed to the next on the
-  // device, the next step queued while one runs, so the device never waits for the engine's turn
-  // between tokens. Each token is emitted as its step ends; the chain stops within two steps of
-  // any other arrival, a cancellation or the request's end. The same tokens either way.
+  // A lone greedy stream (the only request, an arg-max: no bias, penalties, grammar, logprobs or
+  // speculation; bans such as ignore_eos's are masked on the device) on a forward that chains
+  // greedy steps (a GPU's: BatchForward::ForwardGreedyChain) decodes with each step's token fed to
+  // the next on the device, the next step queued while one runs, so the device never waits for the
+  // engine's turn between tokens. Each token is emitted as its step ends; the chain stops within
+  // two steps of any other arrival, a cancellation or the request's end. The same tokens either
+  // way.
   bool chain_greedy = true;
   // Makes the forward pass the engine steps instead of the CPU decoder (serve --device vulkan:
   // gpu::GpuForward). It gets the engine's KvCache, created without host storage (the forward

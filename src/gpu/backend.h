@@ -234,8 +234,10 @@ class GpuDecoder {
   // Up to n StepGreedy steps from (token, pos), each step's token fed to the next on the device
   // (GpuForward::ForwardGreedyChain); on_token gets each next token and returns false to stop.
   // Returns the steps taken; the sequence then ends at pos + that many.
+  // banned: tokens never chosen (the end tokens when ignoring EOS; at most 1,024).
   virtual StatusOr<int64_t> GreedyChain(int32_t token, int32_t pos, int64_t n,
-                                        const std::function<bool(int32_t)>& on_token) = 0;
+                                        const std::function<bool(int32_t)>& on_token,
+                                        std::span<const int32_t> banned = {}) = 0;
   // Runs tokens at positions pos, pos + 1, ... in passes of up to max_batch tokens; logits() then
   // holds the last token's logits, and all_logits(i) those of token i of the last pass when
   // every_logits is set.

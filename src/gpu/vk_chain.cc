@@ -20,7 +20,8 @@ constexpr size_t kChainDepth = 2;
 
 StatusOr<int64_t> VulkanForward::ForwardGreedyChain(int32_t seq, int32_t token, int32_t pos,
                                                     int64_t n,
-                                                    const std::function<bool(int32_t)>& on_token) {
+                                                    const std::function<bool(int32_t)>& on_token,
+                                                    std::span<const int32_t> banned) {
   if (n < 1) return InvalidArgumentError("gpu forward: a chain needs at least one step");
   if (token < 0 || token >= c_.n_vocab) {
     return InvalidArgumentError("gpu forward: token id " + std::to_string(token) +
@@ -42,6 +43,18 @@ StatusOr<int64_t> VulkanForward::ForwardGreedyChain(int32_t seq, int32_t token, 
                            " steps from position " + std::to_string(pos) + " passes the cache's " +
                            std::to_string(max_len_) + " positions");
   }
+  const bool masked = !banned.empty();
+  if (masked && (!known_.valid() || static_cast<int64_t>(banned.size()) > o_.max_known)) {
+    return InvalidArgumentError("gpu forward: a chain bans " + std::to_string(banned.size()) +
+                                " tokens; this forward masks at most " +
+                                std::to_string(known_.valid() ? o_.max_known : 0));
+  }
+  for (int32_t id : banned) {
+    if (id < 0 || id >= c_.n_vocab) {
+      return InvalidArgumentError("gpu forward: banned token " + std::to_string(id) +
+                                  " is outside the vocabulary");
+    }
+  }
   for (int32_t s : touched_) seq_next_[s] = -1;  // a Run's batch, as Prepare forgets it
   touched_.clear();
   if (Status s = cache_->Reserve(seq, pos + n); !s.ok()) {
@@ -58,6 +71,11 @@ StatusOr<int64_t> VulkanForward::ForwardGreedyChain(int32_t seq, int32_t token, 
   tok[2] = static_cast<uint32_t>(cache_->BlockTable(seq)[pos / bs] * bs + pos % bs);
   tok[3] = static_cast<uint32_t>(seq);
   static_cast<uint32_t*>(outs_.mapped())[0] = 0;
+  if (masked) {  // row 0's known tokens: masked to -inf ahead of every step's arg-max
+    auto* known = static_cast<uint32_t*>(known_.mapped());
+    known[0] = static_cast<uint32_t>(banned.size());
+    for (size_t i = 0; i < banned.size(); ++i) known[1 + i] = static_cast<uint32_t>(banned[i]);
+  }
   n_outputs_ = 1;
   last_mode_ = Out::kGreedy;  // nothing for FetchLogits
   last_trial_ = false;
@@ -94,7 +112,7 @@ StatusOr<int64_t> VulkanForward::ForwardGreedyChain(int32_t seq, int32_t token, 
     // and nothing behind it until it ends (the tuner's next pick waits for its time).
     while (!flight.empty() && (trial.tuner != nullptr || flight.size() >= kChainDepth)) finish();
     if (stop || !status.ok()) break;
-    auto rec = ChainRecording(way, static_cast<int>(i % kChainDepth));
+    auto rec = ChainRecording(way, static_cast<int>(i % kChainDepth), masked);
     if (!rec.ok()) {
       status = rec.status();
       break;

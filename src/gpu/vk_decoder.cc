@@ -624,9 +624,10 @@ class VulkanDecoder final : public GpuDecoder {
   }
 
   StatusOr<int64_t> GreedyChain(int32_t token, int32_t pos, int64_t n,
-                                const std::function<bool(int32_t)>& on_token) override {
+                                const std::function<bool(int32_t)>& on_token,
+                                std::span<const int32_t> banned) override {
     UF_RETURN_IF_ERROR(CheckPosition(pos));
-    return fwd_->ForwardGreedyChain(0, token, pos, n, on_token);
+    return fwd_->ForwardGreedyChain(0, token, pos, n, on_token, banned);
   }
 
   Status Prefill(std::span<const int32_t> tokens, int32_t pos, bool every_logits) override {

@@ -36,8 +36,9 @@ struct LayerBuffers {
 // row's best tokens (topk.comp) and the rows flagged in full_ (copy_rows.comp); kTopMasked: the
 // same after the rows' known tokens were read out and masked (mask_rows.comp). A top recording
 // made `allowed` first masks the rows flagged in allow_ by their grammars (allow_rows.comp).
-// kChain: kGreedy's one row, its token also fed to the next step's input (ForwardGreedyChain).
-enum class Out { kLogits, kGreedy, kTop, kTopMasked, kChain };
+// kChain: kGreedy's one row, its token also fed to the next step's input (ForwardGreedyChain);
+// kChainMasked: the same after the row's known tokens (the banned ones) were masked.
+enum class Out { kLogits, kGreedy, kTop, kTopMasked, kChain, kChainMasked };
 // A step's attention kernel (AttentionTiles): attention.comp; attention_tiled.comp with tiles of
 // kTiledAttentionRows query rows (runs of one sequence); the same with one token a tile (a decode
 // batch: only the GQA group's heads share the K/V rows).
@@ -66,7 +67,8 @@ class VulkanForward final : public GpuForward {
   }
   bool chains_greedy() const override { return true; }
   StatusOr<int64_t> ForwardGreedyChain(int32_t seq, int32_t token, int32_t pos, int64_t n,
-                                       const std::function<bool(int32_t)>& on_token) override;
+                                       const std::function<bool(int32_t)>& on_token,
+                                       std::span<const int32_t> banned = {}) override;
   const float* logits(int64_t i) const override { return logits_.data() + i * c_.n_vocab; }
   int64_t n_outputs() const override { return n_outputs_; }
   int32_t top_capacity() const override { return o_.top_k; }
@@ -123,7 +125,7 @@ class VulkanForward final : public GpuForward {
   StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out, bool allowed, StepWay way);
   // The chained step's recordings (Out::kChain), one per way and slot: consecutive steps of a
   // chain take the two slots in turn, so a step is queued while the one before it runs.
-  StatusOr<Recorder*> ChainRecording(StepWay way, int slot);
+  StatusOr<Recorder*> ChainRecording(StepWay way, int slot, bool masked);
   // After a step that was a tuner's trial: its time to the tuner, and the choice when settled.
   void ReportTrial(const Trial& trial, const Recorder& rec, double started);
   Status Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed, StepWay way);
@@ -220,8 +222,8 @@ class VulkanForward final : public GpuForward {
   std::map<std::tuple<int64_t, int64_t, Out, bool, StepWay>, std::unique_ptr<Recorder>> recordings_;
   Recorder* last_ = nullptr;
   // Never cleared (kept apart from recordings_, which is cleared when full, so that no step in
-  // flight loses its recording): at most 2 per StepWay.
-  std::map<std::pair<StepWay, int>, std::unique_ptr<Recorder>> chain_recordings_;
+  // flight loses its recording): at most 4 per StepWay (2 slots, masked or not).
+  std::map<std::tuple<StepWay, int, bool>, std::unique_ptr<Recorder>> chain_recordings_;
   // host-visible [kChainRing]: the chained steps' tokens by position (argmax.comp's feed).
   static constexpr int64_t kChainRing = 8;
   Buffer chain_ring_;

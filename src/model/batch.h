@@ -110,10 +110,12 @@ class BatchForward {
   // one-token greedy Forward's tokens, bit for bit. Returns the steps whose tokens were taken:
   // seq's cache then holds positions up to pos + that many (the one or two steps queued after
   // the last taken token ran, but are dropped). Needs pos <= the cache's length of seq and
-  // pos + n <= its max_seq_len.
+  // pos + n <= its max_seq_len. banned: tokens never chosen (at -inf before each arg-max; the
+  // end tokens when ignoring EOS), at most the forward's top_known_capacity().
   virtual StatusOr<int64_t> ForwardGreedyChain(int32_t /*seq*/, int32_t /*token*/, int32_t /*pos*/,
                                                int64_t /*n*/,
-                                               const std::function<bool(int32_t)>& /*on_token*/) {
+                                               const std::function<bool(int32_t)>& /*on_token*/,
+                                               std::span<const int32_t> /*banned*/ = {}) {
     return UnimplementedError("this forward does not chain greedy steps");
   }
 };

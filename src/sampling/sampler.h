@@ -102,11 +102,11 @@ class Sampler {
   // tokens are Accept()ed first (a verify step's drafts, sampled row by row): sorted, distinct,
   // appended to *out after clearing it. A superset of what the row's Sample() edits.
   void EditedTokens(std::span<const int32_t> pending, std::vector<int32_t>* out) const;
-  // True when Sample() is the row's arg-max (sampling::ArgMax) whatever was accepted: greedy,
-  // without bias, bans or penalties. A device can then pick the token (GpuForward's arg-max).
-  bool PlainArgMax() const {
-    return params_.greedy() && !params_.penalties() && bias_.empty() && banned_.empty();
-  }
+  // True when Sample() is the arg-max (sampling::ArgMax) of the row with the banned() tokens
+  // at -inf, whatever was accepted: greedy, without bias or penalties. A device can then pick
+  // the token (GpuForward's arg-max after masking the banned tokens).
+  bool ArgMaxAfterBans() const { return params_.greedy() && !params_.penalties() && bias_.empty(); }
+  const std::vector<int32_t>& banned() const { return banned_; }
   // True when SampleTop can pick from a row's n best tokens: greedy, or top-k with top_k <= n
   // (and below the vocabulary). Bias, bans and penalties are allowed: see SampleTop's known.
   bool CanSampleTop(int32_t n) const;
