@@ -40,19 +40,29 @@ class GpuBenchCliTest : public ::testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
 
-  // Runs `ultrafast bench ARGS --json`; the parsed stdout, with exit code 0 asserted.
-  json Bench(const std::string& args) {
-    const fs::path out = dir_ / "out.json", err = dir_ / "err.txt";
-    const std::string cmd = binary_.string() + " bench --device vulkan --json " + args + " > " +
-                            out.string() + " 2> " + err.string();
+  // Runs `[env] ultrafast ARGS` through the shell: whether it exited 0, its stdout and stderr.
+  struct Ran {
+    bool ok = false;
+    std::string out, err;
+  };
+  Ran Ultrafast(const std::string& args, const std::string& env = "") {
+    const fs::path out = dir_ / "out.txt", err = dir_ / "err.txt";
+    const std::string cmd =
+        env + binary_.string() + " " + args + " > " + out.string() + " 2> " + err.string();
     const int status = std::system(cmd.c_str());
     std::ifstream in(out), ein(err);
     std::stringstream ss, es;
     ss << in.rdbuf();
     es << ein.rdbuf();
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << es.str();
-    const json j = json::parse(ss.str(), nullptr, false);
-    EXPECT_FALSE(j.is_discarded()) << ss.str() << "\n" << es.str();
+    return {WIFEXITED(status) && WEXITSTATUS(status) == 0, ss.str(), es.str()};
+  }
+
+  // Runs `ultrafast bench ARGS --json`; the parsed stdout, with exit code 0 asserted.
+  json Bench(const std::string& args) {
+    const Ran r = Ultrafast("bench --device vulkan --json " + args);
+    EXPECT_TRUE(r.ok) << args << "\n" << r.err;
+    const json j = json::parse(r.out, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << r.out << "\n" << r.err;
     return j.is_discarded() ? json::object() : j;
   }
 
@@ -115,20 +125,12 @@ TEST_F(GpuBenchCliTest, GrammarRunsOnTheDevice) {
 TEST_F(GpuBenchCliTest, RunSamplesReducedRowsOnTheDevice) {
   std::string texts[2];
   for (int rep = 0; rep < 2; ++rep) {
-    const fs::path out = dir_ / "run.txt", err = dir_ / "run_err.txt";
-    const std::string cmd = binary_.string() + " run --device vulkan -m " + kModel +
-                            " -p 'ROMEO:' -n 12 --temp 1 --top-k 0 --top-p 1 --min-p 0 "
-                            "--seed 3 > " +
-                            out.string() + " 2> " + err.string();
-    const int status = std::system(cmd.c_str());
-    std::ifstream in(out), ein(err);
-    std::stringstream ss, es;
-    ss << in.rdbuf();
-    es << ein.rdbuf();
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << es.str();
-    EXPECT_NE(es.str().find("device rows: "), std::string::npos) << es.str();
-    EXPECT_EQ(es.str().find("device rows: 0 reduced"), std::string::npos) << es.str();
-    texts[rep] = ss.str();
+    const Ran r = Ultrafast(std::string("run --device vulkan -m ") + kModel +
+                            " -p 'ROMEO:' -n 12 --temp 1 --top-k 0 --top-p 1 --min-p 0 --seed 3");
+    ASSERT_TRUE(r.ok) << r.err;
+    EXPECT_NE(r.err.find("device rows: "), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("device rows: 0 reduced"), std::string::npos) << r.err;
+    texts[rep] = r.out;
   }
   EXPECT_EQ(texts[0], texts[1]);
   EXPECT_GT(texts[0].size(), std::string("ROMEO:").size());
@@ -148,21 +150,14 @@ TEST_F(GpuBenchCliTest, RunGreedyChainedGivesTheStepwiseText) {
     SCOPED_TRACE(c.model + " " + c.args);
     std::string text[2], stop[2];
     for (int chain = 0; chain < 2; ++chain) {
-      const fs::path out = dir_ / "run.txt", err = dir_ / "run_err.txt";
-      const std::string cmd = std::string("UF_GPU_CHAIN=") + (chain ? "on" : "off") + " " +
-                              binary_.string() + " run --device vulkan -m " + c.model +
-                              " -p 'ROMEO:' --temp 0 " + c.args + " > " + out.string() + " 2> " +
-                              err.string();
-      const int status = std::system(cmd.c_str());
-      std::ifstream in(out), ein(err);
-      std::stringstream ss, es;
-      ss << in.rdbuf();
-      es << ein.rdbuf();
-      ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << es.str();
-      text[chain] = ss.str();
-      const size_t at = es.str().find("generated ");
-      ASSERT_NE(at, std::string::npos) << es.str();
-      stop[chain] = es.str().substr(at, es.str().find('\n', at) - at);
+      const Ran r =
+          Ultrafast("run --device vulkan -m " + c.model + " -p 'ROMEO:' --temp 0 " + c.args,
+                    std::string("UF_GPU_CHAIN=") + (chain ? "on " : "off "));
+      ASSERT_TRUE(r.ok) << c.args << "\n" << r.err;
+      text[chain] = r.out;
+      const size_t at = r.err.find("generated ");
+      ASSERT_NE(at, std::string::npos) << r.err;
+      stop[chain] = r.err.substr(at, r.err.find('\n', at) - at);
     }
     EXPECT_EQ(text[1], text[0]);
     EXPECT_EQ(stop[1], stop[0]);
