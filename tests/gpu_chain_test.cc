@@ -25,6 +25,7 @@ namespace {
 
 constexpr gpu::DeviceSpec kVulkan{.vulkan = true, .index = -1};
 const std::vector<int32_t> kPrompt = {1, 9038, 2501, 263, 931, 727, 3300};
+const auto kP0 = static_cast<int32_t>(kPrompt.size());  // the first position after the prompt
 
 engine::KvCacheOptions CacheFor(const model::Model& m, int max_seqs, int64_t ctx) {
   engine::KvCacheOptions co;
@@ -113,17 +114,16 @@ class GpuChainTest : public ::testing::TestWithParam<const char*> {
 TEST_P(GpuChainTest, SameTokensAsOneStepAtATime) {
   const int64_t n = 30, ctx = 48;
   Device d = Make(*model_, 2, ctx);
-  const auto p0 = static_cast<int32_t>(kPrompt.size());
   const int32_t first = Prefill(*d.fwd, 0);
-  const std::vector<int32_t> want = OneAtATime(*d.fwd, 0, first, p0, n);
+  const std::vector<int32_t> want = OneAtATime(*d.fwd, 0, first, kP0, n);
   ASSERT_EQ(Prefill(*d.fwd, 1), first);
   int64_t steps = 0;
-  EXPECT_EQ(Chain(*d.fwd, 1, first, p0, n, n, &steps), want);
+  EXPECT_EQ(Chain(*d.fwd, 1, first, kP0, n, n, &steps), want);
   EXPECT_EQ(steps, n);
-  EXPECT_EQ(d.cache->Length(1), p0 + n);
+  EXPECT_EQ(d.cache->Length(1), kP0 + n);
   // Rewound on sequence 0 too: the same again (the recordings are replayed).
-  EXPECT_EQ(Chain(*d.fwd, 0, first, p0, n, n, &steps), want);
-  EXPECT_EQ(d.cache->Length(0), p0 + n);
+  EXPECT_EQ(Chain(*d.fwd, 0, first, kP0, n, n, &steps), want);
+  EXPECT_EQ(d.cache->Length(0), kP0 + n);
 }
 
 // Stopped by the caller after k tokens (k = 1, 2, 5: with one and two steps queued past it), the
@@ -132,17 +132,16 @@ TEST_P(GpuChainTest, SameTokensAsOneStepAtATime) {
 TEST_P(GpuChainTest, StopsWhereTheCallerSays) {
   const int64_t n = 20, ctx = 40;
   Device d = Make(*model_, 1, ctx);
-  const auto p0 = static_cast<int32_t>(kPrompt.size());
   const int32_t first = Prefill(*d.fwd, 0);
-  const std::vector<int32_t> want = OneAtATime(*d.fwd, 0, first, p0, n);
+  const std::vector<int32_t> want = OneAtATime(*d.fwd, 0, first, kP0, n);
   for (int64_t k : {1, 2, 5}) {
     SCOPED_TRACE("stopped after " + std::to_string(k));
     int64_t steps = 0;
-    const std::vector<int32_t> got = Chain(*d.fwd, 0, first, p0, n, k, &steps);
+    const std::vector<int32_t> got = Chain(*d.fwd, 0, first, kP0, n, k, &steps);
     EXPECT_EQ(steps, k);
     ASSERT_EQ(got, std::vector<int32_t>(want.begin(), want.begin() + k));
-    EXPECT_EQ(d.cache->Length(0), p0 + k);
-    const auto pk = static_cast<int32_t>(p0 + k);
+    EXPECT_EQ(d.cache->Length(0), kP0 + k);
+    const auto pk = static_cast<int32_t>(kP0 + k);
     EXPECT_EQ(OneAtATime(*d.fwd, 0, got.back(), pk, 3),
               std::vector<int32_t>(want.begin() + k, want.begin() + k + 3));
     EXPECT_EQ(Chain(*d.fwd, 0, got.back(), pk, n - k, n, &steps),
@@ -156,20 +155,19 @@ TEST_P(GpuChainTest, StopsWhereTheCallerSays) {
 // those of a forward whose choices are fixed, and the choices settle.
 TEST_P(GpuChainTest, TunerTrialsInsideTheChainKeepTheTokens) {
   const int64_t n = 40, ctx = 48;
-  const auto p0 = static_cast<int32_t>(kPrompt.size());
   Device fixed = Make(*model_, 1, ctx,
                       {.gemv = gpu::GemvVariant::kBasic,
                        .norm_tail = gpu::NormTail::kOff,
                        .attention_tiles = gpu::AttentionTiles::kToken});
   const int32_t first = Prefill(*fixed.fwd, 0);
-  const std::vector<int32_t> want = OneAtATime(*fixed.fwd, 0, first, p0, n);
+  const std::vector<int32_t> want = OneAtATime(*fixed.fwd, 0, first, kP0, n);
   Device tuned = Make(*model_, 1, ctx,
                       {.gemv = gpu::GemvVariant::kTune,
                        .norm_tail = gpu::NormTail::kTune,
                        .attention_tiles = gpu::AttentionTiles::kTune});
   ASSERT_EQ(Prefill(*tuned.fwd, 0), first);
   int64_t steps = 0;
-  EXPECT_EQ(Chain(*tuned.fwd, 0, first, p0, n, n, &steps), want);
+  EXPECT_EQ(Chain(*tuned.fwd, 0, first, kP0, n, n, &steps), want);
   EXPECT_EQ(steps, n);
   EXPECT_TRUE(tuned.fwd->last_step_trial());
   int settled = 0;
@@ -189,10 +187,9 @@ TEST_P(GpuChainTest, TunerTrialsInsideTheChainKeepTheTokens) {
 TEST_P(GpuChainTest, BannedTokensAreNeverChosen) {
   const int64_t n = 16, ctx = 32;
   Device d = Make(*model_, 1, ctx);
-  const auto p0 = static_cast<int32_t>(kPrompt.size());
   const int32_t first = Prefill(*d.fwd, 0);
   int64_t steps = 0;
-  const std::vector<int32_t> free = Chain(*d.fwd, 0, first, p0, n, n, &steps);
+  const std::vector<int32_t> free = Chain(*d.fwd, 0, first, kP0, n, n, &steps);
   std::vector<int32_t> banned;
   for (int32_t t : free) {
     if (banned.size() < 3 && std::find(banned.begin(), banned.end(), t) == banned.end()) {
@@ -211,14 +208,14 @@ TEST_P(GpuChainTest, BannedTokensAreNeverChosen) {
   int32_t token = first;
   for (int64_t i = 0; i < n; ++i) {
     b.Clear();
-    b.Add(token, p0 + static_cast<int32_t>(i), 0, true);
+    b.Add(token, kP0 + static_cast<int32_t>(i), 0, true);
     ASSERT_TRUE(d.fwd->Forward(b).ok());
     token = sampler.Sample(d.fwd->logits(0));
     want.push_back(token);
   }
   std::vector<int32_t> got;
   auto r = d.fwd->ForwardGreedyChain(
-      0, first, p0, n,
+      0, first, kP0, n,
       [&](int32_t t) {
         got.push_back(t);
         return true;
@@ -232,18 +229,18 @@ TEST_P(GpuChainTest, BannedTokensAreNeverChosen) {
   const std::vector<int32_t> too_many(d.fwd->top_known_capacity() + 1, 1);
   EXPECT_EQ(d.fwd
                 ->ForwardGreedyChain(
-                    0, first, p0, 2, [](int32_t) { return true; }, too_many)
+                    0, first, kP0, 2, [](int32_t) { return true; }, too_many)
                 .status()
                 .code(),
             StatusCode::kInvalidArgument);
   const std::vector<int32_t> outside = {n_vocab};
   EXPECT_EQ(d.fwd
                 ->ForwardGreedyChain(
-                    0, first, p0, 2, [](int32_t) { return true; }, outside)
+                    0, first, kP0, 2, [](int32_t) { return true; }, outside)
                 .status()
                 .code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(d.cache->Length(0), p0 + n);
+  EXPECT_EQ(d.cache->Length(0), kP0 + n);
 }
 
 // Refused, with the sequence's cache as it was and the forward still usable: no steps, a
@@ -252,9 +249,8 @@ TEST_P(GpuChainTest, BannedTokensAreNeverChosen) {
 TEST_P(GpuChainTest, RefusesBadArgumentsAndKeepsTheCache) {
   const int64_t ctx = 24;
   Device d = Make(*model_, 1, ctx);
-  const auto p0 = static_cast<int32_t>(kPrompt.size());
   const int32_t first = Prefill(*d.fwd, 0);
-  const std::vector<int32_t> want = OneAtATime(*d.fwd, 0, first, p0, 2);
+  const std::vector<int32_t> want = OneAtATime(*d.fwd, 0, first, kP0, 2);
   const auto none = [](int32_t) { return true; };
   const auto n_vocab = static_cast<int32_t>(model_->config().n_vocab);
   struct Case {
@@ -262,24 +258,24 @@ TEST_P(GpuChainTest, RefusesBadArgumentsAndKeepsTheCache) {
     int64_t n;
     StatusCode code;
   };
-  for (const Case& c : {Case{0, first, p0, 0, StatusCode::kInvalidArgument},
-                        Case{0, first, p0 + 3, 2, StatusCode::kInvalidArgument},
-                        Case{0, first, p0, ctx - p0 + 1, StatusCode::kOutOfRange},
-                        Case{0, n_vocab, p0, 2, StatusCode::kInvalidArgument},
-                        Case{0, -1, p0, 2, StatusCode::kInvalidArgument},
+  for (const Case& c : {Case{0, first, kP0, 0, StatusCode::kInvalidArgument},
+                        Case{0, first, kP0 + 3, 2, StatusCode::kInvalidArgument},
+                        Case{0, first, kP0, ctx - kP0 + 1, StatusCode::kOutOfRange},
+                        Case{0, n_vocab, kP0, 2, StatusCode::kInvalidArgument},
+                        Case{0, -1, kP0, 2, StatusCode::kInvalidArgument},
                         Case{1, first, 0, 2, StatusCode::kInvalidArgument}}) {
     SCOPED_TRACE("seq " + std::to_string(c.seq) + " token " + std::to_string(c.token) + " pos " +
                  std::to_string(c.pos) + " n " + std::to_string(c.n));
     auto r = d.fwd->ForwardGreedyChain(c.seq, c.token, c.pos, c.n, none);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), c.code) << r.status().ToString();
-    EXPECT_EQ(d.cache->Length(0), p0 + 2);
+    EXPECT_EQ(d.cache->Length(0), kP0 + 2);
   }
   int64_t steps = 0;
-  EXPECT_EQ(Chain(*d.fwd, 0, first, p0, 2, 2, &steps), want);
+  EXPECT_EQ(Chain(*d.fwd, 0, first, kP0, 2, 2, &steps), want);
   // A chain to the cache's last position is allowed.
-  Chain(*d.fwd, 0, first, p0, ctx - p0, ctx, &steps);
-  EXPECT_EQ(steps, ctx - p0);
+  Chain(*d.fwd, 0, first, kP0, ctx - kP0, ctx, &steps);
+  EXPECT_EQ(steps, ctx - kP0);
   EXPECT_EQ(d.cache->Length(0), ctx);
 }
 

@@ -93,8 +93,12 @@ TEST_F(GpuServeChainTest, LoneGreedyStreamGivesTheUnchainedText) {
     EXPECT_EQ(got.text, want.text);
     EXPECT_EQ(got.finish, want.finish);
     EXPECT_EQ(got.completion_tokens, want.completion_tokens);
-    if (!r.stop.empty()) EXPECT_EQ(want.finish, FinishReason::kStop);
-    if (r.max_tokens == 1000) EXPECT_EQ(want.finish, FinishReason::kLength);  // the context
+    if (!r.stop.empty()) {
+      EXPECT_EQ(want.finish, FinishReason::kStop);
+    }
+    if (r.max_tokens == 1000) {
+      EXPECT_EQ(want.finish, FinishReason::kLength);  // the context
+    }
   }
   const engine::EngineStats on = SettledStats(*chained), off = SettledStats(*plain);
   std::printf("[gpu serve chain] chained %lld of %lld steps (unchained service: %lld steps)\n",

@@ -49,6 +49,17 @@ std::vector<float> MakeLogits(int32_t n, Shape shape, std::mt19937& rng) {
   return l;
 }
 
+// The row's token ids best first: higher logit (NaN as -inf), then lower id, the order of a
+// device's top-k list.
+std::vector<int32_t> BestFirst(const std::vector<float>& l) {
+  const auto v = [&](int32_t i) { return std::isnan(l[i]) ? -INFINITY : l[i]; };
+  std::vector<int32_t> ids(l.size());
+  for (size_t i = 0; i < l.size(); ++i) ids[i] = static_cast<int32_t>(i);
+  std::sort(ids.begin(), ids.end(),
+            [&](int32_t a, int32_t b) { return v(a) > v(b) || (v(a) == v(b) && a < b); });
+  return ids;
+}
+
 // SampleReduced (a GPU's 64 best tokens, max and log-sum-exp) with its fallback to the whole
 // row draws seed for seed what Sample draws from the whole row, over thousands of draws on flat,
 // peaked, tied, holed and LLM-like rows (a few tokens far above the rest), temperatures 0.3..2,
@@ -61,11 +72,7 @@ TEST(Sampler, SampleReducedWithFallbackDrawsWhatTheWholeRowDraws) {
   for (int32_t n_vocab : {300, 5000, 32000}) {
     for (int shape = 0; shape < 5; ++shape) {
       const std::vector<float> l = MakeLogits(n_vocab, static_cast<Shape>(shape), rng);
-      std::vector<int32_t> ids(n_vocab);
-      for (int32_t i = 0; i < n_vocab; ++i) ids[i] = i;
-      const auto v = [&](int32_t i) { return std::isnan(l[i]) ? -INFINITY : l[i]; };
-      std::sort(ids.begin(), ids.end(),
-                [&](int32_t a, int32_t b) { return v(a) > v(b) || (v(a) == v(b) && a < b); });
+      const std::vector<int32_t> ids = BestFirst(l);
       std::vector<float> vals(kTop);
       for (int32_t i = 0; i < kTop; ++i) vals[i] = l[ids[i]];
       const float max = vals[0];
@@ -133,11 +140,7 @@ TEST(Sampler, SampleTopDrawsWhatTheWholeRowDraws) {
   constexpr int32_t kN = 2000, kTop = 64;
   for (int shape = 0; shape < 4; ++shape) {
     const std::vector<float> l = MakeLogits(kN, static_cast<Shape>(shape), rng);
-    std::vector<int32_t> ids(kN);
-    for (int32_t i = 0; i < kN; ++i) ids[i] = i;
-    const auto v = [&](int32_t i) { return std::isnan(l[i]) ? -INFINITY : l[i]; };
-    std::sort(ids.begin(), ids.end(),
-              [&](int32_t a, int32_t b) { return v(a) > v(b) || (v(a) == v(b) && a < b); });
+    const std::vector<int32_t> ids = BestFirst(l);
     std::vector<float> vals(kTop);
     for (int32_t i = 0; i < kTop; ++i) vals[i] = l[ids[i]];
     for (int32_t top_k : {0, 1, 3, 40, 64}) {
@@ -197,10 +200,7 @@ DeviceRow Reduce(const std::vector<float>& l, const std::vector<int32_t>& known,
     masked[id] = -INFINITY;
   }
   const auto v = [&](int32_t i) { return std::isnan(masked[i]) ? -INFINITY : masked[i]; };
-  std::vector<int32_t> order(l.size());
-  for (size_t i = 0; i < l.size(); ++i) order[i] = static_cast<int32_t>(i);
-  std::sort(order.begin(), order.end(),
-            [&](int32_t a, int32_t b) { return v(a) > v(b) || (v(a) == v(b) && a < b); });
+  const std::vector<int32_t> order = BestFirst(masked);
   for (int32_t i = 0; i < n; ++i) {
     d.ids.push_back(order[i]);
     d.vals.push_back(masked[order[i]]);
@@ -315,11 +315,8 @@ TEST(Sampler, SampleReducedWithEditsDrawsWhatTheWholeRowDraws) {
         // The row's best banned; a token from far down lifted to the 4th place, one to the
         // 64th (the boundary of the device's list), one of the best 10 pushed down: known
         // tokens on both sides of the 64th. Both samplers the same edits.
-        std::vector<int32_t> order(kN);
-        for (int32_t id = 0; id < kN; ++id) order[id] = id;
+        const std::vector<int32_t> order = BestFirst(l);
         const auto v = [&](int32_t id) { return std::isnan(l[id]) ? -INFINITY : l[id]; };
-        std::stable_sort(order.begin(), order.end(),
-                         [&](int32_t a, int32_t b) { return v(a) > v(b); });
         const int32_t low = order[1000 + rng() % 2000], low2 = order[1000 + rng() % 2000];
         const auto lift = [&](int32_t id, int rank) {
           return std::isfinite(v(order[rank])) && std::isfinite(v(id))

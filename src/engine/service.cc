@@ -358,12 +358,17 @@ bool Service::Step() {
     // The scheduler's measured guard: the solo step and what was measured to fit beside it.
     scheduler_->Observe(plan, step_seconds);
   }
+  EndStep();
+  return true;
+}
+
+void Service::EndStep() {
+  const auto gone = [](const std::unique_ptr<Sequence>& s) { return s->done; };
   running_.erase(std::remove_if(running_.begin(), running_.end(), gone), running_.end());
   const double flush_time = NowSeconds();
   for (auto& seq : running_) seq->channel->FlushIfDue(flush_time);
   for (auto& seq : waiting_) seq->channel->FlushIfDue(flush_time);
   PublishStats();
-  return true;
 }
 
 bool Service::ChainGreedy() {
@@ -426,11 +431,7 @@ bool Service::ChainGreedy() {
   }
   UF_LOG(DEBUG) << "serve: " << taken << " chained greedy steps in " << NowSeconds() - start
                 << " s";
-  const auto gone = [](const std::unique_ptr<Sequence>& s) { return s->done; };
-  running_.erase(std::remove_if(running_.begin(), running_.end(), gone), running_.end());
-  const double now = NowSeconds();
-  for (auto& s : running_) s->channel->FlushIfDue(now);
-  PublishStats();
+  EndStep();
   return true;
 }
 

@@ -147,6 +147,9 @@ class Service {
   // Runs the lone greedy stream's steps chained on the device (ServiceOptions::chain_greedy)
   // when the service holds just that; false when it does not apply or no step ran.
   bool ChainGreedy();
+  // After a step (or a chain) that ran: drops the finished sequences, flushes the streams' held
+  // events when due, publishes the stats.
+  void EndStep();
   scheduler::StepInput SchedulerInput() const;
   void Apply(const scheduler::StepPlan& plan);
   // Fills batch_ from the plan; returns the composition actually built.

@@ -23,21 +23,9 @@ StatusOr<int64_t> VulkanForward::ForwardGreedyChain(int32_t seq, int32_t token, 
                                                     const std::function<bool(int32_t)>& on_token,
                                                     std::span<const int32_t> banned) {
   if (n < 1) return InvalidArgumentError("gpu forward: a chain needs at least one step");
-  if (token < 0 || token >= c_.n_vocab) {
-    return InvalidArgumentError("gpu forward: token id " + std::to_string(token) +
-                                " is outside the vocabulary [0, " + std::to_string(c_.n_vocab) +
-                                ")");
-  }
-  if (seq < 0 || seq >= cache_->max_seqs()) {
-    return InvalidArgumentError("gpu forward: sequence id " + std::to_string(seq) +
-                                " is outside [0, " + std::to_string(cache_->max_seqs()) + ")");
-  }
-  if (pos < 0 || pos > cache_->Length(seq)) {
-    return InvalidArgumentError("gpu forward: sequence " + std::to_string(seq) +
-                                " starts at position " + std::to_string(pos) +
-                                " but its cache holds " + std::to_string(cache_->Length(seq)) +
-                                " tokens");
-  }
+  UF_RETURN_IF_ERROR(CheckToken(token));
+  UF_RETURN_IF_ERROR(CheckSequence(seq));
+  UF_RETURN_IF_ERROR(CheckStart(seq, pos));
   if (pos + n > max_len_) {
     return OutOfRangeError("gpu forward: a chain of " + std::to_string(n) +
                            " steps from position " + std::to_string(pos) + " passes the cache's " +

@@ -270,6 +270,26 @@ Status VulkanForward::Init(const DeviceSpec& device) {
 }
 
 // The batch checks of model::Decoder::Prepare, and the blocks reserved.
+Status VulkanForward::CheckToken(int32_t tok) const {
+  if (tok >= 0 && tok < c_.n_vocab) return OkStatus();
+  return InvalidArgumentError("gpu forward: token id " + std::to_string(tok) +
+                              " is outside the vocabulary [0, " + std::to_string(c_.n_vocab) + ")");
+}
+
+Status VulkanForward::CheckSequence(int32_t seq) const {
+  if (seq >= 0 && seq < cache_->max_seqs()) return OkStatus();
+  return InvalidArgumentError("gpu forward: sequence id " + std::to_string(seq) +
+                              " is outside [0, " + std::to_string(cache_->max_seqs()) + ")");
+}
+
+Status VulkanForward::CheckStart(int32_t seq, int32_t pos) const {
+  if (pos >= 0 && pos <= cache_->Length(seq)) return OkStatus();
+  return InvalidArgumentError("gpu forward: sequence " + std::to_string(seq) +
+                              " starts at position " + std::to_string(pos) +
+                              " but its cache holds " + std::to_string(cache_->Length(seq)) +
+                              " tokens");
+}
+
 Status VulkanForward::Prepare(const model::Batch& batch) {
   const int64_t n = batch.size();
   if (n == 0) return InvalidArgumentError("gpu forward: empty batch");
@@ -294,20 +314,12 @@ Status VulkanForward::Prepare(const model::Batch& batch) {
   Status status;
   for (int64_t t = 0; t < n && status.ok(); ++t) {
     const int32_t tok = batch.tokens[t], seq = batch.seq_ids[t], pos = batch.positions[t];
-    if (tok < 0 || tok >= c_.n_vocab) {
-      status = InvalidArgumentError("gpu forward: token id " + std::to_string(tok) +
-                                    " is outside the vocabulary [0, " + std::to_string(c_.n_vocab) +
-                                    ")");
-    } else if (seq < 0 || seq >= cache_->max_seqs()) {
-      status = InvalidArgumentError("gpu forward: sequence id " + std::to_string(seq) +
-                                    " is outside [0, " + std::to_string(cache_->max_seqs()) + ")");
-    } else if (seq_next_[seq] < 0) {
-      if (pos < 0 || pos > cache_->Length(seq)) {
-        status = InvalidArgumentError("gpu forward: sequence " + std::to_string(seq) +
-                                      " starts at position " + std::to_string(pos) +
-                                      " but its cache holds " +
-                                      std::to_string(cache_->Length(seq)) + " tokens");
-      } else {
+    status = CheckToken(tok);
+    if (status.ok()) status = CheckSequence(seq);
+    if (!status.ok()) break;
+    if (seq_next_[seq] < 0) {
+      status = CheckStart(seq, pos);
+      if (status.ok()) {
         touched_.push_back(seq);
         seq_first_[seq] = pos;
         seq_next_[seq] = pos + 1;

@@ -108,6 +108,11 @@ class VulkanForward final : public GpuForward {
   StatusOr<Buffer> Vector(const std::vector<float>& v);
   StatusOr<GpuMatrix> Matrix(const kernels::Matrix& w, const std::string& name);
   StatusOr<GpuMatrix> Experts(const std::vector<kernels::Matrix>& w, const std::string& name);
+  // A batch's (Prepare) and a chain's (ForwardGreedyChain) checks: a token in the vocabulary, a
+  // sequence of the cache, and a sequence starting at a position its cache reaches.
+  Status CheckToken(int32_t tok) const;
+  Status CheckSequence(int32_t seq) const;
+  Status CheckStart(int32_t seq, int32_t pos) const;
   Status Prepare(const model::Batch& batch);
   // The forward; with greedy set, the rows' arg-max into greedy[] instead of logits_.
   Status Run(const model::Batch& batch, int32_t* greedy);
