@@ -1,18 +1,23 @@
-// Chained greedy decoding on a Vulkan device (GpuForward::ForwardGreedyChain): each step's
-// arg-max fed to the next step on the device while the host queues the next step. The chained
-// tokens must be those of one ForwardGreedy step at a time, bit for bit (the same recorded step
-// plus the feed), wherever the chain stops, on any sequence, across K/V block boundaries and
-// through the tuners' trials; bad arguments are refused with the cache unchanged. Runs on Mesa's
+// Chained decoding on a Vulkan device (GpuForward::ForwardGreedyChain, ForwardSampledChain): each
+// step's arg-max, or its token drawn from the row's best tokens, fed to the next step on the
+// device while the host queues the next step. The greedy chain's tokens must be those of one
+// ForwardGreedy step at a time, bit for bit (the same recorded step plus the feed), wherever the
+// chain stops, on any sequence, across K/V block boundaries and through the tuners' trials; the
+// sampled chain's those of one sampled step at a time with the same seed; bad arguments are
+// refused with the cache unchanged. Runs on Mesa's
 // lavapipe in CI; skips, saying why, where no Vulkan device exists.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "base/check.h"
 #include "base/status.h"
 #include "engine/kv_cache.h"
+#include "engine/seq_sampler.h"
 #include "gpu/backend.h"
 #include "gpu_service_util.h"
 #include "model/batch.h"
@@ -277,6 +282,221 @@ TEST_P(GpuChainTest, RefusesBadArgumentsAndKeepsTheCache) {
   Chain(*d.fwd, 0, first, kP0, ctx - kP0, ctx, &steps);
   EXPECT_EQ(steps, ctx - kP0);
   EXPECT_EQ(d.cache->Length(0), ctx);
+}
+
+// The sampler settings the sampled chain is tried with.
+struct DrawCase {
+  const char* name;
+  float temperature;
+  int32_t top_k;
+  float top_p, min_p;
+};
+const DrawCase kDraws[] = {
+    {"run's defaults (top-k: SampleTop)", 0.8f, 40, 0.95f, 0.05f},
+    {"OpenAI's defaults (the whole row at T 1: SampleReduced)", 1.0f, 0, 1.0f, 0.0f},
+    {"top-p 0.9 at T 0.7", 0.7f, 0, 0.9f, 0.0f},
+    {"min-p 0.1 at T 1.5", 1.5f, 0, 1.0f, 0.1f},
+    {"top-k 20 at T 1.3", 1.3f, 20, 1.0f, 0.0f},
+    {"the whole row at T 0.6", 0.6f, 0, 1.0f, 0.0f},
+};
+
+sampling::Sampler SamplerFor(const DrawCase& c, const model::Model& m) {
+  sampling::SamplingParams p;
+  p.temperature = c.temperature;
+  p.top_k = c.top_k;
+  p.top_p = c.top_p;
+  p.min_p = c.min_p;
+  p.seed = 7;
+  return sampling::Sampler(p, static_cast<int32_t>(m.config().n_vocab));
+}
+
+// n sampled steps of seq from (token, pos), one Forward a step, each row sampled whole.
+std::vector<int32_t> SampledOneAtATime(gpu::GpuForward& f, sampling::Sampler& s, int seq,
+                                       int32_t token, int32_t pos, int64_t n) {
+  std::vector<int32_t> out;
+  model::Batch b;
+  for (int64_t i = 0; i < n; ++i) {
+    b.Clear();
+    b.Add(token, pos + static_cast<int32_t>(i), seq, true);
+    EXPECT_TRUE(f.Forward(b).ok());
+    token = s.Sample(f.logits(0));
+    s.Accept(token);
+    out.push_back(token);
+  }
+  return out;
+}
+
+struct ChainCounts {
+  int64_t chains = 0;     // ForwardSampledChain calls
+  int64_t taken = 0;      // tokens the chains took
+  int64_t overruled = 0;  // of those, tokens the device had drawn otherwise
+  int64_t undecided = 0;  // rows the chains left to a plain step (SampleReduced: -1)
+};
+
+// n sampled tokens of seq from (token, pos) as run --device vulkan takes them: chains, and where
+// one leaves a row undecided, that step run by Forward and its whole row sampled. With
+// other_uniforms, the device draws with uniforms that are not the sampler's (1 - u), so that the
+// host's sampler overrules it.
+std::vector<int32_t> SampledChained(Device& d, sampling::Sampler& s, int seq, int32_t token,
+                                    int32_t pos, int64_t n, ChainCounts* c,
+                                    const std::vector<int32_t>& banned = {},
+                                    bool other_uniforms = false) {
+  std::vector<int32_t> out;
+  std::vector<float> uniforms;
+  const auto take = [&](int32_t t) {
+    s.Accept(t);
+    out.push_back(t);
+    token = t;
+    ++pos;
+  };
+  while (static_cast<int64_t>(out.size()) < n) {
+    const int64_t left = n - static_cast<int64_t>(out.size());
+    const model::ChainDraw draw = engine::ChainDrawFor(s, left, &uniforms);
+    if (other_uniforms) {
+      for (float& u : uniforms) u = 1.0f - u;
+    }
+    bool undecided = false;
+    ++c->chains;
+    auto r = d.fwd->ForwardSampledChain(
+        seq, token, pos, left, draw,
+        [&](const model::TopRow& row, int32_t drawn, bool*) {
+          const int32_t t = engine::SampleFromTop(s, row);
+          if (t < 0) {
+            undecided = true;
+            return t;
+          }
+          ++c->taken;
+          c->overruled += t != drawn;
+          take(t);
+          return t;
+        },
+        banned);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) break;
+    EXPECT_EQ(d.cache->Length(seq), pos) << "the cache ends at the last taken step";
+    if (undecided) {
+      ++c->undecided;
+      model::Batch b;
+      b.Add(token, pos, seq, true);
+      EXPECT_TRUE(d.fwd->Forward(b).ok());
+      take(s.Sample(d.fwd->logits(0)));
+    }
+  }
+  return out;
+}
+
+// Sampled chains give the tokens of one sampled step at a time with the same seed, for each of
+// the sampler settings: the host's sampler checks every draw. The device's own draws (sample.comp)
+// must agree with it: a draw it overrules costs a step, so at most 2 of all the steps here may be
+// (a float rounding at an interval's edge; none is expected). Rows with top-k are always decided
+// from the device's best 64, so those chains take every step. These models' weights are random
+// and their rows flat (the best 64 hold ~1% of the mass), so without top-k the host leaves the
+// rows undecided and each such step runs as a plain step: that fallback is what those settings
+// test here; the device's draws without top-k are tested on LLM-like rows (gpu_sample_test.cc)
+// and on the demo model (gpu_serve_chain_test.cc).
+TEST_P(GpuChainTest, SampledChainsGiveOneSampledStepAtATimesTokens) {
+  const int64_t n = 40, ctx = 64;
+  Device d = Make(*model_, 2, ctx);
+  const int32_t first = Prefill(*d.fwd, 0);
+  ASSERT_EQ(Prefill(*d.fwd, 1), first);
+  ChainCounts all;
+  for (const DrawCase& c : kDraws) {
+    SCOPED_TRACE(c.name);
+    sampling::Sampler ref = SamplerFor(c, *model_);
+    const std::vector<int32_t> want = SampledOneAtATime(*d.fwd, ref, 0, first, kP0, n);
+    sampling::Sampler s = SamplerFor(c, *model_);
+    ASSERT_TRUE(s.CanChainSample(d.fwd->top_capacity()));
+    ChainCounts counts;
+    EXPECT_EQ(SampledChained(d, s, 1, first, kP0, n, &counts), want);
+    std::printf("%s: %lld chains, %lld of %lld steps chained, %lld overruled, %lld undecided\n",
+                c.name, static_cast<long long>(counts.chains),
+                static_cast<long long>(counts.taken), static_cast<long long>(n),
+                static_cast<long long>(counts.overruled),
+                static_cast<long long>(counts.undecided));
+    if (c.top_k > 0) {
+      EXPECT_EQ(counts.undecided, 0);
+      EXPECT_GE(counts.taken, n - 2) << "a top-k stream's steps did not chain";
+    }
+    all.overruled += counts.overruled;
+  }
+  EXPECT_LE(all.overruled, 2) << "the device's draws disagree with the sampler's";
+}
+
+// Banned tokens (the first three of the unbanned tokens) are masked before the device's best
+// tokens are taken, and the host's sampler knows them: the tokens equal one step at a time's
+// with the same bans, and the bans change them. With uniforms that are not the sampler's, the
+// device's draws are overruled, each ending its chain one step later, and the tokens are still
+// the sampler's.
+TEST_P(GpuChainTest, SampledChainsWithBansAndOverruledDraws) {
+  const int64_t n = 24, ctx = 48;
+  Device d = Make(*model_, 2, ctx);
+  const int32_t first = Prefill(*d.fwd, 0);
+  ASSERT_EQ(Prefill(*d.fwd, 1), first);
+  const DrawCase& c = kDraws[0];
+  sampling::Sampler free_s = SamplerFor(c, *model_);
+  const std::vector<int32_t> free = SampledOneAtATime(*d.fwd, free_s, 0, first, kP0, n);
+  std::vector<int32_t> banned;
+  for (int32_t t : free) {
+    if (banned.size() < 3 && std::find(banned.begin(), banned.end(), t) == banned.end()) {
+      banned.push_back(t);
+    }
+  }
+  sampling::Sampler ref = SamplerFor(c, *model_);
+  ref.SetBanned(banned);
+  const std::vector<int32_t> want = SampledOneAtATime(*d.fwd, ref, 0, first, kP0, n);
+  EXPECT_NE(want, free) << "the bans changed nothing: the test tests nothing";
+  sampling::Sampler s = SamplerFor(c, *model_);
+  s.SetBanned(banned);
+  ChainCounts counts;
+  EXPECT_EQ(SampledChained(d, s, 1, first, kP0, n, &counts, banned), want);
+  EXPECT_LE(counts.overruled, 1);
+  for (bool with_bans : {false, true}) {
+    SCOPED_TRACE(with_bans ? "other uniforms, bans" : "other uniforms");
+    sampling::Sampler o = SamplerFor(c, *model_);
+    if (with_bans) o.SetBanned(banned);
+    ChainCounts other;
+    EXPECT_EQ(SampledChained(d, o, 1, first, kP0, n, &other, with_bans ? banned : std::vector<int32_t>{},
+                             /*other_uniforms=*/true),
+              with_bans ? want : free);
+    EXPECT_GE(other.overruled, 3) << "1 - u drew the sampler's tokens: the test tests nothing";
+    EXPECT_GE(other.chains, other.overruled);
+  }
+}
+
+// Refused, with the cache as it was: more steps than kMaxSampledChainSteps, fewer uniforms than
+// steps, a temperature of 0, and a forward without the top-k reduction.
+TEST_P(GpuChainTest, SampledChainRefusesBadArguments) {
+  const int64_t ctx = 300;
+  Device d = Make(*model_, 1, ctx);
+  const int32_t first = Prefill(*d.fwd, 0);
+  std::vector<float> uniforms(model::kMaxSampledChainSteps + 1, 0.5f);
+  const auto decide = [](const model::TopRow&, int32_t drawn, bool*) { return drawn; };
+  model::ChainDraw draw;
+  draw.uniforms = uniforms;
+  EXPECT_EQ(d.fwd->ForwardSampledChain(0, first, kP0, model::kMaxSampledChainSteps + 1, draw,
+                                       decide)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  draw.uniforms = std::span<const float>(uniforms).first(3);
+  EXPECT_EQ(d.fwd->ForwardSampledChain(0, first, kP0, 4, draw, decide).status().code(),
+            StatusCode::kInvalidArgument);
+  draw.temperature = 0.0f;
+  EXPECT_EQ(d.fwd->ForwardSampledChain(0, first, kP0, 2, draw, decide).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.cache->Length(0), kP0);
+  // A forward that reduces no rows cannot draw.
+  Device whole = Make(*model_, 1, ctx, {.top_k = 0});
+  ASSERT_EQ(Prefill(*whole.fwd, 0), first);
+  EXPECT_FALSE(whole.fwd->chains_sampled());
+  draw.temperature = 1.0f;
+  EXPECT_EQ(whole.fwd->ForwardSampledChain(0, first, kP0, 2, draw, decide).status().code(),
+            StatusCode::kFailedPrecondition);
+  // Valid: the device's own draws taken as they come.
+  auto r = d.fwd->ForwardSampledChain(0, first, kP0, 3, draw, decide);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, 3);
+  EXPECT_EQ(d.cache->Length(0), kP0 + 3);
 }
 
 // Llama (Q8_0 weights: the tuned GEMV; F16: the one-dispatch Q/K/V) and qwen3 (NEOX RoPE, q/k

@@ -66,6 +66,22 @@ class GpuBenchCliTest : public ::testing::Test {
     return j.is_discarded() ? json::object() : j;
   }
 
+  // `run --device vulkan -m model -p 'ROMEO:' args` with UF_GPU_CHAIN off ([0]) and on ([1]): the
+  // text, the stats' "generated ..." line and the whole stderr of each.
+  void RunChainedAndNot(const std::string& model, const std::string& args, std::string text[2],
+                        std::string stop[2], std::string err[2]) {
+    for (int chain = 0; chain < 2; ++chain) {
+      const Ran r = Ultrafast("run --device vulkan -m " + model + " -p 'ROMEO:' " + args,
+                              std::string("UF_GPU_CHAIN=") + (chain ? "on " : "off "));
+      ASSERT_TRUE(r.ok) << args << "\n" << r.err;
+      text[chain] = r.out;
+      err[chain] = r.err;
+      const size_t at = r.err.find("generated ");
+      ASSERT_NE(at, std::string::npos) << r.err;
+      stop[chain] = r.err.substr(at, r.err.find('\n', at) - at);
+    }
+  }
+
   void Write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
 
   fs::path binary_, dir_;
@@ -148,17 +164,9 @@ TEST_F(GpuBenchCliTest, RunGreedyChainedGivesTheStepwiseText) {
   for (const Case& c : {Case{kModel, "-n 12"}, Case{kModel, "-n -1 --ctx 24"},
                         Case{kModel, "-n 12 --ignore-eos"}, Case{"models/demo.gguf", "-n 48"}}) {
     SCOPED_TRACE(c.model + " " + c.args);
-    std::string text[2], stop[2];
-    for (int chain = 0; chain < 2; ++chain) {
-      const Ran r =
-          Ultrafast("run --device vulkan -m " + c.model + " -p 'ROMEO:' --temp 0 " + c.args,
-                    std::string("UF_GPU_CHAIN=") + (chain ? "on " : "off "));
-      ASSERT_TRUE(r.ok) << c.args << "\n" << r.err;
-      text[chain] = r.out;
-      const size_t at = r.err.find("generated ");
-      ASSERT_NE(at, std::string::npos) << r.err;
-      stop[chain] = r.err.substr(at, r.err.find('\n', at) - at);
-    }
+    std::string text[2], stop[2], err[2];
+    RunChainedAndNot(c.model, "--temp 0 " + c.args, text, stop, err);
+    if (HasFatalFailure()) return;
     EXPECT_EQ(text[1], text[0]);
     EXPECT_EQ(stop[1], stop[0]);
     EXPECT_GT(text[0].size(), std::string("ROMEO:\n").size());
@@ -168,6 +176,37 @@ TEST_F(GpuBenchCliTest, RunGreedyChainedGivesTheStepwiseText) {
     if (c.args == "-n -1 --ctx 24") {
       EXPECT_NE(stop[0].find("context"), std::string::npos);
     }
+  }
+}
+
+// `run --device vulkan` with a temperature chains its sampled steps (GpuDecoder::SampledChain:
+// the device draws from the row's best tokens, the sampler checks each draw, a row those cannot
+// decide runs as one step): the same text and stop as one step at a time with the whole row
+// sampled on the host (UF_GPU_CHAIN=off), seeded, with run's default filters (top-k 40), with
+// nothing filtered (the whole row at T 1), and with --ignore-eos, on the demo model.
+TEST_F(GpuBenchCliTest, RunSampledChainedGivesTheStepwiseText) {
+  for (const std::string args :
+       {"--temp 0.8 -n 40", "--temp 1 --top-k 0 --top-p 1 --min-p 0 -n 40",
+        "--temp 0.7 --top-k 0 --top-p 0.9 --min-p 0 -n 24 --ignore-eos"}) {
+    SCOPED_TRACE(args);
+    std::string text[2], stop[2], err[2];
+    RunChainedAndNot("models/demo.gguf", "--seed 5 " + args, text, stop, err);
+    if (HasFatalFailure()) return;
+    EXPECT_EQ(text[1], text[0]);
+    EXPECT_EQ(stop[1], stop[0]);
+    EXPECT_GT(text[0].size(), std::string("ROMEO:\n").size());
+    // "K of N decode steps chained on the device": none unchained, most chained.
+    long long k[2] = {-1, -1}, steps[2] = {-1, -1};
+    for (int chain = 0; chain < 2; ++chain) {
+      const size_t at = err[chain].find("fetched whole; ");
+      ASSERT_NE(at, std::string::npos) << err[chain];
+      ASSERT_EQ(std::sscanf(err[chain].c_str() + at, "fetched whole; %lld of %lld", &k[chain],
+                            &steps[chain]),
+                2)
+          << err[chain];
+    }
+    EXPECT_EQ(k[0], 0);
+    EXPECT_GE(2 * k[1], steps[1]) << err[1];
   }
 }
 

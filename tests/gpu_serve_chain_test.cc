@@ -1,8 +1,8 @@
-// The serving engine's greedy chain on a Vulkan device (ServiceOptions::chain_greedy): a lone
-// plain-greedy stream decodes with each step's token fed to the next on the device. The text,
+// The serving engine's chains on a Vulkan device (ServiceOptions::chain_steps): a lone greedy or
+// plainly sampled stream decodes with each step's token fed to the next on the device. The text,
 // the finish and the counts must be those of the same service with chaining off, whatever ends
 // the request (max_tokens, a stop string, a full context); another request's arrival or a
-// cancellation stops the chain; requests that are not plain arg-max never chain. Runs on Mesa's
+// cancellation stops the chain; requests with bias, penalties or logprobs never chain. Runs on Mesa's
 // lavapipe in CI; skips, saying why, where no Vulkan device exists.
 #include <gtest/gtest.h>
 
@@ -17,6 +17,7 @@
 #include "base/check.h"
 #include "engine/request.h"
 #include "engine/service.h"
+#include "engine/speculative.h"
 #include "gpu/backend.h"
 #include "gpu_service_util.h"
 #include "service_test_util.h"
@@ -37,8 +38,9 @@ std::unique_ptr<engine::Service> MakeService(bool chain,
   o.max_seqs = 2;
   o.ctx = 96;
   o.n_threads = 2;
-  o.chain_greedy = chain;
+  o.chain_steps = chain;
   o.step_hook = std::move(step_hook);
+  o.spec_cost = engine::SpecCostModel{};  // drafts follow acceptance, not measured times
   o.make_forward = testing_gpu::DeviceForward(*demo.model, gpu::GpuForwardOptions{}.top_k, nullptr);
   auto s = engine::Service::Create(*demo.model, *demo.tokenizer, o);
   UF_CHECK(s.ok()) << s.status().ToString();
@@ -110,20 +112,103 @@ TEST_F(GpuServeChainTest, LoneGreedyStreamGivesTheUnchainedText) {
   EXPECT_EQ(on.kv_blocks_used, 0) << "a chained sequence kept its blocks";
 }
 
-// Not an arg-max of the row (a temperature, a logit bias, a penalty) or asking for more than
-// the token (logprobs): never chained.
+// A lone sampled stream (seeded; the device draws from the row's best tokens, the sampler checks
+// each draw) gives the unchained service's text, finish and count: OpenAI's defaults
+// (temperature 1, nothing filtered), run's defaults (top-k 40, top-p, min-p), top-p alone at a
+// low temperature, and ignore_eos (its bans masked on the device). Most steps chain, and the
+// sampler overrules at most 2 of the device's draws in all (a float rounding at an interval's
+// edge; none is expected).
+TEST_F(GpuServeChainTest, LoneSampledStreamGivesTheUnchainedText) {
+  auto plain = MakeService(false);
+  auto chained = MakeService(true);
+  std::vector<engine::GenerationRequest> requests;
+  const auto add = [&](float t, int32_t top_k, float top_p, float min_p, bool ignore_eos) {
+    engine::GenerationRequest r = Greedy("ROMEO:", 48);
+    r.sampling.temperature = t;
+    r.sampling.top_p = top_p;
+    r.sampling.top_k = top_k;
+    r.sampling.min_p = min_p;
+    r.sampling.seed = 11;
+    r.ignore_eos = ignore_eos;
+    requests.push_back(r);
+  };
+  add(1.0f, 0, 1.0f, 0.0f, false);
+  add(0.8f, 40, 0.95f, 0.05f, false);
+  add(0.7f, 0, 0.9f, 0.0f, false);
+  add(1.0f, 0, 1.0f, 0.0f, true);
+  for (const engine::GenerationRequest& r : requests) {
+    SCOPED_TRACE("T " + std::to_string(r.sampling.temperature) + " top_k " +
+                 std::to_string(r.sampling.top_k) + " top_p " + std::to_string(r.sampling.top_p) +
+                 (r.ignore_eos ? " ignore_eos" : ""));
+    const Output want = Generate(*plain, r);
+    const Output got = Generate(*chained, r);
+    EXPECT_EQ(got.text, want.text);
+    EXPECT_EQ(got.finish, want.finish);
+    EXPECT_EQ(got.completion_tokens, want.completion_tokens);
+  }
+  const engine::EngineStats on = SettledStats(*chained), off = SettledStats(*plain);
+  std::printf("[gpu serve chain] sampled: chained %lld of %lld steps, %lld overruled\n",
+              static_cast<long long>(on.chained_steps), static_cast<long long>(on.steps),
+              static_cast<long long>(on.chain_overruled));
+  EXPECT_EQ(off.chained_steps, 0);
+  EXPECT_GT(on.chained_steps, 100) << "the lone sampled streams did not chain";
+  EXPECT_LE(on.chain_overruled, 2) << "the device's draws disagree with the sampler's";
+  EXPECT_EQ(on.kv_blocks_used, 0) << "a chained sequence kept its blocks";
+}
+
+// A speculating stream (n-gram drafts, ultrafast's default) chains while its controller verifies
+// no drafts and leaves the chain for each verify step: the same text as unchained, greedy and
+// sampled, with both chained steps and verify steps (the demo model's text repeats itself, so
+// its n-grams propose; the verify schedule follows acceptance alone: SpecCostModel fixed), the
+// same verify steps and drafts.
+TEST_F(GpuServeChainTest, SpeculatingStreamChainsBetweenVerifySteps) {
+  auto plain = MakeService(false);
+  auto chained = MakeService(true);
+  for (float t : {0.0f, 0.8f}) {
+    SCOPED_TRACE("T " + std::to_string(t));
+    engine::GenerationRequest r = Greedy("ROMEO:", 80);
+    r.sampling.temperature = t;
+    r.sampling.top_k = 40;
+    r.sampling.seed = 3;
+    r.speculation = engine::SpeculationRequest{.mode = engine::SpecMode::kNgram, .k = 4};
+    const Output want = Generate(*plain, r);
+    const Output got = Generate(*chained, r);
+    EXPECT_EQ(got.text, want.text);
+    EXPECT_EQ(got.finish, want.finish);
+    EXPECT_EQ(got.completion_tokens, want.completion_tokens);
+  }
+  const engine::EngineStats on = SettledStats(*chained), off = SettledStats(*plain);
+  std::printf("[gpu serve chain] speculating: chained %lld of %lld steps, %lld verify steps "
+              "(unchained: %lld of %lld steps verified)\n",
+              static_cast<long long>(on.chained_steps), static_cast<long long>(on.steps),
+              static_cast<long long>(on.spec_verify_steps),
+              static_cast<long long>(off.spec_verify_steps), static_cast<long long>(off.steps));
+  EXPECT_GT(off.spec_verify_steps, 0) << "nothing was drafted: the test tests nothing";
+  // The controller sees the same tokens and proposals either way, so it verifies at the same
+  // points: the chain leaves for each of those verify steps.
+  EXPECT_EQ(on.spec_verify_steps, off.spec_verify_steps);
+  EXPECT_EQ(on.spec_drafted, off.spec_drafted);
+  EXPECT_GT(on.chained_steps, 20) << "the speculating streams did not chain";
+  EXPECT_EQ(on.kv_blocks_used, 0);
+}
+
+// Not a plain arg-max or draw (a logit bias, a penalty, a top-k above the device's 64 best) or
+// asking for more than the token (logprobs): never chained.
 TEST_F(GpuServeChainTest, OtherRequestsDoNotChain) {
   auto chained = MakeService(true);
-  engine::GenerationRequest sampled = Greedy("ROMEO:", 12);
-  sampled.sampling.temperature = 1.0f;
-  sampled.sampling.seed = 7;
+  engine::GenerationRequest wide_top_k = Greedy("ROMEO:", 12);
+  wide_top_k.sampling.temperature = 1.0f;
+  wide_top_k.sampling.top_k = 100;
+  wide_top_k.sampling.seed = 7;
   engine::GenerationRequest logprobs = Greedy("ROMEO:", 12);
   logprobs.top_logprobs = 1;
   engine::GenerationRequest bias = Greedy("ROMEO:", 12);
   bias.sampling.logit_bias = {{13, -1.0f}};
   engine::GenerationRequest penalty = Greedy("ROMEO:", 12);
   penalty.sampling.repeat_penalty = 1.3f;
-  for (engine::GenerationRequest r : {sampled, logprobs, bias, penalty}) {
+  engine::GenerationRequest sampled_penalty = penalty;
+  sampled_penalty.sampling.temperature = 1.0f;
+  for (engine::GenerationRequest r : {wide_top_k, logprobs, bias, penalty, sampled_penalty}) {
     const Output out = Generate(*chained, std::move(r));
     EXPECT_EQ(out.completion_tokens, 12);
   }

@@ -223,10 +223,11 @@ print(round(json.loads(sys.argv[1])["pp_tok_s"]))' "$line")") ;;
 import json, sys
 # tok/s: logits rows back to the host (what a sampling server step costs); argmax: greedy with
 # the arg-max on the device, one token back; chain: greedy with each token fed to the next step
-# on the device, the next step queued while one runs (`run --temp 0`); GPU tok/s: the step's GPU
-# time alone.
+# on the device, the next step queued while one runs (`run --temp 0`); sampled: chained too, each
+# token drawn on the device from the row's best 64 (T 0.8, top-k 40) and checked by the host's
+# sampler (`run --temp 0.8`); GPU tok/s: the step's GPU time alone.
 print(f"{'model':<18} {'type':<6} {'depth':>6} {'gemv':<7} {'streams':>7} {'tok/s':>10} "
-      f"{'argmax':>10} {'chain':>10} {'GPU tok/s':>10} {'read GB/s':>10} {'roofline':>9} "
+      f"{'argmax':>10} {'chain':>10} {'sampled':>10} {'GPU tok/s':>10} {'read GB/s':>10} {'roofline':>9} "
       f"{'disp/step':>9} {'barr/step':>9}")
 first = json.loads(sys.argv[1].split(" ", 4)[4])
 print(f"device: {first.get('device', '?')} (../shared/gpu/README.md's llama.cpp figures are an "
@@ -238,12 +239,13 @@ for arg in sys.argv[1:]:
     if "batch" not in j:
         print(f"{p:<18} {t:<6} {d:>6} {g:<7} {1:>7} {j['tg_tok_s']:>10.1f} "
               f"{j.get('tg_argmax_tok_s', 0):>10.1f} {j.get('tg_chain_tok_s', 0):>10.1f} "
+              f"{j.get('tg_sampled_tok_s', 0):>10.1f} "
               f"{j['tg_gpu_tok_s']:>10.1f} {bw:>10.0f} {100 * j['roofline']:>8.1f}% "
               f"{j.get('step_dispatches', 0):>9} {j.get('step_barriers', 0):>9}")
         continue
     for b in j["batch"]:
         print(f"{p:<18} {t:<6} {d:>6} {g:<7} {b['streams']:>7} {b['tok_s']:>10.1f} "
-              f"{'':>10} {'':>10} {b['gpu_tok_s']:>10.1f} {bw:>10.0f} {100 * b['roofline']:>8.1f}%")
+              f"{'':>10} {'':>10} {'':>10} {b['gpu_tok_s']:>10.1f} {bw:>10.0f} {100 * b['roofline']:>8.1f}%")
     print(f"prefill (the batched runs' prompts, batches of up to 512): {j['pp_tok_s']:.0f} tok/s")
 
 # Issue 28's targets (an H200's; llama.cpp CUDA on the same shapes, ../shared/gpu/README.md):

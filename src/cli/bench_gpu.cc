@@ -10,6 +10,7 @@
 #include "base/clock.h"
 #include "cli/common.h"
 #include "engine/kv_cache.h"
+#include "engine/seq_sampler.h"
 #include "model/batch.h"
 
 namespace uf::cli {
@@ -79,7 +80,7 @@ int GpuBench(const GpuBenchOptions& o) {
   };
   prefill(0, 0, o.depth);
   // tok/s: wall clock; GPU time alone (timestamps); wall clock with the arg-max on the device
-  std::vector<double> pp, tg, tg_gpu, tg_argmax, tg_chain;
+  std::vector<double> pp, tg, tg_gpu, tg_argmax, tg_chain, tg_sampled;
   int step_dispatches = 0, step_barriers = 0;  // of a one-token decode step (logits back)
   // The n_gen one-token steps after the prompt, their GPU time added to *gpu_s.
   const auto decode = [&](double* gpu_s) {
@@ -125,6 +126,37 @@ int GpuBench(const GpuBenchOptions& o) {
           d->ForwardGreedyChain(0, token(first), first, o.n_gen, [](int32_t) { return true; });
       if (!steps.ok()) Fail("bench", steps.status());
       tg_chain.push_back(o.n_gen / (NowSeconds() - t2));
+      // Again, sampled and chained with run's default filters (T 0.8, top-k 40, top-p 0.95,
+      // min-p 0.05; a random-weight model's flat rows would leave a sampler without top-k
+      // undecided): each token drawn from the row's best 64 on the device and checked by the
+      // host's sampler, as `run --temp 0.8` and a served stream take them. A draw the sampler
+      // overrules ends a chain; the next starts where it did.
+      sampling::SamplingParams sp;
+      sp.temperature = 0.8f;
+      sp.top_k = 40;
+      sp.top_p = 0.95f;
+      sp.min_p = 0.05f;
+      sp.seed = static_cast<uint64_t>(rep);
+      sampling::Sampler sampler(sp, static_cast<int32_t>(m.config().n_vocab));
+      std::vector<float> uniforms;
+      int64_t done = 0;
+      int32_t next = token(first);
+      const double t3 = NowSeconds();
+      while (d->chains_sampled() && done < o.n_gen) {
+        const int64_t n = std::min(o.n_gen - done, model::kMaxSampledChainSteps);
+        const model::ChainDraw draw = engine::ChainDrawFor(sampler, n, &uniforms);
+        auto taken = d->ForwardSampledChain(
+            0, next, static_cast<int32_t>(first + done), n, draw,
+            [&](const model::TopRow& row, int32_t, bool*) {
+              next = engine::SampleFromTop(sampler, row);  // top-k: always decided
+              sampler.Accept(next);
+              return next;
+            });
+        if (!taken.ok()) Fail("bench", taken.status());
+        if (*taken == 0) break;  // not expected with top-k
+        done += *taken;
+      }
+      tg_sampled.push_back(o.n_gen / (NowSeconds() - t3));
     }
   }
   // Batched decode: B streams, each with an n_prompt-token prompt, then n_gen steps of one
@@ -200,6 +232,7 @@ int GpuBench(const GpuBenchOptions& o) {
   const double bw_bytes = bw.ok() ? *bw : 0.0;
   const double pp_tok_s = Median(pp), tg_tok_s = Median(tg), tg_gpu_tok_s = Median(tg_gpu);
   const double tg_argmax_tok_s = Median(tg_argmax), tg_chain_tok_s = Median(tg_chain);
+  const double tg_sampled_tok_s = Median(tg_sampled);
   // Bytes a decode step reads: the weights as the file holds them (the device holds about the
   // same bytes, quants and scales split apart) plus the f16 K/V up to the mean decode position.
   const double kv_bytes =
@@ -239,6 +272,7 @@ int GpuBench(const GpuBenchOptions& o) {
     j["tg_argmax_tok_s"] = tg_argmax_tok_s;
     j["tg_chain_tok_s"] = tg_chain_tok_s;
     j["chain_roofline"] = bw_bytes > 0 ? tg_chain_tok_s * bytes_per_token / bw_bytes : 0.0;
+    j["tg_sampled_tok_s"] = tg_sampled_tok_s;
     j["step_dispatches"] = step_dispatches;
     j["step_barriers"] = step_barriers;
     j["bytes_per_token"] = bytes_per_token;
@@ -294,6 +328,12 @@ int GpuBench(const GpuBenchOptions& o) {
         static_cast<long long>(o.depth), ("tg" + std::to_string(o.n_gen) + " chain").c_str(),
         tg_chain_tok_s, bytes_per_token, bw_bytes / 1e9,
         bw_bytes > 0 ? 100.0 * tg_chain_tok_s * bytes_per_token / bw_bytes : 0.0);
+    std::printf(
+        "%-8lld %-12s %14.1f %16.0f %12.1f %9.1f%%   (sampled, chained: T 0.8, top-k 40, drawn "
+        "on the device, checked by the host)\n",
+        static_cast<long long>(o.depth), ("tg" + std::to_string(o.n_gen) + " sampled").c_str(),
+        tg_sampled_tok_s, bytes_per_token, bw_bytes / 1e9,
+        bw_bytes > 0 ? 100.0 * tg_sampled_tok_s * bytes_per_token / bw_bytes : 0.0);
   }
   if (o.n_gen > 0) {
     std::printf("%-8lld %-12s %14d   dispatches/step, %d barriers/step (one-token decode step)\n",

@@ -73,9 +73,11 @@ void RunOnGpu(const RunOptions& o, const gpu::DeviceSpec& device, const LoadedMo
   g.sampling = o.sampling;
   g.ignore_eos = o.ignore_eos;
   g.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
+  g.chain = gpu::ChainSteps();  // UF_GPU_CHAIN=off: one step at a time
   if (!g.sampling.greedy()) {
     // Sampling: engine::Generate on a device forward, whose rows come back as their 64 best
-    // tokens (fetched whole only when the sampler's draw needs it) instead of n_vocab floats.
+    // tokens (fetched whole only when the sampler's draw needs it) instead of n_vocab floats,
+    // its steps chained on the device without bias or penalties (GenerateOptions::chain).
     const model::ModelConfig& c = loaded.model->config();
     engine::KvCacheOptions co;
     co.n_layer = c.n_layer;
@@ -111,9 +113,13 @@ void RunOnGpu(const RunOptions& o, const gpu::DeviceSpec& device, const LoadedMo
     std::fflush(stdout);
     if (!s.ok()) Fail("run", s);
     PrintStats(st);
-    std::fprintf(stderr, "device rows: %lld reduced to the best 64, %lld of them fetched whole\n",
+    std::fprintf(stderr,
+                 "device rows: %lld reduced to the best 64, %lld of them fetched whole; %lld of "
+                 "%lld decode steps chained on the device\n",
                  static_cast<long long>((*fwd)->rows_reduced()),
-                 static_cast<long long>((*fwd)->rows_fetched()));
+                 static_cast<long long>((*fwd)->rows_fetched()),
+                 static_cast<long long>(st.chained_steps),
+                 static_cast<long long>(st.n_decode_steps));
     PrintFinish(st);
     return;
   }

@@ -59,7 +59,7 @@ Status GenerateOnGpu(gpu::GpuDecoder& decoder, const Tokenizer& tokenizer,
   // (GreedyChain): one token comes back instead of the logits row, and the next step is already
   // queued when it does. UF_GPU_CHAIN=off: one StepGreedy a token (no bans), else the host's.
   const bool device_greedy = sampler.ArgMaxAfterBans();
-  const bool chain = device_greedy && gpu::ChainGreedySteps();
+  const bool chain = device_greedy && gpu::ChainSteps();
   int32_t token = options.max_tokens != 0 ? sampler.Sample(decoder.logits()) : -1;
   if (token >= 0 && take(token)) {
     if (chain) {

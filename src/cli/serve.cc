@@ -126,7 +126,7 @@ int RunServe(const ServeArgs& args) {
     // paged by the engine's block tables; everything above the step is the CPU path's.
     // (f32 K/V is refused by GpuForward::Create: the device cache is f16 or q8_0.)
     so.make_forward = GpuForwardFactory(model, device, "serve");
-    so.chain_greedy = gpu::ChainGreedySteps();  // UF_GPU_CHAIN=off: A/B runs
+    so.chain_steps = gpu::ChainSteps();  // UF_GPU_CHAIN=off: A/B runs
   }
   auto service = engine::Service::Create(model, tokenizer, so);
   if (!service.ok()) return Report("serve", service.status());

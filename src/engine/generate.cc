@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "engine/seq_sampler.h"
 
 namespace uf::engine {
 
@@ -155,6 +156,40 @@ Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
   double step_seconds = 0.0;
   double t_first = 0.0;
   bool stop = false;
+  // A sampled token into the output; sets stop (and the reason) when generation ends at it.
+  const auto take = [&](int32_t token) {
+    ++stats->n_generated;
+    if (stats->n_generated == 1) {
+      t_first = NowSeconds();
+      stats->first_token_seconds = t_first - t0;
+    }
+    sampler.Accept(token);
+    context.push_back(token);
+    if (on_token) on_token(token);
+    if (!options.ignore_eos && tokenizer.IsEndOfGeneration(token)) {
+      stats->stop_reason = StopReason::kEndOfGeneration;
+      stop = true;
+      return;
+    }
+    const std::string piece = text.Push(token);
+    if (!piece.empty() && !on_text(piece)) {
+      stats->stop_reason = StopReason::kCallback;
+      stop = true;
+      return;
+    }
+    if (options.max_tokens >= 0 && stats->n_generated >= options.max_tokens) {
+      stats->stop_reason = StopReason::kMaxTokens;
+      stop = true;
+    }
+  };
+  // A forward that chains sampled steps (a GPU's) decodes a sampler without bias or penalties,
+  // and without drafts, chained: each step's token drawn on the device from the row's best
+  // tokens and checked here (BatchForward::ForwardSampledChain); a row those cannot decide runs
+  // as a plain step below.
+  const bool chain = options.chain && drafter == nullptr && decoder.chains_sampled() &&
+                     sampler.CanChainSample(top_cap) &&
+                     static_cast<int64_t>(sampler.banned().size()) <= decoder.top_known_capacity();
+  std::vector<float> uniforms;
   for (;;) {
     // Rows 0..drafts.size() of the last forward: the pending token's, then each draft's.
     const int n_drafts = static_cast<int>(drafts.size());
@@ -181,31 +216,8 @@ Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
         token = sampler.Sample(decoder.logits(i), target.pool);
       }
       if (i == 0) first = token;
-      ++stats->n_generated;
-      if (stats->n_generated == 1) {
-        t_first = NowSeconds();
-        stats->first_token_seconds = t_first - t0;
-      }
-      sampler.Accept(token);
-      context.push_back(token);
-      if (on_token) on_token(token);
-      if (!options.ignore_eos && tokenizer.IsEndOfGeneration(token)) {
-        stats->stop_reason = StopReason::kEndOfGeneration;
-        stop = true;
-        break;
-      }
-      const std::string piece = text.Push(token);
-      if (!piece.empty() && !on_text(piece)) {
-        stats->stop_reason = StopReason::kCallback;
-        stop = true;
-        break;
-      }
-      if (options.max_tokens >= 0 && stats->n_generated >= options.max_tokens) {
-        stats->stop_reason = StopReason::kMaxTokens;
-        stop = true;
-        break;
-      }
-      if (i == n_drafts || token != drafts[i]) break;
+      take(token);
+      if (stop || i == n_drafts || token != drafts[i]) break;
       ++accepted;
     }
     if (n_drafts > 0) {
@@ -217,8 +229,33 @@ Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
     if (shadow > 0 && first >= 0) controller.ObserveShadow(1, first == proposal[0] ? 1 : 0);
     shadow = 0;
     // Positions [0, context.size() - 1) hold verified K/V; the rejected drafts' go.
-    const int64_t pos = static_cast<int64_t>(context.size()) - 1;
+    int64_t pos = static_cast<int64_t>(context.size()) - 1;
     if (n_drafts > 0) cache.Truncate(seq, pos);
+    // Chains until one ends at a row it cannot decide (that row's step runs below) or the
+    // generation ends.
+    for (bool undecided = false; chain && !stop && !undecided && pos < ctx;) {
+      int64_t n = std::min(ctx - pos, model::kMaxSampledChainSteps);
+      if (options.max_tokens >= 0) n = std::min(n, options.max_tokens - stats->n_generated);
+      const model::ChainDraw draw = ChainDrawFor(sampler, n, &uniforms);
+      UF_ASSIGN_OR_RETURN(
+          const int64_t steps,
+          decoder.ForwardSampledChain(
+              seq, context.back(), static_cast<int32_t>(pos), n, draw,
+              [&](const model::TopRow& row, int32_t, bool* more) {
+                const int32_t token = SampleFromTop(sampler, row);
+                if (token < 0) {
+                  undecided = true;
+                  return token;
+                }
+                take(token);
+                *more = !stop && static_cast<int64_t>(context.size()) - 1 < ctx;
+                return token;
+              },
+              sampler.banned()));
+      stats->n_decode_steps += steps;
+      stats->chained_steps += steps;
+      pos = static_cast<int64_t>(context.size()) - 1;
+    }
     if (stop) break;
     if (pos >= ctx) {
       stats->stop_reason = StopReason::kContextFull;

@@ -30,6 +30,10 @@ struct GenerateOptions {
   Drafter* drafter = nullptr;
   int spec_k = 8;
   bool spec_adaptive = true;
+  // On a forward that chains sampled steps (a GPU's: BatchForward::ForwardSampledChain), a
+  // sampler without bias or penalties and without a drafter decodes chained: the same tokens,
+  // no host round trip between steps. false: one step at a time (UF_GPU_CHAIN=off).
+  bool chain = true;
 };
 
 enum class StopReason { kEndOfGeneration, kMaxTokens, kContextFull, kCallback };
@@ -47,6 +51,7 @@ struct GenerateStats {
   double draft_seconds = 0.0;  // time spent drafting (inside decode_seconds)
   // Rows a device reduced but the sampler needed whole (Sampler::SampleReduced's fallback).
   int64_t rows_fetched = 0;
+  int64_t chained_steps = 0;  // of n_decode_steps, steps run in chains (GenerateOptions::chain)
 
   // Tokens per second after the first token (speculation emits several per forward).
   double decode_tokens_per_second() const {

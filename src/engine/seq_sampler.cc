@@ -23,6 +23,29 @@ sampling::SamplingParams ToSamplingParams(const RequestSampling& r, int64_t max_
   return p;
 }
 
+int32_t SampleFromTop(sampling::Sampler& sampler, const model::TopRow& row) {
+  if (sampler.CanSampleTop(row.n)) {
+    return sampler.SampleTop(row.ids, row.logits, row.n, row.known_ids, row.known_logits,
+                             row.n_known);
+  }
+  return sampler.SampleReduced(row.ids, row.logits, row.n, row.max, row.log_sum_exp,
+                               row.known_ids, row.known_logits, row.n_known);
+}
+
+model::ChainDraw ChainDrawFor(const sampling::Sampler& sampler, int64_t n,
+                              std::vector<float>* uniforms) {
+  const sampling::SamplingParams& p = sampler.params();
+  uniforms->resize(n);
+  sampler.PeekUniforms(n, uniforms->data());
+  model::ChainDraw d;
+  d.temperature = p.temperature;
+  d.top_k = p.top_k;
+  d.top_p = p.top_p;
+  d.min_p = p.min_p;
+  d.uniforms = *uniforms;
+  return d;
+}
+
 SequenceSampler::SequenceSampler(const RequestSampling& params, int32_t n_vocab, int64_t max_tokens,
                                  const std::vector<int32_t>& banned)
     : sampler_(ToSamplingParams(params, max_tokens), n_vocab) {

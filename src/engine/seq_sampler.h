@@ -18,6 +18,15 @@ namespace uf::engine {
 // The sampler settings of a request; penalties look at up to max_tokens generated tokens.
 sampling::SamplingParams ToSamplingParams(const RequestSampling& params, int64_t max_tokens);
 
+// The token sampler draws from a reduced row (a device's): SampleTop where it can
+// (CanSampleTop(row.n)), else SampleReduced (-1: the row is needed whole, nothing drawn).
+int32_t SampleFromTop(sampling::Sampler& sampler, const model::TopRow& row);
+// A sampled chain's draw (model::BatchForward::ForwardSampledChain) for sampler's next n tokens:
+// its filters, and its next n uniforms written to *uniforms, which the draw points at.
+// sampler.CanChainSample(the forward's top capacity) must hold.
+model::ChainDraw ChainDrawFor(const sampling::Sampler& sampler, int64_t n,
+                              std::vector<float>* uniforms);
+
 class SequenceSampler {
  public:
   // params must pass ToSamplingParams(params, max_tokens).Validate(). banned: tokens that must
@@ -44,6 +53,7 @@ class SequenceSampler {
     return sampler_.SampleReduced(top.ids, top.logits, top.n, top.max, top.log_sum_exp,
                                   top.known_ids, top.known_logits, top.n_known);
   }
+  int32_t SampleFromTop(const model::TopRow& top) { return engine::SampleFromTop(sampler_, top); }
   // The tokens a device must read out raw (Batch::known_ids) for the row after `pending`.
   void EditedTokens(std::span<const int32_t> pending, std::vector<int32_t>* out) const {
     sampler_.EditedTokens(pending, out);

@@ -215,6 +215,7 @@ EngineStats Service::Stats() const {
   s.prompt_tokens_computed = prompt_tokens_computed_.load();
   s.steps = steps_.load();
   s.chained_steps = chained_steps_.load();
+  s.chain_overruled = chain_overruled_.load();
   s.preemptions = preemptions_.load();
   s.abandoned_steps = abandoned_steps_.load();
   s.rows_fetched = rows_fetched_.load();
@@ -286,7 +287,7 @@ bool Service::Step() {
     return false;
   }
 
-  if (ChainGreedy()) return true;
+  if (ChainSteps()) return true;
   PrepareDrafts();
   const scheduler::StepPlan plan = scheduler_->Plan(SchedulerInput());
   if (plan.ultrafast_solo_seconds > 0.0) {
@@ -371,22 +372,30 @@ void Service::EndStep() {
   PublishStats();
 }
 
-bool Service::ChainGreedy() {
+bool Service::ChainSteps() {
   // At most this many steps a chain: the loop's own turn (stats, flushes) comes between chains.
-  constexpr int64_t kMaxChainSteps = 256;
-  if (!options_.chain_greedy || !decoder_->chains_greedy() || running_.size() != 1 ||
+  constexpr int64_t kMaxChainSteps = model::kMaxSampledChainSteps;
+  if (!options_.chain_steps || !decoder_->chains_greedy() || running_.size() != 1 ||
       !waiting_.empty()) {
     return false;
   }
   Sequence& seq = *running_[0];
   const GenerationRequest& r = seq.request;
-  // Decoding (the prompt computed, one token pending), its token the row's arg-max once its
-  // banned tokens (ignore_eos: the end tokens) are masked.
+  // Decoding (the prompt computed, one token pending), not a step after a sampled chain left its
+  // row undecided (that row runs as a plain step, sampled from the whole row).
   if (seq.done || seq.preempted || seq.slot < 0 || seq.n_generated == 0 || seq.to_feed() != 1 ||
-      seq.constraint || r.top_logprobs >= 0 || seq.spec.mode != SpecMode::kOff || !seq.sampler ||
-      !seq.sampler->sampler().ArgMaxAfterBans() ||
-      static_cast<int64_t>(seq.sampler->sampler().banned().size()) >
-          decoder_->top_known_capacity()) {
+      seq.constraint || r.top_logprobs >= 0 || !seq.sampler || seq.chain_undecided ||
+      (seq.spec.mode != SpecMode::kOff && !(seq.drafter && seq.controller))) {
+    seq.chain_undecided = false;
+    return false;
+  }
+  // The token the row's arg-max once its banned tokens (ignore_eos: the end tokens) are masked,
+  // or drawn from the row's best tokens without bias or penalties.
+  const sampling::Sampler& sampler = seq.sampler->sampler();
+  const bool greedy = sampler.ArgMaxAfterBans();
+  if ((!greedy && !(decoder_->chains_sampled() &&
+                    sampler.CanChainSample(decoder_->top_capacity()))) ||
+      static_cast<int64_t>(sampler.banned().size()) > decoder_->top_known_capacity()) {
     return false;
   }
   // Emit ends the request at max_tokens generated or a full context: no step past either.
@@ -394,25 +403,68 @@ bool Service::ChainGreedy() {
       std::min({r.max_tokens - seq.n_generated,
                 options_.ctx - static_cast<int64_t>(seq.tokens.size()), kMaxChainSteps});
   if (n < 2) return false;  // one step: the plain path
+  // A speculating stream (ultrafast's default) chains while its controller verifies no drafts:
+  // the chain ends at the token after which it would, and that verify step runs as a plain
+  // step. A proposal left unverified is compared with the next token, as a plain step does.
+  const bool speculating = seq.drafter != nullptr;
+  int32_t shadow = -1;  // the unverified proposal's first token
+  if (speculating) {
+    DraftFor(seq);
+    if (seq.drafts > 0) return false;
+    shadow = seq.proposal.empty() ? -1 : seq.proposal[0];
+  }
   const double start = NowSeconds();
+  double last = start;
   int64_t taken = 0;
   chain_slot_ = seq.slot;
   const int slot = seq.slot;
-  auto steps = decoder_->ForwardGreedyChain(
-      slot, seq.tokens.back(), static_cast<int32_t>(seq.n_computed), n,
-      [&](int32_t token) {
-        ++taken;
-        ++seq.n_computed;
-        seq.last_served = clock_->Now();
-        seq.sampler->Accept(token);
-        Emit(seq, token, nullptr);
-        seq.channel->FlushIfDue(NowSeconds());
-        if (seq.done || seq.channel->cancelled()) return false;
-        std::lock_guard<std::mutex> lock(mu_);
-        return incoming_.empty() && !stopping_;
-      },
-      seq.sampler->sampler().banned());
+  // A step's token into the stream; false to end the chain there.
+  const auto emit = [&](int32_t token) {
+    ++taken;
+    ++seq.n_computed;
+    seq.last_served = clock_->Now();
+    seq.sampler->Accept(token);
+    if (speculating) {
+      // A chained step's time is what a verify step must beat (no host turn between steps).
+      const double now = NowSeconds();
+      seq.controller->ObserveStep(0, 0, now - last);
+      last = now;
+      if (shadow >= 0) seq.controller->ObserveShadow(1, token == shadow ? 1 : 0);
+    }
+    Emit(seq, token, nullptr);
+    seq.channel->FlushIfDue(NowSeconds());
+    if (seq.done || seq.channel->cancelled()) return false;
+    if (speculating) {
+      DraftFor(seq);
+      if (seq.drafts > 0) return false;  // the next step verifies drafts
+      shadow = seq.proposal.empty() ? -1 : seq.proposal[0];
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    return incoming_.empty() && !stopping_;
+  };
+  StatusOr<int64_t> steps = int64_t{0};
+  if (greedy) {
+    steps = decoder_->ForwardGreedyChain(slot, seq.tokens.back(),
+                                         static_cast<int32_t>(seq.n_computed), n, emit,
+                                         sampler.banned());
+  } else {
+    const model::ChainDraw draw = ChainDrawFor(sampler, n, &chain_uniforms_);
+    steps = decoder_->ForwardSampledChain(
+        slot, seq.tokens.back(), static_cast<int32_t>(seq.n_computed), n, draw,
+        [&](const model::TopRow& row, int32_t drawn, bool* more) {
+          const int32_t token = seq.sampler->SampleFromTop(row);
+          if (token < 0) {
+            seq.chain_undecided = true;
+            return token;
+          }
+          chain_overruled_ += token != drawn;
+          *more = emit(token);
+          return token;
+        },
+        sampler.banned());
+  }
   chain_slot_ = -1;
+  seq.drafts = 0;  // the next step drafts again (PrepareDrafts)
   steps_ += taken;
   chained_steps_ += taken;
   if (seq.done) {
@@ -423,14 +475,15 @@ bool Service::ChainGreedy() {
   if (!steps.ok()) {
     if (taken == 0 && !seq.done) {
       // Nothing ran (e.g. no KV blocks for the whole chain): the plain step handles it.
-      UF_LOG(DEBUG) << "serve: greedy chain not run: " << steps.status().ToString();
+      UF_LOG(DEBUG) << "serve: chain not run: " << steps.status().ToString();
+      seq.chain_undecided = true;  // (so that the next step is that plain one)
       return false;
     }
-    UF_LOG(ERROR) << "serve: greedy chain failed: " << steps.status().ToString();
+    UF_LOG(ERROR) << "serve: chain failed: " << steps.status().ToString();
     Finish(seq, FinishReason::kError, steps.status());
   }
-  UF_LOG(DEBUG) << "serve: " << taken << " chained greedy steps in " << NowSeconds() - start
-                << " s";
+  UF_LOG(DEBUG) << "serve: " << taken << " chained " << (greedy ? "greedy" : "sampled")
+                << " steps in " << NowSeconds() - start << " s";
   EndStep();
   return true;
 }
@@ -606,21 +659,22 @@ scheduler::BatchComposition Service::BuildBatch(const scheduler::StepPlan& plan)
 }
 
 void Service::PrepareDrafts() {
-  for (auto& seq_ptr : running_) {
-    Sequence& seq = *seq_ptr;
-    seq.drafts = 0;
-    seq.proposal.clear();
-    if (!seq.drafter || seq.done || seq.to_feed() != 1) continue;
-    // Drafts at positions tokens.size() .. must stay inside the context, and a step can emit at
-    // most drafts + 1 tokens of what is left to generate.
-    const int64_t n = static_cast<int64_t>(seq.tokens.size());
-    const int64_t room = std::min(options_.ctx - n, seq.request.max_tokens - seq.n_generated - 1);
-    const int want = static_cast<int>(std::min<int64_t>(seq.controller->DraftsWanted(), room));
-    if (want <= 0) continue;
-    // The n-gram drafter cannot fail.
-    UF_CHECK(seq.drafter->Draft(seq.tokens, want, &seq.proposal).ok());
-    seq.drafts = seq.controller->Choose(static_cast<int>(seq.proposal.size()));
-  }
+  for (auto& seq : running_) DraftFor(*seq);
+}
+
+void Service::DraftFor(Sequence& seq) {
+  seq.drafts = 0;
+  seq.proposal.clear();
+  if (!seq.drafter || seq.done || seq.to_feed() != 1) return;
+  // Drafts at positions tokens.size() .. must stay inside the context, and a step can emit at
+  // most drafts + 1 tokens of what is left to generate.
+  const int64_t n = static_cast<int64_t>(seq.tokens.size());
+  const int64_t room = std::min(options_.ctx - n, seq.request.max_tokens - seq.n_generated - 1);
+  const int want = static_cast<int>(std::min<int64_t>(seq.controller->DraftsWanted(), room));
+  if (want <= 0) return;
+  // The n-gram drafter cannot fail.
+  UF_CHECK(seq.drafter->Draft(seq.tokens, want, &seq.proposal).ok());
+  seq.drafts = seq.controller->Choose(static_cast<int>(seq.proposal.size()));
 }
 
 std::shared_ptr<grammar::TokenConstraint> Service::ConstraintFor(

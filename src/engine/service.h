@@ -93,14 +93,20 @@ struct ServiceOptions {
   // The online fit, to carry what an earlier service learned (benchmarks; one service at a time
   // may use it: the engine thread updates it unlocked). nullptr = a fresh one.
   std::shared_ptr<scheduler::OnlineStepCostModel> learned_cost;
-  // A lone greedy stream (the only request, an arg-max: no bias, penalties, grammar, logprobs or
-  // speculation; bans such as ignore_eos's are masked on the device) on a forward that chains
-  // greedy steps (a GPU's: BatchForward::ForwardGreedyChain) decodes with each step's token fed to
-  // the next on the device, the next step queued while one runs, so the device never waits for the
-  // engine's turn between tokens. Each token is emitted as its step ends; the chain stops within
-  // two steps of any other arrival, a cancellation or the request's end. The same tokens either
-  // way.
-  bool chain_greedy = true;
+  // A lone stream (the only request) on a forward that chains steps (a GPU's) decodes with each
+  // step's token fed to the next on the device, the next step queued while one runs, so the
+  // device never waits for the engine's turn between tokens:
+  //  - greedy (an arg-max: no bias or penalties; bans such as ignore_eos's are masked on the
+  //    device): BatchForward::ForwardGreedyChain;
+  //  - sampled without bias or penalties, top-k at most the forward's top_capacity() or none:
+  //    ForwardSampledChain, the device drawing from the row's best tokens with the request's own
+  //    uniforms and the sampler checking every draw (a draw it overrules ends the chain; a row the
+  //    best tokens cannot decide runs again as a plain step).
+  // Not with a grammar or logprobs. A speculating stream chains while its controller verifies no
+  // drafts; the chain ends after the token that makes it verify some. Each token is emitted as
+  // its step ends; the chain stops within two steps of any other arrival, a cancellation or the
+  // request's end. The same tokens either way.
+  bool chain_steps = true;
   // Makes the forward pass the engine steps instead of the CPU decoder (serve --device vulkan:
   // gpu::GpuForward). It gets the engine's KvCache, created without host storage (the forward
   // keeps K/V itself, paged by the cache's block tables), and the batch sizes the engine uses.
@@ -144,9 +150,9 @@ class Service {
   void Loop();
   // One continuous-batching step; false when there was nothing to do.
   bool Step();
-  // Runs the lone greedy stream's steps chained on the device (ServiceOptions::chain_greedy)
+  // Runs the lone stream's steps chained on the device (ServiceOptions::chain_steps)
   // when the service holds just that; false when it does not apply or no step ran.
-  bool ChainGreedy();
+  bool ChainSteps();
   // After a step (or a chain) that ran: drops the finished sequences, flushes the streams' held
   // events when due, publishes the stats.
   void EndStep();
@@ -166,6 +172,8 @@ class Service {
   };
   // Proposes drafts for every decoding sequence that speculates (before the plan).
   void PrepareDrafts();
+  // seq's proposal for this step and how many of its drafts the step verifies (seq.drafts).
+  void DraftFor(Sequence& seq);
   // Samples every sequence's rows of the step (sequences in parallel when it pays), then emits
   // them in order and rolls back the KV of rejected drafts.
   void SampleOutputs(double step_seconds);
@@ -224,6 +232,7 @@ class Service {
   // The slot a greedy chain runs on: a sequence that finishes inside the chain keeps it until
   // the chain has returned (its queued steps still write there).
   int chain_slot_ = -1;
+  std::vector<float> chain_uniforms_;  // a sampled chain's draws (ChainDrawFor)
   std::shared_ptr<const grammar::TokenTrie> token_trie_;  // built by the first grammar request
   std::unordered_map<std::string, std::shared_ptr<grammar::TokenConstraint>> constraints_;
 
@@ -231,7 +240,7 @@ class Service {
   std::atomic<int64_t> running_count_{0};
   std::atomic<int64_t> kv_used_{0}, kv_cached_{0}, kv_free_{0};
   std::atomic<int64_t> prefix_hit_tokens_{0}, prompt_tokens_computed_{0};
-  std::atomic<int64_t> steps_{0}, chained_steps_{0}, preemptions_{0};
+  std::atomic<int64_t> steps_{0}, chained_steps_{0}, chain_overruled_{0}, preemptions_{0};
   std::atomic<int64_t> abandoned_steps_{0}, abandoned_layers_{0};
   std::atomic<int64_t> rows_fetched_{0};
   std::vector<int64_t> fetch_rows_;  // SampleOutputs: reduced rows to copy back whole

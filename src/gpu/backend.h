@@ -72,11 +72,11 @@ bool IntegerDotByDefault(const DeviceInfo& d);
 enum class NormTail { kDefault, kTune, kOn, kOff };
 NormTail ResolveNormTail(NormTail t);
 const char* NormTailName(NormTail t);  // "tune", "on", "off"
-// Whether greedy decoding chains its steps on the device (`run --device vulkan`:
-// GpuDecoder::GreedyChain; `serve --device vulkan`: ServiceOptions::chain_greedy):
+// Whether decoding chains its steps on the device (`run --device vulkan`: GpuDecoder::GreedyChain
+// greedy, GenerateOptions::chain sampled; `serve --device vulkan`: ServiceOptions::chain_steps):
 // UF_GPU_CHAIN=on (the default) or off (one step a token, the host's round trip between steps;
 // for A/B runs). The same tokens either way.
-bool ChainGreedySteps();
+bool ChainSteps();
 
 // The Vulkan devices the loader finds. Errors (no loader, no driver, no device) name what was
 // searched and what to install.
@@ -185,6 +185,7 @@ class GpuForward : public model::BatchForward {
   virtual Status ForwardGreedy(const model::Batch& batch, int32_t* tokens) = 0;
   // ForwardGreedyChain (model::BatchForward) runs here: each step's arg-max is fed to the next by
   // argmax.comp's feed. A step a tuner times (last_step_trial) runs alone, the chain drained.
+  // ForwardSampledChain too (with options.top_k > 0): sample.comp draws from topk.comp's row.
   // Rows that came back reduced to their best tokens (Batch::top_only), since Create.
   virtual int64_t rows_reduced() const = 0;
   // Reduced rows copied back whole afterwards (FetchLogits), since Create.

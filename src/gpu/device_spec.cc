@@ -54,7 +54,7 @@ constexpr Choices<bool, 4> kChain = {{"on", true}, {"off", false}, {"1", true}, 
 
 }  // namespace
 
-bool ChainGreedySteps() { return EnvChoice("UF_GPU_CHAIN", kChain); }
+bool ChainSteps() { return EnvChoice("UF_GPU_CHAIN", kChain); }
 
 NormTail ResolveNormTail(NormTail t) {
   return t != NormTail::kDefault ? t : EnvChoice("UF_GPU_NORM_TAIL", kNormTails);

@@ -1,10 +1,18 @@
-// Chained greedy decoding (GpuForward::ForwardGreedyChain): one sequence's greedy steps with no
-// host round trip between them. A step's arg-max pass writes its token into the next step's
-// input on the device (argmax.comp's feed), so the host queues step i + 1 before step i ends:
-// the device runs the steps back to back, and the host's turn (the fence, the token, the
-// caller's stop checks and the next submit, tens of microseconds a token: issue 28 measured a
-// submit and fence wait at 40 us on an H200, ~5% of a 1,300 tok/s step) happens while the next
-// step runs.
+// Chained decoding (GpuForward::ForwardGreedyChain, ForwardSampledChain): one sequence's steps
+// with no host round trip between them. A step's last pass writes its token into the next step's
+// input on the device (argmax.comp's feed for a greedy chain; sample.comp's draw from the row's
+// best tokens for a sampled one), so the host queues step i + 1 before step i ends: the device
+// runs the steps back to back, and the host's turn (the fence, the token, the caller's stop
+// checks and the next submit, tens of microseconds a token: issue 28 measured a submit and fence
+// wait at 40 us on an H200, ~5% of a 1,300 tok/s step) happens while the next step runs.
+//
+// A sampled step's draw on the device is a guess the host checks: the host's sampler draws the
+// token from the same reduced row with the same uniform (ChainDecide), and where the two differ
+// (a float rounding at an interval's edge, or a draw the best tokens cannot decide) the host's
+// token is taken and the chain ends, its next step (queued with the guess) dropped. So a chained
+// sampled stream gives one sampled step at a time's tokens, and a wrong guess costs one step.
+#include <algorithm>
+#include <cstring>
 #include <deque>
 
 #include "base/clock.h"
@@ -22,6 +30,66 @@ StatusOr<int64_t> VulkanForward::ForwardGreedyChain(int32_t seq, int32_t token, 
                                                     int64_t n,
                                                     const std::function<bool(int32_t)>& on_token,
                                                     std::span<const int32_t> banned) {
+  const auto* ring = static_cast<const uint32_t*>(chain_ring_.mapped());
+  return Chain(seq, token, pos, n, banned, /*sampled=*/false, [&](int64_t p, bool* more) {
+    *more = on_token(static_cast<int32_t>(ring[p % kChainRing]));
+    return true;
+  });
+}
+
+StatusOr<int64_t> VulkanForward::ForwardSampledChain(int32_t seq, int32_t token, int32_t pos,
+                                                     int64_t n, const model::ChainDraw& draw,
+                                                     const model::ChainDecide& decide,
+                                                     std::span<const int32_t> banned) {
+  if (o_.top_k <= 0) return FailedPreconditionError("gpu forward: no top-k reduction to draw from");
+  if (n > model::kMaxSampledChainSteps || static_cast<int64_t>(draw.uniforms.size()) < n) {
+    return InvalidArgumentError("gpu forward: a sampled chain of " + std::to_string(n) +
+                                " steps with " + std::to_string(draw.uniforms.size()) +
+                                " uniforms (at most " +
+                                std::to_string(model::kMaxSampledChainSteps) + " steps)");
+  }
+  if (!(draw.temperature > 0.0f) || !(draw.top_p > 0.0f) || draw.min_p < 0.0f) {
+    return InvalidArgumentError("gpu forward: a sampled chain needs a temperature and top_p above 0");
+  }
+  auto* d = static_cast<uint32_t*>(chain_draw_.mapped());
+  std::memcpy(d + 0, &draw.temperature, 4);
+  std::memcpy(d + 1, &draw.top_k, 4);
+  std::memcpy(d + 2, &draw.top_p, 4);
+  std::memcpy(d + 3, &draw.min_p, 4);
+  d[4] = 0;  // draws taken
+  d[5] = static_cast<uint32_t>(std::max<int64_t>(n, 1));
+  std::memcpy(d + Kernels::kDrawHeaderWords, draw.uniforms.data(), n * 4);
+  const auto* ring = static_cast<const uint32_t*>(chain_ring_.mapped());
+  const auto* tops = static_cast<const uint32_t*>(chain_top_.mapped());
+  const int64_t row_words = 2 * o_.top_k + 2;
+  // The bans as known tokens (their raw logits unknown, and not needed: see ChainDecide).
+  known_zeros_.assign(banned.size(), 0.0f);
+  return Chain(seq, token, pos, n, banned, /*sampled=*/true, [&](int64_t p, bool* more) {
+    const uint32_t* w = tops + (p % kChainRing) * row_words;
+    model::TopRow row;
+    row.n = static_cast<int32_t>(std::min<int64_t>(o_.top_k, c_.n_vocab));
+    row.ids = reinterpret_cast<const int32_t*>(w);
+    row.logits = reinterpret_cast<const float*>(w + o_.top_k);
+    std::memcpy(&row.max, w + 2 * o_.top_k, 4);
+    std::memcpy(&row.log_sum_exp, w + 2 * o_.top_k + 1, 4);
+    row.n_known = static_cast<int32_t>(banned.size());
+    row.known_ids = banned.data();
+    row.known_logits = known_zeros_.data();
+    const auto drawn = static_cast<int32_t>(ring[p % kChainRing]);
+    *more = true;
+    const int32_t t = decide(row, drawn, more);
+    if (t < 0) {
+      *more = false;
+      return false;
+    }
+    if (t != drawn) *more = false;  // the next step was queued with `drawn`
+    return true;
+  });
+}
+
+StatusOr<int64_t> VulkanForward::Chain(int32_t seq, int32_t token, int32_t pos, int64_t n,
+                                       std::span<const int32_t> banned, bool sampled,
+                                       const std::function<bool(int64_t, bool*)>& on_step) {
   if (n < 1) return InvalidArgumentError("gpu forward: a chain needs at least one step");
   UF_RETURN_IF_ERROR(CheckToken(token));
   UF_RETURN_IF_ERROR(CheckSequence(seq));
@@ -67,7 +135,6 @@ StatusOr<int64_t> VulkanForward::ForwardGreedyChain(int32_t seq, int32_t token, 
   n_outputs_ = 1;
   last_mode_ = Out::kGreedy;  // nothing for FetchLogits
   last_trial_ = false;
-  const auto* ring = static_cast<const uint32_t*>(chain_ring_.mapped());
 
   struct InFlight {
     Recorder* rec;
@@ -90,8 +157,9 @@ StatusOr<int64_t> VulkanForward::ForwardGreedyChain(int32_t seq, int32_t token, 
     last_ = f.rec;
     if (f.trial.tuner != nullptr) ReportTrial(f.trial, *f.rec, f.submitted);
     if (stop || !status.ok()) return;  // queued past the last taken token: dropped
-    ++taken;
-    stop = !on_token(static_cast<int32_t>(ring[(pos + f.step + 1) % kChainRing]));
+    bool more = true;
+    taken += on_step(pos + f.step + 1, &more) ? 1 : 0;
+    stop = !more;
   };
   for (int64_t i = 0; i < n && !stop && status.ok(); ++i) {
     Trial trial;
@@ -100,7 +168,7 @@ StatusOr<int64_t> VulkanForward::ForwardGreedyChain(int32_t seq, int32_t token, 
     // and nothing behind it until it ends (the tuner's next pick waits for its time).
     while (!flight.empty() && (trial.tuner != nullptr || flight.size() >= kChainDepth)) finish();
     if (stop || !status.ok()) break;
-    auto rec = ChainRecording(way, static_cast<int>(i % kChainDepth), masked);
+    auto rec = ChainRecording(way, static_cast<int>(i % kChainDepth), masked, sampled);
     if (!rec.ok()) {
       status = rec.status();
       break;

@@ -37,8 +37,10 @@ struct LayerBuffers {
 // same after the rows' known tokens were read out and masked (mask_rows.comp). A top recording
 // made `allowed` first masks the rows flagged in allow_ by their grammars (allow_rows.comp).
 // kChain: kGreedy's one row, its token also fed to the next step's input (ForwardGreedyChain);
-// kChainMasked: the same after the row's known tokens (the banned ones) were masked.
-enum class Out { kLogits, kGreedy, kTop, kTopMasked, kChain, kChainMasked };
+// kChainMasked: the same after the row's known tokens (the banned ones) were masked; kSampled,
+// kSampledMasked: kChain's with the row's best tokens (topk.comp) and a token drawn from them
+// (sample.comp) instead of its arg-max (ForwardSampledChain).
+enum class Out { kLogits, kGreedy, kTop, kTopMasked, kChain, kChainMasked, kSampled, kSampledMasked };
 // A step's attention kernel (AttentionTiles): attention.comp; attention_tiled.comp with tiles of
 // kTiledAttentionRows query rows (runs of one sequence); the same with one token a tile (a decode
 // batch: only the GQA group's heads share the K/V rows).
@@ -69,6 +71,11 @@ class VulkanForward final : public GpuForward {
   StatusOr<int64_t> ForwardGreedyChain(int32_t seq, int32_t token, int32_t pos, int64_t n,
                                        const std::function<bool(int32_t)>& on_token,
                                        std::span<const int32_t> banned = {}) override;
+  bool chains_sampled() const override { return o_.top_k > 0; }
+  StatusOr<int64_t> ForwardSampledChain(int32_t seq, int32_t token, int32_t pos, int64_t n,
+                                        const model::ChainDraw& draw,
+                                        const model::ChainDecide& decide,
+                                        std::span<const int32_t> banned = {}) override;
   const float* logits(int64_t i) const override { return logits_.data() + i * c_.n_vocab; }
   int64_t n_outputs() const override { return n_outputs_; }
   int32_t top_capacity() const override { return o_.top_k; }
@@ -130,7 +137,13 @@ class VulkanForward final : public GpuForward {
   StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out, bool allowed, StepWay way);
   // The chained step's recordings (Out::kChain), one per way and slot: consecutive steps of a
   // chain take the two slots in turn, so a step is queued while the one before it runs.
-  StatusOr<Recorder*> ChainRecording(StepWay way, int slot, bool masked);
+  StatusOr<Recorder*> ChainRecording(StepWay way, int slot, bool masked, bool sampled);
+  // Both chains: the checks, the first step's input, the steps two in flight, the cache cut to
+  // the taken steps. on_step(p) reads the step that fed position p from the rings and returns
+  // whether it is taken; *more = false ends the chain after it.
+  StatusOr<int64_t> Chain(int32_t seq, int32_t token, int32_t pos, int64_t n,
+                          std::span<const int32_t> banned, bool sampled,
+                          const std::function<bool(int64_t, bool*)>& on_step);
   // After a step that was a tuner's trial: its time to the tuner, and the choice when settled.
   void ReportTrial(const Trial& trial, const Recorder& rec, double started);
   Status Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed, StepWay way);
@@ -228,10 +241,14 @@ class VulkanForward final : public GpuForward {
   Recorder* last_ = nullptr;
   // Never cleared (kept apart from recordings_, which is cleared when full, so that no step in
   // flight loses its recording): at most 4 per StepWay (2 slots, masked or not).
-  std::map<std::tuple<StepWay, int, bool>, std::unique_ptr<Recorder>> chain_recordings_;
+  std::map<std::tuple<StepWay, int, bool, bool>, std::unique_ptr<Recorder>> chain_recordings_;
   // host-visible [kChainRing]: the chained steps' tokens by position (argmax.comp's feed).
   static constexpr int64_t kChainRing = 8;
   Buffer chain_ring_;
+  // host-visible, with top_: a sampled chain's draw (Kernels::kDrawHeaderWords words, then
+  // kMaxSampledChainSteps uniforms) and its steps' reduced rows [kChainRing][2 top_k + 2].
+  Buffer chain_draw_, chain_top_;
+  std::vector<float> known_zeros_;  // the banned tokens' logits as a sampled chain lists them
   StepTuner attn_tuner_{"attention", "tiled", "token"};  // AttentionTiles::kTune
   // NormTail::kTune and GemvVariant::kTune, each one class: one-token steps at any depth.
   StepTuner tail_tuner_{"norm tail", "off", "on"};

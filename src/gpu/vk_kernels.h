@@ -386,6 +386,13 @@ class Kernels {
     TopKChunks(r, logits, out, part, n_vocab, rows, k, chunk);
     TopKMerge(r, logits, out, part, n_vocab, rows, k, chunk);
   }
+  // A chained sampled step's token (sample.comp, one row): drawn from the row's best k tokens in
+  // top (TopK's [k ids][k logits][max][lse]) with the filters and next uniform in draw
+  // (kDrawHeaderWords words, then the uniforms), fed to the next step through feed as ArgMax's
+  // feed does; the row is also copied to top_ring[position % feed.ring_size] (2k + 2 words each).
+  static constexpr int64_t kDrawHeaderWords = 8;
+  void SampleFeed(Recorder* r, const Buffer& top, const Buffer& draw, const Feed& feed,
+                  const Buffer& top_ring, int64_t k, int64_t n_vocab) const;
   // Row j of rows rows of n_vocab logits: the known[j * (cap + 1)] tokens listed after it read
   // into raw[j * cap + ...] and set to -inf (mask_rows.comp: the sampler's edits, applied on the
   // host to the raw values, so that TopK then reduces the tokens it leaves alone).
@@ -471,6 +478,7 @@ class Kernels {
   const Pipeline* embed_q_ = nullptr;
   const Pipeline* gather_ = nullptr;
   const Pipeline* argmax_ = nullptr;
+  const Pipeline* sample_ = nullptr;
   const Pipeline* topk_ = nullptr;
   const Pipeline* copy_rows_ = nullptr;
   const Pipeline* mask_rows_ = nullptr;

@@ -405,8 +405,14 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, boo
       Gemm(r, output_, xo_, n_out, logits_in);
     }
     if (out == Out::kGreedy) k_.ArgMax(r, logits_local_, argmax_, argmax_part_, c_.n_vocab, n_out);
-    if (out == Out::kChainMasked) {
+    if (out == Out::kChainMasked || out == Out::kSampledMasked) {
       k_.MaskRows(r, logits_local_, known_, known_raw_, c_.n_vocab, n_out, o_.max_known);
+    }
+    if (out == Out::kSampled || out == Out::kSampledMasked) {
+      const Kernels::Feed feed{&tok_,       &bt_,      &chain_ring_, cache_->block_size(),
+                               max_blocks_, kChainRing};
+      k_.TopK(r, logits_local_, top_, top_part_, c_.n_vocab, n_out, o_.top_k);
+      k_.SampleFeed(r, top_, chain_draw_, feed, chain_top_, o_.top_k, c_.n_vocab);
     }
     if (out == Out::kChain || out == Out::kChainMasked) {
       const Kernels::Feed feed{&tok_,       &bt_,      &chain_ring_, cache_->block_size(),
@@ -451,12 +457,15 @@ StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, Out ou
   return p;
 }
 
-StatusOr<Recorder*> VulkanForward::ChainRecording(StepWay way, int slot, bool masked) {
-  const auto key = std::make_tuple(way, slot, masked);
+StatusOr<Recorder*> VulkanForward::ChainRecording(StepWay way, int slot, bool masked,
+                                                  bool sampled) {
+  const auto key = std::make_tuple(way, slot, masked, sampled);
   auto it = chain_recordings_.find(key);
   if (it != chain_recordings_.end()) return it->second.get();
   auto r = std::make_unique<Recorder>(ctx_.get(), o_.profile);
-  UF_RETURN_IF_ERROR(Record(r.get(), 1, 1, masked ? Out::kChainMasked : Out::kChain, false, way));
+  const Out out = sampled ? (masked ? Out::kSampledMasked : Out::kSampled)
+                          : (masked ? Out::kChainMasked : Out::kChain);
+  UF_RETURN_IF_ERROR(Record(r.get(), 1, 1, out, false, way));
   Recorder* p = r.get();
   chain_recordings_.emplace(key, std::move(r));
   return p;

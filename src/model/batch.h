@@ -72,6 +72,26 @@ struct TopRow {
   const float* known_logits = nullptr;
 };
 
+// How a sampled chain draws on the device (BatchForward::ForwardSampledChain): the sampler's
+// filters, as sampling::SamplingParams means them (no penalties or bias), and the uniforms of its
+// next draws in order (the sampler's own, so that the device's draw is the host's).
+struct ChainDraw {
+  float temperature = 1.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  std::span<const float> uniforms;
+};
+// Steps a sampled chain runs at most (its uniforms live in a buffer of this many).
+inline constexpr int64_t kMaxSampledChainSteps = 256;
+// A sampled chain's step ended: its row reduced (TopRow; the banned tokens listed as known, with
+// no raw logits: a ban makes them -inf whatever they were) and the token the device drew from
+// it. Returns the token the step takes: `drawn` to go on; another to take that one and end the
+// chain (the next step, queued with `drawn`, is dropped); -1 to end the chain without taking this
+// step (its row cannot be decided from its best tokens: Sampler::SampleReduced; the caller then
+// runs the step itself). *more = false ends the chain after this step.
+using ChainDecide = std::function<int32_t(const TopRow& row, int32_t drawn, bool* more)>;
+
 // A forward pass over batches: what the serving engine steps (the CPU Decoder, or a device's).
 class BatchForward {
  public:
@@ -117,6 +137,22 @@ class BatchForward {
                                                const std::function<bool(int32_t)>& /*on_token*/,
                                                std::span<const int32_t> /*banned*/ = {}) {
     return UnimplementedError("this forward does not chain greedy steps");
+  }
+  // Whether ForwardSampledChain runs.
+  virtual bool chains_sampled() const { return false; }
+  // ForwardGreedyChain for a sampled sequence: each step's row is reduced to its best
+  // top_capacity() tokens and a token drawn from them on the device with `draw`, fed to the next
+  // step. The host's sampler stays the judge: `decide` draws the step's token from the reduced
+  // row (Sampler::SampleTop or SampleReduced, the same uniform) and the chain goes on only while
+  // the two agree, so the tokens are those of one sampled step at a time, draw for draw. Returns
+  // the steps taken (see ChainDecide); seq's cache then holds positions up to pos + that many.
+  // Needs n <= kMaxSampledChainSteps, draw.uniforms.size() >= n, top_capacity() > 0.
+  virtual StatusOr<int64_t> ForwardSampledChain(int32_t /*seq*/, int32_t /*token*/,
+                                                int32_t /*pos*/, int64_t /*n*/,
+                                                const ChainDraw& /*draw*/,
+                                                const ChainDecide& /*decide*/,
+                                                std::span<const int32_t> /*banned*/ = {}) {
+    return UnimplementedError("this forward does not chain sampled steps");
   }
 };
 

@@ -89,6 +89,11 @@ void Sampler::Accept(int32_t token) {
 
 double Sampler::NextUniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
+void Sampler::PeekUniforms(int64_t n, float* out) const {
+  std::mt19937_64 ahead = rng_;
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<double>(ahead() >> 11) * 0x1.0p-53);
+}
+
 bool Sampler::filtering() const {
   return (params_.top_k > 0 && params_.top_k < n_vocab_) || params_.top_p < 1.0f ||
          params_.min_p > 0.0f;

@@ -169,6 +169,16 @@ class Sampler {
 
   // Uniform double in [0, 1) from 53 random bits.
   double NextUniform();
+  // The next n NextUniform() values, as floats, without drawing them (a device draws with them
+  // ahead of the host: GpuForward::ForwardSampledChain).
+  void PeekUniforms(int64_t n, float* out) const;
+  // True when a device may draw this sampler's tokens from a row's n best (a sampled chain):
+  // SampleTop or SampleReduced decides them from such a row, with no bias or penalties (which
+  // change with each token); bans are allowed (masked on the device).
+  bool CanChainSample(int32_t n) const {
+    return !params_.greedy() && !params_.penalties() && bias_.empty() &&
+           (CanSampleTop(n) || CanSampleReduced());
+  }
 
  private:
   struct Edit {
