@@ -409,9 +409,8 @@ TEST_P(GpuChainTest, SampledChainsGiveOneSampledStepAtATimesTokens) {
     ChainCounts counts;
     EXPECT_EQ(SampledChained(d, s, 1, first, kP0, n, &counts), want);
     std::printf("%s: %lld chains, %lld of %lld steps chained, %lld overruled, %lld undecided\n",
-                c.name, static_cast<long long>(counts.chains),
-                static_cast<long long>(counts.taken), static_cast<long long>(n),
-                static_cast<long long>(counts.overruled),
+                c.name, static_cast<long long>(counts.chains), static_cast<long long>(counts.taken),
+                static_cast<long long>(n), static_cast<long long>(counts.overruled),
                 static_cast<long long>(counts.undecided));
     if (c.top_k > 0) {
       EXPECT_EQ(counts.undecided, 0);
@@ -455,9 +454,10 @@ TEST_P(GpuChainTest, SampledChainsWithBansAndOverruledDraws) {
     sampling::Sampler o = SamplerFor(c, *model_);
     if (with_bans) o.SetBanned(banned);
     ChainCounts other;
-    EXPECT_EQ(SampledChained(d, o, 1, first, kP0, n, &other, with_bans ? banned : std::vector<int32_t>{},
-                             /*other_uniforms=*/true),
-              with_bans ? want : free);
+    EXPECT_EQ(
+        SampledChained(d, o, 1, first, kP0, n, &other, with_bans ? banned : std::vector<int32_t>{},
+                       /*other_uniforms=*/true),
+        with_bans ? want : free);
     EXPECT_GE(other.overruled, 3) << "1 - u drew the sampler's tokens: the test tests nothing";
     EXPECT_GE(other.chains, other.overruled);
   }
@@ -473,11 +473,11 @@ TEST_P(GpuChainTest, SampledChainRefusesBadArguments) {
   const auto decide = [](const model::TopRow&, int32_t drawn, bool*) { return drawn; };
   model::ChainDraw draw;
   draw.uniforms = uniforms;
-  EXPECT_EQ(d.fwd->ForwardSampledChain(0, first, kP0, model::kMaxSampledChainSteps + 1, draw,
-                                       decide)
-                .status()
-                .code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      d.fwd->ForwardSampledChain(0, first, kP0, model::kMaxSampledChainSteps + 1, draw, decide)
+          .status()
+          .code(),
+      StatusCode::kInvalidArgument);
   draw.uniforms = std::span<const float>(uniforms).first(3);
   EXPECT_EQ(d.fwd->ForwardSampledChain(0, first, kP0, 4, draw, decide).status().code(),
             StatusCode::kInvalidArgument);

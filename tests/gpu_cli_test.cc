@@ -185,9 +185,8 @@ TEST_F(GpuBenchCliTest, RunGreedyChainedGivesTheStepwiseText) {
 // sampled on the host (UF_GPU_CHAIN=off), seeded, with run's default filters (top-k 40), with
 // nothing filtered (the whole row at T 1), and with --ignore-eos, on the demo model.
 TEST_F(GpuBenchCliTest, RunSampledChainedGivesTheStepwiseText) {
-  for (const std::string args :
-       {"--temp 0.8 -n 40", "--temp 1 --top-k 0 --top-p 1 --min-p 0 -n 40",
-        "--temp 0.7 --top-k 0 --top-p 0.9 --min-p 0 -n 24 --ignore-eos"}) {
+  for (const std::string args : {"--temp 0.8 -n 40", "--temp 1 --top-k 0 --top-p 1 --min-p 0 -n 40",
+                                 "--temp 0.7 --top-k 0 --top-p 0.9 --min-p 0 -n 24 --ignore-eos"}) {
     SCOPED_TRACE(args);
     std::string text[2], stop[2], err[2];
     RunChainedAndNot("models/demo.gguf", "--seed 5 " + args, text, stop, err);

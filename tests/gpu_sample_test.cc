@@ -63,10 +63,10 @@ TEST_F(GpuKernelsTest, SampleFeedDrawsTheSamplersToken) {
     int32_t top_k;
     float top_p, min_p;
   };
-  const Setting settings[] = {
-      {0.8f, 40, 0.95f, 0.05f}, {1.0f, 0, 1.0f, 0.0f},  {0.7f, 0, 0.9f, 0.0f},
-      {1.5f, 0, 1.0f, 0.1f},    {1.3f, 20, 1.0f, 0.0f}, {0.6f, 0, 1.0f, 0.0f},
-      {2.0f, 64, 0.5f, 0.0f},   {1.0f, 0, 0.95f, 0.05f}};
+  const Setting settings[] = {{0.8f, 40, 0.95f, 0.05f}, {1.0f, 0, 1.0f, 0.0f},
+                              {0.7f, 0, 0.9f, 0.0f},    {1.5f, 0, 1.0f, 0.1f},
+                              {1.3f, 20, 1.0f, 0.0f},   {0.6f, 0, 1.0f, 0.0f},
+                              {2.0f, 64, 0.5f, 0.0f},   {1.0f, 0, 0.95f, 0.05f}};
   const char* kinds[] = {"llm", "llm", "peaked", "flat"};
   Buffer top = std::move(*ctx_->CreateBuffer((2 * k + 2) * 4, Memory::kHost));
   Buffer part = Empty(Kernels::TopKPartWords(n_vocab, 1, k) * 4);
@@ -134,8 +134,8 @@ TEST_F(GpuKernelsTest, SampleFeedDrawsTheSamplersToken) {
         const int32_t want = engine::SampleFromTop(s, row);
         const bool is_reduced = !s.CanSampleTop(row.n);
         reduced += is_reduced;
-        ASSERT_EQ(std::memcmp(static_cast<const uint32_t*>(top_ring.mapped()) + t * (2 * k + 2),
-                              tw, (2 * k + 2) * 4),
+        ASSERT_EQ(std::memcmp(static_cast<const uint32_t*>(top_ring.mapped()) + t * (2 * k + 2), tw,
+                              (2 * k + 2) * 4),
                   0)
             << "draw " << t << ": the ring's row is not the reduced row";
         if (want < 0) continue;
@@ -153,12 +153,13 @@ TEST_F(GpuKernelsTest, SampleFeedDrawsTheSamplersToken) {
       }
     }
   }
-  std::printf("[gpu sample] %lld of %lld draws decided by the host (%lld of %lld without top-k), "
-              "%lld took no uniform, %lld differ\n",
-              static_cast<long long>(decided),
-              static_cast<long long>(std::size(kinds) * std::size(settings) * trials),
-              static_cast<long long>(decided_reduced), static_cast<long long>(reduced),
-              static_cast<long long>(no_draw), static_cast<long long>(differ));
+  std::printf(
+      "[gpu sample] %lld of %lld draws decided by the host (%lld of %lld without top-k), "
+      "%lld took no uniform, %lld differ\n",
+      static_cast<long long>(decided),
+      static_cast<long long>(std::size(kinds) * std::size(settings) * trials),
+      static_cast<long long>(decided_reduced), static_cast<long long>(reduced),
+      static_cast<long long>(no_draw), static_cast<long long>(differ));
   EXPECT_LE(differ, 1) << "the device's draws are not the sampler's";
   EXPECT_GE(decided_reduced, reduced / 2) << "too few draws without top-k decided to test them";
   EXPECT_GT(no_draw, 0) << "no top-k row kept one token: the draw counter is untested";

@@ -2,8 +2,8 @@
 // plainly sampled stream decodes with each step's token fed to the next on the device. The text,
 // the finish and the counts must be those of the same service with chaining off, whatever ends
 // the request (max_tokens, a stop string, a full context); another request's arrival or a
-// cancellation stops the chain; requests with bias, penalties or logprobs never chain. Runs on Mesa's
-// lavapipe in CI; skips, saying why, where no Vulkan device exists.
+// cancellation stops the chain; requests with bias, penalties or logprobs never chain. Runs on
+// Mesa's lavapipe in CI; skips, saying why, where no Vulkan device exists.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -178,11 +178,12 @@ TEST_F(GpuServeChainTest, SpeculatingStreamChainsBetweenVerifySteps) {
     EXPECT_EQ(got.completion_tokens, want.completion_tokens);
   }
   const engine::EngineStats on = SettledStats(*chained), off = SettledStats(*plain);
-  std::printf("[gpu serve chain] speculating: chained %lld of %lld steps, %lld verify steps "
-              "(unchained: %lld of %lld steps verified)\n",
-              static_cast<long long>(on.chained_steps), static_cast<long long>(on.steps),
-              static_cast<long long>(on.spec_verify_steps),
-              static_cast<long long>(off.spec_verify_steps), static_cast<long long>(off.steps));
+  std::printf(
+      "[gpu serve chain] speculating: chained %lld of %lld steps, %lld verify steps "
+      "(unchained: %lld of %lld steps verified)\n",
+      static_cast<long long>(on.chained_steps), static_cast<long long>(on.steps),
+      static_cast<long long>(on.spec_verify_steps), static_cast<long long>(off.spec_verify_steps),
+      static_cast<long long>(off.steps));
   EXPECT_GT(off.spec_verify_steps, 0) << "nothing was drafted: the test tests nothing";
   // The controller sees the same tokens and proposals either way, so it verifies at the same
   // points: the chain leaves for each of those verify steps.
@@ -192,8 +193,34 @@ TEST_F(GpuServeChainTest, SpeculatingStreamChainsBetweenVerifySteps) {
   EXPECT_EQ(on.kv_blocks_used, 0);
 }
 
+// Logprobs come from the step's reduced row, chained or not (a greedy stream asking for them
+// runs the sampled chain, its draw the best token): the same tokens, and logprobs equal to the
+// bit, greedy and sampled.
+TEST_F(GpuServeChainTest, LogprobsChainWithTheUnchainedValues) {
+  auto plain = MakeService(false);
+  auto chained = MakeService(true);
+  for (float t : {0.0f, 1.0f}) {
+    SCOPED_TRACE("T " + std::to_string(t));
+    engine::GenerationRequest r = Greedy("ROMEO:", 40);
+    r.sampling.temperature = t;
+    r.sampling.seed = 5;
+    r.top_logprobs = 3;
+    const Output want = Generate(*plain, r);
+    const Output got = Generate(*chained, r);
+    EXPECT_EQ(got.text, want.text);
+    EXPECT_EQ(got.tokens, want.tokens);
+    ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+    EXPECT_EQ(want.logprobs.size(), 40u);
+    for (size_t i = 0; i < want.logprobs.size(); ++i) {
+      EXPECT_EQ(got.logprobs[i], want.logprobs[i]) << "token " << i;
+    }
+  }
+  const engine::EngineStats on = SettledStats(*chained);
+  EXPECT_GT(on.chained_steps, 40) << "the streams with logprobs did not chain";
+}
+
 // Not a plain arg-max or draw (a logit bias, a penalty, a top-k above the device's 64 best) or
-// asking for more than the token (logprobs): never chained.
+// asking for logprobs with banned tokens (their raw logits count): never chained.
 TEST_F(GpuServeChainTest, OtherRequestsDoNotChain) {
   auto chained = MakeService(true);
   engine::GenerationRequest wide_top_k = Greedy("ROMEO:", 12);
@@ -202,6 +229,7 @@ TEST_F(GpuServeChainTest, OtherRequestsDoNotChain) {
   wide_top_k.sampling.seed = 7;
   engine::GenerationRequest logprobs = Greedy("ROMEO:", 12);
   logprobs.top_logprobs = 1;
+  logprobs.ignore_eos = true;
   engine::GenerationRequest bias = Greedy("ROMEO:", 12);
   bias.sampling.logit_bias = {{13, -1.0f}};
   engine::GenerationRequest penalty = Greedy("ROMEO:", 12);

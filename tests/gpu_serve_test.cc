@@ -671,7 +671,7 @@ TEST(GpuService, GenerateOnTheDeviceSamplesReducedRowsAsWholeRows) {
   // Generate's).
   struct Run {
     std::vector<int32_t> tokens;
-    int64_t reduced = 0, fetched = 0, stat_fetched = 0;
+    int64_t reduced = 0, fetched = 0, stat_fetched = 0, chained = 0;
   };
   const auto generate = [&](int32_t top_k, const engine::GenerateOptions& g) {
     Run run;
@@ -695,6 +695,7 @@ TEST(GpuService, GenerateOnTheDeviceSamplesReducedRowsAsWholeRows) {
     run.reduced = (*fwd)->rows_reduced();
     run.fetched = (*fwd)->rows_fetched();
     run.stat_fetched = st.rows_fetched;
+    run.chained = st.chained_steps;
     return run;
   };
   for (int setting = 0; setting < 2; ++setting) {
@@ -717,9 +718,12 @@ TEST(GpuService, GenerateOnTheDeviceSamplesReducedRowsAsWholeRows) {
   }
   // At temperature 1 without top-k (run --device vulkan's sampling at a temperature), plain and
   // with banned end tokens and penalties (their tokens' raw logits beside the best 64): reduced
-  // rows, fetched whole when the draw needs it, and the same tokens as whole rows.
+  // rows, fetched whole when the draw needs it, and the same tokens as whole rows. Chained
+  // (GenerateOptions::chain, the default; docs/gpu.md "Chained sampled steps"): the same tokens
+  // again, most steps chained without edits, none with penalties.
   for (int edits = 0; edits < 2; ++edits) {
     engine::GenerateOptions g;
+    g.chain = false;
     g.max_tokens = 40;
     g.ignore_eos = edits == 1;
     g.sampling.temperature = 1.0f;
@@ -739,6 +743,14 @@ TEST(GpuService, GenerateOnTheDeviceSamplesReducedRowsAsWholeRows) {
                 edits ? " with bans and penalties" : "", static_cast<long long>(top.reduced),
                 static_cast<long long>(top.fetched));
     EXPECT_LT(top.fetched * 2, top.reduced) << "edits " << edits;
+    g.chain = true;
+    const Run chained = generate(64, g);
+    EXPECT_EQ(chained.tokens, full.tokens) << "edits " << edits;
+    if (edits == 0) {
+      EXPECT_GT(chained.chained, 20) << "Generate did not chain its sampled steps";
+    } else {
+      EXPECT_EQ(chained.chained, 0) << "penalties must not chain";
+    }
   }
 }
 

@@ -78,10 +78,11 @@ class RopeScalingTest : public ::testing::TestWithParam<RopeCase> {};
 // the logits little: run without their scaling (YaRN off, llama3 factors or the linear factor
 // ignored; tried while writing this test) every position past 0 errs by 4e-3 to 1.7e-2 with
 // F32 K/V, within that tolerance. The discriminating check is therefore how many positions agree
-// to float rounding with F32 K/V: with the right angles about half of them agree to ~4e-6 (the
-// others differ by a flip of the 8-bit activation rounding, up to 4e-3), without none does; at
-// least a third must be within 1e-4. F16 K/V rounding alone errs 3e-3 to 8e-3: only the
-// tolerance applies there.
+// to float rounding with F32 K/V: with the right angles some agree to ~4e-6 (the others differ
+// by a flip of the 8-bit activation rounding, up to 5e-3; which ones flip follows each kernel
+// tier's float rounding: about half of the 18 past position 0 with the AVX-512 kernels; with
+// AVX2's 10 (llama3), 12 (yarn) and 3 (linear), with the portable ones 5 (linear)), without them
+// none does; at least 2 must be within 1e-4. F16 K/V rounding alone errs 3e-3 to 8e-3: only the tolerance applies there.
 TEST_P(RopeScalingTest, LogitsMatchReferencePast8k) {
   const RopeCase c = GetParam();
   std::ifstream in("tests/data/rope/" + c.name + ".json");
@@ -152,8 +153,8 @@ TEST_P(RopeScalingTest, LogitsMatchReferencePast8k) {
     if (kv == engine::KvType::kF32) {
       const auto close =
           std::count_if(worst.begin(), worst.end(), [](double e) { return e < 1e-4; });
-      EXPECT_GE(close * 3, static_cast<int64_t>(worst.size()))
-          << c.name << ": positions past 0 within 1e-4 of the reference";
+      EXPECT_GE(close, 2) << c.name << ": positions past 0 within 1e-4 of the reference, of "
+                          << worst.size();
     }
   }
   std::filesystem::remove(path);

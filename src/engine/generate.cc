@@ -237,21 +237,20 @@ Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
       int64_t n = std::min(ctx - pos, model::kMaxSampledChainSteps);
       if (options.max_tokens >= 0) n = std::min(n, options.max_tokens - stats->n_generated);
       const model::ChainDraw draw = ChainDrawFor(sampler, n, &uniforms);
-      UF_ASSIGN_OR_RETURN(
-          const int64_t steps,
-          decoder.ForwardSampledChain(
-              seq, context.back(), static_cast<int32_t>(pos), n, draw,
-              [&](const model::TopRow& row, int32_t, bool* more) {
-                const int32_t token = SampleFromTop(sampler, row);
-                if (token < 0) {
-                  undecided = true;
-                  return token;
-                }
-                take(token);
-                *more = !stop && static_cast<int64_t>(context.size()) - 1 < ctx;
-                return token;
-              },
-              sampler.banned()));
+      UF_ASSIGN_OR_RETURN(const int64_t steps,
+                          decoder.ForwardSampledChain(
+                              seq, context.back(), static_cast<int32_t>(pos), n, draw,
+                              [&](const model::TopRow& row, int32_t, bool* more) {
+                                const int32_t token = SampleFromTop(sampler, row);
+                                if (token < 0) {
+                                  undecided = true;
+                                  return token;
+                                }
+                                take(token);
+                                *more = !stop && static_cast<int64_t>(context.size()) - 1 < ctx;
+                                return token;
+                              },
+                              sampler.banned()));
       stats->n_decode_steps += steps;
       stats->chained_steps += steps;
       pos = static_cast<int64_t>(context.size()) - 1;

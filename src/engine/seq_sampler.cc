@@ -28,8 +28,8 @@ int32_t SampleFromTop(sampling::Sampler& sampler, const model::TopRow& row) {
     return sampler.SampleTop(row.ids, row.logits, row.n, row.known_ids, row.known_logits,
                              row.n_known);
   }
-  return sampler.SampleReduced(row.ids, row.logits, row.n, row.max, row.log_sum_exp,
-                               row.known_ids, row.known_logits, row.n_known);
+  return sampler.SampleReduced(row.ids, row.logits, row.n, row.max, row.log_sum_exp, row.known_ids,
+                               row.known_logits, row.n_known);
 }
 
 model::ChainDraw ChainDrawFor(const sampling::Sampler& sampler, int64_t n,
@@ -38,11 +38,15 @@ model::ChainDraw ChainDrawFor(const sampling::Sampler& sampler, int64_t n,
   uniforms->resize(n);
   sampler.PeekUniforms(n, uniforms->data());
   model::ChainDraw d;
+  d.uniforms = *uniforms;
+  if (p.greedy()) {
+    d.top_k = 1;  // the best token, no draw: SampleTop's greedy pick
+    return d;
+  }
   d.temperature = p.temperature;
   d.top_k = p.top_k;
   d.top_p = p.top_p;
   d.min_p = p.min_p;
-  d.uniforms = *uniforms;
   return d;
 }
 

@@ -23,7 +23,8 @@ sampling::SamplingParams ToSamplingParams(const RequestSampling& params, int64_t
 int32_t SampleFromTop(sampling::Sampler& sampler, const model::TopRow& row);
 // A sampled chain's draw (model::BatchForward::ForwardSampledChain) for sampler's next n tokens:
 // its filters, and its next n uniforms written to *uniforms, which the draw points at.
-// sampler.CanChainSample(the forward's top capacity) must hold.
+// sampler.CanChainSample(the forward's top capacity), or a greedy sampler without bias or
+// penalties (ArgMaxAfterBans: drawn as top-k 1, the best token).
 model::ChainDraw ChainDrawFor(const sampling::Sampler& sampler, int64_t n,
                               std::vector<float>* uniforms);
 

@@ -384,17 +384,24 @@ bool Service::ChainSteps() {
   // Decoding (the prompt computed, one token pending), not a step after a sampled chain left its
   // row undecided (that row runs as a plain step, sampled from the whole row).
   if (seq.done || seq.preempted || seq.slot < 0 || seq.n_generated == 0 || seq.to_feed() != 1 ||
-      seq.constraint || r.top_logprobs >= 0 || !seq.sampler || seq.chain_undecided ||
+      seq.constraint || !seq.sampler || seq.chain_undecided ||
       (seq.spec.mode != SpecMode::kOff && !(seq.drafter && seq.controller))) {
     seq.chain_undecided = false;
     return false;
   }
   // The token the row's arg-max once its banned tokens (ignore_eos: the end tokens) are masked,
-  // or drawn from the row's best tokens without bias or penalties.
+  // or drawn from the row's best tokens without bias or penalties. Logprobs come from the
+  // reduced row (as a plain step's do), which a greedy chain does not return, so a greedy
+  // stream asking for them runs the sampled chain (its draw the best token), and not with bans
+  // (the banned tokens' raw logits, which logprobs count, stay on the device).
   const sampling::Sampler& sampler = seq.sampler->sampler();
   const bool greedy = sampler.ArgMaxAfterBans();
-  if ((!greedy && !(decoder_->chains_sampled() &&
-                    sampler.CanChainSample(decoder_->top_capacity()))) ||
+  const bool logprobs = r.top_logprobs >= 0;
+  const bool chain_greedy = greedy && !logprobs;
+  const bool chain_sampled =
+      decoder_->chains_sampled() && (greedy || sampler.CanChainSample(decoder_->top_capacity())) &&
+      (!logprobs || (sampler.banned().empty() && r.top_logprobs <= decoder_->top_capacity()));
+  if ((!chain_greedy && !chain_sampled) ||
       static_cast<int64_t>(sampler.banned().size()) > decoder_->top_known_capacity()) {
     return false;
   }
@@ -419,7 +426,7 @@ bool Service::ChainSteps() {
   chain_slot_ = seq.slot;
   const int slot = seq.slot;
   // A step's token into the stream; false to end the chain there.
-  const auto emit = [&](int32_t token) {
+  const auto emit = [&](int32_t token, TokenLogprob* logprob) {
     ++taken;
     ++seq.n_computed;
     seq.last_served = clock_->Now();
@@ -431,7 +438,7 @@ bool Service::ChainSteps() {
       last = now;
       if (shadow >= 0) seq.controller->ObserveShadow(1, token == shadow ? 1 : 0);
     }
-    Emit(seq, token, nullptr);
+    Emit(seq, token, logprob);
     seq.channel->FlushIfDue(NowSeconds());
     if (seq.done || seq.channel->cancelled()) return false;
     if (speculating) {
@@ -443,10 +450,10 @@ bool Service::ChainSteps() {
     return incoming_.empty() && !stopping_;
   };
   StatusOr<int64_t> steps = int64_t{0};
-  if (greedy) {
-    steps = decoder_->ForwardGreedyChain(slot, seq.tokens.back(),
-                                         static_cast<int32_t>(seq.n_computed), n, emit,
-                                         sampler.banned());
+  if (chain_greedy) {
+    steps = decoder_->ForwardGreedyChain(
+        slot, seq.tokens.back(), static_cast<int32_t>(seq.n_computed), n,
+        [&](int32_t token) { return emit(token, nullptr); }, sampler.banned());
   } else {
     const model::ChainDraw draw = ChainDrawFor(sampler, n, &chain_uniforms_);
     steps = decoder_->ForwardSampledChain(
@@ -458,7 +465,9 @@ bool Service::ChainSteps() {
             return token;
           }
           chain_overruled_ += token != drawn;
-          *more = emit(token);
+          TokenLogprob lp;
+          if (logprobs) lp = SequenceSampler::Logprobs(row, token, r.top_logprobs);
+          *more = emit(token, logprobs ? &lp : nullptr);
           return token;
         },
         sampler.banned());
@@ -482,7 +491,7 @@ bool Service::ChainSteps() {
     UF_LOG(ERROR) << "serve: chain failed: " << steps.status().ToString();
     Finish(seq, FinishReason::kError, steps.status());
   }
-  UF_LOG(DEBUG) << "serve: " << taken << " chained " << (greedy ? "greedy" : "sampled")
+  UF_LOG(DEBUG) << "serve: " << taken << " chained " << (chain_greedy ? "greedy" : "sampled")
                 << " steps in " << NowSeconds() - start << " s";
   EndStep();
   return true;

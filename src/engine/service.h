@@ -232,7 +232,7 @@ class Service {
   // The slot a greedy chain runs on: a sequence that finishes inside the chain keeps it until
   // the chain has returned (its queued steps still write there).
   int chain_slot_ = -1;
-  std::vector<float> chain_uniforms_;  // a sampled chain's draws (ChainDrawFor)
+  std::vector<float> chain_uniforms_;                     // a sampled chain's draws (ChainDrawFor)
   std::shared_ptr<const grammar::TokenTrie> token_trie_;  // built by the first grammar request
   std::unordered_map<std::string, std::shared_ptr<grammar::TokenConstraint>> constraints_;
 

@@ -49,7 +49,8 @@ StatusOr<int64_t> VulkanForward::ForwardSampledChain(int32_t seq, int32_t token,
                                 std::to_string(model::kMaxSampledChainSteps) + " steps)");
   }
   if (!(draw.temperature > 0.0f) || !(draw.top_p > 0.0f) || draw.min_p < 0.0f) {
-    return InvalidArgumentError("gpu forward: a sampled chain needs a temperature and top_p above 0");
+    return InvalidArgumentError(
+        "gpu forward: a sampled chain needs a temperature and top_p above 0");
   }
   auto* d = static_cast<uint32_t*>(chain_draw_.mapped());
   std::memcpy(d + 0, &draw.temperature, 4);

@@ -254,9 +254,10 @@ Status VulkanForward::Init(const DeviceSpec& device) {
     UF_ASSIGN_OR_RETURN(top_part_, dev(Kernels::TopKPartWords(c_.n_vocab, mo, o_.top_k) * 4));
     UF_ASSIGN_OR_RETURN(full_, ctx_->CreateBuffer(mo * 4, Memory::kHost));
     top_host_.resize(mo * (2 * o_.top_k + 2));
-    UF_ASSIGN_OR_RETURN(chain_draw_,
-                        ctx_->CreateBuffer((Kernels::kDrawHeaderWords + model::kMaxSampledChainSteps) * 4,
-                                           Memory::kHost));
+    UF_ASSIGN_OR_RETURN(
+        chain_draw_,
+        ctx_->CreateBuffer((Kernels::kDrawHeaderWords + model::kMaxSampledChainSteps) * 4,
+                           Memory::kHost));
     UF_ASSIGN_OR_RETURN(chain_top_,
                         ctx_->CreateBuffer(kChainRing * (2 * o_.top_k + 2) * 4, Memory::kHost));
     if (o_.max_known > 0) {

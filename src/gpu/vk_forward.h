@@ -40,7 +40,16 @@ struct LayerBuffers {
 // kChainMasked: the same after the row's known tokens (the banned ones) were masked; kSampled,
 // kSampledMasked: kChain's with the row's best tokens (topk.comp) and a token drawn from them
 // (sample.comp) instead of its arg-max (ForwardSampledChain).
-enum class Out { kLogits, kGreedy, kTop, kTopMasked, kChain, kChainMasked, kSampled, kSampledMasked };
+enum class Out {
+  kLogits,
+  kGreedy,
+  kTop,
+  kTopMasked,
+  kChain,
+  kChainMasked,
+  kSampled,
+  kSampledMasked
+};
 // A step's attention kernel (AttentionTiles): attention.comp; attention_tiled.comp with tiles of
 // kTiledAttentionRows query rows (runs of one sequence); the same with one token a tile (a decode
 // batch: only the GQA group's heads share the K/V rows).

@@ -147,9 +147,8 @@ class BatchForward {
   // the two agree, so the tokens are those of one sampled step at a time, draw for draw. Returns
   // the steps taken (see ChainDecide); seq's cache then holds positions up to pos + that many.
   // Needs n <= kMaxSampledChainSteps, draw.uniforms.size() >= n, top_capacity() > 0.
-  virtual StatusOr<int64_t> ForwardSampledChain(int32_t /*seq*/, int32_t /*token*/,
-                                                int32_t /*pos*/, int64_t /*n*/,
-                                                const ChainDraw& /*draw*/,
+  virtual StatusOr<int64_t> ForwardSampledChain(int32_t /*seq*/, int32_t /*token*/, int32_t /*pos*/,
+                                                int64_t /*n*/, const ChainDraw& /*draw*/,
                                                 const ChainDecide& /*decide*/,
                                                 std::span<const int32_t> /*banned*/ = {}) {
     return UnimplementedError("this forward does not chain sampled steps");

@@ -91,7 +91,8 @@ double Sampler::NextUniform() { return static_cast<double>(rng_() >> 11) * 0x1.0
 
 void Sampler::PeekUniforms(int64_t n, float* out) const {
   std::mt19937_64 ahead = rng_;
-  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(static_cast<double>(ahead() >> 11) * 0x1.0p-53);
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = static_cast<float>(static_cast<double>(ahead() >> 11) * 0x1.0p-53);
 }
 
 bool Sampler::filtering() const {
