@@ -329,14 +329,14 @@ std::vector<int32_t> SampledOneAtATime(gpu::GpuForward& f, sampling::Sampler& s,
 struct ChainCounts {
   int64_t chains = 0;     // ForwardSampledChain calls
   int64_t taken = 0;      // tokens the chains took
-  int64_t overruled = 0;  // of those, tokens the device had drawn otherwise
-  int64_t undecided = 0;  // rows the chains left to a plain step (SampleReduced: -1)
+  int64_t whole = 0;      // of those, drawn from the whole row (SampleReduced undecided: -1)
+  int64_t overruled = 0;  // of the others, tokens the device had drawn otherwise
 };
 
-// n sampled tokens of seq from (token, pos) as run --device vulkan takes them: chains, and where
-// one leaves a row undecided, that step run by Forward and its whole row sampled. With
-// other_uniforms, the device draws with uniforms that are not the sampler's (1 - u), so that the
-// host's sampler overrules it.
+// n sampled tokens of seq from (token, pos) as run --device vulkan takes them: chains, each row
+// the best 64 cannot decide sampled whole (the chain brings it). With other_uniforms, the device
+// draws with uniforms that are not the sampler's (1 - u), so that the host's sampler overrules
+// it.
 std::vector<int32_t> SampledChained(Device& d, sampling::Sampler& s, int seq, int32_t token,
                                     int32_t pos, int64_t n, ChainCounts* c,
                                     const std::vector<int32_t>& banned = {},
@@ -355,18 +355,19 @@ std::vector<int32_t> SampledChained(Device& d, sampling::Sampler& s, int seq, in
     if (other_uniforms) {
       for (float& u : uniforms) u = 1.0f - u;
     }
-    bool undecided = false;
     ++c->chains;
     auto r = d.fwd->ForwardSampledChain(
         seq, token, pos, left, draw,
-        [&](const model::TopRow& row, int32_t drawn, bool*) {
-          const int32_t t = engine::SampleFromTop(s, row);
+        [&](const model::TopRow& row, const float* whole, int32_t drawn, bool*) {
+          int32_t t = engine::SampleFromTop(s, row);
+          if (t < 0 && whole == nullptr) return t;
           if (t < 0) {
-            undecided = true;
-            return t;
+            ++c->whole;
+            t = s.Sample(whole);
+          } else {
+            c->overruled += t != drawn;
           }
           ++c->taken;
-          c->overruled += t != drawn;
           take(t);
           return t;
         },
@@ -374,13 +375,6 @@ std::vector<int32_t> SampledChained(Device& d, sampling::Sampler& s, int seq, in
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     if (!r.ok()) break;
     EXPECT_EQ(d.cache->Length(seq), pos) << "the cache ends at the last taken step";
-    if (undecided) {
-      ++c->undecided;
-      model::Batch b;
-      b.Add(token, pos, seq, true);
-      EXPECT_TRUE(d.fwd->Forward(b).ok());
-      take(s.Sample(d.fwd->logits(0)));
-    }
   }
   return out;
 }
@@ -389,11 +383,12 @@ std::vector<int32_t> SampledChained(Device& d, sampling::Sampler& s, int seq, in
 // the sampler settings: the host's sampler checks every draw. The device's own draws (sample.comp)
 // must agree with it: a draw it overrules costs a step, so at most 2 of all the steps here may be
 // (a float rounding at an interval's edge; none is expected). Rows with top-k are always decided
-// from the device's best 64, so those chains take every step. These models' weights are random
-// and their rows flat (the best 64 hold ~1% of the mass), so without top-k the host leaves the
-// rows undecided and each such step runs as a plain step: that fallback is what those settings
-// test here; the device's draws without top-k are tested on LLM-like rows (gpu_sample_test.cc)
-// and on the demo model (gpu_serve_chain_test.cc).
+// from the device's best 64, so those chains take every step in one chain. These models' weights
+// are random and their rows flat (the best 64 hold ~1% of the mass), so without top-k the host
+// cannot decide most rows from the best 64, and the chain brings each such step's whole row
+// from the device (kept in its slot's buffer while the next step runs): that path is what those
+// settings test here; the device's own draws without top-k are tested on LLM-like rows
+// (gpu_sample_test.cc) and on the demo model (gpu_serve_chain_test.cc).
 TEST_P(GpuChainTest, SampledChainsGiveOneSampledStepAtATimesTokens) {
   const int64_t n = 40, ctx = 64;
   Device d = Make(*model_, 2, ctx);
@@ -408,13 +403,15 @@ TEST_P(GpuChainTest, SampledChainsGiveOneSampledStepAtATimesTokens) {
     ASSERT_TRUE(s.CanChainSample(d.fwd->top_capacity()));
     ChainCounts counts;
     EXPECT_EQ(SampledChained(d, s, 1, first, kP0, n, &counts), want);
-    std::printf("%s: %lld chains, %lld of %lld steps chained, %lld overruled, %lld undecided\n",
-                c.name, static_cast<long long>(counts.chains), static_cast<long long>(counts.taken),
-                static_cast<long long>(n), static_cast<long long>(counts.overruled),
-                static_cast<long long>(counts.undecided));
+    std::printf("%s: %lld chains, %lld tokens drawn from the whole row, %lld overruled\n", c.name,
+                static_cast<long long>(counts.chains), static_cast<long long>(counts.whole),
+                static_cast<long long>(counts.overruled));
+    EXPECT_EQ(counts.taken, n);
     if (c.top_k > 0) {
-      EXPECT_EQ(counts.undecided, 0);
-      EXPECT_GE(counts.taken, n - 2) << "a top-k stream's steps did not chain";
+      EXPECT_EQ(counts.whole, 0);
+      EXPECT_LE(counts.chains, 1 + counts.overruled) << "a top-k stream's chains ended early";
+    } else {
+      EXPECT_GT(counts.whole, n / 2) << "these flat rows should need the whole row";
     }
     all.overruled += counts.overruled;
   }
@@ -470,7 +467,9 @@ TEST_P(GpuChainTest, SampledChainRefusesBadArguments) {
   Device d = Make(*model_, 1, ctx);
   const int32_t first = Prefill(*d.fwd, 0);
   std::vector<float> uniforms(model::kMaxSampledChainSteps + 1, 0.5f);
-  const auto decide = [](const model::TopRow&, int32_t drawn, bool*) { return drawn; };
+  const auto decide = [](const model::TopRow&, const float*, int32_t drawn, bool*) {
+    return drawn;
+  };
   model::ChainDraw draw;
   draw.uniforms = uniforms;
   EXPECT_EQ(

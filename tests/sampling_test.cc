@@ -309,6 +309,23 @@ TEST(Sampler, KnownSequenceForSeed) {
   EXPECT_EQ(s.NextUniform(), static_cast<double>(ref() >> 11) * 0x1.0p-53);
 }
 
+// PeekUniforms gives the next draws (as floats) without taking them: a device draws with them
+// ahead of the host (a sampled chain), and the host's own draws must then be those.
+TEST(Sampler, PeekUniformsAreTheNextDrawsUntaken) {
+  SamplingParams p = Plain();
+  p.seed = 11;
+  Sampler s(p, 2);
+  s.NextUniform();
+  std::vector<float> ahead(5);
+  s.PeekUniforms(5, ahead.data());
+  std::vector<float> again(5);
+  s.PeekUniforms(5, again.data());
+  EXPECT_EQ(ahead, again);
+  for (float u : ahead) EXPECT_EQ(static_cast<float>(s.NextUniform()), u);
+  s.PeekUniforms(1, again.data());
+  EXPECT_NE(again[0], ahead[4]);
+}
+
 // Draws without top-k map the uniform u onto the row's 64 best tokens first (best first: higher
 // logit, then lower id), then onto the others in id order: a reference walk in double, on a row
 // of 1,000 with ties, gives the same token for u away (1e-6) from the interval ends.

@@ -145,13 +145,14 @@ int GpuBench(const GpuBenchOptions& o) {
       while (d->chains_sampled() && done < o.n_gen) {
         const int64_t n = std::min(o.n_gen - done, model::kMaxSampledChainSteps);
         const model::ChainDraw draw = engine::ChainDrawFor(sampler, n, &uniforms);
-        auto taken = d->ForwardSampledChain(0, next, static_cast<int32_t>(first + done), n, draw,
-                                            [&](const model::TopRow& row, int32_t, bool*) {
-                                              next = engine::SampleFromTop(
-                                                  sampler, row);  // top-k: always decided
-                                              sampler.Accept(next);
-                                              return next;
-                                            });
+        // Top-k rows are always decided (no -1).
+        const auto decide = [&](const model::TopRow& row, const float*, int32_t, bool*) {
+          next = engine::SampleFromTop(sampler, row);
+          sampler.Accept(next);
+          return next;
+        };
+        auto taken =
+            d->ForwardSampledChain(0, next, static_cast<int32_t>(first + done), n, draw, decide);
         if (!taken.ok()) Fail("bench", taken.status());
         if (*taken == 0) break;  // not expected with top-k
         done += *taken;

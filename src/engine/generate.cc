@@ -184,8 +184,8 @@ Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
   };
   // A forward that chains sampled steps (a GPU's) decodes a sampler without bias or penalties,
   // and without drafts, chained: each step's token drawn on the device from the row's best
-  // tokens and checked here (BatchForward::ForwardSampledChain); a row those cannot decide runs
-  // as a plain step below.
+  // tokens and checked here (BatchForward::ForwardSampledChain); a row those cannot decide is
+  // sampled whole, as a plain step's is.
   const bool chain = options.chain && drafter == nullptr && decoder.chains_sampled() &&
                      sampler.CanChainSample(top_cap) &&
                      static_cast<int64_t>(sampler.banned().size()) <= decoder.top_known_capacity();
@@ -231,26 +231,26 @@ Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
     // Positions [0, context.size() - 1) hold verified K/V; the rejected drafts' go.
     int64_t pos = static_cast<int64_t>(context.size()) - 1;
     if (n_drafts > 0) cache.Truncate(seq, pos);
-    // Chains until one ends at a row it cannot decide (that row's step runs below) or the
-    // generation ends.
-    for (bool undecided = false; chain && !stop && !undecided && pos < ctx;) {
+    // Chains until the generation ends (each ends at a draw the device got wrong, or after
+    // kMaxSampledChainSteps).
+    const auto decide = [&](const model::TopRow& row, const float* whole, int32_t, bool* more) {
+      int32_t token = SampleFromTop(sampler, row);
+      if (token < 0) {
+        if (whole == nullptr) return token;  // the chain brings the whole row
+        ++stats->rows_fetched;
+        token = sampler.Sample(whole, target.pool);
+      }
+      take(token);
+      *more = !stop && static_cast<int64_t>(context.size()) - 1 < ctx;
+      return token;
+    };
+    while (chain && !stop && pos < ctx) {
       int64_t n = std::min(ctx - pos, model::kMaxSampledChainSteps);
       if (options.max_tokens >= 0) n = std::min(n, options.max_tokens - stats->n_generated);
       const model::ChainDraw draw = ChainDrawFor(sampler, n, &uniforms);
-      UF_ASSIGN_OR_RETURN(const int64_t steps,
-                          decoder.ForwardSampledChain(
-                              seq, context.back(), static_cast<int32_t>(pos), n, draw,
-                              [&](const model::TopRow& row, int32_t, bool* more) {
-                                const int32_t token = SampleFromTop(sampler, row);
-                                if (token < 0) {
-                                  undecided = true;
-                                  return token;
-                                }
-                                take(token);
-                                *more = !stop && static_cast<int64_t>(context.size()) - 1 < ctx;
-                                return token;
-                              },
-                              sampler.banned()));
+      UF_ASSIGN_OR_RETURN(const int64_t steps, decoder.ForwardSampledChain(
+                                                   seq, context.back(), static_cast<int32_t>(pos),
+                                                   n, draw, decide, sampler.banned()));
       stats->n_decode_steps += steps;
       stats->chained_steps += steps;
       pos = static_cast<int64_t>(context.size()) - 1;

@@ -114,9 +114,10 @@ struct EngineStats {
   int64_t steps = 0;                   // forward passes, total
   // Of those, steps of a lone stream chained on the device (ServiceOptions::chain_steps)
   int64_t chained_steps = 0;
-  // Of those, sampled steps whose device draw the host's sampler overruled (each ended its chain
-  // and cost the step queued behind it): a share well above a few in 10,000 means the device's
-  // draw (sample.comp) disagrees with the sampler.
+  // Of those, sampled steps whose device draw the host's sampler overruled from the reduced row
+  // (each ended its chain and cost the step queued behind it): a share well above a few in
+  // 10,000 means the device's draw (sample.comp) disagrees with the sampler. (Rows drawn whole
+  // count in rows_fetched.)
   int64_t chain_overruled = 0;
   int64_t preemptions = 0;  // sequences evicted for KV blocks and recomputed later, total
   // Default/flex steps abandoned mid-forward because an ultrafast request arrived (its first

@@ -381,12 +381,12 @@ bool Service::ChainSteps() {
   }
   Sequence& seq = *running_[0];
   const GenerationRequest& r = seq.request;
-  // Decoding (the prompt computed, one token pending), not a step after a sampled chain left its
-  // row undecided (that row runs as a plain step, sampled from the whole row).
+  // Decoding (the prompt computed, one token pending), not right after a chain that ran no step
+  // (that step runs plain, once).
   if (seq.done || seq.preempted || seq.slot < 0 || seq.n_generated == 0 || seq.to_feed() != 1 ||
-      seq.constraint || !seq.sampler || seq.chain_undecided ||
+      seq.constraint || !seq.sampler || seq.chain_failed ||
       (seq.spec.mode != SpecMode::kOff && !(seq.drafter && seq.controller))) {
-    seq.chain_undecided = false;
+    seq.chain_failed = false;
     return false;
   }
   // The token the row's arg-max once its banned tokens (ignore_eos: the end tokens) are masked,
@@ -458,15 +458,21 @@ bool Service::ChainSteps() {
     const model::ChainDraw draw = ChainDrawFor(sampler, n, &chain_uniforms_);
     steps = decoder_->ForwardSampledChain(
         slot, seq.tokens.back(), static_cast<int32_t>(seq.n_computed), n, draw,
-        [&](const model::TopRow& row, int32_t drawn, bool* more) {
-          const int32_t token = seq.sampler->SampleFromTop(row);
+        [&](const model::TopRow& row, const float* whole, int32_t drawn, bool* more) {
+          int32_t token = seq.sampler->SampleFromTop(row);
           if (token < 0) {
-            seq.chain_undecided = true;
-            return token;
+            if (whole == nullptr) return token;  // the chain brings the whole row
+            ++rows_fetched_;
+            token = seq.sampler->Sample(whole);
+          } else {
+            chain_overruled_ += token != drawn;  // (a whole row's draw is rarely the device's)
           }
-          chain_overruled_ += token != drawn;
           TokenLogprob lp;
-          if (logprobs) lp = SequenceSampler::Logprobs(row, token, r.top_logprobs);
+          if (logprobs) {
+            const auto n_vocab = static_cast<int32_t>(model_.config().n_vocab);
+            lp = whole != nullptr ? SequenceSampler::Logprobs(whole, n_vocab, token, r.top_logprobs)
+                                  : SequenceSampler::Logprobs(row, token, r.top_logprobs);
+          }
           *more = emit(token, logprobs ? &lp : nullptr);
           return token;
         },
@@ -485,7 +491,7 @@ bool Service::ChainSteps() {
     if (taken == 0 && !seq.done) {
       // Nothing ran (e.g. no KV blocks for the whole chain): the plain step handles it.
       UF_LOG(DEBUG) << "serve: chain not run: " << steps.status().ToString();
-      seq.chain_undecided = true;  // (so that the next step is that plain one)
+      seq.chain_failed = true;  // (so that the next step is that plain one)
       return false;
     }
     UF_LOG(ERROR) << "serve: chain failed: " << steps.status().ToString();

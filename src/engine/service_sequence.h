@@ -55,9 +55,9 @@ struct Service::Sequence {
   bool decoding = false;          // this step feeds it one token (plus drafts), not a prompt
   bool top_only = false;          // this step's rows come back as their best tokens only
   bool reduced = false;  // top_only for a sampler without top-k: SampleReduced, else fetched
-  // A sampled chain ended at a row its best tokens could not decide: that row runs as a plain
-  // step next (Service::ChainSteps), sampled from the whole row.
-  bool chain_undecided = false;
+  // A chain ran no step (no KV blocks for it, say): the next step runs plain
+  // (Service::ChainSteps), once.
+  bool chain_failed = false;
   // With top_only: the tokens each row's sampler edits (bias, bans, penalties), rows 0..drafts
   // one after another from known_begin[j], which the device reads out raw (Batch::known_ids).
   std::vector<int32_t> known, known_begin;

@@ -20,21 +20,16 @@
 
 namespace uf::gpu {
 
-namespace {
-// Steps in flight: one running and one queued behind it hides the host's turn as long as that
-// turn is shorter than a step. More would only grow the steps dropped after a stop.
-constexpr size_t kChainDepth = 2;
-}  // namespace
-
 StatusOr<int64_t> VulkanForward::ForwardGreedyChain(int32_t seq, int32_t token, int32_t pos,
                                                     int64_t n,
                                                     const std::function<bool(int32_t)>& on_token,
                                                     std::span<const int32_t> banned) {
   const auto* ring = static_cast<const uint32_t*>(chain_ring_.mapped());
-  return Chain(seq, token, pos, n, banned, /*sampled=*/false, [&](int64_t p, bool* more) {
-    *more = on_token(static_cast<int32_t>(ring[p % kChainRing]));
-    return true;
-  });
+  return Chain(seq, token, pos, n, banned, /*sampled=*/false,
+               [&](int64_t p, int, bool* more) -> StatusOr<bool> {
+                 *more = on_token(static_cast<int32_t>(ring[p % kChainRing]));
+                 return true;
+               });
 }
 
 StatusOr<int64_t> VulkanForward::ForwardSampledChain(int32_t seq, int32_t token, int32_t pos,
@@ -50,7 +45,7 @@ StatusOr<int64_t> VulkanForward::ForwardSampledChain(int32_t seq, int32_t token,
   }
   if (!(draw.temperature > 0.0f) || !(draw.top_p > 0.0f) || draw.min_p < 0.0f) {
     return InvalidArgumentError(
-        "gpu forward: a sampled chain needs a temperature and top_p above 0");
+        "gpu forward: a sampled chain needs a temperature and top_p above 0, min_p at least 0");
   }
   auto* d = static_cast<uint32_t*>(chain_draw_.mapped());
   std::memcpy(d + 0, &draw.temperature, 4);
@@ -65,7 +60,7 @@ StatusOr<int64_t> VulkanForward::ForwardSampledChain(int32_t seq, int32_t token,
   const int64_t row_words = 2 * o_.top_k + 2;
   // The bans as known tokens (their raw logits unknown, and not needed: see ChainDecide).
   known_zeros_.assign(banned.size(), 0.0f);
-  return Chain(seq, token, pos, n, banned, /*sampled=*/true, [&](int64_t p, bool* more) {
+  const auto on_step = [&](int64_t p, int slot, bool* more) -> StatusOr<bool> {
     const uint32_t* w = tops + (p % kChainRing) * row_words;
     model::TopRow row;
     row.n = static_cast<int32_t>(std::min<int64_t>(o_.top_k, c_.n_vocab));
@@ -78,19 +73,37 @@ StatusOr<int64_t> VulkanForward::ForwardSampledChain(int32_t seq, int32_t token,
     row.known_logits = known_zeros_.data();
     const auto drawn = static_cast<int32_t>(ring[p % kChainRing]);
     *more = true;
-    const int32_t t = decide(row, drawn, more);
+    int32_t t = decide(row, nullptr, drawn, more);
     if (t < 0) {
-      *more = false;
-      return false;
+      // The draw needs the whole row: still in the slot's buffer (the step behind this one
+      // writes the other slot's), copied once that step ends.
+      UF_ASSIGN_OR_RETURN(const float* whole, ChainRow(slot));
+      *more = true;
+      t = decide(row, whole, drawn, more);
+      if (t < 0) return InternalError("gpu forward: a sampled chain's decider drew no token");
     }
     if (t != drawn) *more = false;  // the next step was queued with `drawn`
     return true;
-  });
+  };
+  return Chain(seq, token, pos, n, banned, /*sampled=*/true, on_step);
+}
+
+StatusOr<const float*> VulkanForward::ChainRow(int slot) {
+  if (chain_fetch_[slot] == nullptr) {
+    auto r = std::make_unique<Recorder>(ctx_.get());
+    k_.CopyRows(r.get(), chain_logits_[slot], logits_dev_, full_, c_.n_vocab, 1);
+    UF_RETURN_IF_ERROR(r->Finish());
+    chain_fetch_[slot] = std::move(r);
+  }
+  static_cast<uint32_t*>(full_.mapped())[0] = 1;  // row 0 flagged for copy_rows.comp
+  UF_RETURN_IF_ERROR(chain_fetch_[slot]->Run());
+  ++rows_fetched_;
+  return static_cast<const float*>(logits_dev_.mapped());
 }
 
 StatusOr<int64_t> VulkanForward::Chain(int32_t seq, int32_t token, int32_t pos, int64_t n,
                                        std::span<const int32_t> banned, bool sampled,
-                                       const std::function<bool(int64_t, bool*)>& on_step) {
+                                       const ChainStep& on_step) {
   if (n < 1) return InvalidArgumentError("gpu forward: a chain needs at least one step");
   UF_RETURN_IF_ERROR(CheckToken(token));
   UF_RETURN_IF_ERROR(CheckSequence(seq));
@@ -159,7 +172,12 @@ StatusOr<int64_t> VulkanForward::Chain(int32_t seq, int32_t token, int32_t pos, 
     if (f.trial.tuner != nullptr) ReportTrial(f.trial, *f.rec, f.submitted);
     if (stop || !status.ok()) return;  // queued past the last taken token: dropped
     bool more = true;
-    taken += on_step(pos + f.step + 1, &more) ? 1 : 0;
+    StatusOr<bool> took = on_step(pos + f.step + 1, static_cast<int>(f.step % kChainDepth), &more);
+    if (!took.ok()) {
+      status = took.status();
+      return;
+    }
+    taken += *took ? 1 : 0;
     stop = !more;
   };
   for (int64_t i = 0; i < n && !stop && status.ok(); ++i) {
@@ -167,7 +185,10 @@ StatusOr<int64_t> VulkanForward::Chain(int32_t seq, int32_t token, int32_t pos, 
     const StepWay way = ChooseWay(1, false, pos + i + 1, &trial);
     // A trial is timed alone: nothing queued before it (a wall-clock time would include that)
     // and nothing behind it until it ends (the tuner's next pick waits for its time).
-    while (!flight.empty() && (trial.tuner != nullptr || flight.size() >= kChainDepth)) finish();
+    while (!flight.empty() &&
+           (trial.tuner != nullptr || flight.size() >= static_cast<size_t>(kChainDepth))) {
+      finish();
+    }
     if (stop || !status.ok()) break;
     auto rec = ChainRecording(way, static_cast<int>(i % kChainDepth), masked, sampled);
     if (!rec.ok()) {

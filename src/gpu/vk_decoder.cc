@@ -260,6 +260,9 @@ Status VulkanForward::Init(const DeviceSpec& device) {
                            Memory::kHost));
     UF_ASSIGN_OR_RETURN(chain_top_,
                         ctx_->CreateBuffer(kChainRing * (2 * o_.top_k + 2) * 4, Memory::kHost));
+    for (Buffer& b : chain_logits_) {
+      UF_ASSIGN_OR_RETURN(b, dev(c_.n_vocab * 4));
+    }
     if (o_.max_known > 0) {
       UF_ASSIGN_OR_RETURN(known_, ctx_->CreateBuffer(mo * (o_.max_known + 1) * 4, Memory::kHost));
       UF_ASSIGN_OR_RETURN(known_raw_, ctx_->CreateBuffer(mo * o_.max_known * 4, Memory::kHost));

@@ -144,18 +144,23 @@ class VulkanForward final : public GpuForward {
   StepWay ChooseWay(int64_t n, bool long_runs, int64_t depth, Trial* trial);
   // way.attn: the attention kernel of the layers attention_tiled.comp takes.
   StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out, bool allowed, StepWay way);
-  // The chained step's recordings (Out::kChain), one per way and slot: consecutive steps of a
-  // chain take the two slots in turn, so a step is queued while the one before it runs.
+  // The chained step's recordings (Out::kChain, kSampled), one per way and slot: consecutive steps
+  // of a chain take the two slots in turn, so a step is queued while the one before it runs.
   StatusOr<Recorder*> ChainRecording(StepWay way, int slot, bool masked, bool sampled);
   // Both chains: the checks, the first step's input, the steps two in flight, the cache cut to
-  // the taken steps. on_step(p) reads the step that fed position p from the rings and returns
-  // whether it is taken; *more = false ends the chain after it.
+  // the taken steps. on_step(p, slot) reads the step that fed position p, recorded in slot, from
+  // the rings and returns whether it is taken; *more = false ends the chain after it.
+  using ChainStep = std::function<StatusOr<bool>(int64_t p, int slot, bool* more)>;
   StatusOr<int64_t> Chain(int32_t seq, int32_t token, int32_t pos, int64_t n,
-                          std::span<const int32_t> banned, bool sampled,
-                          const std::function<bool(int64_t, bool*)>& on_step);
+                          std::span<const int32_t> banned, bool sampled, const ChainStep& on_step);
+  // A sampled chain step's whole row (slot's logits, the banned tokens at -inf), copied to the
+  // host-visible rows (logits_dev_ row 0); waits for the step queued behind it.
+  StatusOr<const float*> ChainRow(int slot);
   // After a step that was a tuner's trial: its time to the tuner, and the choice when settled.
   void ReportTrial(const Trial& trial, const Recorder& rec, double started);
-  Status Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed, StepWay way);
+  // rows: the device-local logits rows the step writes and reduces (default logits_local_).
+  Status Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed, StepWay way,
+                const Buffer* rows = nullptr);
   // y = W x for n tokens, quantizing x into xq_ first when W takes a quantized activation (Q8_0,
   // Q8_K, f16 or bf16 pairs: ActivationFor) and xq_ does not hold x in that format yet.
   // accumulate: y += W x (the residual add folded into the GEMM); bias: y = W x + bias.
@@ -249,14 +254,23 @@ class VulkanForward final : public GpuForward {
   std::map<std::tuple<int64_t, int64_t, Out, bool, StepWay>, std::unique_ptr<Recorder>> recordings_;
   Recorder* last_ = nullptr;
   // Never cleared (kept apart from recordings_, which is cleared when full, so that no step in
-  // flight loses its recording): at most 4 per StepWay (2 slots, masked or not).
+  // flight loses its recording): at most 8 per StepWay (2 slots, masked or not, greedy or
+  // sampled).
   std::map<std::tuple<StepWay, int, bool, bool>, std::unique_ptr<Recorder>> chain_recordings_;
-  // host-visible [kChainRing]: the chained steps' tokens by position (argmax.comp's feed).
+  // host-visible [kChainRing]: the chained steps' tokens by position (argmax.comp's or
+  // sample.comp's feed).
   static constexpr int64_t kChainRing = 8;
+  // Chained steps in flight: one running and one queued behind it hides the host's turn as long
+  // as that turn is shorter than a step. More would only grow the steps dropped after a stop.
+  static constexpr int kChainDepth = 2;
   Buffer chain_ring_;
   // host-visible, with top_: a sampled chain's draw (Kernels::kDrawHeaderWords words, then
   // kMaxSampledChainSteps uniforms) and its steps' reduced rows [kChainRing][2 top_k + 2].
   Buffer chain_draw_, chain_top_;
+  // device-local [n_vocab] per chain slot: a sampled step's logits, kept while the next step runs
+  // (ChainRow); chain_fetch_: their copies to logits_dev_.
+  Buffer chain_logits_[kChainDepth];
+  std::unique_ptr<Recorder> chain_fetch_[kChainDepth];
   std::vector<float> known_zeros_;  // the banned tokens' logits as a sampled chain lists them
   StepTuner attn_tuner_{"attention", "tiled", "token"};  // AttentionTiles::kTune
   // NormTail::kTune and GemvVariant::kTune, each one class: one-token steps at any depth.

@@ -263,7 +263,9 @@ void VulkanForward::RecordQkv(Recorder* r, const LayerBuffers& l, int64_t n,
 }
 
 Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed,
-                             StepWay way) {
+                             StepWay way, const Buffer* rows) {
+  // The device-local logits rows the reductions read (a sampled chain's slot keeps its own).
+  const Buffer& local = rows != nullptr ? *rows : logits_local_;
   const AttnKernel attn = way.attn;
   tail_ = way.norm_tail;
   k_.set_wide_gemv(way.wide_gemv);
@@ -386,7 +388,7 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, boo
     }
   }
   if (n_out > 0) {
-    const Buffer& logits_in = out == Out::kLogits ? logits_dev_ : logits_local_;
+    const Buffer& logits_in = out == Out::kLogits ? logits_dev_ : local;
     const Activation act = Fused(o_.fuse, ActivationFor(output_.type), e);
     if (final_normed) {
       Gemm(r, output_, xn_, n_out, logits_in);  // xq_ holds xn_'s activation where it reads one
@@ -404,37 +406,35 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, boo
       xq_holds_ = nullptr;
       Gemm(r, output_, xo_, n_out, logits_in);
     }
-    if (out == Out::kGreedy) k_.ArgMax(r, logits_local_, argmax_, argmax_part_, c_.n_vocab, n_out);
+    if (out == Out::kGreedy) k_.ArgMax(r, local, argmax_, argmax_part_, c_.n_vocab, n_out);
     if (out == Out::kChainMasked || out == Out::kSampledMasked) {
-      k_.MaskRows(r, logits_local_, known_, known_raw_, c_.n_vocab, n_out, o_.max_known);
+      k_.MaskRows(r, local, known_, known_raw_, c_.n_vocab, n_out, o_.max_known);
     }
+    // A chained step's token into the next step's input (ForwardGreedyChain, ForwardSampledChain).
+    const Kernels::Feed feed{&tok_,       &bt_,      &chain_ring_, cache_->block_size(),
+                             max_blocks_, kChainRing};
     if (out == Out::kSampled || out == Out::kSampledMasked) {
-      const Kernels::Feed feed{&tok_,       &bt_,      &chain_ring_, cache_->block_size(),
-                               max_blocks_, kChainRing};
-      k_.TopK(r, logits_local_, top_, top_part_, c_.n_vocab, n_out, o_.top_k);
+      k_.TopK(r, local, top_, top_part_, c_.n_vocab, n_out, o_.top_k);
       k_.SampleFeed(r, top_, chain_draw_, feed, chain_top_, o_.top_k, c_.n_vocab);
     }
     if (out == Out::kChain || out == Out::kChainMasked) {
-      const Kernels::Feed feed{&tok_,       &bt_,      &chain_ring_, cache_->block_size(),
-                               max_blocks_, kChainRing};
-      k_.ArgMax(r, logits_local_, argmax_, argmax_part_, c_.n_vocab, n_out, Kernels::kArgMaxChunk,
-                &feed);
+      k_.ArgMax(r, local, argmax_, argmax_part_, c_.n_vocab, n_out, Kernels::kArgMaxChunk, &feed);
     }
     // Both only set tokens of their rows to -inf (a row has a grammar mask or known tokens,
     // never both: Batch::allowed), so they share the barrier before the top-k.
     const bool both = allowed && out == Out::kTopMasked;
     if (both) begin();
-    if (allowed) k_.AllowRows(r, logits_local_, allow_, c_.n_vocab, n_out);
+    if (allowed) k_.AllowRows(r, local, allow_, c_.n_vocab, n_out);
     if (out == Out::kTopMasked) {
-      k_.MaskRows(r, logits_local_, known_, known_raw_, c_.n_vocab, n_out, o_.max_known);
+      k_.MaskRows(r, local, known_, known_raw_, c_.n_vocab, n_out, o_.max_known);
     }
     if (both) end();
     if (out == Out::kTop || out == Out::kTopMasked) {
       begin();  // both read the rows and write their own buffers
-      k_.TopKChunks(r, logits_local_, top_, top_part_, c_.n_vocab, n_out, o_.top_k);
-      k_.CopyRows(r, logits_local_, logits_dev_, full_, c_.n_vocab, n_out);
+      k_.TopKChunks(r, local, top_, top_part_, c_.n_vocab, n_out, o_.top_k);
+      k_.CopyRows(r, local, logits_dev_, full_, c_.n_vocab, n_out);
       end();
-      k_.TopKMerge(r, logits_local_, top_, top_part_, c_.n_vocab, n_out, o_.top_k);
+      k_.TopKMerge(r, local, top_, top_part_, c_.n_vocab, n_out, o_.top_k);
     }
   }
   xq_holds_ = nullptr;
@@ -465,7 +465,10 @@ StatusOr<Recorder*> VulkanForward::ChainRecording(StepWay way, int slot, bool ma
   auto r = std::make_unique<Recorder>(ctx_.get(), o_.profile);
   const Out out = sampled ? (masked ? Out::kSampledMasked : Out::kSampled)
                           : (masked ? Out::kChainMasked : Out::kChain);
-  UF_RETURN_IF_ERROR(Record(r.get(), 1, 1, out, false, way));
+  // A sampled step's row stays in its slot's buffer while the next step runs, for a draw that
+  // needs the whole row (ChainDecide).
+  UF_RETURN_IF_ERROR(
+      Record(r.get(), 1, 1, out, false, way, sampled ? &chain_logits_[slot] : nullptr));
   Recorder* p = r.get();
   chain_recordings_.emplace(key, std::move(r));
   return p;

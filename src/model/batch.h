@@ -87,10 +87,12 @@ inline constexpr int64_t kMaxSampledChainSteps = 256;
 // A sampled chain's step ended: its row reduced (TopRow; the banned tokens listed as known, with
 // no raw logits: a ban makes them -inf whatever they were) and the token the device drew from
 // it. Returns the token the step takes: `drawn` to go on; another to take that one and end the
-// chain (the next step, queued with `drawn`, is dropped); -1 to end the chain without taking this
-// step (its row cannot be decided from its best tokens: Sampler::SampleReduced; the caller then
-// runs the step itself). *more = false ends the chain after this step.
-using ChainDecide = std::function<int32_t(const TopRow& row, int32_t drawn, bool* more)>;
+// chain (the next step, queued with `drawn`, is dropped). With whole == nullptr it may return -1
+// when the reduced row cannot decide the draw (Sampler::SampleReduced): it is then called again
+// with the whole row (whole: [n_vocab] raw logits, the banned tokens at -inf; valid during the
+// call) and must return a token. *more = false ends the chain after this step.
+using ChainDecide =
+    std::function<int32_t(const TopRow& row, const float* whole, int32_t drawn, bool* more)>;
 
 // A forward pass over batches: what the serving engine steps (the CPU Decoder, or a device's).
 class BatchForward {

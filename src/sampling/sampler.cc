@@ -13,6 +13,9 @@ namespace {
 
 using kernels::kExpSumBlock;
 
+// The top 53 bits of one output, scaled into [0, 1).
+double Uniform(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
 }  // namespace
 
 bool Sampler::Higher(const Candidate& a, const Candidate& b) {
@@ -87,12 +90,11 @@ void Sampler::Accept(int32_t token) {
   }
 }
 
-double Sampler::NextUniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+double Sampler::NextUniform() { return Uniform(rng_); }
 
 void Sampler::PeekUniforms(int64_t n, float* out) const {
-  std::mt19937_64 ahead = rng_;
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = static_cast<float>(static_cast<double>(ahead() >> 11) * 0x1.0p-53);
+  std::mt19937_64 ahead = rng_;  // 2.5 KB of state, copied once a chain
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(Uniform(ahead));
 }
 
 bool Sampler::filtering() const {
