@@ -15,6 +15,7 @@
 
 #if UF_HAVE_VULKAN
 #include "engine/seq_sampler.h"
+#include "gpu/top_row.h"
 #include "gpu_kernels_fixture.h"
 #endif
 
@@ -87,12 +88,7 @@ TEST_F(GpuKernelsTest, SampleFeedDrawsTheSamplersToken) {
     ASSERT_TRUE(reduce.Finish().ok());
     ASSERT_TRUE(reduce.Run().ok());
     const auto* tw = static_cast<const uint32_t*>(top.mapped());
-    model::TopRow row;
-    row.n = static_cast<int32_t>(k);
-    row.ids = reinterpret_cast<const int32_t*>(tw);
-    row.logits = reinterpret_cast<const float*>(tw + k);
-    std::memcpy(&row.max, tw + 2 * k, 4);
-    std::memcpy(&row.log_sum_exp, tw + 2 * k + 1, 4);
+    const model::TopRow row = TopRowOf(tw, k, n_vocab);
     for (size_t si = 0; si < std::size(settings); ++si) {
       const Setting& st = settings[si];
       SCOPED_TRACE(testing::Message() << "row " << ri << " (" << kinds[ri] << "), setting " << si);

@@ -12,6 +12,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/check.h"
@@ -57,10 +58,54 @@ engine::GenerationRequest Greedy(const std::string& prompt, int64_t max_tokens) 
   return r;
 }
 
+// Greedy's request at temperature t (0: greedy) with a seed.
+engine::GenerationRequest Sampled(const std::string& prompt, int64_t max_tokens, float t,
+                                  uint64_t seed) {
+  engine::GenerationRequest r = Greedy(prompt, max_tokens);
+  r.sampling.temperature = t;
+  r.sampling.seed = seed;
+  return r;
+}
+
 Output Generate(engine::Service& s, engine::GenerationRequest r) {
   auto ch = s.Submit(std::move(r));
   UF_CHECK(ch.ok()) << ch.status().ToString();
   return Collect(**ch);
+}
+
+// An unchained service and a chained one.
+std::pair<std::unique_ptr<engine::Service>, std::unique_ptr<engine::Service>> Services() {
+  return {MakeService(false), MakeService(true)};
+}
+
+// r on the unchained service and on the chained one: the same text, finish and token count.
+// Returns the chained output (*want: the unchained one, if not null).
+Output ExpectSameOutput(engine::Service& plain, engine::Service& chained,
+                        const engine::GenerationRequest& r, Output* want = nullptr) {
+  const Output w = Generate(plain, r);
+  const Output got = Generate(chained, r);
+  EXPECT_EQ(got.text, w.text);
+  EXPECT_EQ(got.finish, w.finish);
+  EXPECT_EQ(got.completion_tokens, w.completion_tokens);
+  if (want != nullptr) *want = w;
+  return got;
+}
+
+// After the same requests on both services: none chained unchained, more than min_chained
+// steps chained, and every KV block given back. Returns the chained service's stats.
+engine::EngineStats ExpectChained(engine::Service& plain, engine::Service& chained,
+                                  int64_t min_chained, const std::string& what) {
+  const engine::EngineStats on = SettledStats(chained), off = SettledStats(plain);
+  std::printf(
+      "[gpu serve chain] %s: chained %lld of %lld steps, %lld overruled (unchained: %lld "
+      "steps)\n",
+      what.c_str(), static_cast<long long>(on.chained_steps), static_cast<long long>(on.steps),
+      static_cast<long long>(on.chain_overruled), static_cast<long long>(off.steps));
+  EXPECT_EQ(off.chained_steps, 0);
+  EXPECT_GT(on.chained_steps, min_chained) << "the lone " << what << " streams did not chain";
+  EXPECT_LE(on.chained_steps, on.steps);
+  EXPECT_EQ(on.kv_blocks_used, 0) << "a chained sequence kept its blocks";
+  return on;
 }
 
 class GpuServeChainTest : public ::testing::Test {
@@ -74,8 +119,7 @@ class GpuServeChainTest : public ::testing::Test {
 // One request at a time, chained and not: the same text, finish and token count, ended by
 // max_tokens, by a stop string taken from the unchained text, and by the context (96 tokens).
 TEST_F(GpuServeChainTest, LoneGreedyStreamGivesTheUnchainedText) {
-  auto plain = MakeService(false);
-  auto chained = MakeService(true);
+  const auto [plain, chained] = Services();
   std::vector<engine::GenerationRequest> requests = {Greedy("ROMEO:", 40),
                                                      Greedy("JULIET:\nO Romeo,", 1000)};
   const Output first = Generate(*plain, requests[0]);
@@ -90,11 +134,8 @@ TEST_F(GpuServeChainTest, LoneGreedyStreamGivesTheUnchainedText) {
     SCOPED_TRACE("max_tokens " + std::to_string(r.max_tokens) +
                  (r.stop.empty() ? "" : " stop '" + r.stop[0] + "'") +
                  (r.ignore_eos ? " ignore_eos" : ""));
-    const Output want = Generate(*plain, r);
-    const Output got = Generate(*chained, r);
-    EXPECT_EQ(got.text, want.text);
-    EXPECT_EQ(got.finish, want.finish);
-    EXPECT_EQ(got.completion_tokens, want.completion_tokens);
+    Output want;
+    ExpectSameOutput(*plain, *chained, r, &want);
     if (!r.stop.empty()) {
       EXPECT_EQ(want.finish, FinishReason::kStop);
     }
@@ -102,14 +143,7 @@ TEST_F(GpuServeChainTest, LoneGreedyStreamGivesTheUnchainedText) {
       EXPECT_EQ(want.finish, FinishReason::kLength);  // the context
     }
   }
-  const engine::EngineStats on = SettledStats(*chained), off = SettledStats(*plain);
-  std::printf("[gpu serve chain] chained %lld of %lld steps (unchained service: %lld steps)\n",
-              static_cast<long long>(on.chained_steps), static_cast<long long>(on.steps),
-              static_cast<long long>(off.steps));
-  EXPECT_EQ(off.chained_steps, 0);
-  EXPECT_GT(on.chained_steps, 80) << "the lone greedy streams did not chain";
-  EXPECT_LE(on.chained_steps, on.steps);
-  EXPECT_EQ(on.kv_blocks_used, 0) << "a chained sequence kept its blocks";
+  ExpectChained(*plain, *chained, 80, "greedy");
 }
 
 // A lone sampled stream (seeded; the device draws from the row's best tokens, the sampler checks
@@ -119,16 +153,13 @@ TEST_F(GpuServeChainTest, LoneGreedyStreamGivesTheUnchainedText) {
 // sampler overrules at most 2 of the device's draws in all (a float rounding at an interval's
 // edge; none is expected).
 TEST_F(GpuServeChainTest, LoneSampledStreamGivesTheUnchainedText) {
-  auto plain = MakeService(false);
-  auto chained = MakeService(true);
+  const auto [plain, chained] = Services();
   std::vector<engine::GenerationRequest> requests;
   const auto add = [&](float t, int32_t top_k, float top_p, float min_p, bool ignore_eos) {
-    engine::GenerationRequest r = Greedy("ROMEO:", 48);
-    r.sampling.temperature = t;
+    engine::GenerationRequest r = Sampled("ROMEO:", 48, t, 11);
     r.sampling.top_p = top_p;
     r.sampling.top_k = top_k;
     r.sampling.min_p = min_p;
-    r.sampling.seed = 11;
     r.ignore_eos = ignore_eos;
     requests.push_back(r);
   };
@@ -140,20 +171,10 @@ TEST_F(GpuServeChainTest, LoneSampledStreamGivesTheUnchainedText) {
     SCOPED_TRACE("T " + std::to_string(r.sampling.temperature) + " top_k " +
                  std::to_string(r.sampling.top_k) + " top_p " + std::to_string(r.sampling.top_p) +
                  (r.ignore_eos ? " ignore_eos" : ""));
-    const Output want = Generate(*plain, r);
-    const Output got = Generate(*chained, r);
-    EXPECT_EQ(got.text, want.text);
-    EXPECT_EQ(got.finish, want.finish);
-    EXPECT_EQ(got.completion_tokens, want.completion_tokens);
+    ExpectSameOutput(*plain, *chained, r);
   }
-  const engine::EngineStats on = SettledStats(*chained), off = SettledStats(*plain);
-  std::printf("[gpu serve chain] sampled: chained %lld of %lld steps, %lld overruled\n",
-              static_cast<long long>(on.chained_steps), static_cast<long long>(on.steps),
-              static_cast<long long>(on.chain_overruled));
-  EXPECT_EQ(off.chained_steps, 0);
-  EXPECT_GT(on.chained_steps, 100) << "the lone sampled streams did not chain";
+  const engine::EngineStats on = ExpectChained(*plain, *chained, 100, "sampled");
   EXPECT_LE(on.chain_overruled, 2) << "the device's draws disagree with the sampler's";
-  EXPECT_EQ(on.kv_blocks_used, 0) << "a chained sequence kept its blocks";
 }
 
 // A speculating stream (n-gram drafts, ultrafast's default) chains while its controller verifies
@@ -162,52 +183,37 @@ TEST_F(GpuServeChainTest, LoneSampledStreamGivesTheUnchainedText) {
 // its n-grams propose; the verify schedule follows acceptance alone: SpecCostModel fixed), the
 // same verify steps and drafts.
 TEST_F(GpuServeChainTest, SpeculatingStreamChainsBetweenVerifySteps) {
-  auto plain = MakeService(false);
-  auto chained = MakeService(true);
+  const auto [plain, chained] = Services();
   for (float t : {0.0f, 0.8f}) {
     SCOPED_TRACE("T " + std::to_string(t));
-    engine::GenerationRequest r = Greedy("ROMEO:", 80);
-    r.sampling.temperature = t;
+    engine::GenerationRequest r = Sampled("ROMEO:", 80, t, 3);
     r.sampling.top_k = 40;
-    r.sampling.seed = 3;
     r.speculation = engine::SpeculationRequest{.mode = engine::SpecMode::kNgram, .k = 4};
-    const Output want = Generate(*plain, r);
-    const Output got = Generate(*chained, r);
-    EXPECT_EQ(got.text, want.text);
-    EXPECT_EQ(got.finish, want.finish);
-    EXPECT_EQ(got.completion_tokens, want.completion_tokens);
+    ExpectSameOutput(*plain, *chained, r);
   }
-  const engine::EngineStats on = SettledStats(*chained), off = SettledStats(*plain);
-  std::printf(
-      "[gpu serve chain] speculating: chained %lld of %lld steps, %lld verify steps "
-      "(unchained: %lld of %lld steps verified)\n",
-      static_cast<long long>(on.chained_steps), static_cast<long long>(on.steps),
-      static_cast<long long>(on.spec_verify_steps), static_cast<long long>(off.spec_verify_steps),
-      static_cast<long long>(off.steps));
+  const engine::EngineStats on = ExpectChained(*plain, *chained, 20, "speculating");
+  const engine::EngineStats off = SettledStats(*plain);
+  std::printf("[gpu serve chain] %lld verify steps chained, %lld unchained\n",
+              static_cast<long long>(on.spec_verify_steps),
+              static_cast<long long>(off.spec_verify_steps));
   EXPECT_GT(off.spec_verify_steps, 0) << "nothing was drafted: the test tests nothing";
   // The controller sees the same tokens and proposals either way, so it verifies at the same
   // points: the chain leaves for each of those verify steps.
   EXPECT_EQ(on.spec_verify_steps, off.spec_verify_steps);
   EXPECT_EQ(on.spec_drafted, off.spec_drafted);
-  EXPECT_GT(on.chained_steps, 20) << "the speculating streams did not chain";
-  EXPECT_EQ(on.kv_blocks_used, 0);
 }
 
 // Logprobs come from the step's reduced row, chained or not (a greedy stream asking for them
 // runs the sampled chain, its draw the best token): the same tokens, and logprobs equal to the
 // bit, greedy and sampled.
 TEST_F(GpuServeChainTest, LogprobsChainWithTheUnchainedValues) {
-  auto plain = MakeService(false);
-  auto chained = MakeService(true);
+  const auto [plain, chained] = Services();
   for (float t : {0.0f, 1.0f}) {
     SCOPED_TRACE("T " + std::to_string(t));
-    engine::GenerationRequest r = Greedy("ROMEO:", 40);
-    r.sampling.temperature = t;
-    r.sampling.seed = 5;
+    engine::GenerationRequest r = Sampled("ROMEO:", 40, t, 5);
     r.top_logprobs = 3;
-    const Output want = Generate(*plain, r);
-    const Output got = Generate(*chained, r);
-    EXPECT_EQ(got.text, want.text);
+    Output want;
+    const Output got = ExpectSameOutput(*plain, *chained, r, &want);
     EXPECT_EQ(got.tokens, want.tokens);
     ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
     EXPECT_EQ(want.logprobs.size(), 40u);
@@ -215,8 +221,7 @@ TEST_F(GpuServeChainTest, LogprobsChainWithTheUnchainedValues) {
       EXPECT_EQ(got.logprobs[i], want.logprobs[i]) << "token " << i;
     }
   }
-  const engine::EngineStats on = SettledStats(*chained);
-  EXPECT_GT(on.chained_steps, 40) << "the streams with logprobs did not chain";
+  ExpectChained(*plain, *chained, 40, "logprobs");
 }
 
 // Not a plain arg-max or draw (a logit bias, a penalty, a top-k above the device's 64 best) or

@@ -11,6 +11,7 @@
 #include <vector>
 
 #if UF_HAVE_VULKAN
+#include "gpu/top_row.h"
 #include "gpu_kernels_fixture.h"
 #include "grammar/token_mask.h"
 #endif
@@ -72,17 +73,6 @@ std::vector<int32_t> BestFirst(const float* l, int64_t n) {
   std::sort(ids.begin(), ids.end(),
             [&](int32_t a, int32_t b) { return v(a) > v(b) || (v(a) == v(b) && a < b); });
   return ids;
-}
-
-// A row of topk.comp's output (k ids, k logits, the max and the log-sum-exp) as a TopRow.
-model::TopRow TopRowOf(const uint32_t* o, int64_t k) {
-  model::TopRow t;
-  t.n = static_cast<int32_t>(k);
-  t.ids = reinterpret_cast<const int32_t*>(o);
-  t.logits = reinterpret_cast<const float*>(o + k);
-  std::memcpy(&t.max, o + 2 * k, 4);
-  std::memcpy(&t.log_sum_exp, o + 2 * k + 1, 4);
-  return t;
 }
 
 // The device's best tokens of each row are the sampler's top-k set in its order (ties by id at
@@ -243,7 +233,7 @@ TEST_F(GpuKernelsTest, MaskedTopKSamplesWithEditsAsTheWholeRow) {
       for (int64_t r = 0; r < rows; ++r) {
         const float* row = l.data() + r * n_vocab;
         const uint32_t* o = w + r * (2 * k + 2);
-        model::TopRow t = TopRowOf(o, k);
+        model::TopRow t = TopRowOf(o, k, n_vocab);
         t.n_known = static_cast<int32_t>(known_ids[r].size());
         t.known_ids = known_ids[r].data();
         t.known_logits = rw + r * cap;
@@ -323,7 +313,7 @@ TEST_F(GpuKernelsTest, GrammarMaskedTopKSamplesAsTheMaskedRow) {
     }
     ASSERT_EQ(std::memcmp(masked_dev.data() + r * n_vocab, masked.data(), n_vocab * 4), 0);
     const uint32_t* o = w + r * (2 * k + 2);
-    const model::TopRow t = TopRowOf(o, k);
+    const model::TopRow t = TopRowOf(o, k, n_vocab);
     const std::vector<int32_t> want = BestFirst(masked.data(), n_vocab);
     for (int64_t i = 0; i < k; ++i) ASSERT_EQ(t.ids[i], want[i]) << "rank " << i;
     EXPECT_EQ(t.max, masked[want[0]]);

@@ -323,18 +323,16 @@ int GpuBench(const GpuBenchOptions& o) {
     std::printf("%-8lld %-12s %14.1f   (greedy, the arg-max on the device: no logits copied)\n",
                 static_cast<long long>(o.depth),
                 ("tg" + std::to_string(o.n_gen) + " argmax").c_str(), tg_argmax_tok_s);
-    std::printf(
-        "%-8lld %-12s %14.1f %16.0f %12.1f %9.1f%%   (greedy, chained: each token fed to "
-        "the next step on the device)\n",
-        static_cast<long long>(o.depth), ("tg" + std::to_string(o.n_gen) + " chain").c_str(),
-        tg_chain_tok_s, bytes_per_token, bw_bytes / 1e9,
-        bw_bytes > 0 ? 100.0 * tg_chain_tok_s * bytes_per_token / bw_bytes : 0.0);
-    std::printf(
-        "%-8lld %-12s %14.1f %16.0f %12.1f %9.1f%%   (sampled, chained: T 0.8, top-k 40, drawn "
-        "on the device, checked by the host)\n",
-        static_cast<long long>(o.depth), ("tg" + std::to_string(o.n_gen) + " sampled").c_str(),
-        tg_sampled_tok_s, bytes_per_token, bw_bytes / 1e9,
-        bw_bytes > 0 ? 100.0 * tg_sampled_tok_s * bytes_per_token / bw_bytes : 0.0);
+    // A decode figure with its bytes, read bandwidth and roofline fraction.
+    const auto row = [&](const char* test, double tok_s, const char* note) {
+      std::printf(
+          "%-8lld %-12s %14.1f %16.0f %12.1f %9.1f%%   (%s)\n", static_cast<long long>(o.depth),
+          ("tg" + std::to_string(o.n_gen) + " " + test).c_str(), tok_s, bytes_per_token,
+          bw_bytes / 1e9, bw_bytes > 0 ? 100.0 * tok_s * bytes_per_token / bw_bytes : 0.0, note);
+    };
+    row("chain", tg_chain_tok_s, "greedy, chained: each token fed to the next step on the device");
+    row("sampled", tg_sampled_tok_s,
+        "sampled, chained: T 0.8, top-k 40, drawn on the device, checked by the host");
   }
   if (o.n_gen > 0) {
     std::printf("%-8lld %-12s %14d   dispatches/step, %d barriers/step (one-token decode step)\n",

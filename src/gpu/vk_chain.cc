@@ -61,13 +61,7 @@ StatusOr<int64_t> VulkanForward::ForwardSampledChain(int32_t seq, int32_t token,
   // The bans as known tokens (their raw logits unknown, and not needed: see ChainDecide).
   known_zeros_.assign(banned.size(), 0.0f);
   const auto on_step = [&](int64_t p, int slot, bool* more) -> StatusOr<bool> {
-    const uint32_t* w = tops + (p % kChainRing) * row_words;
-    model::TopRow row;
-    row.n = static_cast<int32_t>(std::min<int64_t>(o_.top_k, c_.n_vocab));
-    row.ids = reinterpret_cast<const int32_t*>(w);
-    row.logits = reinterpret_cast<const float*>(w + o_.top_k);
-    std::memcpy(&row.max, w + 2 * o_.top_k, 4);
-    std::memcpy(&row.log_sum_exp, w + 2 * o_.top_k + 1, 4);
+    model::TopRow row = TopRowOf(tops + (p % kChainRing) * row_words, o_.top_k, c_.n_vocab);
     row.n_known = static_cast<int32_t>(banned.size());
     row.known_ids = banned.data();
     row.known_logits = known_zeros_.data();

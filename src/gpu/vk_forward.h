@@ -18,6 +18,7 @@
 
 #include "gpu/backend.h"
 #include "gpu/step_tuner.h"
+#include "gpu/top_row.h"
 #include "gpu/vk_context.h"
 #include "gpu/vk_kernels.h"
 
@@ -89,13 +90,7 @@ class VulkanForward final : public GpuForward {
   int64_t n_outputs() const override { return n_outputs_; }
   int32_t top_capacity() const override { return o_.top_k; }
   model::TopRow top(int64_t i) const override {
-    const uint32_t* w = top_host_.data() + i * (2 * o_.top_k + 2);
-    model::TopRow t;
-    t.n = static_cast<int32_t>(std::min<int64_t>(o_.top_k, c_.n_vocab));
-    t.ids = reinterpret_cast<const int32_t*>(w);
-    t.logits = reinterpret_cast<const float*>(w + o_.top_k);
-    std::memcpy(&t.max, w + 2 * o_.top_k, 4);
-    std::memcpy(&t.log_sum_exp, w + 2 * o_.top_k + 1, 4);
+    model::TopRow t = TopRowOf(top_host_.data() + i * (2 * o_.top_k + 2), o_.top_k, c_.n_vocab);
     if (i < static_cast<int64_t>(known_n_.size())) {
       t.n_known = known_n_[i];
       t.known_ids = known_ids_host_.data() + i * o_.max_known;
