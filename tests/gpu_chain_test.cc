@@ -359,11 +359,10 @@ std::vector<int32_t> SampledChained(Device& d, sampling::Sampler& s, int seq, in
     auto r = d.fwd->ForwardSampledChain(
         seq, token, pos, left, draw,
         [&](const model::TopRow& row, const float* whole, int32_t drawn, bool*) {
-          int32_t t = engine::SampleFromTop(s, row);
-          if (t < 0 && whole == nullptr) return t;
-          if (t < 0) {
+          const int32_t t = engine::SampleFromTop(s, row, whole);
+          if (t < 0) return t;
+          if (whole != nullptr) {
             ++c->whole;
-            t = s.Sample(whole);
           } else {
             c->overruled += t != drawn;
           }

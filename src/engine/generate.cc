@@ -234,12 +234,9 @@ Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
     // Chains until the generation ends (each ends at a draw the device got wrong, or after
     // kMaxSampledChainSteps).
     const auto decide = [&](const model::TopRow& row, const float* whole, int32_t, bool* more) {
-      int32_t token = SampleFromTop(sampler, row);
-      if (token < 0) {
-        if (whole == nullptr) return token;  // the chain brings the whole row
-        ++stats->rows_fetched;
-        token = sampler.Sample(whole, target.pool);
-      }
+      const int32_t token = SampleFromTop(sampler, row, whole, target.pool);
+      if (token < 0) return token;  // the chain brings the whole row
+      stats->rows_fetched += whole != nullptr;
       take(token);
       *more = !stop && static_cast<int64_t>(context.size()) - 1 < ctx;
       return token;

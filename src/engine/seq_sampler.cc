@@ -23,7 +23,9 @@ sampling::SamplingParams ToSamplingParams(const RequestSampling& r, int64_t max_
   return p;
 }
 
-int32_t SampleFromTop(sampling::Sampler& sampler, const model::TopRow& row) {
+int32_t SampleFromTop(sampling::Sampler& sampler, const model::TopRow& row, const float* whole,
+                      ThreadPool* pool) {
+  if (whole != nullptr) return sampler.Sample(whole, pool);
   if (sampler.CanSampleTop(row.n)) {
     return sampler.SampleTop(row.ids, row.logits, row.n, row.known_ids, row.known_logits,
                              row.n_known);

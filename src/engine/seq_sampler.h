@@ -19,8 +19,10 @@ namespace uf::engine {
 sampling::SamplingParams ToSamplingParams(const RequestSampling& params, int64_t max_tokens);
 
 // The token sampler draws from a reduced row (a device's): SampleTop where it can
-// (CanSampleTop(row.n)), else SampleReduced (-1: the row is needed whole, nothing drawn).
-int32_t SampleFromTop(sampling::Sampler& sampler, const model::TopRow& row);
+// (CanSampleTop(row.n)), else SampleReduced (-1: the row is needed whole, nothing drawn). With
+// whole (the row's [n_vocab] logits, brought after that -1: model::ChainDecide), Sample(whole).
+int32_t SampleFromTop(sampling::Sampler& sampler, const model::TopRow& row,
+                      const float* whole = nullptr, ThreadPool* pool = nullptr);
 // A sampled chain's draw (model::BatchForward::ForwardSampledChain) for sampler's next n tokens:
 // its filters, and its next n uniforms written to *uniforms, which the draw points at.
 // sampler.CanChainSample(the forward's top capacity), or a greedy sampler without bias or
@@ -54,7 +56,9 @@ class SequenceSampler {
     return sampler_.SampleReduced(top.ids, top.logits, top.n, top.max, top.log_sum_exp,
                                   top.known_ids, top.known_logits, top.n_known);
   }
-  int32_t SampleFromTop(const model::TopRow& top) { return engine::SampleFromTop(sampler_, top); }
+  int32_t SampleFromTop(const model::TopRow& top, const float* whole = nullptr) {
+    return engine::SampleFromTop(sampler_, top, whole);
+  }
   // The tokens a device must read out raw (Batch::known_ids) for the row after `pending`.
   void EditedTokens(std::span<const int32_t> pending, std::vector<int32_t>* out) const {
     sampler_.EditedTokens(pending, out);

@@ -459,11 +459,10 @@ bool Service::ChainSteps() {
     steps = decoder_->ForwardSampledChain(
         slot, seq.tokens.back(), static_cast<int32_t>(seq.n_computed), n, draw,
         [&](const model::TopRow& row, const float* whole, int32_t drawn, bool* more) {
-          int32_t token = seq.sampler->SampleFromTop(row);
-          if (token < 0) {
-            if (whole == nullptr) return token;  // the chain brings the whole row
+          const int32_t token = seq.sampler->SampleFromTop(row, whole);
+          if (token < 0) return token;  // the chain brings the whole row
+          if (whole != nullptr) {
             ++rows_fetched_;
-            token = seq.sampler->Sample(whole);
           } else {
             chain_overruled_ += token != drawn;  // (a whole row's draw is rarely the device's)
           }
