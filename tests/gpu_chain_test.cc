@@ -331,6 +331,7 @@ struct ChainCounts {
   int64_t taken = 0;      // tokens the chains took
   int64_t whole = 0;      // of those, drawn from the whole row (SampleReduced undecided: -1)
   int64_t overruled = 0;  // of the others, tokens the device had drawn otherwise
+  std::vector<int64_t> first_chain;  // SampledChainsBatch: the tokens each stream took in the first
 };
 
 // n sampled tokens of seq from (token, pos) as run --device vulkan takes them: chains, each row
@@ -457,6 +458,169 @@ TEST_P(GpuChainTest, SampledChainsWithBansAndOverruledDraws) {
     EXPECT_GE(other.overruled, 3) << "1 - u drew the sampler's tokens: the test tests nothing";
     EXPECT_GE(other.chains, other.overruled);
   }
+}
+
+// A stream of a batch of chains (SampledChainsBatch): its sampler, sequence, next token and
+// position, bans, the tokens it wants and has, and a token count at which it ends a chain once
+// (a stop the caller sees, as a stop string is).
+struct Stream {
+  sampling::Sampler* s;
+  int seq;
+  int32_t token, pos;
+  std::vector<int32_t> banned;
+  int64_t n;
+  int64_t stop_at = -1;
+  std::vector<int32_t> out;
+};
+
+// The streams' tokens as the serving engine takes them: chains of every stream still short of
+// its n, a row each (ForwardSampledChains), each row judged by its stream's sampler. A stream
+// ends the chain at its n-th token or at stop_at; the others take the step queued behind it.
+void SampledChainsBatch(Device& d, std::vector<Stream>& st, ChainCounts* c,
+                        bool other_uniforms = false) {
+  std::vector<std::vector<float>> uniforms(st.size());
+  for (;;) {
+    std::vector<size_t> active;
+    int64_t left = 0;
+    for (size_t i = 0; i < st.size(); ++i) {
+      const auto have = static_cast<int64_t>(st[i].out.size());
+      if (have < st[i].n) {
+        active.push_back(i);
+        left = std::max(left, st[i].n - have);
+      }
+    }
+    if (active.empty()) return;
+    std::vector<model::ChainStream> cs;
+    std::vector<int64_t> before;
+    for (size_t k = 0; k < active.size(); ++k) {
+      Stream& s = st[active[k]];
+      model::ChainStream x;
+      x.seq = s.seq;
+      x.token = s.token;
+      x.pos = s.pos;
+      x.draw = engine::ChainDrawFor(*s.s, left, &uniforms[k]);
+      if (other_uniforms) {
+        for (float& u : uniforms[k]) u = 1.0f - u;
+      }
+      x.banned = s.banned;
+      cs.push_back(x);
+      before.push_back(static_cast<int64_t>(s.out.size()));
+    }
+    ++c->chains;
+    auto r = d.fwd->ForwardSampledChains(
+        cs, left,
+        [&](int64_t k, const model::TopRow& row, const float* whole, int32_t drawn, bool* more) {
+          Stream& s = st[active[k]];
+          const int32_t t = engine::SampleFromTop(*s.s, row, whole);
+          if (t < 0) return t;
+          if (whole != nullptr) {
+            ++c->whole;
+          } else {
+            c->overruled += t != drawn;
+          }
+          ++c->taken;
+          s.s->Accept(t);
+          s.out.push_back(t);
+          s.token = t;
+          ++s.pos;
+          const auto have = static_cast<int64_t>(s.out.size());
+          if (have == s.n) *more = false;
+          if (have == s.stop_at) {
+            *more = false;
+            s.stop_at = -1;
+          }
+          return t;
+        });
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->size(), active.size());
+    if (c->chains == 1) c->first_chain = *r;
+    for (size_t k = 0; k < active.size(); ++k) {
+      const Stream& s = st[active[k]];
+      EXPECT_EQ((*r)[k], static_cast<int64_t>(s.out.size()) - before[k]);
+      EXPECT_EQ(d.cache->Length(s.seq), s.pos) << "stream " << active[k] << "'s cache";
+    }
+  }
+}
+
+// Several streams chained at once (ForwardSampledChains: a decode batch a step, a row each):
+// each stream's tokens are those of one sampled step at a time with its own settings, seed and
+// bans, a greedy stream's too (drawn with top-k 1). Streams end chains (one at its last token,
+// one at a stop after 7 tokens) and the others take the step queued behind: the chains are
+// fewer than the stops and ends plus the overruled rows, plus one. With uniforms that are not
+// the samplers', the device's draws are overruled, each ending a chain, and the tokens are still
+// the samplers'.
+TEST_P(GpuChainTest, SampledChainsOfSeveralStreams) {
+  const int64_t ctx = 64;
+  Device d = Make(*model_, 4, ctx);
+  const int32_t first = Prefill(*d.fwd, 0);
+  for (int seq = 1; seq < 4; ++seq) ASSERT_EQ(Prefill(*d.fwd, seq), first);
+  DrawCase greedy = kDraws[0];
+  greedy.temperature = 0.0f;
+  const DrawCase cases[] = {kDraws[0], kDraws[4], greedy};
+  const int64_t ns[] = {24, 18, 20};
+  // Stream 1 bans the first three distinct tokens it draws unbanned.
+  sampling::Sampler free_s = SamplerFor(cases[1], *model_);
+  std::vector<int32_t> banned;
+  for (int32_t t : SampledOneAtATime(*d.fwd, free_s, 3, first, kP0, ns[1])) {
+    if (banned.size() < 3 && std::find(banned.begin(), banned.end(), t) == banned.end()) {
+      banned.push_back(t);
+    }
+  }
+  std::vector<std::vector<int32_t>> want;
+  for (int i = 0; i < 3; ++i) {
+    sampling::Sampler ref = SamplerFor(cases[i], *model_);
+    if (i == 1) ref.SetBanned(banned);
+    want.push_back(SampledOneAtATime(*d.fwd, ref, 3, first, kP0, ns[i]));
+  }
+  for (bool other : {false, true}) {
+    SCOPED_TRACE(other ? "other uniforms" : "the samplers' uniforms");
+    std::vector<sampling::Sampler> samplers;
+    for (int i = 0; i < 3; ++i) samplers.push_back(SamplerFor(cases[i], *model_));
+    samplers[1].SetBanned(banned);
+    std::vector<Stream> st;
+    for (int i = 0; i < 3; ++i) {
+      st.push_back({&samplers[i], i, first, kP0, i == 1 ? banned : std::vector<int32_t>{}, ns[i],
+                    i == 0 ? 7 : -1});
+    }
+    ChainCounts c;
+    SampledChainsBatch(d, st, &c, other);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(st[i].out, want[i]) << "stream " << i;
+    std::printf("%s: %lld chains, %lld tokens, %lld from the whole row, %lld overruled\n",
+                other ? "other uniforms" : "3 streams", static_cast<long long>(c.chains),
+                static_cast<long long>(c.taken), static_cast<long long>(c.whole),
+                static_cast<long long>(c.overruled));
+    EXPECT_EQ(c.taken, ns[0] + ns[1] + ns[2]);
+    EXPECT_EQ(c.whole, 0) << "top-k rows are decided from the best 64";
+    if (other) {
+      EXPECT_GE(c.overruled, 3) << "1 - u drew the samplers' tokens: the test tests nothing";
+    } else {
+      // The stop, stream 1's and 2's ends (stream 0's ends the last chain) and overruled rows.
+      EXPECT_LE(c.chains, 4 + c.overruled) << "a chain ended where no stream did";
+      EXPECT_LE(c.overruled, 1) << "the device's draws disagree with the sampler's";
+      if (c.overruled == 0) {
+        EXPECT_EQ(c.first_chain, (std::vector<int64_t>{7, 8, 8}))
+            << "the streams beside the stop did not take the step queued behind it";
+      }
+    }
+  }
+  // Refused, the caches as they were: a sequence twice, more streams than the forward chains.
+  model::ChainDraw draw;
+  std::vector<float> u(4, 0.5f);
+  draw.uniforms = u;
+  const model::ChainStream a{0, first, kP0, draw, {}};
+  const std::vector<model::ChainStream> twice = {a, a};
+  const auto decide = [](int64_t, const model::TopRow&, const float*, int32_t drawn, bool*) {
+    return drawn;
+  };
+  EXPECT_EQ(d.fwd->ForwardSampledChains(twice, 2, decide).status().code(),
+            StatusCode::kInvalidArgument);
+  std::vector<model::ChainStream> many(d.fwd->chain_streams() + 1, a);
+  for (size_t i = 0; i < many.size(); ++i) many[i].seq = static_cast<int32_t>(i % 4);
+  EXPECT_EQ(d.fwd->ForwardSampledChains(many, 2, decide).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.fwd->ForwardSampledChains({}, 2, decide).status().code(),
+            StatusCode::kInvalidArgument);
+  for (int seq = 0; seq < 3; ++seq) EXPECT_EQ(d.cache->Length(seq), kP0 + ns[seq]);
 }
 
 // Refused, with the cache as it was: more steps than kMaxSampledChainSteps, fewer uniforms than

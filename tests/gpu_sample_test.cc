@@ -116,7 +116,8 @@ TEST_F(GpuKernelsTest, SampleFeedDrawsTheSamplersToken) {
       const Kernels::Feed feed{&tok, &bt, &ring, 1, 0, trials};
       Recorder rec(ctx_);
       for (int64_t t = 0; t < trials; ++t) {
-        kernels_->SampleFeed(&rec, top, draws[t], feed, top_ring, k, n_vocab);
+        kernels_->SampleFeed(&rec, top, draws[t], feed, top_ring, k, n_vocab, 1,
+                             Kernels::kDrawHeaderWords + 1);
       }
       ASSERT_TRUE(rec.Finish().ok());
       ASSERT_TRUE(rec.Run().ok());

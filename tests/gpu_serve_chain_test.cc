@@ -2,7 +2,8 @@
 // plainly sampled stream decodes with each step's token fed to the next on the device. The text,
 // the finish and the counts must be those of the same service with chaining off, whatever ends
 // the request (max_tokens, a stop string, a full context); another request's arrival or a
-// cancellation stops the chain; requests with bias, penalties or logprobs never chain. Runs on
+// cancellation stops the chain; requests with bias or penalties never chain; streams decoding
+// together chain as a batch. Runs on
 // Mesa's lavapipe in CI; skips, saying why, where no Vulkan device exists.
 #include <gtest/gtest.h>
 
@@ -32,11 +33,11 @@ using engine::testing_service::Collect;
 using engine::testing_service::Output;
 using engine::testing_service::SettledStats;
 
-std::unique_ptr<engine::Service> MakeService(bool chain,
-                                             std::function<void()> step_hook = nullptr) {
+std::unique_ptr<engine::Service> MakeService(bool chain, std::function<void()> step_hook = nullptr,
+                                             int max_seqs = 2) {
   const testing_models::Loaded& demo = testing_models::DemoModel();
   engine::ServiceOptions o;
-  o.max_seqs = 2;
+  o.max_seqs = max_seqs;
   o.ctx = 96;
   o.n_threads = 2;
   o.chain_steps = chain;
@@ -251,8 +252,9 @@ TEST_F(GpuServeChainTest, OtherRequestsDoNotChain) {
 // A second request arriving while the first chains stops the chain (the two then share steps)
 // and a cancellation ends it: each text is the one it gets alone, unchained. B is submitted from
 // the engine's own step hook at its second step (A's first chain, about to start), so it is
-// queued while that chain runs, on any machine: the chain stops after one token, A's steps
-// beside B are not chained, and A chains again once B is done (1 + 38 of A's 60 tokens).
+// queued while that chain runs, on any machine: the chain stops after one token, B's prompt
+// runs beside A's next token, the two chain together and A chains alone once B is done. So
+// every step gives A a token (60 steps); had B waited for A's chain to end, 80.
 TEST_F(GpuServeChainTest, ArrivalAndCancellationStopTheChain) {
   auto plain = MakeService(false);
   const engine::GenerationRequest a = Greedy("ROMEO:", 60), b = Greedy("JULIET:", 20);
@@ -284,8 +286,8 @@ TEST_F(GpuServeChainTest, ArrivalAndCancellationStopTheChain) {
               static_cast<long long>(want_a.completion_tokens),
               static_cast<long long>(want_b.completion_tokens),
               static_cast<long long>(st.chained_steps), static_cast<long long>(st.steps));
-  EXPECT_GT(st.chained_steps, 0) << "A did not chain once B was done";
-  EXPECT_LE(st.chained_steps, 1 + (60 - 1 - 21)) << "A's chain did not stop for B";
+  EXPECT_GT(st.chained_steps, 0) << "A did not chain";
+  EXPECT_LE(st.steps, want_a.completion_tokens + 2) << "A's chain did not stop for B";
 
   // Cancelled after its first chained tokens: the final event says so and the blocks are free.
   auto ch_c = chained->Submit(Greedy("ROMEO:", 80));
@@ -304,6 +306,74 @@ TEST_F(GpuServeChainTest, ArrivalAndCancellationStopTheChain) {
   }
   EXPECT_TRUE(finish == FinishReason::kCancelled || finish == FinishReason::kLength);
   EXPECT_EQ(SettledStats(*chained).kv_blocks_used, 0);
+}
+
+// Streams decoding together chain as a batch (ServiceOptions::chain_steps; a row each, every
+// row judged by its stream's sampler): a greedy stream with ignore_eos (its bans masked on the
+// device), a top-k stream that a stop string ends mid-chain (the others take the step queued
+// behind) and a stream at OpenAI's defaults asking for logprobs each give the text, finish,
+// count and logprobs they get alone, unchained. B and C are submitted from the engine's step
+// hook at its first step (A's prompt), so all three decode together from the third step on, on
+// any machine: nearly all of A's and C's 40 steps chain (a service that chained lone streams
+// only would chain none, all three ending within a step of each other).
+TEST_F(GpuServeChainTest, StreamsTogetherChainAsABatch) {
+  auto plain = MakeService(false, nullptr, 3);
+  engine::GenerationRequest a = Greedy("ROMEO:", 40);
+  a.ignore_eos = true;
+  engine::GenerationRequest b = Sampled("JULIET:", 40, 0.8f, 9);
+  b.sampling.top_k = 40;
+  engine::GenerationRequest c = Sampled("ROMEO:", 40, 1.0f, 13);
+  c.top_logprobs = 2;
+  const Output b_whole = Generate(*plain, b);
+  ASSERT_GT(b_whole.text.size(), 30u) << b_whole.text;
+  b.stop = {b_whole.text.substr(16, 5)};  // met mid-stream
+  const std::vector<engine::GenerationRequest> requests = {a, b, c};
+  std::vector<Output> want;
+  for (const engine::GenerationRequest& r : requests) want.push_back(Generate(*plain, r));
+  EXPECT_EQ(want[1].finish, FinishReason::kStop);
+
+  engine::Service* service = nullptr;
+  std::promise<std::vector<std::shared_ptr<engine::RequestChannel>>> sent;
+  int hook_calls = 0;
+  auto chained = MakeService(
+      true,
+      [&] {
+        if (++hook_calls != 1) return;
+        std::vector<std::shared_ptr<engine::RequestChannel>> chs;
+        for (size_t i = 1; i < requests.size(); ++i) {
+          auto ch = service->Submit(requests[i]);
+          UF_CHECK(ch.ok()) << ch.status().ToString();
+          chs.push_back(*ch);
+        }
+        sent.set_value(chs);
+      },
+      3);
+  service = chained.get();
+  auto ch_a = chained->Submit(a);
+  ASSERT_TRUE(ch_a.ok());
+  auto others = sent.get_future();
+  ASSERT_EQ(others.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  std::vector<std::shared_ptr<engine::RequestChannel>> chs = {*ch_a};
+  for (auto& ch : others.get()) chs.push_back(ch);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    const Output got = Collect(*chs[i]);
+    EXPECT_EQ(got.text, want[i].text);
+    EXPECT_EQ(got.finish, want[i].finish);
+    EXPECT_EQ(got.completion_tokens, want[i].completion_tokens);
+    EXPECT_EQ(got.tokens, want[i].tokens);
+    ASSERT_EQ(got.logprobs.size(), want[i].logprobs.size());
+    for (size_t j = 0; j < want[i].logprobs.size(); ++j) {
+      EXPECT_EQ(got.logprobs[j], want[i].logprobs[j]) << "token " << j;
+    }
+  }
+  const engine::EngineStats st = SettledStats(*chained);
+  std::printf("[gpu serve chain] 3 streams: %lld of %lld steps chained, %lld overruled\n",
+              static_cast<long long>(st.chained_steps), static_cast<long long>(st.steps),
+              static_cast<long long>(st.chain_overruled));
+  EXPECT_GE(st.chained_steps, 30) << "the streams did not chain together";
+  EXPECT_LE(st.chain_overruled, 2) << "the device's draws disagree with the samplers'";
+  EXPECT_EQ(st.kv_blocks_used, 0) << "a chained sequence kept its blocks";
 }
 
 }  // namespace

@@ -112,12 +112,13 @@ struct EngineStats {
   int64_t prefix_hit_tokens = 0;       // prompt tokens served from the prefix cache, total
   int64_t prompt_tokens_computed = 0;  // prompt tokens run through the model, total
   int64_t steps = 0;                   // forward passes, total
-  // Of those, steps of a lone stream chained on the device (ServiceOptions::chain_steps)
+  // Of those, steps chained on the device (ServiceOptions::chain_steps): a lone stream's, or a
+  // decode batch's of several streams (a step each, however many streams)
   int64_t chained_steps = 0;
-  // Of those, sampled steps whose device draw the host's sampler overruled from the reduced row
-  // (each ended its chain and cost the step queued behind it): a share well above a few in
-  // 10,000 means the device's draw (sample.comp) disagrees with the sampler. (Rows drawn whole
-  // count in rows_fetched.)
+  // Sampled rows of chained steps whose device draw the host's sampler overruled from the
+  // reduced row (each ended its chain and cost its stream the step queued behind it): a share
+  // well above a few in 10,000 means the device's draw (sample.comp) disagrees with the
+  // sampler. (Rows drawn whole count in rows_fetched.)
   int64_t chain_overruled = 0;
   int64_t preemptions = 0;  // sequences evicted for KV blocks and recomputed later, total
   // Default/flex steps abandoned mid-forward because an ultrafast request arrived (its first

@@ -293,6 +293,7 @@ bool Service::Step() {
   if (plan.ultrafast_solo_seconds > 0.0) {
     admission_->SetUltrafastTokenSeconds(plan.ultrafast_solo_seconds);
   }
+  if (ChainBatch(plan)) return true;
   Apply(plan);
   const scheduler::BatchComposition composition = BuildBatch(plan);
   MarkTopOnly();
@@ -370,136 +371,6 @@ void Service::EndStep() {
   for (auto& seq : running_) seq->channel->FlushIfDue(flush_time);
   for (auto& seq : waiting_) seq->channel->FlushIfDue(flush_time);
   PublishStats();
-}
-
-bool Service::ChainSteps() {
-  // At most this many steps a chain: the loop's own turn (stats, flushes) comes between chains.
-  constexpr int64_t kMaxChainSteps = model::kMaxSampledChainSteps;
-  if (!options_.chain_steps || !decoder_->chains_greedy() || running_.size() != 1 ||
-      !waiting_.empty()) {
-    return false;
-  }
-  Sequence& seq = *running_[0];
-  const GenerationRequest& r = seq.request;
-  // Decoding (the prompt computed, one token pending), not right after a chain that ran no step
-  // (that step runs plain, once).
-  if (seq.done || seq.preempted || seq.slot < 0 || seq.n_generated == 0 || seq.to_feed() != 1 ||
-      seq.constraint || !seq.sampler || seq.chain_failed ||
-      (seq.spec.mode != SpecMode::kOff && !(seq.drafter && seq.controller))) {
-    seq.chain_failed = false;
-    return false;
-  }
-  // The token the row's arg-max once its banned tokens (ignore_eos: the end tokens) are masked,
-  // or drawn from the row's best tokens without bias or penalties. Logprobs come from the
-  // reduced row (as a plain step's do), which a greedy chain does not return, so a greedy
-  // stream asking for them runs the sampled chain (its draw the best token), and not with bans
-  // (the banned tokens' raw logits, which logprobs count, stay on the device).
-  const sampling::Sampler& sampler = seq.sampler->sampler();
-  const bool greedy = sampler.ArgMaxAfterBans();
-  const bool logprobs = r.top_logprobs >= 0;
-  const bool chain_greedy = greedy && !logprobs;
-  const bool chain_sampled =
-      decoder_->chains_sampled() && (greedy || sampler.CanChainSample(decoder_->top_capacity())) &&
-      (!logprobs || (sampler.banned().empty() && r.top_logprobs <= decoder_->top_capacity()));
-  if ((!chain_greedy && !chain_sampled) ||
-      static_cast<int64_t>(sampler.banned().size()) > decoder_->top_known_capacity()) {
-    return false;
-  }
-  // Emit ends the request at max_tokens generated or a full context: no step past either.
-  const int64_t n =
-      std::min({r.max_tokens - seq.n_generated,
-                options_.ctx - static_cast<int64_t>(seq.tokens.size()), kMaxChainSteps});
-  if (n < 2) return false;  // one step: the plain path
-  // A speculating stream (ultrafast's default) chains while its controller verifies no drafts:
-  // the chain ends at the token after which it would, and that verify step runs as a plain
-  // step. A proposal left unverified is compared with the next token, as a plain step does.
-  const bool speculating = seq.drafter != nullptr;
-  int32_t shadow = -1;  // the unverified proposal's first token
-  if (speculating) {
-    DraftFor(seq);
-    if (seq.drafts > 0) return false;
-    shadow = seq.proposal.empty() ? -1 : seq.proposal[0];
-  }
-  const double start = NowSeconds();
-  double last = start;
-  int64_t taken = 0;
-  chain_slot_ = seq.slot;
-  const int slot = seq.slot;
-  // A step's token into the stream; false to end the chain there.
-  const auto emit = [&](int32_t token, TokenLogprob* logprob) {
-    ++taken;
-    ++seq.n_computed;
-    seq.last_served = clock_->Now();
-    seq.sampler->Accept(token);
-    if (speculating) {
-      // A chained step's time is what a verify step must beat (no host turn between steps).
-      const double now = NowSeconds();
-      seq.controller->ObserveStep(0, 0, now - last);
-      last = now;
-      if (shadow >= 0) seq.controller->ObserveShadow(1, token == shadow ? 1 : 0);
-    }
-    Emit(seq, token, logprob);
-    seq.channel->FlushIfDue(NowSeconds());
-    if (seq.done || seq.channel->cancelled()) return false;
-    if (speculating) {
-      DraftFor(seq);
-      if (seq.drafts > 0) return false;  // the next step verifies drafts
-      shadow = seq.proposal.empty() ? -1 : seq.proposal[0];
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    return incoming_.empty() && !stopping_;
-  };
-  StatusOr<int64_t> steps = int64_t{0};
-  if (chain_greedy) {
-    steps = decoder_->ForwardGreedyChain(
-        slot, seq.tokens.back(), static_cast<int32_t>(seq.n_computed), n,
-        [&](int32_t token) { return emit(token, nullptr); }, sampler.banned());
-  } else {
-    const model::ChainDraw draw = ChainDrawFor(sampler, n, &chain_uniforms_);
-    steps = decoder_->ForwardSampledChain(
-        slot, seq.tokens.back(), static_cast<int32_t>(seq.n_computed), n, draw,
-        [&](const model::TopRow& row, const float* whole, int32_t drawn, bool* more) {
-          const int32_t token = seq.sampler->SampleFromTop(row, whole);
-          if (token < 0) return token;  // the chain brings the whole row
-          if (whole != nullptr) {
-            ++rows_fetched_;
-          } else {
-            chain_overruled_ += token != drawn;  // (a whole row's draw is rarely the device's)
-          }
-          TokenLogprob lp;
-          if (logprobs) {
-            const auto n_vocab = static_cast<int32_t>(model_.config().n_vocab);
-            lp = whole != nullptr ? SequenceSampler::Logprobs(whole, n_vocab, token, r.top_logprobs)
-                                  : SequenceSampler::Logprobs(row, token, r.top_logprobs);
-          }
-          *more = emit(token, logprobs ? &lp : nullptr);
-          return token;
-        },
-        sampler.banned());
-  }
-  chain_slot_ = -1;
-  seq.drafts = 0;  // the next step drafts again (PrepareDrafts)
-  steps_ += taken;
-  chained_steps_ += taken;
-  if (seq.done) {
-    ReleaseSlot(seq);  // deferred by Release while the chain's steps could still write there
-  } else if (options_.prefix_cache && taken > 0) {
-    cache_->PublishPrefix(slot, seq.tokens.data(), seq.n_computed);
-  }
-  if (!steps.ok()) {
-    if (taken == 0 && !seq.done) {
-      // Nothing ran (e.g. no KV blocks for the whole chain): the plain step handles it.
-      UF_LOG(DEBUG) << "serve: chain not run: " << steps.status().ToString();
-      seq.chain_failed = true;  // (so that the next step is that plain one)
-      return false;
-    }
-    UF_LOG(ERROR) << "serve: chain failed: " << steps.status().ToString();
-    Finish(seq, FinishReason::kError, steps.status());
-  }
-  UF_LOG(DEBUG) << "serve: " << taken << " chained " << (chain_greedy ? "greedy" : "sampled")
-                << " steps in " << NowSeconds() - start << " s";
-  EndStep();
-  return true;
 }
 
 scheduler::StepInput Service::SchedulerInput() const {

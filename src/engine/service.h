@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -95,17 +96,20 @@ struct ServiceOptions {
   std::shared_ptr<scheduler::OnlineStepCostModel> learned_cost;
   // A lone stream (the only request) on a forward that chains steps (a GPU's) decodes with each
   // step's token fed to the next on the device, the next step queued while one runs, so the
-  // device never waits for the engine's turn between tokens:
+  // device never waits for the engine's turn between tokens; so does a decode batch of several
+  // streams when the scheduler's plan is to decode every running stream and nothing else (no
+  // request waiting, no prompt, pause or probe), each stream sampled as below (greedy ones
+  // drawn with top-k 1), for up to 32 steps before the scheduler plans again:
   //  - greedy (an arg-max: no bias or penalties; bans such as ignore_eos's are masked on the
   //    device): BatchForward::ForwardGreedyChain;
   //  - sampled without bias or penalties, top-k at most the forward's top_capacity() or none:
-  //    ForwardSampledChain, the device drawing from the row's best tokens with the request's own
+  //    ForwardSampledChains, the device drawing from the row's best tokens with the request's own
   //    uniforms and the sampler checking every draw (a draw it overrules ends the chain; a row the
   //    best tokens cannot decide runs again as a plain step).
-  // Not with a grammar or logprobs. A speculating stream chains while its controller verifies no
-  // drafts; the chain ends after the token that makes it verify some. Each token is emitted as
-  // its step ends; the chain stops within two steps of any other arrival, a cancellation or the
-  // request's end. The same tokens either way.
+  // Not with a grammar, bias or penalties. A speculating stream chains while its controller
+  // verifies no drafts; the chain ends after the token that makes it verify some. Each token is
+  // emitted as its step ends; the chain stops within two steps of any other arrival, a
+  // cancellation or a request's end. The same tokens either way.
   bool chain_steps = true;
   // Makes the forward pass the engine steps instead of the CPU decoder (serve --device vulkan:
   // gpu::GpuForward). It gets the engine's KvCache, created without host storage (the forward
@@ -153,6 +157,19 @@ class Service {
   // Runs the lone stream's steps chained on the device (ServiceOptions::chain_steps)
   // when the service holds just that; false when it does not apply or no step ran.
   bool ChainSteps();
+  // The same for a decode batch of every running stream, when `plan` is just that.
+  bool ChainBatch(const scheduler::StepPlan& plan);
+  // How a sequence's steps may chain now: as a greedy chain (ForwardGreedyChain), a sampled one
+  // (ForwardSampledChains), both or neither.
+  struct ChainWay {
+    bool greedy = false, sampled = false;
+  };
+  ChainWay ChainWayOf(Sequence& seq) const;
+  // Steps a sequence may still take (max_tokens, the context).
+  int64_t ChainRoom(const Sequence& seq) const;
+  // The chain of seqs, n steps at most (greedy: one sequence's ForwardGreedyChain), each token
+  // emitted as its step ends; false when no step ran.
+  bool RunChain(std::span<Sequence* const> seqs, int64_t n, bool greedy);
   // After a step (or a chain) that ran: drops the finished sequences, flushes the streams' held
   // events when due, publishes the stats.
   void EndStep();
@@ -229,10 +246,8 @@ class Service {
   std::vector<std::pair<Sequence*, int64_t>> batch_feeds_;  // tokens fed per sequence this step
   std::vector<int32_t> eog_ids_;  // end-of-generation tokens (banned when ignoring EOS)
   std::vector<Sampled> sampled_;  // [batch_outputs_] this step's tokens
-  // The slot a greedy chain runs on: a sequence that finishes inside the chain keeps it until
-  // the chain has returned (its queued steps still write there).
-  int chain_slot_ = -1;
-  std::vector<float> chain_uniforms_;                     // a sampled chain's draws (ChainDrawFor)
+  // A sampled chain's draws per stream (ChainDrawFor).
+  std::vector<std::vector<float>> chain_uniforms_;
   std::shared_ptr<const grammar::TokenTrie> token_trie_;  // built by the first grammar request
   std::unordered_map<std::string, std::shared_ptr<grammar::TokenConstraint>> constraints_;
 

@@ -302,7 +302,7 @@ void Service::Finish(Sequence& seq, FinishReason reason, Status error) {
 }
 
 void Service::Release(Sequence& seq) {
-  if (seq.slot != chain_slot_) ReleaseSlot(seq);  // else once the chain returns (ChainGreedy)
+  if (!seq.in_chain) ReleaseSlot(seq);  // else once the chain returns (RunChain)
   admission_->Release(seq.id);
   seq.done = true;
 }

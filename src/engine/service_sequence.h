@@ -58,6 +58,9 @@ struct Service::Sequence {
   // A chain ran no step (no KV blocks for it, say): the next step runs plain
   // (Service::ChainSteps), once.
   bool chain_failed = false;
+  // In the chain running now: a sequence that finishes inside it keeps its slot until the chain
+  // has returned (the steps queued behind its end still write there).
+  bool in_chain = false;
   // With top_only: the tokens each row's sampler edits (bias, bans, penalties), rows 0..drafts
   // one after another from known_begin[j], which the device reads out raw (Batch::known_ids).
   std::vector<int32_t> known, known_begin;

@@ -185,7 +185,8 @@ class GpuForward : public model::BatchForward {
   virtual Status ForwardGreedy(const model::Batch& batch, int32_t* tokens) = 0;
   // ForwardGreedyChain (model::BatchForward) runs here: each step's arg-max is fed to the next by
   // argmax.comp's feed. A step a tuner times (last_step_trial) runs alone, the chain drained.
-  // ForwardSampledChain too (with options.top_k > 0): sample.comp draws from topk.comp's row.
+  // ForwardSampledChains too (with options.top_k > 0): sample.comp draws from topk.comp's rows,
+  // a row per stream (up to chain_streams() of them).
   // Rows that came back reduced to their best tokens (Batch::top_only), since Create.
   virtual int64_t rows_reduced() const = 0;
   // Reduced rows copied back whole afterwards (FetchLogits), since Create.

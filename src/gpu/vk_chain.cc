@@ -1,10 +1,11 @@
-// Chained decoding (GpuForward::ForwardGreedyChain, ForwardSampledChain): one sequence's steps
-// with no host round trip between them. A step's last pass writes its token into the next step's
-// input on the device (argmax.comp's feed for a greedy chain; sample.comp's draw from the row's
-// best tokens for a sampled one), so the host queues step i + 1 before step i ends: the device
-// runs the steps back to back, and the host's turn (the fence, the token, the caller's stop
-// checks and the next submit, tens of microseconds a token: issue 28 measured a submit and fence
-// wait at 40 us on an H200, ~5% of a 1,300 tok/s step) happens while the next step runs.
+// Chained decoding (GpuForward::ForwardGreedyChain, ForwardSampledChains): a sequence's steps, or
+// a decode batch of several sequences' steps, with no host round trip between them. A step's last
+// pass writes its token into the next step's input on the device (argmax.comp's feed for a greedy
+// chain; sample.comp's draw from the row's best tokens for a sampled one), so the host queues step
+// i + 1 before step i ends: the device runs the steps back to back, and the host's turn (the fence,
+// the token, the caller's stop checks and the next submit, tens of microseconds a token: issue 28
+// measured a submit and fence wait at 40 us on an H200, ~5% of a 1,300 tok/s step) happens while
+// the next step runs.
 //
 // A sampled step's draw on the device is a guess the host checks: the host's sampler draws the
 // token from the same reduced row with the same uniform (ChainDecide), and where the two differ
@@ -25,124 +26,193 @@ StatusOr<int64_t> VulkanForward::ForwardGreedyChain(int32_t seq, int32_t token, 
                                                     const std::function<bool(int32_t)>& on_token,
                                                     std::span<const int32_t> banned) {
   const auto* ring = static_cast<const uint32_t*>(chain_ring_.mapped());
-  return Chain(seq, token, pos, n, banned, /*sampled=*/false,
-               [&](int64_t p, int, bool* more) -> StatusOr<bool> {
-                 *more = on_token(static_cast<int32_t>(ring[p % kChainRing]));
-                 return true;
-               });
+  model::ChainStream stream;
+  stream.seq = seq;
+  stream.token = token;
+  stream.pos = pos;
+  stream.banned = banned;
+  UF_ASSIGN_OR_RETURN(const std::vector<int64_t> taken,
+                      Chain(std::span<const model::ChainStream>(&stream, 1), n, /*sampled=*/false,
+                            [&](int64_t, int64_t p, int, bool* more) -> StatusOr<bool> {
+                              *more = on_token(static_cast<int32_t>(ring[p % kChainRing]));
+                              return true;
+                            }));
+  return taken[0];
 }
 
-StatusOr<int64_t> VulkanForward::ForwardSampledChain(int32_t seq, int32_t token, int32_t pos,
-                                                     int64_t n, const model::ChainDraw& draw,
-                                                     const model::ChainDecide& decide,
-                                                     std::span<const int32_t> banned) {
+StatusOr<std::vector<int64_t>> VulkanForward::ForwardSampledChains(
+    std::span<const model::ChainStream> streams, int64_t n, const model::ChainsDecide& decide) {
   if (o_.top_k <= 0) return FailedPreconditionError("gpu forward: no top-k reduction to draw from");
-  if (n > model::kMaxSampledChainSteps || static_cast<int64_t>(draw.uniforms.size()) < n) {
+  if (n > model::kMaxSampledChainSteps) {
     return InvalidArgumentError("gpu forward: a sampled chain of " + std::to_string(n) +
-                                " steps with " + std::to_string(draw.uniforms.size()) +
-                                " uniforms (at most " +
-                                std::to_string(model::kMaxSampledChainSteps) + " steps)");
-  }
-  if (!(draw.temperature > 0.0f) || !(draw.top_p > 0.0f) || draw.min_p < 0.0f) {
-    return InvalidArgumentError(
-        "gpu forward: a sampled chain needs a temperature and top_p above 0, min_p at least 0");
+                                " steps (at most " + std::to_string(model::kMaxSampledChainSteps) +
+                                ")");
   }
   auto* d = static_cast<uint32_t*>(chain_draw_.mapped());
-  std::memcpy(d + 0, &draw.temperature, 4);
-  std::memcpy(d + 1, &draw.top_k, 4);
-  std::memcpy(d + 2, &draw.top_p, 4);
-  std::memcpy(d + 3, &draw.min_p, 4);
-  d[4] = 0;  // draws taken
-  d[5] = static_cast<uint32_t>(std::max<int64_t>(n, 1));
-  std::memcpy(d + Kernels::kDrawHeaderWords, draw.uniforms.data(), n * 4);
+  for (size_t i = 0; i < streams.size(); ++i) {
+    const model::ChainDraw& draw = streams[i].draw;
+    if (static_cast<int64_t>(draw.uniforms.size()) < n) {
+      return InvalidArgumentError("gpu forward: a sampled chain of " + std::to_string(n) +
+                                  " steps with " + std::to_string(draw.uniforms.size()) +
+                                  " uniforms");
+    }
+    if (!(draw.temperature > 0.0f) || !(draw.top_p > 0.0f) || draw.min_p < 0.0f) {
+      return InvalidArgumentError(
+          "gpu forward: a sampled chain needs a temperature and top_p above 0, min_p at least 0");
+    }
+  }
+  // Written once the streams are known to fit (Chain checks how many).
+  const auto write_draws = [&] {
+    for (size_t i = 0; i < streams.size(); ++i) {
+      const model::ChainDraw& draw = streams[i].draw;
+      uint32_t* di = d + i * kDrawWords;
+      std::memcpy(di + 0, &draw.temperature, 4);
+      std::memcpy(di + 1, &draw.top_k, 4);
+      std::memcpy(di + 2, &draw.top_p, 4);
+      std::memcpy(di + 3, &draw.min_p, 4);
+      di[4] = 0;  // draws taken
+      di[5] = static_cast<uint32_t>(std::max<int64_t>(n, 1));
+      std::memcpy(di + Kernels::kDrawHeaderWords, draw.uniforms.data(),
+                  std::max<int64_t>(n, 1) * 4);
+    }
+  };
   const auto* ring = static_cast<const uint32_t*>(chain_ring_.mapped());
   const auto* tops = static_cast<const uint32_t*>(chain_top_.mapped());
   const int64_t row_words = 2 * o_.top_k + 2;
   // The bans as known tokens (their raw logits unknown, and not needed: see ChainDecide).
-  known_zeros_.assign(banned.size(), 0.0f);
-  const auto on_step = [&](int64_t p, int slot, bool* more) -> StatusOr<bool> {
-    model::TopRow row = TopRowOf(tops + (p % kChainRing) * row_words, o_.top_k, c_.n_vocab);
+  size_t most_banned = 0;
+  for (const model::ChainStream& s : streams) most_banned = std::max(most_banned, s.banned.size());
+  known_zeros_.assign(most_banned, 0.0f);
+  const auto on_step = [&](int64_t i, int64_t p, int slot, bool* more) -> StatusOr<bool> {
+    const int64_t at = i * kChainRing + p % kChainRing;
+    model::TopRow row = TopRowOf(tops + at * row_words, o_.top_k, c_.n_vocab);
+    const std::span<const int32_t> banned = streams[i].banned;
     row.n_known = static_cast<int32_t>(banned.size());
     row.known_ids = banned.data();
     row.known_logits = known_zeros_.data();
-    const auto drawn = static_cast<int32_t>(ring[p % kChainRing]);
+    const auto drawn = static_cast<int32_t>(ring[at]);
     *more = true;
-    int32_t t = decide(row, nullptr, drawn, more);
+    int32_t t = decide(i, row, nullptr, drawn, more);
     if (t < 0) {
       // The draw needs the whole row: still in the slot's buffer (the step behind this one
       // writes the other slot's), copied once that step ends.
-      UF_ASSIGN_OR_RETURN(const float* whole, ChainRow(slot));
+      UF_ASSIGN_OR_RETURN(const float* whole, ChainRow(slot, i));
       *more = true;
-      t = decide(row, whole, drawn, more);
+      t = decide(i, row, whole, drawn, more);
       if (t < 0) return InternalError("gpu forward: a sampled chain's decider drew no token");
     }
     if (t != drawn) *more = false;  // the next step was queued with `drawn`
     return true;
   };
-  return Chain(seq, token, pos, n, banned, /*sampled=*/true, on_step);
+  return Chain(streams, n, /*sampled=*/true, on_step, write_draws);
 }
 
-StatusOr<const float*> VulkanForward::ChainRow(int slot) {
+StatusOr<const float*> VulkanForward::ChainRow(int slot, int64_t row) {
   if (chain_fetch_[slot] == nullptr) {
     auto r = std::make_unique<Recorder>(ctx_.get());
-    k_.CopyRows(r.get(), chain_logits_[slot], logits_dev_, full_, c_.n_vocab, 1);
+    k_.CopyRows(r.get(), chain_logits_[slot], logits_dev_, full_, c_.n_vocab, chain_streams_);
     UF_RETURN_IF_ERROR(r->Finish());
     chain_fetch_[slot] = std::move(r);
   }
-  static_cast<uint32_t*>(full_.mapped())[0] = 1;  // row 0 flagged for copy_rows.comp
+  // Only the row flagged for copy_rows.comp (the others' workgroups return at once).
+  auto* flags = static_cast<uint32_t*>(full_.mapped());
+  std::fill(flags, flags + chain_streams_, 0u);
+  flags[row] = 1;
   UF_RETURN_IF_ERROR(chain_fetch_[slot]->Run());
   ++rows_fetched_;
-  return static_cast<const float*>(logits_dev_.mapped());
+  return static_cast<const float*>(logits_dev_.mapped()) + row * c_.n_vocab;
 }
 
-StatusOr<int64_t> VulkanForward::Chain(int32_t seq, int32_t token, int32_t pos, int64_t n,
-                                       std::span<const int32_t> banned, bool sampled,
-                                       const ChainStep& on_step) {
+Status VulkanForward::CheckChain(std::span<const model::ChainStream> streams, int64_t n) const {
   if (n < 1) return InvalidArgumentError("gpu forward: a chain needs at least one step");
-  UF_RETURN_IF_ERROR(CheckToken(token));
-  UF_RETURN_IF_ERROR(CheckSequence(seq));
-  UF_RETURN_IF_ERROR(CheckStart(seq, pos));
-  if (pos + n > max_len_) {
-    return OutOfRangeError("gpu forward: a chain of " + std::to_string(n) +
-                           " steps from position " + std::to_string(pos) + " passes the cache's " +
-                           std::to_string(max_len_) + " positions");
+  const auto b = static_cast<int64_t>(streams.size());
+  if (b < 1 || b > chain_streams_) {
+    return InvalidArgumentError("gpu forward: a chain of " + std::to_string(b) +
+                                " streams; this forward chains 1 to " +
+                                std::to_string(chain_streams_));
   }
-  const bool masked = !banned.empty();
-  if (masked && (!known_.valid() || static_cast<int64_t>(banned.size()) > o_.max_known)) {
-    return InvalidArgumentError("gpu forward: a chain bans " + std::to_string(banned.size()) +
-                                " tokens; this forward masks at most " +
-                                std::to_string(known_.valid() ? o_.max_known : 0));
-  }
-  for (int32_t id : banned) {
-    if (id < 0 || id >= c_.n_vocab) {
-      return InvalidArgumentError("gpu forward: banned token " + std::to_string(id) +
-                                  " is outside the vocabulary");
+  for (int64_t i = 0; i < b; ++i) {
+    const model::ChainStream& s = streams[i];
+    UF_RETURN_IF_ERROR(CheckToken(s.token));
+    UF_RETURN_IF_ERROR(CheckSequence(s.seq));
+    for (int64_t j = 0; j < i; ++j) {
+      if (streams[j].seq == s.seq) {
+        return InvalidArgumentError("gpu forward: sequence " + std::to_string(s.seq) +
+                                    " is in a chain twice");
+      }
+    }
+    UF_RETURN_IF_ERROR(CheckStart(s.seq, s.pos));
+    if (s.pos + n > max_len_) {
+      return OutOfRangeError("gpu forward: a chain of " + std::to_string(n) +
+                             " steps from position " + std::to_string(s.pos) +
+                             " passes the cache's " + std::to_string(max_len_) + " positions");
+    }
+    if (!s.banned.empty() &&
+        (!known_.valid() || static_cast<int64_t>(s.banned.size()) > o_.max_known)) {
+      return InvalidArgumentError("gpu forward: a chain bans " + std::to_string(s.banned.size()) +
+                                  " tokens; this forward masks at most " +
+                                  std::to_string(known_.valid() ? o_.max_known : 0));
+    }
+    for (int32_t id : s.banned) {
+      if (id < 0 || id >= c_.n_vocab) {
+        return InvalidArgumentError("gpu forward: banned token " + std::to_string(id) +
+                                    " is outside the vocabulary");
+      }
     }
   }
+  return OkStatus();
+}
+
+StatusOr<std::vector<int64_t>> VulkanForward::Chain(std::span<const model::ChainStream> streams,
+                                                    int64_t n, bool sampled,
+                                                    const ChainStep& on_step,
+                                                    const std::function<void()>& setup) {
+  UF_RETURN_IF_ERROR(CheckChain(streams, n));
+  UF_CHECK(sampled || streams.size() == 1) << "a greedy chain runs one stream";
+  const auto b = static_cast<int64_t>(streams.size());
+  bool masked = false;
+  for (const model::ChainStream& s : streams) masked = masked || !s.banned.empty();
   for (int32_t s : touched_) seq_next_[s] = -1;  // a Run's batch, as Prepare forgets it
   touched_.clear();
-  if (Status s = cache_->Reserve(seq, pos + n); !s.ok()) {
-    cache_->Truncate(seq, cache_->Length(seq));  // blocks reserved here, never filled
-    return s;
+  for (int64_t i = 0; i < b; ++i) {
+    if (Status s = cache_->Reserve(streams[i].seq, streams[i].pos + n); !s.ok()) {
+      for (int64_t j = 0; j <= i; ++j) {  // blocks reserved here, never filled
+        cache_->Truncate(streams[j].seq, cache_->Length(streams[j].seq));
+      }
+      return s;
+    }
   }
-  // The first step's input from the host; every later one's from the step before it.
+  if (setup) setup();
+  // Each row's first step's input from the host; every later one's from the step before it.
   const int64_t bs = cache_->block_size();
-  std::memcpy(static_cast<int32_t*>(bt_.mapped()) + seq * max_blocks_, cache_->BlockTable(seq),
-              (pos + n + bs - 1) / bs * 4);
   auto* tok = static_cast<uint32_t*>(tok_.mapped());
-  tok[0] = static_cast<uint32_t>(token);
-  tok[1] = static_cast<uint32_t>(pos);
-  tok[2] = static_cast<uint32_t>(cache_->BlockTable(seq)[pos / bs] * bs + pos % bs);
-  tok[3] = static_cast<uint32_t>(seq);
-  static_cast<uint32_t*>(outs_.mapped())[0] = 0;
-  if (masked) {  // row 0's known tokens: masked to -inf ahead of every step's arg-max
-    auto* known = static_cast<uint32_t*>(known_.mapped());
-    known[0] = static_cast<uint32_t>(banned.size());
-    for (size_t i = 0; i < banned.size(); ++i) known[1 + i] = static_cast<uint32_t>(banned[i]);
+  auto* outs = static_cast<uint32_t*>(outs_.mapped());
+  auto* known = masked ? static_cast<uint32_t*>(known_.mapped()) : nullptr;
+  int64_t depth = 0;
+  for (int64_t i = 0; i < b; ++i) {
+    const model::ChainStream& s = streams[i];
+    const int32_t* table = cache_->BlockTable(s.seq);
+    std::memcpy(static_cast<int32_t*>(bt_.mapped()) + s.seq * max_blocks_, table,
+                (s.pos + n + bs - 1) / bs * 4);
+    tok[4 * i] = static_cast<uint32_t>(s.token);
+    tok[4 * i + 1] = static_cast<uint32_t>(s.pos);
+    tok[4 * i + 2] = static_cast<uint32_t>(table[s.pos / bs] * bs + s.pos % bs);
+    tok[4 * i + 3] = static_cast<uint32_t>(s.seq);
+    outs[i] = static_cast<uint32_t>(i);
+    if (known != nullptr) {  // row i's known tokens: masked to -inf ahead of every step's draw
+      uint32_t* dst = known + i * (o_.max_known + 1);
+      dst[0] = static_cast<uint32_t>(s.banned.size());
+      for (size_t j = 0; j < s.banned.size(); ++j) dst[1 + j] = static_cast<uint32_t>(s.banned[j]);
+    }
+    depth = std::max<int64_t>(depth, s.pos);
   }
-  n_outputs_ = 1;
+  n_outputs_ = b;
   last_mode_ = Out::kGreedy;  // nothing for FetchLogits
   last_trial_ = false;
+  if (chain_recordings_.size() > kMaxChainRecordings) {
+    chain_recordings_.clear();  // nothing in flight between chains
+    last_ = nullptr;
+  }
 
   struct InFlight {
     Recorder* rec;
@@ -152,9 +222,10 @@ StatusOr<int64_t> VulkanForward::Chain(int32_t seq, int32_t token, int32_t pos, 
   };
   std::deque<InFlight> flight;
   Status status;
-  int64_t taken = 0;
-  bool stop = false;
-  // Waits for the oldest step; its token goes to on_token unless the chain has stopped.
+  std::vector<int64_t> taken(b, 0);
+  std::vector<uint8_t> ended(b, 0);
+  bool stop = false;  // a stream ended: nothing more is queued
+  // Waits for the oldest step; each stream that has not ended takes its row.
   const auto finish = [&] {
     const InFlight f = flight.front();
     flight.pop_front();
@@ -164,19 +235,25 @@ StatusOr<int64_t> VulkanForward::Chain(int32_t seq, int32_t token, int32_t pos, 
     }
     last_ = f.rec;
     if (f.trial.tuner != nullptr) ReportTrial(f.trial, *f.rec, f.submitted);
-    if (stop || !status.ok()) return;  // queued past the last taken token: dropped
-    bool more = true;
-    StatusOr<bool> took = on_step(pos + f.step + 1, static_cast<int>(f.step % kChainDepth), &more);
-    if (!took.ok()) {
-      status = took.status();
-      return;
+    for (int64_t i = 0; i < b && status.ok(); ++i) {
+      if (ended[i] != 0) continue;  // queued past its last taken token: dropped
+      bool more = true;
+      StatusOr<bool> took =
+          on_step(i, streams[i].pos + f.step + 1, static_cast<int>(f.step % kChainDepth), &more);
+      if (!took.ok()) {
+        status = took.status();
+        return;
+      }
+      taken[i] += *took ? 1 : 0;
+      if (!more) {
+        ended[i] = 1;
+        stop = true;
+      }
     }
-    taken += *took ? 1 : 0;
-    stop = !more;
   };
   for (int64_t i = 0; i < n && !stop && status.ok(); ++i) {
     Trial trial;
-    const StepWay way = ChooseWay(1, false, pos + i + 1, &trial);
+    const StepWay way = ChooseWay(b, false, depth + i + 1, &trial);
     // A trial is timed alone: nothing queued before it (a wall-clock time would include that)
     // and nothing behind it until it ends (the tuner's next pick waits for its time).
     while (!flight.empty() &&
@@ -184,7 +261,7 @@ StatusOr<int64_t> VulkanForward::Chain(int32_t seq, int32_t token, int32_t pos, 
       finish();
     }
     if (stop || !status.ok()) break;
-    auto rec = ChainRecording(way, static_cast<int>(i % kChainDepth), masked, sampled);
+    auto rec = ChainRecording(way, static_cast<int>(i % kChainDepth), masked, sampled, b);
     if (!rec.ok()) {
       status = rec.status();
       break;
@@ -200,9 +277,11 @@ StatusOr<int64_t> VulkanForward::Chain(int32_t seq, int32_t token, int32_t pos, 
   }
   while (!flight.empty()) finish();
   // The taken steps' K/V stay; the dropped ones' rows lie past the sequence's end.
-  const int64_t keep = pos + taken;
-  cache_->Truncate(seq, keep);
-  cache_->SetLength(seq, keep);
+  for (int64_t i = 0; i < b; ++i) {
+    const int64_t keep = streams[i].pos + taken[i];
+    cache_->Truncate(streams[i].seq, keep);
+    cache_->SetLength(streams[i].seq, keep);
+  }
   if (!status.ok()) return status;
   return taken;
 }

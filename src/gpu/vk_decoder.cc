@@ -248,20 +248,21 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   UF_ASSIGN_OR_RETURN(logits_local_, dev(mo * c_.n_vocab * 4));
   UF_ASSIGN_OR_RETURN(argmax_, ctx_->CreateBuffer(mo * 4, Memory::kHost));
   UF_ASSIGN_OR_RETURN(argmax_part_, dev(Kernels::ArgMaxPartWords(c_.n_vocab, mo) * 4));
-  UF_ASSIGN_OR_RETURN(chain_ring_, ctx_->CreateBuffer(kChainRing * 4, Memory::kHost));
+  chain_streams_ = std::min<int64_t>({mo, cache_->max_seqs(), 64});
+  UF_ASSIGN_OR_RETURN(chain_ring_,
+                      ctx_->CreateBuffer(chain_streams_ * kChainRing * 4, Memory::kHost));
   if (o_.top_k > 0) {
     UF_ASSIGN_OR_RETURN(top_, ctx_->CreateBuffer(mo * (2 * o_.top_k + 2) * 4, Memory::kHost));
     UF_ASSIGN_OR_RETURN(top_part_, dev(Kernels::TopKPartWords(c_.n_vocab, mo, o_.top_k) * 4));
     UF_ASSIGN_OR_RETURN(full_, ctx_->CreateBuffer(mo * 4, Memory::kHost));
     top_host_.resize(mo * (2 * o_.top_k + 2));
+    UF_ASSIGN_OR_RETURN(chain_draw_,
+                        ctx_->CreateBuffer(chain_streams_ * kDrawWords * 4, Memory::kHost));
     UF_ASSIGN_OR_RETURN(
-        chain_draw_,
-        ctx_->CreateBuffer((Kernels::kDrawHeaderWords + model::kMaxSampledChainSteps) * 4,
-                           Memory::kHost));
-    UF_ASSIGN_OR_RETURN(chain_top_,
-                        ctx_->CreateBuffer(kChainRing * (2 * o_.top_k + 2) * 4, Memory::kHost));
+        chain_top_,
+        ctx_->CreateBuffer(chain_streams_ * kChainRing * (2 * o_.top_k + 2) * 4, Memory::kHost));
     for (Buffer& b : chain_logits_) {
-      UF_ASSIGN_OR_RETURN(b, dev(c_.n_vocab * 4));
+      UF_ASSIGN_OR_RETURN(b, dev(chain_streams_ * c_.n_vocab * 4));
     }
     if (o_.max_known > 0) {
       UF_ASSIGN_OR_RETURN(known_, ctx_->CreateBuffer(mo * (o_.max_known + 1) * 4, Memory::kHost));

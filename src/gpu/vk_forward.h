@@ -40,7 +40,7 @@ struct LayerBuffers {
 // kChain: kGreedy's one row, its token also fed to the next step's input (ForwardGreedyChain);
 // kChainMasked: the same after the row's known tokens (the banned ones) were masked; kSampled,
 // kSampledMasked: kChain's with the row's best tokens (topk.comp) and a token drawn from them
-// (sample.comp) instead of its arg-max (ForwardSampledChain).
+// (sample.comp) instead of its arg-max, a row per stream (ForwardSampledChains).
 enum class Out {
   kLogits,
   kGreedy,
@@ -82,10 +82,10 @@ class VulkanForward final : public GpuForward {
                                        const std::function<bool(int32_t)>& on_token,
                                        std::span<const int32_t> banned = {}) override;
   bool chains_sampled() const override { return o_.top_k > 0; }
-  StatusOr<int64_t> ForwardSampledChain(int32_t seq, int32_t token, int32_t pos, int64_t n,
-                                        const model::ChainDraw& draw,
-                                        const model::ChainDecide& decide,
-                                        std::span<const int32_t> banned = {}) override;
+  int64_t chain_streams() const override { return o_.top_k > 0 ? chain_streams_ : 0; }
+  StatusOr<std::vector<int64_t>> ForwardSampledChains(std::span<const model::ChainStream> streams,
+                                                      int64_t n,
+                                                      const model::ChainsDecide& decide) override;
   const float* logits(int64_t i) const override { return logits_.data() + i * c_.n_vocab; }
   int64_t n_outputs() const override { return n_outputs_; }
   int32_t top_capacity() const override { return o_.top_k; }
@@ -139,18 +139,26 @@ class VulkanForward final : public GpuForward {
   StepWay ChooseWay(int64_t n, bool long_runs, int64_t depth, Trial* trial);
   // way.attn: the attention kernel of the layers attention_tiled.comp takes.
   StatusOr<Recorder*> RecordingFor(int64_t n, int64_t n_out, Out out, bool allowed, StepWay way);
-  // The chained step's recordings (Out::kChain, kSampled), one per way and slot: consecutive steps
-  // of a chain take the two slots in turn, so a step is queued while the one before it runs.
-  StatusOr<Recorder*> ChainRecording(StepWay way, int slot, bool masked, bool sampled);
-  // Both chains: the checks, the first step's input, the steps two in flight, the cache cut to
-  // the taken steps. on_step(p, slot) reads the step that fed position p, recorded in slot, from
-  // the rings and returns whether it is taken; *more = false ends the chain after it.
-  using ChainStep = std::function<StatusOr<bool>(int64_t p, int slot, bool* more)>;
-  StatusOr<int64_t> Chain(int32_t seq, int32_t token, int32_t pos, int64_t n,
-                          std::span<const int32_t> banned, bool sampled, const ChainStep& on_step);
-  // A sampled chain step's whole row (slot's logits, the banned tokens at -inf), copied to the
-  // host-visible rows (logits_dev_ row 0); waits for the step queued behind it.
-  StatusOr<const float*> ChainRow(int slot);
+  // The chained step's recordings (Out::kChain, kSampled) of `rows` streams, one per way and
+  // slot: consecutive steps of a chain take the two slots in turn, so a step is queued while the
+  // one before it runs.
+  StatusOr<Recorder*> ChainRecording(StepWay way, int slot, bool masked, bool sampled,
+                                     int64_t rows);
+  // A chain's checks: 1 to chain_streams_ streams of distinct sequences, each token, sequence,
+  // start, length and ban valid.
+  Status CheckChain(std::span<const model::ChainStream> streams, int64_t n) const;
+  // Both chains: the checks, each stream's blocks and first step's input (setup, when set, once
+  // they are known to fit), the steps two in flight, each cache cut to its taken steps.
+  // on_step(i, p, slot) reads stream i's row of the step that fed its position p, recorded in
+  // slot, from the rings and returns whether it is taken; *more = false ends the stream there
+  // (and the chain: nothing more is queued). Returns the steps taken per stream.
+  using ChainStep = std::function<StatusOr<bool>(int64_t i, int64_t p, int slot, bool* more)>;
+  StatusOr<std::vector<int64_t>> Chain(std::span<const model::ChainStream> streams, int64_t n,
+                                       bool sampled, const ChainStep& on_step,
+                                       const std::function<void()>& setup = nullptr);
+  // Row `row` of a sampled chain step's logits (slot's buffer, the banned tokens at -inf),
+  // copied to the host-visible rows (logits_dev_ row `row`); waits for the step queued behind it.
+  StatusOr<const float*> ChainRow(int slot, int64_t row);
   // After a step that was a tuner's trial: its time to the tuner, and the choice when settled.
   void ReportTrial(const Trial& trial, const Recorder& rec, double started);
   // rows: the device-local logits rows the step writes and reduces (default logits_local_).
@@ -248,22 +256,29 @@ class VulkanForward final : public GpuForward {
   // By (tokens, logits rows, output, grammar masks, tuned choices).
   std::map<std::tuple<int64_t, int64_t, Out, bool, StepWay>, std::unique_ptr<Recorder>> recordings_;
   Recorder* last_ = nullptr;
-  // Never cleared (kept apart from recordings_, which is cleared when full, so that no step in
-  // flight loses its recording): at most 8 per StepWay (2 slots, masked or not, greedy or
-  // sampled).
-  std::map<std::tuple<StepWay, int, bool, bool>, std::unique_ptr<Recorder>> chain_recordings_;
-  // host-visible [kChainRing]: the chained steps' tokens by position (argmax.comp's or
-  // sample.comp's feed).
+  // Kept apart from recordings_ (cleared when full between any two steps) so that no step in
+  // flight loses its recording: cleared only as a chain starts, past kMaxChainRecordings (8 per
+  // StepWay and stream count: 2 slots, masked or not, greedy or sampled).
+  std::map<std::tuple<StepWay, int, bool, bool, int64_t>, std::unique_ptr<Recorder>>
+      chain_recordings_;
+  static constexpr size_t kMaxChainRecordings = 64;
+  // Streams a batch chain holds at most: the output rows, the sequences and 64 (each takes a
+  // logits row in both chain slots' buffers).
+  int64_t chain_streams_ = 1;
+  // host-visible [chain_streams_][kChainRing]: the chained steps' tokens by stream and position
+  // (argmax.comp's or sample.comp's feed).
   static constexpr int64_t kChainRing = 8;
   // Chained steps in flight: one running and one queued behind it hides the host's turn as long
   // as that turn is shorter than a step. More would only grow the steps dropped after a stop.
   static constexpr int kChainDepth = 2;
   Buffer chain_ring_;
-  // host-visible, with top_: a sampled chain's draw (Kernels::kDrawHeaderWords words, then
-  // kMaxSampledChainSteps uniforms) and its steps' reduced rows [kChainRing][2 top_k + 2].
+  // host-visible, with top_: a sampled chain's draws [chain_streams_][kDrawWords]
+  // (Kernels::kDrawHeaderWords words, then kMaxSampledChainSteps uniforms) and its steps' reduced
+  // rows [chain_streams_][kChainRing][2 top_k + 2].
   Buffer chain_draw_, chain_top_;
-  // device-local [n_vocab] per chain slot: a sampled step's logits, kept while the next step runs
-  // (ChainRow); chain_fetch_: their copies to logits_dev_.
+  static constexpr int64_t kDrawWords = Kernels::kDrawHeaderWords + model::kMaxSampledChainSteps;
+  // device-local [chain_streams_][n_vocab] per chain slot: a sampled step's logits, kept while
+  // the next step runs (ChainRow); chain_fetch_: their copies to logits_dev_.
   Buffer chain_logits_[kChainDepth];
   std::unique_ptr<Recorder> chain_fetch_[kChainDepth];
   std::vector<float> known_zeros_;  // the banned tokens' logits as a sampled chain lists them

@@ -386,13 +386,15 @@ class Kernels {
     TopKChunks(r, logits, out, part, n_vocab, rows, k, chunk);
     TopKMerge(r, logits, out, part, n_vocab, rows, k, chunk);
   }
-  // A chained sampled step's token (sample.comp, one row): drawn from the row's best k tokens in
-  // top (TopK's [k ids][k logits][max][lse]) with the filters and next uniform in draw
-  // (kDrawHeaderWords words, then the uniforms), fed to the next step through feed as ArgMax's
-  // feed does; the row is also copied to top_ring[position % feed.ring_size] (2k + 2 words each).
+  // A chained sampled step's tokens (sample.comp, a workgroup a row): row j's drawn from its
+  // best k tokens in top (TopK's [k ids][k logits][max][lse]) with the filters and next uniform
+  // in draw[j * draw_words] (kDrawHeaderWords words, then the uniforms), fed to row j of the next
+  // step's input through feed as ArgMax's feed does; the row is also copied to
+  // top_ring[j][position % feed.ring_size] (2k + 2 words each) and its token to ring[j][...].
   static constexpr int64_t kDrawHeaderWords = 8;
   void SampleFeed(Recorder* r, const Buffer& top, const Buffer& draw, const Feed& feed,
-                  const Buffer& top_ring, int64_t k, int64_t n_vocab) const;
+                  const Buffer& top_ring, int64_t k, int64_t n_vocab, int64_t rows,
+                  int64_t draw_words) const;
   // Row j of rows rows of n_vocab logits: the known[j * (cap + 1)] tokens listed after it read
   // into raw[j * cap + ...] and set to -inf (mask_rows.comp: the sampler's edits, applied on the
   // host to the raw values, so that TopK then reduces the tokens it leaves alone).

@@ -109,14 +109,21 @@ void Kernels::ArgMax(Recorder* r, const Buffer& logits, const Buffer& out, const
 }
 
 void Kernels::SampleFeed(Recorder* r, const Buffer& top, const Buffer& draw, const Feed& feed,
-                         const Buffer& top_ring, int64_t k, int64_t n_vocab) const {
-  UF_CHECK(k >= 1 && k <= kMaxTopK && feed.block_size > 0 && feed.ring_size > 0) << k;
+                         const Buffer& top_ring, int64_t k, int64_t n_vocab, int64_t rows,
+                         int64_t draw_words) const {
+  UF_CHECK(k >= 1 && k <= kMaxTopK && feed.block_size > 0 && feed.ring_size > 0 && rows >= 1 &&
+           rows <= 65535 && draw_words > kDrawHeaderWords)
+      << k << " " << rows;
   const struct {
-    uint32_t k, n_vocab, block_size, max_blocks, ring_size;
-  } push = {static_cast<uint32_t>(k), static_cast<uint32_t>(n_vocab),
-            static_cast<uint32_t>(feed.block_size), static_cast<uint32_t>(feed.max_blocks),
-            static_cast<uint32_t>(feed.ring_size)};
-  r->Dispatch(*sample_, {top, draw, *feed.tok, *feed.bt, *feed.ring, top_ring}, push, 1);
+    uint32_t k, n_vocab, block_size, max_blocks, ring_size, draw_words;
+  } push = {static_cast<uint32_t>(k),
+            static_cast<uint32_t>(n_vocab),
+            static_cast<uint32_t>(feed.block_size),
+            static_cast<uint32_t>(feed.max_blocks),
+            static_cast<uint32_t>(feed.ring_size),
+            static_cast<uint32_t>(draw_words)};
+  r->Dispatch(*sample_, {top, draw, *feed.tok, *feed.bt, *feed.ring, top_ring}, push,
+              static_cast<uint32_t>(rows));
 }
 
 namespace {

@@ -410,12 +410,13 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, boo
     if (out == Out::kChainMasked || out == Out::kSampledMasked) {
       k_.MaskRows(r, local, known_, known_raw_, c_.n_vocab, n_out, o_.max_known);
     }
-    // A chained step's token into the next step's input (ForwardGreedyChain, ForwardSampledChain).
+    // A chained step's token into the next step's input (ForwardGreedyChain, ForwardSampledChains).
     const Kernels::Feed feed{&tok_,       &bt_,      &chain_ring_, cache_->block_size(),
                              max_blocks_, kChainRing};
     if (out == Out::kSampled || out == Out::kSampledMasked) {
       k_.TopK(r, local, top_, top_part_, c_.n_vocab, n_out, o_.top_k);
-      k_.SampleFeed(r, top_, chain_draw_, feed, chain_top_, o_.top_k, c_.n_vocab);
+      k_.SampleFeed(r, top_, chain_draw_, feed, chain_top_, o_.top_k, c_.n_vocab, n_out,
+                    kDrawWords);
     }
     if (out == Out::kChain || out == Out::kChainMasked) {
       k_.ArgMax(r, local, argmax_, argmax_part_, c_.n_vocab, n_out, Kernels::kArgMaxChunk, &feed);
@@ -457,9 +458,9 @@ StatusOr<Recorder*> VulkanForward::RecordingFor(int64_t n, int64_t n_out, Out ou
   return p;
 }
 
-StatusOr<Recorder*> VulkanForward::ChainRecording(StepWay way, int slot, bool masked,
-                                                  bool sampled) {
-  const auto key = std::make_tuple(way, slot, masked, sampled);
+StatusOr<Recorder*> VulkanForward::ChainRecording(StepWay way, int slot, bool masked, bool sampled,
+                                                  int64_t rows) {
+  const auto key = std::make_tuple(way, slot, masked, sampled, rows);
   auto it = chain_recordings_.find(key);
   if (it != chain_recordings_.end()) return it->second.get();
   auto r = std::make_unique<Recorder>(ctx_.get(), o_.profile);
@@ -468,7 +469,7 @@ StatusOr<Recorder*> VulkanForward::ChainRecording(StepWay way, int slot, bool ma
   // A sampled step's row stays in its slot's buffer while the next step runs, for a draw that
   // needs the whole row (ChainDecide).
   UF_RETURN_IF_ERROR(
-      Record(r.get(), 1, 1, out, false, way, sampled ? &chain_logits_[slot] : nullptr));
+      Record(r.get(), rows, rows, out, false, way, sampled ? &chain_logits_[slot] : nullptr));
   Recorder* p = r.get();
   chain_recordings_.emplace(key, std::move(r));
   return p;

@@ -93,6 +93,16 @@ inline constexpr int64_t kMaxSampledChainSteps = 256;
 // call) and must return a token. *more = false ends the chain after this step.
 using ChainDecide =
     std::function<int32_t(const TopRow& row, const float* whole, int32_t drawn, bool* more)>;
+// One stream of a batch of sampled chains (BatchForward::ForwardSampledChains): its sequence,
+// its first step's token and position, its draw and its banned tokens (ForwardSampledChain's).
+struct ChainStream {
+  int32_t seq = 0, token = 0, pos = 0;
+  ChainDraw draw;
+  std::span<const int32_t> banned;
+};
+// ChainDecide for stream i of a batch of chains.
+using ChainsDecide = std::function<int32_t(int64_t i, const TopRow& row, const float* whole,
+                                           int32_t drawn, bool* more)>;
 
 // A forward pass over batches: what the serving engine steps (the CPU Decoder, or a device's).
 class BatchForward {
@@ -149,10 +159,28 @@ class BatchForward {
   // the two agree, so the tokens are those of one sampled step at a time, draw for draw. Returns
   // the steps taken (see ChainDecide); seq's cache then holds positions up to pos + that many.
   // Needs n <= kMaxSampledChainSteps, draw.uniforms.size() >= n, top_capacity() > 0.
-  virtual StatusOr<int64_t> ForwardSampledChain(int32_t /*seq*/, int32_t /*token*/, int32_t /*pos*/,
-                                                int64_t /*n*/, const ChainDraw& /*draw*/,
-                                                const ChainDecide& /*decide*/,
-                                                std::span<const int32_t> /*banned*/ = {}) {
+  StatusOr<int64_t> ForwardSampledChain(int32_t seq, int32_t token, int32_t pos, int64_t n,
+                                        const ChainDraw& draw, const ChainDecide& decide,
+                                        std::span<const int32_t> banned = {}) {
+    const ChainStream stream{seq, token, pos, draw, banned};
+    UF_ASSIGN_OR_RETURN(
+        const std::vector<int64_t> taken,
+        ForwardSampledChains(std::span<const ChainStream>(&stream, 1), n,
+                             [&](int64_t, const TopRow& row, const float* whole, int32_t drawn,
+                                 bool* more) { return decide(row, whole, drawn, more); }));
+    return taken[0];
+  }
+  // Streams a batch of sampled chains may hold (ForwardSampledChains); 0 when it does not run.
+  virtual int64_t chain_streams() const { return 0; }
+  // ForwardSampledChain for several sequences at once (a decode batch a step, one row each, up
+  // to chain_streams() of them): the device feeds each row's draw to its row of the next step.
+  // decide(i, ...) judges stream i's step as ChainDecide does. A stream that ends (*more = false,
+  // or a token other than the drawn one) ends the chain: no step is queued after, and the step
+  // queued already is taken for the streams that have not ended (its row of the ended one is
+  // dropped). Returns the steps taken per stream; sequence i's cache then holds positions up to
+  // pos + that many. Each stream's tokens are those of one sampled step at a time.
+  virtual StatusOr<std::vector<int64_t>> ForwardSampledChains(
+      std::span<const ChainStream> /*streams*/, int64_t /*n*/, const ChainsDecide& /*decide*/) {
     return UnimplementedError("this forward does not chain sampled steps");
   }
 };

@@ -137,10 +137,11 @@ std::string Metrics::Render(const engine::EngineStats& e) const {
   Metric(&out, "ultrafast_engine_steps_total", "counter", "Batched forward passes.",
          static_cast<double>(e.steps));
   Metric(&out, "ultrafast_chained_steps_total", "counter",
-         "Of those, a lone stream's steps chained on the device (no host turn between).",
+         "Of those, steps chained on the device (no host turn between): a lone stream's or a "
+         "decode batch's.",
          static_cast<double>(e.chained_steps));
   Metric(&out, "ultrafast_chain_overruled_total", "counter",
-         "Of those, sampled steps whose device draw the host's sampler overruled.",
+         "Sampled rows of chained steps whose device draw the host's sampler overruled.",
          static_cast<double>(e.chain_overruled));
   Metric(&out, "ultrafast_preemptions_total", "counter",
          "Sequences evicted to free KV blocks and recomputed later.",

@@ -1,38 +1,29 @@
-// The sampled token of a chained step (GpuForward::ForwardSampledChain), drawn on the device from
-// the row's best k tokens (topk.comp's [k ids][k logits][max][lse]) so that the next step can
+// The sampled tokens of a chained step (GpuForward::ForwardSampledChains), each row's drawn on the
+// device from its best k tokens (topk.comp's [k ids][k logits][max][lse]) so that the next step can
 // start before the host has seen this one. A guess, checked by the host: once the step ends the
 // host draws the token from the same reduced row with the sampler itself (Sampler::SampleTop or
 // SampleReduced, with the same uniform), and the chain goes on only while the two agree. So this
 // only has to agree where the host decides; it follows the host's float formulas without their
 // error margins, and where the draw lands outside the k it writes the best token, which the host
-// then overrules. One workgroup: the k weights in parallel, the walk (k <= 64 terms) in
-// invocation 0.
+// then overrules. One workgroup a row (a stream of the chain): the k weights in parallel, the walk
+// (k <= 64 terms) in invocation 0.
 //
-// draw (binding 1): [temperature][top_k][top_p][min_p][draws][n_uniforms][2 unused][uniforms..]:
-// the sampler's filters, the draws taken so far in this chain (a step without a draw, such as a
-// top-k row whose filters keep one token, takes none, as the host's sampler does) and its next
-// uniforms in order. The step also copies its reduced row to top_ring[position % ring_size] and
-// its token to ring[...], for the host, and feeds the token to the next step's input as
-// argmax.comp's feed does.
+// draw (binding 1), draw_words a row: [temperature][top_k][top_p][min_p][draws][n_uniforms]
+// [2 unused][uniforms..]: the row's sampler's filters, the draws taken so far in this chain (a
+// step without a draw, such as a top-k row whose filters keep one token, takes none, as the host's
+// sampler does) and its next uniforms in order. The step also copies the reduced row to
+// top_ring[row][position % ring_size] and its token to ring[row][...], for the host, and feeds the
+// token to the row's slot of the next step's input (tok[row]) as argmax.comp's feed does.
 #version 450
 layout(local_size_x = 64) in;
 
 layout(std430, binding = 0) readonly buffer Top { uint top[]; };
-layout(std430, binding = 1) buffer Draw {
-  float temperature;
-  int top_k;
-  float top_p;
-  float min_p;
-  uint draws;
-  uint n_uniforms;
-  uint unused0, unused1;
-  float u[];
-} d;
+layout(std430, binding = 1) buffer Draw { uint dw[]; };
 layout(std430, binding = 2) buffer Tok { uint tok[]; };
 layout(std430, binding = 3) readonly buffer Bt { int bt[]; };
 layout(std430, binding = 4) writeonly buffer Ring { uint ring[]; };
 layout(std430, binding = 5) writeonly buffer TopRing { uint top_ring[]; };
-layout(push_constant) uniform P { uint k, n_vocab, block_size, max_blocks, ring_size; } p;
+layout(push_constant) uniform P { uint k, n_vocab, block_size, max_blocks, ring_size, draw_words; } p;
 
 shared float s_l[64];  // logits, -inf past the valid ones
 shared float s_w[64];  // e^(l - max)
@@ -53,18 +44,25 @@ uint Walk(uint m, float target) {
 }
 
 void main() {
-  const uint lid = gl_LocalInvocationID.x;
+  const uint lid = gl_LocalInvocationID.x, row = gl_WorkGroupID.x;
   const uint row_words = 2u * p.k + 2u;
-  const uint pos = tok[1] + 1u;  // read by all before invocation 0 moves it (after the barrier)
-  for (uint i = lid; i < row_words; i += 64u) top_ring[(pos % p.ring_size) * row_words + i] = top[i];
-  const float mx = uintBitsToFloat(top[2u * p.k]);
-  const float lse = uintBitsToFloat(top[2u * p.k + 1u]);
-  const float s = 1.0 / d.temperature;
+  const uint t0 = row * row_words;  // the row's reduced row in top
+  const uint d0 = row * p.draw_words;
+  const uint pos = tok[4u * row + 1u] + 1u;  // read by all before invocation 0 moves it
+  const uint slot = row * p.ring_size + pos % p.ring_size;
+  for (uint i = lid; i < row_words; i += 64u) top_ring[slot * row_words + i] = top[t0 + i];
+  const float mx = uintBitsToFloat(top[t0 + 2u * p.k]);
+  const float lse = uintBitsToFloat(top[t0 + 2u * p.k + 1u]);
+  const float temperature = uintBitsToFloat(dw[d0]);
+  const int top_k = int(dw[d0 + 1u]);
+  const float top_p = uintBitsToFloat(dw[d0 + 2u]);
+  const float min_p = uintBitsToFloat(dw[d0 + 3u]);
+  const float s = 1.0 / temperature;
   float l = -kInf;
   uint id = 0xFFFFFFFFu;
   if (lid < p.k) {
-    id = top[lid];
-    l = uintBitsToFloat(top[p.k + lid]);
+    id = top[t0 + lid];
+    l = uintBitsToFloat(top[t0 + p.k + lid]);
     if (isnan(l) || id == 0xFFFFFFFFu) l = -kInf;
   }
   s_l[lid] = l;
@@ -78,23 +76,24 @@ void main() {
   while (valid < p.k && s_l[valid] > -kInf) ++valid;
   uint token = 0u;
   bool drawn = true;
-  const float u = d.u[min(d.draws, d.n_uniforms - 1u)];
+  const uint draws = dw[d0 + 4u], n_uniforms = dw[d0 + 5u];
+  const float u = uintBitsToFloat(dw[d0 + 8u + min(draws, n_uniforms - 1u)]);
   if (!(mx > -kInf) || valid == 0u) {
     token = 0u;  // every token masked: the lowest id, no draw (the host decides here)
     drawn = false;
-  } else if (d.top_k > 0 && uint(d.top_k) < p.n_vocab) {
+  } else if (top_k > 0 && uint(top_k) < p.n_vocab) {
     // Sampler::SampleTop: the top-k set, min-p against its best, top-p against its mass, T.
-    uint m = min(uint(d.top_k), valid);
+    uint m = min(uint(top_k), valid);
     float z = 0.0;
     for (uint j = 0; j < m; ++j) z += s_w[j];
-    if (d.min_p > 0.0) {
-      const float threshold = mx + log(d.min_p);
+    if (min_p > 0.0) {
+      const float threshold = mx + log(min_p);
       uint kept = 0u;
       while (kept < m && s_l[kept] >= threshold) ++kept;
       m = kept;
     }
-    if (d.top_p < 1.0 && m > 1u) {
-      float need = d.top_p * z;
+    if (top_p < 1.0 && m > 1u) {
+      float need = top_p * z;
       uint cut = m;
       for (uint j = 0; j < m; ++j) {
         need -= s_w[j];
@@ -118,7 +117,7 @@ void main() {
     const float z = exp(lse - mx);
     float s1 = 0.0;
     for (uint j = 0; j < valid; ++j) s1 += s_w[j];
-    if (!(d.top_p < 1.0) && !(d.min_p > 0.0)) {
+    if (!(top_p < 1.0) && !(min_p > 0.0)) {
       // The whole row at T: the rest's mass lies between 0 and a bound from the k-th weight (as
       // the host bounds it); its middle.
       float v_sum = 0.0;
@@ -137,13 +136,13 @@ void main() {
     } else {
       // The kept set: the best prefix at or above min-p (and top-p's floor), cut where it
       // reaches top-p of the row's mass.
-      float lo = d.min_p;
-      if (d.top_p < 1.0) lo = max(lo, z * (1.0 - d.top_p) / float(p.n_vocab) * 0.99);
+      float lo = min_p;
+      if (top_p < 1.0) lo = max(lo, z * (1.0 - top_p) / float(p.n_vocab) * 0.99);
       uint above = 0u;
       while (above < valid && s_w[above] >= lo) ++above;
       uint m = above;
-      if (d.top_p < 1.0) {
-        const float need = d.top_p * z;
+      if (top_p < 1.0) {
+        const float need = top_p * z;
         float cum = 0.0;
         uint cut = 0u;
         while (cut < above && cum + s_w[cut] < need) cum += s_w[cut++];
@@ -155,13 +154,13 @@ void main() {
       token = Walk(m, u * total);
     }
   }
-  if (drawn) d.draws += 1u;
+  if (drawn) dw[d0 + 4u] = draws + 1u;
 
-  const uint seq = tok[3], b = pos / p.block_size;
+  const uint seq = tok[4u * row + 3u], b = pos / p.block_size;
   // Past the last reserved block (the chain's last step has no next one) the row is not used.
   const int block = b < p.max_blocks ? bt[seq * p.max_blocks + b] : -1;
-  tok[0] = token;
-  tok[1] = pos;
-  tok[2] = block >= 0 ? uint(block) * p.block_size + pos % p.block_size : 0u;
-  ring[pos % p.ring_size] = token;
+  tok[4u * row] = token;
+  tok[4u * row + 1u] = pos;
+  tok[4u * row + 2u] = block >= 0 ? uint(block) * p.block_size + pos % p.block_size : 0u;
+  ring[slot] = token;
 }

@@ -1,0 +1,228 @@
+// Chained steps in the serving engine (ServiceOptions::chain_steps): a lone stream's, or a decode
+// batch's of several, run on a forward that feeds each step's tokens to the next on the device
+// (a GPU's), the next step queued while one runs, with the host's sampler judging every token as
+// its step ends (model::BatchForward::ForwardGreedyChain, ForwardSampledChains).
+#include <algorithm>
+#include <string>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "engine/service_sequence.h"
+
+namespace uf::engine {
+
+namespace {
+
+// At most this many steps a chain of several streams: the scheduler's turn (its plan, its guard
+// and probes, admissions) comes back between chains; a lone stream's runs up to
+// kMaxSampledChainSteps (nothing else is served then).
+constexpr int64_t kMaxBatchChainSteps = 32;
+
+}  // namespace
+
+Service::ChainWay Service::ChainWayOf(Sequence& seq) const {
+  ChainWay way;
+  const GenerationRequest& r = seq.request;
+  // Decoding (the prompt computed, one token pending), not right after a chain that ran no step
+  // (that step runs plain, once; the caller clears chain_failed).
+  if (seq.done || seq.preempted || seq.slot < 0 || seq.n_generated == 0 || seq.to_feed() != 1 ||
+      seq.constraint || !seq.sampler || seq.chain_failed ||
+      (seq.spec.mode != SpecMode::kOff && !(seq.drafter && seq.controller))) {
+    return way;
+  }
+  // The token the row's arg-max once its banned tokens (ignore_eos: the end tokens) are masked,
+  // or drawn from the row's best tokens without bias or penalties. Logprobs come from the
+  // reduced row (as a plain step's do), which a greedy chain does not return, so a greedy
+  // stream asking for them runs the sampled chain (its draw the best token), and not with bans
+  // (the banned tokens' raw logits, which logprobs count, stay on the device).
+  const sampling::Sampler& sampler = seq.sampler->sampler();
+  if (static_cast<int64_t>(sampler.banned().size()) > decoder_->top_known_capacity()) return way;
+  const bool greedy = sampler.ArgMaxAfterBans();
+  const bool logprobs = r.top_logprobs >= 0;
+  way.greedy = greedy && !logprobs;
+  way.sampled =
+      decoder_->chains_sampled() && (greedy || sampler.CanChainSample(decoder_->top_capacity())) &&
+      (!logprobs || (sampler.banned().empty() && r.top_logprobs <= decoder_->top_capacity()));
+  return way;
+}
+
+int64_t Service::ChainRoom(const Sequence& seq) const {
+  // Emit ends the request at max_tokens generated or a full context: no step past either.
+  return std::min(seq.request.max_tokens - seq.n_generated,
+                  options_.ctx - static_cast<int64_t>(seq.tokens.size()));
+}
+
+bool Service::ChainSteps() {
+  if (!options_.chain_steps || !decoder_->chains_greedy() || running_.size() != 1 ||
+      !waiting_.empty()) {
+    return false;
+  }
+  Sequence& seq = *running_[0];
+  const ChainWay way = ChainWayOf(seq);
+  seq.chain_failed = false;
+  if (!way.greedy && !way.sampled) return false;
+  const int64_t n = std::min(ChainRoom(seq), model::kMaxSampledChainSteps);
+  if (n < 2) return false;  // one step: the plain path
+  // A speculating stream (ultrafast's default) chains while its controller verifies no drafts:
+  // the chain ends at the token after which it would, and that verify step runs as a plain
+  // step. A proposal left unverified is compared with the next token, as a plain step does.
+  if (seq.drafter != nullptr) {
+    DraftFor(seq);
+    if (seq.drafts > 0) return false;
+  }
+  Sequence* one = &seq;
+  return RunChain(std::span<Sequence* const>(&one, 1), n, way.greedy);
+}
+
+bool Service::ChainBatch(const scheduler::StepPlan& plan) {
+  // A plan that decodes every running stream, a token each, and changes nothing else: the
+  // steps it would plan next are the same while nothing arrives, ends or verifies drafts.
+  if (!options_.chain_steps || decoder_->chain_streams() < 2 || running_.size() < 2 ||
+      !waiting_.empty() || !plan.evict.empty() || !plan.admit.empty() || !plan.preempt.empty() ||
+      !plan.resume.empty() || !plan.prefill.empty() ||
+      plan.probe != scheduler::StepPlan::Probe::kNone || plan.decode.size() != running_.size() ||
+      static_cast<int64_t>(running_.size()) > decoder_->chain_streams()) {
+    return false;
+  }
+  for (int64_t d : plan.decode_drafts) {
+    if (d > 0) return false;
+  }
+  std::vector<Sequence*> seqs;
+  int64_t n = kMaxBatchChainSteps;
+  bool all = true;
+  for (auto& s : running_) {
+    const ChainWay way = ChainWayOf(*s);
+    all = all && way.sampled && s->drafts == 0;  // (PrepareDrafts ran for this plan)
+    n = std::min(n, ChainRoom(*s));
+    seqs.push_back(s.get());
+  }
+  for (Sequence* s : seqs) s->chain_failed = false;
+  if (!all || n < 2) return false;
+  return RunChain(seqs, n, /*greedy=*/false);
+}
+
+bool Service::RunChain(std::span<Sequence* const> seqs, int64_t n, bool greedy) {
+  const double start = NowSeconds();
+  // Per stream: whether it speculates, the unverified proposal's first token, when its last
+  // token came, the steps it took.
+  struct Link {
+    Sequence* seq;
+    bool speculating;
+    int32_t shadow = -1;
+    double last;
+    int64_t taken = 0;
+  };
+  std::vector<Link> links;
+  for (Sequence* s : seqs) {
+    Link l{s, s->drafter != nullptr};
+    l.shadow = l.speculating && !s->proposal.empty() ? s->proposal[0] : -1;
+    l.last = start;
+    links.push_back(l);
+    s->in_chain = true;
+  }
+  // Stream i's step's token into its stream; false to end the chain there.
+  const auto emit = [&](int64_t i, int32_t token, TokenLogprob* logprob) {
+    Link& l = links[i];
+    Sequence& seq = *l.seq;
+    ++l.taken;
+    ++seq.n_computed;
+    seq.last_served = clock_->Now();
+    seq.sampler->Accept(token);
+    if (l.speculating) {
+      // A chained step's time is what a verify step must beat (no host turn between steps).
+      const double now = NowSeconds();
+      seq.controller->ObserveStep(0, 0, now - l.last);
+      l.last = now;
+      if (l.shadow >= 0) seq.controller->ObserveShadow(1, token == l.shadow ? 1 : 0);
+    }
+    Emit(seq, token, logprob);
+    seq.channel->FlushIfDue(NowSeconds());
+    if (seq.done || seq.channel->cancelled()) return false;
+    if (l.speculating) {
+      DraftFor(seq);
+      if (seq.drafts > 0) return false;  // the next step verifies drafts
+      l.shadow = seq.proposal.empty() ? -1 : seq.proposal[0];
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    return incoming_.empty() && !stopping_;
+  };
+  StatusOr<std::vector<int64_t>> steps = std::vector<int64_t>{};
+  if (greedy) {
+    Sequence& seq = *links[0].seq;
+    StatusOr<int64_t> one = decoder_->ForwardGreedyChain(
+        seq.slot, seq.tokens.back(), static_cast<int32_t>(seq.n_computed), n,
+        [&](int32_t token) { return emit(0, token, nullptr); }, seq.sampler->sampler().banned());
+    if (one.ok()) {
+      steps = std::vector<int64_t>{*one};
+    } else {
+      steps = one.status();
+    }
+  } else {
+    chain_uniforms_.resize(links.size());
+    std::vector<model::ChainStream> streams;
+    for (size_t i = 0; i < links.size(); ++i) {
+      Sequence& seq = *links[i].seq;
+      const sampling::Sampler& sampler = seq.sampler->sampler();
+      model::ChainStream s;
+      s.seq = seq.slot;
+      s.token = seq.tokens.back();
+      s.pos = static_cast<int32_t>(seq.n_computed);
+      s.draw = ChainDrawFor(sampler, n, &chain_uniforms_[i]);
+      s.banned = sampler.banned();
+      streams.push_back(s);
+    }
+    const auto n_vocab = static_cast<int32_t>(model_.config().n_vocab);
+    steps = decoder_->ForwardSampledChains(
+        streams, n,
+        [&](int64_t i, const model::TopRow& row, const float* whole, int32_t drawn, bool* more) {
+          Sequence& seq = *links[i].seq;
+          const int32_t token = seq.sampler->SampleFromTop(row, whole);
+          if (token < 0) return token;  // the chain brings the whole row
+          if (whole != nullptr) {
+            ++rows_fetched_;
+          } else {
+            chain_overruled_ += token != drawn;  // (a whole row's draw is rarely the device's)
+          }
+          const int top = seq.request.top_logprobs;
+          TokenLogprob lp;
+          if (top >= 0) {
+            lp = whole != nullptr ? SequenceSampler::Logprobs(whole, n_vocab, token, top)
+                                  : SequenceSampler::Logprobs(row, token, top);
+          }
+          *more = emit(i, token, top >= 0 ? &lp : nullptr);
+          return token;
+        });
+  }
+  int64_t most = 0;
+  for (Link& l : links) {
+    Sequence& seq = *l.seq;
+    seq.in_chain = false;
+    seq.drafts = 0;  // the next step drafts again (PrepareDrafts)
+    most = std::max(most, l.taken);
+    if (seq.done) {
+      ReleaseSlot(seq);  // deferred by Release while the chain's steps could still write there
+    } else if (options_.prefix_cache && l.taken > 0) {
+      cache_->PublishPrefix(seq.slot, seq.tokens.data(), seq.n_computed);
+    }
+  }
+  steps_ += most;
+  chained_steps_ += most;
+  if (!steps.ok()) {
+    bool any = false;
+    for (const Link& l : links) any = any || l.taken > 0 || l.seq->done;
+    if (!any) {
+      // Nothing ran (e.g. no KV blocks for the whole chain): the plain step handles it.
+      UF_LOG(DEBUG) << "serve: chain not run: " << steps.status().ToString();
+      for (const Link& l : links) l.seq->chain_failed = true;  // (so the next step is plain)
+      return false;
+    }
+    UF_LOG(ERROR) << "serve: chain failed: " << steps.status().ToString();
+    for (const Link& l : links) Finish(*l.seq, FinishReason::kError, steps.status());
+  }
+  UF_LOG(DEBUG) << "serve: " << most << " chained " << (greedy ? "greedy" : "sampled")
+                << " steps of " << links.size() << " stream(s) in " << NowSeconds() - start << " s";
+  EndStep();
+  return true;
+}
+
+}  // namespace uf::engine
