@@ -110,6 +110,24 @@ TEST_F(GpuBenchCliTest, SpecRunsOnTheDevice) {
   EXPECT_TRUE(j["verify_step_seconds"].contains("17"));
 }
 
+// The decode figures: one stream's (logits back, the device's arg-max, chained greedy and
+// sampled) and each --batch count's aggregate, plain and as a chained sampled batch
+// (ForwardSampledChains, the serving engine's chained decode batch), with the device's read
+// bandwidth measured in the same run.
+TEST_F(GpuBenchCliTest, DecodeFiguresOnTheDevice) {
+  const json j = Bench(std::string("-p 8 -n 4 --reps 1 --batch 1,3 -m ") + kModel);
+  for (const char* k : {"tg_tok_s", "tg_argmax_tok_s", "tg_chain_tok_s", "tg_sampled_tok_s",
+                        "read_bw_gb_s"}) {
+    EXPECT_GT(j.value(k, 0.0), 0.0) << k << ": " << j.dump();
+  }
+  ASSERT_TRUE(j["batch"].is_array()) << j.dump();
+  ASSERT_EQ(j["batch"].size(), 2u) << j.dump();
+  for (const json& b : j["batch"]) {
+    EXPECT_GT(b.value("tok_s", 0.0), 0.0) << b.dump();
+    EXPECT_GT(b.value("sampled_tok_s", 0.0), 0.0) << b.dump();
+  }
+}
+
 // The engine alone, the serving engine and HTTP, at temperature 0 and 1, all on the device.
 TEST_F(GpuBenchCliTest, ServeRunsOnTheDevice) {
   const json j = Bench(std::string("--serve -p 8 -n 6 --reps 1 -m ") + kModel);

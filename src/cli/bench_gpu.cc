@@ -15,6 +15,61 @@
 
 namespace uf::cli {
 
+namespace {
+
+// Aggregate tok/s of `streams` sampled streams (sequences 0 .. streams - 1, each holding
+// n_prompt positions) chained as one decode batch (ForwardSampledChains) for n_gen tokens each,
+// with run's default filters (T 0.8, top-k 40, top-p 0.95, min-p 0.05: a random-weight model's
+// flat rows would leave a sampler without top-k undecided) and a seed per stream. A chain ends
+// where a stream's draw is overruled; the next starts where each stream is.
+double BatchChainTokS(gpu::GpuForward& d, const model::Model& m, int streams, int64_t n_prompt,
+                      int64_t n_gen, const std::function<int32_t(int64_t)>& token) {
+  std::vector<sampling::Sampler> samplers;
+  for (int s = 0; s < streams; ++s) {
+    sampling::SamplingParams sp;
+    sp.temperature = 0.8f;
+    sp.top_k = 40;
+    sp.top_p = 0.95f;
+    sp.min_p = 0.05f;
+    sp.seed = 1000 + static_cast<uint64_t>(s);
+    samplers.emplace_back(sp, static_cast<int32_t>(m.config().n_vocab));
+  }
+  std::vector<int32_t> next(streams);
+  std::vector<int64_t> done(streams, 0);
+  for (int s = 0; s < streams; ++s) next[s] = token(n_prompt + s);
+  std::vector<std::vector<float>> uniforms(streams);
+  std::vector<model::ChainStream> cs(streams);
+  int64_t total = 0;
+  const double t0 = NowSeconds();
+  for (;;) {
+    const int64_t most = *std::max_element(done.begin(), done.end());
+    const int64_t left = std::min(n_gen - most, model::kMaxSampledChainSteps);
+    if (left <= 0) break;
+    for (int s = 0; s < streams; ++s) {
+      cs[s].seq = s;
+      cs[s].token = next[s];
+      cs[s].pos = static_cast<int32_t>(n_prompt + done[s]);
+      cs[s].draw = engine::ChainDrawFor(samplers[s], left, &uniforms[s]);
+    }
+    // Top-k rows are always decided (no -1).
+    auto taken = d.ForwardSampledChains(
+        cs, left, [&](int64_t i, const model::TopRow& row, const float*, int32_t, bool*) {
+          next[i] = engine::SampleFromTop(samplers[i], row);
+          samplers[i].Accept(next[i]);
+          ++done[i];
+          return next[i];
+        });
+    if (!taken.ok()) Fail("bench", taken.status());
+    int64_t steps = 0;
+    for (int64_t t : *taken) steps += t;
+    if (steps == 0) break;  // not expected with top-k
+    total += steps;
+  }
+  return static_cast<double>(total) / (NowSeconds() - t0);
+}
+
+}  // namespace
+
 int GpuBench(const GpuBenchOptions& o) {
   auto loaded = LoadModel(o.model);
   if (!loaded.ok()) Fail("bench", loaded.status());
@@ -161,8 +216,11 @@ int GpuBench(const GpuBenchOptions& o) {
     }
   }
   // Batched decode: B streams, each with an n_prompt-token prompt, then n_gen steps of one
-  // token per stream; aggregate tok/s (wall clock) and GPU time alone.
+  // token per stream; aggregate tok/s (wall clock) and GPU time alone. Then the same steps as
+  // the serving engine chains a batch of sampled streams (ForwardSampledChains, run's default
+  // filters, a seed per stream): each row's draw fed to its row of the next step on the device.
   std::vector<std::tuple<int, double, double>> batched;
+  std::vector<double> batched_sampled;  // [batched] aggregate tok/s chained; 0: not run
   for (int streams : o.batch) {
     for (int s = 0; s < max_streams; ++s) (*cache)->Remove(s);
     for (int s = 0; s < streams; ++s) prefill(s, 0, o.n_prompt);
@@ -183,6 +241,9 @@ int GpuBench(const GpuBenchOptions& o) {
     }
     const double tokens = static_cast<double>(streams) * o.n_gen;
     batched.emplace_back(streams, tokens / (NowSeconds() - t0), gpu_s > 0 ? tokens / gpu_s : 0.0);
+    batched_sampled.push_back(streams <= d->chain_streams() && o.n_gen > 0
+                                  ? BatchChainTokS(*d, m, streams, o.n_prompt, o.n_gen, token)
+                                  : 0.0);
   }
   const gpu::DeviceInfo dev = d->device();
   const uint64_t dev_bytes = d->device_bytes();
@@ -285,9 +346,11 @@ int GpuBench(const GpuBenchOptions& o) {
     }
     if (o.profile) j["profile_step_us"] = profile_step_s * 1e6;
     j["step_tuning"] = tuning;
-    for (const auto& [streams, tok_s, gpu_tok_s] : batched) {
+    for (size_t bi = 0; bi < batched.size(); ++bi) {
+      const auto& [streams, tok_s, gpu_tok_s] = batched[bi];
       j["batch"].push_back({{"streams", streams},
                             {"tok_s", tok_s},
+                            {"sampled_tok_s", batched_sampled[bi]},
                             {"gpu_tok_s", gpu_tok_s},
                             {"step_bytes", step_bytes(streams)},
                             {"roofline", batch_roofline(streams, tok_s)}});
@@ -339,13 +402,22 @@ int GpuBench(const GpuBenchOptions& o) {
                 static_cast<long long>(o.depth), ("tg" + std::to_string(o.n_gen) + " step").c_str(),
                 step_dispatches, step_barriers);
   }
-  for (const auto& [streams, tok_s, gpu_tok_s] : batched) {
+  for (size_t bi = 0; bi < batched.size(); ++bi) {
+    const auto& [streams, tok_s, gpu_tok_s] = batched[bi];
+    const std::string test = "tg" + std::to_string(o.n_gen) + " x" + std::to_string(streams);
     std::printf(
         "%-8d %-12s %14.1f %16.0f %12.1f %9.1f%%   (aggregate of %d streams after "
         "%lld-token prompts, bytes per step; GPU time alone %.1f)\n",
-        0, ("tg" + std::to_string(o.n_gen) + " x" + std::to_string(streams)).c_str(), tok_s,
-        step_bytes(streams), bw_bytes / 1e9, 100.0 * batch_roofline(streams, tok_s), streams,
-        static_cast<long long>(o.n_prompt), gpu_tok_s);
+        0, test.c_str(), tok_s, step_bytes(streams), bw_bytes / 1e9,
+        100.0 * batch_roofline(streams, tok_s), streams, static_cast<long long>(o.n_prompt),
+        gpu_tok_s);
+    if (batched_sampled[bi] > 0) {
+      std::printf(
+          "%-8d %-12s %14.1f %16.0f %12.1f %9.1f%%   (the same sampled and chained: T 0.8, "
+          "top-k 40, each row drawn on the device, checked by its stream's sampler)\n",
+          0, (test + " smp").c_str(), batched_sampled[bi], step_bytes(streams), bw_bytes / 1e9,
+          100.0 * batch_roofline(streams, batched_sampled[bi]));
+    }
   }
   std::printf(
       "pp runs the prompt in batches of up to 512 tokens; tok/s is wall clock around each "
