@@ -334,6 +334,21 @@ struct ChainCounts {
   std::vector<int64_t> first_chain;  // SampledChainsBatch: the tokens each stream took in the first
 };
 
+// The sampler's token for a chained step's row (-1: the chain is to bring the whole row),
+// counted in c: drawn from the whole row, or overruling the device's draw.
+int32_t Judge(sampling::Sampler& s, const model::TopRow& row, const float* whole, int32_t drawn,
+              ChainCounts* c) {
+  const int32_t t = engine::SampleFromTop(s, row, whole);
+  if (t < 0) return t;
+  if (whole != nullptr) {
+    ++c->whole;
+  } else {
+    c->overruled += t != drawn;
+  }
+  ++c->taken;
+  return t;
+}
+
 // n sampled tokens of seq from (token, pos) as run --device vulkan takes them: chains, each row
 // the best 64 cannot decide sampled whole (the chain brings it). With other_uniforms, the device
 // draws with uniforms that are not the sampler's (1 - u), so that the host's sampler overrules
@@ -360,15 +375,8 @@ std::vector<int32_t> SampledChained(Device& d, sampling::Sampler& s, int seq, in
     auto r = d.fwd->ForwardSampledChain(
         seq, token, pos, left, draw,
         [&](const model::TopRow& row, const float* whole, int32_t drawn, bool*) {
-          const int32_t t = engine::SampleFromTop(s, row, whole);
-          if (t < 0) return t;
-          if (whole != nullptr) {
-            ++c->whole;
-          } else {
-            c->overruled += t != drawn;
-          }
-          ++c->taken;
-          take(t);
+          const int32_t t = Judge(s, row, whole, drawn, c);
+          if (t >= 0) take(t);
           return t;
         },
         banned);
@@ -511,14 +519,8 @@ void SampledChainsBatch(Device& d, std::vector<Stream>& st, ChainCounts* c,
         cs, left,
         [&](int64_t k, const model::TopRow& row, const float* whole, int32_t drawn, bool* more) {
           Stream& s = st[active[k]];
-          const int32_t t = engine::SampleFromTop(*s.s, row, whole);
+          const int32_t t = Judge(*s.s, row, whole, drawn, c);
           if (t < 0) return t;
-          if (whole != nullptr) {
-            ++c->whole;
-          } else {
-            c->overruled += t != drawn;
-          }
-          ++c->taken;
           s.s->Accept(t);
           s.out.push_back(t);
           s.token = t;

@@ -97,6 +97,12 @@ bool Service::ChainBatch(const scheduler::StepPlan& plan) {
     seqs.push_back(s.get());
   }
   for (Sequence* s : seqs) s->chain_failed = false;
+  // The chain reserves every stream's blocks for its n steps up front: at most what the free
+  // blocks (cached ones included) hold, a stream's n positions spanning up to n / block_size + 1
+  // new blocks, so that a tight pool shortens chains instead of failing them.
+  const int64_t bs = cache_->block_size();
+  const int64_t per_stream = cache_->free_blocks() / static_cast<int64_t>(seqs.size());
+  n = std::min(n, (per_stream - 1) * bs);
   if (!all || n < 2) return false;
   return RunChain(seqs, n, /*greedy=*/false);
 }

@@ -187,7 +187,8 @@ class GpuForward : public model::BatchForward {
   // argmax.comp's feed. A step a tuner times (last_step_trial) runs alone, the chain drained.
   // ForwardSampledChains too (with options.top_k > 0): sample.comp draws from topk.comp's rows,
   // a row per stream (up to chain_streams() of them).
-  // Rows that came back reduced to their best tokens (Batch::top_only), since Create.
+  // Rows that came back reduced to their best tokens (Batch::top_only, and each sampled chain
+  // step's rows), since Create.
   virtual int64_t rows_reduced() const = 0;
   // Reduced rows copied back whole afterwards (FetchLogits), since Create.
   virtual int64_t rows_fetched() const = 0;

@@ -91,6 +91,7 @@ StatusOr<std::vector<int64_t>> VulkanForward::ForwardSampledChains(
     row.known_ids = banned.data();
     row.known_logits = known_zeros_.data();
     const auto drawn = static_cast<int32_t>(ring[at]);
+    ++rows_reduced_;
     *more = true;
     int32_t t = decide(i, row, nullptr, drawn, more);
     if (t < 0) {
