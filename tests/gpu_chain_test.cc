@@ -331,7 +331,10 @@ struct ChainCounts {
   int64_t taken = 0;      // tokens the chains took
   int64_t whole = 0;      // of those, drawn from the whole row (SampleReduced undecided: -1)
   int64_t overruled = 0;  // of the others, tokens the device had drawn otherwise
-  std::vector<int64_t> first_chain;  // SampledChainsBatch: the tokens each stream took in the first
+  int64_t differed = 0;   // tokens the device had drawn otherwise, whole rows' too
+  // SampledChainsBatch: the tokens each stream took in the first chain, and those that differed.
+  std::vector<int64_t> first_chain;
+  int64_t first_differed = 0;
 };
 
 // The sampler's token for a chained step's row (-1: the chain is to bring the whole row),
@@ -340,6 +343,7 @@ int32_t Judge(sampling::Sampler& s, const model::TopRow& row, const float* whole
               ChainCounts* c) {
   const int32_t t = engine::SampleFromTop(s, row, whole);
   if (t < 0) return t;
+  c->differed += t != drawn;
   if (whole != nullptr) {
     ++c->whole;
   } else {
@@ -479,11 +483,15 @@ struct Stream {
   int64_t n;
   int64_t stop_at = -1;
   std::vector<int32_t> out;
+  bool other_uniforms = false;  // the device draws with 1 - u (the host overrules it)
+  int64_t flip_at = -1;         // ... or only its flip_at-th draw (of its first chain)
+  int64_t differed = 0;         // tokens the device had drawn otherwise
 };
 
 // The streams' tokens as the serving engine takes them: chains of every stream still short of
 // its n, a row each (ForwardSampledChains), each row judged by its stream's sampler. A stream
-// ends the chain at its n-th token or at stop_at; the others take the step queued behind it.
+// ends the chain at its n-th token or at stop_at; the others take the step queued behind it. A
+// stream whose draw is overruled loses a step and the chain goes on.
 void SampledChainsBatch(Device& d, std::vector<Stream>& st, ChainCounts* c,
                         bool other_uniforms = false) {
   std::vector<std::vector<float>> uniforms(st.size());
@@ -499,7 +507,7 @@ void SampledChainsBatch(Device& d, std::vector<Stream>& st, ChainCounts* c,
     }
     if (active.empty()) return;
     std::vector<model::ChainStream> cs;
-    std::vector<int64_t> before;
+    std::vector<int64_t> before, draws;
     for (size_t k = 0; k < active.size(); ++k) {
       Stream& s = st[active[k]];
       model::ChainStream x;
@@ -507,35 +515,46 @@ void SampledChainsBatch(Device& d, std::vector<Stream>& st, ChainCounts* c,
       x.token = s.token;
       x.pos = s.pos;
       x.draw = engine::ChainDrawFor(*s.s, left, &uniforms[k]);
-      if (other_uniforms) {
+      draws.push_back(s.s->draws());
+      if (other_uniforms || s.other_uniforms) {
         for (float& u : uniforms[k]) u = 1.0f - u;
+      }
+      if (s.flip_at >= 0 && s.flip_at < left) {
+        uniforms[k][s.flip_at] = 1.0f - uniforms[k][s.flip_at];
+        s.flip_at = -1;
       }
       x.banned = s.banned;
       cs.push_back(x);
       before.push_back(static_cast<int64_t>(s.out.size()));
     }
     ++c->chains;
-    auto r = d.fwd->ForwardSampledChains(
-        cs, left,
-        [&](int64_t k, const model::TopRow& row, const float* whole, int32_t drawn, bool* more) {
-          Stream& s = st[active[k]];
-          const int32_t t = Judge(*s.s, row, whole, drawn, c);
-          if (t < 0) return t;
-          s.s->Accept(t);
-          s.out.push_back(t);
-          s.token = t;
-          ++s.pos;
-          const auto have = static_cast<int64_t>(s.out.size());
-          if (have == s.n) *more = false;
-          if (have == s.stop_at) {
-            *more = false;
-            s.stop_at = -1;
-          }
-          return t;
-        });
+    auto r =
+        d.fwd->ForwardSampledChains(cs, left,
+                                    [&](int64_t k, const model::TopRow& row, const float* whole,
+                                        int32_t drawn, model::ChainTurn* turn) {
+                                      Stream& s = st[active[k]];
+                                      const int32_t t = Judge(*s.s, row, whole, drawn, c);
+                                      if (t < 0) return t;
+                                      s.differed += t != drawn;
+                                      s.s->Accept(t);
+                                      s.out.push_back(t);
+                                      s.token = t;
+                                      ++s.pos;
+                                      turn->draws = s.s->draws() - draws[k];
+                                      const auto have = static_cast<int64_t>(s.out.size());
+                                      if (have == s.n) turn->more = false;
+                                      if (have == s.stop_at) {
+                                        turn->more = false;
+                                        s.stop_at = -1;
+                                      }
+                                      return t;
+                                    });
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     ASSERT_EQ(r->size(), active.size());
-    if (c->chains == 1) c->first_chain = *r;
+    if (c->chains == 1) {
+      c->first_chain = *r;
+      c->first_differed = c->differed;
+    }
     for (size_t k = 0; k < active.size(); ++k) {
       const Stream& s = st[active[k]];
       EXPECT_EQ((*r)[k], static_cast<int64_t>(s.out.size()) - before[k]);
@@ -549,8 +568,8 @@ void SampledChainsBatch(Device& d, std::vector<Stream>& st, ChainCounts* c,
 // bans, a greedy stream's too (drawn with top-k 1). Streams end chains (one at its last token,
 // one at a stop after 7 tokens) and the others take the step queued behind: the chains are
 // fewer than the stops and ends plus the overruled rows, plus one. With uniforms that are not
-// the samplers', the device's draws are overruled, each ending a chain, and the tokens are still
-// the samplers'.
+// the samplers', the device's draws are overruled, each costing its stream a step but ending no
+// chain (the first still ends at the stop), and the tokens are still the samplers'.
 TEST_P(GpuChainTest, SampledChainsOfSeveralStreams) {
   const int64_t ctx = 64;
   Device d = Make(*model_, 4, ctx);
@@ -593,8 +612,11 @@ TEST_P(GpuChainTest, SampledChainsOfSeveralStreams) {
                 static_cast<long long>(c.overruled));
     EXPECT_EQ(c.taken, ns[0] + ns[1] + ns[2]);
     EXPECT_EQ(c.whole, 0) << "top-k rows are decided from the best 64";
+    EXPECT_EQ(c.first_chain[0], 7) << "the first chain ended before the stop";
+    EXPECT_GE(c.first_chain[2], 8) << "the greedy stream did not take the steps up to the stop";
     if (other) {
       EXPECT_GE(c.overruled, 3) << "1 - u drew the samplers' tokens: the test tests nothing";
+      EXPECT_GE(c.first_differed, 1) << "no draw overruled in the first chain: it tests nothing";
     } else {
       // The stop, stream 1's and 2's ends (stream 0's ends the last chain) and overruled rows.
       EXPECT_LE(c.chains, 4 + c.overruled) << "a chain ended where no stream did";
@@ -611,9 +633,8 @@ TEST_P(GpuChainTest, SampledChainsOfSeveralStreams) {
   draw.uniforms = u;
   const model::ChainStream a{0, first, kP0, draw, {}};
   const std::vector<model::ChainStream> twice = {a, a};
-  const auto decide = [](int64_t, const model::TopRow&, const float*, int32_t drawn, bool*) {
-    return drawn;
-  };
+  const auto decide = [](int64_t, const model::TopRow&, const float*, int32_t drawn,
+                         model::ChainTurn*) { return drawn; };
   EXPECT_EQ(d.fwd->ForwardSampledChains(twice, 2, decide).status().code(),
             StatusCode::kInvalidArgument);
   std::vector<model::ChainStream> many(d.fwd->chain_streams() + 1, a);
@@ -623,6 +644,55 @@ TEST_P(GpuChainTest, SampledChainsOfSeveralStreams) {
   EXPECT_EQ(d.fwd->ForwardSampledChains({}, 2, decide).status().code(),
             StatusCode::kInvalidArgument);
   for (int seq = 0; seq < 3; ++seq) EXPECT_EQ(d.cache->Length(seq), kP0 + ns[seq]);
+}
+
+// A batch of chains at OpenAI's defaults (the whole row at T 1, where the device's draw from the
+// best 64 misses a draw in the tail, and the host draws it from the whole row) beside a stream
+// whose device draws are overruled (1 - u) and a greedy one: each overruled draw costs its
+// stream one step, and the chain goes on for all of them: the greedy stream takes every step
+// of the first chain, to its last token. A fourth stream's device draws with one uniform wrong
+// (its 4th): overruled there, its next draws take the uniforms after the host's (the draw count
+// the redo sets), so that no other draw of it differs. The tokens are each sampler's one step
+// at a time.
+TEST_P(GpuChainTest, BatchChainsGoOnPastOverruledDraws) {
+  const int64_t n = 20, ctx = 48;
+  Device d = Make(*model_, 4, ctx);
+  const int32_t first = Prefill(*d.fwd, 0);
+  for (int seq = 1; seq < 4; ++seq) ASSERT_EQ(Prefill(*d.fwd, seq), first);
+  DrawCase greedy = kDraws[0];
+  greedy.temperature = 0.0f;
+  const DrawCase cases[] = {kDraws[1], kDraws[0], greedy, kDraws[0]};
+  std::vector<std::vector<int32_t>> want;
+  for (const DrawCase& c : cases) {
+    sampling::Sampler ref = SamplerFor(c, *model_);
+    want.push_back(SampledOneAtATime(*d.fwd, ref, 3, first, kP0, n));
+  }
+  std::vector<sampling::Sampler> samplers;
+  for (const DrawCase& c : cases) samplers.push_back(SamplerFor(c, *model_));
+  std::vector<Stream> st;
+  for (int i = 0; i < 4; ++i) st.push_back({&samplers[i], i, first, kP0, {}, n});
+  st[1].other_uniforms = true;
+  st[3].flip_at = 3;
+  ChainCounts c;
+  SampledChainsBatch(d, st, &c);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(st[i].out, want[i]) << "stream " << i;
+  std::printf(
+      "%lld chains, %lld tokens, %lld from the whole row, %lld differed (%lld in the "
+      "first chain), first chain took %lld / %lld / %lld / %lld, stream 3's differed %lld\n",
+      static_cast<long long>(c.chains), static_cast<long long>(c.taken),
+      static_cast<long long>(c.whole), static_cast<long long>(c.differed),
+      static_cast<long long>(c.first_differed), static_cast<long long>(c.first_chain[0]),
+      static_cast<long long>(c.first_chain[1]), static_cast<long long>(c.first_chain[2]),
+      static_cast<long long>(c.first_chain[3]), static_cast<long long>(st[3].differed));
+  EXPECT_EQ(c.taken, 4 * n);
+  EXPECT_EQ(st[3].differed, 1) << "0: 1 - u drew the sampler's token (the test tests nothing); "
+                                  "more: the draws after the redo were not the sampler's";
+  EXPECT_GE(c.first_differed, 2) << "too few overruled draws in the first chain: it tests little";
+  EXPECT_EQ(c.first_chain[2], n) << "an overruled draw ended the first chain";
+  // Each overruled draw but the chain's last costs its stream one step of the n.
+  EXPECT_GE(c.first_chain[0] + c.first_chain[1] + c.first_chain[3], 3 * n - c.first_differed);
+  EXPECT_LT(c.first_chain[1], n) << "1 - u drew the sampler's tokens: the test tests nothing";
+  for (int seq = 0; seq < 4; ++seq) EXPECT_EQ(d.cache->Length(seq), kP0 + n);
 }
 
 // Refused, with the cache as it was: more steps than kMaxSampledChainSteps, fewer uniforms than

@@ -34,11 +34,12 @@ using engine::testing_service::Output;
 using engine::testing_service::SettledStats;
 
 std::unique_ptr<engine::Service> MakeService(bool chain, std::function<void()> step_hook = nullptr,
-                                             int max_seqs = 2) {
+                                             int max_seqs = 2, int64_t kv_tokens = 0) {
   const testing_models::Loaded& demo = testing_models::DemoModel();
   engine::ServiceOptions o;
   o.max_seqs = max_seqs;
   o.ctx = 96;
+  o.kv_tokens = kv_tokens;
   o.n_threads = 2;
   o.chain_steps = chain;
   o.step_hook = std::move(step_hook);
@@ -368,11 +369,70 @@ TEST_F(GpuServeChainTest, StreamsTogetherChainAsABatch) {
     }
   }
   const engine::EngineStats st = SettledStats(*chained);
-  std::printf("[gpu serve chain] 3 streams: %lld of %lld steps chained, %lld overruled\n",
-              static_cast<long long>(st.chained_steps), static_cast<long long>(st.steps),
-              static_cast<long long>(st.chain_overruled));
+  std::printf(
+      "[gpu serve chain] 3 streams: %lld of %lld steps chained, %lld overruled, %lld rows whole\n",
+      static_cast<long long>(st.chained_steps), static_cast<long long>(st.steps),
+      static_cast<long long>(st.chain_overruled), static_cast<long long>(st.rows_fetched));
   EXPECT_GE(st.chained_steps, 30) << "the streams did not chain together";
   EXPECT_LE(st.chain_overruled, 2) << "the device's draws disagree with the samplers'";
+  EXPECT_EQ(st.kv_blocks_used, 0) << "a chained sequence kept its blocks";
+}
+
+// A batch chain reserves every stream's blocks for its steps up front (Service::ChainBatch);
+// where the free blocks would not hold 32 more positions of every stream, the chain is cut to
+// what they hold instead of failing to start. Two streams of 48 tokens (ignore_eos) in a pool
+// of 6 blocks of 16, which their 3 blocks each fill to the last: the same tokens as unchained,
+// and nearly all steps chained (a stream inside its last block needs no new one; a cap of
+// (free / streams - 1) blocks a stream chained only the first 16 steps). Where the pool holds
+// every stream's whole request, as here, a chain of 32 steps would fit too (the chain never
+// passes a stream's max_tokens); the cut matters where the pool is short and the scheduler
+// preempts, and there a chain that cannot reserve its blocks runs as a plain step instead.
+TEST_F(GpuServeChainTest, BatchChainsFollowTheFreeBlocks) {
+  constexpr int64_t kPool = 6 * 16;
+  auto plain = MakeService(false, nullptr, 2, kPool);
+  engine::GenerationRequest a = Greedy("ROMEO:", 40);
+  a.ignore_eos = true;
+  engine::GenerationRequest b = Sampled("JULIET:", 40, 0.8f, 9);
+  b.sampling.top_k = 40;
+  b.ignore_eos = true;
+  const std::vector<engine::GenerationRequest> requests = {a, b};
+  for (const engine::GenerationRequest& r : requests) {
+    ASSERT_LE(static_cast<int64_t>(r.prompt.size()) + r.max_tokens, 48) << "3 blocks each";
+  }
+  std::vector<Output> want;
+  for (const engine::GenerationRequest& r : requests) want.push_back(Generate(*plain, r));
+
+  engine::Service* service = nullptr;
+  std::promise<std::shared_ptr<engine::RequestChannel>> sent;
+  int hook_calls = 0;
+  auto chained = MakeService(
+      true,
+      [&] {
+        if (++hook_calls != 1) return;
+        auto ch = service->Submit(b);
+        UF_CHECK(ch.ok()) << ch.status().ToString();
+        sent.set_value(*ch);
+      },
+      2, kPool);
+  service = chained.get();
+  auto ch_a = chained->Submit(a);
+  ASSERT_TRUE(ch_a.ok());
+  auto other = sent.get_future();
+  ASSERT_EQ(other.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  const std::vector<std::shared_ptr<engine::RequestChannel>> chs = {*ch_a, other.get()};
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    const Output got = Collect(*chs[i]);
+    EXPECT_EQ(got.text, want[i].text);
+    EXPECT_EQ(got.completion_tokens, 40);
+    EXPECT_EQ(want[i].completion_tokens, 40);
+    EXPECT_EQ(got.finish, FinishReason::kLength);
+  }
+  const engine::EngineStats st = SettledStats(*chained);
+  std::printf("[gpu serve chain] a pool of 6 blocks: %lld of %lld steps chained, %lld preempted\n",
+              static_cast<long long>(st.chained_steps), static_cast<long long>(st.steps),
+              static_cast<long long>(st.preemptions));
+  EXPECT_GE(st.chained_steps, 30) << "the tight pool stopped the streams chaining";
   EXPECT_EQ(st.kv_blocks_used, 0) << "a chained sequence kept its blocks";
 }
 

@@ -321,9 +321,13 @@ TEST(Sampler, PeekUniformsAreTheNextDrawsUntaken) {
   std::vector<float> again(5);
   s.PeekUniforms(5, again.data());
   EXPECT_EQ(ahead, again);
+  EXPECT_EQ(s.draws(), 1);
   for (float u : ahead) EXPECT_EQ(static_cast<float>(s.NextUniform()), u);
+  EXPECT_EQ(s.draws(), 6);
   s.PeekUniforms(1, again.data());
   EXPECT_NE(again[0], ahead[4]);
+  s.Reset();
+  EXPECT_EQ(s.draws(), 0);
 }
 
 // Draws without top-k map the uniform u onto the row's 64 best tokens first (best first: higher

@@ -39,6 +39,7 @@ double BatchChainTokS(gpu::GpuForward& d, const model::Model& m, int streams, in
   for (int s = 0; s < streams; ++s) next[s] = token(n_prompt + s);
   std::vector<std::vector<float>> uniforms(streams);
   std::vector<model::ChainStream> cs(streams);
+  std::vector<int64_t> draws(streams);  // each sampler's draws as the chain starts
   int64_t total = 0;
   const double t0 = NowSeconds();
   for (;;) {
@@ -50,13 +51,16 @@ double BatchChainTokS(gpu::GpuForward& d, const model::Model& m, int streams, in
       cs[s].token = next[s];
       cs[s].pos = static_cast<int32_t>(n_prompt + done[s]);
       cs[s].draw = engine::ChainDrawFor(samplers[s], left, &uniforms[s]);
+      draws[s] = samplers[s].draws();
     }
     // Top-k rows are always decided (no -1).
     auto taken = d.ForwardSampledChains(
-        cs, left, [&](int64_t i, const model::TopRow& row, const float*, int32_t, bool*) {
+        cs, left,
+        [&](int64_t i, const model::TopRow& row, const float*, int32_t, model::ChainTurn* turn) {
           next[i] = engine::SampleFromTop(samplers[i], row);
           samplers[i].Accept(next[i]);
           ++done[i];
+          turn->draws = samplers[i].draws() - draws[i];
           return next[i];
         });
     if (!taken.ok()) Fail("bench", taken.status());

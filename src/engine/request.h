@@ -116,9 +116,10 @@ struct EngineStats {
   // decode batch's of several streams (a step each, however many streams)
   int64_t chained_steps = 0;
   // Sampled rows of chained steps whose device draw the host's sampler overruled from the
-  // reduced row (each ended its chain and cost its stream the step queued behind it): a share
-  // well above a few in 10,000 means the device's draw (sample.comp) disagrees with the
-  // sampler. (Rows drawn whole count in rows_fetched.)
+  // reduced row (each cost its stream the step queued behind it, and ended a lone stream's
+  // chain): a share well above a few in 10,000 means the device's draw (sample.comp) disagrees
+  // with the sampler. (Rows drawn whole count in rows_fetched; their draws in the tail cost a
+  // step as well.)
   int64_t chain_overruled = 0;
   int64_t preemptions = 0;  // sequences evicted for KV blocks and recomputed later, total
   // Default/flex steps abandoned mid-forward because an ultrafast request arrived (its first

@@ -97,13 +97,22 @@ bool Service::ChainBatch(const scheduler::StepPlan& plan) {
     seqs.push_back(s.get());
   }
   for (Sequence* s : seqs) s->chain_failed = false;
+  if (!all) return false;
   // The chain reserves every stream's blocks for its n steps up front: at most what the free
-  // blocks (cached ones included) hold, a stream's n positions spanning up to n / block_size + 1
-  // new blocks, so that a tight pool shortens chains instead of failing them.
+  // blocks (cached ones included; the windowed pool's too) hold, so that a tight pool shortens
+  // chains instead of failing them (a stream inside its last block needs no new one).
   const int64_t bs = cache_->block_size();
-  const int64_t per_stream = cache_->free_blocks() / static_cast<int64_t>(seqs.size());
-  n = std::min(n, (per_stream - 1) * bs);
-  if (!all || n < 2) return false;
+  const auto fits = [&](int64_t steps) {
+    int64_t need = 0;
+    for (const Sequence* s : seqs) {
+      const int64_t blocks = (s->n_computed + steps + bs - 1) / bs;
+      need += std::max<int64_t>(0, blocks - cache_->Capacity(s->slot) / bs);
+    }
+    return need <= cache_->free_blocks() &&
+           (!cache_->windowed() || need <= cache_->swa_free_blocks());
+  };
+  while (n >= 2 && !fits(n)) --n;
+  if (n < 2) return false;
   return RunChain(seqs, n, /*greedy=*/false);
 }
 
@@ -166,9 +175,11 @@ bool Service::RunChain(std::span<Sequence* const> seqs, int64_t n, bool greedy) 
   } else {
     chain_uniforms_.resize(links.size());
     std::vector<model::ChainStream> streams;
+    std::vector<int64_t> draws;  // each sampler's draws as the chain starts
     for (size_t i = 0; i < links.size(); ++i) {
       Sequence& seq = *links[i].seq;
       const sampling::Sampler& sampler = seq.sampler->sampler();
+      draws.push_back(sampler.draws());
       model::ChainStream s;
       s.seq = seq.slot;
       s.token = seq.tokens.back();
@@ -180,10 +191,12 @@ bool Service::RunChain(std::span<Sequence* const> seqs, int64_t n, bool greedy) 
     const auto n_vocab = static_cast<int32_t>(model_.config().n_vocab);
     steps = decoder_->ForwardSampledChains(
         streams, n,
-        [&](int64_t i, const model::TopRow& row, const float* whole, int32_t drawn, bool* more) {
+        [&](int64_t i, const model::TopRow& row, const float* whole, int32_t drawn,
+            model::ChainTurn* turn) {
           Sequence& seq = *links[i].seq;
           const int32_t token = seq.sampler->SampleFromTop(row, whole);
           if (token < 0) return token;  // the chain brings the whole row
+          turn->draws = seq.sampler->sampler().draws() - draws[i];
           if (whole != nullptr) {
             ++rows_fetched_;
           } else {
@@ -195,7 +208,7 @@ bool Service::RunChain(std::span<Sequence* const> seqs, int64_t n, bool greedy) 
             lp = whole != nullptr ? SequenceSampler::Logprobs(whole, n_vocab, token, top)
                                   : SequenceSampler::Logprobs(row, token, top);
           }
-          *more = emit(i, token, top >= 0 ? &lp : nullptr);
+          turn->more = emit(i, token, top >= 0 ? &lp : nullptr);
           return token;
         });
   }

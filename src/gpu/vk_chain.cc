@@ -10,8 +10,12 @@
 // A sampled step's draw on the device is a guess the host checks: the host's sampler draws the
 // token from the same reduced row with the same uniform (ChainDecide), and where the two differ
 // (a float rounding at an interval's edge, or a draw the best tokens cannot decide) the host's
-// token is taken and the chain ends, its next step (queued with the guess) dropped. So a chained
-// sampled stream gives one sampled step at a time's tokens, and a wrong guess costs one step.
+// token is taken and the step queued with the guess is dropped. A lone stream's chain ends
+// there; in a batch of streams only that stream's row is dropped, and the step after it starts the
+// stream again from the host's token (chain_redo.comp), so that a draw from outside the best
+// tokens (OpenAI's defaults draw from the whole row; the more streams, the likelier some
+// stream's step does) does not end the batch's chain. So a chained sampled stream gives one sampled
+// step at a time's tokens, and a wrong guess costs its stream one step.
 #include <algorithm>
 #include <cstring>
 #include <deque>
@@ -33,9 +37,11 @@ StatusOr<int64_t> VulkanForward::ForwardGreedyChain(int32_t seq, int32_t token, 
   stream.banned = banned;
   UF_ASSIGN_OR_RETURN(const std::vector<int64_t> taken,
                       Chain(std::span<const model::ChainStream>(&stream, 1), n, /*sampled=*/false,
-                            [&](int64_t, int64_t p, int, bool* more) -> StatusOr<bool> {
-                              *more = on_token(static_cast<int32_t>(ring[p % kChainRing]));
-                              return true;
+                            [&](int64_t, int64_t p, int) -> StatusOr<ChainTake> {
+                              ChainTake take;
+                              take.token = static_cast<int32_t>(ring[p % kChainRing]);
+                              take.more = on_token(take.token);
+                              return take;
                             }));
   return taken[0];
 }
@@ -83,7 +89,7 @@ StatusOr<std::vector<int64_t>> VulkanForward::ForwardSampledChains(
   size_t most_banned = 0;
   for (const model::ChainStream& s : streams) most_banned = std::max(most_banned, s.banned.size());
   known_zeros_.assign(most_banned, 0.0f);
-  const auto on_step = [&](int64_t i, int64_t p, int slot, bool* more) -> StatusOr<bool> {
+  const auto on_step = [&](int64_t i, int64_t p, int slot) -> StatusOr<ChainTake> {
     const int64_t at = i * kChainRing + p % kChainRing;
     model::TopRow row = TopRowOf(tops + at * row_words, o_.top_k, c_.n_vocab);
     const std::span<const int32_t> banned = streams[i].banned;
@@ -92,18 +98,17 @@ StatusOr<std::vector<int64_t>> VulkanForward::ForwardSampledChains(
     row.known_logits = known_zeros_.data();
     const auto drawn = static_cast<int32_t>(ring[at]);
     ++rows_reduced_;
-    *more = true;
-    int32_t t = decide(i, row, nullptr, drawn, more);
+    model::ChainTurn turn;
+    int32_t t = decide(i, row, nullptr, drawn, &turn);
     if (t < 0) {
       // The draw needs the whole row: still in the slot's buffer (the step behind this one
       // writes the other slot's), copied once that step ends.
       UF_ASSIGN_OR_RETURN(const float* whole, ChainRow(slot, i));
-      *more = true;
-      t = decide(i, row, whole, drawn, more);
+      turn = model::ChainTurn();
+      t = decide(i, row, whole, drawn, &turn);
       if (t < 0) return InternalError("gpu forward: a sampled chain's decider drew no token");
     }
-    if (t != drawn) *more = false;  // the next step was queued with `drawn`
-    return true;
+    return ChainTake{t, turn.more, turn.draws};
   };
   return Chain(streams, n, /*sampled=*/true, on_step, write_draws);
 }
@@ -184,6 +189,16 @@ StatusOr<std::vector<int64_t>> VulkanForward::Chain(std::span<const model::Chain
     }
   }
   if (setup) setup();
+  // A batch of sampled chains redoes an overruled stream's step (chain_redo.comp); nothing to
+  // redo yet in either slot.
+  const bool redo = sampled && b > 1;
+  uint32_t* redo_rows[kChainDepth] = {};
+  if (redo) {
+    for (int k = 0; k < kChainDepth; ++k) {
+      redo_rows[k] = static_cast<uint32_t*>(chain_redo_[k].mapped());
+      std::fill(redo_rows[k], redo_rows[k] + 4 * b, 0u);
+    }
+  }
   // Each row's first step's input from the host; every later one's from the step before it.
   const int64_t bs = cache_->block_size();
   auto* tok = static_cast<uint32_t*>(tok_.mapped());
@@ -223,8 +238,12 @@ StatusOr<std::vector<int64_t>> VulkanForward::Chain(std::span<const model::Chain
   };
   std::deque<InFlight> flight;
   Status status;
+  const auto* ring = static_cast<const uint32_t*>(chain_ring_.mapped());
   std::vector<int64_t> taken(b, 0);
   std::vector<uint8_t> ended(b, 0);
+  // Per stream: the first step whose row counts again after a redo (the one queued behind the
+  // overruled step ran from the device's draw).
+  std::vector<int64_t> resume(b, 0);
   bool stop = false;  // a stream ended: nothing more is queued
   // Waits for the oldest step; each stream that has not ended takes its row.
   const auto finish = [&] {
@@ -236,16 +255,34 @@ StatusOr<std::vector<int64_t>> VulkanForward::Chain(std::span<const model::Chain
     }
     last_ = f.rec;
     if (f.trial.tuner != nullptr) ReportTrial(f.trial, *f.rec, f.submitted);
+    const int slot = static_cast<int>(f.step % kChainDepth);
+    // This step read its slot's redo rows; the step two behind it reads what is written now.
+    if (redo) std::fill(redo_rows[slot], redo_rows[slot] + 4 * b, 0u);
     for (int64_t i = 0; i < b && status.ok(); ++i) {
-      if (ended[i] != 0) continue;  // queued past its last taken token: dropped
-      bool more = true;
-      StatusOr<bool> took =
-          on_step(i, streams[i].pos + f.step + 1, static_cast<int>(f.step % kChainDepth), &more);
-      if (!took.ok()) {
-        status = took.status();
+      // Queued past the stream's last taken token, or behind its overruled step: dropped.
+      if (ended[i] != 0 || f.step < resume[i]) continue;
+      // The stream's next position: a redone step computes its position again.
+      const int64_t p = streams[i].pos + taken[i] + 1;
+      StatusOr<ChainTake> take = on_step(i, p, slot);
+      if (!take.ok()) {
+        status = take.status();
         return;
       }
-      taken[i] += *took ? 1 : 0;
+      ++taken[i];
+      bool more = take->more;
+      if (take->token != static_cast<int32_t>(ring[i * kChainRing + p % kChainRing]) && more) {
+        // The step queued behind this one was fed the device's token.
+        if (redo) {
+          uint32_t* row = redo_rows[slot] + 4 * i;
+          row[0] = 1;
+          row[1] = static_cast<uint32_t>(take->token);
+          row[2] = static_cast<uint32_t>(p);
+          row[3] = static_cast<uint32_t>(take->draws);
+          resume[i] = f.step + 2;
+        } else {
+          more = false;
+        }
+      }
       if (!more) {
         ended[i] = 1;
         stop = true;

@@ -264,6 +264,9 @@ Status VulkanForward::Init(const DeviceSpec& device) {
     for (Buffer& b : chain_logits_) {
       UF_ASSIGN_OR_RETURN(b, dev(chain_streams_ * c_.n_vocab * 4));
     }
+    for (Buffer& b : chain_redo_) {
+      UF_ASSIGN_OR_RETURN(b, ctx_->CreateBuffer(chain_streams_ * 4 * 4, Memory::kHost));
+    }
     if (o_.max_known > 0) {
       UF_ASSIGN_OR_RETURN(known_, ctx_->CreateBuffer(mo * (o_.max_known + 1) * 4, Memory::kHost));
       UF_ASSIGN_OR_RETURN(known_raw_, ctx_->CreateBuffer(mo * o_.max_known * 4, Memory::kHost));

@@ -142,6 +142,7 @@ class VulkanForward final : public GpuForward {
   // The chained step's recordings (Out::kChain, kSampled) of `rows` streams, one per way and
   // slot: consecutive steps of a chain take the two slots in turn, so a step is queued while the
   // one before it runs.
+  // (A sampled recording of two or more rows reads its slot's chain_redo_ first.)
   StatusOr<Recorder*> ChainRecording(StepWay way, int slot, bool masked, bool sampled,
                                      int64_t rows);
   // A chain's checks: 1 to chain_streams_ streams of distinct sequences, each token, sequence,
@@ -150,9 +151,17 @@ class VulkanForward final : public GpuForward {
   // Both chains: the checks, each stream's blocks and first step's input (setup, when set, once
   // they are known to fit), the steps two in flight, each cache cut to its taken steps.
   // on_step(i, p, slot) reads stream i's row of the step that fed its position p, recorded in
-  // slot, from the rings and returns whether it is taken; *more = false ends the stream there
-  // (and the chain: nothing more is queued). Returns the steps taken per stream.
-  using ChainStep = std::function<StatusOr<bool>(int64_t i, int64_t p, int slot, bool* more)>;
+  // slot, from the rings and says the token taken; more = false ends the stream there (and the
+  // chain: nothing more is queued). A token other than the one fed to the step queued behind
+  // (the ring's) ends a lone stream's chain; in a batch chain (redo: sampled, two or more
+  // streams) that queued step's row is dropped and the step after it starts the stream again
+  // from the host's token (chain_redo_). Returns the steps taken per stream.
+  struct ChainTake {
+    int32_t token = -1;
+    bool more = true;
+    int64_t draws = 0;  // the stream's uniforms drawn (ChainTurn::draws)
+  };
+  using ChainStep = std::function<StatusOr<ChainTake>(int64_t i, int64_t p, int slot)>;
   StatusOr<std::vector<int64_t>> Chain(std::span<const model::ChainStream> streams, int64_t n,
                                        bool sampled, const ChainStep& on_step,
                                        const std::function<void()>& setup = nullptr);
@@ -161,9 +170,10 @@ class VulkanForward final : public GpuForward {
   StatusOr<const float*> ChainRow(int slot, int64_t row);
   // After a step that was a tuner's trial: its time to the tuner, and the choice when settled.
   void ReportTrial(const Trial& trial, const Recorder& rec, double started);
-  // rows: the device-local logits rows the step writes and reduces (default logits_local_).
+  // rows: the device-local logits rows the step writes and reduces (default logits_local_);
+  // redo: a batch of sampled chains' redone rows, read first (Kernels::ChainRedo).
   Status Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed, StepWay way,
-                const Buffer* rows = nullptr);
+                const Buffer* rows = nullptr, const Buffer* redo = nullptr);
   // y = W x for n tokens, quantizing x into xq_ first when W takes a quantized activation (Q8_0,
   // Q8_K, f16 or bf16 pairs: ActivationFor) and xq_ does not hold x in that format yet.
   // accumulate: y += W x (the residual add folded into the GEMM); bias: y = W x + bias.
@@ -280,6 +290,9 @@ class VulkanForward final : public GpuForward {
   // device-local [chain_streams_][n_vocab] per chain slot: a sampled step's logits, kept while
   // the next step runs (ChainRow); chain_fetch_: their copies to logits_dev_.
   Buffer chain_logits_[kChainDepth];
+  // host-visible [chain_streams_][4] per chain slot: the redone rows of a batch of sampled
+  // chains (chain_redo.comp's flag, token, position, draws), read by the slot's next step.
+  Buffer chain_redo_[kChainDepth];
   std::unique_ptr<Recorder> chain_fetch_[kChainDepth];
   std::vector<float> known_zeros_;  // the banned tokens' logits as a sampled chain lists them
   StepTuner attn_tuner_{"attention", "tiled", "token"};  // AttentionTiles::kTune

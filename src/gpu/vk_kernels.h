@@ -395,6 +395,12 @@ class Kernels {
   void SampleFeed(Recorder* r, const Buffer& top, const Buffer& draw, const Feed& feed,
                   const Buffer& top_ring, int64_t k, int64_t n_vocab, int64_t rows,
                   int64_t draw_words) const;
+  // The rows of a step of a batch of sampled chains whose flag in redo (4 words a row: flag,
+  // token, position, draws) is set start from that token at that position, their cache slot from
+  // feed.bt, their draw counter (draw[j * draw_words + 4]) set to draws (chain_redo.comp: the
+  // step's first pass, before the embedding reads the input).
+  void ChainRedo(Recorder* r, const Buffer& redo, const Feed& feed, const Buffer& draw,
+                 int64_t rows, int64_t draw_words) const;
   // Row j of rows rows of n_vocab logits: the known[j * (cap + 1)] tokens listed after it read
   // into raw[j * cap + ...] and set to -inf (mask_rows.comp: the sampler's edits, applied on the
   // host to the raw values, so that TopK then reduces the tokens it leaves alone).
@@ -481,6 +487,7 @@ class Kernels {
   const Pipeline* gather_ = nullptr;
   const Pipeline* argmax_ = nullptr;
   const Pipeline* sample_ = nullptr;
+  const Pipeline* chain_redo_ = nullptr;
   const Pipeline* topk_ = nullptr;
   const Pipeline* copy_rows_ = nullptr;
   const Pipeline* mask_rows_ = nullptr;

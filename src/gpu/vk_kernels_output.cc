@@ -126,6 +126,16 @@ void Kernels::SampleFeed(Recorder* r, const Buffer& top, const Buffer& draw, con
               static_cast<uint32_t>(rows));
 }
 
+void Kernels::ChainRedo(Recorder* r, const Buffer& redo, const Feed& feed, const Buffer& draw,
+                        int64_t rows, int64_t draw_words) const {
+  UF_CHECK(rows >= 1 && feed.block_size > 0 && draw_words > kDrawHeaderWords) << rows;
+  const struct {
+    uint32_t rows, block_size, max_blocks, draw_words;
+  } push = {static_cast<uint32_t>(rows), static_cast<uint32_t>(feed.block_size),
+            static_cast<uint32_t>(feed.max_blocks), static_cast<uint32_t>(draw_words)};
+  r->Dispatch(*chain_redo_, {redo, *feed.tok, *feed.bt, draw}, push, Groups64(rows));
+}
+
 namespace {
 
 // SampleReduced bounds the error of the lse this summation gives.

@@ -263,7 +263,7 @@ void VulkanForward::RecordQkv(Recorder* r, const LayerBuffers& l, int64_t n,
 }
 
 Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, bool allowed,
-                             StepWay way, const Buffer* rows) {
+                             StepWay way, const Buffer* rows, const Buffer* redo) {
   // The device-local logits rows the reductions read (a sampled chain's slot keeps its own).
   const Buffer& local = rows != nullptr ? *rows : logits_local_;
   const AttnKernel attn = way.attn;
@@ -283,6 +283,10 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, boo
   as.chunk = chunk_;
   const uint64_t layer_words = 2 * c_.n_head_kv * n_rows_ * as.row_words();
   xq_holds_ = nullptr;
+  // A chained step's token into the next step's input (ForwardGreedyChain, ForwardSampledChains).
+  const Kernels::Feed feed{&tok_,       &bt_,      &chain_ring_, cache_->block_size(),
+                           max_blocks_, kChainRing};
+  if (redo != nullptr) k_.ChainRedo(r, *redo, feed, chain_draw_, n, kDrawWords);
   // Fused, the embedding and the first layer's attention norm are one dispatch.
   bool normed = false;  // x_ normalized for this layer's attention (xn_, xq_) already
   if (o_.fuse) {
@@ -410,9 +414,6 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, boo
     if (out == Out::kChainMasked || out == Out::kSampledMasked) {
       k_.MaskRows(r, local, known_, known_raw_, c_.n_vocab, n_out, o_.max_known);
     }
-    // A chained step's token into the next step's input (ForwardGreedyChain, ForwardSampledChains).
-    const Kernels::Feed feed{&tok_,       &bt_,      &chain_ring_, cache_->block_size(),
-                             max_blocks_, kChainRing};
     if (out == Out::kSampled || out == Out::kSampledMasked) {
       k_.TopK(r, local, top_, top_part_, c_.n_vocab, n_out, o_.top_k);
       k_.SampleFeed(r, top_, chain_draw_, feed, chain_top_, o_.top_k, c_.n_vocab, n_out,
@@ -468,8 +469,9 @@ StatusOr<Recorder*> VulkanForward::ChainRecording(StepWay way, int slot, bool ma
                           : (masked ? Out::kChainMasked : Out::kChain);
   // A sampled step's row stays in its slot's buffer while the next step runs, for a draw that
   // needs the whole row (ChainDecide).
-  UF_RETURN_IF_ERROR(
-      Record(r.get(), rows, rows, out, false, way, sampled ? &chain_logits_[slot] : nullptr));
+  UF_RETURN_IF_ERROR(Record(r.get(), rows, rows, out, false, way,
+                            sampled ? &chain_logits_[slot] : nullptr,
+                            sampled && rows > 1 ? &chain_redo_[slot] : nullptr));
   Recorder* p = r.get();
   chain_recordings_.emplace(key, std::move(r));
   return p;

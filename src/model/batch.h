@@ -100,9 +100,15 @@ struct ChainStream {
   ChainDraw draw;
   std::span<const int32_t> banned;
 };
-// ChainDecide for stream i of a batch of chains.
+// What a batch of chains' decider says of a stream's step besides its token (ChainsDecide).
+struct ChainTurn {
+  bool more = true;   // false: the stream ends after this step, and the chain with it
+  int64_t draws = 0;  // the stream's ChainDraw::uniforms its sampler has drawn so far, this step's
+                      // included: where the device's next draw starts after an overruled one
+};
+// ChainDecide for stream i of a batch of chains (turn->more as ChainDecide's *more).
 using ChainsDecide = std::function<int32_t(int64_t i, const TopRow& row, const float* whole,
-                                           int32_t drawn, bool* more)>;
+                                           int32_t drawn, ChainTurn* turn)>;
 
 // A forward pass over batches: what the serving engine steps (the CPU Decoder, or a device's).
 class BatchForward {
@@ -163,22 +169,26 @@ class BatchForward {
                                         const ChainDraw& draw, const ChainDecide& decide,
                                         std::span<const int32_t> banned = {}) {
     const ChainStream stream{seq, token, pos, draw, banned};
-    UF_ASSIGN_OR_RETURN(
-        const std::vector<int64_t> taken,
-        ForwardSampledChains(std::span<const ChainStream>(&stream, 1), n,
-                             [&](int64_t, const TopRow& row, const float* whole, int32_t drawn,
-                                 bool* more) { return decide(row, whole, drawn, more); }));
+    UF_ASSIGN_OR_RETURN(const std::vector<int64_t> taken,
+                        ForwardSampledChains(std::span<const ChainStream>(&stream, 1), n,
+                                             [&](int64_t, const TopRow& row, const float* whole,
+                                                 int32_t drawn, ChainTurn* turn) {
+                                               return decide(row, whole, drawn, &turn->more);
+                                             }));
     return taken[0];
   }
   // Streams a batch of sampled chains may hold (ForwardSampledChains); 0 when it does not run.
   virtual int64_t chain_streams() const { return 0; }
   // ForwardSampledChain for several sequences at once (a decode batch a step, one row each, up
   // to chain_streams() of them): the device feeds each row's draw to its row of the next step.
-  // decide(i, ...) judges stream i's step as ChainDecide does. A stream that ends (*more = false,
-  // or a token other than the drawn one) ends the chain: no step is queued after, and the step
-  // queued already is taken for the streams that have not ended (its row of the ended one is
-  // dropped). Returns the steps taken per stream; sequence i's cache then holds positions up to
-  // pos + that many. Each stream's tokens are those of one sampled step at a time.
+  // decide(i, ...) judges stream i's step as ChainDecide does. A stream that ends (turn->more =
+  // false) ends the chain: no step is queued after, and the step queued already is taken for the
+  // streams that have not ended (its row of the ended one is dropped). A token other than the
+  // drawn one ends a lone stream's chain as ChainDecide says; in a batch of two or more streams
+  // only that stream's queued step is dropped, and its next step (two behind) computes its
+  // position again from the host's token, drawing from uniform turn->draws on, while the other
+  // streams go on. Returns the steps taken per stream; sequence i's cache then holds positions
+  // up to pos + that many. Each stream's tokens are those of one sampled step at a time.
   virtual StatusOr<std::vector<int64_t>> ForwardSampledChains(
       std::span<const ChainStream> /*streams*/, int64_t /*n*/, const ChainsDecide& /*decide*/) {
     return UnimplementedError("this forward does not chain sampled steps");

@@ -76,6 +76,7 @@ void Sampler::SetBanned(const std::vector<int32_t>& ids) {
 
 void Sampler::Reset() {
   rng_.seed(params_.seed);
+  draws_ = 0;
   window_.clear();
   window_next_ = 0;
 }
@@ -90,7 +91,10 @@ void Sampler::Accept(int32_t token) {
   }
 }
 
-double Sampler::NextUniform() { return Uniform(rng_); }
+double Sampler::NextUniform() {
+  ++draws_;
+  return Uniform(rng_);
+}
 
 void Sampler::PeekUniforms(int64_t n, float* out) const {
   std::mt19937_64 ahead = rng_;  // 2.5 KB of state, copied once a chain

@@ -172,6 +172,10 @@ class Sampler {
   // The next n NextUniform() values, as floats, without drawing them (a device draws with them
   // ahead of the host: GpuForward::ForwardSampledChain).
   void PeekUniforms(int64_t n, float* out) const;
+  // NextUniform() values drawn since construction or Reset(): a device drawing with
+  // PeekUniforms' values ahead of the host takes its next one at the host's count (a batch of
+  // sampled chains resets a stream's count after the host overrules its draw).
+  int64_t draws() const { return draws_; }
   // True when a device may draw this sampler's tokens from a row's n best (a sampled chain):
   // SampleTop or SampleReduced decides them from such a row, with no bias or penalties (which
   // change with each token); bans are allowed (masked on the device).
@@ -242,6 +246,7 @@ class Sampler {
   SamplingParams params_;
   int32_t n_vocab_;
   std::mt19937_64 rng_;
+  int64_t draws_ = 0;  // NextUniform() calls (draws())
   Work work_;
   ThreadPool* pool_ = nullptr;  // during Sample() only
 

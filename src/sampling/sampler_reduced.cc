@@ -107,6 +107,7 @@ int32_t Sampler::SampleReduced(const int32_t* ids, const float* logits, int32_t 
   const double r1_hi = r1_unseen_hi + known_rest;
 
   const std::mt19937_64 saved = rng_;
+  const int64_t saved_draws = draws_;
   // Sample() walks the row's kHead best first, best first, then the rest in id order. The first
   // `order` of reduced_ (the candidates, best first) lead that walk, so their intervals
   // [P_j, P_j + v_j) are known; what follows them only changes the total, which the caller
@@ -120,6 +121,7 @@ int32_t Sampler::SampleReduced(const int32_t* ids, const float* logits, int32_t 
       cum += v;
     }
     rng_ = saved;  // not drawn: Sample(row) draws this u again
+    draws_ = saved_draws;
     return -1;
   };
   const size_t head = std::min<size_t>(reduced_.size(), kHead);
