@@ -20,8 +20,9 @@ namespace {
 // Aggregate tok/s of `streams` sampled streams (sequences 0 .. streams - 1, each holding
 // n_prompt positions) chained as one decode batch (ForwardSampledChains) for n_gen tokens each,
 // with run's default filters (T 0.8, top-k 40, top-p 0.95, min-p 0.05: a random-weight model's
-// flat rows would leave a sampler without top-k undecided) and a seed per stream. A chain ends
-// where a stream's draw is overruled; the next starts where each stream is.
+// flat rows would leave a sampler without top-k undecided) and a seed per stream. An overruled
+// draw costs its stream a step and the chain goes on; each chain runs until the stream furthest
+// along has n_gen tokens, and the next starts where each stream is.
 double BatchChainTokS(gpu::GpuForward& d, const model::Model& m, int streams, int64_t n_prompt,
                       int64_t n_gen, const std::function<int32_t(int64_t)>& token) {
   std::vector<sampling::Sampler> samplers;

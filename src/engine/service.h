@@ -104,8 +104,9 @@ struct ServiceOptions {
   //    device): BatchForward::ForwardGreedyChain;
   //  - sampled without bias or penalties, top-k at most the forward's top_capacity() or none:
   //    ForwardSampledChains, the device drawing from the row's best tokens with the request's own
-  //    uniforms and the sampler checking every draw (a draw it overrules ends the chain; a row the
-  //    best tokens cannot decide runs again as a plain step).
+  //    uniforms and the sampler checking every draw (a draw it overrules ends a lone stream's
+  //    chain and costs a batch's stream one step; a row the best tokens cannot decide is fetched
+  //    whole).
   // Not with a grammar, bias or penalties. A speculating stream chains while its controller
   // verifies no drafts; the chain ends after the token that makes it verify some. Each token is
   // emitted as its step ends; the chain stops within two steps of any other arrival, a
