@@ -37,7 +37,7 @@ StatusOr<int64_t> VulkanForward::ForwardGreedyChain(int32_t seq, int32_t token, 
   stream.banned = banned;
   UF_ASSIGN_OR_RETURN(const std::vector<int64_t> taken,
                       Chain(std::span<const model::ChainStream>(&stream, 1), n, /*sampled=*/false,
-                            [&](int64_t, int64_t p, int) -> StatusOr<ChainTake> {
+                            [&](int64_t, int64_t p, const float*) -> StatusOr<ChainTake> {
                               ChainTake take;
                               take.token = static_cast<int32_t>(ring[p % kChainRing]);
                               take.more = on_token(take.token);
@@ -89,44 +89,37 @@ StatusOr<std::vector<int64_t>> VulkanForward::ForwardSampledChains(
   size_t most_banned = 0;
   for (const model::ChainStream& s : streams) most_banned = std::max(most_banned, s.banned.size());
   known_zeros_.assign(most_banned, 0.0f);
-  const auto on_step = [&](int64_t i, int64_t p, int slot) -> StatusOr<ChainTake> {
+  const auto on_step = [&](int64_t i, int64_t p, const float* whole) -> StatusOr<ChainTake> {
     const int64_t at = i * kChainRing + p % kChainRing;
     model::TopRow row = TopRowOf(tops + at * row_words, o_.top_k, c_.n_vocab);
     const std::span<const int32_t> banned = streams[i].banned;
     row.n_known = static_cast<int32_t>(banned.size());
     row.known_ids = banned.data();
     row.known_logits = known_zeros_.data();
-    const auto drawn = static_cast<int32_t>(ring[at]);
-    ++rows_reduced_;
+    rows_reduced_ += whole == nullptr;
     model::ChainTurn turn;
-    int32_t t = decide(i, row, nullptr, drawn, &turn);
-    if (t < 0) {
-      // The draw needs the whole row: still in the slot's buffer (the step behind this one
-      // writes the other slot's), copied once that step ends.
-      UF_ASSIGN_OR_RETURN(const float* whole, ChainRow(slot, i));
-      turn = model::ChainTurn();
-      t = decide(i, row, whole, drawn, &turn);
-      if (t < 0) return InternalError("gpu forward: a sampled chain's decider drew no token");
+    const int32_t t = decide(i, row, whole, static_cast<int32_t>(ring[at]), &turn);
+    if (t < 0 && whole != nullptr) {
+      return InternalError("gpu forward: a sampled chain's decider drew no token");
     }
     return ChainTake{t, turn.more, turn.draws};
   };
   return Chain(streams, n, /*sampled=*/true, on_step, write_draws);
 }
 
-StatusOr<const float*> VulkanForward::ChainRow(int slot, int64_t row) {
+Status VulkanForward::FetchChainRows(int slot, std::span<const int64_t> rows) {
   if (chain_fetch_[slot] == nullptr) {
     auto r = std::make_unique<Recorder>(ctx_.get());
     k_.CopyRows(r.get(), chain_logits_[slot], logits_dev_, full_, c_.n_vocab, chain_streams_);
     UF_RETURN_IF_ERROR(r->Finish());
     chain_fetch_[slot] = std::move(r);
   }
-  // Only the row flagged for copy_rows.comp (the others' workgroups return at once).
+  // Only the rows flagged for copy_rows.comp (the others' workgroups return at once).
   auto* flags = static_cast<uint32_t*>(full_.mapped());
   std::fill(flags, flags + chain_streams_, 0u);
-  flags[row] = 1;
-  UF_RETURN_IF_ERROR(chain_fetch_[slot]->Run());
-  ++rows_fetched_;
-  return static_cast<const float*>(logits_dev_.mapped()) + row * c_.n_vocab;
+  for (int64_t row : rows) flags[row] = 1;
+  rows_fetched_ += static_cast<int64_t>(rows.size());
+  return chain_fetch_[slot]->Submit();
 }
 
 Status VulkanForward::CheckChain(std::span<const model::ChainStream> streams, int64_t n) const {
@@ -245,6 +238,55 @@ StatusOr<std::vector<int64_t>> VulkanForward::Chain(std::span<const model::Chain
   // overruled step ran from the device's draw).
   std::vector<int64_t> resume(b, 0);
   bool stop = false;  // a stream ended: nothing more is queued
+  // Stream i's token taken at position p: one other than the device's (fed to the steps queued
+  // behind) ends a lone stream's chain; in a batch the step `from` starts the stream again from
+  // it (chain_redo.comp, reading the rows written into slot redo_slot's buffer).
+  const auto take_row = [&](int64_t i, int64_t p, const ChainTake& take, int64_t from,
+                            int redo_slot) {
+    ++taken[i];
+    bool more = take.more;
+    if (take.token != static_cast<int32_t>(ring[i * kChainRing + p % kChainRing]) && more) {
+      if (redo) {
+        uint32_t* row = redo_rows[redo_slot] + 4 * i;
+        row[0] = 1;
+        row[1] = static_cast<uint32_t>(take.token);
+        row[2] = static_cast<uint32_t>(p);
+        row[3] = static_cast<uint32_t>(take.draws);
+        resume[i] = from;
+      } else {
+        more = false;
+      }
+    }
+    if (!more) {
+      ended[i] = 1;
+      stop = true;
+    }
+  };
+  // A batch's rows whose draw needs the whole row: copied behind the step queued after theirs
+  // (fetch_slot's rows), the host going on meanwhile, and judged as that step ends. Their stream's
+  // next two steps ran from the device's draw: dropped where the judge draws another token.
+  std::vector<int64_t> fetching;
+  int fetch_slot = -1;
+  const auto judge_fetched = [&](int64_t from, int redo_slot) {
+    if (fetch_slot < 0) return;
+    const int copied = fetch_slot;
+    fetch_slot = -1;
+    if (Status s = chain_fetch_[copied]->Wait(); !s.ok()) {
+      if (status.ok()) status = s;
+      return;
+    }
+    const auto* rows = static_cast<const float*>(logits_dev_.mapped());
+    for (int64_t i : fetching) {
+      const int64_t p = streams[i].pos + taken[i] + 1;
+      StatusOr<ChainTake> take = on_step(i, p, rows + i * c_.n_vocab);
+      if (!take.ok()) {
+        status = take.status();
+        return;
+      }
+      take_row(i, p, *take, from, redo_slot);
+    }
+    fetching.clear();
+  };
   // Waits for the oldest step; each stream that has not ended takes its row.
   const auto finish = [&] {
     const InFlight f = flight.front();
@@ -258,35 +300,43 @@ StatusOr<std::vector<int64_t>> VulkanForward::Chain(std::span<const model::Chain
     const int slot = static_cast<int>(f.step % kChainDepth);
     // This step read its slot's redo rows; the step two behind it reads what is written now.
     if (redo) std::fill(redo_rows[slot], redo_rows[slot] + 4 * b, 0u);
+    judge_fetched(f.step + 2, slot);
     for (int64_t i = 0; i < b && status.ok(); ++i) {
       // Queued past the stream's last taken token, or behind its overruled step: dropped.
       if (ended[i] != 0 || f.step < resume[i]) continue;
       // The stream's next position: a redone step computes its position again.
       const int64_t p = streams[i].pos + taken[i] + 1;
-      StatusOr<ChainTake> take = on_step(i, p, slot);
+      StatusOr<ChainTake> take = on_step(i, p, nullptr);
+      if (take.ok() && take->token < 0) {
+        if (redo) {  // judged once its row is copied, behind the step queued after this one
+          fetching.push_back(i);
+          continue;
+        }
+        // A lone stream's row: still in the slot's buffer (the step behind this one writes the
+        // other slot's), copied once that step ends.
+        const int64_t one = i;
+        if (Status s = FetchChainRows(slot, std::span<const int64_t>(&one, 1)); !s.ok()) {
+          status = s;
+          return;
+        }
+        if (Status s = chain_fetch_[slot]->Wait(); !s.ok()) {
+          status = s;
+          return;
+        }
+        take = on_step(i, p, static_cast<const float*>(logits_dev_.mapped()) + i * c_.n_vocab);
+      }
       if (!take.ok()) {
         status = take.status();
         return;
       }
-      ++taken[i];
-      bool more = take->more;
-      if (take->token != static_cast<int32_t>(ring[i * kChainRing + p % kChainRing]) && more) {
-        // The step queued behind this one was fed the device's token.
-        if (redo) {
-          uint32_t* row = redo_rows[slot] + 4 * i;
-          row[0] = 1;
-          row[1] = static_cast<uint32_t>(take->token);
-          row[2] = static_cast<uint32_t>(p);
-          row[3] = static_cast<uint32_t>(take->draws);
-          resume[i] = f.step + 2;
-        } else {
-          more = false;
-        }
+      take_row(i, p, *take, f.step + 2, slot);
+    }
+    if (!fetching.empty() && status.ok()) {
+      if (Status s = FetchChainRows(slot, fetching); !s.ok()) {
+        status = s;
+        return;
       }
-      if (!more) {
-        ended[i] = 1;
-        stop = true;
-      }
+      fetch_slot = slot;
     }
   };
   for (int64_t i = 0; i < n && !stop && status.ok(); ++i) {
@@ -314,6 +364,7 @@ StatusOr<std::vector<int64_t>> VulkanForward::Chain(std::span<const model::Chain
     if (trial.tuner != nullptr) finish();
   }
   while (!flight.empty()) finish();
+  judge_fetched(n, 0);  // rows of the last step (no step reads a redo any more)
   // The taken steps' K/V stay; the dropped ones' rows lie past the sequence's end.
   for (int64_t i = 0; i < b; ++i) {
     const int64_t keep = streams[i].pos + taken[i];

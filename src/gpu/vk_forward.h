@@ -150,24 +150,28 @@ class VulkanForward final : public GpuForward {
   Status CheckChain(std::span<const model::ChainStream> streams, int64_t n) const;
   // Both chains: the checks, each stream's blocks and first step's input (setup, when set, once
   // they are known to fit), the steps two in flight, each cache cut to its taken steps.
-  // on_step(i, p, slot) reads stream i's row of the step that fed its position p, recorded in
-  // slot, from the rings and says the token taken; more = false ends the stream there (and the
-  // chain: nothing more is queued). A token other than the one fed to the step queued behind
-  // (the ring's) ends a lone stream's chain; in a batch chain (redo: sampled, two or more
-  // streams) that queued step's row is dropped and the step after it starts the stream again
-  // from the host's token (chain_redo_). Returns the steps taken per stream.
+  // on_step(i, p, whole) reads stream i's row of the step that fed its position p from the
+  // rings and says the token taken (-1 when the row must come whole: then called again with
+  // whole, the row's logits); more = false ends the stream there (and the chain: nothing more
+  // is queued). A token other than the one fed to the step queued behind (the ring's) ends a
+  // lone stream's chain; in a batch chain (redo: sampled, two or more streams) that queued
+  // step's row is dropped and the step after it starts the stream again from the host's token
+  // (chain_redo_). A batch's whole rows are copied behind the next step and judged as it ends
+  // (no wait for the copy inside a step's turn); a lone stream waits for its row. Returns the
+  // steps taken per stream.
   struct ChainTake {
     int32_t token = -1;
     bool more = true;
     int64_t draws = 0;  // the stream's uniforms drawn (ChainTurn::draws)
   };
-  using ChainStep = std::function<StatusOr<ChainTake>(int64_t i, int64_t p, int slot)>;
+  using ChainStep = std::function<StatusOr<ChainTake>(int64_t i, int64_t p, const float* whole)>;
   StatusOr<std::vector<int64_t>> Chain(std::span<const model::ChainStream> streams, int64_t n,
                                        bool sampled, const ChainStep& on_step,
                                        const std::function<void()>& setup = nullptr);
-  // Row `row` of a sampled chain step's logits (slot's buffer, the banned tokens at -inf),
-  // copied to the host-visible rows (logits_dev_ row `row`); waits for the step queued behind it.
-  StatusOr<const float*> ChainRow(int slot, int64_t row);
+  // Rows of a sampled chain step's logits (slot's buffer, the banned tokens at -inf), copied to
+  // the host-visible rows (logits_dev_, the same row numbers) behind the steps in flight:
+  // submitted, not waited for (chain_fetch_[slot]->Wait()).
+  Status FetchChainRows(int slot, std::span<const int64_t> rows);
   // After a step that was a tuner's trial: its time to the tuner, and the choice when settled.
   void ReportTrial(const Trial& trial, const Recorder& rec, double started);
   // rows: the device-local logits rows the step writes and reduces (default logits_local_);
@@ -288,7 +292,7 @@ class VulkanForward final : public GpuForward {
   Buffer chain_draw_, chain_top_;
   static constexpr int64_t kDrawWords = Kernels::kDrawHeaderWords + model::kMaxSampledChainSteps;
   // device-local [chain_streams_][n_vocab] per chain slot: a sampled step's logits, kept while
-  // the next step runs (ChainRow); chain_fetch_: their copies to logits_dev_.
+  // the next step runs (FetchChainRows); chain_fetch_: their copies to logits_dev_.
   Buffer chain_logits_[kChainDepth];
   // host-visible [chain_streams_][4] per chain slot: the redone rows of a batch of sampled
   // chains (chain_redo.comp's flag, token, position, draws), read by the slot's next step.

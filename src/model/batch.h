@@ -187,8 +187,10 @@ class BatchForward {
   // drawn one ends a lone stream's chain as ChainDecide says; in a batch of two or more streams
   // only that stream's queued step is dropped, and its next step (two behind) computes its
   // position again from the host's token, drawing from uniform turn->draws on, while the other
-  // streams go on. Returns the steps taken per stream; sequence i's cache then holds positions
-  // up to pos + that many. Each stream's tokens are those of one sampled step at a time.
+  // streams go on (a batch's whole rows are judged a step later, as the step behind ends: both
+  // steps behind an overruled one are dropped). Returns the steps taken per stream; sequence
+  // i's cache then holds positions up to pos + that many. Each stream's tokens are those of one
+  // sampled step at a time.
   virtual StatusOr<std::vector<int64_t>> ForwardSampledChains(
       std::span<const ChainStream> /*streams*/, int64_t /*n*/, const ChainsDecide& /*decide*/) {
     return UnimplementedError("this forward does not chain sampled steps");
