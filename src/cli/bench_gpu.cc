@@ -17,6 +17,19 @@ namespace uf::cli {
 
 namespace {
 
+// run's default filters (T 0.8, top-k 40, top-p 0.95, min-p 0.05) with a seed: the bench's
+// sampled chains draw with them (a random-weight model's flat rows would leave a sampler
+// without top-k undecided).
+sampling::SamplingParams RunDefaults(uint64_t seed) {
+  sampling::SamplingParams sp;
+  sp.temperature = 0.8f;
+  sp.top_k = 40;
+  sp.top_p = 0.95f;
+  sp.min_p = 0.05f;
+  sp.seed = seed;
+  return sp;
+}
+
 // Aggregate tok/s of `streams` sampled streams (sequences 0 .. streams - 1, each holding
 // n_prompt positions) chained as one decode batch (ForwardSampledChains) for n_gen tokens each,
 // with run's default filters (T 0.8, top-k 40, top-p 0.95, min-p 0.05: a random-weight model's
@@ -27,13 +40,8 @@ double BatchChainTokS(gpu::GpuForward& d, const model::Model& m, int streams, in
                       int64_t n_gen, const std::function<int32_t(int64_t)>& token) {
   std::vector<sampling::Sampler> samplers;
   for (int s = 0; s < streams; ++s) {
-    sampling::SamplingParams sp;
-    sp.temperature = 0.8f;
-    sp.top_k = 40;
-    sp.top_p = 0.95f;
-    sp.min_p = 0.05f;
-    sp.seed = 1000 + static_cast<uint64_t>(s);
-    samplers.emplace_back(sp, static_cast<int32_t>(m.config().n_vocab));
+    samplers.emplace_back(RunDefaults(1000 + static_cast<uint64_t>(s)),
+                          static_cast<int32_t>(m.config().n_vocab));
   }
   std::vector<int32_t> next(streams);
   std::vector<int64_t> done(streams, 0);
@@ -191,13 +199,8 @@ int GpuBench(const GpuBenchOptions& o) {
       // undecided): each token drawn from the row's best 64 on the device and checked by the
       // host's sampler, as `run --temp 0.8` and a served stream take them. A draw the sampler
       // overrules ends a chain; the next starts where it did.
-      sampling::SamplingParams sp;
-      sp.temperature = 0.8f;
-      sp.top_k = 40;
-      sp.top_p = 0.95f;
-      sp.min_p = 0.05f;
-      sp.seed = static_cast<uint64_t>(rep);
-      sampling::Sampler sampler(sp, static_cast<int32_t>(m.config().n_vocab));
+      sampling::Sampler sampler(RunDefaults(static_cast<uint64_t>(rep)),
+                                static_cast<int32_t>(m.config().n_vocab));
       std::vector<float> uniforms;
       int64_t done = 0;
       int32_t next = token(first);
