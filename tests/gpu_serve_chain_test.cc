@@ -12,6 +12,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "engine/speculative.h"
 #include "gpu/backend.h"
 #include "gpu_service_util.h"
+#include "grammar/json_schema.h"
 #include "service_test_util.h"
 #include "test_models.h"
 
@@ -226,8 +228,9 @@ TEST_F(GpuServeChainTest, LogprobsChainWithTheUnchainedValues) {
   ExpectChained(*plain, *chained, 40, "logprobs");
 }
 
-// Not a plain arg-max or draw (a logit bias, a penalty, a top-k above the device's 64 best) or
-// asking for logprobs with banned tokens (their raw logits count): never chained.
+// Not a plain arg-max or draw (a logit bias, a penalty, a top-k above the device's 64 best),
+// asking for logprobs with banned tokens (their raw logits count), or constrained with top-p
+// and no top-k or with logprobs: never chained.
 TEST_F(GpuServeChainTest, OtherRequestsDoNotChain) {
   auto chained = MakeService(true);
   engine::GenerationRequest wide_top_k = Greedy("ROMEO:", 12);
@@ -243,9 +246,23 @@ TEST_F(GpuServeChainTest, OtherRequestsDoNotChain) {
   penalty.sampling.repeat_penalty = 1.3f;
   engine::GenerationRequest sampled_penalty = penalty;
   sampled_penalty.sampling.temperature = 1.0f;
-  for (engine::GenerationRequest r : {wide_top_k, logprobs, bias, penalty, sampled_penalty}) {
+  // Constrained: top-p without top-k (the masked row's total is only bracketed from the
+  // unmasked best 64), or asking for logprobs (a constrained row's come from the whole row).
+  engine::GenerationRequest json_top_p = Sampled("ROMEO:", 12, 1.0f, 7);
+  json_top_p.sampling.top_p = 0.9f;
+  json_top_p.grammar = grammar::JsonObjectGrammar();
+  engine::GenerationRequest json_logprobs = Greedy("ROMEO:", 12);
+  json_logprobs.grammar = grammar::JsonObjectGrammar();
+  json_logprobs.top_logprobs = 1;
+  for (engine::GenerationRequest r :
+       {wide_top_k, logprobs, bias, penalty, sampled_penalty, json_top_p, json_logprobs}) {
+    const bool constrained = r.grammar != nullptr;
     const Output out = Generate(*chained, std::move(r));
-    EXPECT_EQ(out.completion_tokens, 12);
+    if (constrained) {
+      EXPECT_GT(out.completion_tokens, 1);  // (the object may close before 12)
+    } else {
+      EXPECT_EQ(out.completion_tokens, 12);
+    }
   }
   EXPECT_EQ(SettledStats(*chained).chained_steps, 0);
 }
@@ -375,6 +392,129 @@ TEST_F(GpuServeChainTest, StreamsTogetherChainAsABatch) {
       static_cast<long long>(st.chain_overruled), static_cast<long long>(st.rows_fetched));
   EXPECT_GE(st.chained_steps, 30) << "the streams did not chain together";
   EXPECT_LE(st.chain_overruled, 2) << "the device's draws disagree with the samplers'";
+  EXPECT_EQ(st.kv_blocks_used, 0) << "a chained sequence kept its blocks";
+}
+
+// Constrained streams (a JSON string, an object schema, JSON mode, an enum) chain too: the device
+// draws from the unmasked row, and the host takes the grammar's token from that row's best tokens
+// that the mask allows (Service::JudgeConstrained), fetching the row whole where those are too few.
+// Where the grammar forbids the device's token the host overrules it (a lone stream's chain ends
+// there, a batch's stream redoes its step), and a stream overruled more than 1 in 8 times waits
+// some plain steps before it chains again. The demo model never saw JSON: it fights an object's
+// grammar at nearly every token (most rows would come back whole), but once a string opens it
+// writes its verse into it. Greedy, top-k 40 (T 0.9) and OpenAI's defaults (T 1, nothing
+// filtered: Sampler::SampleReducedMasked), alone and as a batch of three (with an
+// unconstrained stream): each text, finish and count is the unchained service's, the
+// schema's replies are objects of it, strings chain, and objects mostly wait.
+TEST_F(GpuServeChainTest, ConstrainedStreamsChainWithTheirMasks) {
+  const nlohmann::ordered_json schema = {{"type", "object"},
+                                         {"properties",
+                                          {{"name", {{"type", "string"}, {"maxLength", 12}}},
+                                           {"age", {{"type", "integer"}}},
+                                           {"city", {{"enum", {"Verona", "Mantua", "Padua"}}}}}},
+                                         {"required", {"name", "age", "city"}}};
+  auto person = grammar::JsonSchemaGrammar(schema);
+  ASSERT_TRUE(person.ok()) << person.status().ToString();
+  auto text = grammar::JsonSchemaGrammar(nlohmann::ordered_json{{"type", "string"}});
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  auto city = grammar::JsonSchemaGrammar(
+      nlohmann::ordered_json{{"enum", {"Verona", "Mantua", "Padua", "Rome", "Milan"}}});
+  ASSERT_TRUE(city.ok()) << city.status().ToString();
+  const std::vector<std::shared_ptr<const grammar::Grammar>> grammars = {
+      *text, *person, grammar::JsonObjectGrammar(), *city};
+  // kind 0: greedy; 1: top-k 40 at T 0.9; 2: OpenAI's defaults (T 1, nothing filtered).
+  const auto request = [&](int g, int kind, uint64_t seed) {
+    engine::GenerationRequest r = Sampled(g == 2 ? "First Citizen:" : "ROMEO:", 60,
+                                          kind == 0   ? 0.0f
+                                          : kind == 1 ? 0.9f
+                                                      : 1.0f,
+                                          seed);
+    r.sampling.top_k = kind == 1 ? 40 : 0;
+    r.sampling.top_p = 1.0f;
+    r.sampling.min_p = 0.0f;
+    r.grammar = grammars[g];
+    return r;
+  };
+  const auto [plain, chained] = Services();
+  engine::EngineStats before{};
+  for (int g = 0; g < 4; ++g) {
+    int64_t tokens = 0;
+    for (int kind = 0; kind < 3; ++kind) {
+      SCOPED_TRACE("grammar " + std::to_string(g) + " sampling " + std::to_string(kind));
+      Output want;
+      const Output got = ExpectSameOutput(*plain, *chained, request(g, kind, 40 + g), &want);
+      EXPECT_EQ(got.tokens, want.tokens);
+      tokens += want.completion_tokens;
+      nlohmann::json v;
+      if (g == 1) {
+        ASSERT_NO_THROW(v = nlohmann::json::parse(got.text)) << got.text;
+        EXPECT_TRUE(v.contains("name") && v.contains("age") && v.contains("city")) << got.text;
+      }
+    }
+    const engine::EngineStats st = SettledStats(*chained);
+    const int64_t steps = st.chained_steps - before.chained_steps;
+    const int64_t whole = st.rows_fetched - before.rows_fetched;
+    std::printf(
+        "[gpu serve chain] grammar %d: %lld of %lld tokens chained, %lld overruled, %lld "
+        "rows whole\n",
+        g, static_cast<long long>(steps), static_cast<long long>(tokens),
+        static_cast<long long>(st.chain_overruled - before.chain_overruled),
+        static_cast<long long>(whole));
+    if (g == 0) {
+      EXPECT_GE(steps * 5, tokens) << "the strings' verse did not chain";
+    } else {
+      // Without the wait, most rows came back whole.
+      EXPECT_LE(whole * 4, tokens) << "the streams that fight the grammar kept chaining";
+    }
+    before = st;
+  }
+  EXPECT_EQ(SettledStats(*plain).chained_steps, 0);
+
+  // Three streams together (two constrained strings, one unconstrained), B and C submitted at
+  // A's first step.
+  auto plain3 = MakeService(false, nullptr, 3);
+  engine::GenerationRequest c = Sampled("JULIET:", 40, 0.8f, 9);
+  c.sampling.top_k = 40;
+  const std::vector<engine::GenerationRequest> batch = {request(0, 0, 1), request(0, 2, 2), c};
+  std::vector<Output> alone;
+  for (const engine::GenerationRequest& r : batch) alone.push_back(Generate(*plain3, r));
+  engine::Service* service = nullptr;
+  std::promise<std::vector<std::shared_ptr<engine::RequestChannel>>> sent;
+  int hook_calls = 0;
+  auto chained3 = MakeService(
+      true,
+      [&] {
+        if (++hook_calls != 1) return;
+        std::vector<std::shared_ptr<engine::RequestChannel>> chs;
+        for (size_t i = 1; i < batch.size(); ++i) {
+          auto ch = service->Submit(batch[i]);
+          UF_CHECK(ch.ok()) << ch.status().ToString();
+          chs.push_back(*ch);
+        }
+        sent.set_value(chs);
+      },
+      3);
+  service = chained3.get();
+  auto ch_a = chained3->Submit(batch[0]);
+  ASSERT_TRUE(ch_a.ok());
+  auto others = sent.get_future();
+  ASSERT_EQ(others.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  std::vector<std::shared_ptr<engine::RequestChannel>> chs = {*ch_a};
+  for (auto& ch : others.get()) chs.push_back(ch);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    SCOPED_TRACE("batched request " + std::to_string(i));
+    const Output got = Collect(*chs[i]);
+    EXPECT_EQ(got.tokens, alone[i].tokens);
+    EXPECT_EQ(got.text, alone[i].text);
+    EXPECT_EQ(got.finish, alone[i].finish);
+  }
+  const engine::EngineStats st = SettledStats(*chained3);
+  std::printf(
+      "[gpu serve chain] 2 constrained streams and 1 not: %lld of %lld steps chained, %lld "
+      "overruled, %lld rows whole\n",
+      static_cast<long long>(st.chained_steps), static_cast<long long>(st.steps),
+      static_cast<long long>(st.chain_overruled), static_cast<long long>(st.rows_fetched));
+  EXPECT_GE(st.chained_steps * 4, st.steps) << "the streams did not chain together";
   EXPECT_EQ(st.kv_blocks_used, 0) << "a chained sequence kept its blocks";
 }
 

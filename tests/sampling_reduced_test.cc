@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/seq_sampler.h"
+#include "grammar/token_mask.h"
 #include "sampling/sampler.h"
 
 namespace uf::sampling {
@@ -218,6 +219,113 @@ DeviceRow Reduce(const std::vector<float>& l, const std::vector<int32_t>& known,
     d.lse = d.max + std::log(part[0]);
   }
   return d;
+}
+
+// A grammar's token from a device's unmasked row (engine::SampleMaskedFromTop, a constrained
+// stream's chained step): seed for seed the token Sample draws from the whole row masked by the
+// grammar (TokenConstraint::Apply), or -1 and then the whole row's draw. Masks: everything
+// allowed, half, a twentieth, three of the row's best ten (a structural position: fewer listed
+// than top-k 40, but all the mask allows, so the masked row's -inf tokens fill the top-k), one
+// token outside the listed 64, and every other listed token plus unlisted ones; greedy, top-k
+// 1..64 with top-p and min-p, one sampler with a banned token (listed as known, at -inf in the
+// row), and without top-k at T 0.7, 1 and 1.5 (Sampler::SampleReducedMasked) and with top-p
+// (never decided). With top-k the first and the structural masks must decide every draw, the
+// unlisted token none; without, the structural mask nearly every draw at a temperature alone
+// (the list holds every allowed token: the masked total is exact), the unlisted token none.
+TEST(Sampler, SampleMaskedFromTopDrawsWhatTheMaskedWholeRowDraws) {
+  std::mt19937 rng(1207);
+  constexpr int32_t kN = 1000, kTop = 64, kWords = (kN + 63) / 64;
+  enum Mask { kAll, kHalf, kTwentieth, kStructural, kUnlisted, kEveryOther, kMasks };
+  struct Setting {
+    float temperature;
+    int32_t top_k;
+    float top_p, min_p;
+    bool ban;
+  };
+  const Setting settings[] = {
+      {0.0f, 0, 1.0f, 0.0f, false},  {0.7f, 1, 0.9f, 0.0f, false},   {0.9f, 3, 1.0f, 0.0f, false},
+      {1.1f, 40, 0.9f, 0.0f, false}, {1.3f, 64, 0.9f, 0.05f, false}, {1.0f, 40, 0.9f, 0.0f, true},
+      {1.0f, 0, 1.0f, 0.0f, false},  {0.7f, 0, 1.0f, 0.0f, false},   {1.5f, 0, 1.0f, 0.0f, false},
+      {1.0f, 0, 0.9f, 0.0f, false},
+  };
+  // [top-k or greedy, without top-k][mask]
+  int64_t decided[2][kMasks] = {}, draws[2][kMasks] = {};
+  for (int shape = 0; shape < 5; ++shape) {
+    const std::vector<float> l = MakeLogits(kN, static_cast<Shape>(shape), rng);
+    const std::vector<int32_t> order = BestFirst(l);
+    for (int mk = 0; mk < kMasks; ++mk) {
+      std::vector<uint64_t> mask(kWords, 0);
+      const auto allow = [&](int32_t id) { mask[id >> 6] |= uint64_t{1} << (id & 63); };
+      for (int32_t id = 0; id < kN; ++id) {
+        if (mk == kAll || (mk == kHalf && rng() % 2 == 0) ||
+            (mk == kTwentieth && rng() % 20 == 0)) {
+          allow(id);
+        }
+      }
+      if (mk == kStructural) {
+        for (int i : {1, 4, 9}) allow(order[i]);
+      }
+      if (mk == kUnlisted) allow(order[200]);
+      if (mk == kEveryOther) {
+        for (int i = 0; i < kTop; i += 2) allow(order[i]);
+        for (int i = kTop; i < kN; i += 3) allow(order[i]);
+      }
+      std::vector<float> masked(kN);
+      grammar::TokenConstraint::Apply(mask.data(), l.data(), kN, masked.data());
+      for (const Setting& set : settings) {
+        SamplingParams p;
+        p.temperature = set.temperature;
+        p.top_k = set.top_k;
+        p.top_p = set.top_p;
+        p.min_p = set.min_p;
+        p.seed = 31 * mk + 7 * shape + set.top_k;
+        Sampler full(p, kN), top(p, kN);
+        std::vector<int32_t> known;
+        if (set.ban) {  // ignore_eos: one of the row's best, -inf on the device, listed as known
+          known = {order[2]};
+          full.SetBanned(known);
+          top.SetBanned(known);
+        }
+        const DeviceRow row = Reduce(l, known, kTop);
+        std::vector<int32_t> ids;
+        std::vector<float> vals;
+        for (int draw = 0; draw < 40; ++draw) {
+          int32_t got = engine::SampleMaskedFromTop(top, row.Row(), mask, kN, &ids, &vals);
+          const int kind = set.top_k > 0 || set.temperature == 0.0f ? 0 : 1;
+          ++draws[kind][mk];
+          if (got >= 0) {
+            ++decided[kind][mk];
+          } else {
+            got = top.Sample(masked.data());
+          }
+          ASSERT_EQ(got, full.Sample(masked.data()))
+              << "shape " << shape << " mask " << mk << " setting " << (&set - settings) << " draw "
+              << draw;
+        }
+      }
+    }
+  }
+  for (int kind = 0; kind < 2; ++kind) {
+    for (int mk = 0; mk < kMasks; ++mk) {
+      std::printf("%s, mask %d: %lld of %lld draws decided from the best 64\n",
+                  kind == 0 ? "top-k" : "no top-k", mk, static_cast<long long>(decided[kind][mk]),
+                  static_cast<long long>(draws[kind][mk]));
+    }
+  }
+  // Top-k and greedy: decided wherever k allowed tokens are listed, or all there are.
+  EXPECT_EQ(decided[0][kAll], draws[0][kAll]);
+  EXPECT_EQ(decided[0][kStructural], draws[0][kStructural]);
+  EXPECT_EQ(decided[0][kUnlisted], 0);
+  EXPECT_GT(decided[0][kEveryOther], 0);                      // greedy and top-k up to 32
+  EXPECT_LT(decided[0][kEveryOther], draws[0][kEveryOther]);  // top-k 40 and 64
+  // Without top-k (temperature alone; top-p never decides): every listed token allowed is
+  // SampleReduced's row; the structural mask is exact at any temperature.
+  EXPECT_GT(decided[1][kAll], 0);
+  const int64_t three_quarters = draws[1][kStructural] / 4 * 3;  // top-p's quarter: none
+  EXPECT_LE(decided[1][kStructural], three_quarters);
+  EXPECT_GE(decided[1][kStructural], three_quarters * 99 / 100);  // (the margin's few)
+  EXPECT_EQ(decided[1][kUnlisted], 0);
+  EXPECT_GT(decided[1][kHalf], 0);
 }
 
 // Rows with logit bias (repeated ids), banned tokens and each penalty, sampled from a device's

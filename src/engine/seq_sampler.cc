@@ -1,6 +1,7 @@
 #include "engine/seq_sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -32,6 +33,50 @@ int32_t SampleFromTop(sampling::Sampler& sampler, const model::TopRow& row, cons
   }
   return sampler.SampleReduced(row.ids, row.logits, row.n, row.max, row.log_sum_exp, row.known_ids,
                                row.known_logits, row.n_known);
+}
+
+int32_t SampleMaskedFromTop(sampling::Sampler& sampler, const model::TopRow& row,
+                            std::span<const uint64_t> mask, int32_t n_vocab,
+                            std::vector<int32_t>* ids, std::vector<float>* logits) {
+  // Every token outside the row ranks below each one in it, so the allowed entries, in order,
+  // are the masked row's best tokens: exactly its top-k when k of them are listed. The known
+  // (banned) tokens stay out of the list: SampleTop edits them itself.
+  const std::span<const int32_t> known(row.known_ids, row.n_known);
+  const auto allowed = [&](int32_t id) { return ((mask[id >> 6] >> (id & 63)) & 1) != 0; };
+  const auto is_known = [&](int32_t id) {
+    return std::find(known.begin(), known.end(), id) != known.end();
+  };
+  ids->clear();
+  logits->clear();
+  for (int32_t j = 0; j < row.n; ++j) {
+    const int32_t id = row.ids[j];
+    if (id < 0 || id >= n_vocab || !allowed(id) || is_known(id)) continue;
+    ids->push_back(id);
+    logits->push_back(row.logits[j]);
+  }
+  auto m = static_cast<int32_t>(ids->size());
+  if (m == 0 || !(logits->back() > -std::numeric_limits<float>::infinity())) return -1;
+  int64_t n_allowed = 0;
+  for (uint64_t w : mask) n_allowed += std::popcount(w);
+  if (!sampler.CanSampleTop(row.n)) {  // no top-k
+    if (!sampler.CanSampleReducedMasked() || row.n_known > 0) return -1;
+    return sampler.SampleReducedMasked(row.ids, row.logits, row.n, row.max, row.log_sum_exp,
+                                       mask.data(), n_allowed);
+  }
+  if (!sampler.CanSampleTop(m)) {
+    // Fewer listed than the top-k: decided only where they are all the mask allows (a
+    // grammar's structural position), the rest of the masked row's best being -inf.
+    if (n_allowed != m) return -1;
+    for (int32_t id = 0; id < n_vocab && !sampler.CanSampleTop(m); ++id) {
+      if (allowed(id) || is_known(id)) continue;
+      ids->push_back(id);
+      logits->push_back(-std::numeric_limits<float>::infinity());
+      ++m;
+    }
+    if (!sampler.CanSampleTop(m)) return -1;
+  }
+  return sampler.SampleTop(ids->data(), logits->data(), m, row.known_ids, row.known_logits,
+                           row.n_known);
 }
 
 model::ChainDraw ChainDrawFor(const sampling::Sampler& sampler, int64_t n,

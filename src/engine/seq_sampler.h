@@ -30,6 +30,19 @@ int32_t SampleFromTop(sampling::Sampler& sampler, const model::TopRow& row,
 model::ChainDraw ChainDrawFor(const sampling::Sampler& sampler, int64_t n,
                               std::vector<float>* uniforms);
 
+// SampleFromTop for a row masked by a grammar (mask: a bit per token, set where allowed; Apply
+// sets the others to -inf), given only the unmasked row's reduction (a device drew from it):
+// the token Sample(masked row) draws, with the same draws, or -1 (none taken) when the row is
+// needed whole. The allowed listed entries are the masked row's best: SampleTop of them when k
+// are listed (when fewer are but they are all the mask allows, the masked row's -inf tokens
+// follow in id order), else Sampler::SampleReducedMasked. Also -1 when an allowed listed token
+// is at -inf or NaN (the masked row orders those ties by id, allowed or not). The sampler has
+// no bias or penalties (the row's known tokens are its bans; none without top-k). *ids and
+// *logits are scratch.
+int32_t SampleMaskedFromTop(sampling::Sampler& sampler, const model::TopRow& row,
+                            std::span<const uint64_t> mask, int32_t n_vocab,
+                            std::vector<int32_t>* ids, std::vector<float>* logits);
+
 class SequenceSampler {
  public:
   // params must pass ToSamplingParams(params, max_tokens).Validate(). banned: tokens that must
@@ -58,6 +71,11 @@ class SequenceSampler {
   }
   int32_t SampleFromTop(const model::TopRow& top, const float* whole = nullptr) {
     return engine::SampleFromTop(sampler_, top, whole);
+  }
+  int32_t SampleMaskedFromTop(const model::TopRow& top, std::span<const uint64_t> mask,
+                              int32_t n_vocab, std::vector<int32_t>* ids,
+                              std::vector<float>* logits) {
+    return engine::SampleMaskedFromTop(sampler_, top, mask, n_vocab, ids, logits);
   }
   // The tokens a device must read out raw (Batch::known_ids) for the row after `pending`.
   void EditedTokens(std::span<const int32_t> pending, std::vector<int32_t>* out) const {

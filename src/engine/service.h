@@ -166,6 +166,10 @@ class Service {
     bool greedy = false, sampled = false;
   };
   ChainWay ChainWayOf(Sequence& seq) const;
+  // A constrained sequence's token in a sampled chain, from the device's unmasked row: its
+  // grammar's mask applied to the row's best tokens (the pick SampleOutputs makes from a row
+  // masked on the device), or to whole; -1 when the row is needed whole.
+  int32_t JudgeConstrained(Sequence& seq, const model::TopRow& row, const float* whole);
   // Steps a sequence may still take (max_tokens, the context).
   int64_t ChainRoom(const Sequence& seq) const;
   // The chain of seqs, n steps at most (greedy: one sequence's ForwardGreedyChain), each token
@@ -249,6 +253,9 @@ class Service {
   std::vector<Sampled> sampled_;  // [batch_outputs_] this step's tokens
   // A sampled chain's draws per stream (ChainDrawFor).
   std::vector<std::vector<float>> chain_uniforms_;
+  // JudgeConstrained's allowed entries of a row.
+  std::vector<int32_t> judge_ids_;
+  std::vector<float> judge_logits_;
   std::shared_ptr<const grammar::TokenTrie> token_trie_;  // built by the first grammar request
   std::unordered_map<std::string, std::shared_ptr<grammar::TokenConstraint>> constraints_;
 

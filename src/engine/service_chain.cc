@@ -18,6 +18,15 @@ namespace {
 // kMaxSampledChainSteps (nothing else is served then).
 constexpr int64_t kMaxBatchChainSteps = 32;
 
+// A constrained stream chains while its grammar overrules fewer than 1 in kMissRatio of the
+// device's draws (the draw is of the unmasked row). An overrule costs the step queued behind
+// (~a step on a GPU), a chained step saves the host's turn (~5-10% of a step on an H200, docs/
+// gpu.md): past that rate the stream decodes plainly (its mask applied on the device) for
+// kFirstWait plain steps, twice as many after each return that misses as often, up to kMaxWait.
+constexpr double kMissRatio = 8.0;
+constexpr double kMissAverage = 1.0 / 16;  // the moving average's weight of a draw
+constexpr int64_t kFirstWait = 8, kMaxWait = 256;
+
 }  // namespace
 
 Service::ChainWay Service::ChainWayOf(Sequence& seq) const {
@@ -26,7 +35,7 @@ Service::ChainWay Service::ChainWayOf(Sequence& seq) const {
   // Decoding (the prompt computed, one token pending), not right after a chain that ran no step
   // (that step runs plain, once; the caller clears chain_failed).
   if (seq.done || seq.preempted || seq.slot < 0 || seq.n_generated == 0 || seq.to_feed() != 1 ||
-      seq.constraint || !seq.sampler || seq.chain_failed ||
+      !seq.sampler || seq.chain_failed ||
       (seq.spec.mode != SpecMode::kOff && !(seq.drafter && seq.controller))) {
     return way;
   }
@@ -39,6 +48,20 @@ Service::ChainWay Service::ChainWayOf(Sequence& seq) const {
   if (static_cast<int64_t>(sampler.banned().size()) > decoder_->top_known_capacity()) return way;
   const bool greedy = sampler.ArgMaxAfterBans();
   const bool logprobs = r.top_logprobs >= 0;
+  if (seq.constraint) {
+    if (seq.chain_wait > 0) return way;  // overruled too often lately
+    // The device draws from the unmasked row; the host takes the grammar's token from the
+    // row's best tokens that its mask allows (JudgeConstrained): the arg-max, a top-k within
+    // them, or a draw at a temperature alone (no top-p or min-p: the masked row's total is
+    // only bracketed), without bias or penalties. Logprobs of a constrained row come from the
+    // whole row (MarkTopOnly), so those do not chain.
+    way.sampled =
+        decoder_->chains_sampled() && !logprobs &&
+        (greedy ||
+         (sampler.CanChainSample(decoder_->top_capacity()) &&
+          (sampler.CanSampleTop(decoder_->top_capacity()) || sampler.CanSampleReducedMasked())));
+    return way;
+  }
   way.greedy = greedy && !logprobs;
   way.sampled =
       decoder_->chains_sampled() && (greedy || sampler.CanChainSample(decoder_->top_capacity())) &&
@@ -116,6 +139,19 @@ bool Service::ChainBatch(const scheduler::StepPlan& plan) {
   return RunChain(seqs, n, /*greedy=*/false);
 }
 
+int32_t Service::JudgeConstrained(Sequence& seq, const model::TopRow& row, const float* whole) {
+  // The mask of the state after the tokens emitted so far (Emit advanced it), within the
+  // tokens left: the one a plain step would find before this row.
+  FindMask(seq);
+  const auto n_vocab = static_cast<int32_t>(model_.config().n_vocab);
+  if (whole != nullptr) {  // as SampleOutputs samples a masked row copied back whole
+    seq.masked_logits.resize(n_vocab);
+    grammar::TokenConstraint::Apply(seq.mask.data(), whole, n_vocab, seq.masked_logits.data());
+    return seq.sampler->Sample(seq.masked_logits.data());
+  }
+  return seq.sampler->SampleMaskedFromTop(row, seq.mask, n_vocab, &judge_ids_, &judge_logits_);
+}
+
 bool Service::RunChain(std::span<Sequence* const> seqs, int64_t n, bool greedy) {
   const double start = NowSeconds();
   // Per stream: whether it speculates, the unverified proposal's first token, when its last
@@ -129,9 +165,8 @@ bool Service::RunChain(std::span<Sequence* const> seqs, int64_t n, bool greedy) 
   };
   std::vector<Link> links;
   for (Sequence* s : seqs) {
-    Link l{s, s->drafter != nullptr};
-    l.shadow = l.speculating && !s->proposal.empty() ? s->proposal[0] : -1;
-    l.last = start;
+    const bool speculating = s->drafter != nullptr;
+    Link l{s, speculating, speculating && !s->proposal.empty() ? s->proposal[0] : -1, start};
     links.push_back(l);
     s->in_chain = true;
   }
@@ -194,13 +229,18 @@ bool Service::RunChain(std::span<Sequence* const> seqs, int64_t n, bool greedy) 
         [&](int64_t i, const model::TopRow& row, const float* whole, int32_t drawn,
             model::ChainTurn* turn) {
           Sequence& seq = *links[i].seq;
-          const int32_t token = seq.sampler->SampleFromTop(row, whole);
+          const int32_t token = seq.constraint ? JudgeConstrained(seq, row, whole)
+                                               : seq.sampler->SampleFromTop(row, whole);
           if (token < 0) return token;  // the chain brings the whole row
           turn->draws = seq.sampler->sampler().draws() - draws[i];
           if (whole != nullptr) {
             ++rows_fetched_;
           } else {
             chain_overruled_ += token != drawn;  // (a whole row's draw is rarely the device's)
+          }
+          if (seq.constraint) {
+            const double miss = token != drawn ? 1.0 : 0.0;
+            seq.chain_miss_rate += kMissAverage * (miss - seq.chain_miss_rate);
           }
           const int top = seq.request.top_logprobs;
           TokenLogprob lp;
@@ -216,6 +256,14 @@ bool Service::RunChain(std::span<Sequence* const> seqs, int64_t n, bool greedy) 
   for (Link& l : links) {
     Sequence& seq = *l.seq;
     seq.in_chain = false;
+    if (seq.constraint && seq.chain_miss_rate * kMissRatio > 1.0) {
+      // Back to plain steps; on return, two misses in a row send it back for twice as long.
+      seq.chain_backoff = std::clamp(2 * seq.chain_backoff, kFirstWait, kMaxWait);
+      seq.chain_wait = seq.chain_backoff;
+      seq.chain_miss_rate = 0.5 / kMissRatio;
+    } else if (seq.chain_miss_rate * kMissRatio < 0.25) {
+      seq.chain_backoff = 0;  // missing rarely again: the next wait is the first
+    }
     seq.drafts = 0;  // the next step drafts again (PrepareDrafts)
     most = std::max(most, l.taken);
     if (seq.done) {

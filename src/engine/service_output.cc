@@ -233,6 +233,7 @@ void Service::Emit(Sequence& seq, int32_t token, TokenLogprob* logprob) {
   if (logprob != nullptr) ev.logprobs.push_back(std::move(*logprob));
   seq.tokens.push_back(token);
   ++seq.n_generated;
+  if (!seq.in_chain && seq.chain_wait > 0) --seq.chain_wait;  // a plain step's token
   if (seq.constraint) {
     const grammar::StateId next = seq.constraint->Advance(seq.grammar_state, token);
     if (next == grammar::kDead) {

@@ -61,6 +61,11 @@ struct Service::Sequence {
   // In the chain running now: a sequence that finishes inside it keeps its slot until the chain
   // has returned (the steps queued behind its end still write there).
   bool in_chain = false;
+  // A constrained stream's chained draws: the rate at which its grammar overruled the device's
+  // draw (a moving average over about 16 draws), the plain steps it waits before chaining again,
+  // and the next such wait (Service::JudgeConstrained, RunChain).
+  double chain_miss_rate = 0.0;
+  int64_t chain_wait = 0, chain_backoff = 0;
   // With top_only: the tokens each row's sampler edits (bias, bans, penalties), rows 0..drafts
   // one after another from known_begin[j], which the device reads out raw (Batch::known_ids).
   std::vector<int32_t> known, known_begin;

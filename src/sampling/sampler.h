@@ -147,6 +147,20 @@ class Sampler {
   int32_t SampleReduced(const int32_t* ids, const float* logits, int32_t n, float max,
                         float log_sum_exp, const int32_t* known_ids = nullptr,
                         const float* known_logits = nullptr, int32_t n_known = 0);
+  // True when SampleReducedMasked may try a reduced row: CanSampleReduced with no filter but
+  // the temperature (no top-p, no min-p).
+  bool CanSampleReducedMasked() const;
+  // SampleReduced for the row masked by a grammar (mask: a bit per token, set where allowed;
+  // Sample() of the row with the others at -inf, grammar::TokenConstraint::Apply) from the
+  // unmasked row's reduction (ids, logits, max, log_sum_exp as for SampleReduced, no known
+  // tokens: no bias, bans or penalties). The allowed listed tokens are the masked row's best;
+  // the n_allowed - (allowed listed) others lie at or below the n-th, together weigh at most
+  // the row's mass outside the list, and perhaps nothing: the draw is decided where every
+  // total in that range gives the same candidate. -1 (no draw taken) otherwise, and when no
+  // listed token is allowed. Exact where the list holds every allowed token (a grammar's
+  // structural position).
+  int32_t SampleReducedMasked(const int32_t* ids, const float* logits, int32_t n, float max,
+                              float log_sum_exp, const uint64_t* mask, int64_t n_allowed);
   // Sample()'s draws without top-k walk the row's kHead best tokens first (best first: higher
   // logit, then lower id, NaN as -inf, as SampleTop's list and the device's reduction order
   // them), then the other tokens in id order. The distribution does not depend on the order;
@@ -235,6 +249,20 @@ class Sampler {
   // tokens not drawable). Returns fallback if nothing outside the head has mass.
   template <typename Fill>
   int32_t WalkRest(double rest, int32_t fallback, const Fill& fill);
+  // SampleReduced's draw without filters: the mass outside the candidates (reduced_) at T = 1
+  // lies in [r1_lo, r1_unseen_hi + known_rest]: n_unseen tokens none heavier than w_last
+  // (relative to the candidates' max), and the known ones below the list, known_rest at T = 1
+  // and known_rest_t at T.
+  struct ReducedRest {
+    double r1_lo, r1_unseen_hi, known_rest, known_rest_t;
+    int64_t n_unseen;
+    double w_last;
+  };
+  int32_t DrawReduced(const ReducedRest& rest);
+  // The token of reduced_'s first `order` whose interval holds every target in [t_lo, t_hi], a
+  // margin inside both ends; else -1, the RNG set back to (saved, saved_draws).
+  int32_t WalkReduced(size_t order, double t_lo, double t_hi, double margin,
+                      const std::mt19937_64& saved, int64_t saved_draws);
   // The fewest m best entries of cand_ (best first) whose weights (in .p) reach `need`.
   size_t TopPCut(double need) const;
   // Fills block_sums_ (and out, if not null) with e^((l - max) * scale) over the row; returns

@@ -4,9 +4,28 @@
 #include <cmath>
 #include <random>
 
+#include "base/check.h"
 #include "sampling/sampler.h"
 
 namespace uf::sampling {
+
+namespace {
+
+// The relative error of a device's row mass e^(lse - max) (topk.comp, SampleReduced's z_err).
+// Per chunk of kTopKChunk values: each of 256 threads sums chunk / 256 terms in float, then a
+// tree of 8 levels, each term's exp within 3 + 2 * 87 ulps; each chunk's sum scaled by
+// e^(max_c - max) (another 177 ulps and a product); the chunks' terms summed by 256 threads
+// (n_chunks / 256 each) and a tree of 8 levels; log within 2^-21; lse rounded to a float;
+// doubled for slack.
+double DeviceSumError(int32_t n_vocab, float log_sum_exp) {
+  const double ulp = 0x1.0p-24;
+  const double chunk = std::min<double>(n_vocab, Sampler::kTopKChunk);
+  const double n_chunks = std::ceil(n_vocab / static_cast<double>(Sampler::kTopKChunk));
+  return 2.0 * ((chunk / 256.0 + 8.0 + 177.0 + 178.0 + std::ceil(n_chunks / 256.0) + 8.0) * ulp +
+                0x1.0p-21 + std::abs(static_cast<double>(log_sum_exp)) * 2.0 * ulp);
+}
+
+}  // namespace
 
 bool Sampler::CanSampleReduced() const {
   return !params_.greedy() && !(params_.top_k > 0 && params_.top_k < n_vocab_);
@@ -84,18 +103,9 @@ int32_t Sampler::SampleReduced(const int32_t* ids, const float* logits, int32_t 
   const int64_t n_unseen = n_vocab_ - n_listed - n_known;
   const double w_last = n_unseen > 0 ? std::exp(static_cast<double>(last) - top) : 0;
   // The mass at T = 1 of the row without the known tokens, from the device (topk.comp):
-  // z = e^(lse - top), relative error under z_err. Per chunk of kTopKChunk values: each of 256
-  // threads sums chunk / 256 terms in float, then a tree of 8 levels, each term's exp within
-  // 3 + 2 * 87 ulps; each chunk's sum scaled by e^(max_c - max) (another 177 ulps and a
-  // product); the chunks' terms summed by 256 threads (n_chunks / 256 each) and a tree of 8
-  // levels; log within 2^-21; lse rounded to a float; doubled for slack. The known tokens' mass
-  // is exact (z_known), the candidates' among them included.
-  const double ulp = 0x1.0p-24;
-  const double chunk = std::min<double>(n_vocab_, kTopKChunk);
-  const double n_chunks = std::ceil(n_vocab_ / static_cast<double>(kTopKChunk));
-  const double z_err =
-      2.0 * ((chunk / 256.0 + 8.0 + 177.0 + 178.0 + std::ceil(n_chunks / 256.0) + 8.0) * ulp +
-             0x1.0p-21 + std::abs(static_cast<double>(log_sum_exp)) * 2.0 * ulp);
+  // z = e^(lse - top), relative error under z_err (DeviceSumError). The known tokens' mass is
+  // exact (z_known), the candidates' among them included.
+  const double z_err = DeviceSumError(n_vocab_, log_sum_exp);
   const double z = std::exp(static_cast<double>(log_sum_exp) - top);
   const double z_lo = z * (1.0 - z_err) + z_known, z_hi = z * (1.0 + z_err) + z_known;
   // The mass outside the candidates, at T = 1: the unseen tokens' (the device's row less the
@@ -104,50 +114,14 @@ int32_t Sampler::SampleReduced(const int32_t* ids, const float* logits, int32_t 
   const double r1_lo = std::max(0.0, z * (1.0 - z_err) - s1) + known_rest;
   const double r1_unseen_hi =
       std::min(std::max(0.0, z * (1.0 + z_err) - s1), static_cast<double>(n_unseen) * w_last);
-  const double r1_hi = r1_unseen_hi + known_rest;
-
-  const std::mt19937_64 saved = rng_;
-  const int64_t saved_draws = draws_;
-  // Sample() walks the row's kHead best first, best first, then the rest in id order. The first
-  // `order` of reduced_ (the candidates, best first) lead that walk, so their intervals
-  // [P_j, P_j + v_j) are known; what follows them only changes the total, which the caller
-  // brackets in [t_lo, t_hi] (u times its bounds). The token whose interval holds every target
-  // there, a margin inside both ends, or -1.
-  auto walk = [&](size_t order, double t_lo, double t_hi, double margin) -> int32_t {
-    double cum = 0.0;
-    for (size_t j = 0; j < order; ++j) {
-      const auto& [id, v] = reduced_[j];
-      if (cum + margin <= t_lo && t_hi + margin < cum + v) return id;
-      cum += v;
-    }
-    rng_ = saved;  // not drawn: Sample(row) draws this u again
-    draws_ = saved_draws;
-    return -1;
-  };
-  const size_t head = std::min<size_t>(reduced_.size(), kHead);
 
   if (!filtering()) {
-    // DrawFromRow: the best 64 first, then the rest of the row in id order, at temperature T.
-    double v_sum = 0.0;
-    for (const auto& [id, v] : reduced_) v_sum += v;
-    double r_lo = r1_lo, r_hi = r1_hi;
-    if (scale != 1.0) {
-      // An unseen token's weight w <= w_last gives v = w^s: for s > 1, v <= w * w_last^(s - 1);
-      // for s < 1 (Hoelder), their sum is at most n_unseen^(1 - s) * r1^s.
-      // The known tokens below `last` add their exact mass at T.
-      r_lo = known_rest_t;
-      r_hi = static_cast<double>(n_unseen) * std::pow(w_last, scale);
-      if (scale > 1.0) {
-        r_hi = std::min(r_hi, r1_unseen_hi * std::pow(w_last, scale - 1.0));
-      } else {
-        r_hi = std::min(r_hi, std::pow(static_cast<double>(n_unseen), 1.0 - scale) *
-                                  std::pow(r1_unseen_hi, scale));
-      }
-      r_hi += known_rest_t;
-    }
-    const double u = NextUniform();
-    const double margin = kReducedMargin * (v_sum + r_hi);
-    return walk(head, u * (v_sum + r_lo), u * (v_sum + r_hi), margin);
+    return DrawReduced({.r1_lo = r1_lo,
+                        .r1_unseen_hi = r1_unseen_hi,
+                        .known_rest = known_rest,
+                        .known_rest_t = known_rest_t,
+                        .n_unseen = n_unseen,
+                        .w_last = w_last});
   }
 
   // RowCut: how many of the best (m) Sample() keeps. With min-p only: those with w >= min_p,
@@ -192,8 +166,111 @@ int32_t Sampler::SampleReduced(const int32_t* ids, const float* logits, int32_t 
   work_.gathered = static_cast<int64_t>(m);
   double total = 0.0;
   for (const auto& [id, v] : reduced_) total += v;
+  const std::mt19937_64 saved = rng_;
+  const int64_t saved_draws = draws_;
   const double t = NextUniform() * total;
-  return walk(m, t, t, kReducedMargin * total);
+  return WalkReduced(m, t, t, kReducedMargin * total, saved, saved_draws);
+}
+
+int32_t Sampler::WalkReduced(size_t order, double t_lo, double t_hi, double margin,
+                             const std::mt19937_64& saved, int64_t saved_draws) {
+  // Sample() walks the row's kHead best first, best first, then the rest in id order. The first
+  // `order` of reduced_ (the candidates, best first) lead that walk, so their intervals
+  // [P_j, P_j + v_j) are known; what follows them only changes the total, which the caller
+  // brackets in [t_lo, t_hi] (u times its bounds).
+  double cum = 0.0;
+  for (size_t j = 0; j < order; ++j) {
+    const auto& [id, v] = reduced_[j];
+    if (cum + margin <= t_lo && t_hi + margin < cum + v) return id;
+    cum += v;
+  }
+  rng_ = saved;  // not drawn: Sample(row) draws this u again
+  draws_ = saved_draws;
+  return -1;
+}
+
+int32_t Sampler::DrawReduced(const ReducedRest& rest) {
+  // DrawFromRow: the best 64 first, then the rest of the row in id order, at temperature T.
+  const double scale = static_cast<double>(1.0f / params_.temperature);
+  double v_sum = 0.0;
+  for (const auto& [id, v] : reduced_) v_sum += v;
+  double r_lo = rest.r1_lo, r_hi = rest.r1_unseen_hi + rest.known_rest;
+  if (scale != 1.0) {
+    // An unseen token's weight w <= w_last gives v = w^s: for s > 1, v <= w * w_last^(s - 1);
+    // for s < 1 (Hoelder), their sum is at most n_unseen^(1 - s) * r1^s.
+    // The known tokens below `last` add their exact mass at T.
+    const auto n_unseen = static_cast<double>(rest.n_unseen);
+    r_lo = rest.known_rest_t;
+    r_hi = n_unseen * std::pow(rest.w_last, scale);
+    if (scale > 1.0) {
+      r_hi = std::min(r_hi, rest.r1_unseen_hi * std::pow(rest.w_last, scale - 1.0));
+    } else {
+      r_hi = std::min(r_hi, std::pow(n_unseen, 1.0 - scale) * std::pow(rest.r1_unseen_hi, scale));
+    }
+    r_hi += rest.known_rest_t;
+  }
+  const std::mt19937_64 saved = rng_;
+  const int64_t saved_draws = draws_;
+  const double u = NextUniform();
+  const double margin = kReducedMargin * (v_sum + r_hi);
+  return WalkReduced(std::min<size_t>(reduced_.size(), kHead), u * (v_sum + r_lo),
+                     u * (v_sum + r_hi), margin, saved, saved_draws);
+}
+
+bool Sampler::CanSampleReducedMasked() const { return CanSampleReduced() && !filtering(); }
+
+int32_t Sampler::SampleReducedMasked(const int32_t* ids, const float* logits, int32_t n, float max,
+                                     float log_sum_exp, const uint64_t* mask, int64_t n_allowed) {
+  UF_CHECK(CanSampleReducedMasked());
+  work_ = Work();
+  if (n < 1 || !std::isfinite(max) || !std::isfinite(log_sum_exp) || !(logits[0] == max)) {
+    return -1;
+  }
+  const auto clean = [](float x) { return std::isnan(x) ? -INFINITY : x; };
+  const auto allowed = [&](int32_t id) { return ((mask[id >> 6] >> (id & 63)) & 1) != 0; };
+  // The masked row's max, against which Sample() takes its weights: the best allowed listed
+  // token (an allowed token outside the list lies below every listed one).
+  float top = -INFINITY;
+  for (int32_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= n_vocab_) return -1;
+    if (allowed(ids[i])) {
+      top = clean(logits[i]);
+      break;
+    }
+  }
+  if (!std::isfinite(top)) return -1;
+  // The candidates: the allowed listed tokens, the masked row's best. Every listed token counts
+  // in s1, the listed mass that the device's total z holds.
+  const double scale = static_cast<double>(1.0f / params_.temperature);
+  reduced_.clear();
+  float last = -INFINITY;
+  double s1 = 0.0;
+  int64_t n_listed_allowed = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= n_vocab_) return -1;
+    last = clean(logits[i]);
+    const double d = static_cast<double>(last) - top;
+    s1 += std::exp(d);
+    if (allowed(ids[i])) {
+      ++n_listed_allowed;
+      reduced_.emplace_back(ids[i], std::exp(d * scale));
+    }
+  }
+  // The allowed tokens outside the list: n_unseen of them, each at or below `last`, together at
+  // most the row's mass outside the list, and perhaps nothing (r1_lo = 0).
+  const int64_t n_unseen = n_allowed - n_listed_allowed;
+  if (n_unseen < 0) return -1;  // a mask that does not count what it allows
+  const double w_last = n_unseen > 0 ? std::exp(static_cast<double>(last) - top) : 0.0;
+  const double z = std::exp(static_cast<double>(log_sum_exp) - top);
+  const double z_hi = z * (1.0 + DeviceSumError(n_vocab_, log_sum_exp));
+  const double r1_unseen_hi =
+      std::min(std::max(0.0, z_hi - s1), static_cast<double>(n_unseen) * w_last);
+  return DrawReduced({.r1_lo = 0.0,
+                      .r1_unseen_hi = r1_unseen_hi,
+                      .known_rest = 0.0,
+                      .known_rest_t = 0.0,
+                      .n_unseen = n_unseen,
+                      .w_last = w_last});
 }
 
 }  // namespace uf::sampling
