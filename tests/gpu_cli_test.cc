@@ -116,8 +116,8 @@ TEST_F(GpuBenchCliTest, SpecRunsOnTheDevice) {
 // bandwidth measured in the same run.
 TEST_F(GpuBenchCliTest, DecodeFiguresOnTheDevice) {
   const json j = Bench(std::string("-p 8 -n 4 --reps 1 --batch 1,3 -m ") + kModel);
-  for (const char* k : {"tg_tok_s", "tg_argmax_tok_s", "tg_chain_tok_s", "tg_sampled_tok_s",
-                        "read_bw_gb_s"}) {
+  for (const char* k :
+       {"tg_tok_s", "tg_argmax_tok_s", "tg_chain_tok_s", "tg_sampled_tok_s", "read_bw_gb_s"}) {
     EXPECT_GT(j.value(k, 0.0), 0.0) << k << ": " << j.dump();
   }
   ASSERT_TRUE(j["batch"].is_array()) << j.dump();
@@ -142,7 +142,8 @@ TEST_F(GpuBenchCliTest, ServeRunsOnTheDevice) {
   }
 }
 
-// Decoding with and without a JSON-mode mask through the serving engine on the device.
+// Decoding with and without a JSON-mode mask through the serving engine on the device, with the
+// constrained run's chain counts.
 TEST_F(GpuBenchCliTest, GrammarRunsOnTheDevice) {
   const fs::path schema = dir_ / "schema.json";
   Write(schema, R"({"type": "json_object"})");
@@ -151,6 +152,12 @@ TEST_F(GpuBenchCliTest, GrammarRunsOnTheDevice) {
   EXPECT_GT(j.value("plain_tok_s", 0.0), 0.0) << j.dump();
   EXPECT_GT(j.value("grammar_tok_s", 0.0), 0.0) << j.dump();
   EXPECT_GT(j.value("grammar_mean_tokens", 0.0), 0.0) << j.dump();
+  // The constrained run's chained steps (at most its tokens), overrules and whole rows.
+  for (const char* k :
+       {"grammar_chained_steps", "grammar_chain_overruled", "grammar_rows_fetched"}) {
+    EXPECT_TRUE(j.contains(k)) << k << " " << j.dump();
+  }
+  EXPECT_LE(j.value("grammar_chained_steps", 1e9), j.value("grammar_mean_tokens", 0.0));
 }
 
 // `run --device vulkan` at temperature 1 without top-k samples through engine::Generate on a

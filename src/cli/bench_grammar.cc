@@ -6,11 +6,12 @@
 // later ones show the steady state a server reaches for a schema it has seen.
 #include "cli/bench_grammar.h"
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "base/clock.h"
@@ -47,9 +48,9 @@ StatusOr<std::shared_ptr<const grammar::Grammar>> LoadGrammar(const std::string&
   return *g;
 }
 
-StatusOr<GrammarRun> RunOne(engine::Service& service, const std::vector<int32_t>& prompt, int64_t n_gen,
-                        uint64_t seed, std::shared_ptr<const grammar::Grammar> g,
-                        bool want_tokens = false) {
+StatusOr<GrammarRun> RunOne(engine::Service& service, const std::vector<int32_t>& prompt,
+                            int64_t n_gen, uint64_t seed, std::shared_ptr<const grammar::Grammar> g,
+                            bool want_tokens = false) {
   engine::GenerationRequest r;
   r.prompt = prompt;
   r.max_tokens = n_gen;
@@ -79,6 +80,17 @@ StatusOr<GrammarRun> RunOne(engine::Service& service, const std::vector<int32_t>
   }
 }
 
+// The engine's counters once the last request's step has published them (they follow its
+// final event; 10 s at most).
+engine::EngineStats Settled(const engine::Service& service) {
+  engine::EngineStats st = service.Stats();
+  for (int i = 0; i < 10000 && (st.running > 0 || st.kv_blocks_used > 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    st = service.Stats();
+  }
+  return st;
+}
+
 // The mask's own cost per token, replayed outside the engine (no noise from the forward pass):
 // for each token of a constrained output, the mask lookup (or trie walk), applying it to a logits
 // row, and advancing the automaton. Returns seconds per token.
@@ -106,10 +118,7 @@ int GrammarBench(const GrammarBenchOptions& o) {
   if (!g.ok()) Fail("bench --grammar", g.status());
   auto loaded = LoadModel(o.model);
   if (!loaded.ok()) Fail("bench --grammar", loaded.status());
-  std::vector<int32_t> prompt;
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int32_t> id(100, 1099);
-  for (int i = 0; i < 32; ++i) prompt.push_back(id(rng));
+  const std::vector<int32_t> prompt = BenchPrompt(32, loaded->model->config().n_vocab);
   engine::ServiceOptions so;
   so.ctx = static_cast<int64_t>(prompt.size()) + o.n_gen + 16;
   so.max_seqs = 1;
@@ -125,13 +134,22 @@ int GrammarBench(const GrammarBenchOptions& o) {
   std::vector<double> plain, cold, warm;
   std::vector<int32_t> replay_tokens;
   int64_t constrained_tokens = 0, valid = 0;
+  // The timed constrained runs' chained steps (a device's), overruled draws and whole rows.
+  int64_t chained = 0, overruled = 0, fetched = 0;
   for (int rep = -1; rep < o.reps; ++rep) {  // rep -1 warms the engine; its grammar run is cold
     auto p = RunOne(**service, prompt, o.n_gen, 100 + rep, nullptr);
     if (!p.ok()) Fail("bench --grammar", p.status());
     // The warm-up run also records its tokens for the replay (logprobs are not free: only the
     // untimed run asks for them).
+    const engine::EngineStats before = Settled(**service);
     auto c = RunOne(**service, prompt, o.n_gen, 100 + rep, *g, /*want_tokens=*/rep < 0);
     if (!c.ok()) Fail("bench --grammar", c.status());
+    if (rep >= 0) {
+      const engine::EngineStats after = Settled(**service);
+      chained += after.chained_steps - before.chained_steps;
+      overruled += after.chain_overruled - before.chain_overruled;
+      fetched += after.rows_fetched - before.rows_fetched;
+    }
     if (rep < 0) {
       cold.push_back(c->decode_tok_s());
       replay_tokens = c->tokens;
@@ -162,6 +180,9 @@ int GrammarBench(const GrammarBenchOptions& o) {
               {"ratio", plain_tok_s > 0 ? warm_tok_s / plain_tok_s : 0.0},
               {"grammar_mean_tokens", o.reps > 0 ? double(constrained_tokens) / o.reps : 0.0},
               {"grammar_outputs_parsing", valid},
+              {"grammar_chained_steps", chained},
+              {"grammar_chain_overruled", overruled},
+              {"grammar_rows_fetched", fetched},
               {"mask_us_per_token_warm", warm_us},
               {"mask_us_per_token_cold", cold_us},
               {"mask_fraction_of_step_warm", step_us > 0 ? warm_us / step_us : 0.0},
@@ -175,7 +196,8 @@ int GrammarBench(const GrammarBenchOptions& o) {
               kernels::IsaName(kernels::ActiveIsa()).c_str(), o.reps);
   if (o.device.vulkan) {
     std::printf(
-        "  forward on %s; the mask is applied on the host, so constrained rows come back whole\n",
+        "  forward on %s: a plain step's mask applied on the device, a chained step's by the host "
+        "to the row's best 64\n",
         o.device.ToString().c_str());
   }
   std::printf("  without mask         %8.2f tok/s (%lld tokens)\n", plain_tok_s,
@@ -185,6 +207,13 @@ int GrammarBench(const GrammarBenchOptions& o) {
   std::printf("  with mask (cold)     %8.2f tok/s (first request: every mask computed)\n",
               out["grammar_cold_tok_s"].get<double>());
   std::printf("  outputs that parse   %lld / %d\n", static_cast<long long>(valid), o.reps);
+  if (o.device.vulkan) {
+    std::printf(
+        "  chained              %lld of %lld constrained tokens, %lld draws overruled by the "
+        "grammar, %lld rows copied whole\n",
+        static_cast<long long>(chained), static_cast<long long>(constrained_tokens),
+        static_cast<long long>(overruled), static_cast<long long>(fetched));
+  }
   std::printf(
       "  mask cost replayed   %.1f us/token warm (%.2f%% of a %.0f us step), %.1f us/token cold "
       "(%.2f%%), %zu tokens\n",

@@ -22,7 +22,6 @@
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,9 +60,7 @@ class Bench {
       : o_(o), model_(*loaded.model), tokenizer_(*loaded.tokenizer) {}
 
   Status Setup() {
-    std::mt19937 rng(7);
-    std::uniform_int_distribution<int32_t> id(100, 1099);
-    for (int64_t i = 0; i < o_.n_prompt; ++i) prompt_.push_back(id(rng));
+    prompt_ = BenchPrompt(o_.n_prompt, model_.config().n_vocab);
     const int64_t ctx = o_.n_prompt + o_.n_gen + 16;
     threads_ = ResolveThreads(o_.threads);
 

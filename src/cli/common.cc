@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <random>
 
 #include "base/clock.h"
 #include "base/thread_pool.h"
@@ -57,6 +58,15 @@ StatusOr<LoadedModel> LoadModel(const std::string& name) {
 
 int ResolveThreads(int requested) {
   return requested > 0 ? requested : ThreadPool::DefaultThreads();
+}
+
+std::vector<int32_t> BenchPrompt(int64_t n, int64_t n_vocab) {
+  std::mt19937 rng(7);
+  const auto hi = static_cast<int32_t>(std::min<int64_t>(1099, n_vocab - 1));
+  std::uniform_int_distribution<int32_t> id(std::min(100, hi / 4), hi);
+  std::vector<int32_t> prompt;
+  for (int64_t i = 0; i < n; ++i) prompt.push_back(id(rng));
+  return prompt;
 }
 
 engine::KvCacheOptions CacheOptionsFor(const model::ModelConfig& c, int64_t seq_len,

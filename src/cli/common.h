@@ -63,4 +63,8 @@ void RequireCpuDevice(std::string_view command, const std::string& name);
 // Threads for -t: 0 or negative means ThreadPool::DefaultThreads().
 int ResolveThreads(int requested);
 
+// A benchmark's prompt: n token ids drawn with a fixed seed from 100..1099 (ordinary tokens of
+// a real vocabulary, no special ones), or from the upper three quarters of a smaller one.
+std::vector<int32_t> BenchPrompt(int64_t n, int64_t n_vocab);
+
 }  // namespace uf::cli
