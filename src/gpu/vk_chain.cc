@@ -184,7 +184,7 @@ StatusOr<std::vector<int64_t>> VulkanForward::Chain(std::span<const model::Chain
   if (setup) setup();
   // A batch of sampled chains redoes an overruled stream's step (chain_redo.comp); nothing to
   // redo yet in either slot.
-  const bool redo = sampled && b > 1;
+  const bool redo = ChainRedoes(sampled, b);
   uint32_t* redo_rows[kChainDepth] = {};
   if (redo) {
     for (int k = 0; k < kChainDepth; ++k) {

@@ -142,9 +142,13 @@ class VulkanForward final : public GpuForward {
   // The chained step's recordings (Out::kChain, kSampled) of `rows` streams, one per way and
   // slot: consecutive steps of a chain take the two slots in turn, so a step is queued while the
   // one before it runs.
-  // (A sampled recording of two or more rows reads its slot's chain_redo_ first.)
+  // (A sampled recording of two or more rows reads its slot's chain_redo_ first: ChainRedoes.)
   StatusOr<Recorder*> ChainRecording(StepWay way, int slot, bool masked, bool sampled,
                                      int64_t rows);
+  // Whether a chain of `rows` streams redoes an overruled stream's step (chain_redo.comp): a
+  // sampled batch. A lone stream's chain ends at an overrule instead, which costs it one step
+  // and a new chain's start rather than a dispatch and a barrier every step.
+  static bool ChainRedoes(bool sampled, int64_t rows) { return sampled && rows > 1; }
   // A chain's checks: 1 to chain_streams_ streams of distinct sequences, each token, sequence,
   // start, length and ban valid.
   Status CheckChain(std::span<const model::ChainStream> streams, int64_t n) const;

@@ -471,7 +471,7 @@ StatusOr<Recorder*> VulkanForward::ChainRecording(StepWay way, int slot, bool ma
   // needs the whole row (ChainDecide).
   UF_RETURN_IF_ERROR(Record(r.get(), rows, rows, out, false, way,
                             sampled ? &chain_logits_[slot] : nullptr,
-                            sampled && rows > 1 ? &chain_redo_[slot] : nullptr));
+                            ChainRedoes(sampled, rows) ? &chain_redo_[slot] : nullptr));
   Recorder* p = r.get();
   chain_recordings_.emplace(key, std::move(r));
   return p;
