@@ -229,8 +229,8 @@ TEST_F(GpuServeChainTest, LogprobsChainWithTheUnchainedValues) {
 }
 
 // Not a plain arg-max or draw (a logit bias, a penalty, a top-k above the device's 64 best),
-// asking for logprobs with banned tokens (their raw logits count), or constrained with top-p
-// and no top-k or with logprobs: never chained.
+// asking for logprobs with banned tokens (their raw logits count), or constrained with
+// logprobs: never chained.
 TEST_F(GpuServeChainTest, OtherRequestsDoNotChain) {
   auto chained = MakeService(true);
   engine::GenerationRequest wide_top_k = Greedy("ROMEO:", 12);
@@ -246,16 +246,12 @@ TEST_F(GpuServeChainTest, OtherRequestsDoNotChain) {
   penalty.sampling.repeat_penalty = 1.3f;
   engine::GenerationRequest sampled_penalty = penalty;
   sampled_penalty.sampling.temperature = 1.0f;
-  // Constrained: top-p without top-k (the masked row's total is only bracketed from the
-  // unmasked best 64), or asking for logprobs (a constrained row's come from the whole row).
-  engine::GenerationRequest json_top_p = Sampled("ROMEO:", 12, 1.0f, 7);
-  json_top_p.sampling.top_p = 0.9f;
-  json_top_p.grammar = grammar::JsonObjectGrammar();
+  // Constrained, asking for logprobs (a constrained row's come from the whole row).
   engine::GenerationRequest json_logprobs = Greedy("ROMEO:", 12);
   json_logprobs.grammar = grammar::JsonObjectGrammar();
   json_logprobs.top_logprobs = 1;
   for (engine::GenerationRequest r :
-       {wide_top_k, logprobs, bias, penalty, sampled_penalty, json_top_p, json_logprobs}) {
+       {wide_top_k, logprobs, bias, penalty, sampled_penalty, json_logprobs}) {
     const bool constrained = r.grammar != nullptr;
     const Output out = Generate(*chained, std::move(r));
     if (constrained) {
@@ -470,12 +466,14 @@ TEST_F(GpuServeChainTest, ConstrainedStreamsChainWithTheirMasks) {
   }
   EXPECT_EQ(SettledStats(*plain).chained_steps, 0);
 
-  // Three streams together (two constrained strings, one unconstrained), B and C submitted at
-  // A's first step.
+  // Three streams together (two constrained strings, greedy and top-p 0.9 without top-k; one
+  // unconstrained), B and C submitted at A's first step.
   auto plain3 = MakeService(false, nullptr, 3);
   engine::GenerationRequest c = Sampled("JULIET:", 40, 0.8f, 9);
   c.sampling.top_k = 40;
-  const std::vector<engine::GenerationRequest> batch = {request(0, 0, 1), request(0, 2, 2), c};
+  engine::GenerationRequest top_p = request(0, 2, 2);  // no top-k: the masked nucleus
+  top_p.sampling.top_p = 0.9f;
+  const std::vector<engine::GenerationRequest> batch = {request(0, 0, 1), top_p, c};
   std::vector<Output> alone;
   for (const engine::GenerationRequest& r : batch) alone.push_back(Generate(*plain3, r));
   engine::Service* service = nullptr;

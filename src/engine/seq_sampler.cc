@@ -59,7 +59,7 @@ int32_t SampleMaskedFromTop(sampling::Sampler& sampler, const model::TopRow& row
   int64_t n_allowed = 0;
   for (uint64_t w : mask) n_allowed += std::popcount(w);
   if (!sampler.CanSampleTop(row.n)) {  // no top-k
-    if (!sampler.CanSampleReducedMasked() || row.n_known > 0) return -1;
+    if (!sampler.CanSampleReduced() || row.n_known > 0) return -1;
     return sampler.SampleReducedMasked(row.ids, row.logits, row.n, row.max, row.log_sum_exp,
                                        mask.data(), n_allowed);
   }

@@ -51,15 +51,11 @@ Service::ChainWay Service::ChainWayOf(Sequence& seq) const {
   if (seq.constraint) {
     if (seq.chain_wait > 0) return way;  // overruled too often lately
     // The device draws from the unmasked row; the host takes the grammar's token from the
-    // row's best tokens that its mask allows (JudgeConstrained): the arg-max, a top-k within
-    // them, or a draw at a temperature alone (no top-p or min-p: the masked row's total is
-    // only bracketed), without bias or penalties. Logprobs of a constrained row come from the
-    // whole row (MarkTopOnly), so those do not chain.
-    way.sampled =
-        decoder_->chains_sampled() && !logprobs &&
-        (greedy ||
-         (sampler.CanChainSample(decoder_->top_capacity()) &&
-          (sampler.CanSampleTop(decoder_->top_capacity()) || sampler.CanSampleReducedMasked())));
+    // row's best tokens that its mask allows (JudgeConstrained: the arg-max, a top-k within
+    // them, or a draw without top-k where they decide it), without bias or penalties. Logprobs
+    // of a constrained row come from the whole row (MarkTopOnly), so those do not chain.
+    way.sampled = decoder_->chains_sampled() && !logprobs &&
+                  (greedy || sampler.CanChainSample(decoder_->top_capacity()));
     return way;
   }
   way.greedy = greedy && !logprobs;

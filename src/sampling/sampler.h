@@ -147,18 +147,15 @@ class Sampler {
   int32_t SampleReduced(const int32_t* ids, const float* logits, int32_t n, float max,
                         float log_sum_exp, const int32_t* known_ids = nullptr,
                         const float* known_logits = nullptr, int32_t n_known = 0);
-  // True when SampleReducedMasked may try a reduced row: CanSampleReduced with no filter but
-  // the temperature (no top-p, no min-p).
-  bool CanSampleReducedMasked() const;
   // SampleReduced for the row masked by a grammar (mask: a bit per token, set where allowed;
   // Sample() of the row with the others at -inf, grammar::TokenConstraint::Apply) from the
   // unmasked row's reduction (ids, logits, max, log_sum_exp as for SampleReduced, no known
   // tokens: no bias, bans or penalties). The allowed listed tokens are the masked row's best;
   // the n_allowed - (allowed listed) others lie at or below the n-th, together weigh at most
-  // the row's mass outside the list, and perhaps nothing: the draw is decided where every
-  // total in that range gives the same candidate. -1 (no draw taken) otherwise, and when no
-  // listed token is allowed. Exact where the list holds every allowed token (a grammar's
-  // structural position).
+  // the row's mass outside the list, and perhaps nothing: the draw (and with top-p or min-p
+  // the kept set) is decided where every total in that range gives the same candidate. -1 (no
+  // draw taken) otherwise, and when no listed token is allowed. CanSampleReduced(). Exact
+  // where the list holds every allowed token (a grammar's structural position).
   int32_t SampleReducedMasked(const int32_t* ids, const float* logits, int32_t n, float max,
                               float log_sum_exp, const uint64_t* mask, int64_t n_allowed);
   // Sample()'s draws without top-k walk the row's kHead best tokens first (best first: higher
@@ -259,6 +256,10 @@ class Sampler {
     double w_last;
   };
   int32_t DrawReduced(const ReducedRest& rest);
+  // SampleReduced's draw with top-p or min-p: the candidates in cand_ (best first, .p their
+  // weight at T = 1) and reduced_ (their weights at T), the row's total at T = 1 in
+  // [z_lo, z_hi], n_rest tokens besides the candidates.
+  int32_t DrawReducedFiltered(double z_lo, double z_hi, int64_t n_rest);
   // The token of reduced_'s first `order` whose interval holds every target in [t_lo, t_hi], a
   // margin inside both ends; else -1, the RNG set back to (saved, saved_draws).
   int32_t WalkReduced(size_t order, double t_lo, double t_hi, double margin,

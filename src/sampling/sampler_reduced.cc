@@ -124,6 +124,11 @@ int32_t Sampler::SampleReduced(const int32_t* ids, const float* logits, int32_t 
                         .w_last = w_last});
   }
 
+  return DrawReducedFiltered(z_lo, z_hi, n_rest);
+}
+
+int32_t Sampler::DrawReducedFiltered(double z_lo, double z_hi, int64_t n_rest) {
+  const SamplingParams& p = params_;
   // RowCut: how many of the best (m) Sample() keeps. With min-p only: those with w >= min_p,
   // known once a candidate falls below it. With top-p: lo = max(min_p, z (1 - top_p) / n_vocab
   // * 0.99); the best prefix whose mass reaches top_p * z when the tokens at or above lo weigh
@@ -217,11 +222,9 @@ int32_t Sampler::DrawReduced(const ReducedRest& rest) {
                      u * (v_sum + r_hi), margin, saved, saved_draws);
 }
 
-bool Sampler::CanSampleReducedMasked() const { return CanSampleReduced() && !filtering(); }
-
 int32_t Sampler::SampleReducedMasked(const int32_t* ids, const float* logits, int32_t n, float max,
                                      float log_sum_exp, const uint64_t* mask, int64_t n_allowed) {
-  UF_CHECK(CanSampleReducedMasked());
+  UF_CHECK(CanSampleReduced());
   work_ = Work();
   if (n < 1 || !std::isfinite(max) || !std::isfinite(log_sum_exp) || !(logits[0] == max)) {
     return -1;
@@ -243,19 +246,22 @@ int32_t Sampler::SampleReducedMasked(const int32_t* ids, const float* logits, in
   // in s1, the listed mass that the device's total z holds.
   const double scale = static_cast<double>(1.0f / params_.temperature);
   reduced_.clear();
+  cand_.clear();
   float last = -INFINITY;
-  double s1 = 0.0;
-  int64_t n_listed_allowed = 0;
+  double s1 = 0.0, s1_allowed = 0.0;  // at T = 1: every listed token's mass, the allowed ones'
   for (int32_t i = 0; i < n; ++i) {
     if (ids[i] < 0 || ids[i] >= n_vocab_) return -1;
     last = clean(logits[i]);
     const double d = static_cast<double>(last) - top;
-    s1 += std::exp(d);
+    const double w = std::exp(d);
+    s1 += w;
     if (allowed(ids[i])) {
-      ++n_listed_allowed;
+      s1_allowed += w;
+      cand_.push_back({ids[i], last, static_cast<float>(w)});
       reduced_.emplace_back(ids[i], std::exp(d * scale));
     }
   }
+  const auto n_listed_allowed = static_cast<int64_t>(cand_.size());
   // The allowed tokens outside the list: n_unseen of them, each at or below `last`, together at
   // most the row's mass outside the list, and perhaps nothing (r1_lo = 0).
   const int64_t n_unseen = n_allowed - n_listed_allowed;
@@ -265,6 +271,10 @@ int32_t Sampler::SampleReducedMasked(const int32_t* ids, const float* logits, in
   const double z_hi = z * (1.0 + DeviceSumError(n_vocab_, log_sum_exp));
   const double r1_unseen_hi =
       std::min(std::max(0.0, z_hi - s1), static_cast<double>(n_unseen) * w_last);
+  if (filtering()) {
+    // The masked row's total at T = 1 lies in [s1_allowed, s1_allowed + r1_unseen_hi].
+    return DrawReducedFiltered(s1_allowed, s1_allowed + r1_unseen_hi, n_unseen);
+  }
   return DrawReduced({.r1_lo = 0.0,
                       .r1_unseen_hi = r1_unseen_hi,
                       .known_rest = 0.0,
