@@ -19,12 +19,14 @@ namespace {
 constexpr int64_t kMaxBatchChainSteps = 32;
 
 // A constrained stream chains while its grammar overrules fewer than 1 in kMissRatio of the
-// device's draws (the draw is of the unmasked row). An overrule costs the step queued behind
-// (~a step on a GPU), a chained step saves the host's turn (~5-10% of a step on an H200, docs/
-// gpu.md): past that rate the stream decodes plainly (its mask applied on the device) for
-// kFirstWait plain steps, twice as many after each return that misses as often, up to kMaxWait.
-constexpr double kMissRatio = 8.0;
-constexpr double kMissAverage = 1.0 / 16;  // the moving average's weight of a draw
+// device's draws (the draw is of the unmasked row). An overrule costs the step queued behind it
+// (a whole step), and a chained step saves only the host's turn: a submit and fence of ~40 us
+// against a step of ~0.8 ms (1B) to ~4 ms (8B) on an H200 (issue 28's probe), so chaining pays
+// below a miss rate of ~1-5%. Past 1 in 32 the stream decodes plainly (its mask applied on the
+// device) for kFirstWait plain steps, twice as many after each return that misses as often, up
+// to kMaxWait. Estimates: no GPU has measured them.
+constexpr double kMissRatio = 32.0;
+constexpr double kMissAverage = 1.0 / 64;  // the moving average's weight of a draw
 constexpr int64_t kFirstWait = 8, kMaxWait = 256;
 
 }  // namespace

@@ -62,7 +62,7 @@ struct Service::Sequence {
   // has returned (the steps queued behind its end still write there).
   bool in_chain = false;
   // A constrained stream's chained draws: the rate at which its grammar overruled the device's
-  // draw (a moving average over about 16 draws), the plain steps it waits before chaining again,
+  // draw (a moving average over about 64 draws), the plain steps it waits before chaining again,
   // and the next such wait (Service::JudgeConstrained, RunChain).
   double chain_miss_rate = 0.0;
   int64_t chain_wait = 0, chain_backoff = 0;
