@@ -236,9 +236,11 @@ bool Service::RunChain(std::span<Sequence* const> seqs, int64_t n, bool greedy) 
           } else {
             chain_overruled_ += token != drawn;  // (a whole row's draw is rarely the device's)
           }
+          bool pause = false;
           if (seq.constraint) {
             const double miss = token != drawn ? 1.0 : 0.0;
             seq.chain_miss_rate += kMissAverage * (miss - seq.chain_miss_rate);
+            pause = seq.chain_miss_rate * kMissRatio > 1.0;  // (a batch's chain ends here too)
           }
           const int top = seq.request.top_logprobs;
           TokenLogprob lp;
@@ -246,7 +248,7 @@ bool Service::RunChain(std::span<Sequence* const> seqs, int64_t n, bool greedy) 
             lp = whole != nullptr ? SequenceSampler::Logprobs(whole, n_vocab, token, top)
                                   : SequenceSampler::Logprobs(row, token, top);
           }
-          turn->more = emit(i, token, top >= 0 ? &lp : nullptr);
+          turn->more = emit(i, token, top >= 0 ? &lp : nullptr) && !pause;
           return token;
         });
   }
