@@ -30,13 +30,7 @@ TEST(GpuGrammar, MaskedRowsFromTheDeviceEqualHostMaskedRows) {
   const std::string skip = SkipReason();
   if (!skip.empty()) GTEST_SKIP() << skip;
   const testing_models::Loaded& demo = testing_models::DemoModel();
-  const nlohmann::ordered_json schema = {{"type", "object"},
-                                         {"properties",
-                                          {{"name", {{"type", "string"}, {"maxLength", 12}}},
-                                           {"age", {{"type", "integer"}}},
-                                           {"city", {{"enum", {"Verona", "Mantua", "Padua"}}}}}},
-                                         {"required", {"name", "age", "city"}}};
-  auto person = grammar::JsonSchemaGrammar(schema);
+  auto person = grammar::JsonSchemaGrammar(testing_gpu::PersonSchema());
   ASSERT_TRUE(person.ok()) << person.status().ToString();
   const auto object = grammar::JsonObjectGrammar();
   constexpr int kRequests = 8;

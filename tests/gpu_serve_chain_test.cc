@@ -112,6 +112,42 @@ engine::EngineStats ExpectChained(engine::Service& plain, engine::Service& chain
   return on;
 }
 
+// requests on a chained service of max_seqs slots (kv_tokens: its pool, 0 the default): the
+// first submitted, the others from the engine's step hook at its first step (the first's
+// prompt), so that all of them decode together from the third step on, on any machine. Returns
+// each one's output in order; *stats: the service's settled stats.
+std::vector<Output> Together(const std::vector<engine::GenerationRequest>& requests, int max_seqs,
+                             int64_t kv_tokens, engine::EngineStats* stats) {
+  engine::Service* service = nullptr;
+  std::promise<std::vector<std::shared_ptr<engine::RequestChannel>>> sent;
+  int hook_calls = 0;
+  auto chained = MakeService(
+      true,
+      [&] {
+        if (++hook_calls != 1) return;
+        std::vector<std::shared_ptr<engine::RequestChannel>> chs;
+        for (size_t i = 1; i < requests.size(); ++i) {
+          auto ch = service->Submit(requests[i]);
+          UF_CHECK(ch.ok()) << ch.status().ToString();
+          chs.push_back(*ch);
+        }
+        sent.set_value(chs);
+      },
+      max_seqs, kv_tokens);
+  service = chained.get();
+  auto first = chained->Submit(requests[0]);
+  UF_CHECK(first.ok()) << first.status().ToString();
+  auto others = sent.get_future();
+  UF_CHECK(others.wait_for(std::chrono::seconds(60)) == std::future_status::ready)
+      << "the engine took no step in 60 s";
+  std::vector<std::shared_ptr<engine::RequestChannel>> chs = {*first};
+  for (auto& ch : others.get()) chs.push_back(ch);
+  std::vector<Output> out;
+  for (auto& ch : chs) out.push_back(Collect(*ch));
+  *stats = SettledStats(*chained);
+  return out;
+}
+
 class GpuServeChainTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -346,42 +382,19 @@ TEST_F(GpuServeChainTest, StreamsTogetherChainAsABatch) {
   for (const engine::GenerationRequest& r : requests) want.push_back(Generate(*plain, r));
   EXPECT_EQ(want[1].finish, FinishReason::kStop);
 
-  engine::Service* service = nullptr;
-  std::promise<std::vector<std::shared_ptr<engine::RequestChannel>>> sent;
-  int hook_calls = 0;
-  auto chained = MakeService(
-      true,
-      [&] {
-        if (++hook_calls != 1) return;
-        std::vector<std::shared_ptr<engine::RequestChannel>> chs;
-        for (size_t i = 1; i < requests.size(); ++i) {
-          auto ch = service->Submit(requests[i]);
-          UF_CHECK(ch.ok()) << ch.status().ToString();
-          chs.push_back(*ch);
-        }
-        sent.set_value(chs);
-      },
-      3);
-  service = chained.get();
-  auto ch_a = chained->Submit(a);
-  ASSERT_TRUE(ch_a.ok());
-  auto others = sent.get_future();
-  ASSERT_EQ(others.wait_for(std::chrono::seconds(60)), std::future_status::ready);
-  std::vector<std::shared_ptr<engine::RequestChannel>> chs = {*ch_a};
-  for (auto& ch : others.get()) chs.push_back(ch);
+  engine::EngineStats st;
+  const std::vector<Output> got = Together(requests, 3, 0, &st);
   for (size_t i = 0; i < requests.size(); ++i) {
     SCOPED_TRACE("request " + std::to_string(i));
-    const Output got = Collect(*chs[i]);
-    EXPECT_EQ(got.text, want[i].text);
-    EXPECT_EQ(got.finish, want[i].finish);
-    EXPECT_EQ(got.completion_tokens, want[i].completion_tokens);
-    EXPECT_EQ(got.tokens, want[i].tokens);
-    ASSERT_EQ(got.logprobs.size(), want[i].logprobs.size());
+    EXPECT_EQ(got[i].text, want[i].text);
+    EXPECT_EQ(got[i].finish, want[i].finish);
+    EXPECT_EQ(got[i].completion_tokens, want[i].completion_tokens);
+    EXPECT_EQ(got[i].tokens, want[i].tokens);
+    ASSERT_EQ(got[i].logprobs.size(), want[i].logprobs.size());
     for (size_t j = 0; j < want[i].logprobs.size(); ++j) {
-      EXPECT_EQ(got.logprobs[j], want[i].logprobs[j]) << "token " << j;
+      EXPECT_EQ(got[i].logprobs[j], want[i].logprobs[j]) << "token " << j;
     }
   }
-  const engine::EngineStats st = SettledStats(*chained);
   std::printf(
       "[gpu serve chain] 3 streams: %lld of %lld steps chained, %lld overruled, %lld rows whole\n",
       static_cast<long long>(st.chained_steps), static_cast<long long>(st.steps),
@@ -395,7 +408,7 @@ TEST_F(GpuServeChainTest, StreamsTogetherChainAsABatch) {
 // draws from the unmasked row, and the host takes the grammar's token from that row's best tokens
 // that the mask allows (Service::JudgeConstrained), fetching the row whole where those are too few.
 // Where the grammar forbids the device's token the host overrules it (a lone stream's chain ends
-// there, a batch's stream redoes its step), and a stream overruled more than 1 in 8 times waits
+// there, a batch's stream redoes its step), and a stream overruled more than 1 in 32 times waits
 // some plain steps before it chains again. The demo model never saw JSON: it fights an object's
 // grammar at nearly every token (most rows would come back whole), but once a string opens it
 // writes its verse into it. Greedy, top-k 40 (T 0.9) and OpenAI's defaults (T 1, nothing
@@ -403,13 +416,7 @@ TEST_F(GpuServeChainTest, StreamsTogetherChainAsABatch) {
 // unconstrained stream): each text, finish and count is the unchained service's, the
 // schema's replies are objects of it, strings chain, and objects mostly wait.
 TEST_F(GpuServeChainTest, ConstrainedStreamsChainWithTheirMasks) {
-  const nlohmann::ordered_json schema = {{"type", "object"},
-                                         {"properties",
-                                          {{"name", {{"type", "string"}, {"maxLength", 12}}},
-                                           {"age", {{"type", "integer"}}},
-                                           {"city", {{"enum", {"Verona", "Mantua", "Padua"}}}}}},
-                                         {"required", {"name", "age", "city"}}};
-  auto person = grammar::JsonSchemaGrammar(schema);
+  auto person = grammar::JsonSchemaGrammar(testing_gpu::PersonSchema());
   ASSERT_TRUE(person.ok()) << person.status().ToString();
   auto text = grammar::JsonSchemaGrammar(nlohmann::ordered_json{{"type", "string"}});
   ASSERT_TRUE(text.ok()) << text.status().ToString();
@@ -476,37 +483,14 @@ TEST_F(GpuServeChainTest, ConstrainedStreamsChainWithTheirMasks) {
   const std::vector<engine::GenerationRequest> batch = {request(0, 0, 1), top_p, c};
   std::vector<Output> alone;
   for (const engine::GenerationRequest& r : batch) alone.push_back(Generate(*plain3, r));
-  engine::Service* service = nullptr;
-  std::promise<std::vector<std::shared_ptr<engine::RequestChannel>>> sent;
-  int hook_calls = 0;
-  auto chained3 = MakeService(
-      true,
-      [&] {
-        if (++hook_calls != 1) return;
-        std::vector<std::shared_ptr<engine::RequestChannel>> chs;
-        for (size_t i = 1; i < batch.size(); ++i) {
-          auto ch = service->Submit(batch[i]);
-          UF_CHECK(ch.ok()) << ch.status().ToString();
-          chs.push_back(*ch);
-        }
-        sent.set_value(chs);
-      },
-      3);
-  service = chained3.get();
-  auto ch_a = chained3->Submit(batch[0]);
-  ASSERT_TRUE(ch_a.ok());
-  auto others = sent.get_future();
-  ASSERT_EQ(others.wait_for(std::chrono::seconds(60)), std::future_status::ready);
-  std::vector<std::shared_ptr<engine::RequestChannel>> chs = {*ch_a};
-  for (auto& ch : others.get()) chs.push_back(ch);
+  engine::EngineStats st;
+  const std::vector<Output> got = Together(batch, 3, 0, &st);
   for (size_t i = 0; i < batch.size(); ++i) {
     SCOPED_TRACE("batched request " + std::to_string(i));
-    const Output got = Collect(*chs[i]);
-    EXPECT_EQ(got.tokens, alone[i].tokens);
-    EXPECT_EQ(got.text, alone[i].text);
-    EXPECT_EQ(got.finish, alone[i].finish);
+    EXPECT_EQ(got[i].tokens, alone[i].tokens);
+    EXPECT_EQ(got[i].text, alone[i].text);
+    EXPECT_EQ(got[i].finish, alone[i].finish);
   }
-  const engine::EngineStats st = SettledStats(*chained3);
   std::printf(
       "[gpu serve chain] 2 constrained streams and 1 not: %lld of %lld steps chained, %lld "
       "overruled, %lld rows whole\n",
@@ -540,34 +524,15 @@ TEST_F(GpuServeChainTest, BatchChainsFollowTheFreeBlocks) {
   }
   std::vector<Output> want;
   for (const engine::GenerationRequest& r : requests) want.push_back(Generate(*plain, r));
-
-  engine::Service* service = nullptr;
-  std::promise<std::shared_ptr<engine::RequestChannel>> sent;
-  int hook_calls = 0;
-  auto chained = MakeService(
-      true,
-      [&] {
-        if (++hook_calls != 1) return;
-        auto ch = service->Submit(b);
-        UF_CHECK(ch.ok()) << ch.status().ToString();
-        sent.set_value(*ch);
-      },
-      2, kPool);
-  service = chained.get();
-  auto ch_a = chained->Submit(a);
-  ASSERT_TRUE(ch_a.ok());
-  auto other = sent.get_future();
-  ASSERT_EQ(other.wait_for(std::chrono::seconds(60)), std::future_status::ready);
-  const std::vector<std::shared_ptr<engine::RequestChannel>> chs = {*ch_a, other.get()};
+  engine::EngineStats st;
+  const std::vector<Output> got = Together(requests, 2, kPool, &st);
   for (size_t i = 0; i < requests.size(); ++i) {
     SCOPED_TRACE("request " + std::to_string(i));
-    const Output got = Collect(*chs[i]);
-    EXPECT_EQ(got.text, want[i].text);
-    EXPECT_EQ(got.completion_tokens, 40);
+    EXPECT_EQ(got[i].text, want[i].text);
+    EXPECT_EQ(got[i].completion_tokens, 40);
     EXPECT_EQ(want[i].completion_tokens, 40);
-    EXPECT_EQ(got.finish, FinishReason::kLength);
+    EXPECT_EQ(got[i].finish, FinishReason::kLength);
   }
-  const engine::EngineStats st = SettledStats(*chained);
   std::printf("[gpu serve chain] a pool of 6 blocks: %lld of %lld steps chained, %lld preempted\n",
               static_cast<long long>(st.chained_steps), static_cast<long long>(st.steps),
               static_cast<long long>(st.preemptions));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "engine/service.h"
@@ -35,6 +36,17 @@ inline decltype(engine::ServiceOptions::make_forward) DeviceForward(const model:
     if (made != nullptr) *made = f.get();
     return std::unique_ptr<model::BatchForward>(std::move(f));
   };
+}
+
+// The constrained requests' schema (gpu_grammar_test.cc, gpu_serve_chain_test.cc): an object
+// of a bounded string, an integer and an enum, all required.
+inline nlohmann::ordered_json PersonSchema() {
+  return {{"type", "object"},
+          {"properties",
+           {{"name", {{"type", "string"}, {"maxLength", 12}}},
+            {"age", {{"type", "integer"}}},
+            {"city", {{"enum", {"Verona", "Mantua", "Padua"}}}}}},
+          {"required", {"name", "age", "city"}}};
 }
 
 }  // namespace uf::testing_gpu
