@@ -64,7 +64,8 @@ void RequireCpuDevice(std::string_view command, const std::string& name);
 int ResolveThreads(int requested);
 
 // A benchmark's prompt: n token ids drawn with a fixed seed from 100..1099 (ordinary tokens of
-// a real vocabulary, no special ones), or from the upper three quarters of a smaller one.
+// a real vocabulary, no special ones), clipped to a smaller vocabulary (from its first quarter's
+// end where that lies below 100).
 std::vector<int32_t> BenchPrompt(int64_t n, int64_t n_vocab);
 
 }  // namespace uf::cli

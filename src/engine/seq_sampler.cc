@@ -56,17 +56,21 @@ int32_t SampleMaskedFromTop(sampling::Sampler& sampler, const model::TopRow& row
   }
   auto m = static_cast<int32_t>(ids->size());
   if (m == 0 || !(logits->back() > -std::numeric_limits<float>::infinity())) return -1;
-  int64_t n_allowed = 0;
-  for (uint64_t w : mask) n_allowed += std::popcount(w);
+  // Tokens the mask allows (counted only where the pick needs it: not for a top-k listed whole).
+  const auto n_allowed = [&] {
+    int64_t n = 0;
+    for (uint64_t w : mask) n += std::popcount(w);
+    return n;
+  };
   if (!sampler.CanSampleTop(row.n)) {  // no top-k
     if (!sampler.CanSampleReduced() || row.n_known > 0) return -1;
     return sampler.SampleReducedMasked(row.ids, row.logits, row.n, row.max, row.log_sum_exp,
-                                       mask.data(), n_allowed);
+                                       mask.data(), n_allowed());
   }
   if (!sampler.CanSampleTop(m)) {
     // Fewer listed than the top-k: decided only where they are all the mask allows (a
     // grammar's structural position), the rest of the masked row's best being -inf.
-    if (n_allowed != m) return -1;
+    if (n_allowed() != m) return -1;
     for (int32_t id = 0; id < n_vocab && !sampler.CanSampleTop(m); ++id) {
       if (allowed(id) || is_known(id)) continue;
       ids->push_back(id);

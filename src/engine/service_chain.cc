@@ -50,17 +50,12 @@ Service::ChainWay Service::ChainWayOf(Sequence& seq) const {
   if (static_cast<int64_t>(sampler.banned().size()) > decoder_->top_known_capacity()) return way;
   const bool greedy = sampler.ArgMaxAfterBans();
   const bool logprobs = r.top_logprobs >= 0;
-  if (seq.constraint) {
-    if (seq.chain_wait > 0) return way;  // overruled too often lately
-    // The device draws from the unmasked row; the host takes the grammar's token from the
-    // row's best tokens that its mask allows (JudgeConstrained: the arg-max, a top-k within
-    // them, or a draw without top-k where they decide it), without bias or penalties. Logprobs
-    // of a constrained row come from the whole row (MarkTopOnly), so those do not chain.
-    way.sampled = decoder_->chains_sampled() && !logprobs &&
-                  (greedy || sampler.CanChainSample(decoder_->top_capacity()));
-    return way;
-  }
-  way.greedy = greedy && !logprobs;
+  // A constrained stream: the device draws from the unmasked row and the host takes the
+  // grammar's token from its best tokens (JudgeConstrained), so only the sampled chain, which
+  // judges every row; not with logprobs (a constrained row's come from the whole row:
+  // MarkTopOnly), nor while it waits after too many overruled draws.
+  if (seq.constraint && (logprobs || seq.chain_wait > 0)) return way;
+  way.greedy = greedy && !logprobs && !seq.constraint;
   way.sampled =
       decoder_->chains_sampled() && (greedy || sampler.CanChainSample(decoder_->top_capacity())) &&
       (!logprobs || (sampler.banned().empty() && r.top_logprobs <= decoder_->top_capacity()));
@@ -139,8 +134,9 @@ bool Service::ChainBatch(const scheduler::StepPlan& plan) {
 
 int32_t Service::JudgeConstrained(Sequence& seq, const model::TopRow& row, const float* whole) {
   // The mask of the state after the tokens emitted so far (Emit advanced it), within the
-  // tokens left: the one a plain step would find before this row.
-  FindMask(seq);
+  // tokens left: the one a plain step would find before this row. A whole row follows this
+  // row's -1 (ChainDecide), whose mask it still is.
+  if (whole == nullptr) FindMask(seq);
   const auto n_vocab = static_cast<int32_t>(model_.config().n_vocab);
   if (whole != nullptr) {  // as SampleOutputs samples a masked row copied back whole
     seq.masked_logits.resize(n_vocab);
