@@ -14,9 +14,10 @@ PACKAGES=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev
 # xdotool, and a GTK form (Python) on a D-Bus session with the accessibility bus for --atspi
 # (tests/history_x11_test.cc).
 # The playground's browser tests (tests/web) drive Debian's chromium headless. The GPU tests
-# (tests/gpu_*_test.cc) run on Mesa's CPU Vulkan driver, lavapipe.
+# (tests/gpu_*_test.cc) run on Mesa's CPU Vulkan driver, lavapipe, under the Khronos validation
+# layer (synchronization validation: a missing barrier, which lavapipe never shows).
 TEST_PACKAGES=(xvfb openbox xdotool dbus-daemon at-spi2-core python3-gi gir1.2-gtk-3.0 chromium
-               mesa-vulkan-drivers)
+               mesa-vulkan-drivers vulkan-validationlayers)
 
 install_missing() {
   local missing=()

@@ -58,6 +58,10 @@ case "${1:-}" in
     cmake --build build --target $tests || echo "no GPU kernel tests ($tests; UF_BUILD_TESTS?)"
     mkdir -p .gpu
     [ -d .gpu/debs ] || ../shared/gpu/collect-debs.sh .gpu/debs
+    # The Khronos validation layer (4.5 MB), for the validated runs at the end of `run`.
+    ls .gpu/debs/vulkan-validationlayers_*.deb >/dev/null 2>&1 ||
+      (cd .gpu/debs && apt-get download vulkan-validationlayers 2>&1 | grep -v unsandboxed) ||
+      echo "no vulkan-validationlayers .deb: run skips its validated runs"
     cp build/ultrafast ../shared/gpu/on-device.sh tools/gpu_check.sh .gpu/
     for t in $tests; do [ -x "build/$t" ] && cp "build/$t" .gpu/; done
     du -sh .gpu
@@ -314,6 +318,32 @@ PY
       uf bench --device vulkan -m "$dir/llama-3.2-1b-$t.gguf" -p 0 -n 16 --reps 1 --profile |
         sed -n '/^profile:/,$p'
     done
+    # Short runs under the Khronos validation layer (UF_GPU_VALIDATE=log: every Vulkan call
+    # checked, and synchronization validation: a dispatch reading what another wrote without a
+    # barrier between them). CI runs every GPU test under it on lavapipe; this is the same check
+    # on the GPU's driver, its limits and its extensions (the coopmat kernels, the packed dot).
+    echo
+    echo "== the Khronos validation layer: errors in short runs (1B Q4_0 and F16)"
+    layers=/opt/ufdeps/usr/share/vulkan/explicit_layer.d
+    [ "$1" = dry-run ] && layers=/usr/share/vulkan/explicit_layer.d
+    if [ -f "$layers/VkLayer_khronos_validation.json" ]; then
+      vlog=$(mktemp)
+      # Fields: weight type, UF_GPU_MATMUL (- for the default), bench's arguments.
+      for v in "q4_0 - -p $n_prompt -n 8" "q4_0 - -p $n_prompt -n 8 --batch 1,4" \
+               "f16 - -p $n_prompt -n 8 --batch 1,4" "f16 coopmat -p $n_prompt -n 8 --batch 4"; do
+        read -r t mm args <<<"$v"
+        [ "$mm" = - ] && mm=
+        # shellcheck disable=SC2086
+        VK_LAYER_PATH=$layers UF_GPU_VALIDATE=log UF_GPU_MATMUL=$mm \
+          uf bench --device vulkan -m "$dir/llama-3.2-1b-$t.gguf" $args --reps 1 >"$vlog" 2>&1 ||
+          echo "bench $t $args under validation failed"
+        echo "$t${mm:+ UF_GPU_MATMUL=$mm} $args: $(grep -c 'validation error' "$vlog") errors"
+        grep 'validation error' "$vlog" | cut -c1-400 | sort | uniq -c | sort -rn | head -n 3 || true
+      done
+      rm -f "$vlog"
+    else
+      echo "no validation layer at $layers (prepare carries vulkan-validationlayers)"
+    fi
     # One stream through the serving engine and HTTP on the device against the engine alone
     # (1B Q4_0: the ultrafast lane's pace), and the host's own cost a token on this machine's
     # CPU with a Llama-3 vocabulary (--host-only: no model computed).

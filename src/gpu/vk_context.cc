@@ -10,6 +10,7 @@
 #include "base/cpu_relax.h"
 #include "base/log.h"
 #include "gpu/spirv.h"
+#include "gpu/vk_validation.h"
 #include "gpu/vk_device_internal.h"
 
 namespace uf::gpu {
@@ -62,7 +63,7 @@ StatusOr<std::unique_ptr<Context>> Context::Create(int index) {
 Status Context::Init(int index) {
   UF_ASSIGN_OR_RETURN(vk_, LoadVulkan());
   std::vector<VkPhysicalDevice> devices;
-  UF_RETURN_IF_ERROR(OpenInstance(&vk_, &instance_, &devices));
+  UF_RETURN_IF_ERROR(OpenInstance(&vk_, &instance_, &messenger_, &devices));
   if (index >= static_cast<int>(devices.size())) {
     return NotFoundError("no Vulkan device " + std::to_string(index) + ": there are " +
                          std::to_string(devices.size()) + " (see `ultrafast devices`)");
@@ -221,7 +222,7 @@ Context::~Context() {
     if (command_pool_ != VK_NULL_HANDLE) vk_.vkDestroyCommandPool(device_, command_pool_, nullptr);
     vk_.vkDestroyDevice(device_, nullptr);
   }
-  if (instance_ != VK_NULL_HANDLE) vk_.vkDestroyInstance(instance_, nullptr);
+  CloseInstance(vk_, instance_, messenger_);
 }
 
 StatusOr<uint32_t> Context::FindMemoryType(uint32_t type_bits, VkMemoryPropertyFlags want,
@@ -426,6 +427,11 @@ StatusOr<const Pipeline*> Context::GetPipeline(const std::string& name, uint32_t
       vk_.vkCreateComputePipelines(device_, VK_NULL_HANDLE, 1, &cpi, nullptr, &p->pipeline);
   vk_.vkDestroyShaderModule(device_, sm, nullptr);
   UF_VK_TRY("vkCreateComputePipelines", r);
+  // Validation messages then say which kernel a hazard is in.
+  if (messenger_ != VK_NULL_HANDLE) {
+    NameObject(vk_, instance_, device_, VK_OBJECT_TYPE_PIPELINE,
+               reinterpret_cast<uint64_t>(p->pipeline), name.c_str());
+  }
   const Pipeline* out = p.get();
   pipelines_[name] = std::move(p);
   return out;

@@ -121,6 +121,7 @@ class Context {
   VkFns vk_;
   DeviceInfo info_;
   VkInstance instance_ = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger_ = VK_NULL_HANDLE;  // UF_GPU_VALIDATE only
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
   VkPhysicalDeviceMemoryProperties mem_props_{};
   VkDevice device_ = VK_NULL_HANDLE;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gpu/vk_device_internal.h"
+#include "gpu/vk_validation.h"
 
 namespace uf::gpu {
 namespace {
@@ -86,7 +87,9 @@ Status VkError(const char* what, VkResult r) {
   return Status(code, std::string("vulkan: ") + what + " failed: " + VkResultName(r));
 }
 
-Status OpenInstance(VkFns* vk, VkInstance* instance, std::vector<VkPhysicalDevice>* devices) {
+Status OpenInstance(VkFns* vk, VkInstance* instance, VkDebugUtilsMessengerEXT* messenger,
+                    std::vector<VkPhysicalDevice>* devices) {
+  *messenger = VK_NULL_HANDLE;
   uint32_t version = VK_API_VERSION_1_0;
   if (vk->vkEnumerateInstanceVersion != nullptr) vk->vkEnumerateInstanceVersion(&version);
   if (version < VK_API_VERSION_1_1) {
@@ -97,6 +100,8 @@ Status OpenInstance(VkFns* vk, VkInstance* instance, std::vector<VkPhysicalDevic
   app.apiVersion = VK_API_VERSION_1_1;
   VkInstanceCreateInfo ci{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
   ci.pApplicationInfo = &app;
+  ValidationRequest validation;
+  UF_RETURN_IF_ERROR(RequestValidation(*vk, &validation, &ci));
   const VkResult r = vk->vkCreateInstance(&ci, nullptr, instance);
   if (r == VK_ERROR_INCOMPATIBLE_DRIVER) {
     return UnavailableError("no Vulkan driver found: the loader searched " +
@@ -106,6 +111,14 @@ Status OpenInstance(VkFns* vk, VkInstance* instance, std::vector<VkPhysicalDevic
   }
   UF_VK_TRY("vkCreateInstance", r);
   Status s = vk->LoadInstance(*instance);
+  if (s.ok()) {
+    StatusOr<VkDebugUtilsMessengerEXT> m = StartMessenger(*vk, *instance, validation);
+    if (m.ok()) {
+      *messenger = *m;
+    } else {
+      s = m.status();
+    }
+  }
   if (s.ok()) {
     uint32_t n = 0;
     vk->vkEnumeratePhysicalDevices(*instance, &n, nullptr);
@@ -121,8 +134,9 @@ Status OpenInstance(VkFns* vk, VkInstance* instance, std::vector<VkPhysicalDevic
     }
   }
   if (!s.ok() && vk->vkDestroyInstance != nullptr) {
-    vk->vkDestroyInstance(*instance, nullptr);
+    CloseInstance(*vk, *instance, *messenger);
     *instance = VK_NULL_HANDLE;
+    *messenger = VK_NULL_HANDLE;
   }
   return s;
 }
@@ -219,13 +233,14 @@ bool VulkanCompiledIn() { return true; }
 StatusOr<std::vector<DeviceInfo>> ListDevices() {
   UF_ASSIGN_OR_RETURN(VkFns vk, LoadVulkan());
   VkInstance instance = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
   std::vector<VkPhysicalDevice> devices;
-  UF_RETURN_IF_ERROR(OpenInstance(&vk, &instance, &devices));
+  UF_RETURN_IF_ERROR(OpenInstance(&vk, &instance, &messenger, &devices));
   std::vector<DeviceInfo> out;
   for (size_t i = 0; i < devices.size(); ++i) {
     out.push_back(Describe(vk, devices[i], static_cast<int>(i)));
   }
-  vk.vkDestroyInstance(instance, nullptr);
+  CloseInstance(vk, instance, messenger);
   return out;
 }
 

@@ -30,8 +30,10 @@ inline constexpr char kCoopMatExtension[] = "VK_NV_cooperative_matrix";
 inline constexpr char kFloat16Extension[] = "VK_KHR_shader_float16_int8";
 inline constexpr char kMemoryModelExtension[] = "VK_KHR_vulkan_memory_model";
 
-// An instance and its physical devices. Errors name the driver search.
-Status OpenInstance(VkFns* vk, VkInstance* instance, std::vector<VkPhysicalDevice>* devices);
+// An instance and its physical devices. Errors name the driver search. `messenger` is the
+// validation layer's (UF_GPU_VALIDATE; null without it): close both with CloseInstance.
+Status OpenInstance(VkFns* vk, VkInstance* instance, VkDebugUtilsMessengerEXT* messenger,
+                    std::vector<VkPhysicalDevice>* devices);
 
 bool HasExtension(const VkFns& vk, VkPhysicalDevice pd, const char* name);
 

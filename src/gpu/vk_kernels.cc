@@ -24,6 +24,8 @@ namespace {
 // Bindings of the token-tiled GEMMs (gemm.glsl, not the experts'): W, x, y, bias and the norm
 // tail's weights, normalized rows, their activation and counter.
 constexpr int kGemmBindings = 8;
+// The *_stages twins': binding 8 is the RoPE / store epilogue's tokens (gemm.glsl).
+constexpr int kStagesBindings = 9;
 
 }  // namespace
 
@@ -231,7 +233,7 @@ Status Kernels::AddStages(Context* ctx, GgmlType type) {
       const auto it = pipelines->find(type);
       if (it == pipelines->end() || stages_.count(it->second) != 0) continue;
       UF_ASSIGN_OR_RETURN(stages_[it->second],
-                          ctx->GetPipeline(stage_names_.at(it->second), kGemmBindings));
+                          ctx->GetPipeline(stage_names_.at(it->second), kStagesBindings));
     }
   }
   return OkStatus();
@@ -367,23 +369,24 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
   uint32_t gx, gy;
   Grid((w.rows + rows_per_group - 1) / rows_per_group, &gx, &gy);
   const Pipeline* wide = Wide(index, w);
-  // Bindings 4-7: the norm tail's, or 4-6 the RoPE / store epilogue's; without a bias binding 3
-  // is never read, nor 4-7 without either: any buffer will do.
+  // Bindings 4-7: the norm tail's, or 4, 5 and 8 the RoPE / store epilogue's; without a bias
+  // binding 3 is never read, nor 4-8 without either: any buffer will do (y: a binding the
+  // shader declares writable counts as written, and y is this dispatch's own).
   const auto or_y = [&y](const Buffer* b) -> const Buffer& { return b != nullptr ? *b : y; };
   const Buffer* b4 = norm ? norm->w : rope ? rope->cs : nullptr;
   const Buffer* b5 = norm ? norm->y : rope ? rope->cache : nullptr;
-  const Buffer* b6 = norm ? norm->q : rope ? rope->tok : nullptr;
+  std::vector<BufferRange> buffers = {w.buffer, x, y, or_y(bias), or_y(b4), or_y(b5),
+                                      or_y(norm ? norm->q : nullptr),
+                                      or_y(norm ? norm->counter : nullptr)};
   const Pipeline* pipeline = wide != nullptr ? wide : GemmPipeline(w.type, index);
   if (norm != nullptr || rope != nullptr) {
     const auto it = stages_.find(pipeline);
     UF_CHECK(it != stages_.end()) << "GEMM tail or epilogue for " << GgmlTypeName(w.type)
                                   << " without AddStages";
     pipeline = it->second;
+    buffers.push_back(or_y(rope ? rope->tok : nullptr));
   }
-  r->Dispatch(*pipeline,
-              {w.buffer, x, y, or_y(bias), or_y(b4), or_y(b5), or_y(b6),
-               or_y(norm ? norm->counter : nullptr)},
-              push, static_cast<uint32_t>((n + tile - 1) / tile), gx, gy);
+  r->Dispatch(*pipeline, buffers, push, static_cast<uint32_t>((n + tile - 1) / tile), gx, gy);
 }
 
 bool Kernels::CanGemmGlu(const GpuMatrix& gate, const GpuMatrix& up, int64_t n) const {

@@ -185,11 +185,15 @@ void NormTail() {
 // - K (rope 2): stores the rotated pair as an f16-pair word into the cache row tok[4 t + 2]
 //   (kv_store.comp's layout from word cache_off), y left unrotated;
 // - V (rope 3): stores the pair's f16-pair word.
-// Its buffers are bindings 4-6 seen as the rotation's: the angles [positions][rope_dim], the
-// cache, the tokens (the norm tail's, which it never runs with).
+// Its buffers are bindings 4-5 seen as the rotation's (the angles [positions][rope_dim], the
+// cache: the norm tail's, which it never runs with) and 8, the tokens. Not binding 6: there
+// the norm tail writes, and a binding some declaration writes counts as written for every
+// dispatch that binds it, so Q's, K's and V's products, grouped without a barrier and each
+// binding the one token buffer, would be read-after-write hazards to synchronization validation
+// (UF_GPU_VALIDATE) that no GPU has.
 layout(std430, binding = 4) readonly buffer RopeCS { float rope_cs[]; };
 layout(std430, binding = 5) writeonly buffer RopeCache { uint rope_cache[]; };
-layout(std430, binding = 6) readonly buffer RopeTok { uint rope_tok[]; };
+layout(std430, binding = 8) readonly buffer RopeTok { uint rope_tok[]; };
 #include "rope.glsl"
 
 void RopeStore() {
