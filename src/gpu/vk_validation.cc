@@ -66,6 +66,15 @@ Status RequestValidation(const VkFns& vk, ValidationRequest* r, VkInstanceCreate
         " (install vulkan-validationlayers, or unset UF_GPU_VALIDATE)");
   }
   r->on = true;
+  // Synchronization validation across command buffers too (a chain queues a step while the one
+  // before runs): a layer setting that VkValidationFeaturesEXT cannot name in this header's
+  // version, read from the environment. Set only where the user has not set their own.
+  if (std::getenv("VK_LAYER_ENABLES") == nullptr) {
+    setenv("VK_LAYER_ENABLES",
+           "VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT:"
+           "VALIDATION_CHECK_ENABLE_SYNCHRONIZATION_VALIDATION_QUEUE_SUBMIT",
+           0);
+  }
   r->features.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT;
   r->features.enabledValidationFeatureCount = 1;
   r->features.pEnabledValidationFeatures = r->enables;
