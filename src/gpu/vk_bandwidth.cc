@@ -9,7 +9,10 @@ namespace uf::gpu {
 
 StatusOr<double> MeasureReadBandwidth(const DeviceSpec& device, uint64_t bytes, int passes) {
   UF_ASSIGN_OR_RETURN(std::unique_ptr<Context> ctx, Context::Create(device.index));
-  bytes = std::min<uint64_t>({bytes, ctx->info().device_local_bytes / 4, uint64_t{1} << 32});
+  // The buffer is bound whole, so no larger than the device lets a shader bind (4 GiB - 1 on
+  // NVIDIA and AMD; 128 MiB on lavapipe, still past any cache).
+  bytes = std::min<uint64_t>({bytes, ctx->info().device_local_bytes / 4, uint64_t{1} << 32,
+                              ctx->info().max_binding_bytes});
   bytes &= ~uint64_t{15};
   if (bytes < (1 << 20)) return FailedPreconditionError("read bandwidth: too little memory");
   passes = std::max(passes, 1);
