@@ -10,8 +10,8 @@
 #include "base/cpu_relax.h"
 #include "base/log.h"
 #include "gpu/spirv.h"
-#include "gpu/vk_validation.h"
 #include "gpu/vk_device_internal.h"
+#include "gpu/vk_validation.h"
 
 namespace uf::gpu {
 namespace {

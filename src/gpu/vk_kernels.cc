@@ -375,7 +375,12 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
   const auto or_y = [&y](const Buffer* b) -> const Buffer& { return b != nullptr ? *b : y; };
   const Buffer* b4 = norm ? norm->w : rope ? rope->cs : nullptr;
   const Buffer* b5 = norm ? norm->y : rope ? rope->cache : nullptr;
-  std::vector<BufferRange> buffers = {w.buffer, x, y, or_y(bias), or_y(b4), or_y(b5),
+  std::vector<BufferRange> buffers = {w.buffer,
+                                      x,
+                                      y,
+                                      or_y(bias),
+                                      or_y(b4),
+                                      or_y(b5),
                                       or_y(norm ? norm->q : nullptr),
                                       or_y(norm ? norm->counter : nullptr)};
   const Pipeline* pipeline = wide != nullptr ? wide : GemmPipeline(w.type, index);

@@ -65,9 +65,9 @@ Status RequestValidation(const VkFns& vk, ValidationRequest* r, VkInstanceCreate
   const ValidationMode mode = ValidationRequested();
   if (mode == ValidationMode::kOff) return OkStatus();
   if (!HasLayer(vk, r->layer)) {
-    return UnavailableError(
-        std::string("UF_GPU_VALIDATE is set but the Vulkan loader finds no ") + r->layer +
-        " (install vulkan-validationlayers, or unset UF_GPU_VALIDATE)");
+    return UnavailableError(std::string("UF_GPU_VALIDATE is set but the Vulkan loader finds no ") +
+                            r->layer +
+                            " (install vulkan-validationlayers, or unset UF_GPU_VALIDATE)");
   }
   r->on = true;
   // Synchronization validation across command buffers too (a chain queues a step while the one
