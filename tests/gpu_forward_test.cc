@@ -34,6 +34,7 @@
 #include "model/batch.h"
 #include "model/decoder.h"
 #include "model/model.h"
+#include "scoped_env.h"
 #include "shared_data.h"
 
 namespace uf {
@@ -188,30 +189,6 @@ void CheckGolden(const std::string& name, engine::KvType kv_type, gpu::GemvVaria
 }
 
 class GpuGoldenTest : public ::testing::TestWithParam<std::tuple<std::string, engine::KvType>> {};
-
-// An environment variable set for a scope (the forward reads UF_GPU_* when it is created), then
-// restored.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* before = std::getenv(name);
-    had_ = before != nullptr;
-    if (had_) before_ = before;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, before_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string before_;
-};
 
 TEST_P(GpuGoldenTest, LogitsMatchReference) {
   CheckGolden(std::get<0>(GetParam()), std::get<1>(GetParam()), gpu::GemvVariant::kBasic);

@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +15,7 @@
 #include "gpu/vk_context.h"
 #include "gpu/vk_kernels.h"
 #include "gpu/vk_validation.h"
+#include "scoped_env.h"
 #endif
 
 namespace uf::gpu {
@@ -24,26 +24,6 @@ namespace {
 #if !UF_HAVE_VULKAN
 TEST(GpuValidation, NotBuilt) { GTEST_SKIP() << "built without the Vulkan backend"; }
 #else
-
-// Sets an environment variable for one scope, restoring what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 // y += x, then x += y: the second reads what the first wrote. With `grouped` the two are
 // recorded as independent (no barrier between them), which they are not.
