@@ -75,6 +75,49 @@ TEST(GpuValidation, AMissingLayerIsAClearError) {
   EXPECT_NE(error.find("vulkan-validationlayers"), std::string::npos) << error;
 }
 
+// UF_GPU_POISON: a new buffer holds the NaN pattern, so a kernel that reads memory nothing wrote
+// gets NaNs here as it would get old data on a GPU. Unset, it follows UF_GPU_VALIDATE.
+class GpuPoison : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GpuPoison, FillsNewBuffers) {
+  ScopedEnv poison("UF_GPU_POISON", GetParam());
+  auto ctx = Context::Create(-1);
+  if (!ctx.ok()) GTEST_SKIP() << "no usable Vulkan device: " << ctx.status().ToString();
+  ASSERT_TRUE((*ctx)->poisons());
+  for (const Memory memory : {Memory::kDevice, Memory::kHost}) {
+    auto b = (*ctx)->CreateBuffer(1000, memory);
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    std::vector<uint32_t> words(b->size() / 4, 0);
+    ASSERT_TRUE((*ctx)->Download(*b, 0, words.data(), b->size()).ok());
+    for (size_t i = 0; i < words.size(); ++i) {
+      ASSERT_EQ(words[i], 0x7FC07FC0u)
+          << "word " << i << (memory == Memory::kHost ? " (host)" : "");
+    }
+  }
+}
+
+// "on" writes memory the host can map through a map (all of lavapipe's); "fill" takes the
+// device's vkCmdFillBuffer, a GPU's path for device-local memory.
+INSTANTIATE_TEST_SUITE_P(Ways, GpuPoison, ::testing::Values("on", "fill"));
+
+TEST(GpuValidation, PoisonFollowsValidation) {
+  ScopedEnv unset("UF_GPU_POISON", "");
+  {
+    ScopedEnv off("UF_GPU_VALIDATE", "off");
+    auto ctx = Context::Create(-1);
+    if (!ctx.ok()) GTEST_SKIP() << "no usable Vulkan device: " << ctx.status().ToString();
+    EXPECT_FALSE((*ctx)->poisons());
+  }
+  ScopedEnv log("UF_GPU_VALIDATE", "log");
+  auto ctx = Context::Create(-1);
+  if (!ctx.ok()) GTEST_SKIP() << ctx.status().ToString();  // the layer missing
+  EXPECT_TRUE((*ctx)->poisons());
+  ScopedEnv off("UF_GPU_POISON", "off");
+  auto plain = Context::Create(-1);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_FALSE((*plain)->poisons());
+}
+
 #endif
 
 }  // namespace

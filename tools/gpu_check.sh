@@ -322,6 +322,8 @@ PY
     # checked, and synchronization validation: a dispatch reading what another wrote without a
     # barrier between them). CI runs every GPU test under it on lavapipe; this is the same check
     # on the GPU's driver, its limits and its extensions (the coopmat kernels, the packed dot).
+    # New buffers start as NaNs under it (UF_GPU_POISON follows UF_GPU_VALIDATE): a read of
+    # memory nothing wrote shows as NaN logits or an error.
     echo
     echo "== the Khronos validation layer: errors in short runs (1B Q4_0 and F16)"
     layers=/opt/ufdeps/usr/share/vulkan/explicit_layer.d
@@ -344,6 +346,17 @@ PY
     else
       echo "no validation layer at $layers (prepare carries vulkan-validationlayers)"
     fi
+    # Greedy text with every new buffer filled with NaNs against without: a kernel reading memory
+    # that nothing wrote changes the tokens (the same kernels and data otherwise: the same bits).
+    echo
+    echo "== greedy text with new buffers poisoned (UF_GPU_POISON=on) against without"
+    for t in q4_0 f16; do
+      a=$(UF_GPU_POISON=off uf run --device vulkan -m "$dir/llama-3.2-1b-$t.gguf" -p "The" -n 24 \
+            --temp 0 --ignore-eos 2>/dev/null) || echo "run $t failed"
+      b=$(UF_GPU_POISON=on uf run --device vulkan -m "$dir/llama-3.2-1b-$t.gguf" -p "The" -n 24 \
+            --temp 0 --ignore-eos 2>/dev/null) || echo "run $t poisoned failed"
+      if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "$t: the same text"; else echo "$t: DIFFERENT"; fi
+    done
     # One stream through the serving engine and HTTP on the device against the engine alone
     # (1B Q4_0: the ultrafast lane's pace), and the host's own cost a token on this machine's
     # CPU with a Llama-3 vocabulary (--host-only: no model computed).

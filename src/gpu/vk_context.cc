@@ -9,6 +9,7 @@
 #include "base/check.h"
 #include "base/cpu_relax.h"
 #include "base/log.h"
+#include "gpu/env_choice.h"
 #include "gpu/spirv.h"
 #include "gpu/vk_device_internal.h"
 #include "gpu/vk_validation.h"
@@ -98,6 +99,17 @@ Status Context::Init(int index) {
       UF_LOG(WARNING) << "UF_GPU_SPIN_US=" << env << " is not 0-1000000: " << spin_us_;
     }
   }
+  // Unset: on wherever validation is (the checks CI runs the device tests with).
+  // "fill": always through vkCmdFillBuffer, the path of device memory the host cannot map (a
+  // GPU's), which lavapipe would otherwise never take.
+  enum class Poison { kAuto, kOn, kFill, kOff };
+  static constexpr Choices<Poison, 6> kPoison = {{"auto", Poison::kAuto}, {"on", Poison::kOn},
+                                                 {"1", Poison::kOn},      {"fill", Poison::kFill},
+                                                 {"off", Poison::kOff},   {"0", Poison::kOff}};
+  const Poison poison = EnvChoice("UF_GPU_POISON", kPoison);
+  poison_ = poison == Poison::kOn || poison == Poison::kFill ||
+            (poison == Poison::kAuto && ValidationRequested() != ValidationMode::kOff);
+  poison_by_fill_ = poison == Poison::kFill;
   // The GEMVs sum a row within a subgroup (subgroupAdd) and put 64 / subgroup size rows in a
   // workgroup of 64; the K-quant GEMMs take a block per 4 lanes (shuffles).
   VkPhysicalDeviceSubgroupProperties sub{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
@@ -295,7 +307,38 @@ StatusOr<Buffer> Context::CreateBuffer(uint64_t size, Memory memory) {
   if (memory == Memory::kHost) {
     UF_VK_TRY("vkMapMemory", vk_.vkMapMemory(device_, b.memory_, 0, VK_WHOLE_SIZE, 0, &b.mapped_));
   }
+  if (poison_) {
+    constexpr VkMemoryPropertyFlags kMappable =
+        VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    const bool visible =
+        !poison_by_fill_ && (mem_props_.memoryTypes[type].propertyFlags & kMappable) == kMappable;
+    UF_RETURN_IF_ERROR(Poison(b, visible));
+  }
   return b;
+}
+
+// 0x7FC07FC0 is a NaN as one f32, as two f16 and as two bf16, and as an index it is far past
+// any buffer. Memory the host can map (all of it on lavapipe) is written through a map: a
+// submit and fence wait per buffer made a test of many small buffers 25x slower there.
+Status Context::Poison(const Buffer& b, bool host_visible) {
+  constexpr uint32_t kPattern = 0x7FC07FC0u;
+  if (b.mapped() != nullptr && !poison_by_fill_) {
+    std::fill_n(static_cast<uint32_t*>(b.mapped()), b.size() / 4, kPattern);
+    return OkStatus();
+  }
+  if (host_visible) {
+    void* p = nullptr;
+    UF_VK_TRY("vkMapMemory", vk_.vkMapMemory(device_, b.memory_, 0, VK_WHOLE_SIZE, 0, &p));
+    std::fill_n(static_cast<uint32_t*>(p), b.size() / 4, kPattern);
+    vk_.vkUnmapMemory(device_, b.memory_);
+    return OkStatus();
+  }
+  VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+  bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+  UF_VK_TRY("vkBeginCommandBuffer", vk_.vkBeginCommandBuffer(transfer_cb_, &bi));
+  vk_.vkCmdFillBuffer(transfer_cb_, b.handle(), 0, VK_WHOLE_SIZE, kPattern);
+  UF_VK_TRY("vkEndCommandBuffer", vk_.vkEndCommandBuffer(transfer_cb_));
+  return SubmitAndWait(transfer_cb_);
 }
 
 Status Context::CopyBuffer(VkBuffer src, uint64_t src_off, VkBuffer dst, uint64_t dst_off,

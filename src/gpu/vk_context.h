@@ -105,6 +105,7 @@ class Context {
   void set_spin_us(int64_t us) { spin_us_ = us; }
   VkCommandPool command_pool() const { return command_pool_; }
 
+  bool poisons() const { return poison_; }
   // Bytes of device memory allocated through this context and not freed.
   uint64_t allocated_bytes() const { return allocated_; }
   // Nanoseconds per timestamp tick, 0 when the compute queue has no timestamps.
@@ -114,6 +115,7 @@ class Context {
   friend class Buffer;
   Context() = default;
   Status Init(int index);
+  Status Poison(const Buffer& b, bool host_visible);
   Status CopyBuffer(VkBuffer src, uint64_t src_off, VkBuffer dst, uint64_t dst_off, uint64_t n);
   StatusOr<uint32_t> FindMemoryType(uint32_t type_bits, VkMemoryPropertyFlags want,
                                     VkMemoryPropertyFlags prefer) const;
@@ -129,6 +131,11 @@ class Context {
   uint32_t queue_family_ = 0;
   double timestamp_period_ns_ = 0.0;
   int64_t spin_us_ = 0;  // SubmitAndWait's polling budget
+  // UF_GPU_POISON=on (unset: on under UF_GPU_VALIDATE): every new buffer is filled with a NaN
+  // pattern, so that a kernel reading memory nothing wrote fails its test here as it would on a
+  // GPU, whose allocations hold old data where lavapipe's fresh pages read as zeros.
+  bool poison_ = false;
+  bool poison_by_fill_ = false;  // UF_GPU_POISON=fill: the device's fill for every buffer
   VkCommandPool command_pool_ = VK_NULL_HANDLE;
   VkCommandBuffer transfer_cb_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;

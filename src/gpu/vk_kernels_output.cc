@@ -59,13 +59,14 @@ void Kernels::EmbedNorm(Recorder* r, const GpuMatrix& table, const Buffer& x, co
   struct {
     uint32_t type, cols, d_off;
     float eps;
-    uint32_t format, q_d_off;
+    uint32_t format, q_d_off, n;
   } push{EmbedType(table.type),
          static_cast<uint32_t>(table.cols),
          table.d_off,
          eps,
          static_cast<uint32_t>(act),
-         act == Activation::kF32 ? 0u : FusedDOff(act, n * table.cols)};
+         act == Activation::kF32 ? 0u : FusedDOff(act, n * table.cols),
+         static_cast<uint32_t>(n)};
   uint32_t gx, gy;
   Grid(n, &gx, &gy);
   r->Dispatch(*embed_q_, {table.buffer, x, tok, w, y, q}, push, gx, gy);

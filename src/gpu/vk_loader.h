@@ -56,6 +56,7 @@ namespace uf::gpu {
   X(vkCmdDispatch)                 \
   X(vkCmdPipelineBarrier)          \
   X(vkCmdCopyBuffer)               \
+  X(vkCmdFillBuffer)               \
   X(vkQueueSubmit)                 \
   X(vkCreateFence)                 \
   X(vkDestroyFence)                \

@@ -31,7 +31,10 @@
 
 layout(std430, binding = 0) readonly buffer Qry { float qry[]; };
 layout(std430, binding = 1) readonly buffer C { uint cache[]; };
-layout(std430, binding = 2) buffer S { float scores[]; };
+// coherent: every invocation reads the scores the others wrote (after memoryBarrierBuffer and a
+// barrier), which GLSL makes visible only for coherent variables (a workgroup may span two L0
+// caches on some GPUs).
+layout(std430, binding = 2) coherent buffer S { float scores[]; };
 layout(std430, binding = 3) writeonly buffer O { float o[]; };
 layout(std430, binding = 4) readonly buffer Tok { uint tok[]; };
 layout(std430, binding = 5) readonly buffer BT { int bt[]; };

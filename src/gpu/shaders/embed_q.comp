@@ -15,7 +15,7 @@ layout(std430, binding = 2) readonly buffer Tok { uint tok[]; };  // [n][4]: tok
 layout(std430, binding = 3) readonly buffer Wt { float w[]; };
 layout(std430, binding = 4) writeonly buffer Y { float y[]; };
 layout(std430, binding = 5) writeonly buffer Q { uint q[]; };
-layout(push_constant) uniform P { uint type, cols, d_off; float eps; uint format, q_d_off; } p;
+layout(push_constant) uniform P { uint type, cols, d_off; float eps; uint format, q_d_off, n; } p;
 
 #include "embed.glsl"
 
@@ -27,6 +27,7 @@ void NormY(uint i, float v) { y[i] = v; }
 
 void main() {
   const uint token = GroupIndex();
+  if (token >= p.n) return;  // the grid's last row of groups may run past n (uniform per group)
   const uint row = tok[4 * token];
   for (uint c = gl_LocalInvocationID.x; c < p.cols; c += kGroupSize) {
     x[token * p.cols + c] = EmbedValue(row, c);

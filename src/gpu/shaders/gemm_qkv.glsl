@@ -75,28 +75,31 @@ void main() {
     const uint token = t0 + t;
     if (!InBatch(token)) continue;  // uniform: every lane has the same t0
     const float x0 = subgroupAdd(acc[0][t]), x1 = subgroupAdd(acc[1][t]);
-    if (!subgroupElect()) continue;
-    const uint y = token * (m == 0 ? p.q_rows : p.kv_rows) + row0;
-    const uint dst = (h * p.n_rows + tok[4 * token + 2]) * p.row_words + j / 2;
-    if (m == 2) {
-      v[y] = x0;
-      v[y + 1] = x1;
-      cache[p.v_off + dst] = packHalf2x16(vec2(x0, x1));
-      continue;
-    }
-    vec2 r = vec2(x0, x1);
-    if (j < p.rope_dim) {
-      const uint cb = tok[4 * token + 1] * p.rope_dim + j;
-      const float c = cs[cb], s = cs[cb + 1];
-      r = RotatePair(x0, x1, c, s);
-    }
-    if (m == 0) {
-      q[y] = r.x;
-      q[y + 1] = r.y;
-    } else {
-      k[y] = x0;
-      k[y + 1] = x1;
-      cache[p.k_off + dst] = packHalf2x16(r);
+    // A closed if, not `continue` for the other lanes: core Vulkan reconverges a subgroup at a
+    // selection's merge, so the next token's subgroupAdd sees every lane.
+    if (subgroupElect()) {
+      const uint y = token * (m == 0 ? p.q_rows : p.kv_rows) + row0;
+      const uint dst = (h * p.n_rows + tok[4 * token + 2]) * p.row_words + j / 2;
+      if (m == 2) {
+        v[y] = x0;
+        v[y + 1] = x1;
+        cache[p.v_off + dst] = packHalf2x16(vec2(x0, x1));
+      } else {
+        vec2 r = vec2(x0, x1);
+        if (j < p.rope_dim) {
+          const uint cb = tok[4 * token + 1] * p.rope_dim + j;
+          const float c = cs[cb], s = cs[cb + 1];
+          r = RotatePair(x0, x1, c, s);
+        }
+        if (m == 0) {
+          q[y] = r.x;
+          q[y + 1] = r.y;
+        } else {
+          k[y] = x0;
+          k[y + 1] = x1;
+          cache[p.k_off + dst] = packHalf2x16(r);
+        }
+      }
     }
   }
 }

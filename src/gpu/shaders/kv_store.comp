@@ -9,6 +9,7 @@
 // is left as it was.
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#include "div_rounded.glsl"
 #include "rope.glsl"
 layout(local_size_x = 64) in;
 
@@ -45,8 +46,8 @@ float In(bool is_v, uint token, uint base, uint j) {
 void StoreBlock(uint token, uint base, uint j0, uint dst, bool is_v) {
   float amax = 0.0;
   for (uint j = 0; j < 32; ++j) amax = max(amax, abs(In(is_v, token, base, j0 + j)));
-  const float d = unpackHalf2x16(packHalf2x16(vec2(amax / 127.0, 0.0))).x;
-  const float id = amax != 0.0 ? 127.0 / amax : 0.0;
+  const float d = unpackHalf2x16(packHalf2x16(vec2(DivRounded(amax, 127.0), 0.0))).x;
+  const float id = amax != 0.0 ? DivRounded(127.0, amax) : 0.0;
   for (uint w = 0; w < 8; ++w) {
     uint word = 0;
     for (uint j = 0; j < 4; ++j) {

@@ -27,7 +27,9 @@ void QuantLanes() {
 uint Q8_0BlocksPerPass() { return min(g_lanes / min(g_lanes, 8u), 4u); }
 
 // Q8_0 blocks b0 .. b0 + Q8_0BlocksPerPass() - 1 (those below end): the scale is amax / 127
-// rounded to f16, each value round-half-even(x * 127 / amax). The int8 values four per word at
+// rounded to f16, each value round-half-even(x * (127 / amax)), both divisions correctly rounded
+// (DivRounded: a GPU's `/` may be x * rcp(y), and one ulp off in 127 / amax moves a value at a
+// half-way point). The int8 values four per word at
 // q[8 b ..], the scale as f32 bits at q[d_off + b]; the CPU's QuantizeRow(kQ8_0). Called by the
 // whole subgroup (uniform control flow).
 void QuantizePassQ8_0(uint b0, uint end, uint d_off) {
@@ -44,8 +46,8 @@ void QuantizePassQ8_0(uint b0, uint end, uint d_off) {
                                     g == 2 ? amax : 0.0, g == 3 ? amax : 0.0));
   if (!mine) return;
   amax = all[g];
-  const float d = unpackHalf2x16(packHalf2x16(vec2(amax / 127.0, 0.0))).x;
-  const float id = amax != 0.0 ? 127.0 / amax : 0.0;
+  const float d = unpackHalf2x16(packHalf2x16(vec2(DivRounded(amax, 127.0), 0.0))).x;
+  const float id = amax != 0.0 ? DivRounded(127.0, amax) : 0.0;
   for (uint k = g_lane % per; k < 8; k += per) {
     uint word = 0;
     for (uint j = 0; j < 4; ++j) {
