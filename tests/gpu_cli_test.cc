@@ -204,6 +204,32 @@ TEST_F(GpuBenchCliTest, RunGreedyChainedGivesTheStepwiseText) {
   }
 }
 
+// A buffer past the device's maxStorageBufferRange (4 GiB - 1 on NVIDIA and AMD), which the
+// backend binds whole, is refused with an error that names it, and the run exits 1. Lavapipe
+// binds past its limit, so UF_GPU_BINDING_LIMIT sets a lower one and enforces it there.
+// tiny-llama-256-q8_0: token_embd is 9,216,000 bytes, the K/V cache 512 bytes a position a layer.
+TEST_F(GpuBenchCliTest, BuffersPastTheBindingLimitAreClearErrors) {
+  const std::string run = std::string("run --device vulkan -m ") + kModel + " -p hi -n 2 ";
+  Ran r = Ultrafast(run + "--ctx 64", "UF_GPU_BINDING_LIMIT=1048576 ");
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.err.find("token_embd.weight: vulkan: a buffer of 9216000 bytes"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("maxStorageBufferRange, 1048576 bytes"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("--ctx"), std::string::npos) << "a shorter context does not help\n" << r.err;
+
+  // 32,768 positions: 16 MiB a layer.
+  r = Ultrafast(run + "--ctx 32768", "UF_GPU_BINDING_LIMIT=9216000 ");
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.err.find("the K/V cache of one layer (16777216 bytes for 32768 positions)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("a shorter context (--ctx)"), std::string::npos) << r.err;
+
+  // Under the same limit, a context whose buffers fit runs.
+  r = Ultrafast(run + "--ctx 4096", "UF_GPU_BINDING_LIMIT=9216000 ");
+  EXPECT_TRUE(r.ok) << r.err;
+}
+
 // `run --device vulkan` with a temperature chains its sampled steps (GpuDecoder::SampledChain:
 // the device draws from the row's best tokens, the sampler checks each draw, a row those cannot
 // decide runs as one step): the same text and stop as one step at a time with the whole row

@@ -42,6 +42,10 @@ struct DeviceInfo {
   // maxStorageBufferRange: the largest buffer a shader may bind (4 GiB - 1 on NVIDIA and AMD);
   // every buffer here is bound whole, so no buffer may be larger.
   uint64_t max_binding_bytes = 0;
+  // Whether a buffer past max_binding_bytes is refused: on every device but a CPU driver
+  // (lavapipe binds past its 128 MiB in practice, so the synthetic 1B shapes run there), and
+  // wherever UF_GPU_BINDING_LIMIT sets the limit (the refusals tested on lavapipe).
+  bool binding_limit_enforced = true;
   // maxComputeSharedMemorySize: a workgroup's shared memory (Vulkan guarantees 16 KiB; NVIDIA 48,
   // AMD and Intel 64). attention_tiled.comp needs ~26 KiB (Kernels::TiledAttentionFits).
   uint32_t max_shared_bytes = 0;

@@ -115,6 +115,9 @@ class Context {
   friend class Buffer;
   Context() = default;
   Status Init(int index);
+  // bound: the buffer is bound to shaders (all but the staging buffer, which only copies), so
+  // maxStorageBufferRange applies.
+  StatusOr<Buffer> CreateBuffer(uint64_t size, Memory memory, bool bound);
   Status Poison(const Buffer& b, bool host_visible);
   Status CopyBuffer(VkBuffer src, uint64_t src_off, VkBuffer dst, uint64_t dst_off, uint64_t n);
   StatusOr<uint32_t> FindMemoryType(uint32_t type_bits, VkMemoryPropertyFlags want,

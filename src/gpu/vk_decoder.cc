@@ -174,12 +174,12 @@ Status VulkanForward::Init(const DeviceSpec& device) {
 
   const uint64_t row_words = q8_cache_ ? c_.head_dim / 32 * 9 : c_.head_dim / 2;
   const uint64_t layer_words = 2 * c_.n_head_kv * n_rows_ * row_words;
-  if (layer_words * 4 > ctx_->info().max_binding_bytes && ctx_->info().type != "cpu") {
+  if (layer_words * 4 > ctx_->info().max_binding_bytes && ctx_->info().binding_limit_enforced) {
     return ResourceExhaustedError(
         "the K/V cache of one layer (" + std::to_string(layer_words * 4) + " bytes for " +
         std::to_string(n_rows_) + " positions) is larger than the largest buffer " +
         ctx_->info().name + " can bind (" + std::to_string(ctx_->info().max_binding_bytes) +
-        " bytes); lower the context or the number of sequences");
+        " bytes)");  // GpuForward::Create adds what a user can shrink
   }
   const int64_t mb = o_.max_batch, mo = o_.max_outputs;
   const int64_t widest = std::max({c_.n_embd, c_.q_dim(), c_.n_ff});
