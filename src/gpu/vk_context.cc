@@ -339,15 +339,13 @@ StatusOr<Buffer> Context::CreateBuffer(uint64_t size, Memory memory, bool bound)
 // submit and fence wait per buffer made a test of many small buffers 25x slower there.
 Status Context::Poison(const Buffer& b, bool host_visible) {
   constexpr uint32_t kPattern = 0x7FC07FC0u;
-  if (b.mapped() != nullptr && !poison_by_fill_) {
-    std::fill_n(static_cast<uint32_t*>(b.mapped()), b.size() / 4, kPattern);
-    return OkStatus();
-  }
   if (host_visible) {
-    void* p = nullptr;
-    UF_VK_TRY("vkMapMemory", vk_.vkMapMemory(device_, b.memory_, 0, VK_WHOLE_SIZE, 0, &p));
+    void* p = b.mapped();
+    if (p == nullptr) {
+      UF_VK_TRY("vkMapMemory", vk_.vkMapMemory(device_, b.memory_, 0, VK_WHOLE_SIZE, 0, &p));
+    }
     std::fill_n(static_cast<uint32_t*>(p), b.size() / 4, kPattern);
-    vk_.vkUnmapMemory(device_, b.memory_);
+    if (b.mapped() == nullptr) vk_.vkUnmapMemory(device_, b.memory_);
     return OkStatus();
   }
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
