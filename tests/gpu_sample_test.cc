@@ -117,7 +117,7 @@ TEST_F(GpuKernelsTest, SampleFeedDrawsTheSamplersToken) {
       Recorder rec(ctx_);
       for (int64_t t = 0; t < trials; ++t) {
         kernels_->SampleFeed(&rec, top, draws[t], feed, top_ring, k, n_vocab, 1,
-                             Kernels::kDrawHeaderWords + 1);
+                             Kernels::kDrawHeaderWords + 1, top_ring);
       }
       ASSERT_TRUE(rec.Finish().ok());
       ASSERT_TRUE(rec.Run().ok());

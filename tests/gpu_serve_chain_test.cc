@@ -264,9 +264,53 @@ TEST_F(GpuServeChainTest, LogprobsChainWithTheUnchainedValues) {
   ExpectChained(*plain, *chained, 40, "logprobs");
 }
 
-// Not a plain arg-max or draw (a logit bias, a penalty, a top-k above the device's 64 best),
-// asking for logprobs with banned tokens (their raw logits count), or constrained with
-// logprobs: never chained.
+// Logit bias and penalties are applied on the device (edit_rows.comp), chained alone and as a
+// batch: the unchained text, finish and token count for OpenAI's penalties at its defaults
+// (their window every generated token), greedy with a repeat penalty, top-k with a bias and a
+// frequency penalty, and top-p with a bias pushing a token down; most steps chained and the
+// device's draws agreeing with the samplers'.
+TEST_F(GpuServeChainTest, BiasAndPenaltiesChainWithTheUnchainedText) {
+  const auto [plain, chained] = Services();
+  std::vector<engine::GenerationRequest> requests;
+  engine::GenerationRequest openai = Sampled("ROMEO:", 48, 1.0f, 13);
+  openai.sampling.presence_penalty = 0.6f;
+  openai.sampling.frequency_penalty = 0.4f;
+  requests.push_back(openai);
+  engine::GenerationRequest greedy = Greedy("ROMEO:", 48);
+  greedy.sampling.repeat_penalty = 1.3f;
+  requests.push_back(greedy);
+  engine::GenerationRequest top_k = Sampled("JULIET:", 48, 0.8f, 5);
+  top_k.sampling.top_k = 40;
+  top_k.sampling.frequency_penalty = 1.0f;
+  top_k.sampling.logit_bias = {{13, 2.0f}, {11, -3.0f}};
+  requests.push_back(top_k);
+  engine::GenerationRequest top_p = Sampled("ROMEO:", 48, 0.7f, 9);
+  top_p.sampling.top_p = 0.9f;
+  top_p.sampling.logit_bias = {{13, -100.0f}};
+  requests.push_back(top_p);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    ExpectSameOutput(*plain, *chained, requests[i]);
+  }
+  const engine::EngineStats on = ExpectChained(*plain, *chained, 100, "biased and penalized");
+  EXPECT_LE(on.chain_overruled, 2) << "the device's edited draws disagree with the sampler's";
+  // Together: each its text alone, unchained.
+  std::vector<Output> alone;
+  for (const engine::GenerationRequest& r : requests) alone.push_back(Generate(*plain, r));
+  engine::EngineStats stats;
+  const std::vector<Output> together = Together(requests, 4, 0, &stats);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(together[i].text, alone[i].text) << "request " << i;
+  }
+  std::printf("[gpu serve chain] together: chained %lld of %lld steps, %lld overruled\n",
+              static_cast<long long>(stats.chained_steps), static_cast<long long>(stats.steps),
+              static_cast<long long>(stats.chain_overruled));
+  EXPECT_GT(stats.chained_steps, stats.steps / 2) << "the edited streams did not chain together";
+}
+
+// Not a plain arg-max or draw (a top-k above the device's 64 best), asking for logprobs with
+// banned tokens or penalties (their raw logits count), or constrained with logprobs or a bias:
+// never chained.
 TEST_F(GpuServeChainTest, OtherRequestsDoNotChain) {
   auto chained = MakeService(true);
   engine::GenerationRequest wide_top_k = Greedy("ROMEO:", 12);
@@ -276,18 +320,18 @@ TEST_F(GpuServeChainTest, OtherRequestsDoNotChain) {
   engine::GenerationRequest logprobs = Greedy("ROMEO:", 12);
   logprobs.top_logprobs = 1;
   logprobs.ignore_eos = true;
-  engine::GenerationRequest bias = Greedy("ROMEO:", 12);
-  bias.sampling.logit_bias = {{13, -1.0f}};
-  engine::GenerationRequest penalty = Greedy("ROMEO:", 12);
-  penalty.sampling.repeat_penalty = 1.3f;
-  engine::GenerationRequest sampled_penalty = penalty;
-  sampled_penalty.sampling.temperature = 1.0f;
+  engine::GenerationRequest penalty_logprobs = Greedy("ROMEO:", 12);
+  penalty_logprobs.sampling.repeat_penalty = 1.3f;
+  penalty_logprobs.top_logprobs = 1;
   // Constrained, asking for logprobs (a constrained row's come from the whole row).
   engine::GenerationRequest json_logprobs = Greedy("ROMEO:", 12);
   json_logprobs.grammar = grammar::JsonObjectGrammar();
   json_logprobs.top_logprobs = 1;
+  engine::GenerationRequest json_bias = Greedy("ROMEO:", 12);
+  json_bias.grammar = grammar::JsonObjectGrammar();
+  json_bias.sampling.logit_bias = {{13, -1.0f}};
   for (engine::GenerationRequest r :
-       {wide_top_k, logprobs, bias, penalty, sampled_penalty, json_logprobs}) {
+       {wide_top_k, logprobs, penalty_logprobs, json_logprobs, json_bias}) {
     const bool constrained = r.grammar != nullptr;
     const Output out = Generate(*chained, std::move(r));
     if (constrained) {

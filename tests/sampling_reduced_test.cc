@@ -581,5 +581,60 @@ TEST(SampleReduced, FallsBackOnlyInTheTailOnLlmLikeRows) {
   EXPECT_LE(static_cast<double>(fallbacks), expected + 4.0 * std::sqrt(expected));
 }
 
+// A sampled chain's edits (engine::ChainEditsFor) are the sampler's as it stands: its bias in
+// order, then each other window token once, with its count in the window; the window oldest
+// first, also once the ring has wrapped (the oldest token is the next overwritten). The room a
+// forward's list of known tokens leaves (ChainKnownRoom) shrinks with the listed tokens, by one
+// a step with penalties; a bias listing a token twice cannot chain (Sample() adds its values one
+// at a time, a device their sum).
+TEST(ChainEditsTest, FollowTheSamplersBiasAndWindow) {
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_k = 40;
+  p.presence_penalty = 0.5f;
+  p.penalty_last_n = 4;
+  Sampler s(p, 100);
+  s.SetLogitBias({{7, 2.0f}, {3, -1.0f}});
+  s.SetBanned({99});
+  for (int32_t t : {1, 2, 3, 2, 5, 2}) s.Accept(t);  // the ring keeps 3, 2, 5, 2
+  std::vector<int32_t> window;
+  s.PenaltyWindow(&window);
+  EXPECT_EQ(window, (std::vector<int32_t>{3, 2, 5, 2}));
+  engine::ChainEditsHeld held;
+  const model::ChainEdits e = engine::ChainEditsFor(s, &held);
+  EXPECT_EQ(std::vector<int32_t>(e.ids.begin(), e.ids.end()), (std::vector<int32_t>{7, 3, 2, 5}));
+  EXPECT_EQ(std::vector<float>(e.bias.begin(), e.bias.end()),
+            (std::vector<float>{2.0f, -1.0f, 0.0f, 0.0f}));
+  EXPECT_EQ(std::vector<int32_t>(e.counts.begin(), e.counts.end()),
+            (std::vector<int32_t>{0, 1, 2, 1}));
+  EXPECT_EQ(std::vector<int32_t>(e.window.begin(), e.window.end()), window);
+  EXPECT_EQ(e.last_n, 4);
+  EXPECT_EQ(e.presence_penalty, 0.5f);
+  EXPECT_TRUE(s.CanChainSample(64));
+  // 4 listed + the ban = 5; one a step with penalties.
+  EXPECT_EQ(engine::ChainKnownRoom(s, 5), 0);
+  EXPECT_EQ(engine::ChainKnownRoom(s, 20), 15);
+  EXPECT_EQ(engine::ChainKnownRoom(s, 4), 0);
+  // Without penalties the list does not grow: any room once it fits.
+  SamplingParams q = p;
+  q.presence_penalty = 0.0f;
+  Sampler b(q, 100);
+  b.SetLogitBias({{7, 2.0f}});
+  EXPECT_EQ(engine::ChainKnownRoom(b, 1), model::kMaxSampledChainSteps);
+  EXPECT_EQ(engine::ChainKnownRoom(b, 0), 0);
+  const model::ChainEdits be = engine::ChainEditsFor(b, &held);
+  EXPECT_EQ(be.last_n, 0);
+  EXPECT_TRUE(be.window.empty());
+  // Greedy: chained only with bias or penalties (else the arg-max chain).
+  SamplingParams g = q;
+  g.temperature = 0.0f;
+  EXPECT_FALSE(Sampler(g, 100).CanChainSample(64));
+  Sampler gb(g, 100);
+  gb.SetLogitBias({{7, 2.0f}});
+  EXPECT_TRUE(gb.CanChainSample(64));
+  gb.SetLogitBias({{7, 2.0f}, {7, 1.0f}});
+  EXPECT_FALSE(gb.CanChainSample(64));
+}
+
 }  // namespace
 }  // namespace uf::sampling

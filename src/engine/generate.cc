@@ -182,14 +182,15 @@ Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
       stop = true;
     }
   };
-  // A forward that chains sampled steps (a GPU's) decodes a sampler without bias or penalties,
-  // and without drafts, chained: each step's token drawn on the device from the row's best
-  // tokens and checked here (BatchForward::ForwardSampledChain); a row those cannot decide is
-  // sampled whole, as a plain step's is.
+  // A forward that chains sampled steps (a GPU's) decodes without drafts chained: each step's
+  // token drawn on the device from the row's best tokens (after its bans, bias and penalties)
+  // and checked here (BatchForward::ForwardSampledChain); a row those cannot decide is sampled
+  // whole, as a plain step's is. A chain's edited tokens must fit the forward's list
+  // (ChainKnownRoom; a long penalty window's distinct tokens may not: plain steps then).
   const bool chain = options.chain && drafter == nullptr && decoder.chains_sampled() &&
-                     sampler.CanChainSample(top_cap) &&
-                     static_cast<int64_t>(sampler.banned().size()) <= decoder.top_known_capacity();
+                     sampler.CanChainSample(top_cap);
   std::vector<float> uniforms;
+  ChainEditsHeld held;
   for (;;) {
     // Rows 0..drafts.size() of the last forward: the pending token's, then each draft's.
     const int n_drafts = static_cast<int>(drafts.size());
@@ -244,10 +245,13 @@ Status Generate(const GenerateTarget& target, const Tokenizer& tokenizer,
     while (chain && !stop && pos < ctx) {
       int64_t n = std::min(ctx - pos, model::kMaxSampledChainSteps);
       if (options.max_tokens >= 0) n = std::min(n, options.max_tokens - stats->n_generated);
+      n = std::min(n, ChainKnownRoom(sampler, decoder.chain_known_capacity()));
+      if (n < 1) break;
       const model::ChainDraw draw = ChainDrawFor(sampler, n, &uniforms);
-      UF_ASSIGN_OR_RETURN(const int64_t steps, decoder.ForwardSampledChain(
-                                                   seq, context.back(), static_cast<int32_t>(pos),
-                                                   n, draw, decide, sampler.banned()));
+      UF_ASSIGN_OR_RETURN(
+          const int64_t steps,
+          decoder.ForwardSampledChain(seq, context.back(), static_cast<int32_t>(pos), n, draw,
+                                      decide, sampler.banned(), ChainEditsFor(sampler, &held)));
       stats->n_decode_steps += steps;
       stats->chained_steps += steps;
       pos = static_cast<int64_t>(context.size()) - 1;

@@ -101,6 +101,64 @@ model::ChainDraw ChainDrawFor(const sampling::Sampler& sampler, int64_t n,
   return d;
 }
 
+model::ChainEdits ChainEditsFor(const sampling::Sampler& sampler, ChainEditsHeld* held) {
+  const sampling::SamplingParams& p = sampler.params();
+  held->ids.clear();
+  held->bias.clear();
+  held->counts.clear();
+  sampler.PenaltyWindow(&held->window);
+  for (const auto& [id, b] : sampler.bias()) {  // distinct (Sampler::CanChainSample)
+    held->ids.push_back(id);
+    held->bias.push_back(b);
+  }
+  // The window's tokens by id with their counts; a biased one keeps its entry.
+  std::vector<int32_t> sorted = held->window;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t n_bias = held->ids.size();
+  held->counts.assign(n_bias, 0);
+  for (size_t j = 0; j < sorted.size();) {
+    size_t e = j;
+    while (e < sorted.size() && sorted[e] == sorted[j]) ++e;
+    const auto count = static_cast<int32_t>(e - j);
+    const auto at = std::find(held->ids.begin(), held->ids.begin() + n_bias, sorted[j]);
+    if (at != held->ids.begin() + n_bias) {
+      held->counts[at - held->ids.begin()] = count;
+    } else {
+      held->ids.push_back(sorted[j]);
+      held->bias.push_back(0.0f);
+      held->counts.push_back(count);
+    }
+    j = e;
+  }
+  model::ChainEdits e;
+  e.ids = held->ids;
+  e.bias = held->bias;
+  e.counts = held->counts;
+  e.window = held->window;
+  if (p.penalties()) {
+    e.repeat_penalty = p.repeat_penalty;
+    e.presence_penalty = p.presence_penalty;
+    e.frequency_penalty = p.frequency_penalty;
+    e.last_n = p.penalty_last_n;
+  }
+  return e;
+}
+
+int64_t ChainKnownRoom(const sampling::Sampler& sampler, int64_t capacity) {
+  const bool penalties = sampler.params().penalties();
+  if (sampler.bias().empty() && !penalties && sampler.banned().empty()) {
+    return model::kMaxSampledChainSteps;
+  }
+  ChainEditsHeld held;
+  model::ChainStream s;
+  s.banned = sampler.banned();
+  s.edits = ChainEditsFor(sampler, &held);
+  const int64_t listed = model::ChainKnown(s, 0);
+  if (listed > capacity) return 0;
+  return penalties ? std::min(capacity - listed, model::kMaxSampledChainSteps)
+                   : model::kMaxSampledChainSteps;
+}
+
 SequenceSampler::SequenceSampler(const RequestSampling& params, int32_t n_vocab, int64_t max_tokens,
                                  const std::vector<int32_t>& banned)
     : sampler_(ToSamplingParams(params, max_tokens), n_vocab) {

@@ -29,6 +29,18 @@ int32_t SampleFromTop(sampling::Sampler& sampler, const model::TopRow& row,
 // penalties (ArgMaxAfterBans: drawn as top-k 1, the best token).
 model::ChainDraw ChainDrawFor(const sampling::Sampler& sampler, int64_t n,
                               std::vector<float>* uniforms);
+// A sampled chain's bias and penalties (model::ChainEdits) for sampler as it stands: its bias,
+// its penalty window oldest first and each listed token's count in it, held in *held (which
+// the edits point into) while the chain runs. Empty without bias or penalties.
+struct ChainEditsHeld {
+  std::vector<int32_t> ids, counts, window;
+  std::vector<float> bias;
+};
+model::ChainEdits ChainEditsFor(const sampling::Sampler& sampler, ChainEditsHeld* held);
+// The most steps a chain of sampler's stream may take on a forward listing `capacity` known
+// tokens a row (BatchForward::chain_known_capacity; model::ChainKnown): model::
+// kMaxSampledChainSteps without bias, bans or penalties; 0 when they do not fit.
+int64_t ChainKnownRoom(const sampling::Sampler& sampler, int64_t capacity);
 
 // SampleFromTop for a row masked by a grammar (mask: a bit per token, set where allowed; Apply
 // sets the others to -inf), given only the unmasked row's reduction (a device drew from it):

@@ -33,6 +33,7 @@
 #include "base/thread_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/request.h"
+#include "engine/seq_sampler.h"
 #include "engine/speculative.h"
 #include "grammar/token_mask.h"
 #include "model/batch.h"
@@ -253,6 +254,7 @@ class Service {
   std::vector<Sampled> sampled_;  // [batch_outputs_] this step's tokens
   // A sampled chain's draws per stream (ChainDrawFor).
   std::vector<std::vector<float>> chain_uniforms_;
+  std::vector<ChainEditsHeld> chain_edits_;  // each chained stream's bias and penalties
   // JudgeConstrained's allowed entries of a row.
   std::vector<int32_t> judge_ids_;
   std::vector<float> judge_logits_;

@@ -50,22 +50,30 @@ Service::ChainWay Service::ChainWayOf(Sequence& seq) const {
   if (static_cast<int64_t>(sampler.banned().size()) > decoder_->top_known_capacity()) return way;
   const bool greedy = sampler.ArgMaxAfterBans();
   const bool logprobs = r.top_logprobs >= 0;
+  const bool edits = !sampler.bias().empty() || sampler.params().penalties();
   // A constrained stream: the device draws from the unmasked row and the host takes the
   // grammar's token from its best tokens (JudgeConstrained), so only the sampled chain, which
   // judges every row; not with logprobs (a constrained row's come from the whole row:
-  // MarkTopOnly), nor while it waits after too many overruled draws.
-  if (seq.constraint && (logprobs || seq.chain_wait > 0)) return way;
+  // MarkTopOnly), nor while it waits after too many overruled draws, nor with bias or
+  // penalties (the judge takes an unedited row's best: SampleMaskedFromTop).
+  if (seq.constraint && (logprobs || seq.chain_wait > 0 || edits)) return way;
   way.greedy = greedy && !logprobs && !seq.constraint;
+  // Bias and penalties are applied on the device (model::ChainEdits), within the forward's
+  // list of known tokens (ChainKnownRoom: ChainRoom shortens the chain to it).
   way.sampled =
       decoder_->chains_sampled() && (greedy || sampler.CanChainSample(decoder_->top_capacity())) &&
-      (!logprobs || (sampler.banned().empty() && r.top_logprobs <= decoder_->top_capacity()));
+      (!logprobs ||
+       (sampler.banned().empty() && !edits && r.top_logprobs <= decoder_->top_capacity()));
   return way;
 }
 
 int64_t Service::ChainRoom(const Sequence& seq) const {
-  // Emit ends the request at max_tokens generated or a full context: no step past either.
-  return std::min(seq.request.max_tokens - seq.n_generated,
-                  options_.ctx - static_cast<int64_t>(seq.tokens.size()));
+  // Emit ends the request at max_tokens generated or a full context: no step past either; nor
+  // past the forward's list of a row's edited tokens.
+  const sampling::Sampler& sampler = seq.sampler->sampler();
+  int64_t room = std::min(seq.request.max_tokens - seq.n_generated,
+                          options_.ctx - static_cast<int64_t>(seq.tokens.size()));
+  return std::min(room, ChainKnownRoom(sampler, decoder_->chain_known_capacity()));
 }
 
 bool Service::ChainSteps() {
@@ -203,6 +211,7 @@ bool Service::RunChain(std::span<Sequence* const> seqs, int64_t n, bool greedy) 
     }
   } else {
     chain_uniforms_.resize(links.size());
+    chain_edits_.resize(links.size());
     std::vector<model::ChainStream> streams;
     std::vector<int64_t> draws;  // each sampler's draws as the chain starts
     for (size_t i = 0; i < links.size(); ++i) {
@@ -215,6 +224,7 @@ bool Service::RunChain(std::span<Sequence* const> seqs, int64_t n, bool greedy) 
       s.pos = static_cast<int32_t>(seq.n_computed);
       s.draw = ChainDrawFor(sampler, n, &chain_uniforms_[i]);
       s.banned = sampler.banned();
+      s.edits = ChainEditsFor(sampler, &chain_edits_[i]);
       streams.push_back(s);
     }
     const auto n_vocab = static_cast<int32_t>(model_.config().n_vocab);

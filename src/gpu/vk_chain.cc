@@ -66,9 +66,16 @@ StatusOr<std::vector<int64_t>> VulkanForward::ForwardSampledChains(
       return InvalidArgumentError(
           "gpu forward: a sampled chain needs a temperature and top_p above 0, min_p at least 0");
     }
+    UF_RETURN_IF_ERROR(CheckEdits(streams[i], n));
+  }
+  // Streams with bans, bias or penalties: each step's edits on the device (edit_rows.comp).
+  bool edited = false;
+  for (const model::ChainStream& s : streams) {
+    edited = edited || !s.banned.empty() || !s.edits.empty();
   }
   // Written once the streams are known to fit (Chain checks how many).
   const auto write_draws = [&] {
+    if (edited) WriteChainEdits(streams);
     for (size_t i = 0; i < streams.size(); ++i) {
       const model::ChainDraw& draw = streams[i].draw;
       uint32_t* di = d + i * kDrawWords;
@@ -85,17 +92,21 @@ StatusOr<std::vector<int64_t>> VulkanForward::ForwardSampledChains(
   const auto* ring = static_cast<const uint32_t*>(chain_ring_.mapped());
   const auto* tops = static_cast<const uint32_t*>(chain_top_.mapped());
   const int64_t row_words = 2 * o_.top_k + 2;
-  // The bans as known tokens (their raw logits unknown, and not needed: see ChainDecide).
-  size_t most_banned = 0;
-  for (const model::ChainStream& s : streams) most_banned = std::max(most_banned, s.banned.size());
-  known_zeros_.assign(most_banned, 0.0f);
+  const auto* known = edited ? static_cast<const uint32_t*>(chain_known_.mapped()) : nullptr;
+  const int64_t known_words = Kernels::EditRingWords(chain_known_cap_);
   const auto on_step = [&](int64_t i, int64_t p, const float* whole) -> StatusOr<ChainTake> {
     const int64_t at = i * kChainRing + p % kChainRing;
     model::TopRow row = TopRowOf(tops + at * row_words, o_.top_k, c_.n_vocab);
-    const std::span<const int32_t> banned = streams[i].banned;
-    row.n_known = static_cast<int32_t>(banned.size());
-    row.known_ids = banned.data();
-    row.known_logits = known_zeros_.data();
+    if (known != nullptr) {  // the step's edited tokens with their raw logits (bans: -inf)
+      const uint32_t* k = known + at * known_words;
+      row.n_known = static_cast<int32_t>(std::min<uint32_t>(k[0], chain_known_cap_));
+      row.known_ids = reinterpret_cast<const int32_t*>(k + 1);
+      row.known_logits = reinterpret_cast<const float*>(k + 1 + chain_known_cap_);
+      if (whole != nullptr) {  // the row as it was before they went to -inf
+        auto* w = const_cast<float*>(whole);
+        for (int32_t j = 0; j < row.n_known; ++j) w[row.known_ids[j]] = row.known_logits[j];
+      }
+    }
     rows_reduced_ += whole == nullptr;
     model::ChainTurn turn;
     const int32_t t = decide(i, row, whole, static_cast<int32_t>(ring[at]), &turn);
@@ -105,6 +116,48 @@ StatusOr<std::vector<int64_t>> VulkanForward::ForwardSampledChains(
     return ChainTake{t, turn.more, turn.draws};
   };
   return Chain(streams, n, /*sampled=*/true, on_step, write_draws);
+}
+
+void VulkanForward::WriteChainEdits(std::span<const model::ChainStream> streams) {
+  static_assert(Kernels::kEditSteps == model::kMaxSampledChainSteps);
+  const int64_t cap = chain_known_cap_, words = Kernels::EditStateWords(cap);
+  for (size_t i = 0; i < streams.size(); ++i) {
+    const model::ChainStream& s = streams[i];
+    const model::ChainEdits& e = s.edits;
+    uint32_t* st = static_cast<uint32_t*>(chain_edit_.mapped()) + i * words;
+    std::fill(st, st + 8, 0u);
+    const bool penal = e.last_n > 0;
+    st[1] = penal ? static_cast<uint32_t>(e.last_n) : 0u;
+    st[2] = penal ? static_cast<uint32_t>(e.window.size()) : 0u;
+    st[3] = static_cast<uint32_t>(s.pos);
+    std::memcpy(st + 4, &e.repeat_penalty, 4);
+    std::memcpy(st + 5, &e.presence_penalty, 4);
+    std::memcpy(st + 6, &e.frequency_penalty, 4);
+    // S: the edits' tokens, then the bans not among them.
+    uint32_t* entry = st + 8;
+    int64_t n_s = 0;
+    const auto add = [&](int32_t id, float bias, int32_t count, bool banned) {
+      uint32_t* x = entry + 4 * n_s++;
+      x[0] = static_cast<uint32_t>(id);
+      std::memcpy(x + 1, &bias, 4);
+      x[2] = static_cast<uint32_t>(count);
+      x[3] = banned ? 1u : 0u;
+    };
+    const auto is_banned = [&](int32_t id) {
+      return std::find(s.banned.begin(), s.banned.end(), id) != s.banned.end();
+    };
+    for (size_t j = 0; j < e.ids.size(); ++j) {
+      add(e.ids[j], e.bias[j], penal ? e.counts[j] : 0, is_banned(e.ids[j]));
+    }
+    for (int32_t id : s.banned) {
+      if (std::find(e.ids.begin(), e.ids.end(), id) == e.ids.end()) add(id, 0.0f, 0, true);
+    }
+    st[0] = static_cast<uint32_t>(n_s);
+    // The start window's oldest tokens (only those leave it within a chain).
+    uint32_t* init = st + 8 + 4 * cap;
+    const size_t n_init = penal ? std::min<size_t>(e.window.size(), Kernels::kEditSteps) : 0;
+    for (size_t j = 0; j < n_init; ++j) init[j] = static_cast<uint32_t>(e.window[j]);
+  }
 }
 
 Status VulkanForward::FetchChainRows(int slot, std::span<const int64_t> rows) {
@@ -162,6 +215,42 @@ Status VulkanForward::CheckChain(std::span<const model::ChainStream> streams, in
   return OkStatus();
 }
 
+Status VulkanForward::CheckEdits(const model::ChainStream& s, int64_t n) const {
+  const model::ChainEdits& e = s.edits;
+  if (e.empty() && s.banned.empty()) return OkStatus();
+  const int64_t k = model::ChainKnown(s, n);
+  if (k > chain_known_cap_) {
+    return InvalidArgumentError("gpu forward: a chain of " + std::to_string(n) + " steps lists " +
+                                std::to_string(k) + " edited tokens; this forward lists at most " +
+                                std::to_string(chain_known_cap_));
+  }
+  if (e.bias.size() != e.ids.size() || e.counts.size() != e.ids.size()) {
+    return InvalidArgumentError("gpu forward: a chain's edits need a bias and a count per token");
+  }
+  if (e.last_n < 0 || (e.last_n > 0 && static_cast<int64_t>(e.window.size()) > e.last_n)) {
+    return InvalidArgumentError("gpu forward: a chain's penalty window is longer than last_n");
+  }
+  for (size_t j = 0; j < e.ids.size(); ++j) {
+    const int32_t id = e.ids[j];
+    if (id < 0 || id >= c_.n_vocab) {
+      return InvalidArgumentError("gpu forward: edited token " + std::to_string(id) +
+                                  " is outside the vocabulary");
+    }
+    if (std::find(e.ids.begin(), e.ids.begin() + j, id) != e.ids.begin() + j) {
+      return InvalidArgumentError("gpu forward: edited token " + std::to_string(id) +
+                                  " is listed twice");
+    }
+  }
+  // Every window token must be listed (its count is the device's start).
+  for (int32_t t : e.window) {
+    if (std::find(e.ids.begin(), e.ids.end(), t) == e.ids.end()) {
+      return InvalidArgumentError("gpu forward: window token " + std::to_string(t) +
+                                  " is not among the edited tokens");
+    }
+  }
+  return OkStatus();
+}
+
 StatusOr<std::vector<int64_t>> VulkanForward::Chain(std::span<const model::ChainStream> streams,
                                                     int64_t n, bool sampled,
                                                     const ChainStep& on_step,
@@ -169,8 +258,10 @@ StatusOr<std::vector<int64_t>> VulkanForward::Chain(std::span<const model::Chain
   UF_RETURN_IF_ERROR(CheckChain(streams, n));
   UF_CHECK(sampled || streams.size() == 1) << "a greedy chain runs one stream";
   const auto b = static_cast<int64_t>(streams.size());
-  bool masked = false;
-  for (const model::ChainStream& s : streams) masked = masked || !s.banned.empty();
+  bool masked = false;  // a sampled chain's: edit_rows.comp (written by the caller's setup)
+  for (const model::ChainStream& s : streams) {
+    masked = masked || !s.banned.empty() || (sampled && !s.edits.empty());
+  }
   for (int32_t s : touched_) seq_next_[s] = -1;  // a Run's batch, as Prepare forgets it
   touched_.clear();
   for (int64_t i = 0; i < b; ++i) {
@@ -196,7 +287,7 @@ StatusOr<std::vector<int64_t>> VulkanForward::Chain(std::span<const model::Chain
   const int64_t bs = cache_->block_size();
   auto* tok = static_cast<uint32_t*>(tok_.mapped());
   auto* outs = static_cast<uint32_t*>(outs_.mapped());
-  auto* known = masked ? static_cast<uint32_t*>(known_.mapped()) : nullptr;
+  auto* known = masked && !sampled ? static_cast<uint32_t*>(known_.mapped()) : nullptr;
   int64_t depth = 0;
   for (int64_t i = 0; i < b; ++i) {
     const model::ChainStream& s = streams[i];

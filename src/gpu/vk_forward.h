@@ -38,9 +38,11 @@ struct LayerBuffers {
 // same after the rows' known tokens were read out and masked (mask_rows.comp). A top recording
 // made `allowed` first masks the rows flagged in allow_ by their grammars (allow_rows.comp).
 // kChain: kGreedy's one row, its token also fed to the next step's input (ForwardGreedyChain);
-// kChainMasked: the same after the row's known tokens (the banned ones) were masked; kSampled,
-// kSampledMasked: kChain's with the row's best tokens (topk.comp) and a token drawn from them
-// (sample.comp) instead of its arg-max, a row per stream (ForwardSampledChains).
+// kChainMasked: the same after the row's known tokens (the banned ones) were masked; kSampled:
+// kChain's with the row's best tokens (topk.comp) and a token drawn from them (sample.comp)
+// instead of its arg-max, a row per stream (ForwardSampledChains); kSampledMasked: kSampled's
+// after each row's bans, bias and penalties (edit_rows.comp), its edited tokens merged into the
+// draw.
 enum class Out {
   kLogits,
   kGreedy,
@@ -99,6 +101,7 @@ class VulkanForward final : public GpuForward {
     return t;
   }
   int32_t top_known_capacity() const override { return o_.top_k > 0 ? o_.max_known : 0; }
+  int64_t chain_known_capacity() const override { return chain_known_cap_; }
   int64_t rows_reduced() const override { return rows_reduced_; }
   int64_t rows_fetched() const override { return rows_fetched_; }
   Status FetchLogits(std::span<const int64_t> rows) override;
@@ -152,6 +155,10 @@ class VulkanForward final : public GpuForward {
   // A chain's checks: 1 to chain_streams_ streams of distinct sequences, each token, sequence,
   // start, length and ban valid.
   Status CheckChain(std::span<const model::ChainStream> streams, int64_t n) const;
+  // A sampled chain stream's bans and edits fit chain_known_cap_ and are well formed.
+  Status CheckEdits(const model::ChainStream& s, int64_t n) const;
+  // Each stream's edits into chain_edit_ (edit_rows.comp's state) before a sampled chain.
+  void WriteChainEdits(std::span<const model::ChainStream> streams);
   // Both chains: the checks, each stream's blocks and first step's input (setup, when set, once
   // they are known to fit), the steps two in flight, each cache cut to its taken steps.
   // on_step(i, p, whole) reads stream i's row of the step that fed its position p from the
@@ -302,7 +309,11 @@ class VulkanForward final : public GpuForward {
   // chains (chain_redo.comp's flag, token, position, draws), read by the slot's next step.
   Buffer chain_redo_[kChainDepth];
   std::unique_ptr<Recorder> chain_fetch_[kChainDepth];
-  std::vector<float> known_zeros_;  // the banned tokens' logits as a sampled chain lists them
+  // host-visible, where top_k and max_known: a sampled chain's edits (bans, bias, penalties;
+  // edit_rows.comp) [chain_streams_][Kernels::EditStateWords(chain_known_cap_)] and each step's
+  // edited tokens [chain_streams_][kChainRing][Kernels::EditRingWords(chain_known_cap_)].
+  Buffer chain_edit_, chain_known_;
+  int64_t chain_known_cap_ = 0;                          // min(max_known, Kernels::kMaxChainKnown)
   StepTuner attn_tuner_{"attention", "tiled", "token"};  // AttentionTiles::kTune
   // NormTail::kTune and GemvVariant::kTune, each one class: one-token steps at any depth.
   StepTuner tail_tuner_{"norm tail", "off", "on"};

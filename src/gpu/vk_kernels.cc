@@ -146,7 +146,8 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
   UF_ASSIGN_OR_RETURN(k.embed_q_, ctx->GetPipeline("embed_q", 6));
   UF_ASSIGN_OR_RETURN(k.gather_, ctx->GetPipeline("gather", 3));
   UF_ASSIGN_OR_RETURN(k.argmax_, ctx->GetPipeline("argmax", 6));
-  UF_ASSIGN_OR_RETURN(k.sample_, ctx->GetPipeline("sample", 6));
+  UF_ASSIGN_OR_RETURN(k.sample_, ctx->GetPipeline("sample", 7));
+  UF_ASSIGN_OR_RETURN(k.edit_rows_, ctx->GetPipeline("edit_rows", 4));
   UF_ASSIGN_OR_RETURN(k.chain_redo_, ctx->GetPipeline("chain_redo", 4));
   UF_ASSIGN_OR_RETURN(k.topk_, ctx->GetPipeline("topk", 3));
   UF_ASSIGN_OR_RETURN(k.copy_rows_, ctx->GetPipeline("copy_rows", 3));

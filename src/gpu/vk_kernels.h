@@ -391,10 +391,24 @@ class Kernels {
   // in draw[j * draw_words] (kDrawHeaderWords words, then the uniforms), fed to row j of the next
   // step's input through feed as ArgMax's feed does; the row is also copied to
   // top_ring[j][position % feed.ring_size] (2k + 2 words each) and its token to ring[j][...].
+  // With cap > 0, row j's known tokens in known (EditRows' ring, at the same slot) join its
+  // best k and its mass (cap 0: known is not read).
   static constexpr int64_t kDrawHeaderWords = 8;
   void SampleFeed(Recorder* r, const Buffer& top, const Buffer& draw, const Feed& feed,
                   const Buffer& top_ring, int64_t k, int64_t n_vocab, int64_t rows,
-                  int64_t draw_words) const;
+                  int64_t draw_words, const Buffer& known, int64_t cap = 0) const;
+  // A chained sampled step's edits (edit_rows.comp, a workgroup a row): row j's bans, logit
+  // bias and penalties from state[j * EditStateWords(cap)] (its start window, static list and the
+  // chain's tokens by step; EditRows records each step's input token there), its edited tokens
+  // listed in ring[j][position % ring_size] (EditRingWords(cap) words: count, ids, raw and
+  // edited logits) and set to -inf in the row. cap <= kMaxChainKnown.
+  static constexpr int64_t kMaxChainKnown = 1024;
+  static constexpr int64_t kEditSteps = 256;  // model::kMaxSampledChainSteps
+  static constexpr int64_t EditStateWords(int64_t cap) { return 8 + 4 * cap + 2 * kEditSteps; }
+  static constexpr int64_t EditRingWords(int64_t cap) { return 3 * cap + 1; }
+  void EditRows(Recorder* r, const Buffer& logits, const Buffer& state, const Buffer& tok,
+                const Buffer& ring, int64_t n_vocab, int64_t rows, int64_t cap,
+                int64_t ring_size) const;
   // The rows of a step of a batch of sampled chains whose flag in redo (4 words a row: flag,
   // token, position, draws) is set start from that token at that position, their cache slot from
   // feed.bt, their draw counter (draw[j * draw_words + 4]) set to draws (chain_redo.comp: the
@@ -491,6 +505,7 @@ class Kernels {
   const Pipeline* topk_ = nullptr;
   const Pipeline* copy_rows_ = nullptr;
   const Pipeline* mask_rows_ = nullptr;
+  const Pipeline* edit_rows_ = nullptr;
   const Pipeline* allow_rows_ = nullptr;
 };
 

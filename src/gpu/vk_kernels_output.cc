@@ -111,20 +111,33 @@ void Kernels::ArgMax(Recorder* r, const Buffer& logits, const Buffer& out, const
 
 void Kernels::SampleFeed(Recorder* r, const Buffer& top, const Buffer& draw, const Feed& feed,
                          const Buffer& top_ring, int64_t k, int64_t n_vocab, int64_t rows,
-                         int64_t draw_words) const {
+                         int64_t draw_words, const Buffer& known, int64_t cap) const {
   UF_CHECK(k >= 1 && k <= kMaxTopK && feed.block_size > 0 && feed.ring_size > 0 && rows >= 1 &&
-           rows <= 65535 && draw_words > kDrawHeaderWords)
-      << k << " " << rows;
+           rows <= 65535 && draw_words > kDrawHeaderWords && cap >= 0 && cap <= kMaxChainKnown)
+      << k << " " << rows << " " << cap;
   const struct {
-    uint32_t k, n_vocab, block_size, max_blocks, ring_size, draw_words;
+    uint32_t k, n_vocab, block_size, max_blocks, ring_size, draw_words, cap;
   } push = {static_cast<uint32_t>(k),
             static_cast<uint32_t>(n_vocab),
             static_cast<uint32_t>(feed.block_size),
             static_cast<uint32_t>(feed.max_blocks),
             static_cast<uint32_t>(feed.ring_size),
-            static_cast<uint32_t>(draw_words)};
-  r->Dispatch(*sample_, {top, draw, *feed.tok, *feed.bt, *feed.ring, top_ring}, push,
+            static_cast<uint32_t>(draw_words),
+            static_cast<uint32_t>(cap)};
+  r->Dispatch(*sample_, {top, draw, *feed.tok, *feed.bt, *feed.ring, top_ring, known}, push,
               static_cast<uint32_t>(rows));
+}
+
+void Kernels::EditRows(Recorder* r, const Buffer& logits, const Buffer& state, const Buffer& tok,
+                       const Buffer& ring, int64_t n_vocab, int64_t rows, int64_t cap,
+                       int64_t ring_size) const {
+  UF_CHECK(cap >= 1 && cap <= kMaxChainKnown && rows >= 1 && rows <= 65535 && ring_size > 0)
+      << cap << " " << rows;
+  const struct {
+    uint32_t n_vocab, cap, state_words, ring_size;
+  } push = {static_cast<uint32_t>(n_vocab), static_cast<uint32_t>(cap),
+            static_cast<uint32_t>(EditStateWords(cap)), static_cast<uint32_t>(ring_size)};
+  r->Dispatch(*edit_rows_, {logits, state, tok, ring}, push, static_cast<uint32_t>(rows));
 }
 
 void Kernels::ChainRedo(Recorder* r, const Buffer& redo, const Feed& feed, const Buffer& draw,

@@ -411,13 +411,18 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, boo
       Gemm(r, output_, xo_, n_out, logits_in);
     }
     if (out == Out::kGreedy) k_.ArgMax(r, local, argmax_, argmax_part_, c_.n_vocab, n_out);
-    if (out == Out::kChainMasked || out == Out::kSampledMasked) {
+    if (out == Out::kChainMasked) {
       k_.MaskRows(r, local, known_, known_raw_, c_.n_vocab, n_out, o_.max_known);
+    }
+    if (out == Out::kSampledMasked) {  // bans, bias, penalties (CheckChain: chain_known_cap_)
+      k_.EditRows(r, local, chain_edit_, tok_, chain_known_, c_.n_vocab, n_out, chain_known_cap_,
+                  kChainRing);
     }
     if (out == Out::kSampled || out == Out::kSampledMasked) {
       k_.TopK(r, local, top_, top_part_, c_.n_vocab, n_out, o_.top_k);
-      k_.SampleFeed(r, top_, chain_draw_, feed, chain_top_, o_.top_k, c_.n_vocab, n_out,
-                    kDrawWords);
+      const bool edited = out == Out::kSampledMasked;
+      k_.SampleFeed(r, top_, chain_draw_, feed, chain_top_, o_.top_k, c_.n_vocab, n_out, kDrawWords,
+                    edited ? chain_known_ : chain_top_, edited ? chain_known_cap_ : 0);
     }
     if (out == Out::kChain || out == Out::kChainMasked) {
       k_.ArgMax(r, local, argmax_, argmax_part_, c_.n_vocab, n_out, Kernels::kArgMaxChunk, &feed);

@@ -2,6 +2,7 @@
 // batching); within a sequence they must be consecutive positions, in order.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -73,8 +74,8 @@ struct TopRow {
 };
 
 // How a sampled chain draws on the device (BatchForward::ForwardSampledChain): the sampler's
-// filters, as sampling::SamplingParams means them (no penalties or bias), and the uniforms of its
-// next draws in order (the sampler's own, so that the device's draw is the host's).
+// filters, as sampling::SamplingParams means them (its bias and penalties: ChainEdits), and the
+// uniforms of its next draws in order (the sampler's own, so that the device's draw is the host's).
 struct ChainDraw {
   float temperature = 1.0f;
   int32_t top_k = 0;
@@ -84,22 +85,51 @@ struct ChainDraw {
 };
 // Steps a sampled chain runs at most (its uniforms live in a buffer of this many).
 inline constexpr int64_t kMaxSampledChainSteps = 256;
-// A sampled chain's step ended: its row reduced (TopRow; the banned tokens listed as known, with
-// no raw logits: a ban makes them -inf whatever they were) and the token the device drew from
-// it. Returns the token the step takes: `drawn` to go on; another to take that one and end the
-// chain (the next step, queued with `drawn`, is dropped). With whole == nullptr it may return -1
-// when the reduced row cannot decide the draw (Sampler::SampleReduced): it is then called again
-// with the whole row (whole: [n_vocab] raw logits, the banned tokens at -inf; valid during the
-// call) and must return a token. *more = false ends the chain after this step.
+// A sampled chain's step ended: its row reduced (TopRow; with bans or edits, the step's edited
+// tokens listed as known with their raw logits, the banned ones' -inf: a ban makes them -inf
+// whatever they were) and the token the device drew from it. Returns the token the step takes:
+// `drawn` to go on; another to take that one and end the chain (the next step, queued with `drawn`,
+// is dropped). With whole == nullptr it may return -1 when the reduced row cannot decide the draw
+// (Sampler::SampleReduced): it is then called again with the whole row (whole: [n_vocab] raw
+// logits, the banned tokens at -inf; valid during the call) and must return a token. *more = false
+// ends the chain after this step.
 using ChainDecide =
     std::function<int32_t(const TopRow& row, const float* whole, int32_t drawn, bool* more)>;
+// A sampled chain's logit bias and penalties (sampling::Sampler's, as the chain starts). The
+// device edits each step's row as Sample() does: raw + bias, then for a token counted c > 0
+// times in the penalty window l <= 0 ? l * repeat : l / repeat, then l -= c * frequency +
+// presence, then bans to -inf; the window is `window` followed by the tokens the chain takes,
+// its last `last_n`. Each step's edited tokens come back with their raw logits as the row's
+// known tokens (TopRow), so the host's sampler still judges every draw.
+struct ChainEdits {
+  std::span<const int32_t> ids;     // distinct: each token with a bias or in the window
+  std::span<const float> bias;      // [ids] its bias (0 for none)
+  std::span<const int32_t> counts;  // [ids] its occurrences in the window
+  std::span<const int32_t> window;  // the penalty window, oldest first
+  float repeat_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  int32_t last_n = 0;  // the window's length at most; 0: no penalties
+  bool empty() const { return ids.empty() && last_n == 0; }
+};
 // One stream of a batch of sampled chains (BatchForward::ForwardSampledChains): its sequence,
-// its first step's token and position, its draw and its banned tokens (ForwardSampledChain's).
+// its first step's token and position, its draw, its banned tokens (ForwardSampledChain's) and
+// its edits.
 struct ChainStream {
   int32_t seq = 0, token = 0, pos = 0;
   ChainDraw draw;
   std::span<const int32_t> banned;
+  ChainEdits edits;
 };
+// Tokens a chained row of `stream` lists as known at most over n steps: its bans, its edits'
+// ids and, with penalties, each token the chain takes (BatchForward::chain_known_capacity()).
+inline int64_t ChainKnown(const ChainStream& stream, int64_t n) {
+  int64_t k = static_cast<int64_t>(stream.edits.ids.size());
+  for (int32_t id : stream.banned) {
+    if (std::find(stream.edits.ids.begin(), stream.edits.ids.end(), id) == stream.edits.ids.end()) {
+      ++k;
+    }
+  }
+  return k + (stream.edits.last_n > 0 ? n : 0);
+}
 // What a batch of chains' decider says of a stream's step besides its token (ChainsDecide).
 struct ChainTurn {
   bool more = true;   // false: the stream ends after this step, and the chain with it
@@ -164,11 +194,13 @@ class BatchForward {
   // row (Sampler::SampleTop or SampleReduced, the same uniform) and the chain goes on only while
   // the two agree, so the tokens are those of one sampled step at a time, draw for draw. Returns
   // the steps taken (see ChainDecide); seq's cache then holds positions up to pos + that many.
-  // Needs n <= kMaxSampledChainSteps, draw.uniforms.size() >= n, top_capacity() > 0.
+  // Needs n <= kMaxSampledChainSteps, draw.uniforms.size() >= n, top_capacity() > 0, and
+  // ChainKnown(stream, n) <= chain_known_capacity() where it bans or edits.
   StatusOr<int64_t> ForwardSampledChain(int32_t seq, int32_t token, int32_t pos, int64_t n,
                                         const ChainDraw& draw, const ChainDecide& decide,
-                                        std::span<const int32_t> banned = {}) {
-    const ChainStream stream{seq, token, pos, draw, banned};
+                                        std::span<const int32_t> banned = {},
+                                        const ChainEdits& edits = {}) {
+    const ChainStream stream{seq, token, pos, draw, banned, edits};
     UF_ASSIGN_OR_RETURN(const std::vector<int64_t> taken,
                         ForwardSampledChains(std::span<const ChainStream>(&stream, 1), n,
                                              [&](int64_t, const TopRow& row, const float* whole,
@@ -179,6 +211,8 @@ class BatchForward {
   }
   // Streams a batch of sampled chains may hold (ForwardSampledChains); 0 when it does not run.
   virtual int64_t chain_streams() const { return 0; }
+  // Known tokens a chained row may list (ChainKnown of each stream for the chain's n steps).
+  virtual int64_t chain_known_capacity() const { return 0; }
   // ForwardSampledChain for several sequences at once (a decode batch a step, one row each, up
   // to chain_streams() of them): the device feeds each row's draw to its row of the next step.
   // decide(i, ...) judges stream i's step as ChainDecide does. A stream that ends (turn->more =

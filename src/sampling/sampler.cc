@@ -496,6 +496,25 @@ void Sampler::EditedTokens(std::span<const int32_t> pending, std::vector<int32_t
   out->erase(std::unique(out->begin(), out->end()), out->end());
 }
 
+bool Sampler::CanChainSample(int32_t n) const {
+  for (size_t i = 0; i < bias_.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (bias_[j].first == bias_[i].first) return false;
+    }
+  }
+  if (params_.greedy()) return params_.penalties() || !bias_.empty();  // else ArgMaxAfterBans
+  return CanSampleTop(n) || CanSampleReduced();
+}
+
+void Sampler::PenaltyWindow(std::vector<int32_t>* out) const {
+  out->clear();
+  if (!params_.penalties()) return;
+  // A full ring's oldest token is the next one overwritten.
+  const size_t from =
+      static_cast<int32_t>(window_.size()) < params_.penalty_last_n ? 0 : window_next_;
+  for (size_t i = 0; i < window_.size(); ++i) out->push_back(window_[(from + i) % window_.size()]);
+}
+
 bool Sampler::CanSampleTop(int32_t n) const {
   if (n < 1) return false;
   return params_.greedy() || (params_.top_k > 0 && params_.top_k <= n && params_.top_k < n_vocab_);

@@ -188,12 +188,16 @@ class Sampler {
   // sampled chains resets a stream's count after the host overrules its draw).
   int64_t draws() const { return draws_; }
   // True when a device may draw this sampler's tokens from a row's n best (a sampled chain):
-  // SampleTop or SampleReduced decides them from such a row, with no bias or penalties (which
-  // change with each token); bans are allowed (masked on the device).
-  bool CanChainSample(int32_t n) const {
-    return !params_.greedy() && !params_.penalties() && bias_.empty() &&
-           (CanSampleTop(n) || CanSampleReduced());
-  }
+  // SampleTop or SampleReduced decides them from such a row. Bans, bias and penalties are
+  // allowed: the device applies them to each row as Sample() does (the penalties from the
+  // window at the chain's start and the tokens the chain drew since: model::ChainEdits), and a
+  // greedy sampler with bias or penalties draws as top-k 1. A bias listing a token twice is not
+  // (Sample() adds its values one by one, a device their sum).
+  bool CanChainSample(int32_t n) const;
+  // The logit bias (SetLogitBias's valid entries, in order).
+  const std::vector<std::pair<int32_t, float>>& bias() const { return bias_; }
+  // The penalty window's tokens, oldest first, into *out (empty without penalties).
+  void PenaltyWindow(std::vector<int32_t>* out) const;
 
  private:
   struct Edit {

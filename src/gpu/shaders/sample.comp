@@ -14,6 +14,11 @@
 // sampler does) and its next uniforms in order. The step also copies the reduced row to
 // top_ring[row][position % ring_size] and its token to ring[row][...], for the host, and feeds the
 // token to the row's slot of the next step's input (tok[row]) as argmax.comp's feed does.
+//
+// With cap > 0 the row has known tokens (edit_rows.comp: bans, bias, penalties), -inf in the
+// row the top-k reduced and listed in known[row][position % ring_size] with their edited
+// logits: they join the k best (the merged row's best k lead the walk) and the row's mass, as
+// they do in the host's SampleTop / SampleReduced.
 #version 450
 layout(local_size_x = 64) in;
 
@@ -23,12 +28,22 @@ layout(std430, binding = 2) buffer Tok { uint tok[]; };
 layout(std430, binding = 3) readonly buffer Bt { int bt[]; };
 layout(std430, binding = 4) writeonly buffer Ring { uint ring[]; };
 layout(std430, binding = 5) writeonly buffer TopRing { uint top_ring[]; };
-layout(push_constant) uniform P { uint k, n_vocab, block_size, max_blocks, ring_size, draw_words; } p;
+layout(std430, binding = 6) readonly buffer Known { uint known[]; };
+layout(push_constant) uniform P {
+  uint k, n_vocab, block_size, max_blocks, ring_size, draw_words, cap;
+} p;
+
+const uint kMaxKnown = 1024u;  // GpuForward::kMaxChainKnown
 
 shared float s_l[64];  // logits, -inf past the valid ones
 shared float s_w[64];  // e^(l - max)
 shared float s_v[64];  // e^((l - max) / T)
 shared uint s_id[64];
+shared uint s_kid[kMaxKnown];   // the known tokens' ids
+shared float s_ke[kMaxKnown];   // their edited logits
+shared float s_max[64];         // per invocation: the known tokens' largest edited logit
+shared float s_xw[64], s_xv[64];  // per invocation: mass at T = 1 and T past the merged best k
+shared float s_kw[64];            // per invocation: the known tokens' mass at T = 1
 
 const float kInf = 1.0 / 0.0;
 
@@ -65,20 +80,96 @@ void main() {
     l = uintBitsToFloat(top[t0 + p.k + lid]);
     if (isnan(l) || id == 0xFFFFFFFFu) l = -kInf;
   }
-  s_l[lid] = l;
-  s_id[lid] = id;
-  s_w[lid] = l > -kInf ? exp(l - mx) : 0.0;
-  s_v[lid] = l > -kInf ? exp((l - mx) * s) : 0.0;
+  // The known tokens (none without cap), staged; NaN ranks as -inf, as the host's.
+  const uint kb = slot * (3u * p.cap + 1u);
+  const uint nk = p.cap > 0u ? min(known[kb], min(p.cap, kMaxKnown)) : 0u;
+  float kmax = -kInf;
+  for (uint j = lid; j < nk; j += 64u) {
+    float v = uintBitsToFloat(known[kb + 1u + 2u * p.cap + j]);
+    if (isnan(v)) v = -kInf;
+    s_kid[j] = known[kb + 1u + j];
+    s_ke[j] = v;
+    kmax = max(kmax, v);
+  }
+  s_max[lid] = kmax;
+  barrier();
+  float m_all = mx;  // the merged row's max
+  for (uint j = 0u; j < 64u; ++j) m_all = max(m_all, s_max[j]);
+  // Ranks in the merged row (higher logit, then lower id): a listed token's is its index plus
+  // the known tokens above it; a known token's, the listed and known tokens above it.
+  uint rank = 0xFFFFFFFFu;
+  if (l > -kInf) {
+    rank = lid;
+    for (uint j = 0u; j < nk; ++j) {
+      if (s_ke[j] > l || (s_ke[j] == l && s_kid[j] < id)) ++rank;
+    }
+  }
+  float xw = 0.0, xv = 0.0, kw = 0.0;  // past the merged k; the known tokens' mass
+  if (rank != 0xFFFFFFFFu && rank >= p.k) {
+    xw += exp(l - m_all);
+    xv += exp((l - m_all) * s);
+  }
+  s_l[lid] = -kInf;  // s_l and s_id receive the merged k
+  s_id[lid] = 0xFFFFFFFFu;
+  barrier();
+  if (rank < p.k) {
+    s_l[rank] = l;
+    s_id[rank] = id;
+  }
+  for (uint j = lid; j < nk; j += 64u) {
+    const float v = s_ke[j];
+    if (!(v > -kInf)) continue;
+    const uint kid = s_kid[j];
+    uint r = 0u;
+    for (uint o = 0u; o < p.k; ++o) {
+      const float lo = uintBitsToFloat(top[t0 + p.k + o]);
+      const uint io = top[t0 + o];
+      if (isnan(lo) || io == 0xFFFFFFFFu || !(lo > -kInf)) break;
+      if (lo > v || (lo == v && io < kid)) ++r;
+    }
+    for (uint o = 0u; o < nk; ++o) {
+      if (s_ke[o] > v || (s_ke[o] == v && s_kid[o] < kid)) ++r;
+    }
+    kw += exp(v - m_all);
+    if (r < p.k) {
+      s_l[r] = v;
+      s_id[r] = kid;
+    } else {
+      xw += exp(v - m_all);
+      xv += exp((v - m_all) * s);
+    }
+  }
+  s_xw[lid] = xw;
+  s_xv[lid] = xv;
+  s_kw[lid] = kw;
+  barrier();
+  const float lm = s_l[lid];
+  s_w[lid] = lm > -kInf ? exp(lm - m_all) : 0.0;
+  s_v[lid] = lm > -kInf ? exp((lm - m_all) * s) : 0.0;
   barrier();
   if (lid != 0u) return;
 
   uint valid = 0u;
   while (valid < p.k && s_l[valid] > -kInf) ++valid;
+  // The listed tokens (the row without the known ones): how many, the last one's weight.
+  uint listed = 0u;
+  while (listed < p.k && top[t0 + listed] != 0xFFFFFFFFu &&
+         uintBitsToFloat(top[t0 + p.k + listed]) > -kInf) {
+    ++listed;
+  }
+  const float w_last_listed =
+      listed > 0u ? exp(uintBitsToFloat(top[t0 + p.k + listed - 1u]) - m_all) : 0.0;
+  float extra_w = 0.0, extra_v = 0.0, known_w = 0.0;
+  for (uint j = 0u; j < 64u; ++j) {
+    extra_w += s_xw[j];
+    extra_v += s_xv[j];
+    known_w += s_kw[j];
+  }
   uint token = 0u;
   bool drawn = true;
   const uint draws = dw[d0 + 4u], n_uniforms = dw[d0 + 5u];
   const float u = uintBitsToFloat(dw[d0 + 8u + min(draws, n_uniforms - 1u)]);
-  if (!(mx > -kInf) || valid == 0u) {
+  if (!(m_all > -kInf) || valid == 0u) {
     token = 0u;  // every token masked: the lowest id, no draw (the host decides here)
     drawn = false;
   } else if (top_k > 0 && uint(top_k) < p.n_vocab) {
@@ -87,7 +178,7 @@ void main() {
     float z = 0.0;
     for (uint j = 0; j < m; ++j) z += s_w[j];
     if (min_p > 0.0) {
-      const float threshold = mx + log(min_p);
+      const float threshold = m_all + log(min_p);
       uint kept = 0u;
       while (kept < m && s_l[kept] >= threshold) ++kept;
       m = kept;
@@ -114,7 +205,7 @@ void main() {
     }
   } else {
     // Sampler::SampleReduced: the row's mass z from its log-sum-exp; the k best lead the walk.
-    const float z = exp(lse - mx);
+    const float z = (mx > -kInf ? exp(lse - m_all) : 0.0) + known_w;
     float s1 = 0.0;
     for (uint j = 0; j < valid; ++j) s1 += s_w[j];
     if (!(top_p < 1.0) && !(min_p > 0.0)) {
@@ -125,12 +216,15 @@ void main() {
       const float r1 = max(0.0, z - s1);
       float r = r1;
       if (s != 1.0) {
-        const float n_unseen = float(p.n_vocab - valid);
-        const float w_last = s_w[valid - 1u];
+        // The unlisted tokens' mass at T = 1, each at most the last listed one's weight; the
+        // known and listed tokens past the merged k are exact.
+        const float r1u = max(0.0, r1 - extra_w);
+        const float n_unseen = float(p.n_vocab - listed - nk);
+        const float w_last = w_last_listed;
         float hi = n_unseen * pow(w_last, s);
-        hi = s > 1.0 ? min(hi, r1 * pow(w_last, s - 1.0))
-                     : min(hi, pow(n_unseen, 1.0 - s) * pow(r1, s));
-        r = 0.5 * hi;
+        hi = s > 1.0 ? min(hi, r1u * pow(w_last, s - 1.0))
+                     : min(hi, pow(n_unseen, 1.0 - s) * pow(r1u, s));
+        r = extra_v + 0.5 * (listed > 0u ? hi : 0.0);
       }
       token = Walk(valid, u * (v_sum + r));
     } else {
