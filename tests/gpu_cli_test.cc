@@ -234,10 +234,14 @@ TEST_F(GpuBenchCliTest, BuffersPastTheBindingLimitAreClearErrors) {
 // the device draws from the row's best tokens, the sampler checks each draw, a row those cannot
 // decide runs as one step): the same text and stop as one step at a time with the whole row
 // sampled on the host (UF_GPU_CHAIN=off), seeded, with run's default filters (top-k 40), with
-// nothing filtered (the whole row at T 1), and with --ignore-eos, on the demo model.
+// nothing filtered (the whole row at T 1), with --ignore-eos, and with penalties applied on the
+// device (sampled, and greedy: drawn as top-k 1), on the demo model.
 TEST_F(GpuBenchCliTest, RunSampledChainedGivesTheStepwiseText) {
-  for (const std::string args : {"--temp 0.8 -n 40", "--temp 1 --top-k 0 --top-p 1 --min-p 0 -n 40",
-                                 "--temp 0.7 --top-k 0 --top-p 0.9 --min-p 0 -n 24 --ignore-eos"}) {
+  for (const std::string args :
+       {"--temp 0.8 -n 40", "--temp 1 --top-k 0 --top-p 1 --min-p 0 -n 40",
+        "--temp 0.7 --top-k 0 --top-p 0.9 --min-p 0 -n 24 --ignore-eos",
+        "--temp 0.8 -n 40 --repeat-penalty 1.3 --presence-penalty 0.5 --frequency-penalty 0.3",
+        "--temp 0 -n 40 --repeat-penalty 1.5"}) {
     SCOPED_TRACE(args);
     std::string text[2], stop[2], err[2];
     RunChainedAndNot("models/demo.gguf", "--seed 5 " + args, text, stop, err);

@@ -74,10 +74,11 @@ void RunOnGpu(const RunOptions& o, const gpu::DeviceSpec& device, const LoadedMo
   g.ignore_eos = o.ignore_eos;
   g.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
   g.chain = gpu::ChainSteps();  // UF_GPU_CHAIN=off: one step at a time
-  if (!g.sampling.greedy()) {
-    // Sampling: engine::Generate on a device forward, whose rows come back as their 64 best
-    // tokens (fetched whole only when the sampler's draw needs it) instead of n_vocab floats,
-    // its steps chained on the device without bias or penalties (GenerateOptions::chain).
+  if (!g.sampling.greedy() || g.sampling.penalties()) {
+    // Sampling, or greedy with penalties: engine::Generate on a device forward, whose rows come
+    // back as their 64 best tokens (fetched whole only when the sampler's draw needs it) instead
+    // of n_vocab floats, its steps chained on the device with the penalties applied there
+    // (GenerateOptions::chain; greedy drawn as top-k 1).
     const model::ModelConfig& c = loaded.model->config();
     engine::KvCacheOptions co;
     co.n_layer = c.n_layer;
