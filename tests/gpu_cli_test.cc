@@ -116,8 +116,8 @@ TEST_F(GpuBenchCliTest, SpecRunsOnTheDevice) {
 // bandwidth measured in the same run.
 TEST_F(GpuBenchCliTest, DecodeFiguresOnTheDevice) {
   const json j = Bench(std::string("-p 8 -n 4 --reps 1 --batch 1,3 -m ") + kModel);
-  for (const char* k :
-       {"tg_tok_s", "tg_argmax_tok_s", "tg_chain_tok_s", "tg_sampled_tok_s", "read_bw_gb_s"}) {
+  for (const char* k : {"tg_tok_s", "tg_argmax_tok_s", "tg_chain_tok_s", "tg_sampled_tok_s",
+                        "tg_penalized_tok_s", "read_bw_gb_s"}) {
     EXPECT_GT(j.value(k, 0.0), 0.0) << k << ": " << j.dump();
   }
   ASSERT_TRUE(j["batch"].is_array()) << j.dump();

@@ -230,9 +230,10 @@ import json, sys
 # on the device, the next step queued while one runs (`run --temp 0`); sampled: chained too, each
 # token drawn on the device from the row's best 64 (T 0.8, top-k 40) and checked by the host's
 # sampler (`run --temp 0.8`; in a batched row, every stream's row so, the serving engine's
-# chained decode batch); GPU tok/s: the step's GPU time alone.
+# chained decode batch); penal: sampled with presence and frequency penalties applied on the
+# device; GPU tok/s: the step's GPU time alone.
 print(f"{'model':<18} {'type':<6} {'depth':>6} {'gemv':<7} {'streams':>7} {'tok/s':>10} "
-      f"{'argmax':>10} {'chain':>10} {'sampled':>10} {'GPU tok/s':>10} {'read GB/s':>10} {'roofline':>9} "
+      f"{'argmax':>10} {'chain':>10} {'sampled':>10} {'penal':>10} {'GPU tok/s':>10} {'read GB/s':>10} {'roofline':>9} "
       f"{'disp/step':>9} {'barr/step':>9}")
 first = json.loads(sys.argv[1].split(" ", 4)[4])
 print(f"device: {first.get('device', '?')} (../shared/gpu/README.md's llama.cpp figures are an "
@@ -244,13 +245,13 @@ for arg in sys.argv[1:]:
     if "batch" not in j:
         print(f"{p:<18} {t:<6} {d:>6} {g:<7} {1:>7} {j['tg_tok_s']:>10.1f} "
               f"{j.get('tg_argmax_tok_s', 0):>10.1f} {j.get('tg_chain_tok_s', 0):>10.1f} "
-              f"{j.get('tg_sampled_tok_s', 0):>10.1f} "
+              f"{j.get('tg_sampled_tok_s', 0):>10.1f} {j.get('tg_penalized_tok_s', 0):>10.1f} "
               f"{j['tg_gpu_tok_s']:>10.1f} {bw:>10.0f} {100 * j['roofline']:>8.1f}% "
               f"{j.get('step_dispatches', 0):>9} {j.get('step_barriers', 0):>9}")
         continue
     for b in j["batch"]:
         print(f"{p:<18} {t:<6} {d:>6} {g:<7} {b['streams']:>7} {b['tok_s']:>10.1f} "
-              f"{'':>10} {'':>10} {b.get('sampled_tok_s', 0):>10.1f} {b['gpu_tok_s']:>10.1f} "
+              f"{'':>10} {'':>10} {b.get('sampled_tok_s', 0):>10.1f} {'':>10} {b['gpu_tok_s']:>10.1f} "
               f"{bw:>10.0f} {100 * b['roofline']:>8.1f}%")
     print(f"prefill (the batched runs' prompts, batches of up to 512): {j['pp_tok_s']:.0f} tok/s")
 

@@ -148,7 +148,7 @@ int GpuBench(const GpuBenchOptions& o) {
   };
   prefill(0, 0, o.depth);
   // tok/s: wall clock; GPU time alone (timestamps); wall clock with the arg-max on the device
-  std::vector<double> pp, tg, tg_gpu, tg_argmax, tg_chain, tg_sampled;
+  std::vector<double> pp, tg, tg_gpu, tg_argmax, tg_chain, tg_sampled, tg_penalized;
   int step_dispatches = 0, step_barriers = 0;  // of a one-token decode step (logits back)
   // The n_gen one-token steps after the prompt, their GPU time added to *gpu_s.
   const auto decode = [&](double* gpu_s) {
@@ -199,28 +199,41 @@ int GpuBench(const GpuBenchOptions& o) {
       // undecided): each token drawn from the row's best 64 on the device and checked by the
       // host's sampler, as `run --temp 0.8` and a served stream take them. A draw the sampler
       // overrules ends a chain; the next starts where it did.
-      sampling::Sampler sampler(RunDefaults(static_cast<uint64_t>(rep)),
-                                static_cast<int32_t>(m.config().n_vocab));
-      std::vector<float> uniforms;
-      int64_t done = 0;
-      int32_t next = token(first);
-      const double t3 = NowSeconds();
-      while (d->chains_sampled() && done < o.n_gen) {
-        const int64_t n = std::min(o.n_gen - done, model::kMaxSampledChainSteps);
-        const model::ChainDraw draw = engine::ChainDrawFor(sampler, n, &uniforms);
-        // Top-k rows are always decided (no -1).
-        const auto decide = [&](const model::TopRow& row, const float*, int32_t, bool*) {
-          next = engine::SampleFromTop(sampler, row);
-          sampler.Accept(next);
-          return next;
-        };
-        auto taken =
-            d->ForwardSampledChain(0, next, static_cast<int32_t>(first + done), n, draw, decide);
-        if (!taken.ok()) Fail("bench", taken.status());
-        if (*taken == 0) break;  // not expected with top-k
-        done += *taken;
+      // Again with OpenAI's presence and frequency penalties (0.5, 0.5; the window every
+      // generated token, as the server sets it): each row edited on the device first
+      // (edit_rows.comp), the edited tokens merged into the draw.
+      for (const bool penalized : {false, true}) {
+        sampling::SamplingParams sp = RunDefaults(static_cast<uint64_t>(rep));
+        if (penalized) {
+          sp.presence_penalty = 0.5f;
+          sp.frequency_penalty = 0.5f;
+          sp.penalty_last_n = static_cast<int32_t>(std::min<int64_t>(o.n_gen, 1 << 20));
+        }
+        sampling::Sampler sampler(sp, static_cast<int32_t>(m.config().n_vocab));
+        std::vector<float> uniforms;
+        engine::ChainEditsHeld held;
+        int64_t done = 0;
+        int32_t next = token(first);
+        const double t3 = NowSeconds();
+        while (d->chains_sampled() && done < o.n_gen) {
+          int64_t n = std::min(o.n_gen - done, model::kMaxSampledChainSteps);
+          n = std::min(n, engine::ChainKnownRoom(sampler, d->chain_known_capacity()));
+          if (n < 1) break;  // the window's distinct tokens fill the device's list
+          const model::ChainDraw draw = engine::ChainDrawFor(sampler, n, &uniforms);
+          // Top-k rows are always decided (no -1).
+          const auto decide = [&](const model::TopRow& row, const float*, int32_t, bool*) {
+            next = engine::SampleFromTop(sampler, row);
+            sampler.Accept(next);
+            return next;
+          };
+          auto taken = d->ForwardSampledChain(0, next, static_cast<int32_t>(first + done), n, draw,
+                                              decide, {}, engine::ChainEditsFor(sampler, &held));
+          if (!taken.ok()) Fail("bench", taken.status());
+          if (*taken == 0) break;  // not expected with top-k
+          done += *taken;
+        }
+        (penalized ? tg_penalized : tg_sampled).push_back(done / (NowSeconds() - t3));
       }
-      tg_sampled.push_back(o.n_gen / (NowSeconds() - t3));
     }
   }
   // Batched decode: B streams, each with an n_prompt-token prompt, then n_gen steps of one
@@ -302,7 +315,7 @@ int GpuBench(const GpuBenchOptions& o) {
   const double bw_bytes = bw.ok() ? *bw : 0.0;
   const double pp_tok_s = Median(pp), tg_tok_s = Median(tg), tg_gpu_tok_s = Median(tg_gpu);
   const double tg_argmax_tok_s = Median(tg_argmax), tg_chain_tok_s = Median(tg_chain);
-  const double tg_sampled_tok_s = Median(tg_sampled);
+  const double tg_sampled_tok_s = Median(tg_sampled), tg_penalized_tok_s = Median(tg_penalized);
   // Bytes a decode step reads: the weights as the file holds them (the device holds about the
   // same bytes, quants and scales split apart) plus the f16 K/V up to the mean decode position.
   const double kv_bytes =
@@ -343,6 +356,7 @@ int GpuBench(const GpuBenchOptions& o) {
     j["tg_chain_tok_s"] = tg_chain_tok_s;
     j["chain_roofline"] = bw_bytes > 0 ? tg_chain_tok_s * bytes_per_token / bw_bytes : 0.0;
     j["tg_sampled_tok_s"] = tg_sampled_tok_s;
+    j["tg_penalized_tok_s"] = tg_penalized_tok_s;
     j["step_dispatches"] = step_dispatches;
     j["step_barriers"] = step_barriers;
     j["bytes_per_token"] = bytes_per_token;
@@ -404,6 +418,8 @@ int GpuBench(const GpuBenchOptions& o) {
     row("chain", tg_chain_tok_s, "greedy, chained: each token fed to the next step on the device");
     row("sampled", tg_sampled_tok_s,
         "sampled, chained: T 0.8, top-k 40, drawn on the device, checked by the host");
+    row("penal", tg_penalized_tok_s,
+        "the same with presence and frequency penalties 0.5, applied on the device");
   }
   if (o.n_gen > 0) {
     std::printf("%-8lld %-12s %14d   dispatches/step, %d barriers/step (one-token decode step)\n",
