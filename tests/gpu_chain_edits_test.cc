@@ -37,57 +37,35 @@ struct EditCase {
   float repeat, presence, frequency;
   int32_t last_n;
   std::vector<float> bias;
+  // The window primed with the unedited stream's first last_n distinct tokens (after the
+  // prompt), so that what leaves the window matters.
+  bool prime = false;
 };
 
+// clang-format off
 const EditCase kEdits[] = {
     // The window (8) slides within a chain of 40: tokens leave it as the chain's own enter.
     {"presence 0.8 + frequency 0.5, window 8, top-k 40 at T 0.8",
-     0.8f,
-     40,
-     0.95f,
-     0.05f,
-     1.0f,
-     0.8f,
-     0.5f,
-     8,
-     {}},
+     0.8f, 40, 0.95f, 0.05f, 1.0f, 0.8f, 0.5f, 8, {}},
     {"repeat 1.3, window 64, top-k 20 at T 1.3", 1.3f, 20, 1.0f, 0.0f, 1.3f, 0.0f, 0.0f, 64, {}},
     // A token pushed to the top and two pushed down: known tokens lead the merged best 64.
     {"bias +9, -4, -100 with repeat 1.1, OpenAI's defaults (whole row at T 1)",
-     1.0f,
-     0,
-     1.0f,
-     0.0f,
-     1.1f,
-     0.0f,
-     0.0f,
-     64,
-     {9.0f, -4.0f, -100.0f}},
+     1.0f, 0, 1.0f, 0.0f, 1.1f, 0.0f, 0.0f, 64, {9.0f, -4.0f, -100.0f}},
     {"bias +6 with frequency 2, top-p 0.9 at T 0.7",
-     0.7f,
-     0,
-     0.9f,
-     0.0f,
-     1.0f,
-     0.0f,
-     2.0f,
-     32,
-     {6.0f}},
+     0.7f, 0, 0.9f, 0.0f, 1.0f, 0.0f, 2.0f, 32, {6.0f}},
     // Greedy with penalties: drawn as top-k 1 (ChainDrawFor), the edited row's best.
     {"greedy, repeat 1.5 + presence 1, window 16, bias -100, +3",
-     0.0f,
-     40,
-     1.0f,
-     0.0f,
-     1.5f,
-     1.0f,
-     0.0f,
-     16,
-     {-100.0f, 3.0f}},
+     0.0f, 40, 1.0f, 0.0f, 1.5f, 1.0f, 0.0f, 16, {-100.0f, 3.0f}},
+    // What leaves the window must stop being penalized: the favourite tokens, kept out by a
+    // strong presence penalty, come back as they leave it.
+    {"window 8 primed with the favourite tokens, presence 6, top-k 40 at T 0.8",
+     0.8f, 40, 0.95f, 0.05f, 1.0f, 6.0f, 0.0f, 8, {}, true},
 };
+// clang-format on
 
 sampling::Sampler SamplerOf(const EditCase& c, const model::Model& m,
-                            const std::vector<int32_t>& bias_ids, bool edits = true) {
+                            const std::vector<int32_t>& bias_ids, bool edits = true,
+                            const std::vector<int32_t>& primed = {}) {
   sampling::SamplingParams p;
   p.temperature = c.temperature;
   p.top_k = c.top_k;
@@ -110,6 +88,9 @@ sampling::Sampler SamplerOf(const EditCase& c, const model::Model& m,
   }
   // The prompt and the first token in the window, as engine::Generate accepts them.
   for (int32_t t : kPrompt) s.Accept(t);
+  if (edits && c.prime) {
+    for (int32_t t : primed) s.Accept(t);
+  }
   return s;
 }
 
@@ -151,11 +132,12 @@ TEST_P(GpuChainEditsTest, ChainedTokensAreTheEditedSamplersTokens) {
     plain.Accept(first);
     const std::vector<int32_t> unedited = SampledOneAtATime(*d.fwd, plain, 0, first, kP0, n);
     const std::vector<int32_t> bias_ids = Distinct(unedited, c.bias.size());
-    sampling::Sampler ref = SamplerOf(c, *model_, bias_ids);
+    const std::vector<int32_t> primed = Distinct(unedited, static_cast<size_t>(c.last_n));
+    sampling::Sampler ref = SamplerOf(c, *model_, bias_ids, true, primed);
     ref.Accept(first);
     const std::vector<int32_t> want = SampledOneAtATime(*d.fwd, ref, 0, first, kP0, n);
     EXPECT_NE(want, unedited) << "the edits changed nothing: the case tests nothing";
-    sampling::Sampler s = SamplerOf(c, *model_, bias_ids);
+    sampling::Sampler s = SamplerOf(c, *model_, bias_ids, true, primed);
     s.Accept(first);
     ASSERT_TRUE(s.CanChainSample(d.fwd->top_capacity()));
     ChainCounts counts;
