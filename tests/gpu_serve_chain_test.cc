@@ -245,13 +245,16 @@ TEST_F(GpuServeChainTest, SpeculatingStreamChainsBetweenVerifySteps) {
 
 // Logprobs come from the step's reduced row, chained or not (a greedy stream asking for them
 // runs the sampled chain, its draw the best token): the same tokens, and logprobs equal to the
-// bit, greedy and sampled.
+// bit, greedy and sampled, and with ignore_eos (the banned end tokens' raw logits, which the
+// logprobs count, come back from the device's edit pass as from a plain step's mask).
 TEST_F(GpuServeChainTest, LogprobsChainWithTheUnchainedValues) {
   const auto [plain, chained] = Services();
-  for (float t : {0.0f, 1.0f}) {
-    SCOPED_TRACE("T " + std::to_string(t));
+  for (const auto& [t, no_eos] : {std::pair{0.0f, false}, std::pair{1.0f, false},
+                                  std::pair{0.0f, true}, std::pair{1.0f, true}}) {
+    SCOPED_TRACE("T " + std::to_string(t) + (no_eos ? " ignore_eos" : ""));
     engine::GenerationRequest r = Sampled("ROMEO:", 40, t, 5);
     r.top_logprobs = 3;
+    r.ignore_eos = no_eos;
     Output want;
     const Output got = ExpectSameOutput(*plain, *chained, r, &want);
     EXPECT_EQ(got.tokens, want.tokens);
@@ -261,7 +264,7 @@ TEST_F(GpuServeChainTest, LogprobsChainWithTheUnchainedValues) {
       EXPECT_EQ(got.logprobs[i], want.logprobs[i]) << "token " << i;
     }
   }
-  ExpectChained(*plain, *chained, 40, "logprobs");
+  ExpectChained(*plain, *chained, 80, "logprobs");
 }
 
 // Logit bias and penalties are applied on the device (edit_rows.comp), chained alone and as a
@@ -309,17 +312,14 @@ TEST_F(GpuServeChainTest, BiasAndPenaltiesChainWithTheUnchainedText) {
 }
 
 // Not a plain arg-max or draw (a top-k above the device's 64 best), asking for logprobs with
-// banned tokens or penalties (their raw logits count), or constrained with logprobs or a bias:
-// never chained.
+// penalties (a chained row lists the window's tokens in another order), or constrained with
+// logprobs or a bias: never chained.
 TEST_F(GpuServeChainTest, OtherRequestsDoNotChain) {
   auto chained = MakeService(true);
   engine::GenerationRequest wide_top_k = Greedy("ROMEO:", 12);
   wide_top_k.sampling.temperature = 1.0f;
   wide_top_k.sampling.top_k = 100;
   wide_top_k.sampling.seed = 7;
-  engine::GenerationRequest logprobs = Greedy("ROMEO:", 12);
-  logprobs.top_logprobs = 1;
-  logprobs.ignore_eos = true;
   engine::GenerationRequest penalty_logprobs = Greedy("ROMEO:", 12);
   penalty_logprobs.sampling.repeat_penalty = 1.3f;
   penalty_logprobs.top_logprobs = 1;
@@ -330,8 +330,7 @@ TEST_F(GpuServeChainTest, OtherRequestsDoNotChain) {
   engine::GenerationRequest json_bias = Greedy("ROMEO:", 12);
   json_bias.grammar = grammar::JsonObjectGrammar();
   json_bias.sampling.logit_bias = {{13, -1.0f}};
-  for (engine::GenerationRequest r :
-       {wide_top_k, logprobs, penalty_logprobs, json_logprobs, json_bias}) {
+  for (engine::GenerationRequest r : {wide_top_k, penalty_logprobs, json_logprobs, json_bias}) {
     const bool constrained = r.grammar != nullptr;
     const Output out = Generate(*chained, std::move(r));
     if (constrained) {

@@ -44,8 +44,10 @@ Service::ChainWay Service::ChainWayOf(Sequence& seq) const {
   // The token the row's arg-max once its banned tokens (ignore_eos: the end tokens) are masked,
   // or drawn from the row's best tokens without bias or penalties. Logprobs come from the
   // reduced row (as a plain step's do), which a greedy chain does not return, so a greedy
-  // stream asking for them runs the sampled chain (its draw the best token), and not with bans
-  // (the banned tokens' raw logits, which logprobs count, stay on the device).
+  // stream asking for them runs the sampled chain (its draw the best token); with bans too (the
+  // banned tokens' raw logits, which logprobs count, come back as a plain step's do), not with
+  // bias or penalties (a chained row lists the window's tokens in another order than a plain
+  // step's, which would change the logprobs' last bits).
   const sampling::Sampler& sampler = seq.sampler->sampler();
   if (static_cast<int64_t>(sampler.banned().size()) > decoder_->top_known_capacity()) return way;
   const bool greedy = sampler.ArgMaxAfterBans();
@@ -60,10 +62,9 @@ Service::ChainWay Service::ChainWayOf(Sequence& seq) const {
   way.greedy = greedy && !logprobs && !seq.constraint;
   // Bias and penalties are applied on the device (model::ChainEdits), within the forward's
   // list of known tokens (ChainKnownRoom: ChainRoom shortens the chain to it).
-  way.sampled =
-      decoder_->chains_sampled() && (greedy || sampler.CanChainSample(decoder_->top_capacity())) &&
-      (!logprobs ||
-       (sampler.banned().empty() && !edits && r.top_logprobs <= decoder_->top_capacity()));
+  way.sampled = decoder_->chains_sampled() &&
+                (greedy || sampler.CanChainSample(decoder_->top_capacity())) &&
+                (!logprobs || (!edits && r.top_logprobs <= decoder_->top_capacity()));
   return way;
 }
 

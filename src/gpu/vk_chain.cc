@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <limits>
+#include <vector>
 
 #include "base/clock.h"
 #include "gpu/vk_forward.h"
@@ -97,14 +99,15 @@ StatusOr<std::vector<int64_t>> VulkanForward::ForwardSampledChains(
   const auto on_step = [&](int64_t i, int64_t p, const float* whole) -> StatusOr<ChainTake> {
     const int64_t at = i * kChainRing + p % kChainRing;
     model::TopRow row = TopRowOf(tops + at * row_words, o_.top_k, c_.n_vocab);
-    if (known != nullptr) {  // the step's edited tokens with their raw logits (bans: -inf)
+    if (known != nullptr) {  // the step's edited tokens with their raw logits
       const uint32_t* k = known + at * known_words;
       row.n_known = static_cast<int32_t>(std::min<uint32_t>(k[0], chain_known_cap_));
       row.known_ids = reinterpret_cast<const int32_t*>(k + 1);
       row.known_logits = reinterpret_cast<const float*>(k + 1 + chain_known_cap_);
-      if (whole != nullptr) {  // the row as it was before they went to -inf
+      if (whole != nullptr) {  // the row as it was before they went to -inf, bans at -inf
         auto* w = const_cast<float*>(whole);
         for (int32_t j = 0; j < row.n_known; ++j) w[row.known_ids[j]] = row.known_logits[j];
+        for (int32_t id : streams[i].banned) w[id] = -std::numeric_limits<float>::infinity();
       }
     }
     rows_reduced_ += whole == nullptr;
@@ -133,26 +136,37 @@ void VulkanForward::WriteChainEdits(std::span<const model::ChainStream> streams)
     std::memcpy(st + 4, &e.repeat_penalty, 4);
     std::memcpy(st + 5, &e.presence_penalty, 4);
     std::memcpy(st + 6, &e.frequency_penalty, 4);
-    // S: the edits' tokens, then the bans not among them.
-    uint32_t* entry = st + 8;
-    int64_t n_s = 0;
-    const auto add = [&](int32_t id, float bias, int32_t count, bool banned) {
-      uint32_t* x = entry + 4 * n_s++;
-      x[0] = static_cast<uint32_t>(id);
-      std::memcpy(x + 1, &bias, 4);
-      x[2] = static_cast<uint32_t>(count);
-      x[3] = banned ? 1u : 0u;
+    // S: the edits' tokens and the bans, by id (so that a row with bans alone lists what a
+    // plain step's does, Sampler::EditedTokens' sorted ids: the same logprobs to the bit).
+    struct Entry {
+      int32_t id;
+      float bias;
+      int32_t count;
+      bool banned;
     };
+    std::vector<Entry> list;
     const auto is_banned = [&](int32_t id) {
       return std::find(s.banned.begin(), s.banned.end(), id) != s.banned.end();
     };
     for (size_t j = 0; j < e.ids.size(); ++j) {
-      add(e.ids[j], e.bias[j], penal ? e.counts[j] : 0, is_banned(e.ids[j]));
+      list.push_back({e.ids[j], e.bias[j], penal ? e.counts[j] : 0, is_banned(e.ids[j])});
     }
     for (int32_t id : s.banned) {
-      if (std::find(e.ids.begin(), e.ids.end(), id) == e.ids.end()) add(id, 0.0f, 0, true);
+      const bool listed = std::find(e.ids.begin(), e.ids.end(), id) != e.ids.end() ||
+                          std::any_of(list.begin() + e.ids.size(), list.end(),
+                                      [&](const Entry& x) { return x.id == id; });
+      if (!listed) list.push_back({id, 0.0f, 0, true});
     }
-    st[0] = static_cast<uint32_t>(n_s);
+    std::sort(list.begin(), list.end(), [](const Entry& a, const Entry& b) { return a.id < b.id; });
+    uint32_t* entry = st + 8;
+    for (size_t j = 0; j < list.size(); ++j) {
+      uint32_t* x = entry + 4 * j;
+      x[0] = static_cast<uint32_t>(list[j].id);
+      std::memcpy(x + 1, &list[j].bias, 4);
+      x[2] = static_cast<uint32_t>(list[j].count);
+      x[3] = list[j].banned ? 1u : 0u;
+    }
+    st[0] = static_cast<uint32_t>(list.size());
     // The start window's oldest tokens (only those leave it within a chain).
     uint32_t* init = st + 8 + 4 * cap;
     const size_t n_init = penal ? std::min<size_t>(e.window.size(), Kernels::kEditSteps) : 0;

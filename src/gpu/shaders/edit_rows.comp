@@ -16,7 +16,8 @@
 // start window's first kSteps tokens (only those can leave it within a chain), then kSteps
 // words of the chain's input tokens by step (written here, step 0's is the window's last).
 // ring, (3 cap + 1) words a row and slot (the drawn token's position % ring_size, as
-// sample.comp's rings): [K][K ids][K raw logits][K edited logits] (bans: raw and edited -inf).
+// sample.comp's rings): [K][K ids][K raw logits][K edited logits] (bans: edited -inf; their
+// raw logits still come back, as mask_rows.comp's do: logprobs count them).
 // One workgroup a row; K <= cap <= kMaxKnown (the host checks).
 #version 450
 layout(local_size_x = 256) in;
@@ -117,7 +118,7 @@ void main() {
       v = v - sub;
     }
     ring[kb + 1u + k] = id;
-    ring[kb + 1u + p.cap + k] = floatBitsToUint(banned ? -kInf : raw);
+    ring[kb + 1u + p.cap + k] = floatBitsToUint(raw);
     ring[kb + 1u + 2u * p.cap + k] = floatBitsToUint(banned ? -kInf : v);
     l[at] = -kInf;  // the ids are distinct: no other invocation reads it
   }
