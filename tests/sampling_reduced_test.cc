@@ -9,6 +9,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -634,6 +635,22 @@ TEST(ChainEditsTest, FollowTheSamplersBiasAndWindow) {
   EXPECT_TRUE(gb.CanChainSample(64));
   gb.SetLogitBias({{7, 2.0f}, {7, 1.0f}});
   EXPECT_FALSE(gb.CanChainSample(64));
+  // The counts the sampler keeps as tokens enter and leave its window are the window's.
+  SamplingParams w = p;
+  w.penalty_last_n = 50;
+  Sampler r(w, 100);
+  std::mt19937 rng(3);
+  for (int i = 0; i < 1000; ++i) {
+    r.Accept(static_cast<int32_t>(rng() % 20));
+    if (i % 97 != 0) continue;
+    r.PenaltyWindow(&window);
+    std::map<int32_t, int32_t> want;
+    for (int32_t t : window) ++want[t];
+    const std::map<int32_t, int32_t> got(r.window_counts().begin(), r.window_counts().end());
+    ASSERT_EQ(got, want) << "after " << i + 1 << " tokens";
+  }
+  r.Reset();
+  EXPECT_TRUE(r.window_counts().empty());
 }
 
 }  // namespace

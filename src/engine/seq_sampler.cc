@@ -107,35 +107,39 @@ model::ChainEdits ChainEditsFor(const sampling::Sampler& sampler, ChainEditsHeld
   held->bias.clear();
   held->counts.clear();
   sampler.PenaltyWindow(&held->window);
+  const bool penalties = p.penalties();
+  const auto& counts = sampler.window_counts();
+  const auto count_of = [&](int32_t id) {
+    const auto it = counts.find(id);
+    return penalties && it != counts.end() ? it->second : 0;
+  };
   for (const auto& [id, b] : sampler.bias()) {  // distinct (Sampler::CanChainSample)
     held->ids.push_back(id);
     held->bias.push_back(b);
+    held->counts.push_back(count_of(id));
   }
-  // The window's tokens by id with their counts; a biased one keeps its entry.
-  std::vector<int32_t> sorted = held->window;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t n_bias = held->ids.size();
-  held->counts.assign(n_bias, 0);
-  for (size_t j = 0; j < sorted.size();) {
-    size_t e = j;
-    while (e < sorted.size() && sorted[e] == sorted[j]) ++e;
-    const auto count = static_cast<int32_t>(e - j);
-    const auto at = std::find(held->ids.begin(), held->ids.begin() + n_bias, sorted[j]);
-    if (at != held->ids.begin() + n_bias) {
-      held->counts[at - held->ids.begin()] = count;
-    } else {
-      held->ids.push_back(sorted[j]);
-      held->bias.push_back(0.0f);
-      held->counts.push_back(count);
+  if (penalties) {
+    // The window's other tokens, by id (the sampler keeps their counts: nothing is sorted but
+    // the distinct tokens, a few hundred where a served window holds thousands).
+    const size_t n_bias = held->ids.size();
+    for (const auto& [id, c] : counts) {
+      if (std::find(held->ids.begin(), held->ids.begin() + n_bias, id) ==
+          held->ids.begin() + n_bias) {
+        held->ids.push_back(id);
+      }
     }
-    j = e;
+    std::sort(held->ids.begin() + n_bias, held->ids.end());
+    for (size_t j = n_bias; j < held->ids.size(); ++j) {
+      held->bias.push_back(0.0f);
+      held->counts.push_back(count_of(held->ids[j]));
+    }
   }
   model::ChainEdits e;
   e.ids = held->ids;
   e.bias = held->bias;
   e.counts = held->counts;
   e.window = held->window;
-  if (p.penalties()) {
+  if (penalties) {
     e.repeat_penalty = p.repeat_penalty;
     e.presence_penalty = p.presence_penalty;
     e.frequency_penalty = p.frequency_penalty;
@@ -149,11 +153,21 @@ int64_t ChainKnownRoom(const sampling::Sampler& sampler, int64_t capacity) {
   if (sampler.bias().empty() && !penalties && sampler.banned().empty()) {
     return model::kMaxSampledChainSteps;
   }
-  ChainEditsHeld held;
-  model::ChainStream s;
-  s.banned = sampler.banned();
-  s.edits = ChainEditsFor(sampler, &held);
-  const int64_t listed = model::ChainKnown(s, 0);
+  // model::ChainKnown of the chain's stream, counted without building its list: the bias ids,
+  // the window's other tokens, the bans outside both.
+  const auto& counts = sampler.window_counts();
+  const auto in_bias = [&](int32_t id) {
+    return std::any_of(sampler.bias().begin(), sampler.bias().end(),
+                       [&](const auto& b) { return b.first == id; });
+  };
+  int64_t listed = static_cast<int64_t>(sampler.bias().size());
+  if (penalties) {
+    listed += static_cast<int64_t>(counts.size());
+    for (const auto& [id, b] : sampler.bias()) listed -= counts.count(id) > 0 ? 1 : 0;
+  }
+  for (int32_t id : sampler.banned()) {
+    if (!in_bias(id) && !(penalties && counts.count(id) > 0)) ++listed;
+  }
   if (listed > capacity) return 0;
   return penalties ? std::min(capacity - listed, model::kMaxSampledChainSteps)
                    : model::kMaxSampledChainSteps;

@@ -79,13 +79,20 @@ void Sampler::Reset() {
   draws_ = 0;
   window_.clear();
   window_next_ = 0;
+  window_count_.clear();
 }
 
 void Sampler::Accept(int32_t token) {
   if (token < 0 || token >= n_vocab_ || params_.penalty_last_n == 0) return;
+  const bool counted = params_.penalties();  // (window_counts(): none without penalties)
+  if (counted) ++window_count_[token];
   if (static_cast<int32_t>(window_.size()) < params_.penalty_last_n) {
     window_.push_back(token);
   } else {
+    if (counted) {
+      const auto out = window_count_.find(window_[window_next_]);
+      if (--out->second == 0) window_count_.erase(out);
+    }
     window_[window_next_] = token;
     window_next_ = (window_next_ + 1) % window_.size();
   }

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -198,6 +199,10 @@ class Sampler {
   const std::vector<std::pair<int32_t, float>>& bias() const { return bias_; }
   // The penalty window's tokens, oldest first, into *out (empty without penalties).
   void PenaltyWindow(std::vector<int32_t>* out) const;
+  // The penalty window's distinct tokens and their counts in it, kept as tokens are accepted
+  // (a served window is every generated token: a chain's start must not sort it). Empty
+  // without penalties.
+  const std::unordered_map<int32_t, int32_t>& window_counts() const { return window_count_; }
 
  private:
   struct Edit {
@@ -285,8 +290,9 @@ class Sampler {
 
   std::vector<std::pair<int32_t, float>> bias_;
   std::vector<int32_t> banned_;
-  std::vector<int32_t> window_;  // ring of the last penalty_last_n tokens
-  size_t window_next_ = 0;       // ring write position once full
+  std::vector<int32_t> window_;                        // ring of the last penalty_last_n tokens
+  size_t window_next_ = 0;                             // ring write position once full
+  std::unordered_map<int32_t, int32_t> window_count_;  // window_'s distinct tokens: count
 
   // Per-call scratch, sized on first use and then reused.
   std::vector<int32_t> slot_;        // [n_vocab] index in edits_, or -1 (only when edits exist)
