@@ -48,9 +48,10 @@ int64_t ChainKnownRoom(const sampling::Sampler& sampler, int64_t capacity);
 // needed whole. The allowed listed entries are the masked row's best: SampleTop of them when k
 // are listed (when fewer are but they are all the mask allows, the masked row's -inf tokens
 // follow in id order), else Sampler::SampleReducedMasked. Also -1 when an allowed listed token
-// is at -inf or NaN (the masked row orders those ties by id, allowed or not). The sampler has
-// no bias or penalties (the row's known tokens are its bans; none without top-k). *ids and
-// *logits are scratch.
+// is at -inf or NaN (the masked row orders those ties by id, allowed or not). The row's known
+// tokens (bans, bias, the penalty window: SampleTop edits them) carry their raw logits, those
+// the mask forbids at -inf (which every edit keeps: Service::JudgeConstrained sets them); a
+// row with known tokens and no top-k is -1. *ids and *logits are scratch.
 int32_t SampleMaskedFromTop(sampling::Sampler& sampler, const model::TopRow& row,
                             std::span<const uint64_t> mask, int32_t n_vocab,
                             std::vector<int32_t>* ids, std::vector<float>* logits);

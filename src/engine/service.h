@@ -258,6 +258,7 @@ class Service {
   // JudgeConstrained's allowed entries of a row.
   std::vector<int32_t> judge_ids_;
   std::vector<float> judge_logits_;
+  std::vector<float> judge_known_;  // a row's known tokens' raw logits, the forbidden at -inf
   std::shared_ptr<const grammar::TokenTrie> token_trie_;  // built by the first grammar request
   std::unordered_map<std::string, std::shared_ptr<grammar::TokenConstraint>> constraints_;
 

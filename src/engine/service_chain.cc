@@ -3,6 +3,7 @@
 // (a GPU's), the next step queued while one runs, with the host's sampler judging every token as
 // its step ends (model::BatchForward::ForwardGreedyChain, ForwardSampledChains).
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "base/clock.h"
@@ -56,9 +57,10 @@ Service::ChainWay Service::ChainWayOf(Sequence& seq) const {
   // A constrained stream: the device draws from the unmasked row and the host takes the
   // grammar's token from its best tokens (JudgeConstrained), so only the sampled chain, which
   // judges every row; not with logprobs (a constrained row's come from the whole row:
-  // MarkTopOnly), nor while it waits after too many overruled draws, nor with bias or
-  // penalties (the judge takes an unedited row's best: SampleMaskedFromTop).
-  if (seq.constraint && (logprobs || seq.chain_wait > 0 || edits)) return way;
+  // MarkTopOnly), nor while it waits after too many overruled draws. With bias or penalties
+  // the device draws from the edited unmasked row and the judge takes the known tokens the
+  // grammar allows with their edits (JudgeConstrained).
+  if (seq.constraint && (logprobs || seq.chain_wait > 0)) return way;
   way.greedy = greedy && !logprobs && !seq.constraint;
   // Bias and penalties are applied on the device (model::ChainEdits), within the forward's
   // list of known tokens (ChainKnownRoom: ChainRoom shortens the chain to it).
@@ -152,7 +154,22 @@ int32_t Service::JudgeConstrained(Sequence& seq, const model::TopRow& row, const
     grammar::TokenConstraint::Apply(seq.mask.data(), whole, n_vocab, seq.masked_logits.data());
     return seq.sampler->Sample(seq.masked_logits.data());
   }
-  return seq.sampler->SampleMaskedFromTop(row, seq.mask, n_vocab, &judge_ids_, &judge_logits_);
+  if (row.n_known == 0) {
+    return seq.sampler->SampleMaskedFromTop(row, seq.mask, n_vocab, &judge_ids_, &judge_logits_);
+  }
+  // The known tokens (bans, bias, the penalty window) are the sampler's to edit: the ones the
+  // grammar forbids go in at -inf, which every edit keeps at -inf, as Sample() of the masked
+  // row sees them.
+  judge_known_.assign(row.known_logits, row.known_logits + row.n_known);
+  for (int32_t j = 0; j < row.n_known; ++j) {
+    const int32_t id = row.known_ids[j];
+    if (((seq.mask[id >> 6] >> (id & 63)) & 1) == 0) {
+      judge_known_[j] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  model::TopRow masked = row;
+  masked.known_logits = judge_known_.data();
+  return seq.sampler->SampleMaskedFromTop(masked, seq.mask, n_vocab, &judge_ids_, &judge_logits_);
 }
 
 bool Service::RunChain(std::span<Sequence* const> seqs, int64_t n, bool greedy) {
