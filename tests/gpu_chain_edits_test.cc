@@ -103,18 +103,7 @@ std::vector<int32_t> Distinct(const std::vector<int32_t>& v, size_t k) {
   return out;
 }
 
-class GpuChainEditsTest : public ::testing::TestWithParam<const char*> {
- protected:
-  void SetUp() override {
-    const std::string skip = testing_gpu::SkipReason();
-    if (!skip.empty()) GTEST_SKIP() << skip;
-    UF_REQUIRE_SHARED();
-    auto m = model::Model::Load(std::string("../shared/models/") + GetParam() + ".gguf");
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    model_ = std::move(m).value();
-  }
-  std::unique_ptr<model::Model> model_;
-};
+class GpuChainEditsTest : public ChainModelTest {};
 
 // One stream at a time: for each setting, 40 chained tokens equal one sampled step at a time's
 // with the same edits, and differ from the unedited stream's. The device agrees with the
@@ -224,55 +213,32 @@ TEST_P(GpuChainEditsTest, RefusesBadEditsAndKeepsTheCache) {
   std::vector<int32_t> ones(cap, 1);
   const std::vector<int32_t> two = {5, 6}, twice = {5, 5}, window = {5, 7}, one_count = {1, 1};
   const std::vector<float> two_bias = {1.0f, 1.0f};
+  // Edits of ids with their bias and counts, a window and last_n (penalties where last_n > 0).
+  const auto edits = [](std::span<const int32_t> ids, std::span<const float> bias,
+                        std::span<const int32_t> counts, std::span<const int32_t> window = {},
+                        int32_t last_n = 0) {
+    model::ChainEdits e;
+    e.ids = ids;
+    e.bias = bias;
+    e.counts = counts;
+    e.window = window;
+    e.last_n = last_n;
+    e.presence_penalty = last_n > 0 ? 1.0f : 0.0f;
+    return e;
+  };
   struct Bad {
     const char* name;
     model::ChainEdits e;
   };
-  std::vector<Bad> bad;
-  {
-    model::ChainEdits e;  // cap tokens with penalties: no room for the chain's own
-    e.ids = many;
-    e.bias = zeros;
-    e.counts = ones;
-    e.window = std::span<const int32_t>(many).first(8);
-    e.last_n = 64;
-    e.presence_penalty = 1.0f;
-    bad.push_back({"past the capacity", e});
-  }
-  {
-    model::ChainEdits e;
-    e.ids = two;
-    e.bias = two_bias;
-    e.counts = one_count;
-    e.window = window;
-    e.last_n = 8;
-    e.presence_penalty = 1.0f;
-    bad.push_back({"a window token not listed", e});
-  }
-  {
-    model::ChainEdits e;
-    e.ids = twice;
-    e.bias = two_bias;
-    e.counts = one_count;
-    bad.push_back({"a token listed twice", e});
-  }
-  {
-    model::ChainEdits e;
-    e.ids = two;
-    e.bias = two_bias;
-    e.counts = one_count;
-    e.window = two;
-    e.last_n = 1;
-    e.presence_penalty = 1.0f;
-    bad.push_back({"a window past last_n", e});
-  }
-  {
-    model::ChainEdits e;
-    e.ids = two;
-    e.bias = std::span<const float>(two_bias).first(1);
-    e.counts = one_count;
-    bad.push_back({"a bias short of the list", e});
-  }
+  const Bad bad[] = {
+      // cap tokens with penalties: no room for the chain's own
+      {"past the capacity", edits(many, zeros, ones, std::span<const int32_t>(many).first(8), 64)},
+      {"a window token not listed", edits(two, two_bias, one_count, window, 8)},
+      {"a token listed twice", edits(twice, two_bias, one_count)},
+      {"a window past last_n", edits(two, two_bias, one_count, two, 1)},
+      {"a bias short of the list",
+       edits(two, std::span<const float>(two_bias).first(1), one_count)},
+  };
   for (const Bad& b : bad) {
     SCOPED_TRACE(b.name);
     auto r = d.fwd->ForwardSampledChain(0, first, kP0, 4, draw, none, {}, b.e);
@@ -285,13 +251,7 @@ TEST_P(GpuChainEditsTest, RefusesBadEditsAndKeepsTheCache) {
 INSTANTIATE_TEST_SUITE_P(Models, GpuChainEditsTest,
                          ::testing::Values("tiny-llama-256-q8_0", "tiny-qwen3-256-q8_0",
                                            "tiny-llama-256-f16"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& ch : s) {
-                             if (ch == '-') ch = '_';
-                           }
-                           return s;
-                         });
+                         ModelTestName);
 
 }  // namespace
 }  // namespace uf

@@ -58,18 +58,7 @@ std::vector<int32_t> Chain(gpu::GpuForward& f, int seq, int32_t token, int32_t p
   return out;
 }
 
-class GpuChainTest : public ::testing::TestWithParam<const char*> {
- protected:
-  void SetUp() override {
-    const std::string skip = testing_gpu::SkipReason();
-    if (!skip.empty()) GTEST_SKIP() << skip;
-    UF_REQUIRE_SHARED();
-    auto m = model::Model::Load(std::string("../shared/models/") + GetParam() + ".gguf");
-    ASSERT_TRUE(m.ok()) << m.status().ToString();
-    model_ = std::move(m).value();
-  }
-  std::unique_ptr<model::Model> model_;
-};
+class GpuChainTest : public ChainModelTest {};
 
 // 30 chained steps of sequence 1 (its block table, not sequence 0's, feeds the cache rows) give
 // the 30 tokens of one step at a time on sequence 0, and leave the cache at the chain's end.
@@ -526,11 +515,7 @@ TEST_P(GpuChainTest, SampledChainRefusesBadArguments) {
 INSTANTIATE_TEST_SUITE_P(Models, GpuChainTest,
                          ::testing::Values("tiny-llama-256-q8_0", "tiny-llama-256-f16",
                                            "tiny-qwen3-256-q8_0"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& ch : s) ch = ch == '-' ? '_' : ch;
-                           return s;
-                         });
+                         ModelTestName);
 
 }  // namespace
 }  // namespace uf

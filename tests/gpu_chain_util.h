@@ -8,17 +8,41 @@
 
 #include <algorithm>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "base/check.h"
 #include "engine/kv_cache.h"
 #include "engine/seq_sampler.h"
 #include "gpu/backend.h"
+#include "gpu_service_util.h"
 #include "model/batch.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
+#include "shared_data.h"
 
 namespace uf::testing_chain {
+
+// A test on each of the shared tiny models (its parameter: a model's name in ../shared/models),
+// skipped, saying why, where no Vulkan device exists or ../shared is missing.
+class ChainModelTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    const std::string skip = testing_gpu::SkipReason();
+    if (!skip.empty()) GTEST_SKIP() << skip;
+    UF_REQUIRE_SHARED();
+    auto m = model::Model::Load(std::string("../shared/models/") + GetParam() + ".gguf");
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_ = std::move(m).value();
+  }
+  std::unique_ptr<model::Model> model_;
+};
+// The models' names as test names ('-' is not allowed in them).
+inline std::string ModelTestName(const ::testing::TestParamInfo<const char*>& info) {
+  std::string s = info.param;
+  for (char& ch : s) ch = ch == '-' ? '_' : ch;
+  return s;
+}
 
 inline constexpr gpu::DeviceSpec kVulkan{.vulkan = true, .index = -1};
 inline const std::vector<int32_t> kPrompt = {1, 9038, 2501, 263, 931, 727, 3300};
