@@ -144,6 +144,54 @@ TEST_P(GpuChainEditsTest, ChainedTokensAreTheEditedSamplersTokens) {
   EXPECT_LE(overruled, 2) << "the device's edited draws disagree with the sampler's";
 }
 
+// Thousands of edited tokens a row, past a plain step's 1,024 (model::ChainKnown up to
+// chain_known_capacity()): a bias of +-0.3 on 2,000 tokens and a window primed with 1,500 other
+// tokens under a presence penalty, sliding (last_n just above the start window): 40 chained
+// tokens equal one sampled step at a time's, differ from the unedited stream's, and the
+// device's draws agree with the sampler's.
+TEST_P(GpuChainEditsTest, ChainsListThousandsOfEditedTokens) {
+  const int64_t n = 40, ctx = 64;
+  Device d = Make(*model_, 2, ctx);
+  const int32_t first = Prefill(*d.fwd, 0);
+  ASSERT_EQ(Prefill(*d.fwd, 1), first);
+  ASSERT_GE(d.fwd->chain_known_capacity(), 4000);
+  const auto sampler = [&](bool edits) {
+    sampling::SamplingParams p;
+    p.temperature = 0.8f;
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.presence_penalty = edits ? 1.0f : 0.0f;
+    p.penalty_last_n = static_cast<int32_t>(kPrompt.size()) + 1500 + 3;
+    p.seed = 5;
+    sampling::Sampler s(p, static_cast<int32_t>(model_->config().n_vocab));
+    if (edits) {
+      std::vector<std::pair<int32_t, float>> bias;
+      for (int32_t id = 0; id < 2000; ++id) bias.emplace_back(id, id % 2 == 0 ? 0.3f : -0.3f);
+      s.SetLogitBias(bias);
+    }
+    for (int32_t t : kPrompt) s.Accept(t);
+    for (int32_t t = 2000; t < 3500; ++t) s.Accept(t);
+    s.Accept(first);
+    return s;
+  };
+  sampling::Sampler plain = sampler(false);
+  const std::vector<int32_t> unedited = SampledOneAtATime(*d.fwd, plain, 0, first, kP0, n);
+  sampling::Sampler ref = sampler(true);
+  const std::vector<int32_t> want = SampledOneAtATime(*d.fwd, ref, 0, first, kP0, n);
+  EXPECT_NE(want, unedited) << "the edits changed nothing: the test tests nothing";
+  sampling::Sampler s = sampler(true);
+  const int64_t room = engine::ChainKnownRoom(s, d.fwd->chain_known_capacity());
+  EXPECT_GE(room, n) << "the list should hold the chain";
+  EXPECT_EQ(engine::ChainKnownRoom(s, 1024), 0) << "a plain row's list should not";
+  ChainCounts counts;
+  EXPECT_EQ(SampledChained(d, s, 1, first, kP0, n, &counts), want);
+  std::printf("thousands of edited tokens: %lld chains, %lld overruled\n",
+              static_cast<long long>(counts.chains), static_cast<long long>(counts.overruled));
+  EXPECT_EQ(counts.taken, n);
+  EXPECT_LE(counts.overruled, 1) << "the device's edited draws disagree with the sampler's";
+}
+
 // Three streams chained as a batch, each with its own edits (penalties with a sliding window,
 // bias with repeat on the whole row, none): each stream's tokens equal its own one step at a
 // time's. With uniforms that are not the samplers' (1 - u), draws are overruled and redone

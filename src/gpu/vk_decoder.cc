@@ -272,16 +272,18 @@ Status VulkanForward::Init(const DeviceSpec& device) {
       UF_ASSIGN_OR_RETURN(known_raw_, ctx_->CreateBuffer(mo * o_.max_known * 4, Memory::kHost));
       known_ids_host_.resize(mo * o_.max_known);
       known_raw_host_.resize(mo * o_.max_known);
-      chain_known_cap_ = std::min<int64_t>(o_.max_known, Kernels::kMaxChainKnown);
-      UF_ASSIGN_OR_RETURN(
-          chain_edit_,
-          ctx_->CreateBuffer(chain_streams_ * Kernels::EditStateWords(chain_known_cap_) * 4,
-                             Memory::kHost));
-      UF_ASSIGN_OR_RETURN(chain_known_,
-                          ctx_->CreateBuffer(chain_streams_ * kChainRing *
-                                                 Kernels::EditRingWords(chain_known_cap_) * 4,
-                                             Memory::kHost));
     }
+    // A chained row lists its own edited tokens (edit_rows.comp), more than a plain row may:
+    // a served penalty window is every generated token (~25 MB at 64 streams).
+    chain_known_cap_ = Kernels::kMaxChainKnown;
+    UF_ASSIGN_OR_RETURN(
+        chain_edit_,
+        ctx_->CreateBuffer(chain_streams_ * Kernels::EditStateWords(chain_known_cap_) * 4,
+                           Memory::kHost));
+    UF_ASSIGN_OR_RETURN(chain_known_,
+                        ctx_->CreateBuffer(chain_streams_ * kChainRing *
+                                               Kernels::EditRingWords(chain_known_cap_) * 4,
+                                           Memory::kHost));
     UF_ASSIGN_OR_RETURN(
         allow_, ctx_->CreateBuffer(mo * Kernels::AllowWords(c_.n_vocab) * 4, Memory::kHost));
   }

@@ -309,11 +309,11 @@ class VulkanForward final : public GpuForward {
   // chains (chain_redo.comp's flag, token, position, draws), read by the slot's next step.
   Buffer chain_redo_[kChainDepth];
   std::unique_ptr<Recorder> chain_fetch_[kChainDepth];
-  // host-visible, where top_k and max_known: a sampled chain's edits (bans, bias, penalties;
+  // host-visible, where top_k: a sampled chain's edits (bans, bias, penalties;
   // edit_rows.comp) [chain_streams_][Kernels::EditStateWords(chain_known_cap_)] and each step's
   // edited tokens [chain_streams_][kChainRing][Kernels::EditRingWords(chain_known_cap_)].
   Buffer chain_edit_, chain_known_;
-  int64_t chain_known_cap_ = 0;                          // min(max_known, Kernels::kMaxChainKnown)
+  int64_t chain_known_cap_ = 0;                          // Kernels::kMaxChainKnown where top_k
   StepTuner attn_tuner_{"attention", "tiled", "token"};  // AttentionTiles::kTune
   // NormTail::kTune and GemvVariant::kTune, each one class: one-token steps at any depth.
   StepTuner tail_tuner_{"norm tail", "off", "on"};

@@ -402,8 +402,8 @@ class Kernels {
   // chain's tokens by step; EditRows records each step's input token there), its edited tokens
   // listed in ring[j][position % ring_size] (EditRingWords(cap) words: count, ids, raw and
   // edited logits) and set to -inf in the row. cap <= kMaxChainKnown.
-  static constexpr int64_t kMaxChainKnown = 1024;
-  static constexpr int64_t kEditSteps = 256;  // model::kMaxSampledChainSteps
+  static constexpr int64_t kMaxChainKnown = 4096;  // edit_rows.comp's shared counts
+  static constexpr int64_t kEditSteps = 256;       // model::kMaxSampledChainSteps
   static constexpr int64_t EditStateWords(int64_t cap) { return 8 + 4 * cap + 2 * kEditSteps; }
   static constexpr int64_t EditRingWords(int64_t cap) { return 3 * cap + 1; }
   void EditRows(Recorder* r, const Buffer& logits, const Buffer& state, const Buffer& tok,

@@ -8,8 +8,10 @@
 // it: the window at the chain's start (from the host) followed by each step's input token (the
 // token the step before drew, or the host's after an overrule: chain_redo.comp's), its last
 // last_n. The known tokens of step i (input at position s0 + i) are the static list S (bias,
-// bans, the start window's distinct tokens) and the distinct tokens of the chain's steps 1..i
-// still in the window, in step order (deterministic).
+// bans, the start window's distinct tokens; sorted by id) and the distinct tokens of the chain's
+// steps 1..i still in the window, in step order (deterministic). An S token's count is its
+// start count plus what came and less what left (shared atomics: integers, the same in any
+// order).
 //
 // state, state_words a row: [n_s][last_n (0: no penalties)][n_init][s0][repeat][presence]
 // [frequency][0], then cap entries of S [id][bias][count in the start window][banned], then the
@@ -31,7 +33,10 @@ layout(push_constant) uniform P { uint n_vocab, cap, state_words, ring_size; } p
 const uint kSteps = 256;  // model::kMaxSampledChainSteps
 const float kInf = 1.0 / 0.0;
 
+const uint kMaxKnown = 4096u;  // Kernels::kMaxChainKnown
+
 shared uint s_hist[kSteps];  // s_hist[j]: step j's input token (1 <= j <= i)
+shared int s_delta[kMaxKnown];  // S's counts: tokens of the window that left it, and that came
 shared uint s_new[kSteps];   // 1: step j's token joins the known list
 shared uint s_new_ids[kSteps];
 shared uint s_k;
@@ -44,6 +49,22 @@ float Div(float a, float b) {
   precise float r = fma(-q, b, a);
   precise float c = fma(r, 1.0 / b, q);
   return c;
+}
+
+// The index of id in S (sorted by id: the host writes it so), or n_s.
+uint FindInS(uint s_at, uint n_s, uint id) {
+  uint lo = 0u, hi = n_s;
+  while (lo < hi) {
+    const uint mid = (lo + hi) / 2u;
+    const uint x = e[s_at + 4u * mid];
+    if (x == id) return mid;
+    if (x < id) {
+      lo = mid + 1u;
+    } else {
+      hi = mid;
+    }
+  }
+  return n_s;
 }
 
 void main() {
@@ -67,11 +88,22 @@ void main() {
   const uint d = n_init + i - wl;
   const uint init_dropped = min(d, n_init);
   const uint j0 = d > n_init ? d - n_init + 1u : 1u;  // first step whose token is in the window
+  for (uint k = lid; k < n_s; k += 256u) s_delta[k] = 0;
+  barrier();
+  // S's tokens that left the window (the start window's oldest) and that came with the chain.
+  for (uint j = lid; j < init_dropped; j += 256u) {
+    const uint at = FindInS(s_at, n_s, e[init_at + j]);
+    if (at < n_s) atomicAdd(s_delta[at], -1);
+  }
   for (uint j = lid + 1u; j <= i; j += 256u) {
     uint join = penal && j >= j0 ? 1u : 0u;
     const uint t = s_hist[j];
-    for (uint k = 0u; k < n_s && join != 0u; ++k) {
-      if (e[s_at + 4u * k] == t) join = 0u;
+    if (join != 0u) {
+      const uint at = FindInS(s_at, n_s, t);
+      if (at < n_s) {
+        atomicAdd(s_delta[at], 1);
+        join = 0u;
+      }
     }
     for (uint k = j + 1u; k <= i && join != 0u; ++k) {
       if (s_hist[k] == t) join = 0u;
@@ -101,13 +133,12 @@ void main() {
       const uint at = s_at + 4u * k;
       id = e[at];
       bias = uintBitsToFloat(e[at + 1u]);
-      count = int(e[at + 2u]);
+      count = int(e[at + 2u]) + s_delta[k];
       banned = e[at + 3u] != 0u;
-      for (uint j = 0u; j < init_dropped; ++j) count -= e[init_at + j] == id ? 1 : 0;
     } else {
       id = s_new_ids[k - n_s];
+      for (uint j = j0; j <= i && penal; ++j) count += s_hist[j] == id ? 1 : 0;
     }
-    for (uint j = j0; j <= i && penal; ++j) count += s_hist[j] == id ? 1 : 0;
     const uint at = row * p.n_vocab + id;
     const float raw = l[at];
     precise float v = raw + bias;

@@ -33,15 +33,18 @@ layout(push_constant) uniform P {
   uint k, n_vocab, block_size, max_blocks, ring_size, draw_words, cap;
 } p;
 
-const uint kMaxKnown = 1024u;  // GpuForward::kMaxChainKnown
+// Known tokens above the listed row's k-th that the merge gathers (more is not expected: the
+// rest are left out of the walk, whose draw the host then overrules).
+const uint kMaxCompete = 512u;
 
 shared float s_l[64];  // logits, -inf past the valid ones
 shared float s_w[64];  // e^(l - max)
 shared float s_v[64];  // e^((l - max) / T)
 shared uint s_id[64];
-shared uint s_kid[kMaxKnown];   // the known tokens' ids
-shared float s_ke[kMaxKnown];   // their edited logits
-shared float s_max[64];         // per invocation: the known tokens' largest edited logit
+shared uint s_cid[kMaxCompete];   // the gathered known tokens' ids
+shared float s_cv[kMaxCompete];   // their edited logits
+shared uint s_cnt[64];            // per invocation: its known tokens to gather
+shared float s_max[64];           // per invocation: the known tokens' largest edited logit
 shared float s_xw[64], s_xv[64];  // per invocation: mass at T = 1 and T past the merged best k
 shared float s_kw[64];            // per invocation: the known tokens' mass at T = 1
 
@@ -80,46 +83,75 @@ void main() {
     l = uintBitsToFloat(top[t0 + p.k + lid]);
     if (isnan(l) || id == 0xFFFFFFFFu) l = -kInf;
   }
-  // The known tokens (none without cap), staged; NaN ranks as -inf, as the host's.
+  // The known tokens (none without cap; NaN ranks as -inf, as the host's). Only those that rank
+  // above the listed row's k-th token can enter the merged k: they are gathered (in list order,
+  // each invocation a contiguous part of the list), the others only add their mass past it.
   const uint kb = slot * (3u * p.cap + 1u);
-  const uint nk = p.cap > 0u ? min(known[kb], min(p.cap, kMaxKnown)) : 0u;
+  const uint nk = p.cap > 0u ? min(known[kb], p.cap) : 0u;
+  const uint part = (nk + 63u) / 64u, k0 = min(lid * part, nk), k1 = min(k0 + part, nk);
+  const float l_last = uintBitsToFloat(top[t0 + 2u * p.k - 1u]);
+  const uint id_last = top[t0 + p.k - 1u];
+  const bool full = id_last != 0xFFFFFFFFu && l_last > -kInf;  // (NaN: not full)
   float kmax = -kInf;
-  for (uint j = lid; j < nk; j += 64u) {
-    float v = uintBitsToFloat(known[kb + 1u + 2u * p.cap + j]);
-    if (isnan(v)) v = -kInf;
-    s_kid[j] = known[kb + 1u + j];
-    s_ke[j] = v;
+  uint mine = 0u;  // this invocation's tokens that could enter the merged k
+  for (uint j = k0; j < k1; ++j) {
+    const float v = uintBitsToFloat(known[kb + 1u + 2u * p.cap + j]);
+    if (!(v > -kInf)) continue;
     kmax = max(kmax, v);
+    const uint kid = known[kb + 1u + j];
+    if (!full || v > l_last || (v == l_last && kid < id_last)) ++mine;
   }
   s_max[lid] = kmax;
+  s_cnt[lid] = mine;
   barrier();
   float m_all = mx;  // the merged row's max
   for (uint j = 0u; j < 64u; ++j) m_all = max(m_all, s_max[j]);
-  // Ranks in the merged row (higher logit, then lower id): a listed token's is its index plus
-  // the known tokens above it; a known token's, the listed and known tokens above it.
-  uint rank = 0xFFFFFFFFu;
-  if (l > -kInf) {
-    rank = lid;
-    for (uint j = 0u; j < nk; ++j) {
-      if (s_ke[j] > l || (s_ke[j] == l && s_kid[j] < id)) ++rank;
+  uint at = 0u;  // where this invocation's gathered tokens go
+  for (uint j = 0u; j < lid; ++j) at += s_cnt[j];
+  uint nc = 0u;
+  for (uint j = 0u; j < 64u; ++j) nc += s_cnt[j];
+  float xw = 0.0, xv = 0.0, kw = 0.0;  // past the merged k; the known tokens' mass
+  for (uint j = k0; j < k1; ++j) {
+    const float v = uintBitsToFloat(known[kb + 1u + 2u * p.cap + j]);
+    if (!(v > -kInf)) continue;
+    const uint kid = known[kb + 1u + j];
+    kw += exp(v - m_all);
+    if (!full || v > l_last || (v == l_last && kid < id_last)) {
+      if (at < kMaxCompete) {
+        s_cid[at] = kid;
+        s_cv[at] = v;
+      } else {  // past the gather's room: left out of the walk (the host overrules a wrong draw)
+        xw += exp(v - m_all);
+        xv += exp((v - m_all) * s);
+      }
+      ++at;
+    } else {
+      xw += exp(v - m_all);
+      xv += exp((v - m_all) * s);
     }
   }
-  float xw = 0.0, xv = 0.0, kw = 0.0;  // past the merged k; the known tokens' mass
-  if (rank != 0xFFFFFFFFu && rank >= p.k) {
-    xw += exp(l - m_all);
-    xv += exp((l - m_all) * s);
-  }
+  nc = min(nc, kMaxCompete);
   s_l[lid] = -kInf;  // s_l and s_id receive the merged k
   s_id[lid] = 0xFFFFFFFFu;
   barrier();
-  if (rank < p.k) {
-    s_l[rank] = l;
-    s_id[rank] = id;
+  // Ranks in the merged row (higher logit, then lower id): a listed token's is its index plus
+  // the gathered tokens above it; a gathered token's, the listed and gathered tokens above it.
+  if (l > -kInf) {
+    uint rank = lid;
+    for (uint j = 0u; j < nc; ++j) {
+      if (s_cv[j] > l || (s_cv[j] == l && s_cid[j] < id)) ++rank;
+    }
+    if (rank < p.k) {
+      s_l[rank] = l;
+      s_id[rank] = id;
+    } else {
+      xw += exp(l - m_all);
+      xv += exp((l - m_all) * s);
+    }
   }
-  for (uint j = lid; j < nk; j += 64u) {
-    const float v = s_ke[j];
-    if (!(v > -kInf)) continue;
-    const uint kid = s_kid[j];
+  for (uint j = lid; j < nc; j += 64u) {
+    const float v = s_cv[j];
+    const uint kid = s_cid[j];
     uint r = 0u;
     for (uint o = 0u; o < p.k; ++o) {
       const float lo = uintBitsToFloat(top[t0 + p.k + o]);
@@ -127,10 +159,9 @@ void main() {
       if (isnan(lo) || io == 0xFFFFFFFFu || !(lo > -kInf)) break;
       if (lo > v || (lo == v && io < kid)) ++r;
     }
-    for (uint o = 0u; o < nk; ++o) {
-      if (s_ke[o] > v || (s_ke[o] == v && s_kid[o] < kid)) ++r;
+    for (uint o = 0u; o < nc; ++o) {
+      if (s_cv[o] > v || (s_cv[o] == v && s_cid[o] < kid)) ++r;
     }
-    kw += exp(v - m_all);
     if (r < p.k) {
       s_l[r] = v;
       s_id[r] = kid;
