@@ -719,8 +719,8 @@ TEST(GpuService, GenerateOnTheDeviceSamplesReducedRowsAsWholeRows) {
   // At temperature 1 without top-k (run --device vulkan's sampling at a temperature), plain and
   // with banned end tokens and penalties (their tokens' raw logits beside the best 64): reduced
   // rows, fetched whole when the draw needs it, and the same tokens as whole rows. Chained
-  // (GenerateOptions::chain, the default; docs/gpu.md "Chained sampled steps"): the same tokens
-  // again, most steps chained without edits, none with penalties.
+  // (GenerateOptions::chain, the default; docs/gpu.md "Chained sampled steps", "Bias and
+  // penalties in a chain"): the same tokens again, most steps chained, with the penalties too.
   for (int edits = 0; edits < 2; ++edits) {
     engine::GenerateOptions g;
     g.chain = false;
@@ -746,11 +746,7 @@ TEST(GpuService, GenerateOnTheDeviceSamplesReducedRowsAsWholeRows) {
     g.chain = true;
     const Run chained = generate(64, g);
     EXPECT_EQ(chained.tokens, full.tokens) << "edits " << edits;
-    if (edits == 0) {
-      EXPECT_GT(chained.chained, 20) << "Generate did not chain its sampled steps";
-    } else {
-      EXPECT_EQ(chained.chained, 0) << "penalties must not chain";
-    }
+    EXPECT_GT(chained.chained, 20) << "Generate did not chain its sampled steps, edits " << edits;
   }
 }
 
