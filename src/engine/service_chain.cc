@@ -43,7 +43,8 @@ Service::ChainWay Service::ChainWayOf(Sequence& seq) const {
     return way;
   }
   // The token the row's arg-max once its banned tokens (ignore_eos: the end tokens) are masked,
-  // or drawn from the row's best tokens without bias or penalties. Logprobs come from the
+  // or drawn from the row's best tokens (its bias and penalties applied on the device: a greedy
+  // stream with them draws as top-k 1). Logprobs come from the
   // reduced row (as a plain step's do), which a greedy chain does not return, so a greedy
   // stream asking for them runs the sampled chain (its draw the best token); with bans too (the
   // banned tokens' raw logits, which logprobs count, come back as a plain step's do), not with
@@ -73,10 +74,10 @@ Service::ChainWay Service::ChainWayOf(Sequence& seq) const {
 int64_t Service::ChainRoom(const Sequence& seq) const {
   // Emit ends the request at max_tokens generated or a full context: no step past either; nor
   // past the forward's list of a row's edited tokens.
-  const sampling::Sampler& sampler = seq.sampler->sampler();
-  int64_t room = std::min(seq.request.max_tokens - seq.n_generated,
-                          options_.ctx - static_cast<int64_t>(seq.tokens.size()));
-  return std::min(room, ChainKnownRoom(sampler, decoder_->chain_known_capacity()));
+  const int64_t room = std::min(seq.request.max_tokens - seq.n_generated,
+                                options_.ctx - static_cast<int64_t>(seq.tokens.size()));
+  if (!seq.sampler) return room;  // (ChainWayOf does not chain it)
+  return std::min(room, ChainKnownRoom(seq.sampler->sampler(), decoder_->chain_known_capacity()));
 }
 
 bool Service::ChainSteps() {
