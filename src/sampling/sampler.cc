@@ -65,6 +65,11 @@ void Sampler::SetLogitBias(const std::vector<std::pair<int32_t, float>>& bias) {
   for (const auto& [id, b] : bias) {
     if (id >= 0 && id < n_vocab_) bias_.emplace_back(id, b);
   }
+  // Once here, not in CanChainSample (asked for every stream at every step).
+  std::vector<int32_t> ids;
+  for (const auto& [id, b] : bias_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  bias_repeats_ = std::adjacent_find(ids.begin(), ids.end()) != ids.end();
 }
 
 void Sampler::SetBanned(const std::vector<int32_t>& ids) {
@@ -504,11 +509,7 @@ void Sampler::EditedTokens(std::span<const int32_t> pending, std::vector<int32_t
 }
 
 bool Sampler::CanChainSample(int32_t n) const {
-  for (size_t i = 0; i < bias_.size(); ++i) {
-    for (size_t j = 0; j < i; ++j) {
-      if (bias_[j].first == bias_[i].first) return false;
-    }
-  }
+  if (bias_repeats_) return false;
   if (params_.greedy()) return params_.penalties() || !bias_.empty();  // else ArgMaxAfterBans
   return CanSampleTop(n) || CanSampleReduced();
 }

@@ -289,6 +289,7 @@ class Sampler {
   ThreadPool* pool_ = nullptr;  // during Sample() only
 
   std::vector<std::pair<int32_t, float>> bias_;
+  bool bias_repeats_ = false;  // bias_ lists some token twice (CanChainSample)
   std::vector<int32_t> banned_;
   std::vector<int32_t> window_;                        // ring of the last penalty_last_n tokens
   size_t window_next_ = 0;                             // ring write position once full
