@@ -273,5 +273,24 @@ TEST_F(CliTest, BenchPrintsJsonWithBandwidthFigures) {
   EXPECT_FALSE(r.err.empty());
 }
 
+// `synth --ff` on a mixture of experts sets the experts' width, and the file loads: a llama-family
+// MoE (Mixtral) stores only one feed-forward length, so overriding the dense width alone wrote
+// experts of the preset's 14,336 rows under a header saying 512, which no loader accepts.
+TEST_F(CliTest, SynthFeedForwardOverrideShapesTheExperts) {
+  const std::string file = (dir_ / "mixtral.gguf").string();
+  Result r =
+      Run("synth --preset mixtral-8x7b --layers 1 --embd 256 --heads 4 --kv-heads 2 --ff 512 "
+          "--type q8_0 -t 1 -o " +
+          file);
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Run("info -m " + file);
+  EXPECT_EQ(r.code, 0) << r.err;
+  r =
+      Run("synth --preset qwen3-30b-a3b --layers 1 --embd 256 --heads 4 --kv-heads 2 --ff 192 "
+          "--type q8_0 --dry-run");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("[256, 192, 128]"), std::string::npos) << r.out;  // ffn_gate_exps
+}
+
 }  // namespace
 }  // namespace uf

@@ -380,6 +380,10 @@ TEST(SynthPlan, DataBytesAddUpAndBadPresetsAreRejected) {
   bad = Preset("smollm2-135m");
   bad.head_dim = 63;
   EXPECT_EQ(PlanSynth(bad, SynthFileType::kQ8_0).status().code(), StatusCode::kInvalidArgument);
+  // Mixtral's file would say feed_forward_length 2048 over experts of 14336 rows.
+  bad = Preset("mixtral-8x7b");
+  bad.n_ff = 2048;
+  EXPECT_EQ(PlanSynth(bad, SynthFileType::kQ8_0).status().code(), StatusCode::kInvalidArgument);
   // Rows that are not whole blocks of any quantized type fall back to F16, as the reference does.
   SynthPreset odd = Preset("smollm2-135m");
   odd.n_embd = 100;

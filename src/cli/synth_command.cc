@@ -35,7 +35,12 @@ void Override(const SynthOptions& o, model::SynthPreset* p) {
   }
   if (o.layers > 0) p->n_layer = o.layers;
   if (o.kv_heads > 0) p->n_head_kv = o.kv_heads;
-  if (o.ff > 0) p->n_ff = o.ff;
+  if (o.ff > 0) {
+    p->n_ff = o.ff;
+    // A mixture of experts: the experts' width, which a llama-family MoE (Mixtral) stores as its
+    // one feed-forward length (and which `--list` shows as the preset's ffn).
+    if (p->n_expert > 0) p->n_ff_exp = o.ff;
+  }
   if (o.ctx > 0) p->n_ctx_train = o.ctx;
   if (o.rope_scaling.empty()) return;
   p->llama3_rope.factor = 0.0;
@@ -146,7 +151,8 @@ void AddSynthCommand(CLI::App& app) {
   cmd->add_option("--embd", o->embd, "Override: embedding width (head dim = embd / heads)");
   cmd->add_option("--heads", o->heads, "Override: attention heads");
   cmd->add_option("--kv-heads", o->kv_heads, "Override: K/V heads");
-  cmd->add_option("--ff", o->ff, "Override: feed-forward width");
+  cmd->add_option("--ff", o->ff,
+                  "Override: feed-forward width (the experts' in a mixture of experts)");
   cmd->add_option("--ctx", o->ctx, "Override: training context length");
   cmd->add_option("--rope-scaling", o->rope_scaling,
                   "Override RoPE scaling: none, linear, yarn (rope.scaling.* keys) or llama3 "

@@ -189,6 +189,10 @@ Status CheckPreset(const SynthPreset& p) {
        (p.n_expert_used < 1 || p.n_expert_used > p.n_expert || p.n_ff_exp <= 0))) {
     return bad("bad expert counts");
   }
+  if (p.arch == Architecture::kLlama && p.n_expert > 0 && p.n_ff_exp != p.n_ff) {
+    // Its GGUF has no expert_feed_forward_length: the experts' width is feed_forward_length.
+    return bad("a llama mixture of experts (Mixtral) has one feed-forward width, its experts'");
+  }
   if (p.llama3_rope.factor != 0.0 &&
       (p.arch != Architecture::kLlama || !(p.llama3_rope.factor >= 1.0) ||
        !(p.llama3_rope.high_freq_factor > p.llama3_rope.low_freq_factor) ||
