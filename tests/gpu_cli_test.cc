@@ -113,9 +113,10 @@ TEST_F(GpuBenchCliTest, SpecRunsOnTheDevice) {
 // The decode figures: one stream's (logits back, the device's arg-max, chained greedy and
 // sampled) and each --batch count's aggregate, plain and as a chained sampled batch
 // (ForwardSampledChains, the serving engine's chained decode batch), with the device's read
-// bandwidth measured in the same run.
+// bandwidth measured in the same run. The batches run --batch-steps steps, as the CPU bench's.
 TEST_F(GpuBenchCliTest, DecodeFiguresOnTheDevice) {
-  const json j = Bench(std::string("-p 8 -n 4 --reps 1 --batch 1,3 -m ") + kModel);
+  const json j = Bench(std::string("-p 8 -n 4 --reps 1 --batch 1,3 --batch-steps 3 -m ") + kModel);
+  EXPECT_EQ(j.value("batch_steps", 0), 3) << j.dump();
   for (const char* k : {"tg_tok_s", "tg_argmax_tok_s", "tg_chain_tok_s", "tg_sampled_tok_s",
                         "tg_penalized_tok_s", "read_bw_gb_s"}) {
     EXPECT_GT(j.value(k, 0.0), 0.0) << k << ": " << j.dump();

@@ -63,12 +63,13 @@ TEST_F(GpuKernelsTest, KQuantGemmIsTheCpuScalarTier) {
 // The integer GEMMs with the packed int8 dot (IntegerDot::kOn, the *_dot4 kernels) give the bits
 // of the byte-extract ones (kOff), for every integer weight type, every token tile (batches of
 // 1, 5, 16 and 33 tokens: gemm1, 8, 16, 32), the wide one-token GEMV, and the experts' GEMMs
-// (gemmx_*, gemmg_*). Their sums are integers, exact in any order, so any difference is a
-// wrong lane or sign (Q4_0's and Q6_K's offsets are subtracted byte-wise without borrows:
-// every nibble value occurs, and Q8_K activations reach -128). GemmMatchesCpu and the goldens
-// check the default kernels (kOn where the device has it) against the CPU, so this carries
-// that to devices without the instruction. The fixture's kernels must be the dot4 ones where
-// the device has the feature, so that the rest of the suite runs the path a GPU runs.
+// (gemmx_*, gemmg_* in tiles of 8 and 32: 33 slots, 11 an expert). Their sums are integers, exact
+// in any order, so any difference is a wrong lane or sign (Q4_0's and Q6_K's offsets are subtracted
+// byte-wise without borrows: every nibble value occurs, and Q8_K activations reach -128).
+// GemmMatchesCpu and the goldens check the default kernels (kOn where the device has it) against
+// the CPU, so this carries that to devices without the instruction. The fixture's kernels must be
+// the dot4 ones where the device has the feature, so that the rest of the suite runs the path a GPU
+// runs.
 TEST_F(GpuKernelsTest, IntegerDotKernelsEqualPlainOnes) {
   if (!ctx_->info().integer_dot) GTEST_SKIP() << "the device lacks shaderIntegerDotProduct";
   const char* env = std::getenv("UF_GPU_DOT4");
@@ -107,7 +108,7 @@ TEST_F(GpuKernelsTest, IntegerDotKernelsEqualPlainOnes) {
     // Every kernel of one Kernels object into its own output, in one recording.
     const auto run = [&](const Kernels& k, bool wide) {
       Buffer y = Empty(4 * max_n * rows * 4), ye = Empty(max_n * rows * 4);
-      Buffer yg = Empty(max_n * rows * 4);
+      Buffer yg = Empty(max_n * rows * 4), yg32 = Empty(max_n * rows * 4);
       Buffer order = Empty(max_n * 4), tiles = Empty(Kernels::MaxExpertTiles(max_n, n_exp) * 12);
       Recorder rec(ctx_);
       uint32_t off = 0;
@@ -125,12 +126,14 @@ TEST_F(GpuKernelsTest, IntegerDotKernelsEqualPlainOnes) {
         k.GemmExperts(&rec, *stacked, xq, idb, max_n, 1, ye);
         k.GroupSlots(&rec, idb, order, tiles, max_n, n_exp);
         k.GemmExpertsGrouped(&rec, *stacked, xq, tiles, order, max_n, 1, yg);
+        k.GroupSlots(&rec, idb, order, tiles, max_n, n_exp, 32);
+        k.GemmExpertsGrouped(&rec, *stacked, xq, tiles, order, max_n, 1, yg32, 32);
       }
       EXPECT_TRUE(rec.Finish().ok());
       EXPECT_TRUE(rec.Run().ok());
       std::vector<float> out = Read(y, off);
       if (!wide) {
-        for (const Buffer* b : {&ye, &yg}) {
+        for (const Buffer* b : {&ye, &yg, &yg32}) {
           const std::vector<float> e = Read(*b, max_n * rows);
           out.insert(out.end(), e.begin(), e.end());
         }

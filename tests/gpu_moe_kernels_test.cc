@@ -1,12 +1,15 @@
-// The mixture-of-experts kernels that are not products: route.comp (Kernels::Route) against
-// model::RouteExperts, the CPU decoder's router, and moe_group.comp (Kernels::GroupSlots), the
-// grouping of a batch's (token, expert) slots by expert, against the stable counting sort it must
-// equal. Tolerances are stated in each test.
+// The mixture-of-experts kernels around the products: route.comp (Kernels::Route) against
+// model::RouteExperts, the CPU decoder's router; moe_group.comp (Kernels::GroupSlots), the
+// grouping of a batch's (token, expert) slots by expert into tiles of 8, 16 or 32, against the
+// stable counting sort it must equal; and the grouped products of every tile (gemmg_*,
+// gemmg16_*, gemmg32_*) against the ungrouped one, bit for bit. Tolerances are stated in each
+// test.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -93,9 +96,10 @@ TEST_F(GpuKernelsTest, RouteMatchesDecoderRoute) {
   }
 }
 
-// The grouping as the host would compute it, tile triples (expert, first, count).
+// The grouping as the host would compute it, tile triples (expert, first, count <= tile).
 void ReferenceGroups(const std::vector<uint32_t>& ids, int64_t n_expert, int64_t max_tiles,
-                     std::vector<uint32_t>* order, std::vector<uint32_t>* tiles) {
+                     uint32_t tile_size, std::vector<uint32_t>* order,
+                     std::vector<uint32_t>* tiles) {
   order->clear();
   tiles->assign(3 * max_tiles, 0xDEADBEEFu);
   int64_t tile = 0;
@@ -105,10 +109,10 @@ void ReferenceGroups(const std::vector<uint32_t>& ids, int64_t n_expert, int64_t
       if (ids[s] == e) order->push_back(static_cast<uint32_t>(s));
     }
     const auto count = static_cast<uint32_t>(order->size()) - first;
-    for (uint32_t j = 0; j < count; j += 8, ++tile) {
+    for (uint32_t j = 0; j < count; j += tile_size, ++tile) {
       (*tiles)[3 * tile] = e;
       (*tiles)[3 * tile + 1] = first + j;
-      (*tiles)[3 * tile + 2] = std::min(8u, count - j);
+      (*tiles)[3 * tile + 2] = std::min(tile_size, count - j);
     }
   }
   for (; tile < max_tiles; ++tile) (*tiles)[3 * tile + 2] = 0;
@@ -126,47 +130,137 @@ TEST_F(GpuKernelsTest, GroupSlotsIsAStableCountingSort) {
       {1, 8, "random"},      {7, 8, "random"},  {300, 128, "random"}, {4096, 128, "random"},
       {2000, 512, "random"}, {1027, 32, "one"}, {256, 512, "high"},   {513, 3, "runs"},
   };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(testing::Message()
-                 << c.n_slots << " slots, " << c.n_expert << " experts, " << c.pattern);
-    std::mt19937 rng(static_cast<uint32_t>(c.n_slots * 31 + c.n_expert));
-    std::vector<uint32_t> ids(c.n_slots);
-    for (int64_t s = 0; s < c.n_slots; ++s) {
-      const std::string pat = c.pattern;
-      ids[s] = pat == "one"    ? 17u
-               : pat == "high" ? static_cast<uint32_t>(c.n_expert - 1 - rng() % 3)
-               : pat == "runs" ? static_cast<uint32_t>((s / 50) % c.n_expert)
-                               : static_cast<uint32_t>(rng() % c.n_expert);
-    }
-    const int64_t max_tiles = Kernels::MaxExpertTiles(c.n_slots, c.n_expert);
-    std::vector<uint32_t> want_order, want_tiles;
-    ReferenceGroups(ids, c.n_expert, max_tiles, &want_order, &want_tiles);
+  for (const Case& c : cases)
+    for (int64_t tile : {int64_t{8}, int64_t{16}, int64_t{32}}) {
+      SCOPED_TRACE(testing::Message() << c.n_slots << " slots, " << c.n_expert << " experts, "
+                                      << c.pattern << ", tiles of " << tile);
+      std::mt19937 rng(static_cast<uint32_t>(c.n_slots * 31 + c.n_expert));
+      std::vector<uint32_t> ids(c.n_slots);
+      for (int64_t s = 0; s < c.n_slots; ++s) {
+        const std::string pat = c.pattern;
+        ids[s] = pat == "one"    ? 17u
+                 : pat == "high" ? static_cast<uint32_t>(c.n_expert - 1 - rng() % 3)
+                 : pat == "runs" ? static_cast<uint32_t>((s / 50) % c.n_expert)
+                                 : static_cast<uint32_t>(rng() % c.n_expert);
+      }
+      const int64_t max_tiles = Kernels::MaxExpertTiles(c.n_slots, c.n_expert, tile);
+      std::vector<uint32_t> want_order, want_tiles;
+      ReferenceGroups(ids, c.n_expert, max_tiles, static_cast<uint32_t>(tile), &want_order,
+                      &want_tiles);
 
-    Buffer idb = Empty(ids.size() * 4), order = Empty(ids.size() * 4);
-    Buffer tiles = Empty(max_tiles * 12);
-    ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), ids.size() * 4).ok());
-    // Poison the outputs, so a tile or place the kernel skips shows.
-    const std::vector<uint32_t> poison(std::max<size_t>(3 * max_tiles, ids.size()), 0xDEADBEEFu);
-    ASSERT_TRUE(ctx_->Upload(tiles, 0, poison.data(), 3 * max_tiles * 4).ok());
-    ASSERT_TRUE(ctx_->Upload(order, 0, poison.data(), ids.size() * 4).ok());
-    Recorder rec(ctx_);
-    kernels_->GroupSlots(&rec, idb, order, tiles, c.n_slots, c.n_expert);
-    ASSERT_TRUE(rec.Finish().ok());
-    ASSERT_TRUE(rec.Run().ok());
-    std::vector<uint32_t> got_order(ids.size()), got_tiles(3 * max_tiles);
-    ASSERT_TRUE(ctx_->Download(order, 0, got_order.data(), got_order.size() * 4).ok());
-    ASSERT_TRUE(ctx_->Download(tiles, 0, got_tiles.data(), got_tiles.size() * 4).ok());
-    EXPECT_EQ(got_order, want_order);
-    // Only the counts of the unused tiles are written; their other words stay as they were.
-    for (int64_t t = 0; t < max_tiles; ++t) {
-      if (want_tiles[3 * t + 2] == 0) {
-        EXPECT_EQ(got_tiles[3 * t + 2], 0u) << "tile " << t;
-      } else {
-        for (int k = 0; k < 3; ++k) {
-          EXPECT_EQ(got_tiles[3 * t + k], want_tiles[3 * t + k]) << "tile " << t << " word " << k;
+      Buffer idb = Empty(ids.size() * 4), order = Empty(ids.size() * 4);
+      Buffer tiles = Empty(max_tiles * 12);
+      ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), ids.size() * 4).ok());
+      // Poison the outputs, so a tile or place the kernel skips shows.
+      const std::vector<uint32_t> poison(std::max<size_t>(3 * max_tiles, ids.size()), 0xDEADBEEFu);
+      ASSERT_TRUE(ctx_->Upload(tiles, 0, poison.data(), 3 * max_tiles * 4).ok());
+      ASSERT_TRUE(ctx_->Upload(order, 0, poison.data(), ids.size() * 4).ok());
+      Recorder rec(ctx_);
+      kernels_->GroupSlots(&rec, idb, order, tiles, c.n_slots, c.n_expert, tile);
+      ASSERT_TRUE(rec.Finish().ok());
+      ASSERT_TRUE(rec.Run().ok());
+      std::vector<uint32_t> got_order(ids.size()), got_tiles(3 * max_tiles);
+      ASSERT_TRUE(ctx_->Download(order, 0, got_order.data(), got_order.size() * 4).ok());
+      ASSERT_TRUE(ctx_->Download(tiles, 0, got_tiles.data(), got_tiles.size() * 4).ok());
+      EXPECT_EQ(got_order, want_order);
+      // Only the counts of the unused tiles are written; their other words stay as they were.
+      for (int64_t t = 0; t < max_tiles; ++t) {
+        if (want_tiles[3 * t + 2] == 0) {
+          EXPECT_EQ(got_tiles[3 * t + 2], 0u) << "tile " << t;
+        } else {
+          for (int k = 0; k < 3; ++k) {
+            EXPECT_EQ(got_tiles[3 * t + k], want_tiles[3 * t + k]) << "tile " << t << " word " << k;
+          }
         }
       }
     }
+}
+
+// Kernels::GroupTile: the narrowest of 8, 16, 32 holding an expert's average share of the slots
+// (rounded up), never above the token tile cap.
+TEST_F(GpuKernelsTest, GroupTileHoldsAnExpertsShare) {
+  struct Case {
+    int64_t n_slots, n_expert, want;
+  };
+  // clang-format off
+  const std::vector<Case> cases = {
+      {2, 8, 8},       {512, 128, 8},  {1024, 128, 8},   {1025, 128, 16},  // decode batches
+      {128, 8, 16},    {129, 8, 32},   {4096, 128, 32},  {100000, 8, 32},  // Mixtral, prefill
+      {256, 32, 8},    {257, 32, 16},  {33, 1, 32},      {16, 1, 16},
+  };
+  // clang-format on
+  for (const Case& c : cases) {
+    EXPECT_EQ(kernels_->GroupTile(c.n_slots, c.n_expert), c.want)
+        << c.n_slots << " slots over " << c.n_expert << " experts";
+  }
+  for (int64_t cap : {int64_t{8}, int64_t{16}}) {
+    auto k = Kernels::Create(ctx_, GemvVariant::kBasic, cap);
+    ASSERT_TRUE(k.ok()) << k.status().ToString();
+    for (const Case& c : cases) {
+      EXPECT_EQ(k->GroupTile(c.n_slots, c.n_expert), std::min(c.want, cap))
+          << c.n_slots << " slots over " << c.n_expert << " experts, cap " << cap;
+    }
+  }
+}
+
+// The grouped expert GEMM in tiles of 8, 16 and 32 gives every slot the bits of the ungrouped
+// one (gemmx_*, which ExpertGemmEqualsEachExpertsGemm holds to the one-token GEMM): 3 experts
+// taking 35, 45 and 20 of 100 slots, so each width has full and partial tiles, F16 and BF16's
+// two-row tiles of 16 and 32 included; every weight type, both GEMV variants where they differ,
+// gate/up (x_div = k) and down (x_div = 1). 37 rows: an odd count, whose last two-row subgroup
+// computes one row.
+TEST_F(GpuKernelsTest, GroupedTilesGiveTheUngroupedBits) {
+  const int64_t rows = 37, cols = 256, n_exp = 3, n = 50, k = 2;
+  std::vector<uint32_t> ids(n * k);
+  for (int64_t t = 0; t < n; ++t) {
+    ids[t * k] = t % 10 < 6 ? 0u : (t % 10 < 9 ? 1u : 2u);
+    ids[t * k + 1] = (ids[t * k] + 1) % n_exp;
+  }
+  const std::vector<float> x = Random(n * k * cols, 71);
+  Buffer idb = Empty(ids.size() * 4);
+  ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), ids.size() * 4).ok());
+  const GgmlType types[] = {GgmlType::kF32,  GgmlType::kF16,  GgmlType::kBF16, GgmlType::kQ8_0,
+                            GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kMXFP4};
+  for (GgmlType type : types) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    std::vector<std::vector<uint8_t> > data(n_exp);
+    std::vector<kernels::Matrix> experts;
+    for (int64_t e = 0; e < n_exp; ++e) {
+      experts.push_back(Quantized(type, Random(rows * cols, 72 + e, 0.5f), rows, cols, &data[e]));
+    }
+    auto stacked = UploadExperts(ctx_, experts);
+    ASSERT_TRUE(stacked.ok()) << stacked.status().ToString();
+    const bool q8 = ActivationFor(type) != Activation::kF32;
+    for (const Kernels* kern : Variants(type))
+      for (int64_t x_div : {k, int64_t{1}}) {
+        SCOPED_TRACE(testing::Message() << VariantName(kern) << ", x_div " << x_div);
+        const int64_t n_x = n * k / x_div;
+        Buffer xb = Floats(std::vector<float>(x.begin(), x.begin() + n_x * cols));
+        Buffer xq = Empty(ActBytes(n_x * cols)), ye = Empty(n * k * rows * 4);
+        Buffer order = Empty(n * k * 4), tiles = Empty(Kernels::MaxExpertTiles(n * k, n_exp) * 12);
+        std::vector<Buffer> yg;
+        Recorder rec(ctx_);
+        QuantizeFor(&rec, type, xb, n_x * cols, xq);
+        kern->GemmExperts(&rec, *stacked, q8 ? xq : xb, idb, n * k, x_div, ye);
+        for (int64_t tile : {int64_t{8}, int64_t{16}, int64_t{32}}) {
+          // Each width's grouping and product in turn (the tiles buffer is reused).
+          yg.push_back(Empty(n * k * rows * 4));
+          kern->GroupSlots(&rec, idb, order, tiles, n * k, n_exp, tile);
+          kern->GemmExpertsGrouped(&rec, *stacked, q8 ? xq : xb, tiles, order, n * k, x_div,
+                                   yg.back(), tile);
+        }
+        ASSERT_TRUE(rec.Finish().ok());
+        ASSERT_TRUE(rec.Run().ok());
+        const std::vector<float> want = Read(ye, n * k * rows);
+        for (size_t i = 0; i < want.size(); ++i) ASSERT_TRUE(std::isfinite(want[i])) << i;
+        for (size_t g = 0; g < yg.size(); ++g) {
+          const std::vector<float> got = Read(yg[g], n * k * rows);
+          for (int64_t slot = 0; slot < n * k; ++slot) {
+            ASSERT_EQ(std::memcmp(got.data() + slot * rows, want.data() + slot * rows, rows * 4), 0)
+                << "tiles of " << (8 << g) << ", slot " << slot << " (expert " << ids[slot] << ")";
+          }
+        }
+      }
   }
 }
 

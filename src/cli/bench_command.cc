@@ -568,6 +568,7 @@ void AddBenchCommand(CLI::App& app) {
       auto batch = ParseBatchList(o->batch);
       if (!batch.ok()) Fail("bench", batch.status());
       go.batch = *batch;
+      go.batch_steps = o->batch_steps;
       std::exit(GpuBench(go));
     }
     if (!o->grammar.empty()) {

@@ -90,7 +90,8 @@ int GpuBench(const GpuBenchOptions& o) {
   const int64_t n_vocab = m.config().n_vocab;
   int max_streams = 1;
   for (int b : o.batch) max_streams = std::max(max_streams, b);
-  const int64_t ctx = std::max<int64_t>(o.depth + o.n_prompt + o.n_gen, 1);
+  const int64_t ctx = std::max<int64_t>(
+      o.depth + o.n_prompt + std::max(o.n_gen, o.batch.empty() ? 0 : o.batch_steps), 1);
   // One cache (block tables only; K/V on the device) for every stream of the batched runs;
   // stream 0 runs the single-stream figures.
   engine::KvCacheOptions co;
@@ -236,17 +237,18 @@ int GpuBench(const GpuBenchOptions& o) {
       }
     }
   }
-  // Batched decode: B streams, each with an n_prompt-token prompt, then n_gen steps of one
-  // token per stream; aggregate tok/s (wall clock) and GPU time alone. Then the same steps as
-  // the serving engine chains a batch of sampled streams (ForwardSampledChains, run's default
-  // filters, a seed per stream): each row's draw fed to its row of the next step on the device.
+  // Batched decode: B streams, each with an n_prompt-token prompt, then batch_steps steps of one
+  // token per stream (--batch-steps, as the CPU bench; before, -n's count, so -n 0 gave 0);
+  // aggregate tok/s (wall clock) and GPU time alone. Then the same steps as the serving engine
+  // chains a batch of sampled streams (ForwardSampledChains, run's default filters, a seed per
+  // stream): each row's draw fed to its row of the next step on the device.
   std::vector<std::tuple<int, double, double>> batched;
   std::vector<double> batched_sampled;  // [batched] aggregate tok/s chained; 0: not run
   for (int streams : o.batch) {
     for (int s = 0; s < max_streams; ++s) (*cache)->Remove(s);
     for (int s = 0; s < streams; ++s) prefill(s, 0, o.n_prompt);
     settle([&] {
-      for (int64_t i = o.n_prompt; i < o.n_prompt + o.n_gen; ++i) {
+      for (int64_t i = o.n_prompt; i < o.n_prompt + o.batch_steps; ++i) {
         batch.Clear();
         for (int s = 0; s < streams; ++s) batch.Add(token(i + s), static_cast<int32_t>(i), s, true);
         run();
@@ -254,16 +256,16 @@ int GpuBench(const GpuBenchOptions& o) {
     });
     double gpu_s = 0.0;
     const double t0 = NowSeconds();
-    for (int64_t i = o.n_prompt; i < o.n_prompt + o.n_gen; ++i) {
+    for (int64_t i = o.n_prompt; i < o.n_prompt + o.batch_steps; ++i) {
       batch.Clear();
       for (int s = 0; s < streams; ++s) batch.Add(token(i + s), static_cast<int32_t>(i), s, true);
       run();
       gpu_s += d->last_step_gpu_seconds();
     }
-    const double tokens = static_cast<double>(streams) * o.n_gen;
+    const double tokens = static_cast<double>(streams) * o.batch_steps;
     batched.emplace_back(streams, tokens / (NowSeconds() - t0), gpu_s > 0 ? tokens / gpu_s : 0.0);
-    batched_sampled.push_back(streams <= d->chain_streams() && o.n_gen > 0
-                                  ? BatchChainTokS(*d, m, streams, o.n_prompt, o.n_gen, token)
+    batched_sampled.push_back(streams <= d->chain_streams()
+                                  ? BatchChainTokS(*d, m, streams, o.n_prompt, o.batch_steps, token)
                                   : 0.0);
   }
   const gpu::DeviceInfo dev = d->device();
@@ -327,7 +329,7 @@ int GpuBench(const GpuBenchOptions& o) {
   const auto step_bytes = [&](int streams) {
     return static_cast<double>(m.bytes_per_token()) + streams * 2.0 * 2 * m.config().n_layer *
                                                           m.config().kv_dim() *
-                                                          (o.n_prompt + o.n_gen / 2.0);
+                                                          (o.n_prompt + o.batch_steps / 2.0);
   };
   const auto batch_roofline = [&](int streams, double tok_s) {
     return bw_bytes > 0 ? tok_s / streams * step_bytes(streams) / bw_bytes : 0.0;
@@ -368,6 +370,7 @@ int GpuBench(const GpuBenchOptions& o) {
     }
     if (o.profile) j["profile_step_us"] = profile_step_s * 1e6;
     j["step_tuning"] = tuning;
+    if (!batched.empty()) j["batch_steps"] = o.batch_steps;
     for (size_t bi = 0; bi < batched.size(); ++bi) {
       const auto& [streams, tok_s, gpu_tok_s] = batched[bi];
       j["batch"].push_back({{"streams", streams},
@@ -428,7 +431,7 @@ int GpuBench(const GpuBenchOptions& o) {
   }
   for (size_t bi = 0; bi < batched.size(); ++bi) {
     const auto& [streams, tok_s, gpu_tok_s] = batched[bi];
-    const std::string test = "tg" + std::to_string(o.n_gen) + " x" + std::to_string(streams);
+    const std::string test = "tg" + std::to_string(o.batch_steps) + " x" + std::to_string(streams);
     std::printf(
         "%-8d %-12s %14.1f %16.0f %12.1f %9.1f%%   (aggregate of %d streams after "
         "%lld-token prompts, bytes per step; GPU time alone %.1f)\n",

@@ -21,7 +21,8 @@ struct GpuBenchOptions {
   // A second forward with a timestamp after every dispatch: the GPU time per kernel of a
   // one-token decode step at the end of the decode figures' positions.
   bool profile = false;
-  std::vector<int> batch;  // streams of each batched-decode run (--batch)
+  std::vector<int> batch;    // streams of each batched-decode run (--batch)
+  int64_t batch_steps = 32;  // decode steps of each batched run (--batch-steps), as on the CPU
 };
 
 // Prints the table (or JSON); returns the exit code.

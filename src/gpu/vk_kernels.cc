@@ -27,6 +27,12 @@ constexpr int kGemmBindings = 8;
 // The *_stages twins': binding 8 is the RoPE / store epilogue's tokens (gemm.glsl).
 constexpr int kStagesBindings = 9;
 
+// The grouped expert GEMM `name` (gemmg_*, gemmgw_f16) for the grouped tile kTiles[g + 1]:
+// gemmg_* itself for 8, gemmg16_* and gemmg32_* (CMakeLists.txt compiles them with -DkTile).
+std::string GroupedName(const std::string& name, int g) {
+  return g == 0 ? name : "gemmg" + std::to_string(8 << g) + name.substr(5);
+}
+
 }  // namespace
 
 GemvVariant ResolveGemv(GemvVariant gemv) {
@@ -102,7 +108,10 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm16][GgmlType::kF16], tiled("gemm16w_f16"));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm32][GgmlType::kF16], tiled("gemm32w_f16"));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmX][GgmlType::kF16], ctx->GetPipeline("gemmxw_f16", 4));
-    UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmG][GgmlType::kF16], ctx->GetPipeline("gemmgw_f16", 5));
+    for (int g = 0; g < 3; ++g) {
+      UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmG + g][GgmlType::kF16],
+                          ctx->GetPipeline(GroupedName("gemmgw_f16", g), 5));
+    }
   }
   if (k.wide_ || k.gemv_ == GemvVariant::kTune) {
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm1][GgmlType::kQ8_0],
@@ -125,8 +134,11 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
     }
     UF_ASSIGN_OR_RETURN(k.gemmx_[type],
                         ctx->GetPipeline(gemm_name(std::string("gemmx_") + name, type), 4));
-    UF_ASSIGN_OR_RETURN(k.gemmg_[type],
-                        ctx->GetPipeline(gemm_name(std::string("gemmg_") + name, type), 5));
+    for (int g = 0; g < 3; ++g) {
+      UF_ASSIGN_OR_RETURN(
+          k.gemmg_[g][type],
+          ctx->GetPipeline(gemm_name(GroupedName(std::string("gemmg_") + name, g), type), 5));
+    }
   }
   UF_ASSIGN_OR_RETURN(k.quantize_, ctx->GetPipeline("quantize_q8_0", 2));
   UF_ASSIGN_OR_RETURN(k.quantize_k_, ctx->GetPipeline("quantize_q8_k", 2));
@@ -436,26 +448,40 @@ ExpertPush MakeExpertPush(const GpuMatrix& w, int64_t n_slots, int64_t x_div) {
 
 }  // namespace
 
+int64_t Kernels::GroupTile(int64_t n_slots, int64_t n_expert) const {
+  const int64_t share = (n_slots + n_expert - 1) / std::max<int64_t>(n_expert, 1);
+  for (int64_t tile : {int64_t{8}, int64_t{16}}) {
+    if (tile >= max_tile_ || share <= tile) return tile;
+  }
+  return 32;
+}
+
 void Kernels::GroupSlots(Recorder* r, const Buffer& ids, const Buffer& order, const Buffer& tiles,
-                         int64_t n_slots, int64_t n_expert) const {
+                         int64_t n_slots, int64_t n_expert, int64_t tile) const {
   UF_CHECK(n_expert <= kMaxExperts) << n_expert << " experts";
+  UF_CHECK(tile == 8 || tile == 16 || tile == 32) << "grouped tile " << tile;
   const struct {
-    uint32_t n_slots, n_expert, max_tiles;
+    uint32_t n_slots, n_expert, max_tiles, tile;
   } push{static_cast<uint32_t>(n_slots), static_cast<uint32_t>(n_expert),
-         static_cast<uint32_t>(MaxExpertTiles(n_slots, n_expert))};
+         static_cast<uint32_t>(MaxExpertTiles(n_slots, n_expert, tile)),
+         static_cast<uint32_t>(tile)};
   r->Dispatch(*moe_group_, {ids, order, tiles}, push, 1);
 }
 
 void Kernels::GemmExpertsGrouped(Recorder* r, const GpuMatrix& w, const Buffer& x,
                                  const Buffer& tiles, const Buffer& order, int64_t n_slots,
-                                 int64_t x_div, const Buffer& y) const {
-  const int64_t max_tiles = MaxExpertTiles(n_slots, w.n_experts);
+                                 int64_t x_div, const Buffer& y, int64_t tile) const {
+  const int64_t max_tiles = MaxExpertTiles(n_slots, w.n_experts, tile);
   UF_CHECK(n_slots >= 1 && max_tiles <= 65535 && x_div >= 1) << "expert slots " << n_slots;
+  const int index = TileIndex(tile);  // 1, 2 or 3: gemmg_[index - 1]
+  UF_CHECK(index >= 1) << "grouped tile " << tile;
+  // F16 and BF16 tiles of 16 and 32 compute two rows a subgroup, as Gemm's do.
+  const int64_t rows_per_group = rows_per_group_ * RowsPerSubgroup(w.type, index);
   uint32_t gx, gy;
-  Grid((w.rows + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
-  const auto it = gemmg_.find(w.type);
-  UF_CHECK(it != gemmg_.end()) << "no grouped expert GEMM for " << GgmlTypeName(w.type);
-  const Pipeline* wide = Wide(kGemmG, w);
+  Grid((w.rows + rows_per_group - 1) / rows_per_group, &gx, &gy);
+  const auto it = gemmg_[index - 1].find(w.type);
+  UF_CHECK(it != gemmg_[index - 1].end()) << "no grouped expert GEMM for " << GgmlTypeName(w.type);
+  const Pipeline* wide = Wide(kGemmG + index - 1, w);
   r->Dispatch(wide != nullptr ? *wide : *it->second, {w.buffer, x, y, tiles, order},
               MakeExpertPush(w, n_slots, x_div), static_cast<uint32_t>(max_tiles), gx, gy);
 }

@@ -217,20 +217,28 @@ class Kernels {
   void GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, const Buffer& ids,
                    int64_t n_slots, int64_t x_div, const Buffer& y) const;
   // The slots of a batch grouped by expert (moe_group.comp): order = the n_slots slots sorted by
-  // expert, tiles = max_tiles (expert, first index into order, count <= 8) triples, unused ones
-  // with count 0. max_tiles: MaxExpertTiles.
+  // expert, tiles = max_tiles (expert, first index into order, count <= tile) triples, unused
+  // ones with count 0. max_tiles: MaxExpertTiles(n_slots, n_expert, tile); tile 8, 16 or 32.
   static constexpr int64_t kMaxExperts = 512;
   static constexpr int64_t kMaxExpertsUsed = 64;  // route.comp's shared top list
-  static int64_t MaxExpertTiles(int64_t n_slots, int64_t n_expert) {
-    return (n_slots + 7) / 8 + std::min(n_slots, n_expert);
+  static int64_t MaxExpertTiles(int64_t n_slots, int64_t n_expert, int64_t tile = 8) {
+    return (n_slots + tile - 1) / tile + std::min(n_slots, n_expert);
   }
+  // The grouped tile for n_slots slots over n_expert experts: the narrowest of 8, 16 and 32
+  // (at most the token tile cap, UF_GPU_TILE) that takes an expert's average share of the slots
+  // in one tile. An expert is read once per tile of the slots that chose it, so a 512-token
+  // prefill of a top-8 model over 128 experts (32 slots an expert) reads each expert ~1-2 times
+  // at 32 where tiles of 8 read it ~4-5 times; a decode batch (a few slots an expert) keeps 8,
+  // whose idle slots hold no registers. Which tile a slot lands in never changes its bits.
+  int64_t GroupTile(int64_t n_slots, int64_t n_expert) const;
   void GroupSlots(Recorder* r, const Buffer& ids, const Buffer& order, const Buffer& tiles,
-                  int64_t n_slots, int64_t n_expert) const;
-  // GemmExperts over the tiles of GroupSlots (gemmg_*): each expert's rows are read once per
-  // tile of up to 8 slots that chose it; every slot's row the same bits as GemmExperts gives.
+                  int64_t n_slots, int64_t n_expert, int64_t tile = 8) const;
+  // GemmExperts over the tiles of GroupSlots (gemmg_*, gemmg16_*, gemmg32_* by its tile): each
+  // expert's rows are read once per tile of the slots that chose it; every slot's row the same
+  // bits as GemmExperts gives.
   void GemmExpertsGrouped(Recorder* r, const GpuMatrix& w, const Buffer& x, const Buffer& tiles,
-                          const Buffer& order, int64_t n_slots, int64_t x_div,
-                          const Buffer& y) const;
+                          const Buffer& order, int64_t n_slots, int64_t x_div, const Buffer& y,
+                          int64_t tile = 8) const;
   // The router (route.comp): for each of n tokens, from its n_expert logits (plus bias when
   // has_bias), its k experts (best first, ties to the lower index) into ids[t * k + i] and their
   // weights into weights[t * k + i], as model::Decoder::Route computes them.
@@ -441,11 +449,13 @@ class Kernels {
   static constexpr int kNumTiles = 4;
   const Pipeline* GemmPipeline(GgmlType type, int tile_index) const;
   static int TileIndex(int64_t tile);  // tile's index into kTiles
-  // The wide kernel of `kind` (a tile's index into kTiles, kGemmX, kGemmG) for w, or nullptr
+  // The wide kernel of `kind` (a tile's index into kTiles, kGemmX, kGemmG + the grouped tile's
+  // index into kTiles less 1) for w, or nullptr
   // when the basic one runs (wide GEMV off, no wide kernel of w's type and kind, or F16 columns
   // not a multiple of 8). A matrix's choice depends on its type and shape only, never on the
   // batch.
   enum WideKind { kGemm1 = 0, kGemm8 = 1, kGemm16 = 2, kGemm32 = 3, kGemmX = 4, kGemmG = 5 };
+  static constexpr int kNumWideKinds = kGemmG + 3;  // the grouped tiles 8, 16 and 32
   const Pipeline* Wide(int kind, const GpuMatrix& w) const;
   // Rows one subgroup of Gemm's kernel computes for the tile kTiles[tile_index]: 2 for the F16
   // and BF16 tiles of 16 and 32 (basic and wide; gemm_pairs.glsl and gemm_f16w.glsl's kRows),
@@ -460,8 +470,9 @@ class Kernels {
   int64_t max_tile_ = 32;        // the widest token tile Gemm takes (ResolveMaxTile)
   // By token tile (kTiles: gemm1_*, gemm8_*, gemm16_*, gemm32_*), per weight type.
   std::map<GgmlType, const Pipeline*> gemm_[kNumTiles];
-  std::map<GgmlType, const Pipeline*> gemmx_;   // stacked experts, one slot per z
-  std::map<GgmlType, const Pipeline*> gemmg_;   // stacked experts, a tile of one expert per z
+  std::map<GgmlType, const Pipeline*> gemmx_;  // stacked experts, one slot per z
+  // Stacked experts, a tile of one expert per z; by grouped tile (8, 16, 32: kTiles' index - 1).
+  std::map<GgmlType, const Pipeline*> gemmg_[3];
   std::map<GgmlType, const Pipeline*> glu_[2];  // GemmGlu: gemm1_glu_*, gemm8_glu_*
   GemvVariant gemv_ = GemvVariant::kBasic;
   bool wide_ = false;      // kWide: every wide kernel
@@ -470,7 +481,7 @@ class Kernels {
   MatMul matmul_ = MatMul::kOff;
   // By weight type: gemm_tiled_* or gemm_tiled_*_coopmat (AddMatMul).
   std::map<GgmlType, const Pipeline*> matmul_pipelines_;
-  std::map<GgmlType, const Pipeline*> wide_gemm_[6];  // by WideKind: the wide kernels
+  std::map<GgmlType, const Pipeline*> wide_gemm_[kNumWideKinds];  // by WideKind: the wide kernels
   // A token-tiled GEMM's (basic or wide) *_stages twin: with the norm tail and the RoPE / store
   // epilogue, whose barrier() the plain kernel does without. Made by AddStages for the types
   // that need them; every twin's name, by its plain kernel.

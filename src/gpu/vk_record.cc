@@ -131,7 +131,8 @@ void VulkanForward::GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x
   const Buffer* in = QuantizeFor(r, w, x, n_x) ? &xq_ : &x;
   // One token: its k slots have k different experts, nothing to group.
   if (n_slots > c_.n_expert_used) {
-    k_.GemmExpertsGrouped(r, w, *in, moe_tiles_, moe_order_, n_slots, x_div, y);
+    k_.GemmExpertsGrouped(r, w, *in, moe_tiles_, moe_order_, n_slots, x_div, y,
+                          k_.GroupTile(n_slots, c_.n_expert));
   } else {
     k_.GemmExperts(r, w, *in, moe_ids_, n_slots, x_div, y);
   }
@@ -139,8 +140,9 @@ void VulkanForward::GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x
 
 // Every step per token or per slot, so a token's row does not depend on its batch. A batch of
 // several tokens groups its slots by expert (GroupSlots) and the expert GEMMs read each
-// selected expert's rows once per tile of up to 8 slots that chose it; a slot's result is the
-// same bits either way (gemm.glsl).
+// selected expert's rows once per tile of up to 8, 16 or 32 slots that chose it (GroupTile:
+// the tile that holds an expert's average share); a slot's result is the same bits either way
+// (gemm.glsl).
 void VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n) {
   const int64_t k = c_.n_expert_used;
   Gemm(r, l.router, xn_, n, moe_logits_);
@@ -152,7 +154,10 @@ void VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n) {
   rp.scale = c_.expert_weights_scale;
   k_.Route(r, moe_logits_, l.router_b.valid() ? &l.router_b : nullptr, moe_ids_, moe_weights_, n,
            rp);
-  if (n * k > k) k_.GroupSlots(r, moe_ids_, moe_order_, moe_tiles_, n * k, c_.n_expert);
+  if (n * k > k) {
+    k_.GroupSlots(r, moe_ids_, moe_order_, moe_tiles_, n * k, c_.n_expert,
+                  k_.GroupTile(n * k, c_.n_expert));
+  }
   // Gate and up read the same activation and write their own rows: one barrier after both when
   // they read the same format (xq_ quantized once, ahead).
   const bool group = o_.fuse && SharedActivation({&l.exp_gate, &l.exp_up}).has_value();

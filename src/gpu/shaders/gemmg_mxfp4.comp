@@ -1,8 +1,10 @@
-// GEMM for MXFP4 weights over stacked experts, grouped by expert: tiles of up to 8 slots of one
-// expert (gemm.glsl with GROUPED).
+// GEMM for MXFP4 weights over stacked experts, grouped by expert: tiles of up to 8 (16, 32) slots
+// of one expert (gemm.glsl with GROUPED).
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#ifndef kTile  // gemmg16_* and gemmg32_*: -DkTile (CMakeLists.txt)
 #define kTile 8
+#endif
 #define GROUPED
 #define MXFP4
 #include "gemm_q4_0.glsl"

@@ -1,7 +1,9 @@
-// GEMM for Q4_K weights over stacked experts, grouped by expert: tiles of up to 8 slots of one
-// expert (gemm.glsl with GROUPED).
+// GEMM for Q4_K weights over stacked experts, grouped by expert: tiles of up to 8 (16, 32) slots
+// of one expert (gemm.glsl with GROUPED).
 #version 450
 #extension GL_GOOGLE_include_directive : require
+#ifndef kTile  // gemmg16_* and gemmg32_*: -DkTile (CMakeLists.txt)
 #define kTile 8
+#endif
 #define GROUPED
 #include "gemm_q4_k.glsl"

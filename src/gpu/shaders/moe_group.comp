@@ -1,5 +1,6 @@
 // The slots of a mixture-of-experts batch grouped by expert for gemmg_*: order = the slots
-// sorted by expert (slot order within an expert), and tiles of up to 8 slots of one expert:
+// sorted by expert (slot order within an expert), and tiles of up to p.tile (8, 16 or 32) slots
+// of one expert:
 // tiles[3 i] = expert, tiles[3 i + 1] = first index into order, tiles[3 i + 2] = count; the
 // tiles past the last used get count 0. Which tile a slot lands in does not change its result
 // (gemm.glsl), only how many times an expert's rows are read; the output is still fixed (a
@@ -16,7 +17,7 @@ layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer Ids { uint ids[]; };
 layout(std430, binding = 1) writeonly buffer Order { uint order[]; };
 layout(std430, binding = 2) writeonly buffer Tiles { uint tiles[]; };
-layout(push_constant) uniform P { uint n_slots, n_expert, max_tiles; } p;
+layout(push_constant) uniform P { uint n_slots, n_expert, max_tiles, tile; } p;
 
 const uint kThreads = 256;
 const uint kMaxExperts = 512;  // checked by the host: 2 experts an invocation
@@ -37,7 +38,7 @@ void main() {
   // and 2 lid + 1 (0 past n_expert).
   const uint e0 = 2 * lid, e1 = e0 + 1;
   const uint c0 = e0 < p.n_expert ? next[e0] : 0, c1 = e1 < p.n_expert ? next[e1] : 0;
-  const uint t0 = (c0 + 7) / 8, t1 = (c1 + 7) / 8;
+  const uint t0 = (c0 + p.tile - 1) / p.tile, t1 = (c1 + p.tile - 1) / p.tile;
   scan_slots[lid] = c0 + c1;
   scan_tiles[lid] = t0 + t1;
   barrier();
@@ -58,13 +59,13 @@ void main() {
   if (e1 < p.n_expert) next[e1] = first0 + c0;
   for (uint j = 0; j < t0; ++j) {
     tiles[3 * (tile0 + j)] = e0;
-    tiles[3 * (tile0 + j) + 1] = first0 + 8 * j;
-    tiles[3 * (tile0 + j) + 2] = min(8u, c0 - 8 * j);
+    tiles[3 * (tile0 + j) + 1] = first0 + p.tile * j;
+    tiles[3 * (tile0 + j) + 2] = min(p.tile, c0 - p.tile * j);
   }
   for (uint j = 0; j < t1; ++j) {
     tiles[3 * (tile0 + t0 + j)] = e1;
-    tiles[3 * (tile0 + t0 + j) + 1] = first0 + c0 + 8 * j;
-    tiles[3 * (tile0 + t0 + j) + 2] = min(8u, c1 - 8 * j);
+    tiles[3 * (tile0 + t0 + j) + 1] = first0 + c0 + p.tile * j;
+    tiles[3 * (tile0 + t0 + j) + 2] = min(p.tile, c1 - p.tile * j);
   }
   barrier();
   for (uint t = used_tiles + lid; t < p.max_tiles; t += kThreads) tiles[3 * t + 2] = 0;
