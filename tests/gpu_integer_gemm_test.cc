@@ -96,13 +96,10 @@ TEST_F(GpuKernelsTest, IntegerDotKernelsEqualPlainOnes) {
   for (GgmlType type :
        {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kMXFP4, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
     SCOPED_TRACE(GgmlTypeName(type));
-    std::vector<std::vector<uint8_t> > data(n_exp);
+    std::vector<std::vector<uint8_t> > data;
     std::vector<kernels::Matrix> experts;
-    for (int64_t e = 0; e < n_exp; ++e) {
-      experts.push_back(Quantized(type, Random(rows * cols, 62 + e, 0.5f), rows, cols, &data[e]));
-    }
+    auto stacked = RandomExperts(type, n_exp, rows, cols, 62, &data, &experts);
     auto gm = UploadMatrix(ctx_, experts[0]);
-    auto stacked = UploadExperts(ctx_, experts);
     ASSERT_TRUE(gm.ok() && stacked.ok());
     Buffer xb = Floats(x), xq = Empty(ActBytes(max_n * cols));
     // Every kernel of one Kernels object into its own output, in one recording.

@@ -95,6 +95,19 @@ class GpuKernelsTest : public ::testing::Test {
     }
     return *kernels::Matrix::Create(type, data->data(), rows, cols);
   }
+  // n_exp random experts of `type` (rows x cols, values of scale 0.5, seeds seed, seed + 1, ...;
+  // their bytes in *data, which must outlive *experts), stacked on the device (UploadExperts).
+  static StatusOr<GpuMatrix> RandomExperts(GgmlType type, int64_t n_exp, int64_t rows, int64_t cols,
+                                           uint32_t seed, std::vector<std::vector<uint8_t> >* data,
+                                           std::vector<kernels::Matrix>* experts) {
+    data->assign(n_exp, {});
+    experts->clear();
+    for (int64_t e = 0; e < n_exp; ++e) {
+      experts->push_back(Quantized(type, Random(rows * cols, seed + static_cast<uint32_t>(e), 0.5f),
+                                   rows, cols, &(*data)[e]));
+    }
+    return UploadExperts(ctx_, *experts);
+  }
 
   // The activation a GEMM of `type` reads: values of x quantized into q (Q8_0, Q8_K, f16 or
   // bf16 pairs: ActivationFor) as the decoder does; false (nothing recorded) when the type takes

@@ -242,12 +242,9 @@ TEST_F(GpuKernelsTest, ExpertGemmEqualsEachExpertsGemm) {
   const std::vector<float> x = Random(n * k * cols, 32);
   for (GgmlType type : kAllTypes) {
     SCOPED_TRACE(GgmlTypeName(type));
-    std::vector<std::vector<uint8_t> > data(n_exp);
+    std::vector<std::vector<uint8_t> > data;
     std::vector<kernels::Matrix> experts;
-    for (int64_t e = 0; e < n_exp; ++e) {
-      experts.push_back(Quantized(type, Random(rows * cols, 40 + e, 0.5f), rows, cols, &data[e]));
-    }
-    auto stacked = UploadExperts(ctx_, experts);
+    auto stacked = RandomExperts(type, n_exp, rows, cols, 40, &data, &experts);
     ASSERT_TRUE(stacked.ok()) << stacked.status().ToString();
     EXPECT_EQ(stacked->rows, rows);
     EXPECT_EQ(stacked->n_experts, n_exp);

@@ -223,12 +223,9 @@ TEST_F(GpuKernelsTest, GroupedTilesGiveTheUngroupedBits) {
                             GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kMXFP4};
   for (GgmlType type : types) {
     SCOPED_TRACE(GgmlTypeName(type));
-    std::vector<std::vector<uint8_t> > data(n_exp);
+    std::vector<std::vector<uint8_t> > data;
     std::vector<kernels::Matrix> experts;
-    for (int64_t e = 0; e < n_exp; ++e) {
-      experts.push_back(Quantized(type, Random(rows * cols, 72 + e, 0.5f), rows, cols, &data[e]));
-    }
-    auto stacked = UploadExperts(ctx_, experts);
+    auto stacked = RandomExperts(type, n_exp, rows, cols, 72, &data, &experts);
     ASSERT_TRUE(stacked.ok()) << stacked.status().ToString();
     const bool q8 = ActivationFor(type) != Activation::kF32;
     for (const Kernels* kern : Variants(type))
