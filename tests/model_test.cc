@@ -127,6 +127,8 @@ TEST(ModelConfig, ValidLlamaLoads) {
   EXPECT_EQ(c.n_vocab, 10);
   // q, k, v, o, gate, up, down + tied output, all F32.
   EXPECT_EQ((*m)->bytes_per_token(), 4u * (8 * 8 + 8 * 4 + 8 * 4 + 8 * 8 + 3 * 8 * 16 + 10 * 8));
+  // A dense model's step reads each matrix once, however many tokens it holds.
+  EXPECT_EQ(BytesPerStep((*m)->weights(), c, 64), static_cast<double>((*m)->bytes_per_token()));
 }
 
 TEST(ModelConfig, QwenArchitecturesUseNeoxRopeAndTheirExtraTensors) {

@@ -354,6 +354,19 @@ TEST(MoeConfig, ReadsExpertKeysAndCountsTheBytesATokenReads) {
               2 * (l.exp_gate[0].bytes() + l.exp_up[0].bytes() + l.exp_down[0].bytes());
   }
   EXPECT_EQ((*m)->bytes_per_token(), expect);
+  // A step of n tokens: the experts uniform routing is expected to select together, 8 (1 -
+  // (6/8)^n) a layer; one token's are BytesPerToken's, and many tokens' every expert.
+  size_t dense = w.output.bytes(), expert = 0;  // expert: one expert's bytes over all layers
+  for (const auto& l : w.layers) {
+    dense += l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes() + l.router.bytes();
+    expert += l.exp_gate[0].bytes() + l.exp_up[0].bytes() + l.exp_down[0].bytes();
+  }
+  EXPECT_EQ(model::BytesPerStep(w, c, 1), static_cast<double>(expect));
+  for (int64_t n : {2, 8, 64}) {
+    const double want = dense + 8.0 * (1.0 - std::pow(0.75, static_cast<double>(n))) * expert;
+    EXPECT_NEAR(model::BytesPerStep(w, c, n), want, 1e-9 * want) << n << " tokens";
+  }
+  EXPECT_NEAR(model::BytesPerStep(w, c, 1000), static_cast<double>(model::AllMatrixBytes(w)), 1.0);
   std::filesystem::remove(path);
 }
 

@@ -12,6 +12,7 @@
 #include "engine/kv_cache.h"
 #include "engine/seq_sampler.h"
 #include "model/batch.h"
+#include "model/weights.h"
 
 namespace uf::cli {
 
@@ -324,12 +325,13 @@ int GpuBench(const GpuBenchOptions& o) {
       2.0 * 2 * m.config().n_layer * m.config().kv_dim() * (o.depth + o.n_prompt + o.n_gen / 2.0);
   const double bytes_per_token = static_cast<double>(m.bytes_per_token()) + kv_bytes;
   const double roofline = bw_bytes > 0 ? tg_tok_s * bytes_per_token / bw_bytes : 0.0;
-  // A batched step reads the weights once and each stream's K/V (from position 0: the batched
-  // runs have no --depth) up to its mean decode position.
+  // A batched step reads the weights once (a mixture of experts: the experts its streams are
+  // expected to select together, model::BytesPerStep) and each stream's K/V (from position 0:
+  // the batched runs have no --depth) up to its mean decode position.
   const auto step_bytes = [&](int streams) {
-    return static_cast<double>(m.bytes_per_token()) + streams * 2.0 * 2 * m.config().n_layer *
-                                                          m.config().kv_dim() *
-                                                          (o.n_prompt + o.batch_steps / 2.0);
+    return model::BytesPerStep(m.weights(), m.config(), streams) +
+           streams * 2.0 * 2 * m.config().n_layer * m.config().kv_dim() *
+               (o.n_prompt + o.batch_steps / 2.0);
   };
   const auto batch_roofline = [&](int streams, double tok_s) {
     return bw_bytes > 0 ? tok_s / streams * step_bytes(streams) / bw_bytes : 0.0;
@@ -434,10 +436,10 @@ int GpuBench(const GpuBenchOptions& o) {
     const std::string test = "tg" + std::to_string(o.batch_steps) + " x" + std::to_string(streams);
     std::printf(
         "%-8d %-12s %14.1f %16.0f %12.1f %9.1f%%   (aggregate of %d streams after "
-        "%lld-token prompts, bytes per step; GPU time alone %.1f)\n",
+        "%lld-token prompts, bytes per step%s; GPU time alone %.1f)\n",
         0, test.c_str(), tok_s, step_bytes(streams), bw_bytes / 1e9,
         100.0 * batch_roofline(streams, tok_s), streams, static_cast<long long>(o.n_prompt),
-        gpu_tok_s);
+        m.config().is_moe() ? " with the experts uniform routing would select" : "", gpu_tok_s);
     if (batched_sampled[bi] > 0) {
       std::printf(
           "%-8d %-12s %14.1f %16.0f %12.1f %9.1f%%   (the same sampled and chained: T 0.8, "

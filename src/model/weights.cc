@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "kernels/quant.h"
@@ -159,10 +160,11 @@ StatusOr<ModelWeights> BindWeights(const gguf::GgufFile& file, const ModelConfig
 
 namespace {
 
-// Sums f over the matrices a token reads (experts: the average expert times the k used) or over
-// all of them.
+// Sums f over the matrices a step of `tokens` tokens reads (experts: the average expert times the
+// k used for one token, or the expected distinct ones of `tokens`: BytesPerStep) or over all.
 template <typename F>
-double SumMatrices(const ModelWeights& w, const ModelConfig* active, const F& f) {
+double SumMatrices(const ModelWeights& w, const ModelConfig* active, const F& f,
+                   int64_t tokens = 1) {
   double total = f(w.output);
   for (const LayerWeights& l : w.layers) {
     for (const kernels::Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo}) total += f(*m);
@@ -176,8 +178,10 @@ double SumMatrices(const ModelWeights& w, const ModelConfig* active, const F& f)
       experts += f(l.exp_gate[e]) + f(l.exp_up[e]) + f(l.exp_down[e]);
     }
     if (active != nullptr) {
-      experts *=
+      const double used =
           static_cast<double>(active->n_expert_used) / static_cast<double>(l.exp_gate.size());
+      // One token: exactly k / E (BytesPerToken's bytes, which tests compare to the byte).
+      experts *= tokens <= 1 ? used : 1.0 - std::pow(1.0 - used, static_cast<double>(tokens));
     }
     total += experts;
   }
@@ -191,6 +195,9 @@ double Params(const kernels::Matrix& m) { return static_cast<double>(m.rows()) *
 
 size_t BytesPerToken(const ModelWeights& w, const ModelConfig& c) {
   return static_cast<size_t>(SumMatrices(w, &c, Bytes));
+}
+double BytesPerStep(const ModelWeights& w, const ModelConfig& c, int64_t tokens) {
+  return SumMatrices(w, &c, Bytes, tokens);
 }
 size_t AllMatrixBytes(const ModelWeights& w) {
   return static_cast<size_t>(SumMatrices(w, nullptr, Bytes));

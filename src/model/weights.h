@@ -92,6 +92,12 @@ StatusOr<ModelWeights> BindWeights(const gguf::GgufFile& file, const ModelConfig
 // Bytes of weights a batch-1 decode step streams: every layer's attention matrices, the router
 // and the n_expert_used experts a token selects (or the dense FFN), plus the output matrix.
 size_t BytesPerToken(const ModelWeights& weights, const ModelConfig& config);
+// Bytes of weights a step of `tokens` tokens (a decode batch, a prompt's batch) streams, each
+// matrix once: BytesPerToken's, with each layer's experts those the tokens are expected to
+// select together if a router picks its n_expert_used of n_expert uniformly, n_expert (1 - (1 -
+// used / n_expert)^tokens) of them (a 64-stream Mixtral step reads ~all 8, 4x one token's 2).
+// An estimate for MoE models (a real router is skewed: fewer); exact for dense ones.
+double BytesPerStep(const ModelWeights& weights, const ModelConfig& config, int64_t tokens);
 // Every matrix's bytes (all experts): what the file's weights occupy.
 size_t AllMatrixBytes(const ModelWeights& weights);
 // Parameters a token computes with (the matrices BytesPerToken counts), and all of them; the
