@@ -17,6 +17,7 @@
 #if UF_HAVE_VULKAN
 #include "gpu_kernels_fixture.h"
 #include "model/decoder.h"
+#include "scoped_env.h"
 #endif
 
 namespace uf::gpu {
@@ -196,9 +197,16 @@ TEST_F(GpuKernelsTest, GroupTileHoldsAnExpertsShare) {
   for (int64_t cap : {int64_t{8}, int64_t{16}}) {
     auto k = Kernels::Create(ctx_, GemvVariant::kBasic, cap);
     ASSERT_TRUE(k.ok()) << k.status().ToString();
+    // UF_GPU_GROUP_TILE caps the grouped tile alone; the token tile keeps its cap (32 here).
+    ScopedEnv env("UF_GPU_GROUP_TILE", cap == 8 ? "8" : "16");
+    auto g = Kernels::Create(ctx_, GemvVariant::kBasic, 32);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    EXPECT_EQ(g->GemmTile(100), 32);
     for (const Case& c : cases) {
       EXPECT_EQ(k->GroupTile(c.n_slots, c.n_expert), std::min(c.want, cap))
           << c.n_slots << " slots over " << c.n_expert << " experts, cap " << cap;
+      EXPECT_EQ(g->GroupTile(c.n_slots, c.n_expert), std::min(c.want, cap))
+          << c.n_slots << " slots over " << c.n_expert << " experts, UF_GPU_GROUP_TILE " << cap;
     }
   }
 }

@@ -36,7 +36,9 @@
 #                                    `all` adds 8B F16 and Q4_0 (16 + 4.5 GB to write); `moe`
 #                                    (or `all`) adds cut-down mixtures of experts: Qwen3-30B-A3B
 #                                    Q4_K_M at 12 of its 48 layers and gpt-oss-20b MXFP4 at 8 of
-#                                    24 (~4 + ~4 GB), decode only.
+#                                    24 (~4 + ~4 GB): decode, and a 512-token prefill with
+#                                    the experts' grouped tiles up to 32 slots and capped at 8
+#                                    (UF_GPU_GROUP_TILE).
 # UF_GPU_MODELS=DIR keeps the models elsewhere (default /tmp/uf_gpu_models); UF_GPU_DEPTH=N
 # changes the depth of the depth run (default 4096).
 # The figures are wall clock per step (submit + wait included), the GPU time alone (timestamps),
@@ -221,6 +223,23 @@ print(round(json.loads(sys.argv[1])["pp_tok_s"]))' "$line")") ;;
         *) prefill+=("$attn failed") ;;
       esac
     done
+    # The cut-down MoE shapes' prefill ($n_prompt tokens in one batch) with the grouped expert
+    # GEMMs' tiles chosen by GroupTile (up to 32 slots of one expert a tile) and capped at 8
+    # (UF_GPU_GROUP_TILE=8): what the wider tiles' fewer expert reads save.
+    moe_prefill=()
+    if [ "${2:-}" = all ] || [ "${2:-}" = moe ] || [ "$1" = dry-run ]; then
+      for m in qwen3-30b-a3b-q4_k_m-12 gpt-oss-20b-mxfp4-8; do
+        for gt in 32 8; do
+          line=$(UF_GPU_GROUP_TILE=$gt uf bench --device vulkan -m "$dir/$m.gguf" -p "$n_prompt" \
+                   -n 0 --reps 1 --json | tail -n 1) || line=
+          case "$line" in
+            "{"*) moe_prefill+=("$m $gt $(python3 -c 'import json, sys
+print(round(json.loads(sys.argv[1])["pp_tok_s"]))' "$line")") ;;
+            *) moe_prefill+=("$m $gt failed") ;;
+          esac
+        done
+      done
+    fi
     echo
     # One table: decode per model (streams 1), then the batched runs (aggregate over streams).
     python3 - "${results[@]}" <<'PY'
@@ -310,6 +329,10 @@ PY
     for p in "${prefill[@]}"; do
       read -r attn tok_s <<<"$p"
       echo "prefill of $long_prompt tokens (1B F16), attention $attn: $tok_s tok/s"
+    done
+    for p in "${moe_prefill[@]}"; do
+      read -r m gt tok_s <<<"$p"
+      echo "prefill of $n_prompt tokens ($m), grouped expert tiles up to $gt slots: $tok_s tok/s"
     done
     # Where a decode step's GPU time goes, per kernel (bench --profile: a timestamp after every
     # dispatch), for the 1B F16, Q4_0 and Q4_K_M shapes.

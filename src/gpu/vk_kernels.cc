@@ -100,6 +100,10 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
   k.gemv_ = ResolveGemv(gemv);
   k.wide_ = k.gemv_ == GemvVariant::kWide;
   k.max_tile_ = ResolveMaxTile(max_tile);
+  // The grouped experts' tile cap (GroupTile): UF_GPU_GROUP_TILE=8|16|32, for an A/B of the
+  // experts' tiles alone (UF_GPU_TILE caps both).
+  static constexpr Choices<int64_t, 3> kGroupTiles = {{"32", 32}, {"8", 8}, {"16", 16}};
+  k.max_group_tile_ = std::min(k.max_tile_, EnvChoice("UF_GPU_GROUP_TILE", kGroupTiles));
   if (k.wide_) {
     // F16: every batch size (the wide order throughout); Q8_0 and Q4_0: one token only (the
     // same bits as gemm1_*, so the batched kernels stay the basic ones).
@@ -451,7 +455,7 @@ ExpertPush MakeExpertPush(const GpuMatrix& w, int64_t n_slots, int64_t x_div) {
 int64_t Kernels::GroupTile(int64_t n_slots, int64_t n_expert) const {
   const int64_t share = (n_slots + n_expert - 1) / std::max<int64_t>(n_expert, 1);
   for (int64_t tile : {int64_t{8}, int64_t{16}}) {
-    if (tile >= max_tile_ || share <= tile) return tile;
+    if (tile >= max_group_tile_ || share <= tile) return tile;
   }
   return 32;
 }

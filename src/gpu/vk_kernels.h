@@ -225,11 +225,12 @@ class Kernels {
     return (n_slots + tile - 1) / tile + std::min(n_slots, n_expert);
   }
   // The grouped tile for n_slots slots over n_expert experts: the narrowest of 8, 16 and 32
-  // (at most the token tile cap, UF_GPU_TILE) that takes an expert's average share of the slots
-  // in one tile. An expert is read once per tile of the slots that chose it, so a 512-token
-  // prefill of a top-8 model over 128 experts (32 slots an expert) reads each expert ~1-2 times
-  // at 32 where tiles of 8 read it ~4-5 times; a decode batch (a few slots an expert) keeps 8,
-  // whose idle slots hold no registers. Which tile a slot lands in never changes its bits.
+  // (at most the token tile cap, UF_GPU_TILE, and UF_GPU_GROUP_TILE) that takes an expert's
+  // average share of the slots in one tile. An expert is read once per tile of the slots that chose
+  // it, so a 512-token prefill of a top-8 model over 128 experts (32 slots an expert) reads each
+  // expert ~1-2 times at 32 where tiles of 8 read it ~4-5 times; a decode batch (a few slots an
+  // expert) keeps 8, whose idle slots hold no registers. Which tile a slot lands in never changes
+  // its bits.
   int64_t GroupTile(int64_t n_slots, int64_t n_expert) const;
   void GroupSlots(Recorder* r, const Buffer& ids, const Buffer& order, const Buffer& tiles,
                   int64_t n_slots, int64_t n_expert, int64_t tile = 8) const;
@@ -468,6 +469,7 @@ class Kernels {
   uint32_t q8_0_per_group_ = 8;  // Q8_0 blocks per workgroup of quantize_q8_0 (Create)
   uint32_t q8k_per_group_ = 8;   // Q8_K blocks per workgroup of quantize_q8_k: its subgroups
   int64_t max_tile_ = 32;        // the widest token tile Gemm takes (ResolveMaxTile)
+  int64_t max_group_tile_ = 32;  // the widest grouped tile (GroupTile): at most max_tile_
   // By token tile (kTiles: gemm1_*, gemm8_*, gemm16_*, gemm32_*), per weight type.
   std::map<GgmlType, const Pipeline*> gemm_[kNumTiles];
   std::map<GgmlType, const Pipeline*> gemmx_;  // stacked experts, one slot per z
