@@ -232,8 +232,8 @@ TEST_F(CliTest, InfoReportsBytesPerToken) {
 
 TEST_F(CliTest, BenchPrintsJsonWithBandwidthFigures) {
   UF_REQUIRE_SHARED();
-  Result r =
-      Run(std::string("bench -m ") + kF32Model + " -p 16 -n 8 -t 1 --reps 1 --depth 4 --json");
+  Result r = Run(std::string("bench -m ") + kF32Model +
+                 " -p 16 -n 8 -t 1 --reps 1 --depth 4 --batch 1,2 --batch-steps 2 --json");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out, nullptr, /*allow_exceptions=*/false);
   ASSERT_TRUE(j.is_object()) << r.out;
@@ -257,6 +257,18 @@ TEST_F(CliTest, BenchPrintsJsonWithBandwidthFigures) {
   // The second estimate: the 8 decode steps in 2 segments of 4, each between probe passes.
   EXPECT_EQ(j.value("interleaved_segments", -1), 2);
   EXPECT_GT(j.value("roofline_fraction_interleaved", 0.0), 0.0);
+  // A batched step of 2 sequences: the matrices once (a dense model), and each sequence's
+  // embedding row and K/V rows at the mean of the 2 timed positions after the depth, 4 + 3 / 2
+  // (256 bytes of K/V a position: 2 x 2 layers x 32 x 2 bytes).
+  ASSERT_TRUE(j["batch_step_bytes"].is_object()) << r.out;
+  EXPECT_DOUBLE_EQ(j["batch_step_bytes"].value("2", 0.0),
+                   static_cast<double>(matrices) + 2 * (64 * 4 + 256 * 5.5));
+  EXPECT_DOUBLE_EQ(j["batch_step_bytes"].value("1", 0.0),
+                   static_cast<double>(matrices) + 64 * 4 + 256 * 5.5);
+  for (const char* b : {"1", "2"}) {
+    EXPECT_GT(j["batch_roofline"].value(b, 0.0), 0.0) << b;
+    EXPECT_GT(j["batch_tok_s"].value(b, 0.0), 0.0) << b;
+  }
   // Prefill against the arithmetic peak: 2 ops per weight of every layer matrix per prompt
   // token, and of the output matrix once (logits of the last token only); for this all-F32
   // model the f32 FMA peak is the only ceiling.

@@ -96,6 +96,10 @@ struct BenchResult {
   // Tokens per CPU-second of the process (all threads): on a shared machine the cores are not
   // all ours, and this ratio between batch sizes is steadier than the wall-clock one.
   std::vector<std::pair<int, double>> batch_tok_per_cpu_s;
+  // Bytes a batched step reads (the weights once, a mixture of experts' those its sequences are
+  // expected to select together, model::BytesPerStep; each sequence's embedding row and K/V),
+  // and the roofline fraction at the aggregate rate against the decode runs' bandwidth.
+  std::vector<std::pair<int, double>> batch_step_bytes, batch_roofline;
 };
 
 StatusOr<std::vector<int>> ParseBatchList(const std::string& s) {
@@ -382,6 +386,14 @@ Status RunBench(const BenchOptions& o, const LoadedModel& loaded, ThreadPool* po
       cpu += c_s;
     }
     r->batch_tok_s.emplace_back(b, Median(rates));
+    // Positions depth + 1 .. depth + batch_steps are timed; each reads its K/V rows up to it.
+    const double pos = static_cast<double>(o.depth) + (o.batch_steps + 1) / 2.0;
+    const double per_seq = static_cast<double>(m.weights().token_embd_row_bytes) + kv_row * pos +
+                           swa_row * std::min(pos, static_cast<double>(c.n_swa));
+    const double step_bytes = model::BytesPerStep(m.weights(), c, b) + b * per_seq;
+    r->batch_step_bytes.emplace_back(b, step_bytes);
+    r->batch_roofline.emplace_back(
+        b, r->bw_adjacent > 0 ? Median(rates) / b * step_bytes / (r->bw_adjacent * 1e9) : 0.0);
     r->batch_tok_per_cpu_s.emplace_back(
         b, cpu > 0 ? static_cast<double>(b) * o.batch_steps * o.reps / cpu : 0.0);
   }
@@ -449,6 +461,11 @@ void BenchCommand(const BenchOptions& o) {
     nlohmann::json per_cpu = nlohmann::json::object();
     for (const auto& [b, v] : r.batch_tok_per_cpu_s) per_cpu[std::to_string(b)] = v;
     j["batch_tok_per_cpu_s"] = per_cpu;
+    nlohmann::json step_bytes = nlohmann::json::object(), batch_roofline = nlohmann::json::object();
+    for (const auto& [b, v] : r.batch_step_bytes) step_bytes[std::to_string(b)] = v;
+    for (const auto& [b, v] : r.batch_roofline) batch_roofline[std::to_string(b)] = v;
+    j["batch_step_bytes"] = step_bytes;
+    j["batch_roofline"] = batch_roofline;
     std::printf("%s\n", j.dump().c_str());
     return;
   }
@@ -497,15 +514,15 @@ void BenchCommand(const BenchOptions& o) {
     for (const auto& [b, v] : r.batch_tok_s) {
       if (b == 1) base = v;
     }
-    std::printf("\n%6s %14s %10s %16s\n", "seqs", "agg tok/s", "vs 1 seq", "tok/CPU-second");
+    std::printf("\n%6s %14s %10s %16s %14s %9s\n", "seqs", "agg tok/s", "vs 1 seq",
+                "tok/CPU-second", "MB per step", "roofline");
     for (size_t i = 0; i < r.batch_tok_s.size(); ++i) {
       const auto [b, v] = r.batch_tok_s[i];
       const double per_cpu = r.batch_tok_per_cpu_s[i].second;
-      if (base > 0) {
-        std::printf("%6d %14.1f %9.2fx %16.1f\n", b, v, v / base, per_cpu);
-      } else {
-        std::printf("%6d %14.1f %10s %16.1f\n", b, v, "-", per_cpu);
-      }
+      char vs[32] = "-";
+      if (base > 0) std::snprintf(vs, sizeof(vs), "%.2fx", v / base);
+      std::printf("%6d %14.1f %10s %16.1f %14.1f %8.1f%%\n", b, v, vs, per_cpu,
+                  r.batch_step_bytes[i].second / 1e6, 100.0 * r.batch_roofline[i].second);
     }
   }
 }
