@@ -239,7 +239,7 @@ int GpuBench(const GpuBenchOptions& o) {
     }
   }
   // Batched decode: B streams, each with an n_prompt-token prompt, then batch_steps steps of one
-  // token per stream (--batch-steps, as the CPU bench; before, -n's count, so -n 0 gave 0);
+  // token per stream (--batch-steps, as the CPU bench);
   // aggregate tok/s (wall clock) and GPU time alone. Then the same steps as the serving engine
   // chains a batch of sampled streams (ForwardSampledChains, run's default filters, a seed per
   // stream): each row's draw fed to its row of the next step on the device.

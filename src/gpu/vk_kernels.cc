@@ -16,8 +16,10 @@ namespace uf::gpu {
 
 using kernels_internal::FusedDOff;
 using kernels_internal::FusedFormat;
+using kernels_internal::GemmShape;
 using kernels_internal::Grid;
 using kernels_internal::Groups64;
+using kernels_internal::ShapeOf;
 
 namespace {
 
@@ -206,33 +208,6 @@ const Pipeline* Kernels::Wide(int kind, const GpuMatrix& w) const {
   const auto it = wide_gemm_[kind].find(w.type);
   return it == wide_gemm_[kind].end() ? nullptr : it->second;
 }
-
-namespace {
-
-// What the GEMMs' push constants say of w's activation: cols (blocks for quantized weights,
-// else values), x_stride (per token: words of the quantized activation, else floats) and
-// x_d_off (the word of the activations' scales for n_x tokens; 0 without scales).
-struct GemmShape {
-  uint32_t cols, x_stride, x_d_off;
-};
-GemmShape ShapeOf(const GpuMatrix& w, int64_t n_x) {
-  const auto n = static_cast<uint32_t>(n_x);
-  const auto cols = static_cast<uint32_t>(w.cols);
-  switch (ActivationFor(w.type)) {
-    case Activation::kQ8_K:
-      return {cols / 256, cols / 256 * 72, n * (cols / 256) * 72};
-    case Activation::kQ8_0:
-      return {cols / 32, cols / 32 * 8, n * (cols / 32) * 8};
-    case Activation::kF16:
-    case Activation::kBF16:
-      return {cols, cols / 2, 0u};  // a word per pair
-    case Activation::kF32:
-      break;
-  }
-  return {cols, cols, 0u};
-}
-
-}  // namespace
 
 Status Kernels::AddStages(Context* ctx, GgmlType type) {
   if (TakesPairActivation(type) && glu_[0].count(type) == 0) {
@@ -428,123 +403,6 @@ void Kernels::GemmGlu(Recorder* r, const GpuMatrix& gate, const GpuMatrix& up, c
   uint32_t gx, gy;
   Grid((gate.rows / 2 + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
   r->Dispatch(*glu_[n == 1 ? 0 : 1].at(gate.type), {gate.buffer, up.buffer, x, h}, push, 1, gx, gy);
-}
-
-namespace {
-
-// The push constants of gemmx_* and gemmg_*.
-struct ExpertPush {
-  uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, x_div, acc;
-};
-ExpertPush MakeExpertPush(const GpuMatrix& w, int64_t n_slots, int64_t x_div) {
-  const GemmShape shape = ShapeOf(w, (n_slots + x_div - 1) / x_div);  // its activation rows
-  return {static_cast<uint32_t>(w.rows),
-          shape.cols,
-          w.d_off,
-          static_cast<uint32_t>(n_slots),
-          shape.x_stride,
-          shape.x_d_off,
-          0u,
-          static_cast<uint32_t>(w.rows),
-          static_cast<uint32_t>(x_div),
-          0u};
-}
-
-}  // namespace
-
-int64_t Kernels::GroupTile(int64_t n_slots, int64_t n_expert) const {
-  const int64_t share = (n_slots + n_expert - 1) / std::max<int64_t>(n_expert, 1);
-  for (int64_t tile : {int64_t{8}, int64_t{16}}) {
-    if (tile >= max_group_tile_ || share <= tile) return tile;
-  }
-  return 32;
-}
-
-void Kernels::GroupSlots(Recorder* r, const Buffer& ids, const Buffer& order, const Buffer& tiles,
-                         int64_t n_slots, int64_t n_expert, int64_t tile) const {
-  UF_CHECK(n_expert <= kMaxExperts) << n_expert << " experts";
-  UF_CHECK(tile == 8 || tile == 16 || tile == 32) << "grouped tile " << tile;
-  const struct {
-    uint32_t n_slots, n_expert, max_tiles, tile;
-  } push{static_cast<uint32_t>(n_slots), static_cast<uint32_t>(n_expert),
-         static_cast<uint32_t>(MaxExpertTiles(n_slots, n_expert, tile)),
-         static_cast<uint32_t>(tile)};
-  r->Dispatch(*moe_group_, {ids, order, tiles}, push, 1);
-}
-
-void Kernels::GemmExpertsGrouped(Recorder* r, const GpuMatrix& w, const Buffer& x,
-                                 const Buffer& tiles, const Buffer& order, int64_t n_slots,
-                                 int64_t x_div, const Buffer& y, int64_t tile) const {
-  const int64_t max_tiles = MaxExpertTiles(n_slots, w.n_experts, tile);
-  UF_CHECK(n_slots >= 1 && max_tiles <= 65535 && x_div >= 1) << "expert slots " << n_slots;
-  const int index = TileIndex(tile);  // 1, 2 or 3: gemmg_[index - 1]
-  UF_CHECK(index >= 1) << "grouped tile " << tile;
-  // F16 and BF16 tiles of 16 and 32 compute two rows a subgroup, as Gemm's do.
-  const int64_t rows_per_group = rows_per_group_ * RowsPerSubgroup(w.type, index);
-  uint32_t gx, gy;
-  Grid((w.rows + rows_per_group - 1) / rows_per_group, &gx, &gy);
-  const auto it = gemmg_[index - 1].find(w.type);
-  UF_CHECK(it != gemmg_[index - 1].end()) << "no grouped expert GEMM for " << GgmlTypeName(w.type);
-  const Pipeline* wide = Wide(kGemmG + index - 1, w);
-  r->Dispatch(wide != nullptr ? *wide : *it->second, {w.buffer, x, y, tiles, order},
-              MakeExpertPush(w, n_slots, x_div), static_cast<uint32_t>(max_tiles), gx, gy);
-}
-
-void Kernels::GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, const Buffer& ids,
-                          int64_t n_slots, int64_t x_div, const Buffer& y) const {
-  UF_CHECK(n_slots >= 1 && n_slots <= 65535 && x_div >= 1) << "expert slots " << n_slots;
-  uint32_t gx, gy;
-  Grid((w.rows + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
-  const auto it = gemmx_.find(w.type);
-  UF_CHECK(it != gemmx_.end()) << "no expert GEMM for " << GgmlTypeName(w.type);
-  const Pipeline* wide = Wide(kGemmX, w);
-  r->Dispatch(wide != nullptr ? *wide : *it->second, {w.buffer, x, y, ids},
-              MakeExpertPush(w, n_slots, x_div), gx, gy, static_cast<uint32_t>(n_slots));
-}
-
-void Kernels::Route(Recorder* r, const Buffer& logits, const Buffer* bias, const Buffer& ids,
-                    const Buffer& weights, int64_t n, const RouteParams& rp) const {
-  struct {
-    uint32_t n, n_expert, k, softmax_all, norm, has_bias;
-    float scale;
-  } push{static_cast<uint32_t>(n),
-         static_cast<uint32_t>(rp.n_expert),
-         static_cast<uint32_t>(rp.k),
-         rp.softmax_all ? 1u : 0u,
-         rp.norm ? 1u : 0u,
-         bias != nullptr ? 1u : 0u,
-         rp.scale};
-  UF_CHECK(rp.n_expert <= kMaxExperts && rp.k <= kMaxExpertsUsed) << rp.k << " of " << rp.n_expert;
-  // One workgroup per token. Without a bias, binding 1 is never read: any buffer will do.
-  uint32_t gx, gy;
-  Grid(n, &gx, &gy);
-  r->Dispatch(*route_, {logits, bias != nullptr ? *bias : logits, ids, weights}, push, gx, gy);
-}
-
-void Kernels::MoeSum(Recorder* r, const Buffer& out, const Buffer& weights, const Buffer& y,
-                     int64_t n, int64_t k, int64_t cols, const Buffer* bias, const Buffer* ids,
-                     bool accumulate) const {
-  UF_CHECK((bias == nullptr) == (ids == nullptr));
-  struct {
-    uint32_t n, k, cols, has_bias, acc;
-  } push{static_cast<uint32_t>(n * cols), static_cast<uint32_t>(k), static_cast<uint32_t>(cols),
-         bias != nullptr ? 1u : 0u, accumulate ? 1u : 0u};
-  uint32_t gx, gy;
-  Grid((n * cols + 63) / 64, &gx, &gy);
-  // Without a bias, bindings 3 and 4 are never read: any buffer will do.
-  r->Dispatch(*moe_sum_,
-              {out, weights, y, bias != nullptr ? *bias : out, ids != nullptr ? *ids : out}, push,
-              gx, gy);
-}
-
-void Kernels::SwiGluOai(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& gate_b,
-                        const Buffer& up_b, const Buffer& ids, int64_t slots, int64_t ff) const {
-  struct {
-    uint32_t n, ff;
-  } push{static_cast<uint32_t>(slots * ff), static_cast<uint32_t>(ff)};
-  uint32_t gx, gy;
-  Grid((slots * ff + 63) / 64, &gx, &gy);
-  r->Dispatch(*swiglu_oai_, {gate, up, gate_b, up_b, ids}, push, gx, gy);
 }
 
 void Kernels::Quantize(Recorder* r, const Buffer& x, uint32_t x_off, int64_t values,

@@ -1,5 +1,6 @@
-// What the files of Kernels (vk_kernels.cc, vk_kernels_output.cc) share: the grid of a dispatch
-// and the fused quantizers' push-constant values. Not for use outside them.
+// What the files of Kernels (vk_kernels.cc, vk_kernels_moe.cc, vk_kernels_output.cc) share: the
+// grid of a dispatch, the fused quantizers' push-constant values and a GEMM's activation shape. Not
+// for use outside them.
 #pragma once
 
 #include <algorithm>
@@ -36,6 +37,29 @@ inline uint32_t FusedDOff(Activation act, int64_t values) {
   UF_CHECK(values % block == 0) << values << " values in blocks of " << block;
   if (act == Activation::kQ8_K) return static_cast<uint32_t>(values / block * 72);
   return act == Activation::kQ8_0 ? static_cast<uint32_t>(values / block * 8) : 0u;
+}
+
+// What the GEMMs' push constants say of w's activation: cols (blocks for quantized weights,
+// else values), x_stride (per token: words of the quantized activation, else floats) and
+// x_d_off (the word of the activations' scales for n_x tokens; 0 without scales).
+struct GemmShape {
+  uint32_t cols, x_stride, x_d_off;
+};
+inline GemmShape ShapeOf(const GpuMatrix& w, int64_t n_x) {
+  const auto n = static_cast<uint32_t>(n_x);
+  const auto cols = static_cast<uint32_t>(w.cols);
+  switch (ActivationFor(w.type)) {
+    case Activation::kQ8_K:
+      return {cols / 256, cols / 256 * 72, n * (cols / 256) * 72};
+    case Activation::kQ8_0:
+      return {cols / 32, cols / 32 * 8, n * (cols / 32) * 8};
+    case Activation::kF16:
+    case Activation::kBF16:
+      return {cols, cols / 2, 0u};  // a word per pair
+    case Activation::kF32:
+      break;
+  }
+  return {cols, cols, 0u};
 }
 
 }  // namespace uf::gpu::kernels_internal
