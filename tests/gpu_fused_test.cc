@@ -476,9 +476,10 @@ TEST(GpuStep, DispatchAndBarrierCountsFollowTheModel) {
 // slots grouped by expert). attention_chunk: GpuForwardOptions' (8 splits these positions into
 // up to 4 chunks: the combine then writes the o-projection's Q8_0 blocks).
 // With norm_tail, a third run, fused with the GEMMs' norm tail (GpuForwardOptions::norm_tail),
-// gives them too.
+// gives them too. A mixture of experts' route tail (GpuForwardOptions::route_tail) is off in the
+// second run and on in the third. barriers_out: the three runs' barriers of a one-token step.
 void ExpectFusedEqualsUnfused(const std::string& path, int64_t attention_chunk = 256,
-                              bool norm_tail = false) {
+                              bool norm_tail = false, int* barriers_out = nullptr) {
   SCOPED_TRACE(path);
   auto m = model::Model::Load(path);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -493,7 +494,8 @@ void ExpectFusedEqualsUnfused(const std::string& path, int64_t attention_chunk =
                                   {.max_batch = 8,
                                    .attention_chunk = attention_chunk,
                                    .fuse = run > 0,
-                                   .norm_tail = run == 2 ? NormTail::kOn : NormTail::kOff});
+                                   .norm_tail = run == 2 ? NormTail::kOn : NormTail::kOff,
+                                   .route_tail = run == 2});
     ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
     model::Batch b;
     const auto token = [&](int32_t p) { return (p * 7919 + 13) % (n_vocab - 1) + 1; };
@@ -527,6 +529,7 @@ void ExpectFusedEqualsUnfused(const std::string& path, int64_t attention_chunk =
       "tail (-1: not run)\n",
       std::filesystem::path(path).filename().c_str(), barriers[0], barriers[1],
       norm_tail ? barriers[2] : -1);
+  if (barriers_out != nullptr) std::copy(barriers, barriers + 3, barriers_out);
 }
 
 TEST(GpuStep, FusedStepEqualsUnfusedBitwise) {
@@ -582,8 +585,15 @@ TEST(GpuStep, FusedMoeStepEqualsUnfusedBitwise) {
     so.seed = 7;
     so.n_threads = 2;
     ASSERT_TRUE(model::WriteSynth(*plan, so, path).ok());
-    ExpectFusedEqualsUnfused(path, 256, /*norm_tail=*/true);
+    int barriers[3] = {0, 0, 0};
+    ExpectFusedEqualsUnfused(path, 256, /*norm_tail=*/true, barriers);
     std::filesystem::remove(path);
+    // The tails of a one-token step: every layer's route (the router GEMM's), every layer's
+    // next norm (the sum's: the attention norms, the final norm and with it the gather) and,
+    // without gpt-oss's o bias, every FFN norm (the o GEMM's): a barrier fewer each.
+    const int64_t layers = p->n_layer;
+    const int64_t saved = layers + layers + 1 + (preset == "tiny-gpt-oss" ? 0 : layers);
+    EXPECT_EQ(barriers[1] - barriers[2], saved);
   }
 }
 

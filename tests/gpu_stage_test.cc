@@ -1,9 +1,10 @@
 // The kernels that take a whole stage out of a decode step (docs/gpu.md, "Fewer stages", and
 // "One step"'s Q/K/V with RoPE): each against the kernels it replaces, bit for bit, with no
 // tolerance (the unfused kernels are the ones the goldens and the CPU comparisons check). The
-// norm tail (the last workgroup of a residual GEMM normalizes), the embedding with the first
-// norm, gate/up with SwiGLU, Q/K/V with RoPE and the f16 K/V store (F16 / BF16 weights), and the
-// GEMMs' RoPE / store epilogue (every weight type). Without a Vulkan device every test skips,
+// norm tail (the last workgroup of a residual GEMM normalizes), a mixture of experts' tails (the
+// router GEMM's last workgroup routes, the weighted sum's normalizes), the embedding with the
+// first norm, gate/up with SwiGLU, Q/K/V with RoPE and the f16 K/V store (F16 / BF16 weights), and
+// the GEMMs' RoPE / store epilogue (every weight type). Without a Vulkan device every test skips,
 // saying so; whole steps are compared in gpu_fused_test.cc.
 #include <gtest/gtest.h>
 
@@ -86,6 +87,141 @@ TEST_F(GpuKernelsTest, GemmNormTailEqualsGemmThenRmsNorm) {
               }
               EXPECT_EQ(Words(ctx_, counter, 4), std::vector<uint32_t>{0u}) << run;
             }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The router GEMM's route tail (the last workgroup routes the token the product scored) against
+// the product followed by Route, bitwise (ids and weights; Route itself is checked against the
+// CPU router in gpu_moe_kernels_test.cc): every weight type and GEMV variant, the shared models'
+// routers (qwen3moe's 8 of 128, Mixtral's 2 of 8, gpt-oss's 4 of 32 with a bias and a softmax
+// over the k) and the limits (64 of 512, a bias, a scale; k 1 of 130). Each recording runs
+// twice: the counter is zero again after a dispatch. Not for several tokens or another shape.
+TEST_F(GpuKernelsTest, GemmRouteTailEqualsGemmThenRoute) {
+  struct Case {
+    int64_t ne, k;
+    bool softmax_all, norm, bias;
+    float scale;
+  };
+  const std::vector<Case> cases = {{128, 8, true, true, false, 1.0f},
+                                   {8, 2, true, false, false, 0.0f},
+                                   {32, 4, false, false, true, 1.0f},
+                                   {512, 64, true, true, true, 2.5f},
+                                   {130, 1, true, false, true, 1.0f}};
+  const int64_t cols = 256;
+  Buffer counter = Floats({0.0f});
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
+                        GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kMXFP4}) {
+    ASSERT_TRUE(kernels_->AddMoeTails(ctx_, type).ok());
+    ASSERT_TRUE(wide_->AddMoeTails(ctx_, type).ok());
+    for (const Case& c : cases) {
+      // Weights of 0.5 make near ties, which the rank order must break as Route does.
+      const std::vector<float> wf = Random(c.ne * cols, static_cast<uint32_t>(60 + c.ne), 0.5f);
+      std::vector<uint8_t> data;
+      const kernels::Matrix m = type == GgmlType::kF32
+                                    ? *kernels::Matrix::Create(type, wf.data(), c.ne, cols)
+                                    : Quantized(type, wf, c.ne, cols, &data);
+      auto gm = UploadMatrix(ctx_, m);
+      ASSERT_TRUE(gm.ok()) << gm.status().ToString();
+      Kernels::RouteParams rp;
+      rp.n_expert = c.ne;
+      rp.k = c.k;
+      rp.softmax_all = c.softmax_all;
+      rp.norm = c.norm;
+      rp.scale = c.scale;
+      const std::vector<float> x = Random(cols, 61), bias = Random(c.ne, 62, 0.3f);
+      Buffer xb = Floats(x), xq = Empty(ActBytes(cols)), bb = Floats(bias);
+      Recorder quant(ctx_);
+      const bool quantized = QuantizeFor(&quant, type, xb, cols, xq);
+      ASSERT_TRUE(quant.Finish().ok());
+      ASSERT_TRUE(quant.Run().ok());
+      const Buffer& in = quantized ? xq : xb;
+      for (const Kernels* k : Variants(type)) {
+        SCOPED_TRACE(testing::Message() << GgmlTypeName(type) << " " << VariantName(k) << " " << c.k
+                                        << " of " << c.ne << (c.bias ? " bias" : ""));
+        ASSERT_TRUE(k->CanRouteTail(*gm, 1, rp));
+        EXPECT_FALSE(k->CanRouteTail(*gm, 2, rp));  // one token only
+        Kernels::RouteParams other = rp;
+        other.n_expert = c.ne + 1;
+        EXPECT_FALSE(k->CanRouteTail(*gm, 1, other));  // a row a logit
+        Buffer y1 = Empty(c.ne * 4), y2 = Empty(c.ne * 4), ids1 = Empty(c.k * 4),
+               ids2 = Empty(c.k * 4), w1 = Empty(c.k * 4), w2 = Empty(c.k * 4);
+        Recorder ref(ctx_), tail(ctx_);
+        k->Gemm(&ref, *gm, in, 1, y1);
+        k->Route(&ref, y1, c.bias ? &bb : nullptr, ids1, w1, 1, rp);
+        const Kernels::RouteTail rt{
+            .params = rp, .ids = &ids2, .weights = &w2, .counter = &counter};
+        k->Gemm(&tail, *gm, in, 1, y2, 0, 0, false, c.bias ? &bb : nullptr, nullptr, nullptr, &rt);
+        ASSERT_TRUE(ref.Finish().ok());
+        ASSERT_TRUE(tail.Finish().ok());
+        for (int run = 0; run < 2; ++run) {
+          ASSERT_TRUE(ref.Run().ok());
+          ASSERT_TRUE(tail.Run().ok());
+          EXPECT_EQ(Words(ctx_, ids1, c.k * 4), Words(ctx_, ids2, c.k * 4)) << run;
+          EXPECT_EQ(Words(ctx_, w1, c.k * 4), Words(ctx_, w2, c.k * 4)) << run;
+          EXPECT_EQ(Words(ctx_, counter, 4), std::vector<uint32_t>{0u}) << run;
+        }
+      }
+    }
+  }
+}
+
+// The weighted sum's norm tail (moe_sum_stages: the last workgroup normalizes the rows the sum
+// added into the residual stream) against MoeSum followed by RmsNormQuant (RmsNorm for f32),
+// bitwise: 1 and 3 tokens, 2 and 8 experts a token, with and without gpt-oss's down biases,
+// every format the tail writes; 768 columns (3 Q8_K blocks, 12 workgroups to count). Twice
+// each: the counter is zero again after a dispatch.
+TEST_F(GpuKernelsTest, MoeSumNormTailEqualsMoeSumThenRmsNorm) {
+  const int64_t cols = 768, n_expert = 16;
+  ASSERT_TRUE(kernels_->AddMoeTails(ctx_, GgmlType::kF32).ok());
+  EXPECT_TRUE(kernels_->HasMoeSumTail());
+  const std::vector<float> nw = Random(cols, 70), bias = Random(n_expert * cols, 71, 0.2f);
+  Buffer nwb = Floats(nw), bb = Floats(bias), counter = Floats({0.0f});
+  for (int64_t n : {1, 3}) {
+    for (int64_t k : {2, 8}) {
+      for (bool with_bias : {false, true}) {
+        for (Activation act : {Activation::kF32, Activation::kQ8_0, Activation::kQ8_K,
+                               Activation::kF16, Activation::kBF16}) {
+          SCOPED_TRACE(testing::Message() << "n=" << n << " k=" << k << (with_bias ? " bias " : " ")
+                                          << (act == Activation::kF32 ? "f32" : FormatName(act)));
+          const std::vector<float> out = Random(n * k * cols, 72), w = Random(n * k, 73),
+                                   x0 = ActivationValues(n * cols, 74);
+          std::vector<uint32_t> ids(n * k);
+          for (int64_t s = 0; s < n * k; ++s)
+            ids[s] = static_cast<uint32_t>((s * 5 + 3) % n_expert);
+          Buffer ob = Floats(out), wb = Floats(w), idb = Empty(n * k * 4), x1 = Floats(x0),
+                 x2 = Floats(x0), n1 = Empty(n * cols * 4), n2 = Empty(n * cols * 4),
+                 q1 = Empty(ActBytes(n * cols)), q2 = Empty(ActBytes(n * cols));
+          ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), ids.size() * 4).ok());
+          const Buffer* b = with_bias ? &bb : nullptr;
+          const Buffer* i = with_bias ? &idb : nullptr;
+          Recorder ref(ctx_), tail(ctx_);
+          kernels_->MoeSum(&ref, ob, wb, x1, n, k, cols, b, i, true);
+          if (act == Activation::kF32) {
+            kernels_->RmsNorm(&ref, x1, 0, nwb, n1, 0, n, cols, 1e-5f);
+          } else {
+            kernels_->RmsNormQuant(&ref, x1, nwb, n1, n, cols, 1e-5f, act, q1);
+          }
+          const Kernels::NormTail nt{
+              .w = &nwb, .y = &n2, .q = &q2, .counter = &counter, .eps = 1e-5f, .act = act};
+          kernels_->MoeSum(&tail, ob, wb, x2, n, k, cols, b, i, true, &nt);
+          ASSERT_TRUE(ref.Finish().ok());
+          ASSERT_TRUE(tail.Finish().ok());
+          for (int run = 0; run < 2; ++run) {
+            ASSERT_TRUE(ref.Run().ok());
+            ASSERT_TRUE(tail.Run().ok());
+            EXPECT_EQ(Words(ctx_, x1, n * cols * 4), Words(ctx_, x2, n * cols * 4)) << run;
+            EXPECT_EQ(Words(ctx_, n1, n * cols * 4), Words(ctx_, n2, n * cols * 4)) << run;
+            if (act != Activation::kF32) {
+              const uint64_t used = act == Activation::kQ8_K   ? Q8KActivationBytes(n * cols)
+                                    : act == Activation::kQ8_0 ? Q8ActivationBytes(n * cols)
+                                                               : PairActivationBytes(n * cols);
+              EXPECT_EQ(Words(ctx_, q1, used), Words(ctx_, q2, used)) << run;
+            }
+            EXPECT_EQ(Words(ctx_, counter, 4), std::vector<uint32_t>{0u}) << run;
           }
         }
       }

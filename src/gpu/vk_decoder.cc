@@ -66,6 +66,9 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   if (const char* f = std::getenv("UF_GPU_FUSE"); f != nullptr && std::string(f) == "0") {
     o_.fuse = false;
   }
+  if (const char* t = std::getenv("UF_GPU_ROUTE_TAIL"); t != nullptr && std::string(t) == "0") {
+    o_.route_tail = false;
+  }
   o_.norm_tail = ResolveNormTail(o_.norm_tail);
   o_.matmul = ResolveMatMul(o_.matmul);
   o_.attention_tiles = ResolveAttentionTiles(o_.attention_tiles);
@@ -130,6 +133,11 @@ Status VulkanForward::Init(const DeviceSpec& device) {
           UF_RETURN_IF_ERROR(k_.AddStages(ctx_.get(), m->type));
           tail_stages_ = tail_stages_ || k_.HasStages(m->type);
         }
+      }
+      // A mixture of experts' tails: the route in the router GEMM, the next norm in the sum.
+      if (b.router.buffer.valid() && (o_.route_tail || o_.norm_tail != NormTail::kOff)) {
+        UF_RETURN_IF_ERROR(k_.AddMoeTails(ctx_.get(), b.router.type));
+        tail_stages_ = tail_stages_ || o_.norm_tail != NormTail::kOff;
       }
     }
   }

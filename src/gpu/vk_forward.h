@@ -222,9 +222,12 @@ class VulkanForward final : public GpuForward {
   // (n_x rows in all), experts from ids_.
   void GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n_x, int64_t n_slots,
                    int64_t x_div, const Buffer& y);
-  // The mixture-of-experts FFN of layer il from xn_ into y_: router product, routing, the
-  // selected experts' gate/up, SwiGLU, down, the weighted sum; no host round trip.
-  void RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n);
+  // The mixture-of-experts FFN of layer l from xn_, added into x_: router product, routing,
+  // the selected experts' gate/up, SwiGLU, down, the weighted sum; no host round trip. One
+  // token: routed in the router GEMM's tail (o_.route_tail) and, with the norm tail, the sum's
+  // last workgroup normalizes x_ with norm_w for `next` as ResidualGemm's tail does (true then).
+  bool RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n, const Buffer* norm_w,
+                 std::initializer_list<const GpuMatrix*> next);
   // Q, K and V of layer il from xn_ (its q/k/v biases and q/k norms where it has them), Q's and
   // K's RoPE and the K/V store into the cache at as's offsets: the general stage (Record takes
   // one dispatch, Kernels::GemmQkvRope, where it fits).
@@ -318,7 +321,7 @@ class VulkanForward final : public GpuForward {
   // NormTail::kTune and GemvVariant::kTune, each one class: one-token steps at any depth.
   StepTuner tail_tuner_{"norm tail", "off", "on"};
   StepTuner gemv_tuner_{"Q8_0 / Q4_0 GEMV", "basic", "wide"};
-  bool tail_stages_ = false;   // some o or down GEMM can take the norm tail (its stages twin)
+  bool tail_stages_ = false;   // some o, down or MoE sum can take the norm tail (its stages twin)
   bool gemv_tunable_ = false;  // GemvVariant::kTune and some matrix is Q8_0 or Q4_0
   bool last_trial_ = false;    // the last Forward was a tuner's trial
   bool tail_ = false;          // while recording: the o and down GEMMs take the norm tail

@@ -231,6 +231,29 @@ Status Kernels::AddStages(Context* ctx, GgmlType type) {
   return OkStatus();
 }
 
+Status Kernels::AddMoeTails(Context* ctx, GgmlType type) {
+  for (const auto* pipelines : {&gemm_[kGemm1], &wide_gemm_[kGemm1]}) {
+    const auto it = pipelines->find(type);
+    if (it == pipelines->end() || routes_.count(it->second) != 0) continue;
+    std::string name = stage_names_.at(it->second);  // NAME_stages
+    name.replace(name.size() - 7, 7, "_route");
+    UF_ASSIGN_OR_RETURN(routes_[it->second], ctx->GetPipeline(name, kStagesBindings));
+  }
+  if (moe_sum_stages_ == nullptr) {
+    UF_ASSIGN_OR_RETURN(moe_sum_stages_, ctx->GetPipeline("moe_sum_stages", 9));
+  }
+  return OkStatus();
+}
+
+bool Kernels::CanRouteTail(const GpuMatrix& w, int64_t n, const RouteParams& rp) const {
+  if (n != 1 || w.n_experts != 1 || UsesMatMul(w, n) || rp.n_expert != w.rows ||
+      rp.n_expert > kMaxExperts || rp.k < 1 || rp.k > kMaxExpertsUsed) {
+    return false;
+  }
+  const Pipeline* wide = Wide(kGemm1, w);
+  return routes_.count(wide != nullptr ? wide : GemmPipeline(w.type, 0)) != 0;
+}
+
 bool Kernels::HasStages(GgmlType type) const {
   const auto it = gemm_[0].find(type);
   return it != gemm_[0].end() && stages_.count(it->second) != 0;
@@ -288,8 +311,15 @@ bool Kernels::CanRopeStore(const GpuMatrix& w, int64_t n, const AttentionShape& 
 
 void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
                    uint32_t y_off, int64_t y_stride, bool accumulate, const Buffer* bias,
-                   const NormTail* norm, const RopeStore* rope) const {
+                   const NormTail* norm, const RopeStore* rope, const RouteTail* route) const {
   UF_CHECK(!(accumulate && bias != nullptr)) << "a GEMM adds a bias or accumulates, not both";
+  if (route != nullptr) {
+    UF_CHECK(norm == nullptr && rope == nullptr && !accumulate && y_off == 0 &&
+             (y_stride == 0 || y_stride == w.rows) && route->ids != nullptr &&
+             route->weights != nullptr && route->counter != nullptr &&
+             CanRouteTail(w, n, route->params))
+        << "GEMM route tail: " << w.rows << " rows, " << n << " tokens";
+  }
   if (norm != nullptr) {
     UF_CHECK(y_off == 0 && (y_stride == 0 || y_stride == w.rows) &&
              w.rows % ActivationBlock(norm->act) == 0 && norm->w != nullptr && norm->y != nullptr &&
@@ -304,7 +334,7 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
         << "GEMM RoPE / store epilogue: " << w.rows << " rows";
   }
   const GemmShape shape = ShapeOf(w, n);
-  if (norm == nullptr && rope == nullptr && UsesMatMul(w, n)) {
+  if (norm == nullptr && rope == nullptr && route == nullptr && UsesMatMul(w, n)) {
     const struct {
       uint32_t rows, cols, n, x_stride, y_off, y_stride, acc, bias, w_d_off, x_d_off;
     } push{static_cast<uint32_t>(w.rows),
@@ -331,7 +361,8 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
     uint32_t rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, acc, bias, norm, format,
         q_d_off;
     float eps;
-    uint32_t rope, group_rows, head_dim, rope_dim, n_rows, cache_off, row_words;
+    uint32_t rope, group_rows, head_dim, rope_dim, n_rows, cache_off, row_words, route, route_k;
+    float route_scale;
   } push{static_cast<uint32_t>(w.rows),
          shape.cols,
          w.d_off,
@@ -354,29 +385,34 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
          rope == nullptr               ? 0u
          : rope->of == RopeStoreOf::kV ? rope->shape->v_off
                                        : rope->shape->k_off,
-         rope != nullptr ? static_cast<uint32_t>(rope->shape->row_words()) : 0u};
+         rope != nullptr ? static_cast<uint32_t>(rope->shape->row_words()) : 0u,
+         route == nullptr
+             ? 0u
+             : 1u | (route->params.softmax_all ? 2u : 0u) | (route->params.norm ? 4u : 0u),
+         route != nullptr ? static_cast<uint32_t>(route->params.k) : 0u,
+         route != nullptr ? route->params.scale : 0.0f};
   // One token: gemm1_*, else tiles of GemmTile(n) tokens (the grid's x, TILES_INNER in
   // common.glsl; the row groups y and z). All compute a token's row the same way
   // (tests/gpu_kernels_test.cc checks the bits).
   uint32_t gx, gy;
   Grid((w.rows + rows_per_group - 1) / rows_per_group, &gx, &gy);
   const Pipeline* wide = Wide(index, w);
-  // Bindings 4-7: the norm tail's, or 4, 5 and 8 the RoPE / store epilogue's; without a bias
-  // binding 3 is never read, nor 4-8 without either: any buffer will do (y: a binding the
-  // shader declares writable counts as written, and y is this dispatch's own).
+  // Bindings 4-7: the norm tail's, 4, 5 and 8 the RoPE / store epilogue's, or 5-7 the route
+  // tail's (its weights, ids and counter); without a bias binding 3 is never read, nor 4-8
+  // without any: any buffer will do (y: a binding the shader declares writable counts as
+  // written, and y is this dispatch's own).
   const auto or_y = [&y](const Buffer* b) -> const Buffer& { return b != nullptr ? *b : y; };
   const Buffer* b4 = norm ? norm->w : rope ? rope->cs : nullptr;
-  const Buffer* b5 = norm ? norm->y : rope ? rope->cache : nullptr;
-  std::vector<BufferRange> buffers = {w.buffer,
-                                      x,
-                                      y,
-                                      or_y(bias),
-                                      or_y(b4),
-                                      or_y(b5),
-                                      or_y(norm ? norm->q : nullptr),
-                                      or_y(norm ? norm->counter : nullptr)};
+  const Buffer* b5 = norm ? norm->y : rope ? rope->cache : route ? route->weights : nullptr;
+  const Buffer* b6 = norm ? norm->q : route ? route->ids : nullptr;
+  const Buffer* b7 = norm ? norm->counter : route ? route->counter : nullptr;
+  std::vector<BufferRange> buffers = {w.buffer, x,        y,        or_y(bias),
+                                      or_y(b4), or_y(b5), or_y(b6), or_y(b7)};
   const Pipeline* pipeline = wide != nullptr ? wide : GemmPipeline(w.type, index);
-  if (norm != nullptr || rope != nullptr) {
+  if (route != nullptr) {
+    pipeline = routes_.at(pipeline);  // CanRouteTail checked it is there
+    buffers.push_back(y);             // binding 8, never read
+  } else if (norm != nullptr || rope != nullptr) {
     const auto it = stages_.find(pipeline);
     UF_CHECK(it != stages_.end()) << "GEMM tail or epilogue for " << GgmlTypeName(w.type)
                                   << " without AddStages";

@@ -170,6 +170,29 @@ class Kernels {
     const AttentionShape* shape = nullptr;  // head_dim, n_rows, k_off / v_off, row_words
     int64_t rope_dim = 0;
   };
+  // A mixture-of-experts router's choice of each token's k of n_expert experts (Route).
+  struct RouteParams {
+    int64_t n_expert = 0, k = 0;
+    bool softmax_all = true;  // ExpertGating::kSoftmax, else a softmax over the k (gpt-oss)
+    bool norm = false;
+    float scale = 0.0f;  // 0 or 1: none
+  };
+  // With route, the router GEMM (w.rows == params.n_expert logits a token) also routes the n
+  // tokens in its last workgroup to finish (gemm.glsl's route tail: route.comp's code, Route's
+  // bits; a bias is Gemm's, which Route would add in the same way), so the route needs no dispatch
+  // and barrier of its own. A one-token GEMM only (gemm1_* or the wide GEMV: their *_route twins,
+  // AddMoeTails); CanRouteTail says where it runs. counter as NormTail's. y_off 0, y_stride
+  // w.rows, not with norm or rope.
+  struct RouteTail {
+    RouteParams params;
+    const Buffer* ids = nullptr;      // [n][k] the experts chosen
+    const Buffer* weights = nullptr;  // [n][k] their weights
+    const Buffer* counter = nullptr;  // [1] the workgroups that finished
+  };
+  // Makes the kernels of the mixture-of-experts tails for a router of `type`: its one-token
+  // GEMMs' *_route twins (Gemm with a RouteTail) and moe_sum_stages (MoeSum with a NormTail).
+  Status AddMoeTails(Context* ctx, GgmlType type);
+  bool CanRouteTail(const GpuMatrix& w, int64_t n, const RouteParams& rp) const;
   // Makes the kernels that replace a stage for matrices of `type`: the *_stages twins of its
   // token-tiled GEMMs (every tile, basic and wide), which Gemm needs for a NormTail or RopeStore,
   // and for F16 / BF16 GemmGlu's and GemmQkvRope's kernels. Apart from Create because a model
@@ -186,7 +209,7 @@ class Kernels {
   void Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, const Buffer& y,
             uint32_t y_off = 0, int64_t y_stride = 0, bool accumulate = false,
             const Buffer* bias = nullptr, const NormTail* norm = nullptr,
-            const RopeStore* rope = nullptr) const;
+            const RopeStore* rope = nullptr, const RouteTail* route = nullptr) const;
   // The tiled GEMM of wide batches (gemm_tiled.glsl; docs/gpu.md "The tiled GEMM"): blocks of 32
   // rows x 64 tokens through shared memory as f16 (quantized weights and activations as q x d),
   // each weight read once per 64 tokens, the products on the matrix units (kCoopMat) or the
@@ -242,21 +265,19 @@ class Kernels {
                           int64_t tile = 8) const;
   // The router (route.comp): for each of n tokens, from its n_expert logits (plus bias when
   // has_bias), its k experts (best first, ties to the lower index) into ids[t * k + i] and their
-  // weights into weights[t * k + i], as model::Decoder::Route computes them.
-  struct RouteParams {
-    int64_t n_expert = 0, k = 0;
-    bool softmax_all = true;  // ExpertGating::kSoftmax, else a softmax over the k (gpt-oss)
-    bool norm = false;
-    float scale = 0.0f;  // 0 or 1: none
-  };
+  // weights into weights[t * k + i], as model::Decoder::Route computes them (RouteParams above).
   void Route(Recorder* r, const Buffer& logits, const Buffer* bias, const Buffer& ids,
              const Buffer& weights, int64_t n, const RouteParams& rp) const;
   // y[t][i] = sum over r < k of weights[t * k + r] * out[(t * k + r) * cols + i], r in order;
   // with bias ([n_expert][cols], gpt-oss) each out row plus its expert's (ids) bias row first.
   // With accumulate, y[t][i] += that sum (the residual add folded in: y + sum, Add's bits).
+  // With norm (moe_sum_stages, AddMoeTails), its last workgroup to finish normalizes the n rows
+  // of y as Gemm's norm tail does (RmsNormQuant's bits): the next layer's attention norm or the
+  // final norm without a dispatch and barrier of its own.
   void MoeSum(Recorder* r, const Buffer& out, const Buffer& weights, const Buffer& y, int64_t n,
               int64_t k, int64_t cols, const Buffer* bias = nullptr, const Buffer* ids = nullptr,
-              bool accumulate = false) const;
+              bool accumulate = false, const NormTail* norm = nullptr) const;
+  bool HasMoeSumTail() const { return moe_sum_stages_ != nullptr; }
   // gpt-oss's clamped SwiGLU in place in gate ([slots][ff]), each slot's expert (ids) biases
   // added to gate and up first (swiglu_oai.comp).
   void SwiGluOai(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& gate_b,
@@ -489,6 +510,9 @@ class Kernels {
   // that need them; every twin's name, by its plain kernel.
   std::map<const Pipeline*, const Pipeline*> stages_;
   std::map<const Pipeline*, std::string> stage_names_;
+  // A one-token GEMM's (basic or wide) *_route twin: with the route tail (AddMoeTails).
+  std::map<const Pipeline*, const Pipeline*> routes_;
+  const Pipeline* moe_sum_stages_ = nullptr;  // MoeSum with the norm tail (AddMoeTails)
   const Pipeline* moe_group_ = nullptr;
   const Pipeline* route_ = nullptr;
   const Pipeline* moe_sum_ = nullptr;

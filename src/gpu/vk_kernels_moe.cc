@@ -3,6 +3,7 @@
 // outputs, gpt-oss's clamped SwiGLU.
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "base/check.h"
 #include "gpu/vk_kernels.h"
@@ -10,8 +11,9 @@
 
 namespace uf::gpu {
 
-using kernels_internal::Grid;
+using kernels_internal::FusedDOff;
 using kernels_internal::GemmShape;
+using kernels_internal::Grid;
 using kernels_internal::ShapeOf;
 
 namespace {
@@ -107,18 +109,37 @@ void Kernels::Route(Recorder* r, const Buffer& logits, const Buffer* bias, const
 
 void Kernels::MoeSum(Recorder* r, const Buffer& out, const Buffer& weights, const Buffer& y,
                      int64_t n, int64_t k, int64_t cols, const Buffer* bias, const Buffer* ids,
-                     bool accumulate) const {
+                     bool accumulate, const NormTail* norm) const {
   UF_CHECK((bias == nullptr) == (ids == nullptr));
+  if (norm != nullptr) {
+    UF_CHECK(moe_sum_stages_ != nullptr && cols % ActivationBlock(norm->act) == 0 &&
+             norm->w != nullptr && norm->y != nullptr && norm->counter != nullptr &&
+             (norm->act == Activation::kF32 || norm->q != nullptr))
+        << "MoeSum norm tail: " << cols << " columns";
+  }
   struct {
-    uint32_t n, k, cols, has_bias, acc;
-  } push{static_cast<uint32_t>(n * cols), static_cast<uint32_t>(k), static_cast<uint32_t>(cols),
-         bias != nullptr ? 1u : 0u, accumulate ? 1u : 0u};
+    uint32_t n, k, cols, has_bias, acc, norm, format, q_d_off;
+    float eps;
+  } push{static_cast<uint32_t>(n * cols),
+         static_cast<uint32_t>(k),
+         static_cast<uint32_t>(cols),
+         bias != nullptr ? 1u : 0u,
+         accumulate ? 1u : 0u,
+         norm != nullptr ? 1u : 0u,
+         norm != nullptr ? static_cast<uint32_t>(norm->act) : 0u,
+         norm != nullptr && norm->act != Activation::kF32 ? FusedDOff(norm->act, n * cols) : 0u,
+         norm != nullptr ? norm->eps : 0.0f};
   uint32_t gx, gy;
   Grid((n * cols + 63) / 64, &gx, &gy);
-  // Without a bias, bindings 3 and 4 are never read: any buffer will do.
-  r->Dispatch(*moe_sum_,
-              {out, weights, y, bias != nullptr ? *bias : out, ids != nullptr ? *ids : out}, push,
-              gx, gy);
+  // Without a bias, bindings 3 and 4 are never read, nor 5-8 without the norm: any buffer will
+  // do (y for the ones the tail writes: a binding declared writable counts as written).
+  std::vector<BufferRange> buffers = {out, weights, y, bias != nullptr ? *bias : out,
+                                      ids != nullptr ? *ids : out};
+  if (norm != nullptr) {
+    buffers.insert(buffers.end(),
+                   {*norm->w, *norm->y, norm->q != nullptr ? *norm->q : y, *norm->counter});
+  }
+  r->Dispatch(norm != nullptr ? *moe_sum_stages_ : *moe_sum_, buffers, push, gx, gy);
 }
 
 void Kernels::SwiGluOai(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& gate_b,

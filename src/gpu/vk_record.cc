@@ -143,17 +143,27 @@ void VulkanForward::GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x
 // selected expert's rows once per tile of up to 8, 16 or 32 slots that chose it (GroupTile:
 // the tile that holds an expert's average share); a slot's result is the same bits either way
 // (gemm.glsl).
-void VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n) {
+bool VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n, const Buffer* norm_w,
+                              std::initializer_list<const GpuMatrix*> next) {
   const int64_t k = c_.n_expert_used;
-  Gemm(r, l.router, xn_, n, moe_logits_);
   Kernels::RouteParams rp;
   rp.n_expert = c_.n_expert;
   rp.k = k;
   rp.softmax_all = c_.expert_gating == model::ExpertGating::kSoftmax;
   rp.norm = c_.expert_weights_norm;
   rp.scale = c_.expert_weights_scale;
-  k_.Route(r, moe_logits_, l.router_b.valid() ? &l.router_b : nullptr, moe_ids_, moe_weights_, n,
-           rp);
+  const Buffer* router_b = l.router_b.valid() ? &l.router_b : nullptr;
+  if (o_.fuse && o_.route_tail && k_.CanRouteTail(l.router, n, rp)) {
+    // The route in the router GEMM's last workgroup; its bias added as the GEMM's (s + b, as
+    // route.comp adds it).
+    const Kernels::RouteTail rt{
+        .params = rp, .ids = &moe_ids_, .weights = &moe_weights_, .counter = &norm_counter_};
+    const Buffer& in = QuantizeFor(r, l.router, xn_, n) ? xq_ : xn_;
+    k_.Gemm(r, l.router, in, n, moe_logits_, 0, 0, false, router_b, nullptr, nullptr, &rt);
+  } else {
+    Gemm(r, l.router, xn_, n, moe_logits_);
+    k_.Route(r, moe_logits_, router_b, moe_ids_, moe_weights_, n, rp);
+  }
   if (n * k > k) {
     k_.GroupSlots(r, moe_ids_, moe_order_, moe_tiles_, n * k, c_.n_expert,
                   k_.GroupTile(n * k, c_.n_expert));
@@ -193,9 +203,24 @@ void VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n) {
   // The residual add folded into the sum (x + sum, add.comp's bits) where the sum ends in an add
   // (k >= 2): with one rank, x + w * out could be contracted into one FMA.
   const bool into_x = o_.fuse && k >= 2;
+  // The norm tail (one token, into x): the next norm from the sum's last workgroup.
+  if (into_x && norm_w != nullptr && tail_ && n == 1 && k_.HasMoeSumTail()) {
+    const Activation act = NormActivation(next);
+    const Kernels::NormTail tail{.w = norm_w,
+                                 .y = &xn_,
+                                 .q = &xq_,
+                                 .counter = &norm_counter_,
+                                 .eps = c_.rms_eps,
+                                 .act = act};
+    k_.MoeSum(r, moe_out_, moe_weights_, x_, n, k, c_.n_embd, down_b ? &l.exp_down_b : nullptr,
+              down_b ? &moe_ids_ : nullptr, true, &tail);
+    Normalized(act);
+    return true;
+  }
   k_.MoeSum(r, moe_out_, moe_weights_, into_x ? x_ : y_, n, k, c_.n_embd,
             down_b ? &l.exp_down_b : nullptr, down_b ? &moe_ids_ : nullptr, into_x);
   if (!into_x) k_.Add(r, y_, 0, x_, 0, n * c_.n_embd);
+  return false;
 }
 
 void VulkanForward::RecordQkv(Recorder* r, const LayerBuffers& l, int64_t n,
@@ -366,7 +391,12 @@ Status VulkanForward::Record(Recorder* r, int64_t n, int64_t n_out, Out out, boo
     }
     if (moe) {
       if (!ffn_normed) Norm(r, x_, l.ffn_norm, n, {&l.router, &l.exp_gate, &l.exp_up});
-      RecordMoe(r, l, n);  // adds into x_
+      // Adds into x_; with the norm tail normalizes it for what follows, as down_into_x.
+      if (next != nullptr) {
+        normed = RecordMoe(r, l, n, &next->attn_norm, {&next->wq, &next->wk, &next->wv});
+      } else {
+        final_normed = RecordMoe(r, l, n, n_out == 1 ? &output_norm_ : nullptr, {&output_});
+      }
       continue;
     }
     if (!ffn_normed) Norm(r, x_, l.ffn_norm, n, {&l.gate, &l.up});

@@ -69,11 +69,14 @@ bool Skip() { return false; }
 // rope: the RoPE / K/V-store epilogue (RopeStore below: 1 Q, 2 K, 3 V; y_off 0, y_stride rows),
 // with the rows a workgroup computes (even), the heads' dimension, rope_dim, the cache's rows per
 // head, the first word of this matrix's half of the cache and the words of a head's row.
+// route: the route tail (RouteTail below; the *_route kernels only): 1 | 2 softmax_all | 4 norm,
+// with the router's k and scale.
 layout(push_constant) uniform P {
   uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, acc, bias, norm, format,
       q_d_off;
   float eps;
-  uint rope, group_rows, head_dim, rope_dim, n_rows, cache_off, row_words;
+  uint rope, group_rows, head_dim, rope_dim, n_rows, cache_off, row_words, route, route_k;
+  float route_scale;
 } p;
 layout(std430, binding = 3) readonly buffer B { float bias_v[]; };
 float Biased(float s, uint row) { return p.bias != 0 ? s + bias_v[row] : s; }
@@ -159,8 +162,9 @@ void NormY(uint i, float v) { xn[i] = v; }
 
 shared bool g_last_group;
 
-void NormTail() {
-  if (p.norm == 0) return;
+// Whether this workgroup is the dispatch's last to finish, which then sees every row of y (the
+// tails' common part; called in uniform control flow).
+bool LastGroup() {
   memoryBarrierBuffer();  // this invocation's rows of y, before its workgroup counts itself done
   barrier();
   if (gl_LocalInvocationIndex == 0) {
@@ -168,11 +172,39 @@ void NormTail() {
     g_last_group = atomicAdd(counter[0], 1u) == groups - 1;
   }
   barrier();
-  if (!g_last_group) return;
+  if (!g_last_group) return false;
   memoryBarrierBuffer();  // every other workgroup's rows, published before its count
+  return true;
+}
+
+void NormTail() {
+  if (p.norm == 0 || !LastGroup()) return;
   for (uint t = 0; t < p.n; ++t) NormRow(t, p.rows, p.eps, p.format, p.q_d_off);
   if (gl_LocalInvocationIndex == 0) counter[0] = 0;
 }
+
+#ifdef ROUTE
+// The route tail (the *_route twins of the one-token GEMMs, compiled with STAGES and ROUTE: the
+// router's shared arrays, ~4.5 KB, stay out of the other kernels): a mixture-of-experts router
+// GEMM (rows = n_expert logits a token, the router's bias as this GEMM's, s + b as route.comp
+// adds it) also routes its tokens in its last workgroup, route.glsl's code and so route.comp's
+// bits, the experts' ids into binding 6 and their weights into binding 5: no route dispatch and
+// barrier a MoE layer (~1.9 us each on an H200, 48 a Qwen3-30B-A3B token).
+float RouteLogit(uint t, uint x) { return y[t * p.rows + x]; }
+void RouteOut(uint slot, uint id, float w) {
+  q[slot] = id;
+  xn[slot] = w;
+}
+#include "route.glsl"
+
+void RouteTail() {
+  if (p.route == 0 || !LastGroup()) return;
+  for (uint t = 0; t < p.n; ++t) {
+    RouteToken(t, p.rows, p.route_k, (p.route & 2u) != 0, (p.route & 4u) != 0, p.route_scale);
+  }
+  if (gl_LocalInvocationIndex == 0) counter[0] = 0;
+}
+#endif
 
 // The RoPE / K/V-store epilogue: Q's, K's or V's GEMM (one row a subgroup, any weight type)
 // also does the stage after it, so a layer has no RoPE / store dispatch and barrier between the
@@ -230,5 +262,8 @@ void main() {
 #if !defined(GROUPED) && !defined(EXPERTS) && defined(STAGES)
   NormTail();
   RopeStore();
+#endif
+#ifdef ROUTE
+  RouteTail();
 #endif
 }
