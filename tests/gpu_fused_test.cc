@@ -469,6 +469,21 @@ TEST(GpuStep, DispatchAndBarrierCountsFollowTheModel) {
     EXPECT_EQ(tail.dispatches, fused.dispatches - (2 * layers + 1)) << "norm tail";
     EXPECT_EQ(tail.barriers, fused.barriers - (2 * layers + 1)) << "norm tail";
   }
+  // qwen3's per-head q/k norms: fused, the two norms, Q's RoPE and the K/V store are one
+  // dispatch (qk_norm_rope.comp) after {q, k, v}, so a layer is the llama layer without the
+  // GEMMs' epilogue (which q/k norms rule out) less one dispatch; unfused, two norms more.
+  auto m = model::Model::Load("../shared/models/tiny-qwen3-256-q8_0.gguf");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const int64_t layers = (*m)->config().n_layer, hd = (*m)->config().head_dim;
+  const Counts fused = StepCounts(**m, true), unfused = StepCounts(**m, false);
+  const Counts want = Expected(layers, Activation::kQ8_0, hd, true, false),
+               want_unfused = Expected(layers, Activation::kQ8_0, hd, false, false);
+  EXPECT_EQ(fused.dispatches, want.dispatches - layers) << "qwen3 fused";
+  EXPECT_EQ(fused.barriers, want.barriers) << "qwen3 fused";
+  EXPECT_EQ(unfused.dispatches, want_unfused.dispatches + 2 * layers) << "qwen3 unfused";
+  EXPECT_EQ(unfused.barriers, want_unfused.barriers + 2 * layers) << "qwen3 unfused";
+  std::printf("[gpu step] tiny-qwen3-256-q8_0 %d layers: %d dispatches, %d barriers fused\n",
+              static_cast<int>(layers), fused.dispatches, fused.barriers);
 }
 
 // The fused and the unfused step of the model at `path` give the same logits bit for bit: 20

@@ -2,10 +2,11 @@
 // "One step"'s Q/K/V with RoPE): each against the kernels it replaces, bit for bit, with no
 // tolerance (the unfused kernels are the ones the goldens and the CPU comparisons check). The
 // norm tail (the last workgroup of a residual GEMM normalizes), a mixture of experts' tails (the
-// router GEMM's last workgroup routes, the weighted sum's normalizes), the embedding with the
-// first norm, gate/up with SwiGLU, Q/K/V with RoPE and the f16 K/V store (F16 / BF16 weights), and
-// the GEMMs' RoPE / store epilogue (every weight type). Without a Vulkan device every test skips,
-// saying so; whole steps are compared in gpu_fused_test.cc.
+// router GEMM's last workgroup routes, the weighted sum's normalizes), qwen3's q/k norms with
+// RoPE and the K/V store, the embedding with the first norm, gate/up with SwiGLU, Q/K/V with RoPE
+// and the f16 K/V store (F16 / BF16 weights), and the GEMMs' RoPE / store epilogue (every weight
+// type). Without a Vulkan device every test skips, saying so; whole steps are compared in
+// gpu_fused_test.cc.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -504,6 +505,77 @@ TEST_F(GpuKernelsTest, GemmRopeStoreEqualsGemmThenRopeAndKvStore) {
   }
   if (ctx_->info().subgroup_size < 64) {
     EXPECT_EQ(ran, 8 * 2 * 4);
+  }
+}
+
+// qwen3's q/k norms, Q's RoPE and the K/V store in one dispatch (Kernels::QkNormRopeStore)
+// against RmsNorm over Q's and K's heads, Rope and KvStore (with its rope), bit for bit: q as
+// Rope leaves it, the cache's words as KvStore stores them; head_dim 64, 128 and 512 (two values
+// a lane in the sum), rope_dim whole and half, llama and NEOX pairs, 1 and 3 tokens at scattered
+// positions and cache rows. Refused for a Q8_0 cache, an odd head_dim or one past kMaxHeadDim.
+TEST_F(GpuKernelsTest, QkNormRopeStoreEqualsNormsRopeAndKvStore) {
+  const int64_t n_head = 4, n_kv = 2, n_rows = 40, max_pos = 40;
+  ASSERT_TRUE(kernels_->AddQkNormRope(ctx_).ok());
+  for (int64_t hd : {64, 128, 512}) {
+    AttentionShape as;
+    as.n_head = n_head;
+    as.n_head_kv = n_kv;
+    as.head_dim = hd;
+    as.n_rows = n_rows;
+    const uint64_t words = 2 * n_kv * n_rows * as.row_words();
+    as.v_off = static_cast<uint32_t>(words / 2);
+    ASSERT_TRUE(kernels_->QkNormRopeFits(as));
+    AttentionShape other = as;
+    other.q8 = true;
+    EXPECT_FALSE(kernels_->QkNormRopeFits(other));
+    other = as;
+    other.head_dim = hd + 1;
+    EXPECT_FALSE(kernels_->QkNormRopeFits(other));
+    other.head_dim = Kernels::kMaxHeadDim + 2;
+    EXPECT_FALSE(kernels_->QkNormRopeFits(other));
+    const std::vector<float> qw = Random(hd, 80), kw = Random(hd, 81);
+    Buffer qwb = Floats(qw), kwb = Floats(kw);
+    for (int64_t rope_dim : {hd, hd / 2}) {
+      std::vector<float> cs(max_pos * rope_dim);
+      for (int64_t i = 0; i < max_pos * rope_dim / 2; ++i) {
+        cs[2 * i] = std::cos(0.29f * static_cast<float>(i));
+        cs[2 * i + 1] = std::sin(0.29f * static_cast<float>(i));
+      }
+      Buffer csb = Floats(cs);
+      for (bool neox : {false, true}) {
+        const Kernels::KvRope kr{.cs = &csb, .rope_dim = rope_dim, .neox = neox};
+        for (int64_t n : {1, 3}) {
+          SCOPED_TRACE(testing::Message() << "head_dim " << hd << " rope_dim " << rope_dim
+                                          << (neox ? " neox" : "") << " n=" << n);
+          std::vector<std::array<uint32_t, 4> > tok_rows;
+          for (uint32_t t = 0; t < n; ++t) {
+            tok_rows.push_back({3 + t, static_cast<uint32_t>((11 * t + 7 * n) % max_pos),
+                                static_cast<uint32_t>((13 * t + n) % n_rows), 0});
+          }
+          const std::vector<float> q = Random(n * n_head * hd, 82, 3.0f),
+                                   k = Random(n * n_kv * hd, 83, 3.0f),
+                                   v = Random(n * n_kv * hd, 84);
+          Buffer tok = Tok(tok_rows), q1 = Floats(q), q2 = Floats(q), k1 = Floats(k),
+                 k2 = Floats(k), vb = Floats(v), c1 = Floats(std::vector<float>(words, 0.0f)),
+                 c2 = Floats(std::vector<float>(words, 0.0f));
+          Recorder rec(ctx_);
+          kernels_->RmsNorm(&rec, q1, 0, qwb, q1, 0, n * n_head, hd, 1e-6f);
+          kernels_->RmsNorm(&rec, k1, 0, kwb, k1, 0, n * n_kv, hd, 1e-6f);
+          kernels_->Rope(&rec, q1, csb, tok, n, n_head, hd, rope_dim, neox);
+          kernels_->KvStore(&rec, k1, vb, c1, tok, n, as, &kr);
+          kernels_->QkNormRopeStore(&rec, q2, k2, vb, qwb, kwb, 1e-6f, c2, tok, n, as, kr);
+          ASSERT_TRUE(rec.Finish().ok());
+          ASSERT_TRUE(rec.Run().ok());
+          EXPECT_EQ(Words(ctx_, q1, n * n_head * hd * 4), Words(ctx_, q2, n * n_head * hd * 4))
+              << "q";
+          EXPECT_EQ(Words(ctx_, k2, n * n_kv * hd * 4), Words(ctx_, Floats(k), n * n_kv * hd * 4))
+              << "k unchanged";
+          const std::vector<uint32_t> cache = Words(ctx_, c2, words * 4);
+          EXPECT_EQ(Words(ctx_, c1, words * 4), cache) << "cache";
+          EXPECT_NE(cache, std::vector<uint32_t>(words, 0u)) << "nothing stored";
+        }
+      }
+    }
   }
 }
 

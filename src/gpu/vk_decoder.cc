@@ -134,6 +134,7 @@ Status VulkanForward::Init(const DeviceSpec& device) {
           tail_stages_ = tail_stages_ || k_.HasStages(m->type);
         }
       }
+      if (b.q_norm.valid() && b.k_norm.valid()) UF_RETURN_IF_ERROR(k_.AddQkNormRope(ctx_.get()));
       // A mixture of experts' tails: the route in the router GEMM, the next norm in the sum.
       if (b.router.buffer.valid() && (o_.route_tail || o_.norm_tail != NormTail::kOff)) {
         UF_RETURN_IF_ERROR(k_.AddMoeTails(ctx_.get(), b.router.type));

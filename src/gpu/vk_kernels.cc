@@ -589,6 +589,37 @@ void Kernels::KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffe
               Groups64(s.n_head_kv * s.head_dim / 2), static_cast<uint32_t>(n));
 }
 
+Status Kernels::AddQkNormRope(Context* ctx) {
+  if (qk_norm_rope_ == nullptr) {
+    UF_ASSIGN_OR_RETURN(qk_norm_rope_, ctx->GetPipeline("qk_norm_rope", 8));
+  }
+  return OkStatus();
+}
+
+void Kernels::QkNormRopeStore(Recorder* r, const Buffer& q, const Buffer& k, const Buffer& v,
+                              const Buffer& q_norm, const Buffer& k_norm, float eps,
+                              const Buffer& cache, const Buffer& tok, int64_t n,
+                              const AttentionShape& s, const KvRope& rope) const {
+  UF_CHECK(QkNormRopeFits(s) && rope.cs != nullptr && rope.rope_dim <= s.head_dim &&
+           rope.rope_dim % 2 == 0)
+      << "QkNormRopeStore: head_dim " << s.head_dim << ", rope_dim " << rope.rope_dim;
+  struct {
+    uint32_t n_head, kv_heads, head_dim, rope_dim, neox, n_rows, k_off, v_off, row_words;
+    float eps;
+  } push{static_cast<uint32_t>(s.n_head),
+         static_cast<uint32_t>(s.n_head_kv),
+         static_cast<uint32_t>(s.head_dim),
+         static_cast<uint32_t>(rope.rope_dim),
+         rope.neox ? 1u : 0u,
+         static_cast<uint32_t>(s.n_rows),
+         s.k_off,
+         s.v_off,
+         static_cast<uint32_t>(s.row_words()),
+         eps};
+  r->Dispatch(*qk_norm_rope_, {q, k, v, q_norm, k_norm, *rope.cs, tok, cache}, push,
+              static_cast<uint32_t>(s.n_head + s.n_head_kv), static_cast<uint32_t>(n));
+}
+
 bool Kernels::QkvRopeFits(const GpuMatrix& wq, const GpuMatrix& wk, const GpuMatrix& wv, int64_t n,
                           const AttentionShape& s, const KvRope& rope) const {
   if (n < 1 || UsesMatMul(wq, n)) return false;

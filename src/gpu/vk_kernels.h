@@ -334,6 +334,20 @@ class Kernels {
   void KvStore(Recorder* r, const Buffer& k, const Buffer& v, const Buffer& cache,
                const Buffer& tok, int64_t n, const AttentionShape& s,
                const KvRope* rope = nullptr) const;
+  // qwen3's per-head q/k norms, Q's RoPE and the K/V store in one dispatch (qk_norm_rope.comp):
+  // q and the cache hold what RmsNorm(q, q_norm) and RmsNorm(k, k_norm) over the heads' rows,
+  // Rope(q, *rope.cs, ...) and KvStore(k, v, cache, tok, n, s, &rope) leave there, the same bits
+  // (k itself is not normalized), with one barrier where those take two. Made by AddQkNormRope;
+  // QkNormRopeFits says where it runs: an f16 cache, an even head_dim of at most kMaxHeadDim.
+  static constexpr int64_t kMaxHeadDim = 512;  // qk_norm_rope.comp's shared row
+  Status AddQkNormRope(Context* ctx);
+  bool QkNormRopeFits(const AttentionShape& s) const {
+    return qk_norm_rope_ != nullptr && !s.q8 && s.head_dim % 2 == 0 && s.head_dim <= kMaxHeadDim;
+  }
+  void QkNormRopeStore(Recorder* r, const Buffer& q, const Buffer& k, const Buffer& v,
+                       const Buffer& q_norm, const Buffer& k_norm, float eps, const Buffer& cache,
+                       const Buffer& tok, int64_t n, const AttentionShape& s,
+                       const KvRope& rope) const;
   // Q, K and V of the n tokens in one dispatch that also rotates Q and K and stores K and V
   // (gemm1_qkv_*, ..., gemm32_qkv_*: the token tile Gemm takes): q, k, v and the cache hold what
   // Gemm(wq, x, n, q), Gemm(wk, ..., k), Gemm(wv, ..., v), Rope(q, *rope.cs, tok, n, n_head, ...)
@@ -527,6 +541,7 @@ class Kernels {
   const Pipeline* swiglu_ = nullptr;
   const Pipeline* rope_ = nullptr;
   const Pipeline* kv_store_ = nullptr;
+  const Pipeline* qk_norm_rope_ = nullptr;  // AddQkNormRope
   // gemm1_qkv_*, ..., gemm32_qkv_* by token tile (kTiles; GemmQkvRope), F16 and BF16.
   std::map<GgmlType, const Pipeline*> gemm_qkv_[kNumTiles];
   const Pipeline* attention_ = nullptr;

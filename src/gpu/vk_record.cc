@@ -272,6 +272,13 @@ void VulkanForward::RecordQkv(Recorder* r, const LayerBuffers& l, int64_t n,
     k_.Add(r, l.bv, 0, vbuf_, 0, n * c_.kv_dim(), c_.kv_dim());
     if (o_.fuse) r->EndGroup();
   }
+  if (l.q_norm.valid() && l.k_norm.valid() && o_.fuse && k_.QkNormRopeFits(as)) {
+    // qwen3: the norms, Q's RoPE and the K/V store in one dispatch (its barrier the one the
+    // norms' group had).
+    k_.QkNormRopeStore(r, q_, kbuf_, vbuf_, l.q_norm, l.k_norm, c_.rms_eps, cache_dev_[il], tok_, n,
+                       as, kr);
+    return;
+  }
   if (l.q_norm.valid()) {
     if (o_.fuse) r->BeginGroup();
     k_.RmsNorm(r, q_, 0, l.q_norm, q_, 0, n * c_.n_head, hd, c_.rms_eps);
