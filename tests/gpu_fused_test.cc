@@ -491,7 +491,7 @@ TEST(GpuStep, DispatchAndBarrierCountsFollowTheModel) {
 // slots grouped by expert). attention_chunk: GpuForwardOptions' (8 splits these positions into
 // up to 4 chunks: the combine then writes the o-projection's Q8_0 blocks).
 // With norm_tail, a third run, fused with the GEMMs' norm tail (GpuForwardOptions::norm_tail),
-// gives them too. A mixture of experts' route tail (GpuForwardOptions::route_tail) is off in the
+// gives them too. A mixture of experts' tails (GpuForwardOptions::moe_tails) are off in the
 // second run and on in the third. barriers_out: the three runs' barriers of a one-token step.
 void ExpectFusedEqualsUnfused(const std::string& path, int64_t attention_chunk = 256,
                               bool norm_tail = false, int* barriers_out = nullptr) {
@@ -510,7 +510,7 @@ void ExpectFusedEqualsUnfused(const std::string& path, int64_t attention_chunk =
                                    .attention_chunk = attention_chunk,
                                    .fuse = run > 0,
                                    .norm_tail = run == 2 ? NormTail::kOn : NormTail::kOff,
-                                   .route_tail = run == 2});
+                                   .moe_tails = run == 2});
     ASSERT_TRUE(fwd.ok()) << fwd.status().ToString();
     model::Batch b;
     const auto token = [&](int32_t p) { return (p * 7919 + 13) % (n_vocab - 1) + 1; };
@@ -603,11 +603,12 @@ TEST(GpuStep, FusedMoeStepEqualsUnfusedBitwise) {
     int barriers[3] = {0, 0, 0};
     ExpectFusedEqualsUnfused(path, 256, /*norm_tail=*/true, barriers);
     std::filesystem::remove(path);
-    // The tails of a one-token step: every layer's route (the router GEMM's), every layer's
-    // next norm (the sum's: the attention norms, the final norm and with it the gather) and,
-    // without gpt-oss's o bias, every FFN norm (the o GEMM's): a barrier fewer each.
+    // The tails of a one-token step: every layer's route (the router GEMM's), its weighted sum
+    // (the down experts' GEMM's), its next norm (there too: the attention norms, the final norm
+    // and with it the gather) and, without gpt-oss's o bias, its FFN norm (the o GEMM's): a
+    // barrier fewer each.
     const int64_t layers = p->n_layer;
-    const int64_t saved = layers + layers + 1 + (preset == "tiny-gpt-oss" ? 0 : layers);
+    const int64_t saved = 2 * layers + layers + 1 + (preset == "tiny-gpt-oss" ? 0 : layers);
     EXPECT_EQ(barriers[1] - barriers[2], saved);
   }
 }

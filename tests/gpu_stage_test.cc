@@ -2,10 +2,10 @@
 // "One step"'s Q/K/V with RoPE): each against the kernels it replaces, bit for bit, with no
 // tolerance (the unfused kernels are the ones the goldens and the CPU comparisons check). The
 // norm tail (the last workgroup of a residual GEMM normalizes), a mixture of experts' tails (the
-// router GEMM's last workgroup routes, the weighted sum's normalizes), qwen3's q/k norms with
-// RoPE and the K/V store, the embedding with the first norm, gate/up with SwiGLU, Q/K/V with RoPE
-// and the f16 K/V store (F16 / BF16 weights), and the GEMMs' RoPE / store epilogue (every weight
-// type). Without a Vulkan device every test skips, saying so; whole steps are compared in
+// router GEMM's last workgroup routes, the down experts' GEMM adds the weighted sum), qwen3's q/k
+// norms with RoPE and the K/V store, the embedding with the first norm, gate/up with SwiGLU, Q/K/V
+// with RoPE and the f16 K/V store (F16 / BF16 weights), and the GEMMs' RoPE / store epilogue (every
+// weight type). Without a Vulkan device every test skips, saying so; whole steps are compared in
 // gpu_fused_test.cc.
 #include <gtest/gtest.h>
 
@@ -116,8 +116,8 @@ TEST_F(GpuKernelsTest, GemmRouteTailEqualsGemmThenRoute) {
   Buffer counter = Floats({0.0f});
   for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
                         GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kMXFP4}) {
-    ASSERT_TRUE(kernels_->AddMoeTails(ctx_, type).ok());
-    ASSERT_TRUE(wide_->AddMoeTails(ctx_, type).ok());
+    ASSERT_TRUE(kernels_->AddMoeTails(ctx_, type, GgmlType::kF32).ok());
+    ASSERT_TRUE(wide_->AddMoeTails(ctx_, type, GgmlType::kF32).ok());
     for (const Case& c : cases) {
       // Weights of 0.5 make near ties, which the rank order must break as Route does.
       const std::vector<float> wf = Random(c.ne * cols, static_cast<uint32_t>(60 + c.ne), 0.5f);
@@ -170,59 +170,83 @@ TEST_F(GpuKernelsTest, GemmRouteTailEqualsGemmThenRoute) {
   }
 }
 
-// The weighted sum's norm tail (moe_sum_stages: the last workgroup normalizes the rows the sum
-// added into the residual stream) against MoeSum followed by RmsNormQuant (RmsNorm for f32),
-// bitwise: 1 and 3 tokens, 2 and 8 experts a token, with and without gpt-oss's down biases,
-// every format the tail writes; 768 columns (3 Q8_K blocks, 12 workgroups to count). Twice
-// each: the counter is zero again after a dispatch.
-TEST_F(GpuKernelsTest, MoeSumNormTailEqualsMoeSumThenRmsNorm) {
-  const int64_t cols = 768, n_expert = 16;
-  ASSERT_TRUE(kernels_->AddMoeTails(ctx_, GgmlType::kF32).ok());
-  EXPECT_TRUE(kernels_->HasMoeSumTail());
-  const std::vector<float> nw = Random(cols, 70), bias = Random(n_expert * cols, 71, 0.2f);
-  Buffer nwb = Floats(nw), bb = Floats(bias), counter = Floats({0.0f});
-  for (int64_t n : {1, 3}) {
-    for (int64_t k : {2, 8}) {
-      for (bool with_bias : {false, true}) {
-        for (Activation act : {Activation::kF32, Activation::kQ8_0, Activation::kQ8_K,
-                               Activation::kF16, Activation::kBF16}) {
-          SCOPED_TRACE(testing::Message() << "n=" << n << " k=" << k << (with_bias ? " bias " : " ")
-                                          << (act == Activation::kF32 ? "f32" : FormatName(act)));
-          const std::vector<float> out = Random(n * k * cols, 72), w = Random(n * k, 73),
-                                   x0 = ActivationValues(n * cols, 74);
-          std::vector<uint32_t> ids(n * k);
-          for (int64_t s = 0; s < n * k; ++s)
-            ids[s] = static_cast<uint32_t>((s * 5 + 3) % n_expert);
-          Buffer ob = Floats(out), wb = Floats(w), idb = Empty(n * k * 4), x1 = Floats(x0),
-                 x2 = Floats(x0), n1 = Empty(n * cols * 4), n2 = Empty(n * cols * 4),
-                 q1 = Empty(ActBytes(n * cols)), q2 = Empty(ActBytes(n * cols));
-          ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), ids.size() * 4).ok());
-          const Buffer* b = with_bias ? &bb : nullptr;
-          const Buffer* i = with_bias ? &idb : nullptr;
-          Recorder ref(ctx_), tail(ctx_);
-          kernels_->MoeSum(&ref, ob, wb, x1, n, k, cols, b, i, true);
-          if (act == Activation::kF32) {
-            kernels_->RmsNorm(&ref, x1, 0, nwb, n1, 0, n, cols, 1e-5f);
-          } else {
-            kernels_->RmsNormQuant(&ref, x1, nwb, n1, n, cols, 1e-5f, act, q1);
-          }
-          const Kernels::NormTail nt{
-              .w = &nwb, .y = &n2, .q = &q2, .counter = &counter, .eps = 1e-5f, .act = act};
-          kernels_->MoeSum(&tail, ob, wb, x2, n, k, cols, b, i, true, &nt);
-          ASSERT_TRUE(ref.Finish().ok());
-          ASSERT_TRUE(tail.Finish().ok());
-          for (int run = 0; run < 2; ++run) {
-            ASSERT_TRUE(ref.Run().ok());
-            ASSERT_TRUE(tail.Run().ok());
-            EXPECT_EQ(Words(ctx_, x1, n * cols * 4), Words(ctx_, x2, n * cols * 4)) << run;
-            EXPECT_EQ(Words(ctx_, n1, n * cols * 4), Words(ctx_, n2, n * cols * 4)) << run;
-            if (act != Activation::kF32) {
-              const uint64_t used = act == Activation::kQ8_K   ? Q8KActivationBytes(n * cols)
-                                    : act == Activation::kQ8_0 ? Q8ActivationBytes(n * cols)
-                                                               : PairActivationBytes(n * cols);
-              EXPECT_EQ(Words(ctx_, q1, used), Words(ctx_, q2, used)) << run;
+// The down experts' sum tail (Kernels::ExpertSum: the last of a row group's slots adds the
+// group's rows of the weighted sum into the residual stream, then optionally the last row group
+// normalizes it) against GemmExperts, MoeSum (accumulating) and RmsNormQuant (RmsNorm for f32),
+// bitwise: every weight type and GEMV variant, 2 and 8 slots of 8 experts (a repeated expert
+// among the 8), with and without gpt-oss's down biases, without the norm and with every format
+// it writes; 768 rows (3 Q8_K blocks; 96-768 row groups to count on lavapipe's 8 lanes and a
+// GPU's 32). Each recording runs twice: the counters are zero again after a dispatch.
+TEST_F(GpuKernelsTest, ExpertSumTailEqualsGemmExpertsThenMoeSum) {
+  const int64_t rows = 768, cols = 256, n_exp = 8;
+  const std::vector<float> nw = Random(rows, 70), bias = Random(n_exp * rows, 71, 0.2f);
+  Buffer nwb = Floats(nw), bb = Floats(bias);
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
+                        GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kMXFP4}) {
+    std::vector<std::vector<uint8_t> > data;
+    std::vector<kernels::Matrix> experts;
+    auto w = RandomExperts(type, n_exp, rows, cols, 72, &data, &experts);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ASSERT_TRUE(kernels_->AddMoeTails(ctx_, GgmlType::kF32, type).ok());
+    ASSERT_TRUE(wide_->AddMoeTails(ctx_, GgmlType::kF32, type).ok());
+    for (const Kernels* kern : Variants(type)) {
+      ASSERT_TRUE(kern->CanSumTail(*w));
+      const std::vector<uint32_t> zeros(kern->SumCounterWords(*w), 0u);
+      Buffer counter = Empty(zeros.size() * 4);
+      ASSERT_TRUE(ctx_->Upload(counter, 0, zeros.data(), zeros.size() * 4).ok());
+      for (int64_t k : {2, 8}) {
+        std::vector<uint32_t> ids(k);
+        for (int64_t s = 0; s < k; ++s) ids[s] = static_cast<uint32_t>((s * 5 + 3) % 7);
+        const std::vector<float> x = Random(k * cols, 73), sw = Random(k, 74),
+                                 x0 = ActivationValues(rows, 75);
+        Buffer idb = Empty(k * 4), xb = Floats(x), xq = Empty(ActBytes(k * cols)), wb = Floats(sw);
+        ASSERT_TRUE(ctx_->Upload(idb, 0, ids.data(), ids.size() * 4).ok());
+        Recorder quant(ctx_);
+        const Buffer& in = QuantizeFor(&quant, type, xb, k * cols, xq) ? xq : xb;
+        ASSERT_TRUE(quant.Finish().ok());
+        ASSERT_TRUE(quant.Run().ok());
+        for (bool with_bias : {false, true}) {
+          for (int norm = 0; norm < 6; ++norm) {  // none, then f32, Q8_0, Q8_K, f16, bf16
+            const Activation act = norm <= 1 ? Activation::kF32 : static_cast<Activation>(norm - 1);
+            SCOPED_TRACE(testing::Message() << GgmlTypeName(type) << " " << VariantName(kern)
+                                            << " k=" << k << (with_bias ? " bias " : " ")
+                                            << (norm == 0                 ? "no norm"
+                                                : act == Activation::kF32 ? "f32"
+                                                                          : FormatName(act)));
+            Buffer y1 = Empty(k * rows * 4), y2 = Empty(k * rows * 4), x1 = Floats(x0),
+                   x2 = Floats(x0), n1 = Empty(rows * 4), n2 = Empty(rows * 4),
+                   q1 = Empty(ActBytes(rows)), q2 = Empty(ActBytes(rows));
+            const Buffer* b = with_bias ? &bb : nullptr;
+            Recorder ref(ctx_), tail(ctx_);
+            kern->GemmExperts(&ref, *w, in, idb, k, 1, y1);
+            kern->MoeSum(&ref, y1, wb, x1, 1, k, rows, b, with_bias ? &idb : nullptr, true);
+            if (norm == 1) kern->RmsNorm(&ref, x1, 0, nwb, n1, 0, 1, rows, 1e-5f);
+            if (norm > 1) kern->RmsNormQuant(&ref, x1, nwb, n1, 1, rows, 1e-5f, act, q1);
+            const Kernels::NormTail nt{.w = &nwb, .y = &n2, .q = &q2, .eps = 1e-5f, .act = act};
+            const Kernels::ExpertSum sum{.weights = &wb,
+                                         .x = &x2,
+                                         .bias = b,
+                                         .counter = &counter,
+                                         .norm = norm > 0 ? &nt : nullptr};
+            kern->GemmExperts(&tail, *w, in, idb, k, 1, y2, &sum);
+            ASSERT_TRUE(ref.Finish().ok());
+            ASSERT_TRUE(tail.Finish().ok());
+            for (int run = 0; run < 2; ++run) {
+              ASSERT_TRUE(ref.Run().ok());
+              ASSERT_TRUE(tail.Run().ok());
+              EXPECT_EQ(Words(ctx_, y1, k * rows * 4), Words(ctx_, y2, k * rows * 4)) << run;
+              EXPECT_EQ(Words(ctx_, x1, rows * 4), Words(ctx_, x2, rows * 4)) << run;
+              if (norm > 0) {
+                EXPECT_EQ(Words(ctx_, n1, rows * 4), Words(ctx_, n2, rows * 4)) << run;
+              }
+              if (norm > 1) {
+                const uint64_t used = act == Activation::kQ8_K   ? Q8KActivationBytes(rows)
+                                      : act == Activation::kQ8_0 ? Q8ActivationBytes(rows)
+                                                                 : PairActivationBytes(rows);
+                EXPECT_EQ(Words(ctx_, q1, used), Words(ctx_, q2, used)) << run;
+              }
+              EXPECT_EQ(Words(ctx_, counter, zeros.size() * 4), zeros) << run;
             }
-            EXPECT_EQ(Words(ctx_, counter, 4), std::vector<uint32_t>{0u}) << run;
           }
         }
       }

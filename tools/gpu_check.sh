@@ -38,9 +38,10 @@
 #                                    Q4_K_M at 12 of its 48 layers and gpt-oss-20b MXFP4 at 8 of
 #                                    24 (~4 + ~4 GB): decode, and a 512-token prefill with
 #                                    the experts' grouped tiles up to 32 slots and capped at 8
-#                                    (UF_GPU_GROUP_TILE); Qwen3 decode also without the route
-#                                    tail (UF_GPU_ROUTE_TAIL=0, `noroute`) and without the norm
-#                                    tails (`notail`): a barrier fewer a layer each.
+#                                    (UF_GPU_GROUP_TILE); Qwen3 decode also without the MoE
+#                                    tails (UF_GPU_MOE_TAILS=0, `nomoetail`: the route and the
+#                                    weighted sum apart, two barriers a layer) and without the
+#                                    norm tails (`notail`).
 # UF_GPU_MODELS=DIR keeps the models elsewhere (default /tmp/uf_gpu_models); UF_GPU_DEPTH=N
 # changes the depth of the depth run (default 4096).
 # The figures are wall clock per step (submit + wait included), the GPU time alone (timestamps),
@@ -127,8 +128,9 @@ case "${1:-}" in
     # norms after the o and down products in those GEMMs' last workgroup or apart (`basic` times
     # both and keeps the faster, UF_GPU_NORM_TAIL=tune); `tileattn`: basic with
     # UF_GPU_ATTENTION=tiled, decode steps through attention_tiled.comp's one-token tiles, a KV
-    # head's query heads sharing its rows; `noroute`: basic with UF_GPU_ROUTE_TAIL=0, a MoE
-    # router's route apart from its GEMM), layers (cut-down MoE).
+    # head's query heads sharing its rows; `nomoetail`: basic with UF_GPU_MOE_TAILS=0, a MoE
+    # layer's route and weighted sum apart from its router and down GEMMs), layers (cut-down
+    # MoE).
     runs=("llama-3.2-1b f16 0 basic" "llama-3.2-1b f16 0 wide" "llama-3.2-1b q8_0 0 basic"
           "llama-3.2-1b q8_0 0 wide" "llama-3.2-1b q8_0 0 tune" "llama-3.2-1b q8_0 0 nodot4"
           "llama-3.2-1b q4_0 0 basic" "llama-3.2-1b q4_0 0 tune"
@@ -142,7 +144,7 @@ case "${1:-}" in
                                  "llama-3.1-8b q4_0 0 basic" "llama-3.1-8b q4_0 0 wide")
     # Mixtures of experts, cut down to a few layers (the 5th field) to fit the session.
     [ "${2:-}" = all ] || [ "${2:-}" = moe ] &&
-      runs+=("qwen3-30b-a3b q4_k_m 0 basic 12" "qwen3-30b-a3b q4_k_m 0 noroute 12"
+      runs+=("qwen3-30b-a3b q4_k_m 0 basic 12" "qwen3-30b-a3b q4_k_m 0 nomoetail 12"
              "qwen3-30b-a3b q4_k_m 0 notail 12" "gpt-oss-20b mxfp4 0 basic 8")
     results=() prefill=()
     for r in "${runs[@]}"; do
@@ -151,16 +153,16 @@ case "${1:-}" in
       model="$dir/$preset-$type${layers:+-$layers}.gguf"
       [ -f "$model" ] || uf synth --preset "$preset" --type "$type" ${layers:+--layers "$layers"} \
         -o "$model" >/dev/null
-      fuse=1 g=$gemv dot4=1 spin= tail=tune attn=tune route=1
+      fuse=1 g=$gemv dot4=1 spin= tail=tune attn=tune moe=1
       [ "$gemv" = unfused ] && fuse=0 g=basic
-      [ "$gemv" = noroute ] && route=0 g=basic
+      [ "$gemv" = nomoetail ] && moe=0 g=basic
       [ "$gemv" = normtail ] && tail=on g=basic
       [ "$gemv" = notail ] && tail=off g=basic
       [ "$gemv" = nodot4 ] && dot4=0 g=basic
       [ "$gemv" = nospin ] && spin=0 g=basic
       [ "$gemv" = tileattn ] && attn=tiled g=basic
       line=$(UF_GPU_FUSE=$fuse UF_GPU_GEMV=$g UF_GPU_DOT4=$dot4 UF_GPU_SPIN_US=$spin \
-             UF_GPU_NORM_TAIL=$tail UF_GPU_ATTENTION=$attn UF_GPU_ROUTE_TAIL=$route uf bench --device vulkan -m "$model" -p 0 -n "$n_gen" --reps 1 \
+             UF_GPU_NORM_TAIL=$tail UF_GPU_ATTENTION=$attn UF_GPU_MOE_TAILS=$moe uf bench --device vulkan -m "$model" -p 0 -n "$n_gen" --reps 1 \
              --depth "$d" --json | tail -n 1)
       echo "$line"
       results+=("$name $type $d $gemv $line")

@@ -170,10 +170,12 @@ struct GpuForwardOptions {
   // workgroup (NormTail; Kernels::NormTail: the same bits, two dispatches and barriers fewer a
   // layer), timed against the separate norm by default.
   NormTail norm_tail = NormTail::kDefault;
-  // With fuse, a one-token step's mixture-of-experts router GEMM also routes in its last
-  // workgroup (Kernels::RouteTail: Route's bits, a dispatch and barrier fewer a MoE layer).
-  // The environment's UF_GPU_ROUTE_TAIL=0 turns it off (an A/B on a device).
-  bool route_tail = true;
+  // With fuse, a one-token step's mixture-of-experts layers take their stages' tails: the router
+  // GEMM also routes in its last workgroup (Kernels::RouteTail: Route's bits) and the down
+  // experts' GEMM adds the weighted sum into the residual stream (Kernels::ExpertSum: MoeSum's
+  // bits), two dispatches and barriers fewer a MoE layer. The environment's UF_GPU_MOE_TAILS=0
+  // turns them off (an A/B on a device).
+  bool moe_tails = true;
   MatMul matmul = MatMul::kDefault;
   AttentionTiles attention_tiles = AttentionTiles::kDefault;
   // A timestamp after every dispatch, for last_step_profile() (`bench --device vulkan

@@ -18,9 +18,9 @@ namespace uf::gpu {
 
 class Context;
 
-// Storage buffers a kernel binds at most: gemm1_qkv_* has three matrices, the activation, three
-// outputs, the cache, the tokens and the angles. Context::Create refuses a device below it.
-constexpr uint32_t kMaxBindings = 10;
+// Storage buffers a kernel binds at most: gemmx_*_sum (the down experts with the weighted sum and
+// the norm tail, gemm.glsl) 11, gemm1_qkv_* 10. Context::Create refuses a device below it.
+constexpr uint32_t kMaxBindings = 12;
 
 // A storage buffer with its own memory. Move-only; freed with the context still alive.
 class Buffer {

@@ -66,8 +66,8 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   if (const char* f = std::getenv("UF_GPU_FUSE"); f != nullptr && std::string(f) == "0") {
     o_.fuse = false;
   }
-  if (const char* t = std::getenv("UF_GPU_ROUTE_TAIL"); t != nullptr && std::string(t) == "0") {
-    o_.route_tail = false;
+  if (const char* t = std::getenv("UF_GPU_MOE_TAILS"); t != nullptr && std::string(t) == "0") {
+    o_.moe_tails = false;
   }
   o_.norm_tail = ResolveNormTail(o_.norm_tail);
   o_.matmul = ResolveMatMul(o_.matmul);
@@ -135,9 +135,10 @@ Status VulkanForward::Init(const DeviceSpec& device) {
         }
       }
       if (b.q_norm.valid() && b.k_norm.valid()) UF_RETURN_IF_ERROR(k_.AddQkNormRope(ctx_.get()));
-      // A mixture of experts' tails: the route in the router GEMM, the next norm in the sum.
-      if (b.router.buffer.valid() && (o_.route_tail || o_.norm_tail != NormTail::kOff)) {
-        UF_RETURN_IF_ERROR(k_.AddMoeTails(ctx_.get(), b.router.type));
+      // A mixture of experts' tails: the route in the router GEMM, the weighted sum (and the
+      // next norm) in the down experts' GEMM.
+      if (b.router.buffer.valid() && o_.moe_tails) {
+        UF_RETURN_IF_ERROR(k_.AddMoeTails(ctx_.get(), b.router.type, b.exp_down.type));
         tail_stages_ = tail_stages_ || o_.norm_tail != NormTail::kOff;
       }
     }
@@ -253,6 +254,11 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   UF_ASSIGN_OR_RETURN(norm_counter_, dev(4));
   const uint32_t zero = 0;  // the norm tail leaves it zero after every dispatch
   UF_RETURN_IF_ERROR(ctx_->Upload(norm_counter_, 0, &zero, 4));
+  if (c_.is_moe()) {  // the same for the down experts' sum tail
+    const std::vector<uint32_t> zeros(k_.SumCounterWords(layers_[0].exp_down), 0u);
+    UF_ASSIGN_OR_RETURN(moe_counter_, dev(zeros.size() * 4));
+    UF_RETURN_IF_ERROR(ctx_->Upload(moe_counter_, 0, zeros.data(), zeros.size() * 4));
+  }
   UF_ASSIGN_OR_RETURN(logits_dev_, ctx_->CreateBuffer(mo * c_.n_vocab * 4, Memory::kHost));
   UF_ASSIGN_OR_RETURN(logits_local_, dev(mo * c_.n_vocab * 4));
   UF_ASSIGN_OR_RETURN(argmax_, ctx_->CreateBuffer(mo * 4, Memory::kHost));

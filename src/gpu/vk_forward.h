@@ -224,8 +224,9 @@ class VulkanForward final : public GpuForward {
                    int64_t x_div, const Buffer& y);
   // The mixture-of-experts FFN of layer l from xn_, added into x_: router product, routing,
   // the selected experts' gate/up, SwiGLU, down, the weighted sum; no host round trip. One
-  // token: routed in the router GEMM's tail (o_.route_tail) and, with the norm tail, the sum's
-  // last workgroup normalizes x_ with norm_w for `next` as ResidualGemm's tail does (true then).
+  // token with o_.moe_tails: routed in the router GEMM's tail, summed in the down experts' GEMM's
+  // and, with the norm tail, x_ normalized there with norm_w for `next` as ResidualGemm's tail
+  // does (true then).
   bool RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n, const Buffer* norm_w,
                  std::initializer_list<const GpuMatrix*> next);
   // Q, K and V of layer il from xn_ (its q/k/v biases and q/k norms where it has them), Q's and
@@ -261,6 +262,8 @@ class VulkanForward final : public GpuForward {
   Buffer moe_logits_, moe_ids_, moe_weights_, moe_gate_, moe_up_, moe_out_;
   // Batches of several tokens: the slots sorted by expert and their tiles (GroupSlots).
   Buffer moe_order_, moe_tiles_;
+  // The down experts' sum tail's counters [SumCounterWords] (zero between dispatches).
+  Buffer moe_counter_;
   int64_t chunk_ = 0;    // positions per attention workgroup; 0: unsplit
   Buffer logits_dev_;    // host-visible: the rows Forward copies out
   Buffer logits_local_;  // device-local: the rows ForwardGreedy reduces on the device

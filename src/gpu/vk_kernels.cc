@@ -114,6 +114,7 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm16][GgmlType::kF16], tiled("gemm16w_f16"));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemm32][GgmlType::kF16], tiled("gemm32w_f16"));
     UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmX][GgmlType::kF16], ctx->GetPipeline("gemmxw_f16", 4));
+    k.sum_names_[k.wide_gemm_[kGemmX][GgmlType::kF16]] = "gemmxw_f16_sum";
     for (int g = 0; g < 3; ++g) {
       UF_ASSIGN_OR_RETURN(k.wide_gemm_[kGemmG + g][GgmlType::kF16],
                           ctx->GetPipeline(GroupedName("gemmgw_f16", g), 5));
@@ -138,8 +139,9 @@ StatusOr<Kernels> Kernels::Create(Context* ctx, GemvVariant gemv, int64_t max_ti
       UF_ASSIGN_OR_RETURN(k.gemm_[i][type],
                           tiled(gemm_name("gemm" + std::to_string(kTiles[i]) + "_" + name, type)));
     }
-    UF_ASSIGN_OR_RETURN(k.gemmx_[type],
-                        ctx->GetPipeline(gemm_name(std::string("gemmx_") + name, type), 4));
+    const std::string gemmx = gemm_name(std::string("gemmx_") + name, type);
+    UF_ASSIGN_OR_RETURN(k.gemmx_[type], ctx->GetPipeline(gemmx, 4));
+    k.sum_names_[k.gemmx_[type]] = gemmx + "_sum";
     for (int g = 0; g < 3; ++g) {
       UF_ASSIGN_OR_RETURN(
           k.gemmg_[g][type],
@@ -231,16 +233,18 @@ Status Kernels::AddStages(Context* ctx, GgmlType type) {
   return OkStatus();
 }
 
-Status Kernels::AddMoeTails(Context* ctx, GgmlType type) {
+Status Kernels::AddMoeTails(Context* ctx, GgmlType router, GgmlType down) {
   for (const auto* pipelines : {&gemm_[kGemm1], &wide_gemm_[kGemm1]}) {
-    const auto it = pipelines->find(type);
+    const auto it = pipelines->find(router);
     if (it == pipelines->end() || routes_.count(it->second) != 0) continue;
     std::string name = stage_names_.at(it->second);  // NAME_stages
     name.replace(name.size() - 7, 7, "_route");
     UF_ASSIGN_OR_RETURN(routes_[it->second], ctx->GetPipeline(name, kStagesBindings));
   }
-  if (moe_sum_stages_ == nullptr) {
-    UF_ASSIGN_OR_RETURN(moe_sum_stages_, ctx->GetPipeline("moe_sum_stages", 9));
+  for (const auto* pipelines : {&gemmx_, &wide_gemm_[kGemmX]}) {
+    const auto it = pipelines->find(down);
+    if (it == pipelines->end() || sums_.count(it->second) != 0) continue;
+    UF_ASSIGN_OR_RETURN(sums_[it->second], ctx->GetPipeline(sum_names_.at(it->second), 11));
   }
   return OkStatus();
 }

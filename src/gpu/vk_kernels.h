@@ -189,9 +189,10 @@ class Kernels {
     const Buffer* weights = nullptr;  // [n][k] their weights
     const Buffer* counter = nullptr;  // [1] the workgroups that finished
   };
-  // Makes the kernels of the mixture-of-experts tails for a router of `type`: its one-token
-  // GEMMs' *_route twins (Gemm with a RouteTail) and moe_sum_stages (MoeSum with a NormTail).
-  Status AddMoeTails(Context* ctx, GgmlType type);
+  // Makes the kernels of the mixture-of-experts tails for a router of type `router` and down
+  // experts of type `down`: the router's one-token GEMMs' *_route twins (Gemm with a RouteTail)
+  // and the down experts' gemmx_*_sum twins (GemmExperts with an ExpertSum).
+  Status AddMoeTails(Context* ctx, GgmlType router, GgmlType down);
   bool CanRouteTail(const GpuMatrix& w, int64_t n, const RouteParams& rp) const;
   // Makes the kernels that replace a stage for matrices of `type`: the *_stages twins of its
   // token-tiled GEMMs (every tile, basic and wide), which Gemm needs for a NormTail or RopeStore,
@@ -237,8 +238,25 @@ class Kernels {
   // the selected experts' rows; each slot's sum is formed as gemm1_* forms a token's, so a slot
   // does not depend on what else the batch holds. No reuse of an expert's weights across the
   // slots that share it (each slot reads its rows again).
+  // With sum (the down product of one token: n_slots its k slots, x_div 1), the dispatch also
+  // adds the slots' weighted sum into the residual stream: sum->x holds afterwards what
+  // MoeSum(y, *sum->weights, *sum->x, 1, n_slots, w.rows, sum->bias, &ids, true) leaves there, the
+  // same bits, with no dispatch and barrier of its own (gemm.glsl's SumTail: the last of a row
+  // group's slots to finish adds the group's rows). With sum->norm it then normalizes x as
+  // MoeSum's norm tail does (norm->counter unused: sum->counter's word 0 counts). counter:
+  // SumCounterWords(w) words, zero before the dispatch and after it. CanSumTail says where.
+  struct ExpertSum {
+    const Buffer* weights = nullptr;  // [k] the slots' weights
+    const Buffer* x = nullptr;        // [w.rows] the residual stream
+    const Buffer* bias = nullptr;     // [n_expert][w.rows] the down biases (gpt-oss), or none
+    const Buffer* counter = nullptr;  // [SumCounterWords(w)] zero
+    const NormTail* norm = nullptr;   // the next norm, or none
+  };
+  bool CanSumTail(const GpuMatrix& w) const;
+  int64_t SumCounterWords(const GpuMatrix& w) const;
   void GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, const Buffer& ids,
-                   int64_t n_slots, int64_t x_div, const Buffer& y) const;
+                   int64_t n_slots, int64_t x_div, const Buffer& y,
+                   const ExpertSum* sum = nullptr) const;
   // The slots of a batch grouped by expert (moe_group.comp): order = the n_slots slots sorted by
   // expert, tiles = max_tiles (expert, first index into order, count <= tile) triples, unused
   // ones with count 0. max_tiles: MaxExpertTiles(n_slots, n_expert, tile); tile 8, 16 or 32.
@@ -271,13 +289,9 @@ class Kernels {
   // y[t][i] = sum over r < k of weights[t * k + r] * out[(t * k + r) * cols + i], r in order;
   // with bias ([n_expert][cols], gpt-oss) each out row plus its expert's (ids) bias row first.
   // With accumulate, y[t][i] += that sum (the residual add folded in: y + sum, Add's bits).
-  // With norm (moe_sum_stages, AddMoeTails), its last workgroup to finish normalizes the n rows
-  // of y as Gemm's norm tail does (RmsNormQuant's bits): the next layer's attention norm or the
-  // final norm without a dispatch and barrier of its own.
   void MoeSum(Recorder* r, const Buffer& out, const Buffer& weights, const Buffer& y, int64_t n,
               int64_t k, int64_t cols, const Buffer* bias = nullptr, const Buffer* ids = nullptr,
-              bool accumulate = false, const NormTail* norm = nullptr) const;
-  bool HasMoeSumTail() const { return moe_sum_stages_ != nullptr; }
+              bool accumulate = false) const;
   // gpt-oss's clamped SwiGLU in place in gate ([slots][ff]), each slot's expert (ids) biases
   // added to gate and up first (swiglu_oai.comp).
   void SwiGluOai(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& gate_b,
@@ -526,7 +540,10 @@ class Kernels {
   std::map<const Pipeline*, std::string> stage_names_;
   // A one-token GEMM's (basic or wide) *_route twin: with the route tail (AddMoeTails).
   std::map<const Pipeline*, const Pipeline*> routes_;
-  const Pipeline* moe_sum_stages_ = nullptr;  // MoeSum with the norm tail (AddMoeTails)
+  // An expert GEMM's (gemmx_*, gemmxw_f16) *_sum twin: with the sum tail (AddMoeTails); every
+  // twin's name by its plain kernel.
+  std::map<const Pipeline*, const Pipeline*> sums_;
+  std::map<const Pipeline*, std::string> sum_names_;
   const Pipeline* moe_group_ = nullptr;
   const Pipeline* route_ = nullptr;
   const Pipeline* moe_sum_ = nullptr;

@@ -3,6 +3,7 @@
 // outputs, gpt-oss's clamped SwiGLU.
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "base/check.h"
@@ -76,16 +77,60 @@ void Kernels::GemmExpertsGrouped(Recorder* r, const GpuMatrix& w, const Buffer& 
               MakeExpertPush(w, n_slots, x_div), static_cast<uint32_t>(max_tiles), gx, gy);
 }
 
+bool Kernels::CanSumTail(const GpuMatrix& w) const {
+  const auto it = gemmx_.find(w.type);
+  if (it == gemmx_.end()) return false;
+  const Pipeline* wide = Wide(kGemmX, w);
+  return sums_.count(wide != nullptr ? wide : it->second) != 0;
+}
+
+int64_t Kernels::SumCounterWords(const GpuMatrix& w) const {
+  uint32_t gx, gy;
+  Grid((w.rows + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
+  return 1 + static_cast<int64_t>(gx) * gy;  // word 0, then one per workgroup of a slot
+}
+
 void Kernels::GemmExperts(Recorder* r, const GpuMatrix& w, const Buffer& x, const Buffer& ids,
-                          int64_t n_slots, int64_t x_div, const Buffer& y) const {
+                          int64_t n_slots, int64_t x_div, const Buffer& y,
+                          const ExpertSum* sum) const {
   UF_CHECK(n_slots >= 1 && n_slots <= 65535 && x_div >= 1) << "expert slots " << n_slots;
   uint32_t gx, gy;
   Grid((w.rows + rows_per_group_ - 1) / rows_per_group_, &gx, &gy);
   const auto it = gemmx_.find(w.type);
   UF_CHECK(it != gemmx_.end()) << "no expert GEMM for " << GgmlTypeName(w.type);
   const Pipeline* wide = Wide(kGemmX, w);
-  r->Dispatch(wide != nullptr ? *wide : *it->second, {w.buffer, x, y, ids},
-              MakeExpertPush(w, n_slots, x_div), gx, gy, static_cast<uint32_t>(n_slots));
+  const Pipeline* pipeline = wide != nullptr ? wide : it->second;
+  const ExpertPush push = MakeExpertPush(w, n_slots, x_div);
+  if (sum == nullptr) {
+    r->Dispatch(*pipeline, {w.buffer, x, y, ids}, push, gx, gy, static_cast<uint32_t>(n_slots));
+    return;
+  }
+  const NormTail* norm = sum->norm;
+  UF_CHECK(CanSumTail(w) && x_div == 1 && sum->weights != nullptr && sum->x != nullptr &&
+           sum->counter != nullptr &&
+           (norm == nullptr ||
+            (w.rows % ActivationBlock(norm->act) == 0 && norm->w != nullptr && norm->y != nullptr &&
+             (norm->act == Activation::kF32 || norm->q != nullptr))))
+      << "expert GEMM sum tail: " << w.rows << " rows, " << n_slots << " slots";
+  const struct {
+    ExpertPush e;
+    uint32_t group_rows, has_bias, norm, format, q_d_off;
+    float eps;
+  } sum_push{push,
+             static_cast<uint32_t>(rows_per_group_),
+             sum->bias != nullptr ? 1u : 0u,
+             norm != nullptr ? 1u : 0u,
+             norm != nullptr ? static_cast<uint32_t>(norm->act) : 0u,
+             norm != nullptr && norm->act != Activation::kF32 ? FusedDOff(norm->act, w.rows) : 0u,
+             norm != nullptr ? norm->eps : 0.0f};
+  // Without a bias binding 6 is never read, nor 8-10 without the norm: any buffer will do (y for
+  // the ones declared writable: this dispatch's own).
+  const auto or_y = [&y](const Buffer* b) -> const Buffer& { return b != nullptr ? *b : y; };
+  r->Dispatch(*sums_.at(pipeline),
+              {w.buffer, x, y, ids, *sum->weights, *sum->x, or_y(sum->bias), *sum->counter,
+               or_y(norm != nullptr ? norm->w : nullptr), or_y(norm != nullptr ? norm->y : nullptr),
+               or_y(norm != nullptr ? norm->q : nullptr)},
+              sum_push, gx, gy, static_cast<uint32_t>(n_slots));
 }
 
 void Kernels::Route(Recorder* r, const Buffer& logits, const Buffer* bias, const Buffer& ids,
@@ -109,37 +154,18 @@ void Kernels::Route(Recorder* r, const Buffer& logits, const Buffer* bias, const
 
 void Kernels::MoeSum(Recorder* r, const Buffer& out, const Buffer& weights, const Buffer& y,
                      int64_t n, int64_t k, int64_t cols, const Buffer* bias, const Buffer* ids,
-                     bool accumulate, const NormTail* norm) const {
+                     bool accumulate) const {
   UF_CHECK((bias == nullptr) == (ids == nullptr));
-  if (norm != nullptr) {
-    UF_CHECK(moe_sum_stages_ != nullptr && cols % ActivationBlock(norm->act) == 0 &&
-             norm->w != nullptr && norm->y != nullptr && norm->counter != nullptr &&
-             (norm->act == Activation::kF32 || norm->q != nullptr))
-        << "MoeSum norm tail: " << cols << " columns";
-  }
   struct {
-    uint32_t n, k, cols, has_bias, acc, norm, format, q_d_off;
-    float eps;
-  } push{static_cast<uint32_t>(n * cols),
-         static_cast<uint32_t>(k),
-         static_cast<uint32_t>(cols),
-         bias != nullptr ? 1u : 0u,
-         accumulate ? 1u : 0u,
-         norm != nullptr ? 1u : 0u,
-         norm != nullptr ? static_cast<uint32_t>(norm->act) : 0u,
-         norm != nullptr && norm->act != Activation::kF32 ? FusedDOff(norm->act, n * cols) : 0u,
-         norm != nullptr ? norm->eps : 0.0f};
+    uint32_t n, k, cols, has_bias, acc;
+  } push{static_cast<uint32_t>(n * cols), static_cast<uint32_t>(k), static_cast<uint32_t>(cols),
+         bias != nullptr ? 1u : 0u, accumulate ? 1u : 0u};
   uint32_t gx, gy;
   Grid((n * cols + 63) / 64, &gx, &gy);
-  // Without a bias, bindings 3 and 4 are never read, nor 5-8 without the norm: any buffer will
-  // do (y for the ones the tail writes: a binding declared writable counts as written).
-  std::vector<BufferRange> buffers = {out, weights, y, bias != nullptr ? *bias : out,
-                                      ids != nullptr ? *ids : out};
-  if (norm != nullptr) {
-    buffers.insert(buffers.end(),
-                   {*norm->w, *norm->y, norm->q != nullptr ? *norm->q : y, *norm->counter});
-  }
-  r->Dispatch(norm != nullptr ? *moe_sum_stages_ : *moe_sum_, buffers, push, gx, gy);
+  // Without a bias, bindings 3 and 4 are never read: any buffer will do.
+  r->Dispatch(*moe_sum_,
+              {out, weights, y, bias != nullptr ? *bias : out, ids != nullptr ? *ids : out}, push,
+              gx, gy);
 }
 
 void Kernels::SwiGluOai(Recorder* r, const Buffer& gate, const Buffer& up, const Buffer& gate_b,

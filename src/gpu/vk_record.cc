@@ -153,7 +153,7 @@ bool VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n, con
   rp.norm = c_.expert_weights_norm;
   rp.scale = c_.expert_weights_scale;
   const Buffer* router_b = l.router_b.valid() ? &l.router_b : nullptr;
-  if (o_.fuse && o_.route_tail && k_.CanRouteTail(l.router, n, rp)) {
+  if (o_.fuse && o_.moe_tails && k_.CanRouteTail(l.router, n, rp)) {
     // The route in the router GEMM's last workgroup; its bias added as the GEMM's (s + b, as
     // route.comp adds it).
     const Kernels::RouteTail rt{
@@ -198,25 +198,27 @@ bool VulkanForward::RecordMoe(Recorder* r, const LayerBuffers& l, int64_t n, con
     }
     xq_holds_ = nullptr;  // xq_ is the down product's activation from here
   }
-  GemmExperts(r, l.exp_down, moe_gate_, n * k, n * k, 1, moe_out_);
   const bool down_b = l.exp_down_b.valid();
   // The residual add folded into the sum (x + sum, add.comp's bits) where the sum ends in an add
   // (k >= 2): with one rank, x + w * out could be contracted into one FMA.
   const bool into_x = o_.fuse && k >= 2;
-  // The norm tail (one token, into x): the next norm from the sum's last workgroup.
-  if (into_x && norm_w != nullptr && tail_ && n == 1 && k_.HasMoeSumTail()) {
-    const Activation act = NormActivation(next);
-    const Kernels::NormTail tail{.w = norm_w,
-                                 .y = &xn_,
-                                 .q = &xq_,
-                                 .counter = &norm_counter_,
-                                 .eps = c_.rms_eps,
-                                 .act = act};
-    k_.MoeSum(r, moe_out_, moe_weights_, x_, n, k, c_.n_embd, down_b ? &l.exp_down_b : nullptr,
-              down_b ? &moe_ids_ : nullptr, true, &tail);
-    Normalized(act);
-    return true;
+  if (into_x && n == 1 && o_.moe_tails && k_.CanSumTail(l.exp_down)) {
+    // One token: the sum in the down product's tail, and with the norm tail the next norm
+    // after it in the same dispatch.
+    const bool normed = norm_w != nullptr && tail_;
+    const Activation act = normed ? NormActivation(next) : Activation::kF32;
+    const Kernels::NormTail nt{.w = norm_w, .y = &xn_, .q = &xq_, .eps = c_.rms_eps, .act = act};
+    const Kernels::ExpertSum sum{.weights = &moe_weights_,
+                                 .x = &x_,
+                                 .bias = down_b ? &l.exp_down_b : nullptr,
+                                 .counter = &moe_counter_,
+                                 .norm = normed ? &nt : nullptr};
+    const Buffer& in = QuantizeFor(r, l.exp_down, moe_gate_, k) ? xq_ : moe_gate_;
+    k_.GemmExperts(r, l.exp_down, in, moe_ids_, k, 1, moe_out_, &sum);
+    if (normed) Normalized(act);
+    return normed;
   }
+  GemmExperts(r, l.exp_down, moe_gate_, n * k, n * k, 1, moe_out_);
   k_.MoeSum(r, moe_out_, moe_weights_, into_x ? x_ : y_, n, k, c_.n_embd,
             down_b ? &l.exp_down_b : nullptr, down_b ? &moe_ids_ : nullptr, into_x);
   if (!into_x) k_.Add(r, y_, 0, x_, 0, n * c_.n_embd);

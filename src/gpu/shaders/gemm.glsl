@@ -51,9 +51,19 @@ bool Skip() { return tiles[3 * TileIndex() + 2] == 0; }
 // Stacked experts (gemmx_*, kTile 1): z is a slot, ids[slot] its expert, whose rows start at
 // ids[slot] * rows of the stack; the slot reads activation row slot / x_div (a token's row for
 // gate and up, the slot's own for down) and writes y row slot.
+#ifdef SUM
+// The sum tail's (gemmx_*_sum, SumTail below): the rows a workgroup computes, the down biases,
+// and the norm tail's flag, format, word of its Q8 scales and eps.
+layout(push_constant) uniform P {
+  uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, x_div, acc, group_rows,
+      has_bias, norm, format, q_d_off;
+  float eps;
+} p;
+#else
 layout(push_constant) uniform P {
   uint rows, cols, w_d_off, n, x_stride, x_d_off, y_off, y_stride, x_div, acc;
 } p;
+#endif
 layout(std430, binding = 3) readonly buffer Ids { uint ids[]; };
 uint WRow(uint row) { return ids[gl_WorkGroupID.z] * p.rows + row; }
 float Biased(float s, uint row) { return s; }
@@ -255,6 +265,65 @@ void RopeStore() {
 }
 #endif
 
+#if defined(EXPERTS) && defined(SUM)
+// The sum tail (the gemmx_*_sum twins, compiled with STAGES and SUM): the down product of one
+// token's k slots also adds their weighted sum into the residual stream, so the sum needs no
+// dispatch and barrier of its own. A workgroup computes rows group_rows g .. of one slot (z);
+// after publishing them it counts itself on counter[1 + g], and the last of the row group's k
+// slots to finish adds the group's rows: x[row] + MoeSlotSum (moe_sum.glsl: moe_sum.comp's bits
+// with its residual add). With norm, the row groups' last workgroups then count on counter[0]
+// and the last of those normalizes x into xn and q as the GEMMs' norm tail does (norm_q.glsl).
+// Counters are zero before and after the dispatch. Bindings 4 weights, 5 x (the residual
+// stream), 6 the down biases ([n_expert][rows]), 7 the counters, 8-10 the norm's weights, xn
+// and q.
+layout(std430, binding = 4) readonly buffer SumWt { float sum_w[]; };
+layout(std430, binding = 5) coherent buffer SumX { float sum_x[]; };
+layout(std430, binding = 6) readonly buffer SumB { float sum_b[]; };
+layout(std430, binding = 7) coherent buffer Counter { uint counter[]; };
+layout(std430, binding = 8) readonly buffer NormWt { float nw[]; };
+layout(std430, binding = 9) writeonly buffer XN { float xn[]; };
+layout(std430, binding = 10) writeonly buffer Q { uint q[]; };
+
+float MoeOut(uint s, uint i) {
+  const float v = y[s * p.y_stride + i];
+  return p.has_bias != 0 ? v + sum_b[ids[s] * p.rows + i] : v;
+}
+float MoeWeight(uint s) { return sum_w[s]; }
+#include "moe_sum.glsl"
+
+float NormX(uint i) { return sum_x[i]; }
+float NormW(uint j) { return nw[j]; }
+void NormY(uint i, float v) { xn[i] = v; }
+#include "norm_q.glsl"
+
+shared bool g_last;
+
+// Counts this workgroup on counter[c] (of `of`): whether it is the last, which then sees what
+// every other one published before counting.
+bool LastOf(uint c, uint of) {
+  memoryBarrierBuffer();
+  barrier();
+  if (gl_LocalInvocationIndex == 0) g_last = atomicAdd(counter[c], 1u) == of - 1;
+  barrier();
+  if (!g_last) return false;
+  memoryBarrierBuffer();
+  return true;
+}
+
+void SumTail() {
+  const uint g = GroupIndex();
+  if (!LastOf(1 + g, p.n)) return;
+  for (uint i = gl_LocalInvocationIndex; i < p.group_rows; i += gl_WorkGroupSize.x) {
+    const uint row = g * p.group_rows + i;
+    if (row < p.rows) sum_x[row] = sum_x[row] + MoeSlotSum(0, p.n, row);
+  }
+  if (gl_LocalInvocationIndex == 0) counter[1 + g] = 0;
+  if (p.norm == 0 || !LastOf(0, gl_NumWorkGroups.x * gl_NumWorkGroups.y)) return;
+  NormRow(0, p.rows, p.eps, p.format, p.q_d_off);
+  if (gl_LocalInvocationIndex == 0) counter[0] = 0;
+}
+#endif
+
 void GemmMain();  // the product: the type's file (gemm_*.glsl), included after this one
 
 void main() {
@@ -265,5 +334,8 @@ void main() {
 #endif
 #ifdef ROUTE
   RouteTail();
+#endif
+#if defined(EXPERTS) && defined(SUM)
+  SumTail();
 #endif
 }
