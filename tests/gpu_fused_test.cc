@@ -469,16 +469,18 @@ TEST(GpuStep, DispatchAndBarrierCountsFollowTheModel) {
     EXPECT_EQ(tail.dispatches, fused.dispatches - (2 * layers + 1)) << "norm tail";
     EXPECT_EQ(tail.barriers, fused.barriers - (2 * layers + 1)) << "norm tail";
   }
-  // qwen3's per-head q/k norms: fused, the two norms, Q's RoPE and the K/V store are one
-  // dispatch (qk_norm_rope.comp) after {q, k, v}, so a layer is the llama layer without the
-  // GEMMs' epilogue (which q/k norms rule out) less one dispatch; unfused, two norms more.
+  // qwen3's per-head q/k norms: fused, in the Q and K products' head tails (each head finished
+  // by its last workgroup) with V's store as its epilogue, so a layer is the llama layer with
+  // the GEMMs' epilogue; without it (64-lane subgroups), the two norms, Q's RoPE and the K/V
+  // store are one dispatch (qk_norm_rope.comp) after {q, k, v}: the llama layer without the
+  // epilogue less one dispatch. Unfused, two norms more.
   auto m = model::Model::Load("../shared/models/tiny-qwen3-256-q8_0.gguf");
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const int64_t layers = (*m)->config().n_layer, hd = (*m)->config().head_dim;
   const Counts fused = StepCounts(**m, true), unfused = StepCounts(**m, false);
-  const Counts want = Expected(layers, Activation::kQ8_0, hd, true, false),
+  const Counts want = Expected(layers, Activation::kQ8_0, hd, true, epilogue),
                want_unfused = Expected(layers, Activation::kQ8_0, hd, false, false);
-  EXPECT_EQ(fused.dispatches, want.dispatches - layers) << "qwen3 fused";
+  EXPECT_EQ(fused.dispatches, want.dispatches - (epilogue ? 0 : layers)) << "qwen3 fused";
   EXPECT_EQ(fused.barriers, want.barriers) << "qwen3 fused";
   EXPECT_EQ(unfused.dispatches, want_unfused.dispatches + 2 * layers) << "qwen3 unfused";
   EXPECT_EQ(unfused.barriers, want_unfused.barriers + 2 * layers) << "qwen3 unfused";

@@ -603,6 +603,118 @@ TEST_F(GpuKernelsTest, QkNormRopeStoreEqualsNormsRopeAndKvStore) {
   }
 }
 
+// qwen3's head tails (RopeStoreOf::kQNorm / kKNorm: the last of a head's workgroups normalizes
+// the head, rotates Q in place or stores K rotated; V's store the plain epilogue) against the
+// three products followed by QkNormRopeStore (itself held to RmsNorm, Rope and KvStore above),
+// bit for bit: every weight type, one token, head_dim 64, 128 and 256 (the tail's limit), rope_dim
+// whole and half, llama and NEOX pairs; each recording run twice (the counters are zero again).
+// Refused for several tokens, a Q8_0 cache and heads past 256 values.
+TEST_F(GpuKernelsTest, GemmHeadTailsEqualGemmsThenQkNormRopeStore) {
+  const int64_t n_head = 4, n_kv = 2, cols = 256, n_rows = 40, max_pos = 40;
+  ASSERT_TRUE(kernels_->AddQkNormRope(ctx_).ok());
+  int ran = 0;
+  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
+                        GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kMXFP4}) {
+    ASSERT_TRUE(kernels_->AddStages(ctx_, type).ok());
+    for (int64_t hd : {64, 128, 256}) {
+      AttentionShape as;
+      as.n_head = n_head;
+      as.n_head_kv = n_kv;
+      as.head_dim = hd;
+      as.n_rows = n_rows;
+      const uint64_t words = 2 * n_kv * n_rows * as.row_words();
+      as.v_off = static_cast<uint32_t>(words / 2);
+      std::vector<uint8_t> dq, dk, dv;
+      const auto upload = [&](int64_t rows, uint32_t seed, std::vector<uint8_t>* data) {
+        const std::vector<float> wf = Random(rows * cols, seed, 0.1f);
+        return UploadMatrix(ctx_, type == GgmlType::kF32
+                                      ? *kernels::Matrix::Create(type, wf.data(), rows, cols)
+                                      : Quantized(type, wf, rows, cols, data));
+      };
+      auto wq = upload(n_head * hd, 90, &dq), wk = upload(n_kv * hd, 91, &dk),
+           wv = upload(n_kv * hd, 92, &dv);
+      ASSERT_TRUE(wq.ok() && wk.ok() && wv.ok());
+      if (!kernels_->CanHeadNorm(*wq, 1, as) || !kernels_->CanRopeStore(*wv, 1, as, false)) {
+        EXPECT_EQ(ctx_->info().subgroup_size, 64u) << "refused at " << ctx_->info().subgroup_size;
+        continue;
+      }
+      ASSERT_TRUE(kernels_->CanHeadNorm(*wk, 1, as));
+      EXPECT_FALSE(kernels_->CanHeadNorm(*wq, 2, as));
+      AttentionShape other = as;
+      other.q8 = true;
+      EXPECT_FALSE(kernels_->CanHeadNorm(*wq, 1, other));
+      const std::vector<float> qw = Random(hd, 93), kw = Random(hd, 94);
+      const std::vector<uint32_t> zeros(n_head, 0u);
+      Buffer qwb = Floats(qw), kwb = Floats(kw), cq = Empty(n_head * 4), ck = Empty(n_kv * 4);
+      ASSERT_TRUE(ctx_->Upload(cq, 0, zeros.data(), n_head * 4).ok());
+      ASSERT_TRUE(ctx_->Upload(ck, 0, zeros.data(), n_kv * 4).ok());
+      for (int64_t rope_dim : {hd, hd / 2}) {
+        std::vector<float> cs(max_pos * rope_dim);
+        for (int64_t i = 0; i < max_pos * rope_dim / 2; ++i) {
+          cs[2 * i] = std::cos(0.29f * static_cast<float>(i));
+          cs[2 * i + 1] = std::sin(0.29f * static_cast<float>(i));
+        }
+        Buffer csb = Floats(cs);
+        for (bool neox : {false, true}) {
+          SCOPED_TRACE(testing::Message() << GgmlTypeName(type) << " head_dim " << hd
+                                          << " rope_dim " << rope_dim << (neox ? " neox" : ""));
+          const Kernels::KvRope kr{.cs = &csb, .rope_dim = rope_dim, .neox = neox};
+          Buffer xb = Floats(Random(cols, 95)), xq = Empty(ActBytes(cols)),
+                 tok = Tok({{3, 17, 29, 0}}), q1 = Empty(n_head * hd * 4),
+                 q2 = Empty(n_head * hd * 4), k1 = Empty(n_kv * hd * 4), k2 = Empty(n_kv * hd * 4),
+                 v1 = Empty(n_kv * hd * 4), v2 = Empty(n_kv * hd * 4),
+                 c1 = Floats(std::vector<float>(words, 0.0f)),
+                 c2 = Floats(std::vector<float>(words, 0.0f));
+          using Of = Kernels::RopeStoreOf;
+          const Kernels::RopeStore rq{.of = Of::kQNorm,
+                                      .cs = &csb,
+                                      .tok = &tok,
+                                      .shape = &as,
+                                      .rope_dim = rope_dim,
+                                      .norm = &qwb,
+                                      .counter = &cq,
+                                      .eps = 1e-6f,
+                                      .neox = neox};
+          Kernels::RopeStore rk = rq, rv = rq;
+          rk.of = Of::kKNorm;
+          rk.cache = rv.cache = &c2;
+          rk.norm = &kwb;
+          rk.counter = &ck;
+          rv.of = Of::kV;
+          rv.norm = rv.counter = nullptr;
+          Recorder quant(ctx_), ref(ctx_), tail(ctx_);
+          const Buffer& in = QuantizeFor(&quant, type, xb, cols, xq) ? xq : xb;
+          ASSERT_TRUE(quant.Finish().ok());
+          ASSERT_TRUE(quant.Run().ok());
+          kernels_->Gemm(&ref, *wq, in, 1, q1);
+          kernels_->Gemm(&ref, *wk, in, 1, k1);
+          kernels_->Gemm(&ref, *wv, in, 1, v1);
+          kernels_->QkNormRopeStore(&ref, q1, k1, v1, qwb, kwb, 1e-6f, c1, tok, 1, as, kr);
+          kernels_->Gemm(&tail, *wq, in, 1, q2, 0, 0, false, nullptr, nullptr, &rq);
+          kernels_->Gemm(&tail, *wk, in, 1, k2, 0, 0, false, nullptr, nullptr, &rk);
+          kernels_->Gemm(&tail, *wv, in, 1, v2, 0, 0, false, nullptr, nullptr, &rv);
+          ASSERT_TRUE(ref.Finish().ok());
+          ASSERT_TRUE(tail.Finish().ok());
+          for (int run = 0; run < 2; ++run) {
+            ASSERT_TRUE(ref.Run().ok());
+            ASSERT_TRUE(tail.Run().ok());
+            EXPECT_EQ(Words(ctx_, q1, n_head * hd * 4), Words(ctx_, q2, n_head * hd * 4)) << run;
+            const std::vector<uint32_t> cache = Words(ctx_, c2, words * 4);
+            EXPECT_EQ(Words(ctx_, c1, words * 4), cache) << run;
+            EXPECT_NE(cache, std::vector<uint32_t>(words, 0u)) << "nothing stored";
+            EXPECT_EQ(Words(ctx_, cq, n_head * 4), zeros) << run;
+            EXPECT_EQ(Words(ctx_, ck, n_kv * 4), std::vector<uint32_t>(n_kv, 0u)) << run;
+          }
+          ++ran;
+        }
+      }
+    }
+  }
+  if (ctx_->info().subgroup_size < 64) {
+    EXPECT_EQ(ran, 8 * 3 * 2 * 2);
+  }
+}
+
 #endif  // UF_HAVE_VULKAN
 
 }  // namespace

@@ -254,6 +254,13 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   UF_ASSIGN_OR_RETURN(norm_counter_, dev(4));
   const uint32_t zero = 0;  // the norm tail leaves it zero after every dispatch
   UF_RETURN_IF_ERROR(ctx_->Upload(norm_counter_, 0, &zero, 4));
+  if (layers_[0].q_norm.valid()) {  // the same for qwen3's head tails
+    const std::vector<uint32_t> zeros(std::max(c_.n_head, c_.n_head_kv), 0u);
+    UF_ASSIGN_OR_RETURN(head_counter_q_, dev(c_.n_head * 4));
+    UF_ASSIGN_OR_RETURN(head_counter_k_, dev(c_.n_head_kv * 4));
+    UF_RETURN_IF_ERROR(ctx_->Upload(head_counter_q_, 0, zeros.data(), c_.n_head * 4));
+    UF_RETURN_IF_ERROR(ctx_->Upload(head_counter_k_, 0, zeros.data(), c_.n_head_kv * 4));
+  }
   if (c_.is_moe()) {  // the same for the down experts' sum tail
     const std::vector<uint32_t> zeros(k_.SumCounterWords(layers_[0].exp_down), 0u);
     UF_ASSIGN_OR_RETURN(moe_counter_, dev(zeros.size() * 4));

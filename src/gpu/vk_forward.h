@@ -264,6 +264,8 @@ class VulkanForward final : public GpuForward {
   Buffer moe_order_, moe_tiles_;
   // The down experts' sum tail's counters [SumCounterWords] (zero between dispatches).
   Buffer moe_counter_;
+  // qwen3's head tails' counters (RopeStoreOf::kQNorm, kKNorm): [n_head], [n_head_kv] zeros.
+  Buffer head_counter_q_, head_counter_k_;
   int64_t chunk_ = 0;    // positions per attention workgroup; 0: unsplit
   Buffer logits_dev_;    // host-visible: the rows Forward copies out
   Buffer logits_local_;  // device-local: the rows ForwardGreedy reduces on the device

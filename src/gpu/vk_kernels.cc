@@ -330,11 +330,16 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
              norm->counter != nullptr && (norm->act == Activation::kF32 || norm->q != nullptr))
         << "GEMM norm tail: " << w.rows << " rows";
   }
+  const bool head =
+      rope != nullptr && (rope->of == RopeStoreOf::kQNorm || rope->of == RopeStoreOf::kKNorm);
   if (rope != nullptr) {
     UF_CHECK(norm == nullptr && y_off == 0 && (y_stride == 0 || y_stride == w.rows) &&
              rope->shape != nullptr && rope->cs != nullptr && rope->tok != nullptr &&
-             (rope->of == RopeStoreOf::kQ || rope->cache != nullptr) &&
-             CanRopeStore(w, n, *rope->shape, false))
+             (rope->of == RopeStoreOf::kQ || rope->of == RopeStoreOf::kQNorm ||
+              rope->cache != nullptr) &&
+             (head ? bias == nullptr && !accumulate && rope->norm != nullptr &&
+                         rope->counter != nullptr && CanHeadNorm(w, n, *rope->shape)
+                   : CanRopeStore(w, n, *rope->shape, false)))
         << "GEMM RoPE / store epilogue: " << w.rows << " rows";
   }
   const GemmShape shape = ShapeOf(w, n);
@@ -380,8 +385,10 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
          norm != nullptr ? 1u : 0u,
          norm != nullptr ? static_cast<uint32_t>(norm->act) : 0u,
          norm != nullptr && norm->act != Activation::kF32 ? FusedDOff(norm->act, n * w.rows) : 0u,
-         norm != nullptr ? norm->eps : 0.0f,
-         rope != nullptr ? static_cast<uint32_t>(rope->of) : 0u,
+         norm != nullptr ? norm->eps
+         : head          ? rope->eps
+                         : 0.0f,
+         rope != nullptr ? static_cast<uint32_t>(rope->of) + (head && rope->neox ? 2u : 0u) : 0u,
          static_cast<uint32_t>(rows_per_group),
          rope != nullptr ? static_cast<uint32_t>(rope->shape->head_dim) : 0u,
          rope != nullptr ? static_cast<uint32_t>(rope->rope_dim) : 0u,
@@ -406,11 +413,13 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
   // without any: any buffer will do (y: a binding the shader declares writable counts as
   // written, and y is this dispatch's own).
   const auto or_y = [&y](const Buffer* b) -> const Buffer& { return b != nullptr ? *b : y; };
-  const Buffer* b4 = norm ? norm->w : rope ? rope->cs : nullptr;
+  // The head tail: its angles at 3 (no bias then), the norm's weights at 4, its counters at 7.
+  const Buffer* b3 = bias ? bias : head ? rope->cs : nullptr;
+  const Buffer* b4 = norm ? norm->w : head ? rope->norm : rope ? rope->cs : nullptr;
   const Buffer* b5 = norm ? norm->y : rope ? rope->cache : route ? route->weights : nullptr;
   const Buffer* b6 = norm ? norm->q : route ? route->ids : nullptr;
-  const Buffer* b7 = norm ? norm->counter : route ? route->counter : nullptr;
-  std::vector<BufferRange> buffers = {w.buffer, x,        y,        or_y(bias),
+  const Buffer* b7 = norm ? norm->counter : route ? route->counter : head ? rope->counter : nullptr;
+  std::vector<BufferRange> buffers = {w.buffer, x,        y,        or_y(b3),
                                       or_y(b4), or_y(b5), or_y(b6), or_y(b7)};
   const Pipeline* pipeline = wide != nullptr ? wide : GemmPipeline(w.type, index);
   if (route != nullptr) {
@@ -424,6 +433,15 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
     buffers.push_back(or_y(rope ? rope->tok : nullptr));
   }
   r->Dispatch(*pipeline, buffers, push, static_cast<uint32_t>((n + tile - 1) / tile), gx, gy);
+}
+
+bool Kernels::CanHeadNorm(const GpuMatrix& w, int64_t n, const AttentionShape& s) const {
+  if (n != 1 || UsesMatMul(w, n) || s.q8 || s.head_dim % 2 != 0 || s.head_dim > 256 ||
+      w.n_experts != 1 || !HasStages(w.type)) {
+    return false;
+  }
+  const int64_t group_rows = rows_per_group_ * RowsPerSubgroup(w.type, TileIndex(GemmTile(n)));
+  return s.head_dim % group_rows == 0 && w.rows % s.head_dim == 0;
 }
 
 bool Kernels::CanGemmGlu(const GpuMatrix& gate, const GpuMatrix& up, int64_t n) const {

@@ -161,7 +161,11 @@ class Kernels {
   // RopeStore epilogue, the same bits): Q's RoPE in y (Rope), K's RoPE into the f16 cache
   // (KvStore with its rope; y unrotated), or V's store into the cache. y_off 0, y_stride w.rows,
   // not with norm; CanRopeStore says where it runs.
-  enum class RopeStoreOf { kQ = 1, kK = 2, kV = 3 };
+  // kQNorm / kKNorm (one token, CanHeadNorm): qwen3's per-head q/k norm first (with the weights
+  // norm, eps), Q's or K's heads each finished by the last of the head's workgroups (gemm.glsl's
+  // HeadTail; counter: a zero word per head, zero again after), then Q's RoPE or K's rotated store
+  // as above, llama or NEOX pairs (neox): QkNormRopeStore's bits. No bias with them.
+  enum class RopeStoreOf { kQ = 1, kK = 2, kV = 3, kQNorm = 4, kKNorm = 5 };
   struct RopeStore {
     RopeStoreOf of = RopeStoreOf::kQ;
     const Buffer* cs = nullptr;             // [positions][rope_dim] the angles (Rope's)
@@ -169,7 +173,14 @@ class Kernels {
     const Buffer* tok = nullptr;            // [n][4] the step's tokens
     const AttentionShape* shape = nullptr;  // head_dim, n_rows, k_off / v_off, row_words
     int64_t rope_dim = 0;
+    const Buffer* norm = nullptr;     // kQNorm, kKNorm: [head_dim] the norm's weights
+    const Buffer* counter = nullptr;  // kQNorm, kKNorm: [heads] zero
+    float eps = 0.0f;
+    bool neox = false;  // kQNorm, kKNorm: NEOX pairs
   };
+  // Whether Gemm of w over n tokens can take a kQNorm / kKNorm RopeStore: one token, an f16
+  // cache, whole heads of at most 256 values (the tail's shared row), each whole workgroups.
+  bool CanHeadNorm(const GpuMatrix& w, int64_t n, const AttentionShape& s) const;
   // A mixture-of-experts router's choice of each token's k of n_expert experts (Route).
   struct RouteParams {
     int64_t n_expert = 0, k = 0;

@@ -261,6 +261,34 @@ void VulkanForward::RecordQkv(Recorder* r, const LayerBuffers& l, int64_t n,
         {{&l.wq, &q_, nullptr, &rq}, {&l.wk, &kbuf_, nullptr, &rk}, {&l.wv, &vbuf_, nullptr, &rv}});
     return;
   }
+  if (l.q_norm.valid() && l.k_norm.valid() && o_.fuse && !l.bq.valid() && !l.bk.valid() &&
+      !l.bv.valid() && k_.CanHeadNorm(l.wq, n, as) && k_.CanHeadNorm(l.wk, n, as) &&
+      k_.CanRopeStore(l.wv, n, as, false)) {
+    // qwen3, one token: the norms, Q's RoPE and K's store in the last workgroup of each head of
+    // the Q and K products (their head tails), V's store as its product's epilogue: nothing
+    // between the products and attention.
+    using Of = Kernels::RopeStoreOf;
+    const Kernels::RopeStore rq{.of = Of::kQNorm,
+                                .cs = &cs_,
+                                .tok = &tok_,
+                                .shape = &as,
+                                .rope_dim = c_.rope_dim,
+                                .norm = &l.q_norm,
+                                .counter = &head_counter_q_,
+                                .eps = c_.rms_eps,
+                                .neox = neox};
+    Kernels::RopeStore rk = rq, rv = rq;
+    rk.of = Of::kKNorm;
+    rk.cache = rv.cache = &cache_dev_[il];
+    rk.norm = &l.k_norm;
+    rk.counter = &head_counter_k_;
+    rv.of = Of::kV;
+    rv.norm = rv.counter = nullptr;
+    Gemms(
+        r, xn_, n,
+        {{&l.wq, &q_, nullptr, &rq}, {&l.wk, &kbuf_, nullptr, &rk}, {&l.wv, &vbuf_, nullptr, &rv}});
+    return;
+  }
   // qwen2's and gpt-oss's q/k/v biases: inside the GEMMs when fusing (s + b either way).
   const bool fused_bias = o_.fuse && l.bq.valid() && l.bk.valid() && l.bv.valid();
   Gemms(r, xn_, n,

@@ -172,19 +172,21 @@ void NormY(uint i, float v) { xn[i] = v; }
 
 shared bool g_last_group;
 
-// Whether this workgroup is the dispatch's last to finish, which then sees every row of y (the
-// tails' common part; called in uniform control flow).
-bool LastGroup() {
+// Counts this workgroup on counter[c]: whether it is the last of `of` to, which then sees the
+// rows of y that all of them wrote (the tails' common part; called in uniform control flow).
+bool LastOf(uint c, uint of) {
   memoryBarrierBuffer();  // this invocation's rows of y, before its workgroup counts itself done
   barrier();
-  if (gl_LocalInvocationIndex == 0) {
-    const uint groups = gl_NumWorkGroups.x * gl_NumWorkGroups.y * gl_NumWorkGroups.z;
-    g_last_group = atomicAdd(counter[0], 1u) == groups - 1;
-  }
+  if (gl_LocalInvocationIndex == 0) g_last_group = atomicAdd(counter[c], 1u) == of - 1;
   barrier();
   if (!g_last_group) return false;
   memoryBarrierBuffer();  // every other workgroup's rows, published before its count
   return true;
+}
+
+// Whether this workgroup is the dispatch's last to finish (counter[0]).
+bool LastGroup() {
+  return LastOf(0, gl_NumWorkGroups.x * gl_NumWorkGroups.y * gl_NumWorkGroups.z);
 }
 
 void NormTail() {
@@ -239,7 +241,7 @@ layout(std430, binding = 8) readonly buffer RopeTok { uint rope_tok[]; };
 #include "rope.glsl"
 
 void RopeStore() {
-  if (p.rope == 0) return;
+  if (p.rope == 0 || p.rope >= 4) return;
   memoryBarrierBuffer();  // the subgroups' rows of y, for the workgroup's other invocations
   barrier();
   const uint first = GroupIndex() * p.group_rows, pairs = p.group_rows / 2;
@@ -262,6 +264,64 @@ void RopeStore() {
       rope_cache[p.cache_off + (h * p.n_rows + row) * p.row_words + i] = packHalf2x16(v);
     }
   }
+}
+
+// The head tail (rope 4: Q, 5: K; + 2 for NEOX pairs; one token): qwen3's per-head q/k norms,
+// then what RopeStore does, in the last of a head's workgroups to finish (a head's rows are
+// head_dim / group_rows workgroups; counter[h] counts them), so the norms, RoPE and the store
+// need no dispatch and barrier after the products (qk_norm_rope.comp does it as one dispatch
+// after them). The head's 1 / rms is norm_q.glsl's NormScale (256 lanes' sum, rmsnorm.comp's
+// bits), its normalized values x * scale * w (binding 4, the norm tail's weights) go to
+// uf_norm (head_dim <= 256), and the pairs are rotated as rope.comp / kv_store.comp rotate them
+// with the angles of binding 3 (the bias's: these products have none): Q written back into y,
+// K's f16 pairs stored into the cache row (y left as the product wrote it).
+layout(std430, binding = 3) readonly buffer HeadCS { float head_cs[]; };
+
+void HeadTail() {
+  if (p.rope < 4) return;
+  const uint first = GroupIndex() * p.group_rows;
+  if (first >= p.rows) return;  // uniform: a workgroup past the rows counts nowhere
+  const uint h = first / p.head_dim, hd = p.head_dim, xb = h * hd;
+  if (!LastOf(h, hd / p.group_rows)) return;
+  const float scale = NormScale(xb, hd, p.eps);
+  for (uint i = gl_LocalInvocationIndex; i < hd; i += gl_WorkGroupSize.x) {
+    uf_norm[i] = y[xb + i] * scale * nw[i];
+  }
+  barrier();
+  const bool neox = p.rope >= 6, is_k = (p.rope & 1u) != 0;
+  const uint half_dim = p.rope_dim / 2, cb = rope_tok[1] * p.rope_dim;
+  if (!is_k) {
+    for (uint i = gl_LocalInvocationIndex; i < half_dim; i += gl_WorkGroupSize.x) {
+      const uint i0 = neox ? i : 2 * i, i1 = neox ? i + half_dim : 2 * i + 1;
+      const vec2 r =
+          RotatePair(uf_norm[i0], uf_norm[i1], head_cs[cb + 2 * i], head_cs[cb + 2 * i + 1]);
+      y[xb + i0] = r.x;
+      y[xb + i1] = r.y;
+    }
+    for (uint j = p.rope_dim + gl_LocalInvocationIndex; j < hd; j += gl_WorkGroupSize.x) {
+      y[xb + j] = uf_norm[j];
+    }
+  } else {
+    const uint dst = p.cache_off + (h * p.n_rows + rope_tok[2]) * p.row_words;
+    for (uint i = gl_LocalInvocationIndex; i < hd / 2; i += gl_WorkGroupSize.x) {
+      float v[2];
+      [[unroll]] for (uint e = 0; e < 2; ++e) {
+        const uint j = 2 * i + e;
+        if (j >= p.rope_dim) {
+          v[e] = uf_norm[j];
+          continue;
+        }
+        const uint pi = neox ? j % half_dim : j / 2;
+        const bool lo = neox ? j < half_dim : j % 2 == 0;
+        const uint i0 = neox ? pi : 2 * pi, i1 = neox ? pi + half_dim : 2 * pi + 1;
+        const vec2 r = RotatePair(uf_norm[i0], uf_norm[i1], head_cs[cb + 2 * pi],
+                                  head_cs[cb + 2 * pi + 1]);
+        v[e] = lo ? r.x : r.y;
+      }
+      rope_cache[dst + i] = packHalf2x16(vec2(v[0], v[1]));
+    }
+  }
+  if (gl_LocalInvocationIndex == 0) counter[h] = 0;
 }
 #endif
 
@@ -331,6 +391,7 @@ void main() {
 #if !defined(GROUPED) && !defined(EXPERTS) && defined(STAGES)
   NormTail();
   RopeStore();
+  HeadTail();
 #endif
 #ifdef ROUTE
   RouteTail();

@@ -19,8 +19,10 @@ float QIn(uint i) { return NormX(i) * g_scale * NormW(i - g_row0); }
 // Row `row` of n values (from value row * n): y = x / sqrt(mean(x^2) + eps) * w into NormY and,
 // for format kActQ8_0, kActQ8_K, kActF16 or kActBF16, quantized into q (Q8 scales at word d_off;
 // nothing for 0). n a multiple of the format's block.
-void NormRow(uint row, uint n, float eps, uint format, uint d_off) {
-  const uint xb = row * n, lid = gl_LocalInvocationID.x;
+// 1 / sqrt(mean(x^2) + eps) of the n values from value xb, the sum of squares taken as above;
+// uf_norm is free again when it returns.
+float NormScale(uint xb, uint n, float eps) {
+  const uint lid = gl_LocalInvocationID.x;
   for (uint l = lid; l < 256; l += kGroupSize) {
     float ss = 0.0;
     for (uint i = l; i < n; i += 256) ss += NormX(xb + i) * NormX(xb + i);
@@ -33,6 +35,12 @@ void NormRow(uint row, uint n, float eps, uint format, uint d_off) {
   }
   const float scale = 1.0 / sqrt(uf_norm[0] / float(n) + eps);
   barrier();  // uf_norm[0] read by all before a next row writes it
+  return scale;
+}
+
+void NormRow(uint row, uint n, float eps, uint format, uint d_off) {
+  const uint xb = row * n, lid = gl_LocalInvocationID.x;
+  const float scale = NormScale(xb, n, eps);
   for (uint i = lid; i < n; i += kGroupSize) NormY(xb + i, NormX(xb + i) * scale * NormW(i));
   g_scale = scale;
   g_row0 = xb;
