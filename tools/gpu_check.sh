@@ -39,7 +39,7 @@
 #                                    24 (~4 + ~4 GB): decode, and a 512-token prefill with
 #                                    the experts' grouped tiles up to 32 slots and capped at 8
 #                                    (UF_GPU_GROUP_TILE); Qwen3 decode also without the MoE
-#                                    tails (UF_GPU_MOE_TAILS=0, `nomoetail`: the route and the
+#                                    tails (UF_GPU_MOE_TAILS=0, `nomoe`: the route and the
 #                                    weighted sum apart, two barriers a layer) and without the
 #                                    norm tails (`notail`).
 # UF_GPU_MODELS=DIR keeps the models elsewhere (default /tmp/uf_gpu_models); UF_GPU_DEPTH=N
@@ -128,7 +128,7 @@ case "${1:-}" in
     # norms after the o and down products in those GEMMs' last workgroup or apart (`basic` times
     # both and keeps the faster, UF_GPU_NORM_TAIL=tune); `tileattn`: basic with
     # UF_GPU_ATTENTION=tiled, decode steps through attention_tiled.comp's one-token tiles, a KV
-    # head's query heads sharing its rows; `nomoetail`: basic with UF_GPU_MOE_TAILS=0, a MoE
+    # head's query heads sharing its rows; `nomoe`: basic with UF_GPU_MOE_TAILS=0, a MoE
     # layer's route and weighted sum apart from its router and down GEMMs), layers (cut-down
     # MoE).
     runs=("llama-3.2-1b f16 0 basic" "llama-3.2-1b f16 0 wide" "llama-3.2-1b q8_0 0 basic"
@@ -144,7 +144,7 @@ case "${1:-}" in
                                  "llama-3.1-8b q4_0 0 basic" "llama-3.1-8b q4_0 0 wide")
     # Mixtures of experts, cut down to a few layers (the 5th field) to fit the session.
     [ "${2:-}" = all ] || [ "${2:-}" = moe ] &&
-      runs+=("qwen3-30b-a3b q4_k_m 0 basic 12" "qwen3-30b-a3b q4_k_m 0 nomoetail 12"
+      runs+=("qwen3-30b-a3b q4_k_m 0 basic 12" "qwen3-30b-a3b q4_k_m 0 nomoe 12"
              "qwen3-30b-a3b q4_k_m 0 notail 12" "gpt-oss-20b mxfp4 0 basic 8")
     results=() prefill=()
     for r in "${runs[@]}"; do
@@ -155,7 +155,7 @@ case "${1:-}" in
         -o "$model" >/dev/null
       fuse=1 g=$gemv dot4=1 spin= tail=tune attn=tune moe=1
       [ "$gemv" = unfused ] && fuse=0 g=basic
-      [ "$gemv" = nomoetail ] && moe=0 g=basic
+      [ "$gemv" = nomoe ] && moe=0 g=basic
       [ "$gemv" = normtail ] && tail=on g=basic
       [ "$gemv" = notail ] && tail=off g=basic
       [ "$gemv" = nodot4 ] && dot4=0 g=basic
