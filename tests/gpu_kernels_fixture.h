@@ -95,6 +95,15 @@ class GpuKernelsTest : public ::testing::Test {
     }
     return *kernels::Matrix::Create(type, data->data(), rows, cols);
   }
+  // A random matrix of `type` (rows x cols, values of scale 0.1 from seed; its bytes in *data,
+  // which must outlive the matrix) on the device.
+  static StatusOr<GpuMatrix> RandomMatrix(GgmlType type, int64_t rows, int64_t cols, uint32_t seed,
+                                          std::vector<uint8_t>* data) {
+    const std::vector<float> wf = Random(rows * cols, seed, 0.1f);
+    return UploadMatrix(ctx_, type == GgmlType::kF32
+                                  ? *kernels::Matrix::Create(type, wf.data(), rows, cols)
+                                  : Quantized(type, wf, rows, cols, data));
+  }
   // n_exp random experts of `type` (rows x cols, values of scale 0.5, seeds seed, seed + 1, ...;
   // their bytes in *data, which must outlive *experts), stacked on the device (UploadExperts).
   static StatusOr<GpuMatrix> RandomExperts(GgmlType type, int64_t n_exp, int64_t rows, int64_t cols,
@@ -164,6 +173,31 @@ inline Kernels* GpuKernelsTest::wide_ = nullptr;
 inline std::string* GpuKernelsTest::skip_reason_ = nullptr;
 
 // --- the fused kernels' tests (gpu_fused_test.cc, gpu_stage_test.cc) ---
+
+// The shape of a test's f16 K/V cache of n_rows rows a KV head (K at word 0, V at half of its
+// *words words).
+inline AttentionShape CacheShape(int64_t n_head, int64_t n_kv, int64_t head_dim, int64_t n_rows,
+                                 uint64_t* words) {
+  AttentionShape as;
+  as.n_head = n_head;
+  as.n_head_kv = n_kv;
+  as.head_dim = head_dim;
+  as.n_rows = n_rows;
+  *words = 2 * n_kv * n_rows * as.row_words();
+  as.v_off = static_cast<uint32_t>(*words / 2);
+  return as;
+}
+
+// A RoPE angle table of max_pos positions (cos / sin pairs of rope_dim / 2 angles each), angles
+// 0.29 i: not the model's, any table does for comparing kernels.
+inline std::vector<float> TestAngles(int64_t max_pos, int64_t rope_dim) {
+  std::vector<float> cs(max_pos * rope_dim);
+  for (int64_t i = 0; i < max_pos * rope_dim / 2; ++i) {
+    cs[2 * i] = std::cos(0.29f * static_cast<float>(i));
+    cs[2 * i + 1] = std::sin(0.29f * static_cast<float>(i));
+  }
+  return cs;
+}
 
 // b's first `bytes` bytes as words.
 inline std::vector<uint32_t> Words(Context* ctx, const Buffer& b, uint64_t bytes) {

@@ -127,12 +127,11 @@ TEST_F(GpuKernelsTest, GemmRouteTailEqualsGemmThenRoute) {
                                     : Quantized(type, wf, c.ne, cols, &data);
       auto gm = UploadMatrix(ctx_, m);
       ASSERT_TRUE(gm.ok()) << gm.status().ToString();
-      Kernels::RouteParams rp;
-      rp.n_expert = c.ne;
-      rp.k = c.k;
-      rp.softmax_all = c.softmax_all;
-      rp.norm = c.norm;
-      rp.scale = c.scale;
+      const Kernels::RouteParams rp{.n_expert = c.ne,
+                                    .k = c.k,
+                                    .softmax_all = c.softmax_all,
+                                    .norm = c.norm,
+                                    .scale = c.scale};
       const std::vector<float> x = Random(cols, 61), bias = Random(c.ne, 62, 0.3f);
       Buffer xb = Floats(x), xq = Empty(ActBytes(cols)), bb = Floats(bias);
       Recorder quant(ctx_);
@@ -437,24 +436,15 @@ TEST_F(GpuKernelsTest, GemmQkvRopeEqualsGemmsRopeKvStore) {
 TEST_F(GpuKernelsTest, GemmRopeStoreEqualsGemmThenRopeAndKvStore) {
   const int64_t n_head = 4, n_kv = 2, hd = 64, cols = 256, n_rows = 40, max_pos = 40;
   const int64_t q_rows = n_head * hd, kv_rows = n_kv * hd;
-  AttentionShape as;
-  as.n_head = n_head;
-  as.n_head_kv = n_kv;
-  as.head_dim = hd;
-  as.n_rows = n_rows;
-  const uint64_t words = 2 * n_kv * n_rows * as.row_words();
-  as.v_off = static_cast<uint32_t>(words / 2);
+  uint64_t words = 0;
+  const AttentionShape as = CacheShape(n_head, n_kv, hd, n_rows, &words);
   int ran = 0;
   for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
                         GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kMXFP4}) {
     std::vector<uint8_t> dq, dk, dv;
-    const auto upload = [&](int64_t rows, uint32_t seed, std::vector<uint8_t>* data) {
-      const std::vector<float> wf = Random(rows * cols, seed, 0.1f);
-      return UploadMatrix(ctx_, type == GgmlType::kF32
-                                    ? *kernels::Matrix::Create(type, wf.data(), rows, cols)
-                                    : Quantized(type, wf, rows, cols, data));
-    };
-    auto wq = upload(q_rows, 70, &dq), wk = upload(kv_rows, 71, &dk), wv = upload(kv_rows, 72, &dv);
+    auto wq = RandomMatrix(type, q_rows, cols, 70, &dq),
+         wk = RandomMatrix(type, kv_rows, cols, 71, &dk),
+         wv = RandomMatrix(type, kv_rows, cols, 72, &dv);
     ASSERT_TRUE(wq.ok() && wk.ok() && wv.ok());
     ASSERT_TRUE(kernels_->AddStages(ctx_, type).ok());
     EXPECT_TRUE(kernels_->HasStages(type));
@@ -463,12 +453,8 @@ TEST_F(GpuKernelsTest, GemmRopeStoreEqualsGemmThenRopeAndKvStore) {
     EXPECT_FALSE(kernels_->CanRopeStore(*wq, 1, as, /*neox=*/true));
     EXPECT_FALSE(kernels_->CanRopeStore(*wq, 1, q8, false));
     for (int64_t rope_dim : {hd, hd / 2}) {
-      std::vector<float> cs(max_pos * rope_dim);
-      for (int64_t i = 0; i < max_pos * rope_dim / 2; ++i) {
-        cs[2 * i] = std::cos(0.29f * static_cast<float>(i));
-        cs[2 * i + 1] = std::sin(0.29f * static_cast<float>(i));
-      }
-      Buffer csb = Floats(cs), c1 = Floats(std::vector<float>(words, 0.0f)),
+      Buffer csb = Floats(TestAngles(max_pos, rope_dim)),
+             c1 = Floats(std::vector<float>(words, 0.0f)),
              c2 = Floats(std::vector<float>(words, 0.0f));
       const Kernels::KvRope kr{.cs = &csb, .rope_dim = rope_dim, .neox = false};
       for (int64_t n : {1, 3, 9, 33}) {
@@ -541,13 +527,8 @@ TEST_F(GpuKernelsTest, QkNormRopeStoreEqualsNormsRopeAndKvStore) {
   const int64_t n_head = 4, n_kv = 2, n_rows = 40, max_pos = 40;
   ASSERT_TRUE(kernels_->AddQkNormRope(ctx_).ok());
   for (int64_t hd : {64, 128, 512}) {
-    AttentionShape as;
-    as.n_head = n_head;
-    as.n_head_kv = n_kv;
-    as.head_dim = hd;
-    as.n_rows = n_rows;
-    const uint64_t words = 2 * n_kv * n_rows * as.row_words();
-    as.v_off = static_cast<uint32_t>(words / 2);
+    uint64_t words = 0;
+    const AttentionShape as = CacheShape(n_head, n_kv, hd, n_rows, &words);
     ASSERT_TRUE(kernels_->QkNormRopeFits(as));
     AttentionShape other = as;
     other.q8 = true;
@@ -560,12 +541,7 @@ TEST_F(GpuKernelsTest, QkNormRopeStoreEqualsNormsRopeAndKvStore) {
     const std::vector<float> qw = Random(hd, 80), kw = Random(hd, 81);
     Buffer qwb = Floats(qw), kwb = Floats(kw);
     for (int64_t rope_dim : {hd, hd / 2}) {
-      std::vector<float> cs(max_pos * rope_dim);
-      for (int64_t i = 0; i < max_pos * rope_dim / 2; ++i) {
-        cs[2 * i] = std::cos(0.29f * static_cast<float>(i));
-        cs[2 * i + 1] = std::sin(0.29f * static_cast<float>(i));
-      }
-      Buffer csb = Floats(cs);
+      Buffer csb = Floats(TestAngles(max_pos, rope_dim));
       for (bool neox : {false, true}) {
         const Kernels::KvRope kr{.cs = &csb, .rope_dim = rope_dim, .neox = neox};
         for (int64_t n : {1, 3}) {
@@ -617,22 +593,12 @@ TEST_F(GpuKernelsTest, GemmHeadTailsEqualGemmsThenQkNormRopeStore) {
                         GgmlType::kQ4_0, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kMXFP4}) {
     ASSERT_TRUE(kernels_->AddStages(ctx_, type).ok());
     for (int64_t hd : {64, 128, 256}) {
-      AttentionShape as;
-      as.n_head = n_head;
-      as.n_head_kv = n_kv;
-      as.head_dim = hd;
-      as.n_rows = n_rows;
-      const uint64_t words = 2 * n_kv * n_rows * as.row_words();
-      as.v_off = static_cast<uint32_t>(words / 2);
+      uint64_t words = 0;
+      const AttentionShape as = CacheShape(n_head, n_kv, hd, n_rows, &words);
       std::vector<uint8_t> dq, dk, dv;
-      const auto upload = [&](int64_t rows, uint32_t seed, std::vector<uint8_t>* data) {
-        const std::vector<float> wf = Random(rows * cols, seed, 0.1f);
-        return UploadMatrix(ctx_, type == GgmlType::kF32
-                                      ? *kernels::Matrix::Create(type, wf.data(), rows, cols)
-                                      : Quantized(type, wf, rows, cols, data));
-      };
-      auto wq = upload(n_head * hd, 90, &dq), wk = upload(n_kv * hd, 91, &dk),
-           wv = upload(n_kv * hd, 92, &dv);
+      auto wq = RandomMatrix(type, n_head * hd, cols, 90, &dq),
+           wk = RandomMatrix(type, n_kv * hd, cols, 91, &dk),
+           wv = RandomMatrix(type, n_kv * hd, cols, 92, &dv);
       ASSERT_TRUE(wq.ok() && wk.ok() && wv.ok());
       if (!kernels_->CanHeadNorm(*wq, 1, as) || !kernels_->CanRopeStore(*wv, 1, as, false)) {
         EXPECT_EQ(ctx_->info().subgroup_size, 64u) << "refused at " << ctx_->info().subgroup_size;
@@ -649,12 +615,7 @@ TEST_F(GpuKernelsTest, GemmHeadTailsEqualGemmsThenQkNormRopeStore) {
       ASSERT_TRUE(ctx_->Upload(cq, 0, zeros.data(), n_head * 4).ok());
       ASSERT_TRUE(ctx_->Upload(ck, 0, zeros.data(), n_kv * 4).ok());
       for (int64_t rope_dim : {hd, hd / 2}) {
-        std::vector<float> cs(max_pos * rope_dim);
-        for (int64_t i = 0; i < max_pos * rope_dim / 2; ++i) {
-          cs[2 * i] = std::cos(0.29f * static_cast<float>(i));
-          cs[2 * i + 1] = std::sin(0.29f * static_cast<float>(i));
-        }
-        Buffer csb = Floats(cs);
+        Buffer csb = Floats(TestAngles(max_pos, rope_dim));
         for (bool neox : {false, true}) {
           SCOPED_TRACE(testing::Message() << GgmlTypeName(type) << " head_dim " << hd
                                           << " rope_dim " << rope_dim << (neox ? " neox" : ""));
