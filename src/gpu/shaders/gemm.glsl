@@ -101,6 +101,22 @@ bool Skip() { return false; }
 // coherent: the norm tail's last workgroup reads the rows the others wrote, the epilogue the rows
 // its workgroup's other subgroups wrote.
 layout(std430, binding = 2) coherent buffer Y { float y[]; };
+
+// The tails' counters (zero before and after a dispatch) and their common part: counts this
+// workgroup on counter[c], and says whether it is the last of `of` to, which then sees every
+// write the others made before counting (called in uniform control flow).
+layout(std430, binding = 7) coherent buffer Counter { uint counter[]; };
+shared bool g_last_group;
+
+bool LastOf(uint c, uint of) {
+  memoryBarrierBuffer();  // this invocation's writes, before its workgroup counts itself done
+  barrier();
+  if (gl_LocalInvocationIndex == 0) g_last_group = atomicAdd(counter[c], 1u) == of - 1;
+  barrier();
+  if (!g_last_group) return false;
+  memoryBarrierBuffer();  // every other workgroup's writes, published before its count
+  return true;
+}
 #else
 layout(std430, binding = 2) buffer Y { float y[]; };
 #endif
@@ -163,26 +179,11 @@ void StoreTileUniform(float acc[kTile], uint t0, uint row) {
 layout(std430, binding = 4) readonly buffer NormWt { float nw[]; };
 layout(std430, binding = 5) writeonly buffer XN { float xn[]; };
 layout(std430, binding = 6) writeonly buffer Q { uint q[]; };
-layout(std430, binding = 7) coherent buffer Counter { uint counter[]; };
 
 float NormX(uint i) { return y[i]; }
 float NormW(uint j) { return nw[j]; }
 void NormY(uint i, float v) { xn[i] = v; }
 #include "norm_q.glsl"
-
-shared bool g_last_group;
-
-// Counts this workgroup on counter[c]: whether it is the last of `of` to, which then sees the
-// rows of y that all of them wrote (the tails' common part; called in uniform control flow).
-bool LastOf(uint c, uint of) {
-  memoryBarrierBuffer();  // this invocation's rows of y, before its workgroup counts itself done
-  barrier();
-  if (gl_LocalInvocationIndex == 0) g_last_group = atomicAdd(counter[c], 1u) == of - 1;
-  barrier();
-  if (!g_last_group) return false;
-  memoryBarrierBuffer();  // every other workgroup's rows, published before its count
-  return true;
-}
 
 // Whether this workgroup is the dispatch's last to finish (counter[0]).
 bool LastGroup() {
@@ -333,13 +334,11 @@ void HeadTail() {
 // slots to finish adds the group's rows: x[row] + MoeSlotSum (moe_sum.glsl: moe_sum.comp's bits
 // with its residual add). With norm, the row groups' last workgroups then count on counter[0]
 // and the last of those normalizes x into xn and q as the GEMMs' norm tail does (norm_q.glsl).
-// Counters are zero before and after the dispatch. Bindings 4 weights, 5 x (the residual
-// stream), 6 the down biases ([n_expert][rows]), 7 the counters, 8-10 the norm's weights, xn
-// and q.
+// Bindings 4 weights, 5 x (the residual stream), 6 the down biases ([n_expert][rows]), 7 the
+// counters (LastOf), 8-10 the norm's weights, xn and q.
 layout(std430, binding = 4) readonly buffer SumWt { float sum_w[]; };
 layout(std430, binding = 5) coherent buffer SumX { float sum_x[]; };
 layout(std430, binding = 6) readonly buffer SumB { float sum_b[]; };
-layout(std430, binding = 7) coherent buffer Counter { uint counter[]; };
 layout(std430, binding = 8) readonly buffer NormWt { float nw[]; };
 layout(std430, binding = 9) writeonly buffer XN { float xn[]; };
 layout(std430, binding = 10) writeonly buffer Q { uint q[]; };
@@ -355,20 +354,6 @@ float NormX(uint i) { return sum_x[i]; }
 float NormW(uint j) { return nw[j]; }
 void NormY(uint i, float v) { xn[i] = v; }
 #include "norm_q.glsl"
-
-shared bool g_last;
-
-// Counts this workgroup on counter[c] (of `of`): whether it is the last, which then sees what
-// every other one published before counting.
-bool LastOf(uint c, uint of) {
-  memoryBarrierBuffer();
-  barrier();
-  if (gl_LocalInvocationIndex == 0) g_last = atomicAdd(counter[c], 1u) == of - 1;
-  barrier();
-  if (!g_last) return false;
-  memoryBarrierBuffer();
-  return true;
-}
 
 void SumTail() {
   const uint g = GroupIndex();
