@@ -251,20 +251,19 @@ Status VulkanForward::Init(const DeviceSpec& device) {
   UF_ASSIGN_OR_RETURN(scores_,
                       dev(chunk_ > 0 ? 16 : static_cast<uint64_t>(mb) * c_.n_head * max_len_ * 4));
   UF_ASSIGN_OR_RETURN(xo_, dev(mo * c_.n_embd * 4));
-  UF_ASSIGN_OR_RETURN(norm_counter_, dev(4));
-  const uint32_t zero = 0;  // the norm tail leaves it zero after every dispatch
-  UF_RETURN_IF_ERROR(ctx_->Upload(norm_counter_, 0, &zero, 4));
-  if (layers_[0].q_norm.valid()) {  // the same for qwen3's head tails
-    const std::vector<uint32_t> zeros(std::max(c_.n_head, c_.n_head_kv), 0u);
-    UF_ASSIGN_OR_RETURN(head_counter_q_, dev(c_.n_head * 4));
-    UF_ASSIGN_OR_RETURN(head_counter_k_, dev(c_.n_head_kv * 4));
-    UF_RETURN_IF_ERROR(ctx_->Upload(head_counter_q_, 0, zeros.data(), c_.n_head * 4));
-    UF_RETURN_IF_ERROR(ctx_->Upload(head_counter_k_, 0, zeros.data(), c_.n_head_kv * 4));
+  // The tails' counters: zero words, which every tail leaves zero after its dispatch.
+  const auto zeroed = [&](int64_t words, Buffer* b) -> Status {
+    UF_ASSIGN_OR_RETURN(*b, dev(words * 4));
+    const std::vector<uint32_t> zeros(words, 0u);
+    return ctx_->Upload(*b, 0, zeros.data(), words * 4);
+  };
+  UF_RETURN_IF_ERROR(zeroed(1, &norm_counter_));
+  if (layers_[0].q_norm.valid()) {  // qwen3's head tails: a word per head
+    UF_RETURN_IF_ERROR(zeroed(c_.n_head, &head_counter_q_));
+    UF_RETURN_IF_ERROR(zeroed(c_.n_head_kv, &head_counter_k_));
   }
-  if (c_.is_moe()) {  // the same for the down experts' sum tail
-    const std::vector<uint32_t> zeros(k_.SumCounterWords(layers_[0].exp_down), 0u);
-    UF_ASSIGN_OR_RETURN(moe_counter_, dev(zeros.size() * 4));
-    UF_RETURN_IF_ERROR(ctx_->Upload(moe_counter_, 0, zeros.data(), zeros.size() * 4));
+  if (c_.is_moe()) {  // the down experts' sum tail
+    UF_RETURN_IF_ERROR(zeroed(k_.SumCounterWords(layers_[0].exp_down), &moe_counter_));
   }
   UF_ASSIGN_OR_RETURN(logits_dev_, ctx_->CreateBuffer(mo * c_.n_vocab * 4, Memory::kHost));
   UF_ASSIGN_OR_RETURN(logits_local_, dev(mo * c_.n_vocab * 4));

@@ -436,7 +436,7 @@ void Kernels::Gemm(Recorder* r, const GpuMatrix& w, const Buffer& x, int64_t n, 
 }
 
 bool Kernels::CanHeadNorm(const GpuMatrix& w, int64_t n, const AttentionShape& s) const {
-  if (n != 1 || UsesMatMul(w, n) || s.q8 || s.head_dim % 2 != 0 || s.head_dim > 256 ||
+  if (n != 1 || UsesMatMul(w, n) || s.q8 || s.head_dim % 2 != 0 || s.head_dim > kMaxHeadTailDim ||
       w.n_experts != 1 || !HasStages(w.type)) {
     return false;
   }

@@ -179,7 +179,8 @@ class Kernels {
     bool neox = false;  // kQNorm, kKNorm: NEOX pairs
   };
   // Whether Gemm of w over n tokens can take a kQNorm / kKNorm RopeStore: one token, an f16
-  // cache, whole heads of at most 256 values (the tail's shared row), each whole workgroups.
+  // cache, whole heads of at most kMaxHeadTailDim values, each whole workgroups.
+  static constexpr int64_t kMaxHeadTailDim = 256;  // the tail's row: norm_q.glsl's uf_norm
   bool CanHeadNorm(const GpuMatrix& w, int64_t n, const AttentionShape& s) const;
   // A mixture-of-experts router's choice of each token's k of n_expert experts (Route).
   struct RouteParams {
